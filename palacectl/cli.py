@@ -1,0 +1,554 @@
+"""The palacectl command line: thin typer commands over the client (parse → call → render).
+
+Owns: the command surface and its flags (README "Command reference"). Business rules live in
+the daemon; this module reads files and stdin byte-exactly, calls the API, and renders. Heavy
+imports (the benchmark, MCP) are deferred to the commands that need them, so `palacectl list`
+starts fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from palace_proto.errors import ApiError, ValidationError
+from palace_proto.validation import parse_json_object
+
+from . import output
+from .client import Client, DaemonUnreachable, home_from
+from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit_json, fail, note, warn, write_stdout
+
+app = typer.Typer(
+    name="palacectl", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None, help="Talk to the local palaced: the coordination log of a fleet of agents.",
+)
+artifact_app = typer.Typer(no_args_is_help=True, help="Store and fetch content-addressed artifacts.")
+patch_app = typer.Typer(no_args_is_help=True, help="Deliver patches.")
+task_app = typer.Typer(no_args_is_help=True, help="Delegate work and follow its lifecycle.")
+app.add_typer(artifact_app, name="artifact")
+app.add_typer(patch_app, name="patch")
+app.add_typer(task_app, name="task")
+
+_state: dict[str, Any] = {"home": None}
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+Multi = Optional[list[str]]
+
+
+class UsageProblem(CommandFailed):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="usage", exit_code=EXIT_USAGE)
+
+
+@app.callback()
+def _main(
+    home: Annotated[Optional[Path], typer.Option("--home", help="Palace home (default: $PALACE_HOME, else ~/.palace).")] = None,
+) -> None:
+    _state["home"] = home_from(home)
+
+
+def _home() -> Path:
+    return _state["home"] or home_from(None)
+
+
+def _call(op: str, **args: Any) -> Any:
+    with Client(_home()) as client:
+        return client.call(op, **{k: v for k, v in args.items() if v is not None})
+
+
+def _read_bytes(path: str, what: str) -> bytes:
+    """Read a file or stdin ('-') as bytes: no newline translation, so CRLF and sha256 survive."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {what} {path}: {exc.strerror or exc}", code="invalid_argument")
+
+
+def _decode_utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"{what} is not valid UTF-8 (byte {exc.start}): store binary content as an artifact instead",
+             code="invalid_argument")
+
+
+def _text_or_file(text: str | None, file: str | None, flag: str) -> str | None:
+    if text is not None and file is not None:
+        raise UsageProblem(f"pass inline text or a file, not both (--{flag} or --{flag}-file)")
+    if file is not None:
+        return _decode_utf8(_read_bytes(file, f"--{flag}-file"), f"--{flag}-file {file}")
+    return text
+
+
+def _metadata(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else parse_json_object(text, "--metadata")
+
+
+def _filters(**values: Multi) -> dict[str, list[str]]:
+    return {name: list(v) for name, v in values.items() if v}
+
+
+def _print_events(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(result)
+    elif result["events"]:
+        write_stdout(output.events_block(result["events"]))
+    elif sys.stderr.isatty():
+        note("No matching events.")
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+@app.command()
+def status(json_: JsonOpt = False) -> None:
+    """Show the daemon: version, home, origin, identity fingerprint, counts, latest event, uptime."""
+    result = _call("status")
+    if json_:
+        emit_json(result)
+        return
+    write_stdout(
+        f"palaced {result['version']} (pid {result['pid']}) up {result['uptime_s']:.0f}s\n"
+        f"  home         {result['home']}\n"
+        f"  origin       {result['origin']}\n"
+        f"  fingerprint  {result['fingerprint']}\n"
+        f"  events       {result['events']}  artifacts {result['artifacts']}\n"
+        f"  latest       {result['latest_event_id'] or '-'}\n"
+        f"  watchers     {result['watchers']}\n"
+    )
+
+
+# -- the log ------------------------------------------------------------------------------------
+
+
+@app.command()
+def append(
+    type_: Annotated[str, typer.Option("--type", help="Event type, e.g. task.reply.")],
+    stream: Annotated[str, typer.Option(help="Stream, e.g. project/palace.")],
+    room: Annotated[str, typer.Option(help="Room, e.g. delegation.")],
+    from_agent: Annotated[str, typer.Option("--from-agent", help="Your agent id.")],
+    topic: Annotated[Optional[str], typer.Option()] = None,
+    to_agent: Annotated[Optional[str], typer.Option("--to-agent", help="Addressee, or * to broadcast.")] = None,
+    correlation_id: Annotated[Optional[str], typer.Option("--correlation-id")] = None,
+    branch: Annotated[Optional[str], typer.Option()] = None,
+    base_commit: Annotated[Optional[str], typer.Option("--base-commit")] = None,
+    status_: Annotated[Optional[str], typer.Option("--status")] = None,
+    body: Annotated[Optional[str], typer.Option(help="Body text (verbatim).")] = None,
+    body_file: Annotated[Optional[str], typer.Option("--body-file", help="Read the body from a file, or - for stdin.")] = None,
+    metadata: Annotated[Optional[str], typer.Option(help="A JSON object.")] = None,
+    artifact_id: Annotated[Multi, typer.Option("--artifact-id", help="Attach an artifact (repeatable).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Append an event; prints the stored event."""
+    text = _text_or_file(body, body_file, "body")
+    event = _call("append", type=type_, stream=stream, room=room, from_agent=from_agent, topic=topic,
+                  to_agent=to_agent, correlation_id=correlation_id, branch=branch, base_commit=base_commit,
+                  status=status_, body=text, metadata=_metadata(metadata), artifact_ids=artifact_id)
+    if json_:
+        emit_json(event)
+    else:
+        write_stdout("Appended:\n" + output.event_line(event) + "\n")
+
+
+
+
+def _list_args(stream: Multi, room: Multi, topic: Multi, type_: Multi, to_agent: Multi, from_agent: Multi,
+               exclude_from_agent: Multi, correlation_id: Multi, status_: Multi) -> dict[str, list[str]]:
+    return _filters(streams=stream, rooms=room, topics=topic, types=type_, to_agents=to_agent,
+                    from_agents=from_agent, exclude_from_agents=exclude_from_agent,
+                    correlation_ids=correlation_id, statuses=status_)
+
+
+StreamOpt = Annotated[Multi, typer.Option("--stream", help="Repeat for OR.")]
+RoomOpt = Annotated[Multi, typer.Option("--room")]
+TopicOpt = Annotated[Multi, typer.Option("--topic")]
+TypeOpt = Annotated[Multi, typer.Option("--type")]
+ToOpt = Annotated[Multi, typer.Option("--to-agent", help="Matches the agent or * (broadcast).")]
+FromOpt = Annotated[Multi, typer.Option("--from-agent")]
+ExcludeOpt = Annotated[Multi, typer.Option("--exclude-from-agent")]
+CorrOpt = Annotated[Multi, typer.Option("--correlation-id")]
+StatusOpt = Annotated[Multi, typer.Option("--status")]
+SinceOpt = Annotated[Optional[str], typer.Option("--since-event-id", help="Exclusive cursor (an event id).")]
+
+
+@app.command("list")
+def list_(
+    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
+    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
+    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    before_event_id: Annotated[Optional[str], typer.Option("--before-event-id")] = None,
+    since_created_at: Annotated[Optional[str], typer.Option("--since-created-at", help="YYYY-MM-DD or UTC datetime (inclusive); prefer the id cursor.")] = None,
+    order: Annotated[Optional[str], typer.Option(help="asc (default) or desc.")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Default 50, capped at 500.")] = None,
+    preview: Annotated[bool, typer.Option("--preview", help="Cut bodies over 200 characters.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """List events (oldest first by default)."""
+    result = _call("list", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
+                                        correlation_id, status_),
+                   since_event_id=since_event_id, before_event_id=before_event_id,
+                   since_created_at=since_created_at, order=order, limit=limit, preview=preview)
+    _print_events(result, json_)
+
+
+@app.command()
+def wait(
+    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
+    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
+    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    since_created_at: Annotated[Optional[str], typer.Option("--since-created-at")] = None,
+    limit: Annotated[Optional[int], typer.Option()] = None,
+    preview: Annotated[bool, typer.Option("--preview")] = False,
+    timeout_ms: Annotated[Optional[int], typer.Option("--timeout-ms", help="Default 60000, max 300000.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Wait until a matching event exists (at once if one already does); exits 2 on timeout."""
+    result = _call("wait", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
+                                        correlation_id, status_),
+                   since_event_id=since_event_id, since_created_at=since_created_at, limit=limit,
+                   preview=preview, timeout_ms=timeout_ms)
+    if json_:
+        emit_json(result)
+    elif result["timed_out"]:
+        note("Timed out; no matching events.")
+    else:
+        write_stdout(output.events_block(result["events"]))
+    if result["timed_out"]:
+        raise typer.Exit(EXIT_IDLE)
+
+
+@app.command()
+def watch(
+    agent: Annotated[Optional[str], typer.Option("--agent", help="= --to-agent ID --exclude-from-agent ID, with a state file.")] = None,
+    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
+    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
+    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    state_file: Annotated[Optional[str], typer.Option("--state-file", help="Cursor file; '' turns persistence off.")] = None,
+    from_start: Annotated[bool, typer.Option("--from-start", help="Replay from the first event.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep going; one JSON batch per line.")] = False,
+    idle_exit_ms: Annotated[int, typer.Option("--idle-exit-ms", help="Exit 2 after this long without a match (0 = never).")] = 0,
+    announce: Annotated[bool, typer.Option("--announce", help="Post a status event to * saying what you watch.")] = False,
+    limit: Annotated[int, typer.Option(help="Events per batch (max 500).")] = 50,
+    json_: JsonOpt = False,
+) -> None:
+    """Block until matching events arrive (pushed by palaced); exit 0 on a hit, 2 when idle."""
+    from .watch import WatchOptions, default_state_file, run_watch
+
+    if idle_exit_ms < 0:
+        fail("--idle-exit-ms must be zero (wait forever) or a positive number of milliseconds", code="invalid_argument")
+    if limit < 1:
+        fail("--limit must be a positive integer", code="invalid_argument")
+    to_agents, excluded = list(to_agent or []), list(exclude_from_agent or [])
+    if agent is not None:
+        if not agent.strip():
+            fail("agent identity is required to name a watch state file", code="invalid_argument")
+        to_agents.append(agent.strip())
+        excluded.append(agent.strip())
+    if announce and not agent:
+        raise UsageProblem("--announce needs --agent (the announcement is posted as that agent)")
+    home = _home()
+    if state_file is None:
+        path = default_state_file(home, agent) if agent else None
+    else:
+        path = Path(state_file).expanduser() if state_file else None
+    filters = _filters(streams=stream, rooms=room, topics=topic, types=type_, to_agents=to_agents,
+                       from_agents=from_agent, exclude_from_agents=excluded, correlation_ids=correlation_id,
+                       statuses=status_)
+    code = run_watch(WatchOptions(
+        home=home, filters=filters, agent=agent.strip() if agent else None, since_event_id=since_event_id,
+        state_file=path, from_start=from_start, follow=follow, idle_exit_ms=idle_exit_ms, announce=announce,
+        limit=min(limit, 500), as_json=json_,
+    ))
+    raise typer.Exit(code)
+
+
+@app.command()
+def ack(
+    event_id: Annotated[str, typer.Argument(help="The event you acknowledge.")],
+    from_agent: Annotated[str, typer.Option("--from-agent")],
+    status_: Annotated[Optional[str], typer.Option("--status", help="e.g. claimed, applied, failed, blocked.")] = None,
+    topic: Annotated[Optional[str], typer.Option()] = None,
+    body: Annotated[Optional[str], typer.Option()] = None,
+    body_file: Annotated[Optional[str], typer.Option("--body-file")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Acknowledge an event with a new event.ack (the target is never modified)."""
+    text = _text_or_file(body, body_file, "body")
+    event = _call("ack", event_id=event_id, from_agent=from_agent, status=status_, topic=topic, body=text)
+    if json_:
+        emit_json(event)
+    else:
+        write_stdout("Acknowledged:\n" + output.event_line(event) + "\n")
+
+
+@app.command()
+def redact(
+    event_id: Annotated[str, typer.Argument(help="The event whose body is purged.")],
+    from_agent: Annotated[str, typer.Option("--from-agent")],
+    reason: Annotated[Optional[str], typer.Option(help="Why (kept in the event.redact event).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Purge an event's body (a secret pasted by mistake); the signed chain still verifies."""
+    event = _call("redact", event_id=event_id, from_agent=from_agent, reason=reason)
+    if json_:
+        emit_json(event)
+    else:
+        write_stdout(f"Redacted {event_id}:\n" + output.event_line(event) + "\n")
+
+
+@app.command()
+def who(json_: JsonOpt = False) -> None:
+    """Watchers connected to this daemon right now (what the daemon sees, not what agents claim)."""
+    result = _call("who")
+    if json_:
+        emit_json(result)
+        return
+    if not result["watchers"]:
+        note("No watchers connected.")
+    for w in result["watchers"]:
+        write_stdout(f"{w['agent'] or '-'}\t{w['since']}\t{w['cursor'] or '-'}\t{w['filters']}\n")
+
+
+# -- artifacts and patches ----------------------------------------------------------------------
+
+
+def _print_warnings(record: dict[str, Any]) -> None:
+    for message in record.get("warnings", []):
+        warn(message)
+
+
+@artifact_app.command("put")
+def artifact_put(
+    kind: Annotated[str, typer.Option(help="patch, file, log, json or note.")],
+    created_by: Annotated[str, typer.Option("--created-by")],
+    file: Annotated[str, typer.Option("--file", help="Path, or - for stdin (default).")] = "-",
+    metadata: Annotated[Optional[str], typer.Option()] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Store bytes (any bytes) by content; identical bytes are stored once."""
+    content = _read_bytes(file, "--file")
+    record = _call("artifact_put", kind=kind, created_by=created_by, content=content, metadata=_metadata(metadata))
+    _print_warnings(record)
+    if json_:
+        emit_json(record)
+    else:
+        write_stdout(f"Stored {record['id']}  kind={record['kind']}\n  sha256={record['sha256']}\n"
+                     f"  size={record['size_bytes']} bytes\n")
+
+
+@artifact_app.command("get")
+def artifact_get(
+    artifact_id: Annotated[str, typer.Argument(help="art_… id or sha256.")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the bytes to this file.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Write an artifact's exact bytes to stdout or --out (sha256 verified on arrival)."""
+    record = _call("artifact_get", artifact_id=artifact_id)
+    content: bytes = record.pop("content")
+    if hashlib.sha256(content).hexdigest() != record["sha256"]:
+        fail(f"artifact {record['id']} failed hash verification; nothing written", code="integrity")
+    if out is not None:
+        tmp = out.with_name(f".{out.name}.palace-tmp")
+        try:
+            tmp.write_bytes(content)
+            os.replace(tmp, out)
+        except OSError as exc:
+            fail(f"cannot write {out}: {exc.strerror or exc}")
+    if json_:
+        emit_json({**record, "content_written_to": str(out) if out is not None else None})
+    elif out is not None:
+        write_stdout(f"Wrote {len(content)} bytes to {out}\n  sha256={record['sha256']}\n")
+    else:
+        sys.stdout.buffer.write(content)
+        sys.stdout.buffer.flush()
+
+
+@patch_app.command("submit")
+def patch_submit(
+    from_agent: Annotated[str, typer.Option("--from-agent")],
+    to_agent: Annotated[str, typer.Option("--to-agent")],
+    correlation_id: Annotated[str, typer.Option("--correlation-id")],
+    file: Annotated[str, typer.Option("--file", help="The diff, or - for stdin (default).")] = "-",
+    stream: Annotated[Optional[str], typer.Option(help="Default: the stream of the task on this correlation.")] = None,
+    room: Annotated[str, typer.Option()] = "patches",
+    topic: Annotated[Optional[str], typer.Option()] = None,
+    branch: Annotated[Optional[str], typer.Option()] = None,
+    base_commit: Annotated[Optional[str], typer.Option("--base-commit")] = None,
+    body: Annotated[Optional[str], typer.Option()] = None,
+    metadata: Annotated[Optional[str], typer.Option()] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Store a patch and announce it with patch.ready, in one transaction."""
+    content = _read_bytes(file, "--file")
+    result = _call("patch_submit", from_agent=from_agent, to_agent=to_agent, correlation_id=correlation_id,
+                   content=content, stream=stream, room=room, topic=topic, branch=branch,
+                   base_commit=base_commit, body=body, metadata=_metadata(metadata))
+    _print_warnings(result["artifact"])
+    if json_:
+        emit_json(result)
+    else:
+        a = result["artifact"]
+        write_stdout(f"Stored {a['id']}  sha256={a['sha256']}  size={a['size_bytes']} bytes\n"
+                     + output.event_line(result["event"]) + "\n")
+
+
+# -- tasks --------------------------------------------------------------------------------------
+
+
+@task_app.command("create")
+def task_create(
+    project: Annotated[str, typer.Option()],
+    from_agent: Annotated[str, typer.Option("--from-agent")],
+    to_agent: Annotated[str, typer.Option("--to-agent")],
+    branch: Annotated[str, typer.Option()],
+    base_commit: Annotated[str, typer.Option("--base-commit", help="A hex commit id (≥7 chars), not a branch.")],
+    goal: Annotated[Optional[str], typer.Option()] = None,
+    goal_file: Annotated[Optional[str], typer.Option("--goal-file")] = None,
+    done: Annotated[Optional[str], typer.Option(help="Definition of done.")] = None,
+    done_file: Annotated[Optional[str], typer.Option("--done-file")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Delegate work: a task.request with goal, branch, base commit and definition of done."""
+    goal_text = _text_or_file(goal, goal_file, "goal")
+    done_text = _text_or_file(done, done_file, "done")
+    result = _call("task_create", project=project, from_agent=from_agent, to_agent=to_agent, goal=goal_text or "",
+                   branch=branch, base_commit=base_commit, done=done_text or "")
+    if json_:
+        emit_json(result)
+        return
+    task = result["task"]
+    write_stdout(f"Task created: {task['correlation_id']}\nEvent: {task['id']}\nTo: {task['to_agent']}\n\n"
+                 f"Ready to paste:\n{result['handoff']}\n")
+
+
+@task_app.command("show")
+def task_show(
+    correlation_id: Annotated[str, typer.Argument()],
+    json_: JsonOpt = False,
+) -> None:
+    """A task's lifecycle: the request, every event on its correlation, its state and claimant."""
+    view = _call("task_show", correlation_id=correlation_id)
+    if json_:
+        emit_json(view)
+        return
+    write_stdout(f"Task {view['correlation_id']}: {view['state']}"
+                 f"{' (claimed by ' + view['claimed_by'] + ')' if view['claimed_by'] else ''}\n"
+                 f"  requested by {view['requested_by']} for {view['assigned_to'] or '*'}\n"
+                 + output.events_block(view["events"]))
+
+
+@task_app.command("list")
+def task_list(
+    agent: Annotated[Optional[str], typer.Option("--agent", help="Tasks this agent requested or was asked to do.")] = None,
+    open_: Annotated[bool, typer.Option("--open", help="Only tasks without a terminal state.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Tasks and their state (with --open: the loops still to close)."""
+    result = _call("task_list", agent=agent, open=open_)
+    if json_:
+        emit_json(result)
+        return
+    if not result["tasks"] and sys.stderr.isatty():
+        note("No tasks.")
+    for t in result["tasks"]:
+        write_stdout(f"{t['correlation_id']}\t{t['state']}\t{t['requested_by']}->{t['assigned_to'] or '*'}\t"
+                     f"{t['claimed_by'] or '-'}\t{t['last_activity']}\n")
+
+
+# -- rules and bench ----------------------------------------------------------------------------
+
+
+@app.command()
+def rules(
+    agent: Annotated[str, typer.Option("--agent", help="Your agent id, a single token like mac-claude.")],
+    install: Annotated[Optional[Path], typer.Option("--install", help="Write the block into this file.")] = None,
+    harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini or hermes.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Print (or install) the shared-brain rules block for an agent."""
+    from .rules import HARNESS_FILES, install_rules, render_rules
+
+    if install is not None and harness is not None:
+        raise UsageProblem("pass --install PATH or --harness NAME, not both")
+    block = render_rules(agent)
+    target = install
+    if harness is not None:
+        if harness not in HARNESS_FILES:
+            raise UsageProblem(f"--harness must be one of: {', '.join(sorted(HARNESS_FILES))}")
+        target = Path(HARNESS_FILES[harness]).expanduser()
+    if target is None:
+        if json_:
+            emit_json({"agent": agent, "rules": block})
+        else:
+            write_stdout(block)
+        return
+    try:
+        action = install_rules(target, block)
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    if json_:
+        emit_json({"agent": agent, "path": str(target), "action": action})
+    else:
+        note(f"Rules for {agent}: {action} in {target}")
+
+
+@app.command()
+def bench(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure a temporary daemon: append throughput, wake latency, list latency, RSS."""
+    from .bench import run_bench
+
+    result = run_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run palacectl; returns the exit code (never a traceback for expected failures)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in args
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=args, prog_name="palacectl", standalone_mode=False)
+    except _UsageError as exc:
+        output.report_error(exc.format_message() if hasattr(exc, "format_message") else str(exc), "usage", as_json=as_json)
+        return EXIT_USAGE
+    except CommandFailed as exc:
+        output.report_error(exc.message, exc.code, as_json=as_json)
+        return exc.exit_code
+    except ValidationError as exc:
+        output.report_error(exc.message, exc.code, as_json=as_json)
+        return output.EXIT_FAILED
+    except ApiError as exc:
+        output.report_error(exc.message, exc.code, as_json=as_json)
+        return output.EXIT_FAILED
+    except DaemonUnreachable as exc:
+        output.report_error(str(exc), "unreachable", as_json=as_json)
+        return output.EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        sys.stderr.write("Stopped.\n")
+        return output.EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Our reader went away; stay quiet (like `head`) and point stdout at devnull for the exit flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return output.EXIT_FAILED
+    except typer.Abort:
+        sys.stderr.write("Stopped.\n")
+        return output.EXIT_INTERRUPTED
+    if isinstance(rv, int):
+        return rv
+    return EXIT_OK

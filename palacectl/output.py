@@ -1,0 +1,103 @@
+"""Rendering for palacectl: JSON documents, NDJSON lines, human lines, and error reporting.
+
+Owns: everything palacectl writes to stdout/stderr, and the exit codes (the contract in README):
+0 ok / a wait or watch hit, 1 operation failed, 2 timed out or idle (wait/watch only),
+3 daemon not reachable, 64 usage error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any, Final, NoReturn
+
+__all__ = [
+    "EXIT_FAILED", "EXIT_IDLE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
+    "CommandFailed", "emit_json", "event_line", "fail", "warn",
+]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_IDLE: Final = 2
+EXIT_UNREACHABLE: Final = 3
+EXIT_USAGE: Final = 64
+EXIT_INTERRUPTED: Final = 130
+
+
+class CommandFailed(Exception):
+    """Raised by commands to stop with an error line (or JSON error) and an exit code."""
+
+    def __init__(self, message: str, *, code: str = "failed", exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.exit_code = exit_code
+
+
+def fail(message: str, *, code: str = "failed", exit_code: int = EXIT_FAILED) -> NoReturn:
+    raise CommandFailed(message, code=code, exit_code=exit_code)
+
+
+def write_stdout(text: str) -> None:
+    """Write and flush; a closed pipe propagates as BrokenPipeError (callers decide)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def emit_json(value: Any, *, compact: bool = False) -> None:
+    if compact:
+        write_stdout(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
+    else:
+        write_stdout(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"Warning: {message}\n")
+    sys.stderr.flush()
+
+
+def note(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def report_error(message: str, code: str, *, as_json: bool) -> None:
+    if as_json:
+        try:
+            emit_json({"error": {"code": code, "message": message}})
+        except BrokenPipeError:
+            pass
+    else:
+        sys.stderr.write(f"palacectl: {message}\n")
+        sys.stderr.flush()
+
+
+def _one_line(text: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def event_line(event: Mapping[str, Any]) -> str:
+    """MemPalace-style human line: id, time, type, stream/room, from->to, then the optional parts."""
+    line = (f"  {event['id']}  {event['created_at']}  {event['type']}  {event['stream']}/{event['room']}  "
+            f"{event['from_agent']}->{event.get('to_agent') or '*'}")
+    if event.get("status"):
+        line += f" [{event['status']}]"
+    if event.get("topic"):
+        line += f" topic={event['topic']}"
+    if event.get("correlation_id"):
+        line += f" corr={event['correlation_id']}"
+    if event.get("artifact_ids"):
+        line += f" artifacts={len(event['artifact_ids'])}"
+    if event.get("body_redacted"):
+        line += " :: [redacted]"
+    elif event.get("body"):
+        line += f" :: {_one_line(event['body'])}"
+    return line
+
+
+def events_block(events: list[Mapping[str, Any]]) -> str:
+    if not events:
+        return ""
+    return f"{len(events)} event(s):\n" + "".join(event_line(e) + "\n" for e in events)

@@ -1,0 +1,285 @@
+"""``palacectl watch``: the MemPalace watch contract on top of the daemon's pushed subscription.
+
+Owns: the watch state file (the watcher's own cursor), where a watch starts, when the cursor is
+checkpointed, and the exit codes. Rules (reference §3.3–3.4, made stricter where it lost events):
+
+* state file absent → start at the live tip and say so; empty → replay from the beginning;
+  corrupt or unreadable → replay with a warning (never skip); a stored cursor the daemon does not
+  know → warn and replay.
+* an explicit bad ``--since-event-id`` → exit 1, the state file untouched.
+* the starting position is checkpointed before waiting; afterwards the cursor is written only
+  after the output was written, so a broken pipe replays and never skips.
+* exit 0 on a hit, 2 on idle timeout with no hit, 130 on Ctrl-C.
+
+No polling: the client blocks in ``recv`` until the daemon pushes a batch or the idle deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from palace_proto.errors import ApiError
+
+from .client import Client, DaemonUnreachable, IdleTimeout
+from .output import (
+    EXIT_FAILED, EXIT_IDLE, EXIT_OK, CommandFailed, emit_json, events_block, note, warn, write_stdout,
+)
+
+__all__ = ["WatchOptions", "default_state_file", "read_state", "run_watch", "sanitise_agent", "write_state"]
+
+# Why 0.5 s: how often a watch retries while palaced restarts (an upgrade, a crash): fast enough
+# to feel continuous, slow enough to cost nothing.
+RECONNECT_INTERVAL_S: Final = 0.5
+
+
+def sanitise_agent(agent: str) -> str:
+    """File-name-safe agent id: double '_' first, then ':', '/', '\\\\' become '_' (MemPalace rule)."""
+    if not agent.strip():
+        raise CommandFailed("agent identity is required to name a watch state file")
+    return agent.strip().replace("_", "__").replace(":", "_").replace("/", "_").replace("\\", "_")
+
+
+def default_state_file(home: Path, agent: str) -> Path:
+    return home / "watch" / f"{sanitise_agent(agent)}.json"
+
+
+def read_state(path: Path | None) -> tuple[str | None, str]:
+    """(cursor, condition) where condition is absent, ok, empty or corrupt.
+
+    Opens the file directly (no exists() check first): an unreadable checkpoint must not look like
+    a first run, which would skip events (MemPalace #2315 review).
+    """
+    if path is None:
+        return None, "absent"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, "absent"
+    except (OSError, UnicodeDecodeError):
+        return None, "corrupt"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, "corrupt"
+    if not isinstance(data, dict) or "cursor" not in data:
+        return None, "corrupt"
+    cursor = data["cursor"]
+    if cursor is None or cursor == "":
+        return None, "empty"
+    if not isinstance(cursor, str):
+        return None, "corrupt"
+    return cursor, "ok"
+
+
+def write_state(path: Path, cursor: str | None, agent: str | None) -> None:
+    """Atomically write the checkpoint (tmp file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {"cursor": cursor, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if agent:
+        data["agent"] = agent
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass(slots=True)
+class WatchOptions:
+    home: Path
+    filters: dict[str, list[str]]
+    agent: str | None
+    since_event_id: str | None
+    state_file: Path | None
+    from_start: bool
+    follow: bool
+    idle_exit_ms: int
+    announce: bool
+    limit: int
+    as_json: bool
+
+
+def _who(opts: WatchOptions) -> str:
+    if opts.agent:
+        return opts.agent
+    if opts.filters.get("to_agents"):
+        return ",".join(opts.filters["to_agents"])
+    return "everything"
+
+
+class _Watch:
+    def __init__(self, opts: WatchOptions) -> None:
+        self.opts = opts
+        self.cursor: str | None = None
+        self.hits = 0
+        self.deadline = time.monotonic() + opts.idle_exit_ms / 1000 if opts.idle_exit_ms > 0 else None
+
+    def checkpoint(self, *, required: bool = False) -> None:
+        if self.opts.state_file is None:
+            return
+        try:
+            write_state(self.opts.state_file, self.cursor, self.opts.agent)
+        except OSError as exc:
+            if required:
+                raise CommandFailed(
+                    f"could not write the initial checkpoint to {self.opts.state_file}: {exc.strerror or exc}. "
+                    "Refusing to start: a watch that cannot remember its cursor would replay or skip events"
+                ) from None
+            warn(f"could not checkpoint the watch cursor to {self.opts.state_file}: {exc.strerror or exc}")
+
+    def subscribe(self, client: Client, start: str, since: str | None) -> dict[str, Any]:
+        args: dict[str, Any] = {**self.opts.filters, "start": start, "limit": self.opts.limit,
+                                "agent": self.opts.agent, "pid": os.getpid()}
+        if since:
+            args["since_event_id"] = since
+        client.send("subscribe", **args)
+        message = client.receive()
+        if message.get("ok") is False:
+            error = message.get("error") or {}
+            raise ApiError(str(error.get("message", "subscribe failed")), code=str(error.get("code", "internal")))
+        return message
+
+    def output(self, batch: dict[str, Any]) -> None:
+        doc = {"events": batch["events"], "count": len(batch["events"]), "cursor": batch["cursor"], "timed_out": False}
+        if self.opts.as_json:
+            emit_json(doc, compact=self.opts.follow)
+        else:
+            write_stdout(events_block(batch["events"]))
+
+    def idle(self) -> int:
+        self.checkpoint()
+        if self.opts.as_json:
+            emit_json({"events": [], "count": 0, "cursor": self.cursor, "timed_out": True}, compact=self.opts.follow)
+        else:
+            note("Idle timeout; no matching events." if not self.hits else "Idle timeout.")
+        return EXIT_OK if self.hits else EXIT_IDLE
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def _decide_start(opts: WatchOptions) -> tuple[str, str | None, str]:
+    """(start mode, cursor, condition) before talking to the daemon."""
+    if opts.since_event_id:
+        return "cursor", opts.since_event_id, "explicit"
+    stored, condition = read_state(opts.state_file)
+    if opts.from_start:
+        return "beginning", None, condition
+    if condition == "ok":
+        return "cursor", stored, condition
+    if condition == "corrupt":
+        warn(f"watch state file {opts.state_file} is unreadable or corrupt; replaying from the beginning")
+        return "beginning", None, condition
+    if condition == "empty":
+        return "beginning", None, condition
+    return "tip", None, condition
+
+
+def run_watch(opts: WatchOptions) -> int:
+    """Run a watch to completion; returns the exit code (raises CommandFailed / DaemonUnreachable)."""
+    watch = _Watch(opts)
+    start, since, condition = _decide_start(opts)
+    client = Client(opts.home)
+    client.connect()
+    try:
+        try:
+            started = watch.subscribe(client, start, since)
+        except ApiError as exc:
+            if exc.code != "not_found":
+                raise
+            if condition == "explicit":
+                raise CommandFailed(f"{exc.message}. Nothing was written to the state file.") from None
+            warn(f"stored watch cursor {since} is not in this palace ({exc.message}); replaying from the beginning")
+            client.close()
+            client = Client(opts.home)
+            client.connect()
+            start, since, condition = "beginning", None, "stale"
+            started = watch.subscribe(client, start, since)
+        watch.cursor = started.get("cursor")
+        if start == "tip":
+            note(f"Starting at the tip ({watch.cursor or 'empty log'}); earlier events are not replayed. "
+                 "Use --from-start to replay them.")
+        note(f"Watching {_who(opts)} from {watch.cursor or ('the beginning' if start == 'beginning' else 'now')}; "
+             "Ctrl-C to stop.")
+        if condition != "ok":
+            watch.checkpoint(required=True)
+        if opts.announce:
+            _announce(client, opts, watch.cursor)
+        return _loop(watch, client)
+    finally:
+        client.close()
+
+
+def _announce(client: Client, opts: WatchOptions, cursor: str | None) -> None:
+    filters = " ".join(f"{k}={','.join(v)}" for k, v in sorted(opts.filters.items()) if v) or "everything"
+    body = (f"{opts.agent} is watching ({filters}) from {cursor or 'the beginning'}; "
+            f"wake me with an event to_agent={opts.agent}.")
+    # A second connection: the first one now belongs to the subscription stream.
+    with Client(opts.home) as announcer:
+        announcer.call(
+            "append", type="status", stream="presence", room="watch", from_agent=opts.agent, to_agent="*",
+            body=body, metadata={"watch": {"filters": opts.filters, "cursor": cursor,
+                                           "state_file": str(opts.state_file) if opts.state_file else None}},
+        )
+
+
+def _loop(watch: _Watch, client: Client) -> int:
+    opts = watch.opts
+    while True:
+        try:
+            message = client.receive(timeout=watch.remaining())
+        except IdleTimeout:
+            return watch.idle()
+        except DaemonUnreachable:
+            client = _reconnect(watch)
+            if client is None:
+                return watch.idle()
+            continue
+        kind = message.get("push")
+        if kind == "batch":
+            try:
+                watch.output(message)
+            except BrokenPipeError:
+                # The cursor stays where it was: the next watch replays this batch, never skips it.
+                sys.stderr.write("palacectl: output closed (broken pipe); cursor not advanced\n")
+                return EXIT_FAILED
+            watch.cursor = message["cursor"]
+            watch.hits += 1
+            watch.checkpoint()
+            if not opts.follow:
+                return EXIT_OK
+            if opts.idle_exit_ms > 0:
+                watch.deadline = time.monotonic() + opts.idle_exit_ms / 1000
+        elif kind == "cursor":
+            watch.cursor = message["cursor"]
+            watch.checkpoint()
+        elif message.get("ok") is False:
+            error = message.get("error") or {}
+            raise CommandFailed(str(error.get("message", "watch failed")), code=str(error.get("code", "failed")))
+
+
+def _reconnect(watch: _Watch) -> Client | None:
+    """Resume after palaced restarted: reconnect and re-subscribe from the last cursor."""
+    note("palaced went away; reconnecting (the watch resumes from its cursor)")
+    while watch.remaining() is None or watch.remaining() > 0:
+        time.sleep(min(RECONNECT_INTERVAL_S, watch.remaining() or RECONNECT_INTERVAL_S))
+        client = Client(watch.opts.home)
+        try:
+            client.connect()
+            started = watch.subscribe(client, "cursor" if watch.cursor else "beginning", watch.cursor)
+        except DaemonUnreachable:
+            client.close()
+            continue
+        watch.cursor = started.get("cursor")
+        note("reconnected to palaced")
+        return client
+    return None

@@ -1,0 +1,99 @@
+"""``palaced``: parse arguments, set up logging, run the daemon until SIGTERM/SIGINT.
+
+Exit codes: 0 clean stop, 1 start-up failure (message on stderr), 64 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+import trio
+
+from palace_proto import __version__
+
+from .api import SocketPathTooLong
+from .app import AlreadyRunning, serve
+from .config import ConfigError, default_home, load_config
+from .identity import IdentityError
+from .store import StoreError
+
+EXIT_USAGE = 64
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"palaced: {message}\n")
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger("palaced")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+async def _run(config) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, config)
+            async for signum in signals:
+                logging.getLogger("palaced.app").info("received %s; stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel(reason=f"signal {signum}")
+                break
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="palaced", description="The palace daemon: owns this machine's replica of the log.")
+    parser.add_argument("--home", type=Path, help="palace home (default: $PALACE_HOME, else ~/.palace)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="overrides config.toml")
+    parser.add_argument("--version", action="version", version=f"palaced {__version__}")
+    args = parser.parse_args(argv)
+    home = (args.home or default_home()).expanduser().absolute()
+    try:
+        config = load_config(home)
+    except ConfigError as exc:
+        print(f"palaced: {exc}", file=sys.stderr)
+        return 1
+    if args.log_level:
+        config = type(config)(home=config.home, limits=config.limits, log_level=args.log_level)
+    _setup_logging(config.log_level)
+    try:
+        trio.run(_run, config)
+    except BaseException as exc:  # start-up failures arrive wrapped in nursery exception groups
+        startup = _find_startup_error(exc)
+        if startup is None:
+            raise
+        print(f"palaced: {startup}", file=sys.stderr)
+        return 1
+    return 0
+
+
+_STARTUP_ERRORS = (AlreadyRunning, ConfigError, IdentityError, StoreError, SocketPathTooLong, PermissionError)
+
+
+def _find_startup_error(exc: BaseException) -> BaseException | None:
+    """The expected start-up failure inside ``exc`` (possibly nested in exception groups), if any."""
+    if isinstance(exc, PermissionError):
+        return PermissionError(f"permission denied: {exc.filename}: cannot use this home")
+    if isinstance(exc, _STARTUP_ERRORS):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _find_startup_error(inner)) is not None:
+                return found
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

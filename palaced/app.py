@@ -1,0 +1,100 @@
+"""Nursery wiring: home directory, lock, identity, store, bus, writer and API, and clean shutdown.
+
+Owns: the daemon's lifetime. ``serve(config)`` runs until cancelled (SIGTERM/SIGINT in
+__main__): it stops accepting, lets in-flight writes commit, closes the database and returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from palace_proto.ids import fingerprint
+
+from .api import serve_api
+from .bus import EventBus
+from .config import Config
+from .identity import load_or_create_identity
+from .service import Service
+from .store import DB_FILENAME, Store
+from .store.aio import AsyncStore
+
+__all__ = ["AlreadyRunning", "prepare_home", "serve"]
+
+LOGGER: Final = logging.getLogger("palaced.app")
+# Why 5 s: long enough for any queued batch to commit, short enough for a service manager's stop.
+SHUTDOWN_GRACE_S: Final = 5.0
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+def prepare_home(home: Path) -> None:
+    """Create the home directory with mode 0700 (only this user may read the log or the key)."""
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+
+
+@contextlib.contextmanager
+def home_lock(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the home for the daemon's lifetime (one palaced per home)."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise AlreadyRunning(
+                f"another palaced is already running on {lock_path.parent} (pid {holder}); "
+                "stop it first, or start this one with a different --home"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the daemon for ``config`` until cancelled, then shut down cleanly."""
+    prepare_home(config.home)
+    with home_lock(config.lock_path):
+        # We hold the lock, so any socket file left behind belongs to a daemon that crashed.
+        if config.socket_path.exists() or config.socket_path.is_symlink():
+            LOGGER.info("removing stale socket %s", config.socket_path)
+            config.socket_path.unlink()
+        key, created = load_or_create_identity(config.key_path)
+        if created:
+            LOGGER.info("created identity key %s", config.key_path)
+        store = await trio.to_thread.run_sync(Store, config.home / DB_FILENAME, key, config.limits)
+        try:
+            if store.minted_origin:
+                LOGGER.info("new origin %s for %s", store.origin_id, store.path)
+            latest_seq, _ = store.latest()
+            bus = EventBus(latest_seq)
+            astore = AsyncStore(store, bus.publish)
+            service = Service(config, astore, bus)
+            LOGGER.info("palaced %s origin=%s fingerprint=%s", config.home, store.origin_id,
+                        fingerprint(store.public_key))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(astore.serve_writer)
+                try:
+                    async with trio.open_nursery() as api_nursery:
+                        await api_nursery.start(serve_api, config.socket_path, service, config.max_frame_bytes)
+                        task_status.started(service)
+                        await trio.sleep_forever()
+                finally:
+                    # Stop taking writes; the writer commits what is queued, then returns.
+                    astore.close_writes()
+                    nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_S
+        finally:
+            store.close()
+            LOGGER.info("stopped; database closed")

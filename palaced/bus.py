@@ -1,0 +1,62 @@
+"""In-process event bus: committed events fan out to waiters and watchers without touching SQLite.
+
+Owns: the ring of recently committed events and the wake-up of everyone waiting for new ones.
+The writer publishes each committed batch once; subscribers keep their own cursor (a local seq)
+and read the ring from it, so a slow subscriber never slows the writer or other subscribers. A
+subscriber whose cursor has fallen out of the ring gets ``None`` (a gap) and catches up from the
+store by seq (Syncthing lib/events: bounded buffers, resume by sequence). Must not import apsw.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Final
+
+import trio
+
+__all__ = ["EventBus"]
+
+# Why 10,000: about a second of peak append rate; watchers further behind than that re-read
+# from SQLite, which is cheap, so a larger ring would only cost memory.
+RING_SIZE: Final = 10_000
+
+
+class EventBus:
+    """Ring of recent committed events (public dicts with ``seq``) plus a broadcast wake-up."""
+
+    def __init__(self, latest_seq: int = 0, ring_size: int = RING_SIZE) -> None:
+        # A list trimmed in bulk (amortised O(1)) rather than a deque: bisect needs O(1) indexing.
+        self._ring: list[dict[str, Any]] = []
+        self._ring_size = ring_size
+        self.latest_seq = latest_seq
+        self._changed = trio.Event()
+        self.published = 0
+
+    def __repr__(self) -> str:
+        return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)}>"
+
+    def publish(self, events: list[dict[str, Any]]) -> None:
+        """Called by the writer after a commit, with the batch's new events in seq order."""
+        self._ring.extend(events)
+        if len(self._ring) > 2 * self._ring_size:
+            del self._ring[: len(self._ring) - self._ring_size]
+        self.latest_seq = max(self.latest_seq, events[-1]["seq"])
+        self.published += len(events)
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+    async def wait_beyond(self, seq: int) -> None:
+        """Return once an event with a seq greater than ``seq`` has been committed."""
+        while self.latest_seq <= seq:
+            await self._changed.wait()
+
+    def events_after(self, seq: int, limit: int) -> list[dict[str, Any]] | None:
+        """Events with seq > ``seq`` from the ring (oldest first, at most ``limit``), or ``None`` when
+        the ring no longer reaches back to ``seq`` (the caller must read the store instead)."""
+        if seq >= self.latest_seq:
+            return []
+        if not self._ring or self._ring[0]["seq"] > seq + 1:
+            # The ring starts after the first wanted event (or is empty after a restart).
+            return None
+        start = bisect.bisect_right(self._ring, seq, key=lambda event: event["seq"])
+        return self._ring[start : start + limit]

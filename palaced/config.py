@@ -1,0 +1,99 @@
+"""Daemon configuration: the home directory, its files, and the optional ``config.toml``.
+
+Owns: where everything lives (``$PALACE_HOME``, else ``~/.palace``) and which settings exist. No
+config file is needed; a file with an unknown key or a wrong type is refused with a message naming
+the key, rather than silently ignored. Pure apart from reading the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Final
+
+from palace_proto import paths
+from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
+from palace_proto.validation import Limits
+
+__all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "default_home", "load_config"]
+
+CONFIG_FILENAME: Final = "config.toml"
+LOCK_FILENAME: Final = "palaced.lock"
+KEY_FILENAME: Final = "identity.key"
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says which key and how to fix it."""
+
+
+def default_home() -> Path:
+    return paths.default_home(os.environ, Path.home())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Config:
+    home: Path
+    limits: Limits = Limits()
+    log_level: str = "info"
+
+    @property
+    def socket_path(self) -> Path:
+        return paths.socket_path(self.home)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / LOCK_FILENAME
+
+    @property
+    def key_path(self) -> Path:
+        return self.home / KEY_FILENAME
+
+    @property
+    def max_frame_bytes(self) -> int:
+        # The largest request is an artifact put: content plus metadata plus a small envelope.
+        return max(DEFAULT_MAX_FRAME_BYTES, self.limits.max_artifact_bytes + self.limits.max_metadata_bytes + (1 << 20))
+
+
+_SCHEMA: Final[dict[str, dict[str, type]]] = {
+    "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},
+    "log": {"level": str},
+}
+
+
+def load_config(home: Path) -> Config:
+    """Read ``home/config.toml`` if present.
+
+    Raises:
+        ConfigError: unreadable or invalid TOML, unknown section or key, wrong type or range.
+    """
+    path = home / CONFIG_FILENAME
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Config(home=home)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    values: dict[str, dict[str, Any]] = {}
+    for section, table in raw.items():
+        if section not in _SCHEMA or not isinstance(table, dict):
+            raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted(_SCHEMA))})")
+        for key, value in table.items():
+            expected = _SCHEMA[section].get(key)
+            if expected is None:
+                raise ConfigError(
+                    f"{path}: unknown key {section}.{key} (known: {', '.join(sorted(_SCHEMA[section]))})"
+                )
+            if not isinstance(value, expected) or isinstance(value, bool):
+                raise ConfigError(f"{path}: {section}.{key} must be {'an integer' if expected is int else 'a string'}")
+            if expected is int and value < 1:
+                raise ConfigError(f"{path}: {section}.{key} must be a positive integer")
+        values[section] = table
+    level = values.get("log", {}).get("level", "info").lower()
+    if level not in _LOG_LEVELS:
+        raise ConfigError(f"{path}: log.level must be one of {', '.join(_LOG_LEVELS)}")
+    return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level)

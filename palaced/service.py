@@ -1,0 +1,425 @@
+"""The operations of the local API: what each request does, independent of sockets and framing.
+
+Owns: append/list/wait/subscribe/ack/redact/artifacts/patches/tasks/who/status semantics
+(proto/PROTOCOL.md, "Operations"). Each ``op_*`` method takes the request's ``args`` map and
+returns the result map, raising ``ApiError`` subclasses for the client. Writes go through the
+group-commit writer (store/aio.py); waits and subscriptions are woken by the event bus, never by
+polling, and hold no read transaction while they wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+
+from palace_proto import __version__
+from palace_proto.control import PROTOCOL_VERSION
+from palace_proto.envelope import preview_event
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.ids import fingerprint
+from palace_proto.validation import (
+    AppendRequest,
+    Limits,
+    ListQuery,
+    clean_optional,
+    clean_required,
+    validate_artifact_kind,
+    validate_body,
+    validate_metadata,
+    validate_status,
+    validate_timeout_ms,
+)
+
+from . import tasks
+from .bus import EventBus
+from .config import Config
+from .store import WriteContext
+from .store.aio import AsyncStore
+
+__all__ = ["Service", "Watcher"]
+
+LOGGER: Final = logging.getLogger("palaced.service")
+# Types only the daemon may write, because they change how other events are shown.
+RESERVED_TYPES: Final = {"event.redact": "use `palacectl redact`"}
+# Why 1 s: cursor-only progress (events examined, none matched) matters only for checkpoints; a
+# watcher that re-examines up to a second of non-matching events loses nothing.
+CURSOR_PUSH_INTERVAL_S: Final = 1.0
+# Why 500: the page size for catching up from SQLite after a gap (same cap as list).
+CATCH_UP_PAGE: Final = 500
+
+Push = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Watcher:
+    """A live subscription, as the daemon sees it (reported by ``who``)."""
+
+    conn_id: int
+    agent: str | None
+    filters: str
+    cursor: str | None
+    since: str
+    pid: int | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"agent": self.agent, "filters": self.filters, "cursor": self.cursor, "since": self.since,
+                "pid": self.pid, "connection": self.conn_id}
+
+
+def _patch_warnings(content: bytes) -> list[str]:
+    """Advisory warnings for patch artifacts (MemPalace wording, reference §2); bytes stay as given."""
+    warnings = []
+    if not content.endswith(b"\n"):
+        warnings.append(
+            "patch content does not end with a trailing newline; git apply will reject the final hunk "
+            "as corrupt — store the diff byte-exactly including its trailing newline"
+        )
+    if b"\r" in content:
+        warnings.append(
+            "patch content contains carriage returns (CRLF line endings); git apply often rejects CRLF "
+            "diffs — generate the diff with LF endings"
+        )
+    return warnings
+
+
+def _utc_stamp(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+class Service:
+    """Handlers for every API operation, over one store and one bus."""
+
+    def __init__(self, config: Config, astore: AsyncStore, bus: EventBus) -> None:
+        self.config = config
+        self.limits: Limits = config.limits
+        self.astore = astore
+        self.store = astore.store
+        self.bus = bus
+        self.watchers: dict[int, Watcher] = {}
+        self.started_at = time.time()
+        self._started_monotonic = time.monotonic()
+        self.fingerprint = fingerprint(self.store.public_key)
+
+    def __repr__(self) -> str:
+        return f"<Service origin={self.store.origin_id} watchers={len(self.watchers)}>"
+
+    # -- small helpers -------------------------------------------------------------------------
+
+    async def _get_event_or_404(self, event_id: Any, field: str = "event_id") -> dict[str, Any]:
+        eid = clean_required(field, event_id)
+        event = await self.astore.read(self.store.get_event, eid)
+        if event is None:
+            raise NotFound(f"event {eid!r} not found")
+        return event
+
+    def hello_result(self) -> dict[str, Any]:
+        return {
+            "version": PROTOCOL_VERSION, "daemon": __version__, "origin": self.store.origin_id,
+            "limits": {"max_body_bytes": self.limits.max_body_bytes,
+                       "max_metadata_bytes": self.limits.max_metadata_bytes,
+                       "max_artifact_bytes": self.limits.max_artifact_bytes,
+                       "max_frame_bytes": self.config.max_frame_bytes},
+        }
+
+    # -- status and presence -------------------------------------------------------------------
+
+    async def op_ping(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"pong": True}
+
+    async def op_status(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        counts = await self.astore.read(self.store.counts)
+        _, latest_id = await self.astore.read(self.store.latest)
+        return {
+            "version": __version__, "protocol": PROTOCOL_VERSION, "home": str(self.config.home),
+            "socket": str(self.config.socket_path), "pid": os.getpid(),
+            "origin": self.store.origin_id, "fingerprint": self.fingerprint,
+            "events": counts["events"], "artifacts": counts["artifacts"], "latest_event_id": latest_id,
+            "started_at": _utc_stamp(self.started_at),
+            "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
+            "watchers": len(self.watchers), "writer": self.astore.statistics(),
+        }
+
+    async def op_who(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        watchers = sorted((w.to_wire() for w in self.watchers.values()), key=lambda w: w["since"])
+        return {"watchers": watchers, "count": len(watchers)}
+
+    # -- the log -------------------------------------------------------------------------------
+
+    async def op_append(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        req = AppendRequest.from_wire(args, self.limits)
+        if req.type in RESERVED_TYPES:
+            raise ValidationError(f"type {req.type!r} is reserved; {RESERVED_TYPES[req.type]}", field="type")
+        if req.ack_of is not None:
+            await self._get_event_or_404(req.ack_of, "ack_of")
+        return await self.astore.write(lambda ctx: ctx.append(req))
+
+    async def op_get_event(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._get_event_or_404(args.get("event_id"))
+
+    async def op_list(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        query = ListQuery.from_wire(args)
+        events = await self.astore.read(self.store.list_events, query)
+        return {"events": events, "count": len(events)}
+
+    async def _new_events_after(self, seq: int, limit: int) -> list[dict[str, Any]]:
+        """Committed events with seq > ``seq`` (oldest first): from the bus ring, else SQLite."""
+        events = self.bus.events_after(seq, limit)
+        if events is None:
+            events = await self.astore.read(self.store.events_after_seq, seq, min(limit, CATCH_UP_PAGE))
+        return events
+
+    async def op_wait(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        query = ListQuery.from_wire({**args, "order": "asc"})
+        timeout_ms = validate_timeout_ms(args.get("timeout_ms"))
+        after = None
+        if query.since_event_id:
+            after = await self.astore.read(self.store.resolve_seq, "since_event_id", query.since_event_id)
+        if query.before_event_id:
+            await self.astore.read(self.store.resolve_seq, "before_event_id", query.before_event_id)
+        # Note the tip *before* querying: anything committed later is seen by the bus loop below.
+        mark = self.bus.latest_seq
+        events = await self.astore.read(self.store.list_events, query, after_seq=after)
+        if events or query.before_event_id:
+            return {"timed_out": not events, "events": events, "count": len(events)}
+        cursor = max(mark, after or 0)
+        with trio.move_on_after(timeout_ms / 1000):
+            while True:
+                await self.bus.wait_beyond(cursor)
+                new = await self._new_events_after(cursor, CATCH_UP_PAGE)
+                if not new:
+                    continue
+                cursor = new[-1]["seq"]
+                matches = [e for e in new if query.matches(e)][: query.limit]
+                if matches:
+                    if query.preview:
+                        matches = [preview_event(e) for e in matches]
+                    return {"timed_out": False, "events": matches, "count": len(matches)}
+        return {"timed_out": True, "events": [], "count": 0}
+
+    async def op_subscribe(self, args: Mapping[str, Any], push: Push, conn_id: int) -> None:
+        """Stream matching events to the client until it disconnects (the watch contract).
+
+        The reply names the starting cursor; then ``batch`` pushes carry matches plus the cursor
+        (the last event examined, match or not), and ``cursor`` pushes report progress over
+        non-matching events at most once per second.
+        """
+        query = ListQuery.from_wire({**args, "order": "asc"})
+        start = args.get("start", "tip")
+        if start not in ("tip", "beginning", "cursor"):
+            raise ValidationError("start must be 'tip', 'beginning' or 'cursor'", field="start")
+        agent = clean_optional("agent", args.get("agent"))
+        pid = args.get("pid") if isinstance(args.get("pid"), int) and not isinstance(args.get("pid"), bool) else None
+        if start == "cursor":
+            if not query.since_event_id:
+                raise ValidationError("since_event_id is required when start is 'cursor'", field="since_event_id")
+            cursor_seq = await self.astore.read(self.store.resolve_seq, "since_event_id", query.since_event_id)
+            cursor_id: str | None = query.since_event_id
+        elif start == "beginning":
+            cursor_seq, cursor_id = 0, None
+        else:
+            cursor_seq, cursor_id = await self.astore.read(self.store.latest)
+        watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
+                          since=_utc_stamp(time.time()), pid=pid)
+        self.watchers[conn_id] = watcher
+        LOGGER.info("watch started: agent=%s filters=%s from=%s", agent or "-", watcher.filters, cursor_id or start)
+        try:
+            await push({"push": "started", "cursor": cursor_id, "start": start})
+            reported_id = cursor_id
+            last_progress = 0.0
+            while True:
+                await self.bus.wait_beyond(cursor_seq)
+                while True:
+                    new = await self._new_events_after(cursor_seq, CATCH_UP_PAGE)
+                    if not new:
+                        break
+                    matches: list[dict[str, Any]] = []
+                    for event in new:
+                        if query.matches(event):
+                            matches.append(preview_event(event) if query.preview else event)
+                        cursor_seq, cursor_id = event["seq"], event["id"]
+                        if len(matches) >= query.limit:
+                            break
+                    watcher.cursor = cursor_id
+                    if matches:
+                        await push({"push": "batch", "events": matches, "count": len(matches), "cursor": cursor_id})
+                        reported_id = cursor_id
+                    elif cursor_id != reported_id and time.monotonic() - last_progress >= CURSOR_PUSH_INTERVAL_S:
+                        await push({"push": "cursor", "cursor": cursor_id})
+                        reported_id, last_progress = cursor_id, time.monotonic()
+                    if len(new) < CATCH_UP_PAGE and not matches:
+                        break
+        finally:
+            del self.watchers[conn_id]
+            LOGGER.info("watch ended: agent=%s", agent or "-")
+
+    async def op_ack(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        target_id = clean_required("event_id", args.get("event_id"))
+        from_agent = clean_required("from_agent", args.get("from_agent"))
+        status = validate_status(args.get("status"))
+        topic = clean_optional("topic", args.get("topic"))
+        body = validate_body(args.get("body"), self.limits)
+        metadata = args.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            raise ValidationError("metadata must be an object", field="metadata")
+
+        def job(ctx: WriteContext) -> dict[str, Any]:
+            target = ctx.get_event(target_id)
+            if target is None:
+                raise NotFound(f"event {target_id!r} not found")
+            req = AppendRequest.from_wire(
+                {"type": "event.ack", "stream": target["stream"], "room": target["room"],
+                 "topic": topic or target["topic"], "from_agent": from_agent, "to_agent": target["from_agent"],
+                 "correlation_id": target["correlation_id"] or target["id"], "status": status,
+                 "ack_of": target["id"], "body": body, "metadata": {**metadata, "ack_of": target["id"]}},
+                self.limits,
+            )
+            return ctx.append(req)
+
+        return await self.astore.write(job)
+
+    async def op_redact(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        target_id = clean_required("event_id", args.get("event_id"))
+        from_agent = clean_required("from_agent", args.get("from_agent"))
+        reason = validate_body(args.get("reason"), self.limits)
+
+        def job(ctx: WriteContext) -> dict[str, Any]:
+            target = ctx.get_event(target_id)
+            if target is None:
+                raise NotFound(f"event {target_id!r} not found")
+            if target.get("body_redacted"):
+                raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
+            req = AppendRequest.from_wire(
+                {"type": "event.redact", "stream": target["stream"], "room": target["room"],
+                 "from_agent": from_agent, "correlation_id": target["correlation_id"] or target["id"],
+                 "body": reason, "metadata": {"redacts": target["id"]}},
+                self.limits,
+            )
+            event = ctx.append(req)
+            ctx.redact(target["id"])
+            return event
+
+        event = await self.astore.write(job)
+        LOGGER.warning("event %s redacted by %s", target_id, from_agent)
+        return event
+
+    # -- artifacts and patches -----------------------------------------------------------------
+
+    def _artifact_args(self, args: Mapping[str, Any], *, kind: str | None = None) -> dict[str, Any]:
+        content = args.get("content")
+        if isinstance(content, str):
+            content = content.encode("utf-8", "surrogatepass")
+        if not isinstance(content, (bytes, bytearray)):
+            raise ValidationError("content must be bytes or a string", field="content")
+        if len(content) == 0:
+            raise ValidationError("content must not be empty", field="content")
+        if len(content) > self.limits.max_artifact_bytes:
+            raise ValidationError(
+                f"content is {len(content)} bytes; maximum is {self.limits.max_artifact_bytes} bytes", field="content"
+            )
+        return {
+            "kind": validate_artifact_kind(kind or args.get("kind")),
+            "created_by": clean_required("created_by", args.get("created_by")),
+            "content": bytes(content),
+            "metadata_json": validate_metadata(args.get("metadata"), self.limits),
+        }
+
+    async def op_artifact_put(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        fields = self._artifact_args(args)
+        record = await self.astore.write(lambda ctx: ctx.put_artifact(**fields))
+        record.pop("metadata", None)
+        if fields["kind"] == "patch" and (warnings := _patch_warnings(fields["content"])):
+            record["warnings"] = warnings
+        return record
+
+    async def op_artifact_get(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        key = clean_required("artifact_id", args.get("artifact_id"))
+        with_content = args.get("with_content", True) is not False
+        return await self.astore.read(self.store.get_artifact, key, with_content=with_content)
+
+    async def op_patch_submit(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        from_agent = clean_required("from_agent", args.get("from_agent"))
+        fields = self._artifact_args({**args, "created_by": from_agent}, kind="patch")
+        correlation_id = clean_required("correlation_id", args.get("correlation_id"))
+        stream = clean_optional("stream", args.get("stream"))
+        if stream is None:
+            # Default to the stream of the work being answered, so the patch lands beside its task.
+            related = await self.astore.read(self.store.events_by_correlation, correlation_id, 1)
+            if not related:
+                raise ValidationError(
+                    f"stream must be a non-empty string (no event on correlation {correlation_id!r} to take it from)",
+                    field="stream",
+                )
+            stream = related[0]["stream"]
+        wire = {
+            "type": "patch.ready", "stream": stream, "room": args.get("room") or "patches",
+            "topic": args.get("topic"), "from_agent": from_agent,
+            "to_agent": clean_required("to_agent", args.get("to_agent")), "correlation_id": correlation_id,
+            "branch": args.get("branch"), "base_commit": args.get("base_commit"), "status": "ready",
+            "body": args.get("body"), "metadata": args.get("metadata"),
+        }
+        AppendRequest.from_wire({**wire, "artifact_ids": []}, self.limits)  # validate before writing
+
+        def job(ctx: WriteContext) -> dict[str, Any]:
+            artifact = ctx.put_artifact(**fields)
+            event = ctx.append(AppendRequest.from_wire({**wire, "artifact_ids": [artifact["id"]]}, self.limits))
+            return {"artifact": artifact, "event": event}
+
+        result = await self.astore.write(job)
+        result["artifact"].pop("metadata", None)
+        if warnings := _patch_warnings(fields["content"]):
+            result["artifact"]["warnings"] = warnings
+        return result
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    async def op_task_create(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        req, handoff = tasks.build_task_request(args, os.urandom(4).hex(), self.limits)
+        event = await self.astore.write(lambda ctx: ctx.append(req))
+        return {"task": event, "handoff": handoff}
+
+    async def op_task_show(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        correlation_id = clean_required("correlation_id", args.get("correlation_id"))
+        events = await self.astore.read(self.store.events_by_correlation, correlation_id)
+        view = tasks.derive_task(correlation_id, events)
+        if view is None:
+            raise NotFound(f"task {correlation_id!r} not found")
+        return view
+
+    async def op_task_list(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        agent = clean_optional("agent", args.get("agent"))
+        open_only = args.get("open", False) is True
+        query = ListQuery.from_wire({"types": ["task.request"], "limit": 500, "order": "desc"})
+        requests = await self.astore.read(self.store.list_events, query)
+        views = []
+        for request in requests:
+            if agent and agent not in (request["from_agent"], request.get("to_agent")) and request.get("to_agent") != "*":
+                continue
+            cid = request["correlation_id"] or request["id"]
+            events = await self.astore.read(self.store.events_by_correlation, cid)
+            view = tasks.derive_task(cid, events)
+            if view is None or (open_only and view["terminal"]):
+                continue
+            view.pop("events")
+            view["role"] = ("requester" if agent == view["requested_by"] else "assignee") if agent else None
+            views.append(view)
+        return {"tasks": views, "count": len(views)}
+
+
+def op_table(service: Service) -> dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]]:
+    """Request/reply operations by name (``hello`` and ``subscribe`` are handled by the API layer)."""
+    return {
+        name.removeprefix("op_"): getattr(service, name)
+        for name in dir(service)
+        if name.startswith("op_") and name != "op_subscribe"
+    }
+
+
+def api_error_for(exc: BaseException) -> ApiError:
+    """Map an unexpected handler exception to an ``internal`` error (the traceback goes to the log)."""
+    return exc if isinstance(exc, ApiError) else ApiError(f"internal error: {type(exc).__name__}: {exc}", code="internal")

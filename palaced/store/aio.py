@@ -1,0 +1,112 @@
+"""Trio adapter for the synchronous store: group-commit writer and a bounded pool of readers.
+
+Owns: the only way trio code touches SQLite. Writes are queued to one writer task that drains
+the queue into a batch and runs it in a worker thread as one transaction with one fsync (group
+commit): while one batch commits, the next one gathers, so N concurrent clients share an fsync
+and nobody is acknowledged before the commit returns. Reads run in worker threads under a
+``CapacityLimiter`` with per-thread connections.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+
+from palace_proto.errors import ApiError
+
+from .store import Store, StoreError, WriteContext
+
+__all__ = ["AsyncStore"]
+
+LOGGER: Final = logging.getLogger("palaced.store")
+# Why 512: bounds a batch's transaction time (a few ms) so a burst cannot delay the first writer
+# of the next batch by more than one batch.
+MAX_BATCH: Final = 512
+# Why 4: reads are short index lookups; more threads than cores only add contention on 2 cores.
+READ_THREADS: Final = 4
+
+
+class _Pending:
+    __slots__ = ("job", "done", "ok", "value")
+
+    def __init__(self, job: Callable[[WriteContext], Any]) -> None:
+        self.job = job
+        self.done = trio.Event()
+        self.ok = False
+        self.value: Any = None
+
+
+class AsyncStore:
+    """Async facade over ``Store``. Run ``serve_writer`` in a nursery before calling ``write``."""
+
+    def __init__(self, store: Store, on_committed: Callable[[list[dict[str, Any]]], None]) -> None:
+        self.store = store
+        self._on_committed = on_committed
+        self._send, self._recv = trio.open_memory_channel[_Pending](MAX_BATCH * 4)
+        self._read_limiter = trio.CapacityLimiter(READ_THREADS)
+        self.batches = 0
+        self.writes = 0
+
+    def statistics(self) -> dict[str, int]:
+        return {"batches": self.batches, "writes": self.writes, "queued": self._recv.statistics().current_buffer_used}
+
+    async def write(self, job: Callable[[WriteContext], Any]) -> Any:
+        """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
+
+        Raises:
+            ValidationError, NotFound: raised by the job (nothing it did was written).
+            StoreError: the batch could not be committed.
+        """
+        pending = _Pending(job)
+        try:
+            await self._send.send(pending)
+        except trio.ClosedResourceError:
+            raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
+        # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
+        with trio.CancelScope(shield=True):
+            await pending.done.wait()
+        if pending.ok:
+            return pending.value
+        raise pending.value
+
+    async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._read_limiter)
+
+    async def serve_writer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Commit queued writes in batches until ``close_writes`` is called and the queue is empty."""
+        task_status.started()
+        async for first in self._recv:
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            jobs = [p.job for p in batch]
+            try:
+                # Never abandoned on cancel: a started batch always finishes (clean shutdown).
+                result = await trio.to_thread.run_sync(self.store.write_batch, jobs)
+            except StoreError as exc:
+                LOGGER.error("write batch of %d failed: %s", len(batch), exc)
+                for p in batch:
+                    p.ok, p.value = False, exc
+                    p.done.set()
+                continue
+            self.batches += 1
+            self.writes += len(batch)
+            for p, (ok, value) in zip(batch, result.outcomes, strict=True):
+                p.ok, p.value = ok, value
+                p.done.set()
+            if result.events:
+                self._on_committed(result.events)
+            if self.store.redactions_pending_checkpoint:
+                await trio.to_thread.run_sync(self.store.checkpoint_truncate)
+        LOGGER.debug("writer drained and stopped")
+
+    def close_writes(self) -> None:
+        """Refuse new writes (shutdown); queued ones still commit."""
+        self._send.close()
+

@@ -1,0 +1,478 @@
+"""The synchronous store: one SQLite database (apsw, WAL, synchronous=FULL) holding the event log.
+
+Owns: the schema and its migrations, the local origin and its hash chain, appends (validated,
+signed, chained and committed in one transaction with the version vector), artifacts, redaction,
+and every read query. Must not import trio: the daemon reaches this module only through
+``store/aio.py`` (one writer thread, a pool of reader threads).
+
+Threading: the writer connection is used by one thread at a time (the writer loop in aio.py).
+Each reader thread gets its own read-only connection (``threading.local``), so readers never share
+a cursor and never block the writer (WAL). Readers hold a transaction only for one query, never
+while a client waits (p2p-lessons complaint 8: long-lived readers pin the WAL).
+
+Error handling: rule violations raise ``ValidationError`` / ``NotFound`` (palace_proto.errors) and
+roll back only the job that raised (a savepoint); apsw errors on commit fail the whole batch and
+are raised as ``StoreError``. Anything else is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import apsw
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from palace_proto.envelope import GENESIS_HASH, SignedEvent, preview_event, seal_event
+from palace_proto.errors import NotFound, ValidationError
+from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256, origin_id_from_random
+from palace_proto.validation import AppendRequest, Limits, ListQuery
+
+__all__ = ["DB_FILENAME", "Store", "StoreError", "WriteBatchResult", "utc_now"]
+
+DB_FILENAME: Final = "palace.sqlite3"
+
+_EVENT_COLUMNS: Final = (
+    "seq, id, origin, origin_seq, type, stream, room, topic, from_agent, to_agent, correlation_id, "
+    "branch, base_commit, status, ack_of, artifact_ids, body, metadata, created_at, body_sha256"
+)
+_CHAIN_COLUMNS: Final = "prev_hash, event_hash, signature"
+
+
+class StoreError(Exception):
+    """The database failed (disk full, I/O error, corruption); the batch was not committed."""
+
+
+def utc_now() -> str:
+    """Current UTC time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (the daemon's clock, not the client's)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _row_to_public(row: Sequence[Any]) -> dict[str, Any]:
+    (seq, eid, origin, origin_seq, type_, stream, room, topic, from_agent, to_agent, corr, branch,
+     base, status, ack_of, artifact_ids, body, metadata, created_at, body_sha) = row[:20]
+    out = {
+        "id": eid, "seq": seq, "origin": origin, "origin_seq": origin_seq, "type": type_,
+        "stream": stream, "room": room, "topic": topic, "from_agent": from_agent,
+        "to_agent": to_agent, "correlation_id": corr, "branch": branch, "base_commit": base,
+        "status": status, "ack_of": ack_of, "artifact_ids": json.loads(artifact_ids),
+        "body": body if body is not None else "", "metadata": json.loads(metadata),
+        "created_at": created_at,
+    }
+    if body is None:
+        out["body_redacted"] = True
+        out["body_sha256"] = bytes(body_sha).hex()
+    return out
+
+
+@dataclass(slots=True)
+class WriteBatchResult:
+    """Outcome of one write batch: per-job results (value or exception) and the new events."""
+
+    outcomes: list[tuple[bool, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class WriteContext:
+    """What a write job may do inside the batch transaction (handed to each job callable)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.new_events: list[dict[str, Any]] = []
+
+    @property
+    def conn(self) -> apsw.Connection:
+        return self._store._conn
+
+    def append(self, req: AppendRequest) -> dict[str, Any]:
+        event = self._store._append_locked(req)
+        self.new_events.append(event)
+        return event
+
+    def put_artifact(self, **kwargs: Any) -> dict[str, Any]:
+        return self._store._put_artifact_locked(**kwargs)
+
+    def get_event(self, event_id: str) -> dict[str, Any] | None:
+        return self._store._get_event(self.conn, event_id)
+
+    def redact(self, event_id: str) -> None:
+        self._store._redact_locked(event_id)
+
+
+class Store:
+    """The event log of one replica. Construct with ``Store.open(home, private_key, limits)``."""
+
+    def __init__(self, path: Path, private_key: Ed25519PrivateKey, limits: Limits) -> None:
+        self.path = path
+        self.limits = limits
+        self._key = private_key
+        self.public_key = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self._local = threading.local()
+        self._readers: list[apsw.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._conn = self._connect(write=True)
+        self.minted_origin = False
+        try:
+            self._migrate()
+            self.origin_id = self._ensure_origin()
+            self._load_chain_head()
+        except Exception:
+            self._conn.close()
+            raise
+        self.redactions_pending_checkpoint = False
+
+    def __repr__(self) -> str:
+        return f"<Store {self.path} origin={self.origin_id} seq={self._origin_seq}>"
+
+    # -- connections and schema ---------------------------------------------------------------
+
+    def _connect(self, *, write: bool) -> apsw.Connection:
+        flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if write else 0)
+        try:
+            conn = apsw.Connection(str(self.path), flags=flags)
+            conn.set_busy_timeout(10_000)
+            if write:
+                conn.execute("PRAGMA journal_mode=WAL")
+                # FULL: a commit returns only after the WAL is fsynced. An acknowledged append is durable.
+                conn.execute("PRAGMA synchronous=FULL")
+                # Redaction must leave no bytes behind in freed space of the database file.
+                conn.execute("PRAGMA secure_delete=ON")
+                conn.execute("PRAGMA foreign_keys=ON")
+            else:
+                conn.execute("PRAGMA query_only=ON")
+        except apsw.Error as exc:
+            raise StoreError(f"cannot open the database {self.path}: {exc}") from exc
+        return conn
+
+    def _reader(self) -> apsw.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect(write=False)
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def _migrate(self) -> None:
+        conn = self._conn
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+            "applied_at TEXT NOT NULL) STRICT"
+        )
+        done = {v for (v,) in conn.execute("SELECT version FROM _migrations")}
+        schema_dir = resources.files("palaced.store") / "schema"
+        scripts = sorted((p.name for p in schema_dir.iterdir() if p.name.endswith(".sql")))
+        for name in scripts:
+            version = int(name.split("-", 1)[0])
+            if version in done:
+                continue
+            sql = (schema_dir / name).read_text(encoding="utf-8")
+            with conn:
+                conn.execute(sql)
+                conn.execute("INSERT INTO _migrations VALUES (?, ?, ?)", (version, name, utc_now()))
+        newest = max((int(n.split("-", 1)[0]) for n in scripts), default=0)
+        if done and max(done) > newest:
+            raise StoreError(
+                f"the database {self.path} was written by a newer palace (schema {max(done)} > {newest}); "
+                "upgrade palace before opening it"
+            )
+
+    def _ensure_origin(self) -> str:
+        """The local origin id: minted with the database, and again if the identity key changed.
+
+        A new database always gets a fresh origin id (never reused: p2p-lessons, SSB forks). If the
+        identity key no longer matches the origin's recorded key, continuing that chain would make
+        it unverifiable, so a new origin is minted and the old one stays as signed history.
+        """
+        conn = self._conn
+        row = conn.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
+        if row is not None:
+            (origin,) = row
+            key_row = conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
+            if key_row is not None and bytes(key_row[0]) == self.public_key:
+                return origin
+        origin = origin_id_from_random(os.urandom(16))
+        with conn:
+            conn.execute("INSERT INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
+                         (origin, self.public_key, GENESIS_HASH))
+            conn.execute("INSERT INTO meta VALUES ('origin', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                         (origin,))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (utc_now(),))
+        self.minted_origin = True
+        return origin
+
+    def _load_chain_head(self) -> None:
+        max_seq, head = self._conn.execute(
+            "SELECT max_seq, head_hash FROM origins WHERE origin=?", (self.origin_id,)
+        ).fetchone()
+        self._origin_seq: int = max_seq
+        self._head_hash: bytes = bytes(head)
+
+    def close(self) -> None:
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
+        self._conn.close()
+
+    # -- writing (writer thread only) ---------------------------------------------------------
+
+    def write_batch(self, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
+        """Run write jobs in one transaction (group commit): one fsync for the whole batch.
+
+        Each job runs in its own savepoint; a job that raises ``ValidationError``/``NotFound`` is
+        rolled back alone and its exception becomes its outcome. The commit happens once, after
+        every job; nothing is acknowledged before it returns.
+
+        Raises:
+            StoreError: the commit failed; no job of the batch was written.
+        """
+        result = WriteBatchResult()
+        ctx = WriteContext(self)
+        saved_chain = (self._origin_seq, self._head_hash)
+        try:
+            with self._conn:
+                for job in jobs:
+                    before = (self._origin_seq, self._head_hash, len(ctx.new_events))
+                    try:
+                        with self._conn:
+                            value = job(ctx)
+                    except (ValidationError, NotFound) as exc:
+                        self._origin_seq, self._head_hash = before[0], before[1]
+                        del ctx.new_events[before[2]:]
+                        result.outcomes.append((False, exc))
+                    else:
+                        result.outcomes.append((True, value))
+        except apsw.Error as exc:
+            self._origin_seq, self._head_hash = saved_chain
+            raise StoreError(f"could not commit to {self.path}: {exc}") from exc
+        result.events = ctx.new_events
+        return result
+
+    def _append_locked(self, req: AppendRequest) -> dict[str, Any]:
+        conn = self._conn
+        for artifact_id in req.artifact_ids:
+            if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (artifact_id,)).fetchone() is None:
+                raise ValidationError(
+                    f"artifact_ids references unknown artifact {artifact_id!r}", field="artifact_ids"
+                )
+        seq = self._origin_seq + 1
+        event = seal_event(
+            self._key, origin=self.origin_id, origin_seq=seq, prev_hash=self._head_hash,
+            created_at=utc_now(), type=req.type, stream=req.stream, room=req.room,
+            from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json,
+            topic=req.topic, to_agent=req.to_agent, correlation_id=req.correlation_id,
+            branch=req.branch, base_commit=req.base_commit, status=req.status, ack_of=req.ack_of,
+            artifact_ids=req.artifact_ids,
+        )
+        local_seq = self._insert_event(event)
+        conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
+                     (seq, event.event_hash, self.origin_id))
+        self._origin_seq, self._head_hash = seq, event.event_hash
+        return event.to_public(local_seq)
+
+    def _insert_event(self, ev: SignedEvent) -> int:
+        conn = self._conn
+        conn.execute(
+            "INSERT INTO events (id, origin, origin_seq, prev_hash, event_hash, signature, type, stream, "
+            "room, topic, from_agent, to_agent, correlation_id, branch, base_commit, status, ack_of, "
+            "artifact_ids, body, body_sha256, metadata, created_at) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (ev.id, ev.origin, ev.origin_seq, ev.prev_hash, ev.event_hash, ev.signature, ev.type,
+             ev.stream, ev.room, ev.topic, ev.from_agent, ev.to_agent, ev.correlation_id, ev.branch,
+             ev.base_commit, ev.status, ev.ack_of, json.dumps(list(ev.artifact_ids)), ev.body,
+             ev.body_sha256, ev.metadata_json, ev.created_at),
+        )
+        return conn.last_insert_rowid()
+
+    def _put_artifact_locked(
+        self, *, kind: str, created_by: str, content: bytes, metadata_json: str = "{}"
+    ) -> dict[str, Any]:
+        if len(content) > self.limits.max_artifact_bytes:
+            raise ValidationError(
+                f"content is {len(content)} bytes; maximum is {self.limits.max_artifact_bytes} bytes",
+                field="content",
+            )
+        digest = hashlib.sha256(content).hexdigest()
+        artifact_id = artifact_id_for_sha256(digest)
+        conn = self._conn
+        conn.execute(
+            "INSERT INTO artifacts (id, sha256, kind, size_bytes, content, created_by, created_at, metadata) "
+            "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
+            (artifact_id, digest, kind, len(content), content, created_by, utc_now(), metadata_json),
+        )
+        record = self._artifact_record(conn, artifact_id, with_content=False)
+        assert record is not None
+        return record
+
+    def _redact_locked(self, event_id: str) -> None:
+        changed = self._conn.execute(
+            "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)
+        ).fetchall()
+        if changed:
+            self.redactions_pending_checkpoint = True
+
+    def checkpoint_truncate(self) -> tuple[int, int, int]:
+        """Copy the WAL into the database file and truncate it (after a redaction, so no old page
+        image holding the redacted bytes survives in the WAL)."""
+        self.redactions_pending_checkpoint = False
+        return self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+
+    # -- reading (any thread) -----------------------------------------------------------------
+
+    def _get_event(self, conn: apsw.Connection, event_id: str) -> dict[str, Any] | None:
+        row = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE id=?", (event_id,)).fetchone()
+        return _row_to_public(row) if row else None
+
+    def get_event(self, event_id: str) -> dict[str, Any] | None:
+        return self._get_event(self._reader(), event_id)
+
+    def resolve_seq(self, field_name: str, event_id: str) -> int:
+        """Local seq of an event id used as a cursor; unknown ids raise NotFound naming the field."""
+        row = self._reader().execute("SELECT seq FROM events WHERE id=?", (event_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"{field_name} {event_id!r} not found")
+        return row[0]
+
+    def latest(self) -> tuple[int, str | None]:
+        """(seq, id) of the newest event, or (0, None) on an empty log."""
+        row = self._reader().execute("SELECT seq, id FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        return (row[0], row[1]) if row else (0, None)
+
+    def list_events(self, query: ListQuery, *, after_seq: int | None = None) -> list[dict[str, Any]]:
+        """Events matching ``query`` (cursors resolved through the local seq).
+
+        ``after_seq`` overrides ``since_event_id`` (used by wait/watch, which already resolved it).
+        """
+        conn = self._reader()
+        conds: list[str] = []
+        params: list[Any] = []
+        if after_seq is None and query.since_event_id:
+            after_seq = self.resolve_seq("since_event_id", query.since_event_id)
+        if after_seq is not None:
+            conds.append("seq > ?")
+            params.append(after_seq)
+        if query.before_event_id:
+            conds.append("seq < ?")
+            params.append(self.resolve_seq("before_event_id", query.before_event_id))
+        for name, column in (("streams", "stream"), ("rooms", "room"), ("topics", "topic"),
+                             ("types", "type"), ("from_agents", "from_agent"),
+                             ("correlation_ids", "correlation_id"), ("statuses", "status")):
+            values = getattr(query, name)
+            if values:
+                conds.append(f"{column} IN ({','.join('?' * len(values))})")
+                params.extend(sorted(values))
+        if query.exclude_from_agents:
+            conds.append(f"from_agent NOT IN ({','.join('?' * len(query.exclude_from_agents))})")
+            params.extend(sorted(query.exclude_from_agents))
+        if query.since_created_at:
+            conds.append("created_at >= ?")
+            params.append(query.since_created_at)
+        order = "DESC" if query.order == "desc" else "ASC"
+        limit = query.limit
+        if query.to_agents:
+            # One ordered, limited index scan per target (to_agent = X, or the broadcast '*'), merged:
+            # O(limit) on any log size, where "to_agent IN (X, '*') ORDER BY seq" would sort every match.
+            arms = []
+            arm_params: list[Any] = []
+            for target in sorted(query.to_agents | {"*"}):
+                where = " AND ".join(["to_agent = ?", *conds])
+                arms.append(f"SELECT seq FROM (SELECT seq FROM events WHERE {where} ORDER BY seq {order} LIMIT ?)")
+                arm_params.extend([target, *params, limit])
+            sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq IN ({' UNION ALL '.join(arms)}) "
+                   f"ORDER BY seq {order} LIMIT ?")
+            rows = conn.execute(sql, [*arm_params, limit]).fetchall()
+        else:
+            where = f"WHERE {' AND '.join(conds)}" if conds else ""
+            rows = conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events {where} ORDER BY seq {order} LIMIT ?", [*params, limit]
+            ).fetchall()
+        events = [_row_to_public(r) for r in rows]
+        return [preview_event(e) for e in events] if query.preview else events
+
+    def events_after_seq(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
+        """Every event with seq > after_seq, oldest first (watchers catching up after a gap)."""
+        rows = self._reader().execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)
+        ).fetchall()
+        return [_row_to_public(r) for r in rows]
+
+    def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        rows = self._reader().execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE correlation_id=? OR id=? ORDER BY seq LIMIT ?",
+            (correlation_id, correlation_id, limit),
+        ).fetchall()
+        return [_row_to_public(r) for r in rows]
+
+    def signed_events_of_origin(self, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent]:
+        """Events of one origin after ``after_origin_seq``, in chain order (what replication sends)."""
+        rows = self._reader().execute(
+            "SELECT origin, origin_seq, prev_hash, created_at, type, stream, room, topic, from_agent, "
+            "to_agent, correlation_id, branch, base_commit, status, ack_of, artifact_ids, body_sha256, "
+            "metadata, event_hash, signature, body FROM events WHERE origin=? AND origin_seq>? "
+            "ORDER BY origin_seq LIMIT ?",
+            (origin, after_origin_seq, limit),
+        ).fetchall()
+        return [
+            SignedEvent(
+                origin=r[0], origin_seq=r[1], prev_hash=bytes(r[2]), created_at=r[3], type=r[4], stream=r[5],
+                room=r[6], topic=r[7], from_agent=r[8], to_agent=r[9], correlation_id=r[10], branch=r[11],
+                base_commit=r[12], status=r[13], ack_of=r[14], artifact_ids=tuple(json.loads(r[15])),
+                body_sha256=bytes(r[16]), metadata_json=r[17], event_hash=bytes(r[18]),
+                signature=bytes(r[19]), body=r[20],
+            )
+            for r in rows
+        ]
+
+    def origin_public_key(self, origin: str) -> bytes | None:
+        row = self._reader().execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def version_vector(self) -> dict[str, int]:
+        """{origin: highest contiguous origin_seq held} — the replication cursor."""
+        return dict(self._reader().execute("SELECT origin, max_seq FROM origins WHERE max_seq > 0"))
+
+    def _artifact_record(self, conn: apsw.Connection, artifact_id: str, *, with_content: bool) -> dict[str, Any] | None:
+        cols = "id, kind, sha256, size_bytes, created_by, created_at, metadata" + (", content" if with_content else "")
+        row = conn.execute(f"SELECT {cols} FROM artifacts WHERE id=?", (artifact_id,)).fetchone()
+        if row is None:
+            return None
+        record = {"id": row[0], "kind": row[1], "sha256": row[2], "size_bytes": row[3],
+                  "created_by": row[4], "created_at": row[5], "metadata": json.loads(row[6])}
+        if with_content:
+            record["content"] = bytes(row[7])
+        return record
+
+    def get_artifact(self, id_or_sha256: str, *, with_content: bool = True) -> dict[str, Any]:
+        """An artifact by ``art_…`` id or by full sha256 hex.
+
+        Raises:
+            NotFound: no such artifact on this replica.
+        """
+        key = id_or_sha256.strip().lower() if SHA256_HEX_RE.match(id_or_sha256.strip().lower()) else id_or_sha256.strip()
+        artifact_id = artifact_id_for_sha256(key) if SHA256_HEX_RE.match(key) else key
+        record = None
+        if ARTIFACT_ID_RE.match(artifact_id):
+            record = self._artifact_record(self._reader(), artifact_id, with_content=with_content)
+        if record is None or (SHA256_HEX_RE.match(key) and record["sha256"] != key):
+            raise NotFound(f"artifact {id_or_sha256!r} not found")
+        return record
+
+    def counts(self) -> dict[str, int]:
+        conn = self._reader()
+        (events,) = conn.execute("SELECT count(*) FROM events").fetchone()
+        (artifacts,) = conn.execute("SELECT count(*) FROM artifacts").fetchone()
+        return {"events": events, "artifacts": artifacts}
+
+    def meta(self, key: str) -> str | None:
+        row = self._reader().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None

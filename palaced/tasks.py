@@ -1,0 +1,111 @@
+"""Tasks: the delegation envelope (task.request) and its lifecycle derived from the log.
+
+Owns: the rules of ``task create`` (MemPalace-compatible validation, reference §4), the request
+body an agent receives, and the derivation of a task's state from the events on its correlation
+id (open → claimed → ready → applied / failed / blocked / superseded). Pure functions over public
+event dicts; the daemon's service layer does the IO.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from palace_proto.errors import ValidationError
+from palace_proto.validation import TERMINAL_STATUSES, AppendRequest, Limits, clean_required
+
+__all__ = ["build_task_request", "derive_task", "slugify"]
+
+_HEX_COMMIT_RE: Final = re.compile(r"^[0-9a-fA-F]{7,64}$")
+TASK_REQUEST_TYPE: Final = "task.request"
+
+
+def slugify(text: str, *, max_len: int = 40, empty: str = "work") -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
+    return slug or empty
+
+
+def _required_text(label: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"task {label} must not be empty", field=label.replace(" ", "_"))
+    return value.strip()
+
+
+def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits) -> tuple[AppendRequest, str]:
+    """Validate ``task create`` arguments and build the task.request append and the handoff line.
+
+    Raises:
+        ValidationError: a field is missing or the base commit is not a hex object id.
+    """
+    project = _required_text("project", args.get("project"))
+    from_agent = _required_text("requesting agent", args.get("from_agent"))
+    to_agent = _required_text("destination agent", args.get("to_agent"))
+    goal = args.get("goal")
+    if not isinstance(goal, str) or not goal.strip():
+        raise ValidationError("task goal must not be empty", field="goal")
+    branch = _required_text("branch", args.get("branch"))
+    base_commit = _required_text("base commit", args.get("base_commit"))
+    done = args.get("done")
+    if not isinstance(done, str) or not done.strip():
+        raise ValidationError("task definition of done must not be empty", field="done")
+    if not _HEX_COMMIT_RE.fullmatch(base_commit):
+        raise ValidationError(
+            "task base commit must be a hexadecimal Git object id (at least 7 characters), not a branch or tag",
+            field="base_commit",
+        )
+    correlation_id = f"task_{slugify(goal)}_{random_hex8}"
+    body = (
+        f"Goal:\n{goal.strip()}\n\n"
+        f"Branch: {branch}\nBase commit: {base_commit.lower()}\n\n"
+        f"Definition of done:\n{done.strip()}\n\n"
+        "Delivery:\nClose the loop through palace: claim the request (palacectl ack <event id> "
+        "--status claimed), then submit a patch (palacectl patch submit --correlation-id "
+        f"{correlation_id}) or reply with status blocked/failed and the evidence, verbatim."
+    )
+    req = AppendRequest.from_wire(
+        {
+            "type": TASK_REQUEST_TYPE, "stream": f"project/{slugify(project, empty='project')}",
+            "room": "delegation", "from_agent": clean_required("from_agent", from_agent),
+            "to_agent": to_agent, "correlation_id": correlation_id, "branch": branch,
+            "base_commit": base_commit.lower(), "status": "open", "topic": args.get("topic"), "body": body,
+        },
+        limits,
+    )
+    handoff = (
+        f"Open palace task {correlation_id} as {to_agent}. Claim it, follow its exact definition of done, "
+        "and deliver through the log (palacectl task show " + correlation_id + ")."
+    )
+    return req, handoff
+
+
+def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The lifecycle view of one task from every event on its correlation id (seq order).
+
+    ``state`` is the status of the latest event carrying one; ``claimed_by`` is the earliest
+    claimant (the convention when two agents claim during a partition), ``claims`` lists all.
+    """
+    request = next((e for e in events if e["type"] == TASK_REQUEST_TYPE), None)
+    if request is None:
+        return None
+    state = "open"
+    claims: list[str] = []
+    last_activity = request["created_at"]
+    for event in events:
+        last_activity = max(last_activity, event["created_at"])
+        if event.get("status"):
+            state = event["status"]
+        if event.get("status") == "claimed" and event["from_agent"] not in claims:
+            claims.append(event["from_agent"])
+    return {
+        "correlation_id": correlation_id,
+        "request": request,
+        "state": state,
+        "terminal": state in TERMINAL_STATUSES,
+        "requested_by": request["from_agent"],
+        "assigned_to": request.get("to_agent"),
+        "claimed_by": claims[0] if claims else None,
+        "claims": claims,
+        "last_activity": last_activity,
+        "events": list(events),
+    }

@@ -1,0 +1,102 @@
+"""Messages of the local control API (Unix socket), shared by palaced and its clients.
+
+Owns: the request/reply/stream message shapes, the operation names and the hello handshake
+(proto/PROTOCOL.md, "Local API"). Every message is a msgpack map inside one frame (framing.py):
+
+    request  {"id": int, "op": str, "args": map}
+    reply    {"id": int, "ok": true,  "result": any}
+           | {"id": int, "ok": false, "error": {"code": str, "message": str, "detail"?: any}}
+    push     {"id": int, "push": "batch" | "cursor", ...}   (only on a subscription)
+
+Pure: no trio, no sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .errors import ApiError, RemoteProtocolError, VersionMismatch
+
+__all__ = [
+    "OPS",
+    "PROTOCOL_VERSION",
+    "Request",
+    "check_hello",
+    "error_reply",
+    "ok_reply",
+    "parse_request",
+    "request",
+]
+
+#: Version of the local API; the hello must name it exactly (there is only one so far).
+PROTOCOL_VERSION: Final = 1
+
+#: Every operation the daemon serves. A request naming another op gets ``unknown_op``.
+OPS: Final = frozenset({
+    "hello", "ping", "status", "append", "list", "wait", "subscribe", "ack", "redact",
+    "artifact_put", "artifact_get", "patch_submit", "task_create", "task_show", "task_list", "who",
+    "get_event",
+})
+
+
+class Request:
+    """A parsed request: ``id``, ``op``, ``args``."""
+
+    __slots__ = ("id", "op", "args")
+
+    def __init__(self, id: int, op: str, args: dict[str, Any]) -> None:
+        self.id, self.op, self.args = id, op, args
+
+    def __repr__(self) -> str:
+        return f"<Request #{self.id} {self.op}>"
+
+
+def request(id: int, op: str, **args: Any) -> dict[str, Any]:
+    return {"id": id, "op": op, "args": args}
+
+
+def ok_reply(id: int | None, result: Any) -> dict[str, Any]:
+    return {"id": id, "ok": True, "result": result}
+
+
+def error_reply(id: int | None, error: ApiError) -> dict[str, Any]:
+    return {"id": id, "ok": False, "error": error.to_wire()}
+
+
+def parse_request(message: Any) -> Request:
+    """Check a decoded frame is a request.
+
+    Raises:
+        RemoteProtocolError: wrong shape or field types (reported as ``bad_request``).
+    """
+    if not isinstance(message, Mapping):
+        raise RemoteProtocolError("a request must be a map with 'id', 'op' and 'args'")
+    rid, op, args = message.get("id"), message.get("op"), message.get("args", {})
+    if isinstance(rid, bool) or not isinstance(rid, int):
+        raise RemoteProtocolError("request 'id' must be an integer")
+    if not isinstance(op, str):
+        raise RemoteProtocolError("request 'op' must be a string")
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args):
+        raise RemoteProtocolError("request 'args' must be a map with string keys")
+    return Request(rid, op, dict(args))
+
+
+def check_hello(args: Mapping[str, Any]) -> None:
+    """Raises VersionMismatch unless the client speaks ``PROTOCOL_VERSION``."""
+    version = args.get("version")
+    # Exactly the integer: True == 1 and 1.0 == 1 in Python, but neither names a version.
+    if isinstance(version, bool) or not isinstance(version, int) or version != PROTOCOL_VERSION:
+        raise VersionMismatch(
+            f"client speaks protocol version {version!r}, this daemon speaks {PROTOCOL_VERSION}; "
+            "upgrade palacectl and palaced to the same release"
+        )
+
+
+def api_error_from_wire(error: Any) -> ApiError:
+    """Rebuild an ApiError from a reply's error map (clients use this)."""
+    if not isinstance(error, Mapping):
+        return ApiError("daemon sent a malformed error reply", code="internal")
+    return ApiError(str(error.get("message", "")), code=str(error.get("code", "internal")), detail=error.get("detail"))

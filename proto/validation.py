@@ -1,0 +1,372 @@
+"""Validation of everything a client may send: events, list/wait/watch queries, artifacts.
+
+Owns: the data-model rules and their exact error messages (MemPalace-compatible wording, reference
+§1.4–1.6 and §3.1), shared by the daemon (which enforces them) and clients (which may pre-check).
+Every failure raises ``ValidationError`` whose message names the field and the rule.
+Pure: stdlib only, no clock, no IO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, final
+
+from .canonical import canonical_json
+from .errors import ValidationError
+
+__all__ = [
+    "ARTIFACT_KINDS",
+    "EVENT_STATUSES",
+    "FILTER_FIELDS",
+    "MAX_WAIT_TIMEOUT_MS",
+    "AppendRequest",
+    "Limits",
+    "ListQuery",
+    "clean_optional",
+    "clean_required",
+    "validate_agent_token",
+    "validate_artifact_kind",
+    "validate_body",
+    "validate_metadata",
+    "validate_status",
+    "validate_timeout_ms",
+    "validate_type",
+]
+
+EVENT_STATUSES: Final = frozenset({"open", "claimed", "ready", "applied", "blocked", "failed", "superseded"})
+TERMINAL_STATUSES: Final = frozenset({"applied", "failed", "blocked", "superseded"})
+ARTIFACT_KINDS: Final = frozenset({"patch", "file", "log", "json", "note"})
+_TYPE_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_AGENT_TOKEN_RE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+_CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE_RE: Final = re.compile(r"[\ud800-\udfff]")
+# Why these: MemPalace's defaults (reference §1.4-1.6, §3.1-3.2); agents already tuned to them.
+MAX_ROUTING_CHARS: Final = 256
+DEFAULT_LIST_LIMIT: Final = 50
+MAX_LIST_LIMIT: Final = 500
+DEFAULT_WAIT_TIMEOUT_MS: Final = 60_000
+MAX_WAIT_TIMEOUT_MS: Final = 300_000
+
+#: list/wait/watch filters: wire name (plural, each a list meaning OR) -> event field.
+FILTER_FIELDS: Final = {
+    "streams": "stream",
+    "rooms": "room",
+    "topics": "topic",
+    "types": "type",
+    "to_agents": "to_agent",
+    "from_agents": "from_agent",
+    "exclude_from_agents": "from_agent",
+    "correlation_ids": "correlation_id",
+    "statuses": "status",
+}
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """Size limits, configurable per daemon (config.toml ``[limits]``)."""
+
+    max_body_bytes: int = 262_144
+    max_metadata_bytes: int = 65_536
+    max_artifact_bytes: int = 64 * 1024 * 1024
+
+
+def _strip(value: str) -> str:
+    return _SURROGATE_RE.sub("", value).strip()
+
+
+def clean_required(field: str, value: Any) -> str:
+    """A required routing field: non-empty string, ≤256 characters, no control characters."""
+    if not isinstance(value, str) or not _strip(value):
+        raise ValidationError(f"{field} must be a non-empty string", field=field)
+    return _check_routing(field, _strip(value))
+
+
+def clean_optional(field: str, value: Any) -> str | None:
+    """An optional routing field: None or blank means absent."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string", field=field)
+    cleaned = _strip(value)
+    return _check_routing(field, cleaned) if cleaned else None
+
+
+def _check_routing(field: str, value: str) -> str:
+    if len(value) > MAX_ROUTING_CHARS:
+        raise ValidationError(f"{field} exceeds maximum length of {MAX_ROUTING_CHARS} characters", field=field)
+    if _CONTROL_RE.search(value):
+        raise ValidationError(f"{field} contains control characters", field=field)
+    return value
+
+
+def validate_type(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("type must be a non-empty string", field="type")
+    cleaned = _strip(value)
+    if not _TYPE_RE.match(cleaned):
+        raise ValidationError(
+            f"type={cleaned!r} is not a valid event type (lowercase letters, digits, '.', '_', '-'; max 64 chars)",
+            field="type",
+        )
+    return cleaned
+
+
+def validate_status(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str) or value.strip() not in EVENT_STATUSES:
+        raise ValidationError(
+            f"status={value!r} is not one of: {', '.join(sorted(EVENT_STATUSES))}", field="status"
+        )
+    return value.strip()
+
+
+def validate_body(value: Any, limits: Limits) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationError("body must be a string", field="body")
+    if "\x00" in value:
+        raise ValidationError("body contains null bytes", field="body")
+    value = _SURROGATE_RE.sub("", value)
+    size = len(value.encode("utf-8"))
+    if size > limits.max_body_bytes:
+        raise ValidationError(f"body is {size} bytes; maximum is {limits.max_body_bytes} bytes", field="body")
+    return value
+
+
+def validate_metadata(value: Any, limits: Limits) -> str:
+    """Return the canonical JSON text of a metadata object."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
+        raise ValidationError("metadata must be an object", field="metadata")
+    try:
+        text = canonical_json(dict(value))
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: ~1000-deep nesting fits a frame
+        raise ValidationError(f"metadata is not JSON-serializable: {exc}", field="metadata") from None
+    if len(text.encode("utf-8")) > limits.max_metadata_bytes:
+        raise ValidationError(
+            f"metadata exceeds maximum size of {limits.max_metadata_bytes} bytes", field="metadata"
+        )
+    return text
+
+
+def validate_artifact_ids(value: Any) -> tuple[str, ...]:
+    """Shape check and order-keeping dedup; existence is the store's check (same transaction)."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValidationError("artifact_ids must be a list of artifact id strings", field="artifact_ids")
+    return tuple(dict.fromkeys(_check_routing("artifact_ids", _strip(v)) for v in value))
+
+
+def validate_artifact_kind(value: Any) -> str:
+    if not isinstance(value, str) or value.strip() not in ARTIFACT_KINDS:
+        raise ValidationError(f"kind={value!r} is not one of: {', '.join(sorted(ARTIFACT_KINDS))}", field="kind")
+    return value.strip()
+
+
+def validate_agent_token(value: Any, flag: str = "--agent") -> str:
+    """An agent id usable as a file name and in rules: a single token like ``mac-claude``."""
+    cleaned = value.strip() if isinstance(value, str) else ""
+    if not _AGENT_TOKEN_RE.fullmatch(cleaned):
+        raise ValidationError(
+            f"{flag} must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-'",
+            field="agent",
+        )
+    return cleaned
+
+
+def validate_timeout_ms(value: Any, field: str = "timeout_ms") -> int:
+    """A non-negative number of milliseconds, clamped to ``MAX_WAIT_TIMEOUT_MS``."""
+    if value is None:
+        return DEFAULT_WAIT_TIMEOUT_MS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
+        raise ValidationError(f"{field} must be a non-negative number", field=field)
+    return int(min(value, MAX_WAIT_TIMEOUT_MS))
+
+
+# re.ASCII: a bare \d also matches other scripts' digits, which never compare right against created_at.
+_DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
+_DATETIME_RE: Final = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d{1,6})?(Z|\+00:00)$", re.ASCII)
+
+
+def validate_created_at_bound(field: str, value: Any) -> str | None:
+    """``YYYY-MM-DD`` or a UTC datetime (``Z`` or ``+00:00``); returned comparable to created_at."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    text = value.strip() if isinstance(value, str) else ""
+    if _DATE_RE.match(text):
+        return text
+    m = _DATETIME_RE.match(text)
+    if not m:
+        raise ValidationError(
+            f"{field}={value!r} is not a valid ISO-8601 date or UTC datetime "
+            "(expected YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)",
+            field=field,
+        )
+    # created_at always carries six fraction digits; pad the bound so text comparison is exact.
+    return m.group(1) + (m.group(2) or ".").ljust(7, "0") + "Z"
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """A validated append, before the store assigns origin_seq, created_at and the signature."""
+
+    type: str
+    stream: str
+    room: str
+    from_agent: str
+    topic: str | None = None
+    to_agent: str | None = None
+    correlation_id: str | None = None
+    branch: str | None = None
+    base_commit: str | None = None
+    status: str | None = None
+    ack_of: str | None = None
+    artifact_ids: tuple[str, ...] = ()
+    body: str = ""
+    metadata_json: str = "{}"
+
+    @classmethod
+    def from_wire(cls, args: Mapping[str, Any], limits: Limits) -> AppendRequest:
+        """Validate append arguments in MemPalace's order; the first broken rule is reported."""
+        return cls(
+            type=validate_type(args.get("type")),
+            stream=clean_required("stream", args.get("stream")),
+            room=clean_required("room", args.get("room")),
+            from_agent=clean_required("from_agent", args.get("from_agent")),
+            topic=clean_optional("topic", args.get("topic")),
+            to_agent=clean_optional("to_agent", args.get("to_agent")),
+            correlation_id=clean_optional("correlation_id", args.get("correlation_id")),
+            branch=clean_optional("branch", args.get("branch")),
+            base_commit=clean_optional("base_commit", args.get("base_commit")),
+            status=validate_status(args.get("status")),
+            ack_of=clean_optional("ack_of", args.get("ack_of")),
+            artifact_ids=validate_artifact_ids(args.get("artifact_ids")),
+            body=validate_body(args.get("body"), limits),
+            metadata_json=validate_metadata(args.get("metadata"), limits),
+        )
+
+
+def _filter_values(field: str, value: Any) -> frozenset[str] | None:
+    """One filter: a string or a list of strings (OR). Blanks are dropped; all-blank means any."""
+    if value is None:
+        return None
+    items: Iterable[Any] = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValidationError(f"{field} must be a string or a list of strings", field=field)
+    event_field = FILTER_FIELDS[field]
+    cleaned = set()
+    for item in items:
+        if event_field == "type" and isinstance(item, str) and item.strip():
+            cleaned.add(validate_type(item))
+        elif event_field == "status" and isinstance(item, str) and item.strip():
+            cleaned.add(validate_status(item))
+        else:
+            v = clean_optional(event_field, item)
+            if v is not None:
+                cleaned.add(v)
+    return frozenset(cleaned) or None
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Filters and paging shared by list, wait and watch. Each filter set means OR; None means any."""
+
+    streams: frozenset[str] | None = None
+    rooms: frozenset[str] | None = None
+    topics: frozenset[str] | None = None
+    types: frozenset[str] | None = None
+    to_agents: frozenset[str] | None = None
+    from_agents: frozenset[str] | None = None
+    exclude_from_agents: frozenset[str] | None = None
+    correlation_ids: frozenset[str] | None = None
+    statuses: frozenset[str] | None = None
+    since_event_id: str | None = None
+    before_event_id: str | None = None
+    since_created_at: str | None = None
+    order: str = "asc"
+    limit: int = DEFAULT_LIST_LIMIT
+    preview: bool = False
+
+    @classmethod
+    def from_wire(cls, args: Mapping[str, Any]) -> ListQuery:
+        filters = {name: _filter_values(name, args.get(name)) for name in FILTER_FIELDS}
+        order = args.get("order")
+        if order is None:
+            order = "asc"
+        elif not isinstance(order, str) or order.strip().lower() not in ("asc", "desc"):
+            raise ValidationError(f"order={order!r} must be 'asc' or 'desc'", field="order")
+        limit = args.get("limit")
+        if limit is None:
+            limit = DEFAULT_LIST_LIMIT
+        elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValidationError("limit must be a positive integer", field="limit")
+        preview = args.get("preview", False)
+        if not isinstance(preview, bool):
+            raise ValidationError("preview must be true or false", field="preview")
+        return cls(
+            **filters,
+            since_event_id=clean_optional("since_event_id", args.get("since_event_id")),
+            before_event_id=clean_optional("before_event_id", args.get("before_event_id")),
+            since_created_at=validate_created_at_bound("since_created_at", args.get("since_created_at")),
+            order=order.strip().lower(),
+            limit=min(limit, MAX_LIST_LIMIT),
+            preview=preview,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in FILTER_FIELDS:
+            values = getattr(self, name)
+            if values:
+                out[name] = sorted(values)
+        for name in ("since_event_id", "before_event_id", "since_created_at"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        out.update(order=self.order, limit=self.limit, preview=self.preview)
+        return out
+
+    def matches(self, event: Mapping[str, Any]) -> bool:
+        """Does a public event pass the filters? (Cursors are the caller's business.)"""
+        frm = event.get("from_agent")
+        if self.exclude_from_agents and frm in self.exclude_from_agents:
+            return False
+        if self.to_agents is not None:
+            to = event.get("to_agent")
+            if to is None or (to not in self.to_agents and to != "*"):
+                return False
+        for name, field in FILTER_FIELDS.items():
+            if name in ("to_agents", "exclude_from_agents"):
+                continue
+            values = getattr(self, name)
+            if values is not None and event.get(field) not in values:
+                return False
+        if self.since_created_at is not None and event.get("created_at", "") < self.since_created_at:
+            return False
+        return True
+
+    def describe(self) -> str:
+        """Short human summary of the filters, for logs, ``who`` and watch announcements."""
+        parts = [f"{name}={','.join(sorted(v))}" for name in FILTER_FIELDS if (v := getattr(self, name))]
+        return " ".join(parts) or "everything"
+
+
+def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+    """Parse a ``--metadata``-style JSON object given on the command line."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(f"{flag} is not valid JSON: {exc}", field="metadata") from None
+    if not isinstance(value, dict):
+        raise ValidationError(f"{flag} must be a JSON object", field="metadata")
+    return value
