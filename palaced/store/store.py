@@ -252,6 +252,9 @@ class Store:
                         result.outcomes.append((False, exc))
                     else:
                         result.outcomes.append((True, value))
+                if self._origin_seq != saved_chain[0]:
+                    self._conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
+                                       (self._origin_seq, self._head_hash, self.origin_id))
         except apsw.Error as exc:
             self._origin_seq, self._head_hash = saved_chain
             raise StoreError(f"could not commit to {self.path}: {exc}") from exc
@@ -275,8 +278,7 @@ class Store:
             artifact_ids=req.artifact_ids,
         )
         local_seq = self._insert_event(event)
-        conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
-                     (seq, event.event_hash, self.origin_id))
+        # The origins row (the version vector) is written once per batch, in the same transaction.
         self._origin_seq, self._head_hash = seq, event.event_hash
         return event.to_public(local_seq)
 

@@ -1,0 +1,261 @@
+"""``palacectl bench``: measure a temporary palaced started for the purpose.
+
+Owns: the performance figures the README reports (issue 2 §8). Everything runs against a fresh
+daemon on a temporary home, driven through the real Unix-socket API by real clients:
+
+* durable appends/s from 1 client (sequential request/reply) and from 16 concurrent clients;
+* append → watcher wake latency (a watcher on its own subscription), p50/p99, measured both from
+  the moment the append is sent (includes the fsync) and from the moment its ack arrives;
+* ``list --to-agent X --limit 50`` latency on a log of 1,000,000 events (API round trip), and
+  ``palacectl list --to-agent X --limit 50 --json`` as a whole process;
+* the daemon's resident memory with 100 connected watchers.
+
+The daemon is started as a subprocess (``python -m palaced``): palacectl never imports palaced.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from .client import Client
+
+__all__ = ["run_bench"]
+
+TARGETS: Final = {
+    "append_1_client_per_s": (">=", 2000),
+    "append_16_clients_per_s": (">=", 10000),
+    "wake_p50_ms": ("<=", 1.0),
+    "wake_p99_ms": ("<=", 5.0),
+    "list_p50_ms": ("<=", 20.0),
+    "rss_100_watchers_mb": ("<=", 80.0),
+    "cli_list_process_ms": ("<=", 200.0),
+}
+AGENTS: Final = [f"agent-{i:03d}" for i in range(100)]
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def _event(i: int, rng: random.Random) -> dict[str, Any]:
+    # 5% broadcasts, the rest spread over 100 agents: a busy fleet's inbox mix.
+    to = "*" if rng.random() < 0.05 else rng.choice(AGENTS)
+    return {"type": "task.reply", "stream": "project/bench", "room": "delegation", "from_agent": "bench-writer",
+            "to_agent": to, "correlation_id": f"task_bench_{i % 1000}", "status": "ready",
+            "body": f"benchmark event {i}: " + "x" * 120}
+
+
+class _Daemon:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="palbench", dir="/tmp"))
+        self.home = self.dir / "home"
+        self.log = open(self.dir / "palaced.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "palaced", "--home", str(self.home), "--log-level", "warning"],
+                                     stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with Client(self.home):
+                    return
+            except Exception:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"palaced failed to start: {(self.dir / 'palaced.log').read_text()}") from None
+                time.sleep(0.05)
+        raise RuntimeError("palaced did not start within 30 s")
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _appends_sequential(home: Path, n: int, rng: random.Random, start: int) -> float:
+    with Client(home) as client:
+        t0 = time.perf_counter()
+        for i in range(n):
+            client.call("append", **_event(start + i, rng))
+        return n / (time.perf_counter() - t0)
+
+
+def _appends_concurrent(home: Path, clients: int, per_client: int, start: int) -> float:
+    barrier = threading.Barrier(clients + 1)
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        rng = random.Random(k)
+        try:
+            with Client(home) as client:
+                barrier.wait()
+                for i in range(per_client):
+                    client.call("append", **_event(start + k * per_client + i, rng))
+        except BaseException as exc:  # reported after the run
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"benchmark client failed: {errors[0]}")
+    return clients * per_client / elapsed
+
+
+def _wake_latency(home: Path, samples: int) -> dict[str, float]:
+    watcher = Client(home)
+    watcher.connect()
+    watcher.send("subscribe", to_agents=["bench-watcher"], start="tip")
+    watcher.receive()  # the "started" push
+    after_send: list[float] = []
+    after_ack: list[float] = []
+    commit: list[float] = []
+    with Client(home) as writer:
+        for i in range(samples):
+            t_send = time.perf_counter()
+            rid = writer.send("append", type="note", stream="bench", room="wake", from_agent="bench-writer",
+                              to_agent="bench-watcher", body=str(i))
+            push = watcher.receive(timeout=10)
+            t_wake = time.perf_counter()
+            reply = writer.receive(timeout=10)
+            t_ack = time.perf_counter()
+            assert push.get("push") == "batch" and reply.get("id") == rid and reply.get("ok"), (push, reply)
+            after_send.append((t_wake - t_send) * 1000)
+            commit.append((t_ack - t_send) * 1000)
+            after_ack.append(max(0.0, t_wake - t_ack) * 1000)
+    watcher.close()
+    return {
+        "wake_p50_ms": _pct(after_send, 50), "wake_p99_ms": _pct(after_send, 99),
+        "durable_append_p50_ms": _pct(commit, 50), "durable_append_p99_ms": _pct(commit, 99),
+    }
+
+
+def _list_latency(home: Path, queries: int) -> dict[str, float]:
+    rng = random.Random(7)
+    samples = []
+    with Client(home) as client:
+        for _ in range(queries):
+            agent = rng.choice(AGENTS)
+            t0 = time.perf_counter()
+            result = client.call("list", to_agents=[agent], limit=50)
+            samples.append((time.perf_counter() - t0) * 1000)
+            assert result["count"] == 50
+    return {"list_p50_ms": _pct(samples, 50), "list_p99_ms": _pct(samples, 99)}
+
+
+def _cli_list_process(home: Path, runs: int) -> float:
+    env = {**os.environ, "PALACE_HOME": str(home)}
+    samples = []
+    for k in range(runs):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "palacectl", "list", "--to-agent", AGENTS[k % len(AGENTS)],
+                               "--limit", "50", "--json"], env=env, capture_output=True)
+        samples.append((time.perf_counter() - t0) * 1000)
+        if proc.returncode != 0:
+            raise RuntimeError(f"palacectl list failed: {proc.stderr.decode(errors='replace')}")
+    return _pct(samples, 50)
+
+
+def _rss_with_watchers(daemon: _Daemon, watchers: int) -> float:
+    clients = []
+    try:
+        for k in range(watchers):
+            c = Client(daemon.home)
+            c.connect()
+            c.send("subscribe", to_agents=[f"idle-{k}"], exclude_from_agents=[f"idle-{k}"], start="tip",
+                   agent=f"idle-{k}")
+            c.receive()
+            clients.append(c)
+        with Client(daemon.home) as probe:
+            assert probe.call("who")["count"] >= watchers
+        time.sleep(1.0)
+        return daemon.rss_mb()
+    finally:
+        for c in clients:
+            c.close()
+
+
+def _fill(home: Path, total: int, progress: Callable[[str], None]) -> float:
+    """Append until the log holds ``total`` events, with 32 concurrent clients."""
+    with Client(home) as client:
+        have = client.call("status")["events"]
+    t0 = time.perf_counter()
+    start = have
+    while have < total:
+        chunk = min(total - have, 32 * 2000)
+        _appends_concurrent(home, 32, max(1, chunk // 32), start)
+        start += chunk
+        with Client(home) as client:
+            have = client.call("status")["events"]
+        progress(f"  filled {have:,}/{total:,} events ({have / (time.perf_counter() - t0 + 1e-9):,.0f}/s since start)")
+    return time.perf_counter() - t0
+
+
+def run_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run every measurement; returns the figures (and prints a table unless ``progress`` is off)."""
+    say: Callable[[str], None] = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    scale = 0.1 if quick else 1.0
+    list_log = 100_000 if quick else 1_000_000
+    rng = random.Random(1)
+    daemon = _Daemon()
+    results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    try:
+        say("palace bench: temporary daemon started")
+        n1 = int(3000 * scale)
+        results["append_1_client_per_s"] = _appends_sequential(daemon.home, n1, rng, 0)
+        say(f"  1 client:   {results['append_1_client_per_s']:,.0f} durable appends/s")
+        results["append_16_clients_per_s"] = _appends_concurrent(daemon.home, 16, int(2000 * scale), n1)
+        say(f"  16 clients: {results['append_16_clients_per_s']:,.0f} durable appends/s")
+        results.update(_wake_latency(daemon.home, int(2000 * scale)))
+        say(f"  wake: p50 {results['wake_p50_ms']:.3f} ms, p99 {results['wake_p99_ms']:.3f} ms "
+            f"(durable append p50 {results['durable_append_p50_ms']:.3f} ms)")
+        results["rss_100_watchers_mb"] = _rss_with_watchers(daemon, 100)
+        say(f"  RSS with 100 watchers: {results['rss_100_watchers_mb']:.1f} MB")
+        say(f"  filling the log to {list_log:,} events for the list benchmark…")
+        results["fill_seconds"] = _fill(daemon.home, list_log, say)
+        results["list_log_events"] = list_log
+        results.update(_list_latency(daemon.home, 200))
+        say(f"  list --to-agent X --limit 50 on {list_log:,} events: p50 {results['list_p50_ms']:.2f} ms, "
+            f"p99 {results['list_p99_ms']:.2f} ms")
+        results["cli_list_process_ms"] = _cli_list_process(daemon.home, 10 if quick else 20)
+        say(f"  `palacectl list --json` as a process: p50 {results['cli_list_process_ms']:.0f} ms")
+        results["rss_after_fill_100_watchers_mb"] = _rss_with_watchers(daemon, 100)
+        say(f"  RSS with 100 watchers after the fill: {results['rss_after_fill_100_watchers_mb']:.1f} MB")
+    finally:
+        daemon.close()
+    results["targets"] = {
+        name: {"target": f"{op} {bound}", "met": (results[name] >= bound if op == ">=" else results[name] <= bound)}
+        for name, (op, bound) in TARGETS.items()
+    }
+    if progress:
+        say("")
+        for name, t in results["targets"].items():
+            value = results[name]
+            say(f"  {'ok ' if t['met'] else 'MISS'} {name:28s} {value:>12,.3f}   target {t['target']}")
+    return results
+

@@ -1,0 +1,206 @@
+"""Render the shared-brain rules block and install it into an agent's instruction file.
+
+Owns: the template lookup (package ``palace_rules``, i.e. ``rules/shared_brain_rules.md``), the
+marker lines that wrap a rendered block, the harness → instruction-file table, and the in-place
+install that ``palacectl rules`` performs. Stdlib only plus ``palace_proto`` validation; must not
+import trio, typer or palaced. Everything is a pure function except ``install_rules``, whose only
+IO is reading and atomically rewriting the one file it is given.
+
+The markers are the contract: a rendered block starts with a line beginning
+``<!-- palace-shared-brain:start`` and ends with the line ``<!-- palace-shared-brain:end -->``.
+Installing again finds that span and swaps it, so a protocol change means re-rendering once per
+agent rather than hand-editing N prompts. Bytes outside the span are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Final, Literal
+
+from palace_proto.validation import validate_agent_token
+
+__all__ = [
+    "END_MARKER",
+    "HARNESS_FILES",
+    "PLACEHOLDER",
+    "START_MARKER_PREFIX",
+    "RulesTemplateError",
+    "install_rules",
+    "load_template",
+    "render_rules",
+]
+
+#: Where each harness reads its standing instructions (expand ``~`` before use).
+HARNESS_FILES: Final[dict[str, str]] = {
+    "claude": "~/.claude/CLAUDE.md",
+    "codex": "~/.codex/AGENTS.md",
+    "opencode": "~/.config/opencode/AGENTS.md",
+    "gemini": "~/.gemini/config/GEMINI.md",
+    "hermes": "~/.hermes/SOUL.md",
+}
+
+PLACEHOLDER: Final = "<AGENT_ID>"
+# Why a prefix: the start line also carries a human note that may change between releases, and a
+# block rendered by an older palacectl must still be found and replaced.
+START_MARKER_PREFIX: Final = "<!-- palace-shared-brain:start"
+END_MARKER: Final = "<!-- palace-shared-brain:end -->"
+_TEMPLATE_PACKAGE: Final = "palace_rules"
+_TEMPLATE_NAME: Final = "shared_brain_rules.md"
+# Markers count only at the start of a line, so prose that merely mentions them is left alone.
+_START_RE: Final = re.compile(b"^" + re.escape(START_MARKER_PREFIX.encode()), re.MULTILINE)
+_END_RE: Final = re.compile(b"^" + re.escape(END_MARKER.encode()), re.MULTILINE)
+
+InstallResult = Literal["replaced", "appended", "unchanged"]
+
+
+class RulesTemplateError(RuntimeError):
+    """The packaged rules template is missing or unreadable (a broken install, not bad input)."""
+
+
+def load_template() -> str:
+    """Return the packaged rules template, exactly as shipped.
+
+    Raises:
+        RulesTemplateError: "Rules template not readable: <err>".
+    """
+    try:
+        # Bytes, then decode: text mode would translate newlines and the README pin is byte-exact.
+        data = resources.files(_TEMPLATE_PACKAGE).joinpath(_TEMPLATE_NAME).read_bytes()
+        return data.decode("utf-8")
+    except (OSError, ImportError, UnicodeDecodeError) as exc:
+        raise RulesTemplateError(f"Rules template not readable: {exc}") from exc
+
+
+def render_rules(agent_id: str) -> str:
+    """Fill ``<AGENT_ID>`` into the template and wrap it in the start/end marker lines.
+
+    Args:
+        agent_id: the agent's stable identity, a single token like ``mac-claude``; surrounding
+            whitespace is stripped. The id also lands inside an HTML comment, which is why
+            anything beyond letters, digits, '.', '_' and '-' is refused.
+
+    Returns:
+        The block: start marker, blank line, body (trailing newlines dropped), blank line, end
+        marker, final newline.
+
+    Raises:
+        ValidationError: the id is not a single token.
+        RulesTemplateError: the template cannot be read.
+    """
+    agent = validate_agent_token(agent_id, "--agent")
+    body = load_template().replace(PLACEHOLDER, agent).rstrip("\n")
+    start = (
+        f"{START_MARKER_PREFIX} (rendered by `palacectl rules --agent {agent}`; "
+        "edit rules/shared_brain_rules.md, then re-render) -->"
+    )
+    return f"{start}\n\n{body}\n\n{END_MARKER}\n"
+
+
+def install_rules(path: Path, block: str) -> InstallResult:
+    """Put ``block`` into the instruction file at ``path``, replacing an earlier block if any.
+
+    If the file has a start-marker line followed later by an end-marker line, that span (from
+    the start of the start line through the end line and its newline) is replaced and every
+    other byte is kept as is, CRLF and all. Otherwise the block is appended after a blank line.
+    A missing file (and its parent directories) is created. Installing the same block twice
+    leaves the file alone the second time.
+
+    Resource handling: the new content goes to a temporary file in the same directory, gets the
+    original file's mode, is fsynced, then ``os.replace``s the old file, so a crash leaves
+    either the old or the new file, never half of one. A symlinked instruction file (dotfile
+    repos) is followed, and its target is rewritten rather than the link.
+
+    Args:
+        path: the instruction file, already ``~``-expanded.
+        block: a block from ``render_rules``.
+
+    Returns:
+        "replaced", "appended" or "unchanged".
+
+    Raises:
+        ValueError: ``block`` is not a rendered block, or the file has a start marker with no
+            end marker after it (nothing is written; the user must fix or remove it).
+        OSError: the file or its directory cannot be read or written.
+    """
+    if not block.startswith(START_MARKER_PREFIX) or not block.endswith(END_MARKER + "\n"):
+        raise ValueError("block must be a rendered rules block (from render_rules)")
+    target = Path(os.path.realpath(path))
+    new_block = block.encode("utf-8")
+    try:
+        old: bytes | None = target.read_bytes()
+    except FileNotFoundError:
+        old = None
+    current = old or b""
+
+    span = _find_block(current, path)
+    if span is not None:
+        begin, end = span
+        new = current[:begin] + new_block + current[end:]
+        result: InstallResult = "replaced"
+    else:
+        new = _separated(current) + new_block
+        result = "appended"
+
+    if old is not None and new == old:
+        return "unchanged"
+    _write_atomically(target, new)
+    return result
+
+
+def _find_block(data: bytes, path: Path) -> tuple[int, int] | None:
+    """The byte span of the first installed block, or None when there is no start marker."""
+    start = _START_RE.search(data)
+    if start is None:
+        return None
+    end = _END_RE.search(data, start.end())
+    if end is None:
+        raise ValueError(
+            f"{path} has a '{START_MARKER_PREFIX}' line but no '{END_MARKER}' line after it; "
+            "fix or remove the broken block, then run this again. Nothing was written."
+        )
+    newline = data.find(b"\n", end.end())
+    return start.start(), len(data) if newline == -1 else newline + 1
+
+
+def _separated(data: bytes) -> bytes:
+    """``data`` ending in a blank line, ready for an appended block (empty stays empty)."""
+    if not data:
+        return data
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    before_last_newline = data[:-2] if data.endswith(b"\r\n") else data[:-1]
+    if before_last_newline and not before_last_newline.endswith(b"\n"):
+        data += b"\n"
+    return data
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_current_umask()
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.chmod(tmp_name, mode)  # mkstemp creates 0600; keep what the user had
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _current_umask() -> int:
+    # Why set-and-restore: there is no read-only umask call. palacectl is a single-threaded CLI,
+    # so the brief window where the umask is 0 cannot affect another thread's file creation.
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,391 @@
+"""Tests for palacectl.rules: the template's content, rendering, the README pin, and install."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from palace_proto.errors import ValidationError
+from palacectl import rules
+from palacectl.rules import (
+    END_MARKER,
+    HARNESS_FILES,
+    START_MARKER_PREFIX,
+    install_rules,
+    load_template,
+    render_rules,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE_FILE = REPO / "rules" / "shared_brain_rules.md"
+README = REPO / "README.md"
+AGENT_ERROR = "--agent must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-'"
+
+# Every rule of the block must survive edits; each phrase is pinned verbatim.
+REQUIRED_PHRASES = [
+    # identity
+    "<AGENT_ID>",
+    "from_agent",
+    "created_by",
+    "never rotate",
+    "another agent's id",
+    # two layers
+    "should *act* on it, append an event",
+    "should *know* it, file a drawer",
+    # memory discipline
+    "mempalace_search",
+    "mempalace_kg_query",
+    "verbatim",
+    "do not guess",
+    "mempalace_add_drawer",
+    "mempalace_kg_invalidate",
+    "mempalace_kg_add",
+    "secrets",
+    "tokens",
+    # inbox sweep
+    "palacectl list",
+    "mempalace_event_list",
+    "to_agent=<AGENT_ID>",
+    "since_event_id",
+    "preview=true",
+    "Never resume by",
+    "created_at",
+    "`asc`",
+    "shorter than the limit",
+    "Never move your cursor past",
+    # watcher
+    "every session, unconditionally",
+    "you must watch the stream actively",
+    "palacectl watch --agent <AGENT_ID>",
+    "Exit 0 = mail",
+    "Exit 2 =",
+    "re-arm the same command",
+    "state file under the palace home",
+    "live tip",
+    "not `--to-agent`",
+    "Repeated `--type` flags mean OR",
+    "task.reply",
+    "event.ack",
+    "palacectl wait",
+    "mempalace_event_wait",
+    "never replaces it",
+    "palacectl watch --agent <AGENT_ID> --announce",
+    "cannot watch and needs a ping",
+    "Never claim a watch",
+    "allowlist",
+    "patch submit",
+    # acks, delegation, delivery
+    "palacectl ack",
+    "mempalace_event_ack",
+    "Never hand-roll",
+    "palacectl task create",
+    "mempalace_task_create",
+    "task.request",
+    "project/<name>",
+    "`delegation`",
+    "task_…",
+    "`open`",
+    "goal, branch, base commit and definition of done",
+    "palacectl task show",
+    "palacectl ack <id> --status claimed",
+    "palacectl patch submit",
+    "mempalace_patch_submit",
+    "pushing a branch is not a",
+    "`blocked`",
+    "Silence is the one failure the log cannot fix",
+    "palacectl artifact get",
+    "sha256",
+    "user-visible intent",
+    "agreed tests",
+    "`applied` or `failed`",
+    # close every loop
+    "append-only and verbatim",
+    "superseded",
+    "applied, failed or blocked ack",
+    "palacectl task list --agent <AGENT_ID> --open",
+    "decided or learned as a drawer",
+    "palacectl rules --agent <AGENT_ID>",
+]
+
+
+def block_of(agent: str = "mac-claude") -> str:
+    return render_rules(agent)
+
+
+# --- the template ---------------------------------------------------------------------------
+
+
+def test_load_template_is_the_packaged_file_byte_for_byte() -> None:
+    assert load_template().encode("utf-8") == TEMPLATE_FILE.read_bytes()
+
+
+@pytest.mark.parametrize("phrase", REQUIRED_PHRASES)
+def test_template_carries_every_rule(phrase: str) -> None:
+    assert phrase in load_template()
+
+
+def test_template_watcher_is_unconditional() -> None:
+    text = load_template().lower()
+    assert "if your harness can run a background process, start" not in text
+    assert "if your harness can run a background process" not in text
+
+
+def test_template_holds_no_marker_text() -> None:
+    # A marker inside the body would make the next install cut the block in the wrong place.
+    text = load_template()
+    assert "palace-shared-brain:" not in text
+    assert "rules-excerpt:" not in text
+
+
+def test_template_stays_prompt_sized() -> None:
+    assert 40 <= len(load_template().splitlines()) <= 90
+
+
+def test_unreadable_template_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rules, "_TEMPLATE_NAME", "no_such_rules.md")
+    with pytest.raises(rules.RulesTemplateError, match=r"^Rules template not readable: "):
+        load_template()
+    with pytest.raises(rules.RulesTemplateError):
+        render_rules("mac-claude")
+
+
+def test_readme_excerpt_is_the_template_byte_for_byte() -> None:
+    readme = README.read_bytes()
+    opening = b"<!-- rules-excerpt:start -->\n````markdown\n"
+    closing = b"````\n<!-- rules-excerpt:end -->"
+    assert readme.count(opening) == 1
+    assert readme.count(closing) == 1
+    excerpt = readme.split(opening, 1)[1].split(closing, 1)[0]
+    assert excerpt == TEMPLATE_FILE.read_bytes()
+    assert b"## The shared-brain rules (excerpt)\n" in readme.split(opening, 1)[0]
+
+
+def test_harness_files() -> None:
+    assert HARNESS_FILES == {
+        "claude": "~/.claude/CLAUDE.md",
+        "codex": "~/.codex/AGENTS.md",
+        "opencode": "~/.config/opencode/AGENTS.md",
+        "gemini": "~/.gemini/config/GEMINI.md",
+        "hermes": "~/.hermes/SOUL.md",
+    }
+
+
+def test_rules_module_imports_no_trio_typer_or_palaced() -> None:
+    probe = (
+        "import sys, palacectl.rules; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'trio', 'typer', 'palaced'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --- render ---------------------------------------------------------------------------------
+
+
+def test_render_wraps_the_body_in_marker_lines() -> None:
+    out = render_rules("mac-claude")
+    lines = out.split("\n")
+    assert lines[0] == (
+        "<!-- palace-shared-brain:start (rendered by `palacectl rules --agent mac-claude`; "
+        "edit rules/shared_brain_rules.md, then re-render) -->"
+    )
+    assert lines[1] == ""
+    assert lines[-3:] == ["", END_MARKER, ""]  # blank line, end marker, final newline
+    assert lines[-4] != ""  # trailing newlines of the body were stripped
+    assert out.endswith(END_MARKER + "\n") and not out.endswith("\n\n")
+
+
+def test_render_fills_the_placeholder_everywhere() -> None:
+    out = render_rules("linux-bob.claude_2")
+    assert "<AGENT_ID>" not in out
+    assert "palacectl watch --agent linux-bob.claude_2" in out
+    assert "to_agent=linux-bob.claude_2" in out
+    body = out.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
+    assert body == load_template().replace("<AGENT_ID>", "linux-bob.claude_2").rstrip("\n")
+
+
+def test_render_strips_surrounding_whitespace_of_the_id() -> None:
+    assert render_rules("  mac-claude\n") == render_rules("mac-claude")
+
+
+@pytest.mark.parametrize("bad", ["", " ", "two words", "a\tb", "x-->", "a{b}"])
+def test_render_rejects_ids_that_are_not_one_token(bad: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        render_rules(bad)
+    assert str(info.value) == AGENT_ERROR
+
+
+# --- install --------------------------------------------------------------------------------
+
+
+def test_install_creates_missing_file_and_parents(tmp_path: Path) -> None:
+    target = tmp_path / "home" / ".claude" / "CLAUDE.md"
+    assert install_rules(target, block_of()) == "appended"
+    assert target.read_bytes() == block_of().encode()
+
+
+def test_install_into_empty_file_has_no_leading_blank_line(tmp_path: Path) -> None:
+    target = tmp_path / "AGENTS.md"
+    target.write_bytes(b"")
+    assert install_rules(target, block_of()) == "appended"
+    assert target.read_bytes() == block_of().encode()
+
+
+@pytest.mark.parametrize(
+    ("before", "joined"),
+    [
+        (b"# Mine\nkeep this", b"# Mine\nkeep this\n\n"),  # no trailing newline
+        (b"# Mine\n", b"# Mine\n\n"),  # newline, no blank line
+        (b"# Mine\n\n", b"# Mine\n\n"),  # already ends in a blank line
+        (b"# Mine\r\n", b"# Mine\r\n\n"),  # CRLF line, no blank line
+        (b"# Mine\r\n\r\n", b"# Mine\r\n\r\n"),  # CRLF blank line
+        (b"\n", b"\n"),  # a lone blank line
+    ],
+)
+def test_install_appends_after_a_blank_line(tmp_path: Path, before: bytes, joined: bytes) -> None:
+    target = tmp_path / "CLAUDE.md"
+    target.write_bytes(before)
+    assert install_rules(target, block_of()) == "appended"
+    assert target.read_bytes() == joined + block_of().encode()
+
+
+def test_install_replaces_in_place_and_keeps_every_other_byte(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    head = "# Réglages — mine 🧠\r\nline with CRLF\r\n\r\n".encode()
+    tail = "\r\n## After\r\nnaïve trailing text, no final newline".encode()
+    old_block = render_rules("old-agent").encode()
+    target.write_bytes(head + old_block + tail)
+
+    assert install_rules(target, block_of()) == "replaced"
+    assert target.read_bytes() == head + block_of().encode() + tail
+
+
+def test_install_replaces_a_hand_edited_block_with_crlf_lines(tmp_path: Path) -> None:
+    # An editor converted the block to CRLF; the end line's \r\n belongs to the block.
+    target = tmp_path / "CLAUDE.md"
+    old_block = render_rules("old-agent").replace("\n", "\r\n").encode()
+    target.write_bytes(b"before\r\n" + old_block + b"after\r\n")
+    assert install_rules(target, block_of()) == "replaced"
+    assert target.read_bytes() == b"before\r\n" + block_of().encode() + b"after\r\n"
+
+
+def test_install_replaces_a_block_at_eof_without_newline(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    target.write_bytes(b"mine\n\n" + render_rules("old-agent").rstrip("\n").encode())
+    assert install_rules(target, block_of()) == "replaced"
+    assert target.read_bytes() == b"mine\n\n" + block_of().encode()
+
+
+def test_install_finds_a_block_from_an_older_start_line(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    target.write_bytes(b"x\n<!-- palace-shared-brain:start (old note) -->\nold\n" + END_MARKER.encode() + b"\ny\n")
+    assert install_rules(target, block_of()) == "replaced"
+    assert target.read_bytes() == b"x\n" + block_of().encode() + b"y\n"
+
+
+def test_markers_mentioned_mid_line_do_not_count(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    prose = f"We wrap it in `{START_MARKER_PREFIX}` and `{END_MARKER}`.\n".encode()
+    target.write_bytes(prose)
+    assert install_rules(target, block_of()) == "appended"
+    assert target.read_bytes() == prose + b"\n" + block_of().encode()
+
+
+@pytest.mark.parametrize("before", [None, b"", b"mine\r\nno newline", "ünï\n".encode()])
+def test_install_is_idempotent(tmp_path: Path, before: bytes | None) -> None:
+    target = tmp_path / "CLAUDE.md"
+    if before is not None:
+        target.write_bytes(before)
+    install_rules(target, block_of())
+    once = target.read_bytes()
+    mtime = target.stat().st_mtime_ns
+    assert install_rules(target, block_of()) == "unchanged"
+    assert target.read_bytes() == once
+    assert target.stat().st_mtime_ns == mtime  # not rewritten at all
+
+
+def test_install_then_new_agent_replaces_and_nothing_accumulates(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    target.write_bytes(b"mine\n")
+    install_rules(target, render_rules("a-one"))
+    assert install_rules(target, render_rules("a-two")) == "replaced"
+    data = target.read_bytes()
+    assert data == b"mine\n\n" + render_rules("a-two").encode()
+    assert data.count(START_MARKER_PREFIX.encode()) == 1
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o755])
+def test_install_preserves_the_file_mode(tmp_path: Path, mode: int) -> None:
+    target = tmp_path / "CLAUDE.md"
+    target.write_bytes(b"mine\n")
+    os.chmod(target, mode)
+    install_rules(target, block_of())
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+    os.chmod(target, mode)
+    install_rules(target, render_rules("other-agent"))
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+
+
+def test_install_new_file_follows_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        install_rules(tmp_path / "CLAUDE.md", block_of())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "CLAUDE.md").stat().st_mode) == 0o640
+
+
+def test_install_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    target.write_bytes(b"mine\n")
+    install_rules(target, block_of())
+    install_rules(target, render_rules("other-agent"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CLAUDE.md"]
+
+
+def test_install_writes_through_a_symlink(tmp_path: Path) -> None:
+    real = tmp_path / "dotfiles" / "CLAUDE.md"
+    real.parent.mkdir()
+    real.write_bytes(b"mine\n")
+    link = tmp_path / "CLAUDE.md"
+    link.symlink_to(real)
+    assert install_rules(link, block_of()) == "appended"
+    assert link.is_symlink()
+    assert real.read_bytes() == b"mine\n\n" + block_of().encode()
+
+
+def test_broken_block_is_an_error_and_nothing_is_written(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    broken = b"mine\r\n" + render_rules("old-agent").split(END_MARKER)[0].encode()
+    target.write_bytes(broken)
+    os.chmod(target, 0o640)
+    mtime = target.stat().st_mtime_ns
+    with pytest.raises(ValueError, match="fix or remove the broken block") as info:
+        install_rules(target, block_of())
+    assert str(target) in str(info.value)
+    assert target.read_bytes() == broken
+    assert target.stat().st_mtime_ns == mtime
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CLAUDE.md"]
+
+
+def test_end_marker_before_start_marker_does_not_close_it(tmp_path: Path) -> None:
+    target = tmp_path / "CLAUDE.md"
+    broken = END_MARKER.encode() + b"\n" + START_MARKER_PREFIX.encode() + b" -->\nbody\n"
+    target.write_bytes(broken)
+    with pytest.raises(ValueError, match="no '<!-- palace-shared-brain:end -->' line after it"):
+        install_rules(target, block_of())
+    assert target.read_bytes() == broken
+
+
+@pytest.mark.parametrize("bad_block", ["just text\n", render_rules("a-b").rstrip("\n"), ""])
+def test_install_refuses_a_block_that_was_not_rendered(tmp_path: Path, bad_block: str) -> None:
+    target = tmp_path / "CLAUDE.md"
+    with pytest.raises(ValueError, match="rendered rules block"):
+        install_rules(target, bad_block)
+    assert not target.exists()

@@ -1,0 +1,145 @@
+"""Unit tests of the synchronous store on real SQLite files (tmp_path)."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.envelope import verify_chain_link, verify_event
+from palace_proto.errors import NotFound, ValidationError
+from palace_proto.validation import AppendRequest, Limits, ListQuery
+from palaced.store import Store, StoreError
+
+LIMITS = Limits()
+
+
+def req(**fields):
+    base = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
+    return AppendRequest.from_wire({**base, **fields}, LIMITS)
+
+
+@pytest.fixture
+def key():
+    return Ed25519PrivateKey.generate()
+
+
+@pytest.fixture
+def store(tmp_path, key):
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    yield s
+    s.close()
+
+
+def append(store, **fields):
+    result = store.write_batch([lambda ctx: ctx.append(req(**fields))])
+    ok, value = result.outcomes[0]
+    assert ok, value
+    return value
+
+
+def test_new_database_mints_an_origin_and_reopening_keeps_it(tmp_path, key):
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    origin = s.origin_id
+    assert s.minted_origin and origin.startswith("ori_")
+    s.close()
+    again = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    assert again.origin_id == origin and not again.minted_origin
+    again.close()
+
+
+def test_recreated_database_never_reuses_an_origin(tmp_path, key):
+    """Guards the SSB fork failure: a wiped database must not reissue (origin, seq) pairs."""
+    first = Store(tmp_path / "a.sqlite3", key, LIMITS)
+    second = Store(tmp_path / "b.sqlite3", key, LIMITS)
+    assert first.origin_id != second.origin_id
+    first.close()
+    second.close()
+
+
+def test_changed_identity_key_starts_a_new_origin_and_keeps_history(tmp_path, key):
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    old_origin = s.origin_id
+    append(s, body="before")
+    s.close()
+    s2 = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    assert s2.origin_id != old_origin
+    event = append(s2, body="after")
+    assert event["origin"] == s2.origin_id and event["origin_seq"] == 1
+    assert s2.version_vector() == {old_origin: 1, s2.origin_id: 1}
+    s2.close()
+
+
+def test_database_from_a_newer_release_is_refused(tmp_path, key):
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    s._conn.execute("INSERT INTO _migrations VALUES (9999, 'future.sql', 'x')")
+    s.close()
+    with pytest.raises(StoreError, match="newer palace"):
+        Store(tmp_path / "p.sqlite3", key, LIMITS)
+
+
+def test_batch_rolls_back_only_the_failing_job(store):
+    result = store.write_batch([
+        lambda ctx: ctx.append(req(body="one")),
+        lambda ctx: ctx.append(req(body="bad", artifact_ids=["art_" + "0" * 32])),
+        lambda ctx: ctx.append(req(body="three")),
+    ])
+    oks = [ok for ok, _ in result.outcomes]
+    assert oks == [True, False, True]
+    assert isinstance(result.outcomes[1][1], ValidationError)
+    assert "references unknown artifact" in result.outcomes[1][1].message
+    assert [e["origin_seq"] for e in result.events] == [1, 2]
+    assert store.version_vector() == {store.origin_id: 2}
+
+
+def test_signed_events_verify_and_chain(store, key):
+    for i in range(5):
+        append(store, body=f"event {i}")
+    events = store.signed_events_of_origin(store.origin_id, 0, 100)
+    assert [e.origin_seq for e in events] == [1, 2, 3, 4, 5]
+    previous = None
+    for event in events:
+        verify_event(event, store.public_key)
+        verify_chain_link(previous, event)
+        previous = event
+    # the public id is the id derived from the signed hash
+    assert store.get_event(events[2].id)["origin_seq"] == 3
+
+
+def test_list_filters_and_cursors(store):
+    ids = [append(store, to_agent=to, stream=st)["id"] for to, st in
+           [("bob", "s1"), ("*", "s1"), ("carol", "s2"), (None, "s1"), ("bob", "s2")]]
+    q = ListQuery.from_wire({"to_agents": ["bob"]})
+    assert [e["id"] for e in store.list_events(q)] == [ids[0], ids[1], ids[4]]
+    q = ListQuery.from_wire({"to_agents": ["bob"], "order": "desc", "limit": 2})
+    assert [e["id"] for e in store.list_events(q)] == [ids[4], ids[1]]
+    q = ListQuery.from_wire({"streams": ["s1"], "since_event_id": ids[0], "before_event_id": ids[3]})
+    assert [e["id"] for e in store.list_events(q)] == [ids[1]]
+    with pytest.raises(NotFound, match="since_event_id 'evt_nope' not found"):
+        store.list_events(ListQuery.from_wire({"since_event_id": "evt_nope"}))
+
+
+def test_artifacts_are_content_addressed(store):
+    def put(content, kind="file", by="a"):
+        result = store.write_batch([lambda ctx: ctx.put_artifact(kind=kind, created_by=by, content=content)])
+        return result.outcomes[0][1]
+
+    first = put(b"\x00\xffbytes")
+    second = put(b"\x00\xffbytes", kind="log", by="b")
+    assert first == second and store.counts()["artifacts"] == 1
+    assert store.get_artifact(first["sha256"])["content"] == b"\x00\xffbytes"
+    with pytest.raises(NotFound):
+        store.get_artifact("art_" + "f" * 32)
+
+
+def test_redaction_drops_body_bytes_but_keeps_the_signature_valid(tmp_path, store):
+    secret = "SECRET-5d0c3b7a9e"
+    event = append(store, body=f"token {secret}")
+    store.write_batch([lambda ctx: ctx.redact(event["id"])])
+    store.checkpoint_truncate()
+    shown = store.get_event(event["id"])
+    assert shown["body"] == "" and shown["body_redacted"] is True and len(shown["body_sha256"]) == 64
+    (signed,) = store.signed_events_of_origin(store.origin_id, 0, 10)
+    assert signed.body is None
+    verify_event(signed, store.public_key)
+    for path in tmp_path.glob("p.sqlite3*"):
+        assert secret.encode() not in path.read_bytes(), path
