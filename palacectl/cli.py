@@ -16,7 +16,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from palace_proto.errors import ApiError, ValidationError
+from palace_proto.errors import ApiError, ProtocolError, ValidationError
+from palace_proto.validation import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 from palace_proto.validation import parse_json_object
 
 from . import output
@@ -89,6 +90,11 @@ def _text_or_file(text: str | None, file: str | None, flag: str) -> str | None:
 
 def _metadata(text: str | None) -> dict[str, Any] | None:
     return None if text is None else parse_json_object(text, "--metadata")
+
+
+def _capped(value: int | None, cap: int) -> int | None:
+    """Cap a large number client-side (the daemon caps too); values too big for msgpack must not crash."""
+    return None if value is None else min(value, cap)
 
 
 def _filters(**values: Multi) -> dict[str, list[str]]:
@@ -194,7 +200,8 @@ def list_(
     result = _call("list", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
                                         correlation_id, status_),
                    since_event_id=since_event_id, before_event_id=before_event_id,
-                   since_created_at=since_created_at, order=order, limit=limit, preview=preview)
+                   since_created_at=since_created_at, order=order, limit=_capped(limit, MAX_LIST_LIMIT),
+                   preview=preview)
     _print_events(result, json_)
 
 
@@ -212,8 +219,9 @@ def wait(
     """Wait until a matching event exists (at once if one already does); exits 2 on timeout."""
     result = _call("wait", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
                                         correlation_id, status_),
-                   since_event_id=since_event_id, since_created_at=since_created_at, limit=limit,
-                   preview=preview, timeout_ms=timeout_ms)
+                   since_event_id=since_event_id, since_created_at=since_created_at,
+                   limit=_capped(limit, MAX_LIST_LIMIT), preview=preview,
+                   timeout_ms=_capped(timeout_ms, MAX_WAIT_TIMEOUT_MS))
     if json_:
         emit_json(result)
     elif result["timed_out"]:
@@ -530,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     except CommandFailed as exc:
         output.report_error(exc.message, exc.code, as_json=as_json)
         return exc.exit_code
+    except ProtocolError as exc:
+        output.report_error(f"cannot send this request: {exc.message}", "invalid_argument", as_json=as_json)
+        return output.EXIT_FAILED
     except ValidationError as exc:
         output.report_error(exc.message, exc.code, as_json=as_json)
         return output.EXIT_FAILED
@@ -549,6 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         sys.stderr.write("Stopped.\n")
         return output.EXIT_INTERRUPTED
+    if rv == output.EXIT_INTERRUPTED:
+        # typer turns Ctrl-C into exit 130 itself; say so, as the watch contract promises.
+        sys.stderr.write("Stopped.\n")
     if isinstance(rv, int):
         return rv
     return EXIT_OK

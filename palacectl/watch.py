@@ -109,9 +109,8 @@ class WatchOptions:
 def _who(opts: WatchOptions) -> str:
     if opts.agent:
         return opts.agent
-    if opts.filters.get("to_agents"):
-        return ",".join(opts.filters["to_agents"])
-    return "everything"
+    described = " ".join(f"{name}={','.join(values)}" for name, values in sorted(opts.filters.items()) if values)
+    return described or "everything"
 
 
 class _Watch:

@@ -56,6 +56,7 @@ class _Connection:
         self.buffer = FrameBuffer(max_frame_bytes)
         self.send_lock = trio.Lock()
         self.greeted = False
+        self.streaming = False
         self.requests = 0
 
     def __repr__(self) -> str:
@@ -104,10 +105,22 @@ class _Connection:
                     try:
                         request = parse_request(message)
                     except ProtocolError as exc:
-                        await self._send_error(message.get("id") if isinstance(message, dict) and isinstance(message.get("id"), int) else None,
-                                               ApiError(exc.message, code="bad_request"))
+                        rid = message.get("id") if isinstance(message, dict) else None
+                        await self._send_error(rid if type(rid) is int else None, ApiError(exc.message, code="bad_request"))
                         continue
-                    await send_req.send(request)
+                    # Never block here: the reader must keep reading to notice EOF (a client that
+                    # leaves mid-watch), so a request that cannot be queued is refused instead.
+                    if self.streaming:
+                        await self._send_error(request.id, ApiError(
+                            "this connection is streaming a subscription; open another connection for requests",
+                            code="bad_request"))
+                        continue
+                    try:
+                        send_req.send_nowait(request)
+                    except trio.WouldBlock:
+                        await self._send_error(request.id, ApiError(
+                            f"too many pipelined requests (at most {REQUEST_QUEUE} waiting); wait for replies",
+                            code="bad_request"))
                 if not data:
                     return
 
@@ -164,10 +177,13 @@ class _Connection:
         async def push(message: dict[str, Any]) -> None:
             await self.send({"id": request.id, **message})
 
+        self.streaming = True
         try:
             await self.service.op_subscribe(request.args, push, self.id)
         except ApiError as exc:
             await self.send(error_reply(request.id, exc))
+        finally:
+            self.streaming = False
 
 
 async def _bind_unix_socket(path: Path) -> trio.socket.SocketType:

@@ -84,8 +84,16 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
             service = Service(config, astore, bus)
             LOGGER.info("palaced %s origin=%s fingerprint=%s", config.home, store.origin_id,
                         fingerprint(store.public_key))
+            # The writer is shielded from the shutdown cancel: handlers whose appends are queued
+            # wait for their commit, so the writer must outlive the API and drain the queue.
+            writer_scope = trio.CancelScope(shield=True)
+
+            async def run_writer(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                with writer_scope:
+                    await astore.serve_writer(task_status=task_status)
+
             async with trio.open_nursery() as nursery:
-                await nursery.start(astore.serve_writer)
+                await nursery.start(run_writer)
                 try:
                     async with trio.open_nursery() as api_nursery:
                         await api_nursery.start(serve_api, config.socket_path, service, config.max_frame_bytes)
@@ -94,7 +102,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
                 finally:
                     # Stop taking writes; the writer commits what is queued, then returns.
                     astore.close_writes()
-                    nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_S
+                    writer_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_S
         finally:
             store.close()
             LOGGER.info("stopped; database closed")

@@ -233,7 +233,18 @@ class Service:
             reported_id = cursor_id
             last_progress = 0.0
             while True:
-                await self.bus.wait_beyond(cursor_seq)
+                if cursor_id != reported_id:
+                    # Progress over non-matching events is rate-limited; flush the last of it once
+                    # the interval has passed, so an idle watch checkpoints the true cursor.
+                    flush_at = last_progress + CURSOR_PUSH_INTERVAL_S - time.monotonic()
+                    with trio.move_on_after(max(0.0, flush_at)) as flush:
+                        await self.bus.wait_beyond(cursor_seq)
+                    if flush.cancelled_caught:
+                        await push({"push": "cursor", "cursor": cursor_id})
+                        reported_id, last_progress = cursor_id, time.monotonic()
+                        continue
+                else:
+                    await self.bus.wait_beyond(cursor_seq)
                 while True:
                     new = await self._new_events_after(cursor_seq, CATCH_UP_PAGE)
                     if not new:
@@ -265,8 +276,7 @@ class Service:
         topic = clean_optional("topic", args.get("topic"))
         body = validate_body(args.get("body"), self.limits)
         metadata = args.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise ValidationError("metadata must be an object", field="metadata")
+        validate_metadata(metadata, self.limits)  # before queueing: the writer only sees valid jobs
 
         def job(ctx: WriteContext) -> dict[str, Any]:
             target = ctx.get_event(target_id)

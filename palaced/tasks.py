@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from palace_proto.errors import ValidationError
-from palace_proto.validation import TERMINAL_STATUSES, AppendRequest, Limits, clean_required
+from palace_proto.validation import TERMINAL_STATUSES, AppendRequest, Limits
 
 __all__ = ["build_task_request", "derive_task", "slugify"]
 
@@ -66,7 +66,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     req = AppendRequest.from_wire(
         {
             "type": TASK_REQUEST_TYPE, "stream": f"project/{slugify(project, empty='project')}",
-            "room": "delegation", "from_agent": clean_required("from_agent", from_agent),
+            "room": "delegation", "from_agent": from_agent,
             "to_agent": to_agent, "correlation_id": correlation_id, "branch": branch,
             "base_commit": base_commit.lower(), "status": "open", "topic": args.get("topic"), "body": body,
         },

@@ -150,7 +150,11 @@ def validate_metadata(value: Any, limits: Limits) -> str:
         text = canonical_json(dict(value))
     except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: ~1000-deep nesting fits a frame
         raise ValidationError(f"metadata is not JSON-serializable: {exc}", field="metadata") from None
-    if len(text.encode("utf-8")) > limits.max_metadata_bytes:
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError("metadata contains invalid Unicode (a lone surrogate)", field="metadata") from None
+    if size > limits.max_metadata_bytes:
         raise ValidationError(
             f"metadata exceeds maximum size of {limits.max_metadata_bytes} bytes", field="metadata"
         )
@@ -367,6 +371,8 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
         value = json.loads(text)
     except ValueError as exc:
         raise ValidationError(f"{flag} is not valid JSON: {exc}", field="metadata") from None
+    except RecursionError:
+        raise ValidationError(f"{flag} is nested too deeply", field="metadata") from None
     if not isinstance(value, dict):
         raise ValidationError(f"{flag} must be a JSON object", field="metadata")
     return value

@@ -38,6 +38,10 @@ class _Pending:
         self.ok = False
         self.value: Any = None
 
+    def fail(self, error: BaseException) -> None:
+        self.ok, self.value = False, error
+        self.done.set()
+
 
 class AsyncStore:
     """Async facade over ``Store``. Run ``serve_writer`` in a nursery before calling ``write``."""
@@ -76,35 +80,54 @@ class AsyncStore:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._read_limiter)
 
     async def serve_writer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Commit queued writes in batches until ``close_writes`` is called and the queue is empty."""
+        """Commit queued writes in batches until ``close_writes`` is called and the queue is empty.
+
+        Every queued write is answered, whatever happens: if the writer itself fails, the writes
+        it holds or that are still queued get an error instead of a reply that never comes.
+        """
         task_status.started()
-        async for first in self._recv:
-            batch = [first]
-            while len(batch) < MAX_BATCH:
+        try:
+            async for first in self._recv:
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(self._recv.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._commit(batch)
+        finally:
+            self._send.close()
+            while True:
                 try:
-                    batch.append(self._recv.receive_nowait())
-                except trio.WouldBlock:
+                    self._recv.receive_nowait().fail(ApiError("palaced is shutting down", code="shutting_down"))
+                except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            jobs = [p.job for p in batch]
-            try:
-                # Never abandoned on cancel: a started batch always finishes (clean shutdown).
-                result = await trio.to_thread.run_sync(self.store.write_batch, jobs)
-            except StoreError as exc:
-                LOGGER.error("write batch of %d failed: %s", len(batch), exc)
-                for p in batch:
-                    p.ok, p.value = False, exc
-                    p.done.set()
-                continue
-            self.batches += 1
-            self.writes += len(batch)
-            for p, (ok, value) in zip(batch, result.outcomes, strict=True):
-                p.ok, p.value = ok, value
-                p.done.set()
-            if result.events:
-                self._on_committed(result.events)
+            LOGGER.debug("writer stopped")
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        jobs = [p.job for p in batch]
+        try:
+            # Never abandoned on cancel: a started batch always finishes (clean shutdown).
+            result = await trio.to_thread.run_sync(self.store.write_batch, jobs)
             if self.store.redactions_pending_checkpoint:
-                await trio.to_thread.run_sync(self.store.checkpoint_truncate)
-        LOGGER.debug("writer drained and stopped")
+                # Before anyone is told "redacted": push the old page images out of the WAL.
+                await trio.to_thread.run_sync(self.store.checkpoint_after_redaction)
+        except StoreError as exc:
+            LOGGER.error("write batch of %d failed: %s", len(batch), exc)
+            for p in batch:
+                p.fail(exc)
+            return
+        except BaseException:
+            for p in batch:
+                p.fail(ApiError("internal error in the writer; see the palaced log", code="internal"))
+            raise
+        self.batches += 1
+        self.writes += len(batch)
+        for p, (ok, value) in zip(batch, result.outcomes, strict=True):
+            p.ok, p.value = ok, value
+            p.done.set()
+        if result.events:
+            self._on_committed(result.events)
 
     def close_writes(self) -> None:
         """Refuse new writes (shutdown); queued ones still commit."""

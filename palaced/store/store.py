@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -33,13 +34,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, preview_event, seal_event
-from palace_proto.errors import NotFound, ValidationError
+from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256, origin_id_from_random
 from palace_proto.validation import AppendRequest, Limits, ListQuery
 
 __all__ = ["DB_FILENAME", "Store", "StoreError", "WriteBatchResult", "utc_now"]
 
 DB_FILENAME: Final = "palace.sqlite3"
+_LOGGER: Final = logging.getLogger("palaced.store")
 
 _EVENT_COLUMNS: Final = (
     "seq, id, origin, origin_seq, type, stream, room, topic, from_agent, to_agent, correlation_id, "
@@ -250,6 +252,14 @@ class Store:
                         self._origin_seq, self._head_hash = before[0], before[1]
                         del ctx.new_events[before[2]:]
                         result.outcomes.append((False, exc))
+                    except apsw.Error:
+                        raise
+                    except Exception as exc:
+                        # A bug in one job must not take the others (or the writer) down with it.
+                        _LOGGER.exception("write job failed")
+                        self._origin_seq, self._head_hash = before[0], before[1]
+                        del ctx.new_events[before[2]:]
+                        result.outcomes.append((False, ApiError(f"internal error: {type(exc).__name__}: {exc}")))
                     else:
                         result.outcomes.append((True, value))
                 if self._origin_seq != saved_chain[0]:
@@ -323,11 +333,17 @@ class Store:
         if changed:
             self.redactions_pending_checkpoint = True
 
-    def checkpoint_truncate(self) -> tuple[int, int, int]:
-        """Copy the WAL into the database file and truncate it (after a redaction, so no old page
-        image holding the redacted bytes survives in the WAL)."""
+    def checkpoint_after_redaction(self) -> bool:
+        """Copy the WAL into the database file and truncate it, so no old page image holding
+        redacted bytes survives in the WAL. Returns False (and stays pending, to be retried after
+        the next batch) if a reader kept the checkpoint from completing."""
+        try:
+            self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        except apsw.BusyError:
+            _LOGGER.warning("redaction checkpoint blocked by a reader; retrying after the next write")
+            return False
         self.redactions_pending_checkpoint = False
-        return self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        return True
 
     # -- reading (any thread) -----------------------------------------------------------------
 
