@@ -214,7 +214,7 @@ class Service:
         if start not in ("tip", "beginning", "cursor"):
             raise ValidationError("start must be 'tip', 'beginning' or 'cursor'", field="start")
         agent = clean_optional("agent", args.get("agent"))
-        pid = args.get("pid") if isinstance(args.get("pid"), int) and not isinstance(args.get("pid"), bool) else None
+        pid = args.get("pid") if type(args.get("pid")) is int else None  # shown by `who`; optional
         if start == "cursor":
             if not query.since_event_id:
                 raise ValidationError("since_event_id is required when start is 'cursor'", field="since_event_id")

@@ -12,9 +12,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
+
+from palace_proto.errors import ProtocolError
+from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 
 PYTHON = sys.executable
+# Why 10 s: every reply in these tests comes in milliseconds; the timeout only bounds a hang.
+IO_TIMEOUT_S = 10.0
 # Why 15 s: a daemon starts in well under a second; a slow shared CI machine gets ample margin.
 START_TIMEOUT_S = 15.0
 
@@ -124,3 +129,108 @@ def append_event(ctl: Any, **fields: Any) -> dict[str, Any]:
     result = ctl(*args)
     assert result.returncode == 0, result
     return result.json()
+
+
+class PeerClosed(ConnectionResetError):
+    """The daemon closed the connection (EOF or reset)."""
+
+
+class RawClient:
+    """A byte-level client of the local API: frames in, frames out, nothing hidden."""
+
+    def __init__(self, path: Path, *, timeout: float = IO_TIMEOUT_S) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    self.sock.connect(str(path))
+                    break
+                except BlockingIOError:  # the listen backlog is full for a moment: retry, as a client would
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.buffer = FrameBuffer(1 << 40)
+        self.next_id = 1
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_bytes(self, data: bytes) -> bool:
+        """Send raw bytes; False if the daemon had already closed the connection."""
+        try:
+            self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        return True
+
+    def send_message(self, message: Any) -> None:
+        self.sock.sendall(encode_frame(message, max_frame_bytes=1 << 40))
+
+    def recv_message(self, timeout: float | None = IO_TIMEOUT_S) -> Any:
+        """The next decoded frame. Raises PeerClosed on EOF, TimeoutError if nothing arrives."""
+        while True:
+            message = self.buffer.next_frame()
+            if message is not NEED_DATA:
+                return message
+            self.sock.settimeout(timeout)
+            try:
+                data = self.sock.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            if not data:
+                raise PeerClosed()
+            self.buffer.feed(data)
+
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        rid = self.next_id
+        self.next_id += 1
+        self.send_message({"id": rid, "op": op, "args": args})
+        reply = self.recv_message()
+        assert isinstance(reply, dict) and reply.get("id") == rid, reply
+        return reply
+
+    def call(self, op: str, **args: Any) -> Any:
+        reply = self.request(op, **args)
+        assert reply["ok"] is True, reply
+        return reply["result"]
+
+    def hello(self) -> dict[str, Any]:
+        return self.call("hello", version=1)
+
+    def expect_closed(self, timeout: float = IO_TIMEOUT_S) -> None:
+        """The daemon closes the connection (without sending anything more) within ``timeout``."""
+        try:
+            message = self.recv_message(timeout)
+        except PeerClosed:
+            return
+        except TimeoutError:
+            raise AssertionError(f"connection still open after {timeout}s") from None
+        raise AssertionError(f"expected the connection to close, got {message!r}")
+
+    def drain_until_closed(self, timeout: float = IO_TIMEOUT_S) -> list[Any]:
+        """Every frame the daemon sends until it closes the connection."""
+        frames = []
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"connection still open after {timeout}s; got {frames!r}")
+            try:
+                frames.append(self.recv_message(remaining))
+            except PeerClosed:
+                return frames
+            except ProtocolError:  # EOF in the middle of a reply frame: the daemon never does that
+                raise AssertionError(f"daemon sent a truncated frame after {frames!r}") from None
+            except TimeoutError:
+                continue

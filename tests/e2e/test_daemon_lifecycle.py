@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import apsw
 import pytest
@@ -27,10 +27,10 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 from palace_proto import __version__
-from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
+from palace_proto.framing import encode_frame
 from palace_proto.ids import fingerprint_is_valid
 
-from tests.helpers import PYTHON, START_TIMEOUT_S, run_ctl
+from tests.helpers import PYTHON, START_TIMEOUT_S, RawClient, run_ctl
 
 FINGERPRINT_RE = re.compile(r"^[A-Z2-7]{7}(-[A-Z2-7]{7}){7}$")
 # Why 30 s: a failing palaced exits in well under a second; this only bounds a hang.
@@ -107,43 +107,9 @@ def terminate(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> int:
     return proc.returncode
 
 
-class Raw:
-    """A minimal raw-socket client: hello once, then request/reply on one connection."""
-
-    def __init__(self, path: Path, timeout: float = 10.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.connect(str(path))
-        except BaseException:
-            self.sock.close()
-            raise
-        self.buffer = FrameBuffer(1 << 40)
-        self.next_id = 1
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
-
-    def request(self, op: str, **args: Any) -> dict[str, Any]:
-        rid, self.next_id = self.next_id, self.next_id + 1
-        self.sock.sendall(encode_frame({"id": rid, "op": op, "args": args}))
-        while True:
-            message = self.buffer.next_frame()
-            if message is not NEED_DATA:
-                assert message.get("id") == rid, message
-                return message
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionResetError("palaced closed the connection")
-            self.buffer.feed(data)
-
-
 def read_all_events(home: Path) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    with Raw(home / "palaced.sock") as client:
+    with RawClient(home / "palaced.sock") as client:
         assert client.request("hello", version=1)["ok"]
         cursor = None
         while True:
@@ -257,7 +223,7 @@ def test_stale_socket_from_a_killed_daemon_is_cleaned_up(daemon_factory, home):
 def test_signal_stops_cleanly(daemon, sig):
     append(daemon.home, "x")
     # An idle greeted connection and a live watcher must not hold the shutdown up.
-    with Raw(daemon.socket_path) as idle, Raw(daemon.socket_path) as watcher:
+    with RawClient(daemon.socket_path) as idle, RawClient(daemon.socket_path) as watcher:
         assert idle.request("hello", version=1)["ok"]
         assert watcher.request("hello", version=1)["ok"]
         watcher.sock.sendall(encode_frame({"id": 9, "op": "subscribe", "args": {"agent": "w"}}))
@@ -274,7 +240,7 @@ def test_signal_stops_cleanly(daemon, sig):
 def _appender(path: Path, worker: int, acked: list[dict[str, Any]], refused: list[dict[str, Any]],
               stop: threading.Event, padding: int = 0) -> None:
     try:
-        with Raw(path) as client:
+        with RawClient(path) as client:
             client.request("hello", version=1)
             i = 0
             while not stop.is_set():

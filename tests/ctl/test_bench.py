@@ -1,0 +1,30 @@
+"""`palacectl bench --quick` runs end to end against its own temporary daemon and reports every
+figure the README quotes (the figures themselves are measured with the full run, not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIGURES = ["append_1_client_per_s", "append_16_clients_per_s", "wake_p50_ms", "wake_p99_ms", "list_p50_ms",
+           "list_p99_ms", "rss_100_watchers_mb", "cli_list_process_ms", "durable_append_p50_ms"]
+
+
+@pytest.mark.slow
+def test_quick_bench_reports_every_figure_and_cleans_up(tmp_path):
+    before = {p.name for p in Path("/tmp").glob("palbench*")}
+    proc = subprocess.run([sys.executable, "-m", "palacectl", "bench", "--quick", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["quick"] is True and result["list_log_events"] == 20_000
+    for name in FIGURES:
+        assert result[name] > 0, name
+    assert result["wake_p50_ms"] <= result["wake_p99_ms"]
+    assert set(result["targets"]) >= {"append_1_client_per_s", "wake_p50_ms", "list_p50_ms", "rss_100_watchers_mb"}
+    after = {p.name for p in Path("/tmp").glob("palbench*")}
+    assert after <= before, "the temporary daemon's home was left behind"
