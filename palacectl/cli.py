@@ -17,8 +17,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from palace_proto.errors import ApiError, ProtocolError, ValidationError
-from palace_proto.validation import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
-from palace_proto.validation import parse_json_object
+from palace_proto.validation import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS, parse_json_object
 
 from . import output
 from .client import Client, DaemonUnreachable, home_from

@@ -172,7 +172,7 @@ class Store:
         )
         done = {v for (v,) in conn.execute("SELECT version FROM _migrations")}
         schema_dir = resources.files("palaced.store") / "schema"
-        scripts = sorted((p.name for p in schema_dir.iterdir() if p.name.endswith(".sql")))
+        scripts = sorted(p.name for p in schema_dir.iterdir() if p.name.endswith(".sql"))
         for name in scripts:
             version = int(name.split("-", 1)[0])
             if version in done:
