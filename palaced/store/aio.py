@@ -66,7 +66,10 @@ class AsyncStore:
         """
         pending = _Pending(job)
         try:
-            await self._send.send(pending)
+            try:
+                self._send.send_nowait(pending)
+            except trio.WouldBlock:
+                await self._send.send(pending)
         except trio.ClosedResourceError:
             raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
         # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
