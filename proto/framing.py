@@ -92,6 +92,11 @@ class FrameBuffer:
     def buffered(self) -> int:
         return len(self._buf)
 
+    @property
+    def eof(self) -> bool:
+        """True once ``feed(b"")`` reported that the other side closed."""
+        return self._eof
+
     def next_frame(self) -> Any:
         """Return the next decoded message, or ``NEED_DATA``.
 

@@ -1,0 +1,236 @@
+"""Peer protocol messages (daemon ↔ daemon) and their wire codec.
+
+Owns: the nouns two replicas exchange — ``Hello``, ``Vector``, ``Want``, ``Events``, ``Goodbye``
+— and the strict ``to_wire`` / ``from_wire`` translation (Syncthing's *FromWire + consistency
+checks). Every message is a msgpack map with a type tag ``"t"``; a message whose tag we do not
+know is skipped (``from_wire`` returns None) so newer peers can add messages; an unknown protocol
+*version* fails the hello with ``VersionMismatch``. Malformed known messages raise
+``RemoteProtocolError`` before anything reaches the store. Pure: no IO, no clock.
+
+This is the first piece of the replication issue; the state machine that orders these messages
+lives in ``session.py`` and the planning/verification rules in ``sync.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final, final
+
+from .envelope import SignedEvent
+from .errors import RemoteProtocolError, VersionMismatch
+
+__all__ = [
+    "PEER_PROTOCOL_VERSION",
+    "ROLES",
+    "Events",
+    "Goodbye",
+    "Hello",
+    "PeerMessage",
+    "Vector",
+    "VectorEntry",
+    "Want",
+    "event_from_wire",
+    "event_to_wire",
+    "from_wire",
+    "to_wire",
+]
+
+PEER_PROTOCOL_VERSION: Final = 1
+ROLES: Final = frozenset({"member", "observer"})
+# Why 4096: a vector entry is ~80 bytes, so a vector stays far below any frame limit, and no
+# honest palace has thousands of origins (one per database ever created).
+MAX_VECTOR_ENTRIES: Final = 4096
+# Why 1000: replication batches are bounded by count (and by bytes, see sync.batch_events) so a
+# catch-up never becomes one giant message that freezes the receiver (p2p-lessons complaint 9).
+MAX_EVENTS_PER_MESSAGE: Final = 1000
+
+_EVENT_STR_FIELDS: Final = ("origin", "created_at", "type", "stream", "room", "from_agent", "metadata_json")
+_EVENT_OPT_FIELDS: Final = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "status", "ack_of")
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hello:
+    """First message each way: who I am and which palace I belong to."""
+
+    version: int
+    palace_id: str
+    peer_id: str
+    name: str
+    role: str
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class VectorEntry:
+    """What a replica holds of one origin: the highest contiguous origin_seq and that event's hash."""
+
+    origin: str
+    max_seq: int
+    head_hash: bytes
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Vector:
+    """A replica's version vector (sent on connect and again on the anti-entropy timer)."""
+
+    entries: tuple[VectorEntry, ...]
+
+    def as_map(self) -> dict[str, VectorEntry]:
+        return {e.origin: e for e in self.entries}
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Want:
+    """Pull request: events of ``origin`` after ``after_seq``, in origin_seq order."""
+
+    origin: str
+    after_seq: int
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Events:
+    """A bounded batch of signed events (one origin or several, each origin in seq order)."""
+
+    events: tuple[SignedEvent, ...]
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Goodbye:
+    """Closing the session on purpose, with a stable code (errors.ProtocolError codes)."""
+
+    code: str
+    reason: str
+
+
+PeerMessage = Hello | Vector | Want | Events | Goodbye
+
+
+def _str(d: Mapping[str, Any], key: str, *, max_len: int = 256, optional: bool = False) -> Any:
+    value = d.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > max_len:
+        raise RemoteProtocolError(f"peer message field {key!r} must be a string of at most {max_len} characters")
+    return value
+
+
+def _int(d: Mapping[str, Any], key: str) -> int:
+    value = d.get(key)
+    if type(value) is not int or value < 0:
+        raise RemoteProtocolError(f"peer message field {key!r} must be a non-negative integer")
+    return value
+
+
+def _bytes(d: Mapping[str, Any], key: str, size: int) -> bytes:
+    value = d.get(key)
+    if not isinstance(value, bytes) or len(value) != size:
+        raise RemoteProtocolError(f"peer message field {key!r} must be {size} bytes")
+    return value
+
+
+def event_to_wire(event: SignedEvent, *, with_body: bool = True) -> dict[str, Any]:
+    """A signed event as sent to peers; ``with_body=False`` (or a redacted event) omits the body."""
+    wire: dict[str, Any] = {f.name: getattr(event, f.name) for f in dataclasses.fields(SignedEvent)}
+    wire["artifact_ids"] = list(event.artifact_ids)
+    if not with_body or event.body is None:
+        wire["body"] = None
+    return wire
+
+
+def event_from_wire(d: Any) -> SignedEvent:
+    """Rebuild a signed event; shape and types are checked here, signatures by sync.verify_incoming."""
+    if not isinstance(d, Mapping):
+        raise RemoteProtocolError("an event must be a map")
+    fields: dict[str, Any] = {}
+    for key in _EVENT_STR_FIELDS:
+        fields[key] = _str(d, key, max_len=65_536 if key == "metadata_json" else 256)
+    for key in _EVENT_OPT_FIELDS:
+        fields[key] = _str(d, key, optional=True)
+    fields["origin_seq"] = _int(d, "origin_seq")
+    if fields["origin_seq"] < 1:
+        raise RemoteProtocolError("peer message field 'origin_seq' must be at least 1")
+    fields["prev_hash"] = _bytes(d, "prev_hash", 32)
+    fields["body_sha256"] = _bytes(d, "body_sha256", 32)
+    fields["event_hash"] = _bytes(d, "event_hash", 32)
+    fields["signature"] = _bytes(d, "signature", 64)
+    artifact_ids = d.get("artifact_ids")
+    if not isinstance(artifact_ids, list) or not all(isinstance(a, str) and len(a) <= 256 for a in artifact_ids):
+        raise RemoteProtocolError("peer message field 'artifact_ids' must be a list of strings")
+    fields["artifact_ids"] = tuple(artifact_ids)
+    body = d.get("body")
+    if body is not None and not isinstance(body, str):
+        raise RemoteProtocolError("peer message field 'body' must be a string or nil")
+    fields["body"] = body
+    return SignedEvent(**fields)
+
+
+def to_wire(message: PeerMessage) -> dict[str, Any]:
+    """Encode a message as the map that goes into one frame."""
+    if isinstance(message, Hello):
+        return {"t": "hello", "version": message.version, "palace_id": message.palace_id,
+                "peer_id": message.peer_id, "name": message.name, "role": message.role}
+    if isinstance(message, Vector):
+        return {"t": "vector", "entries": [[e.origin, e.max_seq, e.head_hash] for e in message.entries]}
+    if isinstance(message, Want):
+        return {"t": "want", "origin": message.origin, "after_seq": message.after_seq}
+    if isinstance(message, Events):
+        return {"t": "events", "events": [event_to_wire(e) for e in message.events]}
+    if isinstance(message, Goodbye):
+        return {"t": "goodbye", "code": message.code, "reason": message.reason}
+    raise TypeError(f"not a peer message: {message!r}")
+
+
+def from_wire(d: Any) -> PeerMessage | None:
+    """Decode a frame's map. Returns None for a message type we do not know (skip it).
+
+    Raises:
+        RemoteProtocolError: a known message with a wrong shape.
+        VersionMismatch: a hello for another protocol version.
+    """
+    if not isinstance(d, Mapping) or not isinstance(d.get("t"), str):
+        raise RemoteProtocolError("a peer message must be a map with a string type tag 't'")
+    tag = d["t"]
+    if tag == "hello":
+        version = d.get("version")
+        if type(version) is not int:
+            raise RemoteProtocolError("hello 'version' must be an integer")
+        if version != PEER_PROTOCOL_VERSION:
+            raise VersionMismatch(
+                f"peer speaks protocol version {version}, we speak {PEER_PROTOCOL_VERSION}; "
+                "upgrade both daemons to the same release"
+            )
+        role = _str(d, "role")
+        if role not in ROLES:
+            raise RemoteProtocolError(f"hello 'role' must be one of {sorted(ROLES)}")
+        return Hello(version=version, palace_id=_str(d, "palace_id"), peer_id=_str(d, "peer_id"),
+                     name=_str(d, "name"), role=role)
+    if tag == "vector":
+        raw = d.get("entries")
+        if not isinstance(raw, list) or len(raw) > MAX_VECTOR_ENTRIES:
+            raise RemoteProtocolError(f"vector 'entries' must be a list of at most {MAX_VECTOR_ENTRIES} entries")
+        entries = []
+        for item in raw:
+            if not (isinstance(item, list) and len(item) == 3):
+                raise RemoteProtocolError("a vector entry must be [origin, max_seq, head_hash]")
+            origin, max_seq, head = item
+            entry = {"origin": origin, "max_seq": max_seq, "head_hash": head}
+            entries.append(VectorEntry(_str(entry, "origin"), _int(entry, "max_seq"), _bytes(entry, "head_hash", 32)))
+        if len({e.origin for e in entries}) != len(entries):
+            raise RemoteProtocolError("a vector names an origin twice")
+        return Vector(tuple(entries))
+    if tag == "want":
+        return Want(origin=_str(d, "origin"), after_seq=_int(d, "after_seq"))
+    if tag == "events":
+        raw = d.get("events")
+        if not isinstance(raw, list) or len(raw) > MAX_EVENTS_PER_MESSAGE:
+            raise RemoteProtocolError(f"'events' must be a list of at most {MAX_EVENTS_PER_MESSAGE} events")
+        return Events(tuple(event_from_wire(e) for e in raw))
+    if tag == "goodbye":
+        return Goodbye(code=_str(d, "code"), reason=_str(d, "reason", max_len=4096))
+    return None

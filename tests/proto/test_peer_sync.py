@@ -1,0 +1,239 @@
+"""The peer protocol core: message codec, replication rules, and the session state machine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from palace_proto.envelope import GENESIS_HASH, seal_event
+from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
+from palace_proto.framing import NEED_DATA, encode_frame
+from palace_proto.peer import (
+    PEER_PROTOCOL_VERSION, Events, Goodbye, Hello, Vector, VectorEntry, Want, event_from_wire, event_to_wire,
+    from_wire, to_wire,
+)
+from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
+from palace_proto.sync import OriginHead, Verdict, batch_events, classify, plan_wants, vector_forks, verify_incoming
+
+KEY = Ed25519PrivateKey.generate()
+PUB = KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def chain(n, origin="ori_a", body="b"):
+    events, prev = [], GENESIS_HASH
+    for seq in range(1, n + 1):
+        ev = seal_event(KEY, origin=origin, origin_seq=seq, prev_hash=prev, created_at="2026-11-30T01:02:03.000004Z",
+                        type="note", stream="s", room="r", from_agent="a", body=f"{body}{seq}")
+        events.append(ev)
+        prev = ev.event_hash
+    return events
+
+
+def hello(peer="peer-a", palace="pal_1"):
+    return Hello(version=PEER_PROTOCOL_VERSION, palace_id=palace, peer_id=peer, name=peer, role="member")
+
+
+# -- codec ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message", [
+    hello(),
+    Vector((VectorEntry("ori_a", 3, b"\x01" * 32), VectorEntry("ori_b", 0, GENESIS_HASH))),
+    Want("ori_a", 7),
+    Events(tuple(chain(3))),
+    Goodbye("bad_request", "bye"),
+])
+def test_messages_round_trip(message):
+    assert from_wire(to_wire(message)) == message
+
+
+def test_events_travel_without_body_and_still_verify():
+    """Redaction on the wire: the body can be stripped and the signature still holds."""
+    (ev,) = chain(1)
+    stripped = event_from_wire(event_to_wire(ev, with_body=False))
+    assert stripped.body is None
+    verify_incoming(stripped, PUB)
+
+
+def test_unknown_message_types_are_skipped():
+    assert from_wire({"t": "from-the-future", "x": 1}) is None
+
+
+def test_other_protocol_version_is_a_version_mismatch():
+    with pytest.raises(VersionMismatch):
+        from_wire({**to_wire(hello()), "version": PEER_PROTOCOL_VERSION + 1})
+
+
+@pytest.mark.parametrize("bad", [
+    {"t": "want", "origin": "o", "after_seq": -1},
+    {"t": "want", "origin": "o", "after_seq": True},
+    {"t": "vector", "entries": [["o", 1, b"short"]]},
+    {"t": "vector", "entries": [["o", 1, b"\0" * 32], ["o", 2, b"\0" * 32]]},
+    {"t": "events", "events": [{"origin": "o"}]},
+    {"t": "hello", "version": 1, "palace_id": "p", "peer_id": "x", "name": "n", "role": "admin"},
+    {"t": 5},
+    [1, 2],
+])
+def test_malformed_known_messages_are_remote_errors(bad):
+    with pytest.raises(RemoteProtocolError):
+        from_wire(bad)
+
+
+# -- replication rules ---------------------------------------------------------------------------
+
+
+def test_plan_wants_asks_only_where_the_peer_is_ahead():
+    local = {"a": OriginHead(5, b"x" * 32), "b": OriginHead(9, b"y" * 32)}
+    remote = Vector((VectorEntry("a", 7, b"z" * 32), VectorEntry("b", 9, b"y" * 32), VectorEntry("c", 2, b"w" * 32)))
+    assert plan_wants(local, remote) == [Want("a", 5), Want("c", 0)]
+
+
+def test_vector_forks_compare_hashes_at_the_same_seq():
+    events = chain(4)
+    local = {"ori_a": OriginHead(4, events[3].event_hash)}
+    by_seq = {e.origin_seq: e.event_hash for e in events}
+    same = Vector((VectorEntry("ori_a", 2, events[1].event_hash),))
+    forked = Vector((VectorEntry("ori_a", 2, b"\x09" * 32),))
+    ahead = Vector((VectorEntry("ori_a", 9, b"\x09" * 32),))
+    hash_at = lambda origin, seq: by_seq.get(seq)  # noqa: E731
+    assert vector_forks(local, same, hash_at) == []
+    assert vector_forks(local, forked, hash_at) == ["ori_a"]
+    assert vector_forks(local, ahead, hash_at) == []
+
+
+def test_classify_apply_duplicate_gap_fork():
+    events = chain(3)
+    other = chain(3, body="other")  # same origin and seqs, different content: a fork
+    head1 = OriginHead(1, events[0].event_hash)
+    assert classify(events[0], None) is Verdict.APPLY
+    assert classify(events[1], None) is Verdict.GAP
+    assert classify(events[1], head1) is Verdict.APPLY
+    assert classify(events[2], head1) is Verdict.GAP
+    assert classify(events[0], head1, stored_hash=events[0].event_hash) is Verdict.DUPLICATE
+    assert classify(other[0], head1, stored_hash=events[0].event_hash) is Verdict.FORK
+    assert classify(other[1], head1) is Verdict.FORK  # next seq, but it chains to another history
+
+
+def test_verify_incoming_reports_every_failure_as_signature_error():
+    (ev,) = chain(1)
+    with pytest.raises(SignatureError):
+        verify_incoming(dataclasses.replace(ev, stream="tampered"), PUB)
+    with pytest.raises(SignatureError):
+        verify_incoming(ev, b"short key")
+    other = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    with pytest.raises(SignatureError):
+        verify_incoming(ev, other)
+
+
+def test_batches_are_bounded_by_count_and_bytes():
+    events = chain(10)
+    assert [len(b) for b in batch_events(events, lambda e: 100, max_count=4, max_bytes=10_000)] == [4, 4, 2]
+    assert [len(b) for b in batch_events(events, lambda e: 100, max_count=100, max_bytes=250)] == [2] * 5
+    assert [len(b) for b in batch_events(events[:2], lambda e: 10_000, max_count=100, max_bytes=250)] == [1, 1]
+    assert batch_events([], lambda e: 1) == []
+
+
+# -- the session state machine -------------------------------------------------------------------
+
+
+def pair():
+    return PeerSession(hello("peer-a")), PeerSession(hello("peer-b"))
+
+
+def deliver(src_bytes, dst):
+    dst.receive_data(src_bytes)
+    out = []
+    while (ev := dst.next_event()) is not NEED_DATA:
+        out.append(ev)
+    return out
+
+
+def test_handshake_vectors_then_wants_and_events_both_ways():
+    a, b = pair()
+    assert deliver(a.send(a.our_hello), b) == [a.our_hello]
+    assert deliver(b.send(b.our_hello), a) == [b.our_hello]
+    assert a.state is b.state is SessionState.SYNCING
+    va = Vector((VectorEntry("ori_a", 3, b"\x01" * 32),))
+    vb = Vector(())
+    assert deliver(a.send(va, now=100.0), b) == [va]
+    assert deliver(b.send(vb, now=100.0), a) == [vb]
+    assert a.get_timer() == 100.0 + ANTI_ENTROPY_S
+    want = Want("ori_a", 0)
+    assert deliver(b.send(want), a) == [want]
+    batch = Events(tuple(chain(3)))
+    assert deliver(a.send(batch), b) == [batch]
+    assert repr(a).startswith("<PeerSession peer-b SYNCING")
+
+
+def test_frames_split_at_every_byte_still_decode():
+    a, b = pair()
+    data = a.send(a.our_hello)
+    for byte in data:
+        b.receive_data(bytes([byte]))
+    assert b.next_event() == a.our_hello
+
+
+def test_local_misuse_raises_and_leaves_state_unchanged():
+    a, _ = pair()
+    with pytest.raises(LocalProtocolError):
+        a.send(Vector(()))  # before our hello
+    assert a.state is SessionState.HANDSHAKE
+    a.send(a.our_hello)
+    with pytest.raises(LocalProtocolError):
+        a.send(a.our_hello)
+    with pytest.raises(LocalProtocolError):
+        a.send(Want("o", 0))  # before the vectors
+    assert a.state is SessionState.HANDSHAKE
+
+
+@pytest.mark.parametrize("first", [Vector(()), Want("o", 0), Goodbye("x", "y")])
+def test_anything_before_the_peer_hello_is_a_remote_error(first):
+    _, b = pair()
+    b.receive_data(encode_frame(to_wire(first)))
+    with pytest.raises(RemoteProtocolError):
+        b.next_event()
+    assert b.state is SessionState.ERROR
+    with pytest.raises(LocalProtocolError):
+        b.send(b.our_hello)
+
+
+def test_other_palace_and_self_connections_are_refused():
+    a = PeerSession(hello("peer-a", palace="pal_1"))
+    a.receive_data(encode_frame(to_wire(hello("peer-x", palace="pal_2"))))
+    with pytest.raises(RemoteProtocolError, match="another palace"):
+        a.next_event()
+    a2 = PeerSession(hello("peer-a"))
+    a2.receive_data(encode_frame(to_wire(hello("peer-a"))))
+    with pytest.raises(RemoteProtocolError, match="ourselves"):
+        a2.next_event()
+
+
+def test_events_before_the_peer_vector_are_refused():
+    a, b = pair()
+    deliver(a.send(a.our_hello), b)
+    deliver(b.send(b.our_hello), a)
+    b.receive_data(encode_frame(to_wire(Events(tuple(chain(1))))))
+    with pytest.raises(RemoteProtocolError, match="before the peer's vector"):
+        b.next_event()
+
+
+def test_goodbye_and_eof_close_the_session():
+    a, b = pair()
+    deliver(a.send(a.our_hello), b)
+    bye = Goodbye("shutting_down", "palaced is stopping")
+    deliver(a.send(bye), b)
+    assert a.state is SessionState.CLOSED and b.state is SessionState.CLOSED
+    b.receive_data(b"")
+    assert b.next_event() == ConnectionClosed(bye)
+    with pytest.raises(LocalProtocolError):
+        a.send(Vector(()))
+
+
+def test_unknown_messages_are_skipped_in_a_live_session():
+    a, b = pair()
+    deliver(a.send(a.our_hello), b)
+    b.receive_data(encode_frame({"t": "something-new"}) + a.send(Vector(())))
+    assert b.next_event() == Vector(())
