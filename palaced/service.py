@@ -311,7 +311,7 @@ class Service:
                 self.limits,
             )
             event = ctx.append(req)
-            ctx.redact(target["id"])
+            ctx.redact(target["id"], event["id"])
             return event
 
         event = await self.astore.write(job)

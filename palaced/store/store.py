@@ -17,6 +17,7 @@ are raised as ``StoreError``. Anything else is a bug and propagates.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -30,15 +31,18 @@ from pathlib import Path
 from typing import Any, Final
 
 import apsw
+import msgpack
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, preview_event, seal_event
-from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.peer import event_to_wire
+from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
+from palace_proto.errors import ApiError, NotFound, SignatureError, ValidationError
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256, origin_id_from_random
 from palace_proto.validation import AppendRequest, Limits, ListQuery
 
-__all__ = ["DB_FILENAME", "Store", "StoreError", "WriteBatchResult", "utc_now"]
+__all__ = ["DB_FILENAME", "ApplyReport", "Store", "StoreError", "WriteBatchResult", "utc_now"]
 
 DB_FILENAME: Final = "palace.sqlite3"
 _LOGGER: Final = logging.getLogger("palaced.store")
@@ -77,6 +81,18 @@ def _row_to_public(row: Sequence[Any]) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
+class ApplyReport:
+    """What happened to a batch of events from a peer."""
+
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[SignedEvent] = field(default_factory=list)
+    gaps: list[SignedEvent] = field(default_factory=list)
+    forks: list[SignedEvent] = field(default_factory=list)
+    rejected: list[SignedEvent] = field(default_factory=list)
+    missing_artifacts: list[SignedEvent] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class WriteBatchResult:
     """Outcome of one write batch: per-job results (value or exception) and the new events."""
 
@@ -106,8 +122,14 @@ class WriteContext:
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         return self._store._get_event(self.conn, event_id)
 
-    def redact(self, event_id: str) -> None:
-        self._store._redact_locked(event_id)
+    def redact(self, event_id: str, redact_event_id: str) -> None:
+        self._store._redact_locked(event_id, redact_event_id)
+
+    def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str], bytes | None],
+                     source: str | None = None) -> ApplyReport:
+        report = self._store._apply_remote_locked(events, key_for, source)
+        self.new_events.extend(report.applied)
+        return report
 
 
 class Store:
@@ -326,12 +348,112 @@ class Store:
         assert record is not None
         return record
 
-    def _redact_locked(self, event_id: str) -> None:
+    def _redact_locked(self, event_id: str, redact_event_id: str) -> None:
+        self._conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
         changed = self._conn.execute(
             "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)
         ).fetchall()
         if changed:
             self.redactions_pending_checkpoint = True
+
+    def _head(self, origin: str) -> OriginHead | None:
+        row = self._conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
+        return OriginHead(row[0], bytes(row[1])) if row and row[0] > 0 else None
+
+    def _apply_remote_locked(self, events: Sequence[SignedEvent], key_for: Callable[[str], bytes | None],
+                             source: str | None) -> ApplyReport:
+        """Verify and store events from a peer, in the order given (each origin in seq order).
+
+        Every event is checked against its origin's key and chain before it is stored; duplicates
+        are ignored (idempotent), gaps wait for the missing events, forks are recorded and never
+        applied, events of our own origin are never accepted from outside (they can only be
+        echoes or forgeries). Applied events get a new local ``seq`` in arrival order.
+        """
+        report = ApplyReport()
+        conn = self._conn
+        heads: dict[str, OriginHead | None] = {}
+        for event in events:
+            own = event.origin == self.origin_id
+            key = self.public_key if own else key_for(event.origin)
+            if key is None:
+                report.rejected.append(event)
+                continue
+            try:
+                verify_incoming(event, key)
+            except SignatureError:
+                report.rejected.append(event)
+                continue
+            if own:
+                # Only we write our origin: a validly signed event we did not write means our key
+                # and origin run somewhere else too (a copied home or a restored backup) — a fork.
+                stored = self._stored_hash(event.origin, event.origin_seq)
+                if stored == event.event_hash:
+                    report.duplicates.append(event)
+                else:
+                    self._record_fork(event, stored, source)
+                    report.forks.append(event)
+                continue
+            if event.origin not in heads:
+                heads[event.origin] = self._head(event.origin)
+            head = heads[event.origin]
+            stored = self._stored_hash(event.origin, event.origin_seq) if head and event.origin_seq <= head.max_seq else None
+            verdict = classify(event, head, stored)
+            if verdict is Verdict.DUPLICATE:
+                report.duplicates.append(event)
+            elif verdict is Verdict.GAP:
+                report.gaps.append(event)
+            elif verdict is Verdict.FORK:
+                self._record_fork(event, stored if stored is not None else (head.head_hash if head else None), source)
+                report.forks.append(event)
+            else:
+                missing = [a for a in event.artifact_ids
+                           if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (a,)).fetchone() is None]
+                if missing:
+                    report.missing_artifacts.append(event)
+                    heads[event.origin] = head  # unchanged: later events of this origin now gap
+                    continue
+                if conn.execute("SELECT 1 FROM redactions WHERE target_id=?", (event.id,)).fetchone():
+                    event = dataclasses.replace(event, body=None)  # redacted elsewhere first: never store the body
+                conn.execute("INSERT OR IGNORE INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
+                             (event.origin, key, GENESIS_HASH))
+                local_seq = self._insert_event(event)
+                conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
+                             (event.origin_seq, event.event_hash, event.origin))
+                heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
+                if event.type == "event.redact":
+                    target = json.loads(event.metadata_json).get("redacts")
+                    if isinstance(target, str):
+                        self._redact_locked(target, event.id)
+                report.applied.append(event.to_public(local_seq))
+        return report
+
+    def _record_fork(self, event: SignedEvent, kept_hash: bytes | None, source: str | None) -> None:
+        _LOGGER.error("fork: origin %s seq %d has two different events (kept %s, rejected %s from %s)",
+                      event.origin, event.origin_seq, kept_hash.hex()[:16] if kept_hash else "-",
+                      event.event_hash.hex()[:16], source or "?")
+        self._conn.execute(
+            "INSERT OR IGNORE INTO forks VALUES (?,?,?,?,?,?,?)",
+            (event.origin, event.origin_seq, kept_hash, event.event_hash,
+             msgpack.packb(event_to_wire(event), use_bin_type=True), utc_now(), source),
+        )
+
+    def _stored_hash(self, origin: str, origin_seq: int) -> bytes | None:
+        row = self._conn.execute(
+            "SELECT event_hash FROM events WHERE origin=? AND origin_seq=?", (origin, origin_seq)
+        ).fetchone()
+        return bytes(row[0]) if row else None
+
+    def forks(self) -> list[dict[str, Any]]:
+        rows = self._reader().execute(
+            "SELECT origin, origin_seq, kept_hash, rejected_hash, detected_at, source FROM forks ORDER BY detected_at"
+        ).fetchall()
+        return [{"origin": r[0], "origin_seq": r[1], "kept_hash": bytes(r[2]).hex() if r[2] else None,
+                 "rejected_hash": bytes(r[3]).hex(), "detected_at": r[4], "source": r[5]} for r in rows]
+
+    def heads(self) -> dict[str, OriginHead]:
+        """Our version vector with head hashes (what a Vector message carries)."""
+        return {o: OriginHead(m, bytes(h)) for o, m, h in
+                self._reader().execute("SELECT origin, max_seq, head_hash FROM origins WHERE max_seq > 0")}
 
     def checkpoint_after_redaction(self) -> bool:
         """Copy the WAL into the database file and truncate it, so no old page image holding

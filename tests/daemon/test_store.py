@@ -134,7 +134,7 @@ def test_artifacts_are_content_addressed(store):
 def test_redaction_drops_body_bytes_but_keeps_the_signature_valid(tmp_path, store):
     secret = "SECRET-5d0c3b7a9e"
     event = append(store, body=f"token {secret}")
-    store.write_batch([lambda ctx: ctx.redact(event["id"])])
+    store.write_batch([lambda ctx: ctx.redact(event["id"], "evt_test_redaction")])
     assert store.checkpoint_after_redaction()
     shown = store.get_event(event["id"])
     assert shown["body"] == "" and shown["body_redacted"] is True and len(shown["body_sha256"]) == 64

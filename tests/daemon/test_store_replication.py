@@ -1,0 +1,143 @@
+"""Applying events from peers: verified, idempotent, gap-aware, fork-refusing, redaction-preserving."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.envelope import seal_event, verify_chain_link, verify_event
+from palace_proto.validation import AppendRequest, Limits
+from palaced.store import Store
+
+LIMITS = Limits()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    a = Store(tmp_path / "a.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    b = Store(tmp_path / "b.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def append(store, **fields):
+    req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a", **fields}, LIMITS)
+    ok, value = store.write_batch([lambda ctx: ctx.append(req)]).outcomes[0]
+    assert ok, value
+    return value
+
+
+def keys_of(*stores):
+    table = {s.origin_id: s.public_key for s in stores}
+    return table.get
+
+
+def apply(store, events, key_for):
+    result = store.write_batch([lambda ctx: ctx.apply_remote(events, key_for, source="test")])
+    ok, report = result.outcomes[0]
+    assert ok, report
+    return report, result.events
+
+
+def test_events_replicate_with_new_local_seq_and_verify(pair):
+    a, b = pair
+    append(b, body="b's own event first")
+    for i in range(3):
+        append(a, body=f"a{i}")
+    events = a.signed_events_of_origin(a.origin_id, 0, 10)
+    report, published = apply(b, events, keys_of(a))
+    assert [e["body"] for e in report.applied] == ["a0", "a1", "a2"]
+    assert [e["seq"] for e in published] == [2, 3, 4]  # arrival order on b
+    assert b.version_vector() == {a.origin_id: 3, b.origin_id: 1}
+    assert b.heads()[a.origin_id].head_hash == events[-1].event_hash
+    replicated = b.signed_events_of_origin(a.origin_id, 0, 10)
+    previous = None
+    for ev in replicated:
+        verify_event(ev, a.public_key)
+        verify_chain_link(previous, ev)
+        previous = ev
+    assert [e.id for e in replicated] == [e.id for e in events]  # ids are the same on every replica
+
+
+def test_applying_twice_is_idempotent_and_gaps_wait(pair):
+    a, b = pair
+    for i in range(4):
+        append(a, body=f"a{i}")
+    events = a.signed_events_of_origin(a.origin_id, 0, 10)
+    report, _ = apply(b, [events[0], events[2]], keys_of(a))
+    assert len(report.applied) == 1 and report.gaps == [events[2]]
+    report, _ = apply(b, events, keys_of(a))
+    assert len(report.applied) == 3 and report.duplicates == [events[0]]
+    assert b.counts()["events"] == 4
+
+
+def test_a_fork_is_recorded_and_never_applied(pair, tmp_path):
+    a, b = pair
+    append(a, body="original")
+    (original,) = a.signed_events_of_origin(a.origin_id, 0, 10)
+    # The same origin and seq, different content, signed by the same key: a restored backup or a copied key.
+    forged = seal_event(a._key, origin=a.origin_id, origin_seq=1, prev_hash=original.prev_hash,
+                        created_at=original.created_at, type="note", stream="s", room="r", from_agent="a",
+                        body="alternative history")
+    apply(b, [original], keys_of(a))
+    report, _ = apply(b, [forged], keys_of(a))
+    assert report.forks == [forged] and not report.applied
+    assert b.get_event(original.id)["body"] == "original"
+    (fork,) = b.forks()
+    assert fork["origin"] == a.origin_id and fork["origin_seq"] == 1
+    assert fork["rejected_hash"] == forged.event_hash.hex() and fork["source"] == "test"
+
+
+def test_forged_unknown_and_own_origin_events_are_rejected(pair):
+    a, b = pair
+    append(a, body="x")
+    append(b, body="mine")
+    (event,) = a.signed_events_of_origin(a.origin_id, 0, 10)
+    tampered = dataclasses.replace(event, from_agent="impostor")
+    report, _ = apply(b, [tampered], keys_of(a))
+    assert report.rejected == [tampered]
+    report, _ = apply(b, [event], lambda origin: None)
+    assert report.rejected == [event]
+    (own,) = b.signed_events_of_origin(b.origin_id, 0, 10)
+    report, _ = apply(b, [own, dataclasses.replace(own, body="echo with another body")], keys_of(a, b))
+    assert report.duplicates == [own] and len(report.rejected) == 1  # the body no longer matches its hash
+    # A validly signed event of our own origin that we never wrote: our key runs elsewhere.
+    copy = seal_event(b._key, origin=b.origin_id, origin_seq=1, prev_hash=own.prev_hash, created_at=own.created_at,
+                      type="note", stream="s", room="r", from_agent="a", body="written by a copied home")
+    report, _ = apply(b, [copy], keys_of(a))
+    assert report.forks == [copy] and b.forks()[0]["origin"] == b.origin_id
+    assert b.counts()["events"] == 1
+
+
+def test_redaction_replicates_and_wins_over_a_late_original(pair, tmp_path):
+    a, b = pair
+    secret = append(a, body="token SECRET-0f9e8d")
+    ok, redact = a.write_batch([lambda ctx: (e := ctx.append(AppendRequest.from_wire(
+        {"type": "event.redact", "stream": "s", "room": "r", "from_agent": "a", "metadata": {"redacts": secret["id"]}},
+        LIMITS)), ctx.redact(secret["id"], e["id"]))[0]]).outcomes[0]
+    assert ok
+    events = a.signed_events_of_origin(a.origin_id, 0, 10)
+    assert events[0].body is None  # redacted at the source
+    # b receives the (still body-carrying) original from a slower peer after the redaction:
+    original_with_body = dataclasses.replace(events[0], body="token SECRET-0f9e8d")
+    report, _ = apply(b, [original_with_body, events[1]], keys_of(a))
+    assert len(report.applied) == 2
+    assert b.get_event(secret["id"])["body_redacted"] is True
+    b.checkpoint_after_redaction()
+    for path in tmp_path.glob("b.sqlite3*"):
+        assert b"SECRET-0f9e8d" not in path.read_bytes()
+
+
+def test_events_wait_for_their_artifacts(pair):
+    a, b = pair
+    ok, artifact = a.write_batch([lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"\x00bytes")]).outcomes[0]
+    append(a, body="with artifact", artifact_ids=[artifact["id"]])
+    events = a.signed_events_of_origin(a.origin_id, 0, 10)
+    report, _ = apply(b, events, keys_of(a))
+    assert report.missing_artifacts == events and not report.applied
+    b.write_batch([lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"\x00bytes")])
+    report, _ = apply(b, events, keys_of(a))
+    assert len(report.applied) == 1 and b.get_event(events[0].id)["artifact_ids"] == [artifact["id"]]
