@@ -443,6 +443,13 @@ class Store:
         ).fetchone()
         return bytes(row[0]) if row else None
 
+    def stored_hash(self, origin: str, origin_seq: int) -> bytes | None:
+        """Our event hash at (origin, origin_seq), read on the calling thread's reader connection."""
+        row = self._reader().execute(
+            "SELECT event_hash FROM events WHERE origin=? AND origin_seq=?", (origin, origin_seq)
+        ).fetchone()
+        return bytes(row[0]) if row else None
+
     def forks(self) -> list[dict[str, Any]]:
         rows = self._reader().execute(
             "SELECT origin, origin_seq, kept_hash, rejected_hash, detected_at, source FROM forks ORDER BY detected_at"
