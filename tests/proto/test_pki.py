@@ -1,0 +1,103 @@
+"""Palace CA, member certificates and invites (pure: time is passed in)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import ssl
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.ids import fingerprint, fingerprint_is_valid
+from palace_proto.pki import (
+    CertificateError, Invite, InviteError, enrolment_proof, issue_certificate, new_palace, palace_id_for,
+    verify_enrolment_proof, verify_member_certificate,
+)
+
+NOW = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)
+
+
+def raw(key):
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+@pytest.fixture(scope="module")
+def palace():
+    return new_palace("home lab", NOW)
+
+
+def test_member_certificate_round_trip(palace):
+    ca_key, ca_pem, palace_id = palace
+    assert palace_id == palace_id_for(raw(ca_key)) and palace_id.startswith("pal_")
+    member = Ed25519PrivateKey.generate()
+    pem = issue_certificate(ca_key, ca_pem, raw(member), role="observer", name="mac", now=NOW)
+    cert = verify_member_certificate(ca_pem, pem, NOW + datetime.timedelta(days=30))
+    assert cert.public_key == raw(member) and cert.role == "observer" and cert.name == "mac"
+    assert cert.peer_id == fingerprint(raw(member)) and fingerprint_is_valid(cert.peer_id)
+    assert cert.palace_id == palace_id
+
+
+def test_certificates_of_another_palace_or_expired_or_ca_are_refused(palace):
+    ca_key, ca_pem, _ = palace
+    other_key, other_pem, _ = new_palace("other", NOW)
+    member = raw(Ed25519PrivateKey.generate())
+    foreign = issue_certificate(other_key, other_pem, member, role="member", name="x", now=NOW)
+    with pytest.raises(CertificateError, match="not issued by this palace"):
+        verify_member_certificate(ca_pem, foreign, NOW)
+    short = issue_certificate(ca_key, ca_pem, member, role="member", name="x", now=NOW, days=1)
+    with pytest.raises(CertificateError, match="not valid now"):
+        verify_member_certificate(ca_pem, short, NOW + datetime.timedelta(days=2))
+    with pytest.raises(CertificateError, match="CA certificate"):
+        verify_member_certificate(ca_pem, ca_pem, NOW)
+    with pytest.raises(CertificateError):
+        verify_member_certificate(ca_pem, b"garbage", NOW)
+    with pytest.raises(CertificateError, match="role"):
+        issue_certificate(ca_key, ca_pem, member, role="admin", name="x", now=NOW)
+
+
+def test_member_certificates_work_for_mutual_tls_with_unique_subjects(palace, tmp_path):
+    """The stdlib ssl module accepts our Ed25519 CA and leaf certificates (what the transport uses)."""
+    ca_key, ca_pem, _ = palace
+    paths = []
+    for i in range(2):
+        key = Ed25519PrivateKey.generate()
+        cert = issue_certificate(ca_key, ca_pem, raw(key), role="member", name=f"n{i}", now=datetime.datetime.now(datetime.UTC))
+        (tmp_path / f"{i}.crt").write_bytes(cert)
+        (tmp_path / f"{i}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                              serialization.NoEncryption()))
+        paths.append((tmp_path / f"{i}.crt", tmp_path / f"{i}.key"))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(*paths[0])
+    ctx.load_verify_locations(cadata=ca_pem.decode())
+    ctx.verify_mode = ssl.CERT_REQUIRED
+
+
+def test_invite_codes_round_trip_and_expire():
+    invite = Invite("pal_abcdefghijklmnopqrstuvwxyz", "10.0.0.5:7600", "FP", b"s" * 16, "member", 1_000)
+    code = invite.encode()
+    assert code.startswith("palace1-") and " " not in code
+    assert Invite.decode(code) == invite
+    invite.check_not_expired(999)
+    with pytest.raises(InviteError, match="expired"):
+        invite.check_not_expired(1_001)
+    assert invite.invite_id != code and len(invite.invite_id) == 32
+
+
+@pytest.mark.parametrize("bad", ["", "hello", "palace1-", "palace1-!!!!", "palace1-" + "QUFB"])
+def test_damaged_invites_are_refused_with_a_hint(bad):
+    with pytest.raises(InviteError):
+        Invite.decode(bad)
+
+
+def test_enrolment_proof_is_bound_to_key_name_and_palace():
+    secret, key = b"k" * 16, raw(Ed25519PrivateKey.generate())
+    proof = enrolment_proof(secret, key, "mac", "pal_x")
+    verify_enrolment_proof(secret, key, "mac", "pal_x", proof)
+    for args in [(b"j" * 16, key, "mac", "pal_x"), (secret, raw(Ed25519PrivateKey.generate()), "mac", "pal_x"),
+                 (secret, key, "pc", "pal_x"), (secret, key, "mac", "pal_y")]:
+        with pytest.raises(InviteError):
+            verify_enrolment_proof(*args, proof)
+    assert dataclasses.is_dataclass(Invite)
