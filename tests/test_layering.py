@@ -28,7 +28,7 @@ def _imports(folder: str) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize(("folder", "forbidden"), [
     ("palacectl", {"palaced"}),
-    ("proto", {"trio", "apsw", "palaced", "palacectl", "typer", "logging", "time", "datetime"}),
+    ("proto", {"trio", "apsw", "palaced", "palacectl", "typer", "logging", "time"}),
     ("palaced/store", {"trio"} ),
 ])
 def test_forbidden_imports(folder, forbidden):
@@ -45,3 +45,13 @@ def test_palacectl_simple_command_imports_no_trio_or_apsw():
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_proto_never_reads_the_clock():
+    """palace_proto takes time as an argument (``now``); datetime is allowed only for its types."""
+    for path in (ROOT / "proto").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in {"now", "utcnow", "today", "monotonic", "time"}:
+                if isinstance(node.value, (ast.Name, ast.Attribute)):
+                    owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+                    assert owner not in {"datetime", "date", "time"}, f"{path.name}:{node.lineno} reads the clock"
