@@ -375,7 +375,9 @@ class Store:
         for event in events:
             own = event.origin == self.origin_id
             key = self.public_key if own else key_for(event.origin)
-            if key is None:
+            bound = None if own else self._origin_key(event.origin)
+            if key is None or (bound is not None and bound != key):
+                # Unknown origin, or one already bound to another key: an origin never changes keys.
                 report.rejected.append(event)
                 continue
             try:
@@ -436,6 +438,10 @@ class Store:
             (event.origin, event.origin_seq, kept_hash, event.event_hash,
              msgpack.packb(event_to_wire(event), use_bin_type=True), utc_now(), source),
         )
+
+    def _origin_key(self, origin: str) -> bytes | None:
+        row = self._conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
+        return bytes(row[0]) if row else None
 
     def _stored_hash(self, origin: str, origin_seq: int) -> bytes | None:
         row = self._conn.execute(

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import seal_event, verify_chain_link, verify_event
 from palace_proto.validation import AppendRequest, Limits
@@ -141,3 +142,18 @@ def test_events_wait_for_their_artifacts(pair):
     b.write_batch([lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"\x00bytes")])
     report, _ = apply(b, events, keys_of(a))
     assert len(report.applied) == 1 and b.get_event(events[0].id)["artifact_ids"] == [artifact["id"]]
+
+
+def test_an_origin_never_changes_keys(pair, tmp_path):
+    """Guards against a member signing events under someone else's origin id."""
+    a, b = pair
+    append(a, body="a1")
+    append(a, body="a2")
+    first, second = a.signed_events_of_origin(a.origin_id, 0, 10)
+    apply(b, [first], keys_of(a))
+    intruder = Ed25519PrivateKey.generate()
+    forged = seal_event(intruder, origin=a.origin_id, origin_seq=2, prev_hash=first.event_hash,
+                        created_at=second.created_at, type="note", stream="s", room="r", from_agent="a", body="x")
+    intruder_key = intruder.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    report, _ = apply(b, [forged], lambda origin: intruder_key)
+    assert report.rejected == [forged] and b.version_vector()[a.origin_id] == 1
