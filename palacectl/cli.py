@@ -311,6 +311,18 @@ def redact(
 
 
 @app.command()
+def digest(json_: JsonOpt = False) -> None:
+    """Per origin (origin_seq, head hash), and one digest of it all: equal digests, equal logs."""
+    result = _call("digest")
+    if json_:
+        emit_json(result)
+        return
+    for o in result["origins"]:
+        write_stdout(f"{o['origin']}\t{o['origin_seq']}\t{o['head_hash']}\n")
+    write_stdout(f"digest\t{result['events']}\t{result['digest']}\n")
+
+
+@app.command()
 def who(json_: JsonOpt = False) -> None:
     """Watchers connected to this daemon right now (what the daemon sees, not what agents claim)."""
     result = _call("who")

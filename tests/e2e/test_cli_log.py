@@ -816,3 +816,17 @@ def test_status_json(ctl, daemon):
 def test_status_on_empty_log(ctl):
     status = ctl("status", "--json").json()
     assert status["events"] == 0 and status["latest_event_id"] is None
+
+
+def test_digest_names_every_origin_head_and_changes_with_the_log(ctl):
+    """`palacectl digest`: per origin (origin_seq, head hash) and one digest over them."""
+    empty = ctl("digest", "--json").json()
+    assert empty["origins"] == [] and empty["events"] == 0
+    first = append_event(ctl, body="one")
+    second = append_event(ctl, body="two")
+    result = ctl("digest", "--json").json()
+    (origin,) = result["origins"]
+    assert origin["origin"] == first["origin"] and origin["origin_seq"] == second["origin_seq"] == 2
+    assert len(origin["head_hash"]) == 64 and result["digest"] != empty["digest"]
+    human = ctl("digest")
+    assert human.returncode == 0 and result["digest"] in human.stdout
