@@ -366,8 +366,9 @@ class Store:
 
         Every event is checked against its origin's key and chain before it is stored; duplicates
         are ignored (idempotent), gaps wait for the missing events, forks are recorded and never
-        applied, events of our own origin are never accepted from outside (they can only be
-        echoes or forgeries). Applied events get a new local ``seq`` in arrival order.
+        applied; an event of our own origin from outside is an echo (ignored) or a fork. Events
+        whose artifacts are missing are held back (and, by the chain rule, everything after them
+        in their origin). Applied events get a new local ``seq`` in arrival order.
         """
         report = ApplyReport()
         conn = self._conn
@@ -412,7 +413,6 @@ class Store:
                            if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (a,)).fetchone() is None]
                 if missing:
                     report.missing_artifacts.append(event)
-                    heads[event.origin] = head  # unchanged: later events of this origin now gap
                     continue
                 if conn.execute("SELECT 1 FROM redactions WHERE target_id=?", (event.id,)).fetchone():
                     event = dataclasses.replace(event, body=None)  # redacted elsewhere first: never store the body
