@@ -127,6 +127,7 @@ def status(json_: JsonOpt = False) -> None:
         f"  events       {result['events']}  artifacts {result['artifacts']}\n"
         f"  latest       {result['latest_event_id'] or '-'}\n"
         f"  watchers     {result['watchers']}\n"
+        f"  palace       {(result['palace'] or {}).get('palace_id') or 'none (run `palacectl init` or `palacectl join`)'}\n"
     )
 
 
@@ -308,6 +309,20 @@ def redact(
         emit_json(event)
     else:
         write_stdout(f"Redacted {event_id}:\n" + output.event_line(event) + "\n")
+
+
+@app.command()
+def init(
+    name: Annotated[Optional[str], typer.Option(help="A name for the palace (default: this host's name).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Create a new palace with this daemon as its first member."""
+    result = _call("init", name=name)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"Created palace {result['palace_id']} ({result['name']})\n"
+                     f"  this daemon: {result['peer_id']} ({result['role']})\n")
 
 
 @app.command()

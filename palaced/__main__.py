@@ -21,6 +21,7 @@ from .api import SocketPathTooLong
 from .app import AlreadyRunning, serve
 from .config import ConfigError, default_home, load_config
 from .identity import IdentityError
+from .membership import MembershipError
 from .store import StoreError
 
 EXIT_USAGE = 64
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-_STARTUP_ERRORS = (AlreadyRunning, ConfigError, IdentityError, StoreError, SocketPathTooLong, PermissionError)
+_STARTUP_ERRORS = (AlreadyRunning, ConfigError, IdentityError, MembershipError, StoreError, SocketPathTooLong,
+                   PermissionError)
 
 
 def _find_startup_error(exc: BaseException) -> BaseException | None:

@@ -7,6 +7,7 @@ __main__): it stops accepting, lets in-flight writes commit, closes the database
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import logging
 import os
@@ -22,6 +23,7 @@ from .api import serve_api
 from .bus import EventBus
 from .config import Config
 from .identity import load_or_create_identity
+from .membership import load_membership
 from .service import Service
 from .store import DB_FILENAME, Store
 from .store.aio import AsyncStore
@@ -81,9 +83,10 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
             latest_seq, _ = store.latest()
             bus = EventBus(latest_seq)
             astore = AsyncStore(store, bus.publish)
-            service = Service(config, astore, bus)
-            LOGGER.info("palaced %s origin=%s fingerprint=%s", config.home, store.origin_id,
-                        fingerprint(store.public_key))
+            membership = load_membership(config.home, key, datetime.datetime.now(datetime.UTC))
+            service = Service(config, astore, bus, identity=key, membership=membership)
+            LOGGER.info("palaced %s origin=%s fingerprint=%s palace=%s", config.home, store.origin_id,
+                        fingerprint(store.public_key), membership.palace_id if membership else "none (not joined)")
             # The writer is shielded from the shutdown cancel: handlers whose appends are queued
             # wait for their commit, so the writer must outlive the API and drain the queue.
             writer_scope = trio.CancelScope(shield=True)

@@ -9,15 +9,18 @@ polling, and hold no read transaction while they wait.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto import __version__
 from palace_proto.control import PROTOCOL_VERSION
@@ -40,6 +43,7 @@ from palace_proto.validation import (
 from . import tasks
 from .bus import EventBus
 from .config import Config
+from .membership import Membership, create_palace
 from .store import WriteContext
 from .store.aio import AsyncStore
 
@@ -96,8 +100,11 @@ def _utc_stamp(epoch: float) -> str:
 class Service:
     """Handlers for every API operation, over one store and one bus."""
 
-    def __init__(self, config: Config, astore: AsyncStore, bus: EventBus) -> None:
+    def __init__(self, config: Config, astore: AsyncStore, bus: EventBus, *,
+                 identity: Ed25519PrivateKey | None = None, membership: Membership | None = None) -> None:
         self.config = config
+        self.identity = identity
+        self.membership = membership
         self.limits: Limits = config.limits
         self.astore = astore
         self.store = astore.store
@@ -144,7 +151,18 @@ class Service:
             "started_at": _utc_stamp(self.started_at),
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "watchers": len(self.watchers), "writer": self.astore.statistics(),
+            "palace": self.membership.to_wire() if self.membership else None,
         }
+
+    async def op_init(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Make this daemon the first member of a new palace (a new CA and our certificate)."""
+        name = clean_optional("name", args.get("name")) or socket.gethostname()
+        if self.identity is None:  # pragma: no cover - the app always passes the identity
+            raise ApiError("this daemon has no identity key", code="internal")
+        now = datetime.datetime.now(datetime.UTC)
+        self.membership = await trio.to_thread.run_sync(create_palace, self.config.home, self.identity, name, now)
+        LOGGER.info("created palace %s (%s); this daemon is its first member", self.membership.palace_id, name)
+        return self.membership.to_wire()
 
     async def op_digest(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Per origin: the highest contiguous origin_seq and its event hash, plus one fingerprint of

@@ -36,7 +36,7 @@ PROTOCOL_VERSION: Final = 1
 OPS: Final = frozenset({
     "hello", "ping", "status", "append", "list", "wait", "subscribe", "ack", "redact",
     "artifact_put", "artifact_get", "patch_submit", "task_create", "task_show", "task_list", "who",
-    "get_event", "digest",
+    "get_event", "digest", "init",
 })
 
 

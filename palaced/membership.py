@@ -1,0 +1,121 @@
+"""This daemon's membership of a palace: the files under ``$HOME/palace/`` and ``init``.
+
+Owns: creating a palace (``palacectl init``: a new CA and this daemon's own member certificate)
+and loading what this daemon knows about its palace at start-up. Before ``init`` or ``join`` a
+daemon belongs to no palace and opens no network port. Files (directory 0700):
+
+    palace.json  {"palace_id", "name", "role", "peer_id", "since"}
+    ca.crt       the palace CA certificate (every member has it: the TLS trust anchor)
+    ca.key       the CA private key (0600; only on the daemon that can issue invites)
+    member.crt   this daemon's certificate, issued for its own identity key
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any, Final
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.errors import ApiError
+from palace_proto.ids import fingerprint
+from palace_proto.pki import MemberCertificate, issue_certificate, new_palace, verify_member_certificate
+
+__all__ = ["Membership", "MembershipError", "create_palace", "load_membership"]
+
+PALACE_DIR: Final = "palace"
+
+
+class MembershipError(ApiError):
+    """The membership files are missing, damaged or do not match this daemon's identity."""
+
+    code = "invalid_argument"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Membership:
+    palace_id: str
+    name: str
+    role: str
+    peer_id: str
+    since: str
+    ca_cert_pem: bytes
+    member: MemberCertificate
+    can_invite: bool
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"palace_id": self.palace_id, "name": self.name, "role": self.role, "peer_id": self.peer_id,
+                "since": self.since, "can_invite": self.can_invite,
+                "certificate_expires": self.member.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Atomically write a file with ``mode`` (tmp file in the same directory, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def load_membership(home: Path, identity: Ed25519PrivateKey, now: datetime.datetime) -> Membership | None:
+    """What this daemon knows of its palace, or None if it has not joined one.
+
+    Raises:
+        MembershipError: the files exist but are damaged or belong to another identity.
+    """
+    folder = home / PALACE_DIR
+    try:
+        info = json.loads((folder / "palace.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise MembershipError(f"{folder / 'palace.json'} is unreadable or damaged: {exc}") from None
+    try:
+        ca_pem = (folder / "ca.crt").read_bytes()
+        cert = verify_member_certificate(ca_pem, (folder / "member.crt").read_bytes(), now)
+    except Exception as exc:  # OSError or CertificateError: either way the membership is unusable
+        raise MembershipError(f"the palace membership in {folder} is unusable: {exc}") from None
+    own_key = identity.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    if cert.public_key != own_key:
+        raise MembershipError(f"{folder / 'member.crt'} was issued for another identity key")
+    return Membership(palace_id=cert.palace_id, name=str(info.get("name", "")), role=cert.role, peer_id=cert.peer_id,
+                      since=str(info.get("since", "")), ca_cert_pem=ca_pem, member=cert,
+                      can_invite=(folder / "ca.key").exists())
+
+
+def create_palace(home: Path, identity: Ed25519PrivateKey, name: str, now: datetime.datetime) -> Membership:
+    """``palacectl init``: make this daemon the first member of a new palace.
+
+    Raises:
+        MembershipError: this daemon already belongs to a palace.
+    """
+    existing = load_membership(home, identity, now)
+    if existing is not None:
+        raise MembershipError(
+            f"this daemon already belongs to palace {existing.palace_id} ({existing.name}); "
+            "a daemon is a member of one palace"
+        )
+    folder = home / PALACE_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    ca_key, ca_pem, palace_id = new_palace(name, now)
+    own_key = identity.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    member_pem = issue_certificate(ca_key, ca_pem, own_key, role="member", name=name, now=now)
+    _write(folder / "ca.key", ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()), 0o600)
+    _write(folder / "ca.crt", ca_pem, 0o644)
+    _write(folder / "member.crt", member_pem, 0o644)
+    # palace.json last: its presence is what marks the membership complete.
+    info = {"palace_id": palace_id, "name": name, "role": "member", "peer_id": fingerprint(own_key),
+            "since": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    _write(folder / "palace.json", (json.dumps(info, indent=2) + "\n").encode(), 0o600)
+    membership = load_membership(home, identity, now)
+    assert membership is not None
+    return membership
