@@ -64,6 +64,8 @@ def _call(op: str, **args: Any) -> Any:
 def _read_bytes(path: str, what: str) -> bytes:
     """Read a file or stdin ('-') as bytes: no newline translation, so CRLF and sha256 survive."""
     if path == "-":
+        if sys.stdin.isatty():
+            note("Reading standard input from the terminal; end with Ctrl-D (or pass a file instead).")
         return sys.stdin.buffer.read()
     try:
         return Path(path).read_bytes()
