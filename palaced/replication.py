@@ -23,11 +23,13 @@ import trio
 
 from palace_proto.envelope import SignedEvent
 from palace_proto.framing import NEED_DATA
-from palace_proto.peer import Events, Goodbye, Hello, Vector, VectorEntry, Want, event_to_wire
+from palace_proto.errors import RemoteProtocolError
+from palace_proto.peer import Events, Goodbye, Hello, Members, Vector, VectorEntry, Want, event_to_wire
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession
 from palace_proto.sync import OriginHead, batch_events, plan_wants, vector_forks
 
 from .bus import EventBus
+from .members import BindingError, MemberDirectory
 from .store import WriteContext
 from .store.aio import AsyncStore
 
@@ -47,16 +49,19 @@ class PeerLink:
     """Replicates with one connected peer until the stream closes."""
 
     def __init__(self, stream: trio.abc.Stream, hello: Hello, astore: AsyncStore, bus: EventBus,
-                 key_for: Callable[[str], bytes | None]) -> None:
+                 key_for: Callable[[str], bytes | None], directory: MemberDirectory | None = None) -> None:
         self.stream = stream
         self.session = PeerSession(hello)
         self.astore = astore
         self.store = astore.store
         self.bus = bus
-        self.key_for = key_for
+        self.key_for = directory.key_for if directory is not None else key_for
+        #: with a directory, origin bindings travel with the link (hello and Members messages)
+        self.directory = directory
         #: what we know the peer holds, per origin (from its vectors and from what flowed)
         self.peer_has: dict[str, int] = {}
         self.forks: list[str] = []
+        self._bindings_sent: set[str] = set()
         self.sent_events = 0
         self.received_events = 0
         self._send_lock = trio.Lock()
@@ -86,6 +91,10 @@ class PeerLink:
         """Handshake, then replicate both ways until the peer closes the stream."""
         async with trio.open_nursery() as nursery:
             await self._send(self.session.our_hello)
+            if self.directory is not None:
+                entries = self.directory.entries()
+                await self._send(Members(entries))
+                self._bindings_sent.update(origin for origin, _ in entries)
             await self._send(await self._our_vector())
             nursery.start_soon(self._push_new_events)
             nursery.start_soon(self._anti_entropy)
@@ -116,12 +125,35 @@ class PeerLink:
                 await self._handle(message)
 
     async def _handle(self, message: Any) -> None:
-        if isinstance(message, Vector):
+        if isinstance(message, Hello):
+            self._on_hello(message)
+        elif isinstance(message, Members):
+            self._on_members(message)
+        elif isinstance(message, Vector):
             await self._on_vector(message)
         elif isinstance(message, Want):
             await self._serve_want(message)
         elif isinstance(message, Events):
             await self._on_events(message)
+
+    def _on_hello(self, hello: Hello) -> None:
+        if self.directory is None:
+            return
+        try:
+            cert = self.directory.bind(hello.origin, hello.certificate)
+        except BindingError as exc:
+            raise RemoteProtocolError(f"peer {hello.peer_id}: {exc}") from None
+        if cert.peer_id != hello.peer_id:
+            raise RemoteProtocolError(f"peer {hello.peer_id} presented the certificate of {cert.peer_id}")
+
+    def _on_members(self, members: Members) -> None:
+        if self.directory is None:
+            return
+        for origin, certificate in members.entries:
+            try:
+                self.directory.bind(origin, certificate)
+            except BindingError as exc:
+                self._log.warning("ignored a binding from %s: %s", self.peer_id, exc)
 
     async def _on_vector(self, vector: Vector) -> None:
         for entry in vector.entries:
@@ -151,6 +183,15 @@ class PeerLink:
             after = page[-1].origin_seq
 
     async def _send_events(self, events: list[SignedEvent]) -> None:
+        if self.directory is not None:
+            # Certificates travel ahead of the events that need them: a peer that never met an
+            # origin (a relay) can then verify its events on arrival.
+            entries = dict(self.directory.entries())
+            missing = sorted({e.origin for e in events} - self._bindings_sent)
+            bindings = tuple((o, entries[o]) for o in missing if o in entries)
+            if bindings:
+                await self._send(Members(bindings))
+            self._bindings_sent.update(missing)
         for batch in batch_events(events, _wire_size):
             await self._send(Events(tuple(batch)))
             self.sent_events += len(batch)

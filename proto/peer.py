@@ -26,6 +26,7 @@ __all__ = [
     "Events",
     "Goodbye",
     "Hello",
+    "Members",
     "PeerMessage",
     "Vector",
     "VectorEntry",
@@ -44,6 +45,8 @@ MAX_VECTOR_ENTRIES: Final = 4096
 # Why 1000: replication batches are bounded by count (and by bytes, see sync.batch_events) so a
 # catch-up never becomes one giant message that freezes the receiver (p2p-lessons complaint 9).
 MAX_EVENTS_PER_MESSAGE: Final = 1000
+# Why 8 KiB: an Ed25519 member certificate is well under 1 KiB in PEM.
+MAX_CERTIFICATE_BYTES: Final = 8192
 
 _EVENT_STR_FIELDS: Final = ("origin", "created_at", "type", "stream", "room", "from_agent", "metadata_json")
 _EVENT_OPT_FIELDS: Final = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "status", "ack_of")
@@ -59,6 +62,10 @@ class Hello:
     peer_id: str
     name: str
     role: str
+    #: the sender's own origin id (the log it writes) and its member certificate (PEM), which
+    #: binds that origin to the sender's key for everyone the binding is relayed to
+    origin: str = ""
+    certificate: bytes = b""
 
 
 @final
@@ -80,6 +87,15 @@ class Vector:
 
     def as_map(self) -> dict[str, VectorEntry]:
         return {e.origin: e for e in self.entries}
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Members:
+    """Origin → member certificate bindings the sender knows, so receivers can verify relayed
+    events of origins they never met (each certificate is checked against the palace CA)."""
+
+    entries: tuple[tuple[str, bytes], ...]
 
 
 @final
@@ -108,7 +124,7 @@ class Goodbye:
     reason: str
 
 
-PeerMessage = Hello | Vector | Want | Events | Goodbye
+PeerMessage = Hello | Members | Vector | Want | Events | Goodbye
 
 
 def _str(d: Mapping[str, Any], key: str, *, max_len: int = 256, optional: bool = False) -> Any:
@@ -174,7 +190,10 @@ def to_wire(message: PeerMessage) -> dict[str, Any]:
     """Encode a message as the map that goes into one frame."""
     if isinstance(message, Hello):
         return {"t": "hello", "version": message.version, "palace_id": message.palace_id,
-                "peer_id": message.peer_id, "name": message.name, "role": message.role}
+                "peer_id": message.peer_id, "name": message.name, "role": message.role,
+                "origin": message.origin, "certificate": message.certificate}
+    if isinstance(message, Members):
+        return {"t": "members", "entries": [[origin, cert] for origin, cert in message.entries]}
     if isinstance(message, Vector):
         return {"t": "vector", "entries": [[e.origin, e.max_seq, e.head_hash] for e in message.entries]}
     if isinstance(message, Want):
@@ -208,8 +227,23 @@ def from_wire(d: Any) -> PeerMessage | None:
         role = _str(d, "role")
         if role not in ROLES:
             raise RemoteProtocolError(f"hello 'role' must be one of {sorted(ROLES)}")
+        certificate = d.get("certificate", b"")
+        if not isinstance(certificate, bytes) or len(certificate) > MAX_CERTIFICATE_BYTES:
+            raise RemoteProtocolError(f"hello 'certificate' must be at most {MAX_CERTIFICATE_BYTES} bytes")
         return Hello(version=version, palace_id=_str(d, "palace_id"), peer_id=_str(d, "peer_id"),
-                     name=_str(d, "name"), role=role)
+                     name=_str(d, "name"), role=role, origin=_str(d, "origin") if "origin" in d else "",
+                     certificate=certificate)
+    if tag == "members":
+        raw = d.get("entries")
+        if not isinstance(raw, list) or len(raw) > MAX_VECTOR_ENTRIES:
+            raise RemoteProtocolError(f"members 'entries' must be a list of at most {MAX_VECTOR_ENTRIES} entries")
+        members = []
+        for item in raw:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and len(item[0]) <= 256
+                    and isinstance(item[1], bytes) and len(item[1]) <= MAX_CERTIFICATE_BYTES):
+                raise RemoteProtocolError("a members entry must be [origin, certificate]")
+            members.append((item[0], item[1]))
+        return Members(tuple(members))
     if tag == "vector":
         raw = d.get("entries")
         if not isinstance(raw, list) or len(raw) > MAX_VECTOR_ENTRIES:

@@ -11,7 +11,8 @@ Rules (every transition lives in this file):
 
 1. Each side's first message is ``Hello``. A hello for another palace or another protocol
    version is a ``RemoteProtocolError``/``VersionMismatch``; nothing else is accepted before it.
-2. After the hellos, each side sends its ``Vector``. ``Want`` and ``Events`` are legal, in either
+2. After the hellos, each side sends its ``Members`` (origin → certificate bindings) and its
+   ``Vector``. ``Want`` and ``Events`` are legal, in either
    direction, only once that side has seen the other's vector (it cannot know what the other
    lacks before).
 3. Vectors may be sent again at any time (the anti-entropy timer); ``get_timer`` returns when
@@ -32,7 +33,7 @@ from typing import Any, Final, final
 
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import NEED_DATA, FrameBuffer, encode_frame
-from .peer import Events, Goodbye, Hello, PeerMessage, Vector, Want, from_wire, to_wire
+from .peer import Events, Goodbye, Hello, Members, PeerMessage, Vector, Want, from_wire, to_wire
 
 __all__ = ["ANTI_ENTROPY_S", "ConnectionClosed", "PeerSession", "SessionState"]
 
@@ -95,7 +96,7 @@ class PeerSession:
                 raise LocalProtocolError("hello already sent")
         elif not self._sent_hello:
             raise LocalProtocolError("the first message must be our hello")
-        elif isinstance(message, Vector):
+        elif isinstance(message, (Vector, Members)):
             pass
         elif isinstance(message, (Want, Events)):
             if self._their_vector is None or not self._sent_vector:
