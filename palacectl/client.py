@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from palace_proto.control import PROTOCOL_VERSION, api_error_from_wire, request
-from palace_proto.errors import ApiError, ProtocolError
+from palace_proto.errors import ProtocolError
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import default_home, socket_path
 
@@ -158,12 +158,3 @@ class Client:
         if reply.get("ok"):
             return reply.get("result")
         raise api_error_from_wire(reply.get("error"))
-
-
-def call_once(home: Path, op: str, **args: Any) -> Any:
-    """Connect, make one call, close."""
-    with Client(home) as client:
-        return client.call(op, **args)
-
-
-__all__ += ["ApiError", "call_once"]

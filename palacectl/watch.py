@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from palace_proto.control import api_error_from_wire
 from palace_proto.errors import ApiError
 
 from .client import Client, DaemonUnreachable, IdleTimeout
@@ -141,8 +142,7 @@ class _Watch:
         client.send("subscribe", **args)
         message = client.receive()
         if message.get("ok") is False:
-            error = message.get("error") or {}
-            raise ApiError(str(error.get("message", "subscribe failed")), code=str(error.get("code", "internal")))
+            raise api_error_from_wire(message.get("error"))
         return message
 
     def output(self, batch: dict[str, Any]) -> None:
@@ -262,8 +262,7 @@ def _loop(watch: _Watch, client: Client) -> int:
             watch.cursor = message["cursor"]
             watch.checkpoint()
         elif message.get("ok") is False:
-            error = message.get("error") or {}
-            raise CommandFailed(str(error.get("message", "watch failed")), code=str(error.get("code", "failed")))
+            raise api_error_from_wire(message.get("error"))
 
 
 def _reconnect(watch: _Watch) -> Client | None:

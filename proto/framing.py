@@ -119,10 +119,3 @@ class FrameBuffer:
         payload = bytes(self._buf[HEADER.size : end])
         del self._buf[:end]
         return decode_payload(payload)
-
-    def frame_length_needed(self) -> int | None:
-        """Bytes still missing for the frame in progress (None if the header is incomplete)."""
-        if len(self._buf) < HEADER.size:
-            return None
-        (length,) = HEADER.unpack_from(self._buf)
-        return max(0, HEADER.size + length - len(self._buf))

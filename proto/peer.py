@@ -85,9 +85,6 @@ class Vector:
 
     entries: tuple[VectorEntry, ...]
 
-    def as_map(self) -> dict[str, VectorEntry]:
-        return {e.origin: e for e in self.entries}
-
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -443,18 +443,17 @@ class Store:
         row = self._conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
         return bytes(row[0]) if row else None
 
-    def _stored_hash(self, origin: str, origin_seq: int) -> bytes | None:
-        row = self._conn.execute(
-            "SELECT event_hash FROM events WHERE origin=? AND origin_seq=?", (origin, origin_seq)
-        ).fetchone()
+    @staticmethod
+    def _hash_at(conn: apsw.Connection, origin: str, origin_seq: int) -> bytes | None:
+        row = conn.execute("SELECT event_hash FROM events WHERE origin=? AND origin_seq=?", (origin, origin_seq)).fetchone()
         return bytes(row[0]) if row else None
+
+    def _stored_hash(self, origin: str, origin_seq: int) -> bytes | None:
+        return self._hash_at(self._conn, origin, origin_seq)
 
     def stored_hash(self, origin: str, origin_seq: int) -> bytes | None:
         """Our event hash at (origin, origin_seq), read on the calling thread's reader connection."""
-        row = self._reader().execute(
-            "SELECT event_hash FROM events WHERE origin=? AND origin_seq=?", (origin, origin_seq)
-        ).fetchone()
-        return bytes(row[0]) if row else None
+        return self._hash_at(self._reader(), origin, origin_seq)
 
     def forks(self) -> list[dict[str, Any]]:
         rows = self._reader().execute(
@@ -586,10 +585,6 @@ class Store:
             for r in rows
         ]
 
-    def origin_public_key(self, origin: str) -> bytes | None:
-        row = self._reader().execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
-        return bytes(row[0]) if row else None
-
     def version_vector(self) -> dict[str, int]:
         """{origin: highest contiguous origin_seq held} — the replication cursor."""
         return dict(self._reader().execute("SELECT origin, max_seq FROM origins WHERE max_seq > 0"))
@@ -625,7 +620,3 @@ class Store:
         (events,) = conn.execute("SELECT count(*) FROM events").fetchone()
         (artifacts,) = conn.execute("SELECT count(*) FROM artifacts").fetchone()
         return {"events": events, "artifacts": artifacts}
-
-    def meta(self, key: str) -> str | None:
-        row = self._reader().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return row[0] if row else None

@@ -264,18 +264,6 @@ def test_decode_payload_maps_every_msgpack_failure_to_remote_protocol_error(payl
         decode_payload(payload)
 
 
-def test_frame_length_needed_tracks_the_frame_in_progress():
-    frame = encode_frame("abcdef")
-    buf = FrameBuffer()
-    assert buf.frame_length_needed() is None
-    buf.feed(frame[:2])
-    assert buf.frame_length_needed() is None
-    buf.feed(frame[2:5])
-    assert buf.frame_length_needed() == len(frame) - 5
-    buf.feed(frame[5:])
-    assert buf.frame_length_needed() == 0
-
-
 def test_repr_shows_buffered_bytes_and_eof():
     buf = FrameBuffer()
     buf.feed(b"abc")
