@@ -33,11 +33,14 @@ task_app = typer.Typer(no_args_is_help=True, help="Delegate work and follow its 
 app.add_typer(artifact_app, name="artifact")
 app.add_typer(patch_app, name="patch")
 app.add_typer(task_app, name="task")
+peers_app = typer.Typer(help="See and manage the other daemons of the palace.", invoke_without_command=True)
+app.add_typer(peers_app, name="peers")
 
 _state: dict[str, Any] = {"home": None}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 Multi = Optional[list[str]]
+ReplicatedOpt = Annotated[Optional[int], typer.Option("--replicated", help="Wait until K peers hold the event (exit 2 on timeout).")]
 
 
 class UsageProblem(CommandFailed):
@@ -129,8 +132,20 @@ def status(json_: JsonOpt = False) -> None:
         f"  events       {result['events']}  artifacts {result['artifacts']}\n"
         f"  latest       {result['latest_event_id'] or '-'}\n"
         f"  watchers     {result['watchers']}\n"
-        f"  palace       {(result['palace'] or {}).get('palace_id') or 'none (run `palacectl init` or `palacectl join`)'}\n"
+        f"  palace       {_palace_line(result)}\n"
     )
+    network = result.get("network")
+    if network:
+        write_stdout(f"  listening    {', '.join(network['listen']) or '-'}  mDNS {network['mdns']}\n"
+                     f"  peers        {len(network['connected'])} connected"
+                     + (f"  FORKS {network['forks']} (see `palacectl peers`)" if network["forks"] else "") + "\n")
+
+
+def _palace_line(result: dict[str, Any]) -> str:
+    palace = result.get("palace")
+    if not palace:
+        return "none (run `palacectl init` or `palacectl join`)"
+    return f"{palace['palace_id']} ({palace['palace_name']}) as {palace['role']}, daemon {palace['name']}"
 
 
 # -- the log ------------------------------------------------------------------------------------
@@ -152,17 +167,44 @@ def append(
     body_file: Annotated[Optional[str], typer.Option("--body-file", help="Read the body from a file, or - for stdin.")] = None,
     metadata: Annotated[Optional[str], typer.Option(help="A JSON object.")] = None,
     artifact_id: Annotated[Multi, typer.Option("--artifact-id", help="Attach an artifact (repeatable).")] = None,
+    replicated: ReplicatedOpt = None,
+    timeout_ms: Annotated[Optional[int], typer.Option("--timeout-ms", help="With --replicated: how long to wait (default 30000).")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Append an event; prints the stored event."""
+    """Append an event; prints the stored event. With --replicated K, return once K peers hold it."""
     text = _text_or_file(body, body_file, "body")
+    _check_replicated(replicated, timeout_ms)
     event = _call("append", type=type_, stream=stream, room=room, from_agent=from_agent, topic=topic,
                   to_agent=to_agent, correlation_id=correlation_id, branch=branch, base_commit=base_commit,
-                  status=status_, body=text, metadata=_metadata(metadata), artifact_ids=artifact_id)
+                  status=status_, body=text, metadata=_metadata(metadata), artifact_ids=artifact_id,
+                  replicated=replicated, timeout_ms=_capped(timeout_ms, 3_600_000))
     if json_:
         emit_json(event)
     else:
         write_stdout("Appended:\n" + output.event_line(event) + "\n")
+    _replication_outcome(event.get("replication"), replicated)
+
+
+
+def _check_replicated(replicated: int | None, timeout_ms: int | None) -> None:
+    if replicated is not None and replicated < 0:
+        raise UsageProblem("--replicated must be zero or a positive number of peers")
+    if timeout_ms is not None and timeout_ms < 0:
+        raise UsageProblem("--timeout-ms must be zero or a positive number of milliseconds")
+    if timeout_ms is not None and replicated is None:
+        raise UsageProblem("--timeout-ms applies to --replicated; add --replicated K")
+
+
+def _replication_outcome(replication: dict[str, Any] | None, wanted: int | None) -> None:
+    """Say how far the event got; exit 2 when fewer than K peers confirmed in time."""
+    if not replication:
+        return
+    holders = ", ".join(p[:7] for p in replication["replicated"]) or "none"
+    if replication["timed_out"]:
+        note(f"Stored locally, but only {replication['replicated_count']} of {wanted} peer(s) confirmed it in time "
+             f"({holders}).")
+        raise typer.Exit(EXIT_IDLE)
+    note(f"Held by {replication['replicated_count']} peer(s): {holders}.")
 
 
 
@@ -216,9 +258,27 @@ def wait(
     limit: Annotated[Optional[int], typer.Option()] = None,
     preview: Annotated[bool, typer.Option("--preview")] = False,
     timeout_ms: Annotated[Optional[int], typer.Option("--timeout-ms", help="Default 60000, max 300000.")] = None,
+    replicated: ReplicatedOpt = None,
+    event_id: Annotated[Optional[str], typer.Option("--event-id", help="With --replicated: the event to wait for.")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Wait until a matching event exists (at once if one already does); exits 2 on timeout."""
+    """Wait until a matching event exists (at once if one already does); exits 2 on timeout.
+
+    With --replicated K --event-id ID: wait until K peers hold that event instead."""
+    if replicated is not None or event_id is not None:
+        if replicated is None or event_id is None:
+            raise UsageProblem("--replicated K and --event-id ID go together")
+        _check_replicated(replicated, timeout_ms)
+        result = _call("replicated", event_id=event_id, replicated=replicated,
+                       timeout_ms=_capped(timeout_ms, 3_600_000))
+        if json_:
+            emit_json(result)
+        else:
+            write_stdout(f"{result['event_id']}\t{result['replicated_count']} peer(s)\t"
+                         f"{' '.join(result['replicated']) or '-'}\n")
+        if result["timed_out"]:
+            raise typer.Exit(EXIT_IDLE)
+        return
     result = _call("wait", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
                                         correlation_id, status_),
                    since_event_id=since_event_id, since_created_at=since_created_at,
@@ -316,15 +376,90 @@ def redact(
 @app.command()
 def init(
     name: Annotated[Optional[str], typer.Option(help="A name for the palace (default: this host's name).")] = None,
+    daemon_name: Annotated[Optional[str], typer.Option("--daemon-name", help="This daemon's name (default: host name).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Create a new palace with this daemon as its first member."""
-    result = _call("init", name=name)
+    result = _call("init", name=name, daemon_name=daemon_name)
     if json_:
         emit_json(result)
     else:
-        write_stdout(f"Created palace {result['palace_id']} ({result['name']})\n"
-                     f"  this daemon: {result['peer_id']} ({result['role']})\n")
+        write_stdout(f"Created palace {result['palace_id']} ({result['palace_name']})\n"
+                     f"  this daemon: {result['peer_id']} ({result['name']}, {result['role']})\n"
+                     f"  listening on {', '.join(result['listen']) or '-'}\n"
+                     "Next: `palacectl invite` here, then `palacectl join CODE` on each other machine.\n")
+
+
+def _parse_ttl(text: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    if unit.isdigit():
+        value, unit = text.strip(), "s"
+    if unit not in units or not value.isdigit() or int(value) == 0:
+        raise UsageProblem(f"--ttl {text!r}: use a number with s, m, h or d, e.g. 24h or 7d")
+    return int(value) * units[unit]
+
+
+@app.command()
+def invite(
+    role: Annotated[str, typer.Option(help="member (reads and writes) or observer (reads only).")] = "member",
+    ttl: Annotated[str, typer.Option(help="How long the invite stays valid: e.g. 30m, 24h, 7d.")] = "24h",
+    address: Annotated[Optional[str], typer.Option(help="HOST:PORT where joiners reach this daemon (default: this machine's LAN address).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Print a one-line, single-use invite code for another machine (`palacectl join CODE` there)."""
+    if role not in ("member", "observer"):
+        raise UsageProblem("--role must be member or observer")
+    result = _call("invite", role=role, ttl_s=_parse_ttl(ttl), address=address)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(result["code"] + "\n")
+        note(f"Single use, {result['role']}, valid until {result['expires_at']}; the joiner dials {result['address']}.")
+
+
+@app.command()
+def join(
+    code: Annotated[str, typer.Argument(help="The invite code printed by `palacectl invite`.")],
+    name: Annotated[Optional[str], typer.Option(help="This daemon's name (default: host name).")] = None,
+    address: Annotated[Optional[str], typer.Option(help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Join a palace with an invite code: this daemon gets its certificate and starts replicating."""
+    result = _call("join", code=code, name=name, address=address)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"Joined palace {result['palace_id']} ({result['palace_name']}) as {result['role']}\n"
+                     f"  this daemon: {result['peer_id']} ({result['name']})\n"
+                     f"  listening on {', '.join(result['listen']) or '-'}\n")
+
+
+@app.command()
+def revoke(
+    peer_id: Annotated[str, typer.Argument(help="The peer id (see `palacectl peers`).")],
+    json_: JsonOpt = False,
+) -> None:
+    """Revoke a daemon: a signed revocation that replicates; peers refuse it from then on."""
+    result = _call("revoke", peer_id=peer_id)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"Revoked {result['revoked']} ({result['name']}); the revocation replicates to every peer.\n")
+
+
+@app.command()
+def doctor(json_: JsonOpt = False) -> None:
+    """Check why a peer might be invisible, and say what to do (exit 1 if a check fails)."""
+    result = _call("doctor")
+    if json_:
+        emit_json(result)
+    else:
+        marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+        for c in result["checks"]:
+            write_stdout(f"{marks[c['status']]}  {c['check']}: {c['detail']}\n")
+    if not result["ok"]:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -341,7 +476,7 @@ def digest(json_: JsonOpt = False) -> None:
 
 @app.command()
 def who(json_: JsonOpt = False) -> None:
-    """Watchers connected to this daemon right now (what the daemon sees, not what agents claim)."""
+    """Watchers connected anywhere in the palace right now (what daemons see, not what agents claim)."""
     result = _call("who")
     if json_:
         emit_json(result)
@@ -349,7 +484,67 @@ def who(json_: JsonOpt = False) -> None:
     if not result["watchers"]:
         note("No watchers connected.")
     for w in result["watchers"]:
-        write_stdout(f"{w['agent'] or '-'}\t{w['since']}\t{w['cursor'] or '-'}\t{w['filters']}\n")
+        daemon = w.get("daemon") or {}
+        where = "here" if w.get("local") else (daemon.get("name") or (daemon.get("peer_id") or "?")[:7])
+        if not w.get("local") and w.get("daemon_silent"):
+            where += f" (silent since {w['daemon_last_heard']})"
+        write_stdout(f"{w['agent'] or '-'}\t{where}\t{w['since']}\t{w['filters']}\n")
+
+
+@peers_app.callback()
+def peers(ctx: typer.Context, json_: JsonOpt = False) -> None:
+    """Every known peer: id, name, role, addresses, state, last contact and error, vectors, forks."""
+    if ctx.invoked_subcommand is not None:
+        return
+    result = _call("peers")
+    if json_:
+        emit_json(result)
+        return
+    write_stdout(f"this daemon {result['peer_id']}  listening {', '.join(result['listen'])}  mDNS {result['mdns']}\n")
+    if not result["peers"]:
+        note("No peers known yet: `palacectl invite` / `palacectl join`, or `palacectl peers add HOST:PORT`.")
+    for p in result["peers"]:
+        who = f"{p['name'] or '?'} {p['peer_id'] or '(not reached yet)'}" + (f" [{p['role']}]" if p["role"] else "")
+        write_stdout(f"{who}\n  state      {p['state']}" + (f" ({p['direction']})" if p["direction"] else "") + "\n")
+        for a in p["addresses"]:
+            write_stdout(f"  address    {a['address']} via {a['source']} ({a['state']})\n")
+        write_stdout(f"  found by   {', '.join(p['found_by']) or '-'}\n"
+                     f"  contact    {p['last_contact'] or 'never'}\n")
+        if p["last_error"]:
+            write_stdout(f"  last error {p['last_error']} at {p['last_error_at']}\n")
+        if p["peer_id"]:
+            write_stdout(f"  missing    we lack {p['we_lack']} event(s), it lacks {p['they_lack']}\n")
+        for origin in p["forks"]:
+            write_stdout(f"  FORK       origin {origin} has two histories\n")
+    for f in result["forks"]:
+        write_stdout(f"FORK origin {f['origin']} seq {f['origin_seq']}: refused {f['rejected_hash'][:16]} "
+                     f"from {f['source']} at {f['detected_at']}\n")
+
+
+@peers_app.command("add")
+def peers_add(
+    address: Annotated[str, typer.Argument(help="HOST:PORT of another daemon (for networks without multicast).")],
+    json_: JsonOpt = False,
+) -> None:
+    """Dial a peer at a fixed address (kept across restarts)."""
+    result = _call("peers_add", address=address)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"Added static peer {result['added']}\n")
+
+
+@peers_app.command("remove")
+def peers_remove(
+    address: Annotated[str, typer.Argument(help="HOST:PORT as added.")],
+    json_: JsonOpt = False,
+) -> None:
+    """Stop dialling a static peer."""
+    result = _call("peers_remove", address=address)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"Removed static peer {result['removed']}\n")
 
 
 # -- artifacts and patches ----------------------------------------------------------------------

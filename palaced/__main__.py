@@ -6,6 +6,7 @@ Exit codes: 0 clean stop, 1 start-up failure (message on stderr), 64 usage error
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -16,10 +17,11 @@ from typing import NoReturn
 import trio
 
 from palace_proto import __version__
+from palace_proto.peer import parse_peer_address
 
 from .api import SocketPathTooLong
 from .app import AlreadyRunning, serve
-from .config import ConfigError, default_home, load_config
+from .config import DEFAULT_LISTEN, ConfigError, default_home, load_config
 from .identity import IdentityError
 from .membership import MembershipError
 from .store import StoreError
@@ -58,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="palaced", description="The palace daemon: owns this machine's replica of the log.")
     parser.add_argument("--home", type=Path, help="palace home (default: $PALACE_HOME, else ~/.palace)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="overrides config.toml")
+    parser.add_argument("--listen", metavar="HOST:PORT",
+                        help=f"where peers connect (default {DEFAULT_LISTEN}; overrides config.toml)")
+    parser.add_argument("--no-mdns", action="store_true",
+                        help="do not advertise or browse with mDNS (static and remembered peers only)")
     parser.add_argument("--version", action="version", version=f"palaced {__version__}")
     args = parser.parse_args(argv)
     home = (args.home or default_home()).expanduser().absolute()
@@ -66,8 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"palaced: {exc}", file=sys.stderr)
         return 1
+    if args.listen is not None:
+        try:
+            parse_peer_address(args.listen)
+        except ValueError as exc:
+            parser.error(f"--listen: {exc}")
+        config = dataclasses.replace(config, listen=args.listen)
     if args.log_level:
-        config = type(config)(home=config.home, limits=config.limits, log_level=args.log_level)
+        config = dataclasses.replace(config, log_level=args.log_level)
+    if args.no_mdns:
+        config = dataclasses.replace(config, mdns=False)
     _setup_logging(config.log_level)
     try:
         trio.run(_run, config)

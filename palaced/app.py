@@ -17,13 +17,19 @@ from typing import Final
 
 import trio
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from palace_proto.ids import fingerprint
+from palace_proto.peer import parse_peer_address
+from palace_proto.pki import REVOKE_EVENT_TYPE
 
 from .api import serve_api
 from .bus import EventBus
 from .config import Config
 from .identity import load_or_create_identity
-from .membership import load_membership
+from .members import BindingError, MemberDirectory
+from .membership import Membership, load_membership
+from .network import Network, NetworkSettings
 from .service import Service
 from .store import DB_FILENAME, Store
 from .store.aio import AsyncStore
@@ -65,6 +71,27 @@ def home_lock(lock_path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+async def _network_for(config: Config, membership: Membership, key: Ed25519PrivateKey, astore: AsyncStore,
+                       bus: EventBus, service: Service) -> Network:
+    """The member directory (bindings and revocations from the log) and the network for a palace."""
+    store = astore.store
+    directory = MemberDirectory(membership.ca_cert_pem, lambda: datetime.datetime.now(datetime.UTC))
+    directory.bind(store.origin_id, membership.member_pem, persisted=True)
+    for origin, certificate in await astore.read(store.bindings):
+        try:
+            directory.bind(origin, certificate, persisted=True)
+        except BindingError as exc:
+            LOGGER.warning("dropped a stored binding: %s", exc)
+    for event in await astore.read(store.signed_events_of_type, REVOKE_EVENT_TYPE):
+        directory.observe(event)
+    host, port = parse_peer_address(config.listen)
+    network = Network(settings=NetworkSettings(host, port, config.mdns), home=config.home, membership=membership,
+                      identity=key, identity_path=config.key_path, astore=astore, bus=bus, directory=directory,
+                      watchers=service.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes)
+    service.directory, service.network = directory, network
+    return network
+
+
 async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the daemon for ``config`` until cancelled, then shut down cleanly."""
     prepare_home(config.home)
@@ -85,6 +112,14 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
             astore = AsyncStore(store, bus.publish)
             membership = load_membership(config.home, key, datetime.datetime.now(datetime.UTC))
             service = Service(config, astore, bus, identity=key, membership=membership)
+            # The network runs in the API nursery, so shutdown stops it before the writer drains.
+            network_nursery: trio.Nursery | None = None
+
+            async def start_network(joined: Membership) -> None:
+                assert network_nursery is not None
+                network = await _network_for(config, joined, key, astore, bus, service)
+                await network_nursery.start(network.run)
+
             LOGGER.info("palaced %s origin=%s fingerprint=%s palace=%s", config.home, store.origin_id,
                         fingerprint(store.public_key), membership.palace_id if membership else "none (not joined)")
             # The writer is shielded from the shutdown cancel: handlers whose appends are queued
@@ -99,6 +134,11 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
                 await nursery.start(run_writer)
                 try:
                     async with trio.open_nursery() as api_nursery:
+                        network_nursery = api_nursery
+                        service.start_network = start_network
+                        if membership is not None:
+                            # Before init/join a daemon opens no network port at all.
+                            await start_network(membership)
                         await api_nursery.start(serve_api, config.socket_path, service, config.max_frame_bytes)
                         task_status.started(service)
                         await trio.sleep_forever()

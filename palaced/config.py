@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from palace_proto import paths
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
+from palace_proto.peer import DEFAULT_PEER_PORT, parse_peer_address
 from palace_proto.validation import Limits
 
 __all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "default_home", "load_config"]
@@ -23,6 +24,7 @@ CONFIG_FILENAME: Final = "config.toml"
 LOCK_FILENAME: Final = "palaced.lock"
 KEY_FILENAME: Final = "identity.key"
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+DEFAULT_LISTEN: Final = f"0.0.0.0:{DEFAULT_PEER_PORT}"
 
 
 class ConfigError(Exception):
@@ -38,6 +40,10 @@ class Config:
     home: Path
     limits: Limits = Limits()
     log_level: str = "info"
+    #: where peers connect (HOST:PORT); used once this daemon belongs to a palace
+    listen: str = DEFAULT_LISTEN
+    #: advertise and browse with mDNS (turn off where multicast must not leave the machine)
+    mdns: bool = True
 
     @property
     def socket_path(self) -> Path:
@@ -60,6 +66,7 @@ class Config:
 _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},
     "log": {"level": str},
+    "network": {"listen": str, "mdns": bool},
 }
 
 
@@ -88,6 +95,10 @@ def load_config(home: Path) -> Config:
                 raise ConfigError(
                     f"{path}: unknown key {section}.{key} (known: {', '.join(sorted(_SCHEMA[section]))})"
                 )
+            if expected is bool:
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{path}: {section}.{key} must be true or false")
+                continue
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ConfigError(f"{path}: {section}.{key} must be {'an integer' if expected is int else 'a string'}")
             if expected is int and value < 1:
@@ -96,4 +107,11 @@ def load_config(home: Path) -> Config:
     level = values.get("log", {}).get("level", "info").lower()
     if level not in _LOG_LEVELS:
         raise ConfigError(f"{path}: log.level must be one of {', '.join(_LOG_LEVELS)}")
-    return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level)
+    network = values.get("network", {})
+    listen = network.get("listen", DEFAULT_LISTEN)
+    try:
+        parse_peer_address(listen)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: network.listen: {exc}") from None
+    return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen,
+                  mdns=network.get("mdns", True))

@@ -1,30 +1,49 @@
 """One replication link: a peer session driven over a trio stream.
 
-Owns: the IO around ``palace_proto.session.PeerSession`` for one connected peer — send our hello
-and vector, pull what the peer has and we lack (``want``), serve the peer's wants in bounded
-batches, apply arriving events through the group-commit writer, push every new event (local or
-relayed) the peer lacks as soon as it is committed, and resend our vector on the anti-entropy
-timer so a silently stalled push is repaired. Transport security, discovery and membership live
-elsewhere (the stream handed in is already authenticated); ``key_for`` maps an origin to its
-public key, or None when the origin is not a member in good standing.
+Owns: the IO around ``palace_proto.session.PeerSession`` for one connected peer — send our hello,
+the origin bindings we know and our vector; pull what the peer has and we lack (``want``); serve
+the peer's wants in bounded batches; apply arriving events through the group-commit writer and
+confirm them (``have``) once they are durable; fetch the artifacts an arriving event needs, in
+chunks, verifying the sha256 before anything is visible; push every new event (local or relayed)
+the peer lacks as soon as it is committed; and resend our vector on the anti-entropy timer so a
+silently stalled push is repaired. Transport security and discovery live in ``network.py`` (the
+stream handed in is already authenticated); membership in ``members.py``.
 
 Error handling: the peer's protocol errors raise ``RemoteProtocolError`` out of ``run`` (the
-caller's supervisor logs it, closes the stream and backs off); transport errors end ``run``.
+caller logs it, closes the stream and backs off); transport errors end ``run`` normally.
 """
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import json
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgpack
 import trio
 
 from palace_proto.envelope import SignedEvent
+from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError
 from palace_proto.framing import NEED_DATA
-from palace_proto.errors import RemoteProtocolError
-from palace_proto.peer import Events, Goodbye, Hello, Members, Vector, VectorEntry, Want, event_to_wire
+from palace_proto.ids import artifact_id_for_sha256
+from palace_proto.peer import (
+    ARTIFACT_CHUNK_BYTES,
+    ArtifactChunk,
+    ArtifactWant,
+    Events,
+    Goodbye,
+    Have,
+    Hello,
+    Members,
+    Presence,
+    Vector,
+    VectorEntry,
+    Want,
+    event_to_wire,
+)
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession
 from palace_proto.sync import OriginHead, batch_events, plan_wants, vector_forks
 
@@ -33,7 +52,7 @@ from .members import BindingError, MemberDirectory
 from .store import WriteContext
 from .store.aio import AsyncStore
 
-__all__ = ["PeerLink"]
+__all__ = ["LinkHooks", "PeerLink"]
 
 LOGGER: Final = logging.getLogger("palaced.replication")
 # Why 500: one read of the store per page when serving a want; batches are then bounded by bytes.
@@ -45,37 +64,103 @@ def _wire_size(event: SignedEvent) -> int:
     return len(msgpack.packb(event_to_wire(event), use_bin_type=True))
 
 
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _raise_link_outcome(group: BaseExceptionGroup) -> None:
+    """Unwrap what the link's tasks raised: transport errors end the link quietly, a protocol
+    error is re-raised alone (the caller reports it), anything else propagates as it is."""
+    protocol, rest = group.split(ProtocolError)
+    if rest is not None:
+        _, other = rest.split((trio.BrokenResourceError, trio.ClosedResourceError))
+        if other is not None:
+            raise other
+    if protocol is not None:
+        first: BaseException = protocol
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first
+
+
+class LinkHooks(Protocol):
+    """What a link tells the rest of the daemon (implemented by ``network.Network``)."""
+
+    def link_progress(self, link: PeerLink) -> None:
+        """The peer confirmed holding more events (``have`` or ``vector``)."""
+
+    def link_presence(self, link: PeerLink, presence: Presence) -> None:
+        """The peer sent a presence record (its own, or relayed)."""
+
+    def link_ready(self, link: PeerLink) -> None:
+        """Hellos and bindings are in: the link may be sent presence records."""
+
+
+class _Fetch:
+    """An artifact being received in chunks."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.origins: set[str] = set()
+
+
 class PeerLink:
     """Replicates with one connected peer until the stream closes."""
 
     def __init__(self, stream: trio.abc.Stream, hello: Hello, astore: AsyncStore, bus: EventBus,
-                 key_for: Callable[[str], bytes | None], directory: MemberDirectory | None = None) -> None:
+                 key_for: Callable[[str], bytes | None] | None = None, directory: MemberDirectory | None = None, *,
+                 expected_peer_id: str | None = None, hooks: LinkHooks | None = None,
+                 max_artifact_bytes: int = 64 * 1024 * 1024, dialer: str | None = None) -> None:
         self.stream = stream
         self.session = PeerSession(hello)
         self.astore = astore
         self.store = astore.store
         self.bus = bus
-        self.key_for = directory.key_for if directory is not None else key_for
         #: with a directory, origin bindings travel with the link (hello and Members messages)
         self.directory = directory
-        #: what we know the peer holds, per origin (from its vectors and from what flowed)
+        if directory is not None:
+            self.key_for: Callable[[str, int], bytes | None] = directory.key_for
+        else:
+            assert key_for is not None
+            self.key_for = lambda origin, origin_seq: key_for(origin)
+        self.expected_peer_id = expected_peer_id
+        self.hooks = hooks
+        self.max_artifact_bytes = max_artifact_bytes
+        #: peer id of the side that dialled (tie-break between two connections of one pair)
+        self.dialer = dialer
+        #: what we believe the peer holds, per origin (its vectors and what we sent: push planning)
         self.peer_has: dict[str, int] = {}
+        #: what the peer confirmed holding durably, per origin (its vectors and haves)
+        self.confirmed: dict[str, int] = {}
         self.forks: list[str] = []
         self._bindings_sent: set[str] = set()
+        self._fetches: dict[str, _Fetch] = {}
         self.sent_events = 0
         self.received_events = 0
+        self.rejected_events = 0
+        self.connected_at = _utc_now()
+        self.last_contact = self.connected_at
         self._send_lock = trio.Lock()
         self._vector_known = trio.Event()
-        self._log = logging.LoggerAdapter(LOGGER, {})
+        self.closed = trio.Event()
 
     def __repr__(self) -> str:
         return f"<PeerLink {self.session!r} sent={self.sent_events} received={self.received_events}>"
 
     @property
     def peer_id(self) -> str | None:
-        return self.session.their_hello.peer_id if self.session.their_hello else None
+        return self.session.their_hello.peer_id if self.session.their_hello else self.expected_peer_id
 
-    async def _send(self, message: Any) -> None:
+    @property
+    def fetching(self) -> bool:
+        """Artifacts are on their way (events wait for them)."""
+        return bool(self._fetches)
+
+    @property
+    def their_hello(self) -> Hello | None:
+        return self.session.their_hello
+
+    async def send(self, message: Any) -> None:
         async with self._send_lock:
             data = self.session.send(message, now=trio.current_time())
             await self.stream.send_all(data)
@@ -88,24 +173,37 @@ class PeerLink:
         return Vector(tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(heads.items())))
 
     async def run(self) -> None:
-        """Handshake, then replicate both ways until the peer closes the stream."""
-        async with trio.open_nursery() as nursery:
-            await self._send(self.session.our_hello)
-            if self.directory is not None:
-                entries = self.directory.entries()
-                await self._send(Members(entries))
-                self._bindings_sent.update(origin for origin, _ in entries)
-            await self._send(await self._our_vector())
-            nursery.start_soon(self._push_new_events)
-            nursery.start_soon(self._anti_entropy)
-            await self._read()
-            nursery.cancel_scope.cancel(reason="peer closed the link")
+        """Handshake, then replicate both ways until the peer closes the stream.
+
+        Raises:
+            ProtocolError: the peer broke the protocol (the first such error, unwrapped).
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                await self.send(self.session.our_hello)
+                if self.directory is not None:
+                    entries = self.directory.entries()
+                    await self.send(Members(entries))
+                    self._bindings_sent.update(origin for origin, _ in entries)
+                await self.send(await self._our_vector())
+                nursery.start_soon(self._push_new_events)
+                nursery.start_soon(self._anti_entropy)
+                await self._read()
+                nursery.cancel_scope.cancel(reason="peer closed the link")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the transport ended: a normal way for a link to end
+        except BaseExceptionGroup as group:
+            _raise_link_outcome(group)
+        finally:
+            self.closed.set()
 
     async def close(self, code: str = "shutting_down", reason: str = "palaced is stopping") -> None:
         try:
-            await self._send(Goodbye(code, reason))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            with trio.move_on_after(1):
+                await self.send(Goodbye(code, reason))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError, Exception):
             pass
+        await trio.aclose_forcefully(self.stream)
 
     # -- receiving -----------------------------------------------------------------------------
 
@@ -120,23 +218,44 @@ class PeerLink:
                 message = self.session.next_event()
                 if message is NEED_DATA:
                     break
+                self.last_contact = _utc_now()
                 if isinstance(message, ConnectionClosed):
+                    if message.goodbye is not None and message.goodbye.code != "shutting_down":
+                        LOGGER.info("peer %s said goodbye: %s (%s)", self.peer_id, message.goodbye.reason,
+                                    message.goodbye.code)
                     return
                 await self._handle(message)
 
     async def _handle(self, message: Any) -> None:
         if isinstance(message, Hello):
-            self._on_hello(message)
+            await self._on_hello(message)
         elif isinstance(message, Members):
-            self._on_members(message)
+            await self._on_members(message)
         elif isinstance(message, Vector):
             await self._on_vector(message)
         elif isinstance(message, Want):
             await self._serve_want(message)
         elif isinstance(message, Events):
             await self._on_events(message)
+        elif isinstance(message, Have):
+            self._confirm(message.entries)
+        elif isinstance(message, ArtifactWant):
+            await self._serve_artifact(message)
+        elif isinstance(message, ArtifactChunk):
+            await self._on_artifact_chunk(message)
+        elif isinstance(message, Presence) and self.hooks is not None:
+            self.hooks.link_presence(self, message)
 
-    def _on_hello(self, hello: Hello) -> None:
+    async def _persist_bindings(self) -> None:
+        assert self.directory is not None
+        unsaved = self.directory.take_unsaved()
+        if unsaved:
+            await self.astore.write(lambda ctx: ctx.save_bindings(unsaved))
+
+    async def _on_hello(self, hello: Hello) -> None:
+        if self.expected_peer_id is not None and hello.peer_id != self.expected_peer_id:
+            raise RemoteProtocolError(
+                f"peer's hello names {hello.peer_id} but its TLS certificate is {self.expected_peer_id}")
         if self.directory is None:
             return
         try:
@@ -145,19 +264,34 @@ class PeerLink:
             raise RemoteProtocolError(f"peer {hello.peer_id}: {exc}") from None
         if cert.peer_id != hello.peer_id:
             raise RemoteProtocolError(f"peer {hello.peer_id} presented the certificate of {cert.peer_id}")
+        if cert.role != hello.role:
+            raise RemoteProtocolError(f"peer {hello.peer_id} claims role {hello.role} but is certified {cert.role}")
+        await self._persist_bindings()
+        if self.hooks is not None:
+            self.hooks.link_ready(self)
 
-    def _on_members(self, members: Members) -> None:
+    async def _on_members(self, members: Members) -> None:
         if self.directory is None:
             return
         for origin, certificate in members.entries:
             try:
                 self.directory.bind(origin, certificate)
             except BindingError as exc:
-                self._log.warning("ignored a binding from %s: %s", self.peer_id, exc)
+                LOGGER.warning("ignored a binding from %s: %s", self.peer_id, exc)
+        await self._persist_bindings()
+
+    def _confirm(self, entries: Any) -> None:
+        changed = False
+        for origin, max_seq in entries:
+            if max_seq > self.confirmed.get(origin, 0):
+                self.confirmed[origin] = max_seq
+                changed = True
+            self.peer_has[origin] = max(self.peer_has.get(origin, 0), max_seq)
+        if changed and self.hooks is not None:
+            self.hooks.link_progress(self)
 
     async def _on_vector(self, vector: Vector) -> None:
-        for entry in vector.entries:
-            self.peer_has[entry.origin] = max(self.peer_has.get(entry.origin, 0), entry.max_seq)
+        self._confirm((e.origin, e.max_seq) for e in vector.entries)
         heads = await self._heads()
 
         def hash_at(origin: str, seq: int) -> bytes | None:
@@ -167,10 +301,10 @@ class PeerLink:
         for origin in forks:
             if origin not in self.forks:
                 self.forks.append(origin)
-                self._log.error("peer %s holds a different history of origin %s (fork)", self.peer_id, origin)
+                LOGGER.error("peer %s holds a different history of origin %s (fork)", self.peer_id, origin)
         for want in plan_wants(heads, vector):
             if want.origin not in forks:
-                await self._send(want)
+                await self.send(want)
         self._vector_known.set()
 
     async def _serve_want(self, want: Want) -> None:
@@ -190,10 +324,10 @@ class PeerLink:
             missing = sorted({e.origin for e in events} - self._bindings_sent)
             bindings = tuple((o, entries[o]) for o in missing if o in entries)
             if bindings:
-                await self._send(Members(bindings))
+                await self.send(Members(bindings))
             self._bindings_sent.update(missing)
         for batch in batch_events(events, _wire_size):
-            await self._send(Events(tuple(batch)))
+            await self.send(Events(tuple(batch)))
             self.sent_events += len(batch)
             for event in batch:
                 self.peer_has[event.origin] = max(self.peer_has.get(event.origin, 0), event.origin_seq)
@@ -201,25 +335,106 @@ class PeerLink:
 
     async def _on_events(self, message: Events) -> None:
         events = list(message.events)
-        for event in events:
-            self.peer_has[event.origin] = max(self.peer_has.get(event.origin, 0), event.origin_seq)
+        # The sender holds what it sends (it stores before it serves): that counts as confirmed.
+        self._confirm([(e.origin, e.origin_seq) for e in events])
+        observe = self.directory.observe if self.directory is not None else None
 
         def job(ctx: WriteContext) -> Any:
-            return ctx.apply_remote(events, self.key_for, source=self.peer_id)
+            return ctx.apply_remote(events, self.key_for, source=self.peer_id, on_applied=observe)
 
         report = await self.astore.write(job)
         self.received_events += len(report.applied)
         if report.rejected:
-            self._log.warning("rejected %d event(s) from %s (unknown origin or bad signature)",
-                              len(report.rejected), self.peer_id)
+            self.rejected_events += len(report.rejected)
+            LOGGER.warning("rejected %d event(s) from %s (not from a member in good standing, or bad signature)",
+                           len(report.rejected), self.peer_id)
         if report.forks:
-            self._log.error("refused %d forked event(s) from %s", len(report.forks), self.peer_id)
-        # A gap (or an event waiting for artifacts) means we missed something: pull again from our head.
-        retry = {e.origin for e in report.gaps} | {e.origin for e in report.missing_artifacts}
-        if retry:
+            LOGGER.error("refused %d forked event(s) from %s", len(report.forks), self.peer_id)
+        heads = await self._heads()
+        # Receipt: what we now hold durably of every origin in the batch (the write was fsynced).
+        touched = sorted({e.origin for e in events})
+        held = tuple((o, heads[o].max_seq) for o in touched if o in heads)
+        if held:
+            await self.send(Have(held))
+        for event in report.missing_artifacts:
+            await self._fetch_artifacts(event)
+        # A gap means we missed something: pull again from our head.
+        for origin in sorted({e.origin for e in report.gaps}):
+            if not any(origin in f.origins for f in self._fetches.values()):
+                await self.send(Want(origin, heads[origin].max_seq if origin in heads else 0))
+
+    # -- artifacts -----------------------------------------------------------------------------
+
+    async def _fetch_artifacts(self, event: SignedEvent) -> None:
+        for artifact_id in event.artifact_ids:
+            present = await self.astore.read(self._has_artifact, artifact_id)
+            if present:
+                continue
+            fetch = self._fetches.get(artifact_id)
+            if fetch is None:
+                fetch = self._fetches[artifact_id] = _Fetch()
+                await self.send(ArtifactWant(artifact_id, 0))
+            fetch.origins.add(event.origin)
+        if await self.astore.read(lambda: all(self._has_artifact(a) for a in event.artifact_ids)):
+            # Another link fetched them meanwhile: just pull the origin again.
             heads = await self._heads()
-            for origin in sorted(retry):
-                await self._send(Want(origin, heads[origin].max_seq if origin in heads else 0))
+            await self.send(Want(event.origin, heads[event.origin].max_seq if event.origin in heads else 0))
+
+    def _has_artifact(self, artifact_id: str) -> bool:
+        try:
+            self.store.get_artifact(artifact_id, with_content=False)
+        except NotFound:
+            return False
+        return True
+
+    async def _serve_artifact(self, want: ArtifactWant) -> None:
+        try:
+            record = await self.astore.read(self.store.get_artifact, want.artifact_id)
+        except NotFound:
+            await self.send(ArtifactChunk(want.artifact_id, 0, -1, "", "", "", "", "{}", b""))
+            return
+        content: bytes = record["content"]
+        metadata_json = json.dumps(record["metadata"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        offset = min(want.offset, len(content))
+        while True:
+            piece = content[offset:offset + ARTIFACT_CHUNK_BYTES]
+            await self.send(ArtifactChunk(want.artifact_id, offset, len(content), record["sha256"], record["kind"],
+                                          record["created_by"], record["created_at"], metadata_json, piece))
+            offset += len(piece)
+            if offset >= len(content):
+                return
+            await trio.sleep(0)  # other messages (pushes, wants) interleave between chunks
+
+    async def _on_artifact_chunk(self, chunk: ArtifactChunk) -> None:
+        fetch = self._fetches.get(chunk.artifact_id)
+        if fetch is None:
+            return  # not asked for (or already given up): ignore
+        if chunk.size < 0:
+            LOGGER.warning("peer %s does not have artifact %s", self.peer_id, chunk.artifact_id)
+            del self._fetches[chunk.artifact_id]
+            return
+        if chunk.size > self.max_artifact_bytes:
+            del self._fetches[chunk.artifact_id]
+            raise RemoteProtocolError(
+                f"artifact {chunk.artifact_id} is {chunk.size} bytes, over this daemon's limit of "
+                f"{self.max_artifact_bytes} (raise limits.max_artifact_bytes to accept it)")
+        if chunk.offset != len(fetch.buffer) or artifact_id_for_sha256(chunk.sha256) != chunk.artifact_id:
+            raise RemoteProtocolError(f"artifact {chunk.artifact_id}: chunk out of order or for another artifact")
+        fetch.buffer += chunk.data
+        if len(fetch.buffer) < chunk.size:
+            return
+        del self._fetches[chunk.artifact_id]
+        content = bytes(fetch.buffer)
+        if hashlib.sha256(content).hexdigest() != chunk.sha256:
+            raise RemoteProtocolError(f"artifact {chunk.artifact_id} does not match its sha256")
+        await self.astore.write(lambda ctx: ctx.put_verified_artifact(
+            sha256=chunk.sha256, kind=chunk.kind, created_by=chunk.created_by, created_at=chunk.created_at,
+            metadata_json=chunk.metadata_json, content=content))
+        LOGGER.info("received artifact %s (%d bytes) from %s", chunk.artifact_id, len(content), self.peer_id)
+        heads = await self._heads()
+        for origin in sorted(fetch.origins):
+            if not any(origin in f.origins for f in self._fetches.values()):
+                await self.send(Want(origin, heads[origin].max_seq if origin in heads else 0))
 
     # -- pushing -------------------------------------------------------------------------------
 
@@ -233,7 +448,7 @@ class PeerLink:
             new = self.bus.events_after(cursor, 10_000)
             if new is None:  # fell behind the ring: the anti-entropy vector exchange repairs it
                 cursor = self.bus.latest_seq
-                await self._send(await self._our_vector())
+                await self.send(await self._our_vector())
                 continue
             if not new:
                 continue
@@ -252,4 +467,4 @@ class PeerLink:
         while True:
             due = self.session.get_timer()
             await trio.sleep_until(due if due is not None else trio.current_time() + ANTI_ENTROPY_S)
-            await self._send(await self._our_vector())
+            await self.send(await self._our_vector())

@@ -9,15 +9,13 @@ polling, and hold no read transaction while they wait.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -27,6 +25,7 @@ from palace_proto.control import PROTOCOL_VERSION
 from palace_proto.envelope import preview_event
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.ids import fingerprint
+from palace_proto.pki import REVOKE_EVENT_TYPE
 from palace_proto.validation import (
     AppendRequest,
     Limits,
@@ -43,15 +42,20 @@ from palace_proto.validation import (
 from . import tasks
 from .bus import EventBus
 from .config import Config
-from .membership import Membership, create_palace
+from .fleet import FleetOps, replicated_args
+from .members import MemberDirectory
+from .membership import Membership
 from .store import WriteContext
 from .store.aio import AsyncStore
+
+if TYPE_CHECKING:
+    from .network import Network
 
 __all__ = ["Service", "Watcher"]
 
 LOGGER: Final = logging.getLogger("palaced.service")
 # Types only the daemon may write, because they change how other events are shown.
-RESERVED_TYPES: Final = {"event.redact": "use `palacectl redact`"}
+RESERVED_TYPES: Final = {"event.redact": "use `palacectl redact`", REVOKE_EVENT_TYPE: "use `palacectl revoke`"}
 # Why 1 s: cursor-only progress (events examined, none matched) matters only for checkpoints; a
 # watcher that re-examines up to a second of non-matching events loses nothing.
 CURSOR_PUSH_INTERVAL_S: Final = 1.0
@@ -97,8 +101,9 @@ def _utc_stamp(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-class Service:
-    """Handlers for every API operation, over one store and one bus."""
+class Service(FleetOps):
+    """Handlers for every API operation, over one store and one bus (palace and fleet operations
+    come from ``FleetOps``)."""
 
     def __init__(self, config: Config, astore: AsyncStore, bus: EventBus, *,
                  identity: Ed25519PrivateKey | None = None, membership: Membership | None = None) -> None:
@@ -113,6 +118,10 @@ class Service:
         self.started_at = time.time()
         self._started_monotonic = time.monotonic()
         self.fingerprint = fingerprint(self.store.public_key)
+        #: set by the app once this daemon belongs to a palace
+        self.network: Network | None = None
+        self.directory: MemberDirectory | None = None
+        self.start_network: Callable[[Membership], Awaitable[None]] | None = None
 
     def __repr__(self) -> str:
         return f"<Service origin={self.store.origin_id} watchers={len(self.watchers)}>"
@@ -152,17 +161,15 @@ class Service:
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "watchers": len(self.watchers), "writer": self.astore.statistics(),
             "palace": self.membership.to_wire() if self.membership else None,
+            "network": await self._network_status(),
         }
 
-    async def op_init(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """Make this daemon the first member of a new palace (a new CA and our certificate)."""
-        name = clean_optional("name", args.get("name")) or socket.gethostname()
-        if self.identity is None:  # pragma: no cover - the app always passes the identity
-            raise ApiError("this daemon has no identity key", code="internal")
-        now = datetime.datetime.now(datetime.UTC)
-        self.membership = await trio.to_thread.run_sync(create_palace, self.config.home, self.identity, name, now)
-        LOGGER.info("created palace %s (%s); this daemon is its first member", self.membership.palace_id, name)
-        return self.membership.to_wire()
+    async def _network_status(self) -> dict[str, Any] | None:
+        if self.network is None:
+            return None
+        forks = await self.astore.read(self.store.forks)
+        return {"listen": self.network.listen_addresses, "mdns": self.network.mdns_state,
+                "connected": self.network.connected_peers(), "forks": len(forks)}
 
     async def op_digest(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Per origin: the highest contiguous origin_seq and its event hash, plus one fingerprint of
@@ -173,18 +180,40 @@ class Service:
         return {"origins": origins, "digest": overall.hexdigest(), "events": sum(o["origin_seq"] for o in origins)}
 
     async def op_who(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        watchers = sorted((w.to_wire() for w in self.watchers.values()), key=lambda w: w["since"])
-        return {"watchers": watchers, "count": len(watchers)}
+        """Watchers connected here, and (gossiped) those connected to every other daemon."""
+        local = sorted((w.to_wire() for w in self.watchers.values()), key=lambda w: w["since"])
+        me = {"peer_id": self.membership.peer_id, "name": self.membership.name} if self.membership else None
+        for watcher in local:
+            watcher["daemon"] = me
+            watcher["local"] = True
+        remote = sorted(self.remote_watchers(), key=lambda w: w["since"])
+        for watcher in remote:
+            watcher["local"] = False
+        return {"watchers": local + remote, "count": len(local) + len(remote), "local_count": len(local)}
+
+    def watcher_tuples(self) -> list[tuple[str, str, str]]:
+        """Our watchers as presence gossip carries them: (agent, filters, since)."""
+        return [(w.agent or "", w.filters, w.since) for w in self.watchers.values()]
+
+    def _watchers_changed(self) -> None:
+        if self.network is not None:
+            self.network.watchers_changed()
 
     # -- the log -------------------------------------------------------------------------------
 
     async def op_append(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.require_writer()
+        replicated, timeout_s = replicated_args(args)
         req = AppendRequest.from_wire(args, self.limits)
         if req.type in RESERVED_TYPES:
             raise ValidationError(f"type {req.type!r} is reserved; {RESERVED_TYPES[req.type]}", field="type")
         if req.ack_of is not None:
             await self._get_event_or_404(req.ack_of, "ack_of")
-        return await self.astore.write(lambda ctx: ctx.append(req))
+        event = await self.astore.write(lambda ctx: ctx.append(req))
+        if replicated:
+            # The event is committed locally whatever happens next; the reply says how far it got.
+            return {**event, "replication": await self.wait_replicated(event, replicated, timeout_s)}
+        return event
 
     async def op_get_event(self, args: Mapping[str, Any]) -> dict[str, Any]:
         return await self._get_event_or_404(args.get("event_id"))
@@ -254,6 +283,7 @@ class Service:
         watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
                           since=_utc_stamp(time.time()), pid=pid)
         self.watchers[conn_id] = watcher
+        self._watchers_changed()
         LOGGER.info("watch started: agent=%s filters=%s from=%s", agent or "-", watcher.filters, cursor_id or start)
         try:
             await push({"push": "started", "cursor": cursor_id, "start": start})
@@ -294,9 +324,11 @@ class Service:
                         break
         finally:
             del self.watchers[conn_id]
+            self._watchers_changed()
             LOGGER.info("watch ended: agent=%s", agent or "-")
 
     async def op_ack(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.require_writer()
         target_id = clean_required("event_id", args.get("event_id"))
         from_agent = clean_required("from_agent", args.get("from_agent"))
         status = validate_status(args.get("status"))
@@ -321,6 +353,7 @@ class Service:
         return await self.astore.write(job)
 
     async def op_redact(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.require_writer()
         target_id = clean_required("event_id", args.get("event_id"))
         from_agent = clean_required("from_agent", args.get("from_agent"))
         reason = validate_body(args.get("reason"), self.limits)
@@ -367,6 +400,7 @@ class Service:
         }
 
     async def op_artifact_put(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.require_writer()
         fields = self._artifact_args(args)
         record = await self.astore.write(lambda ctx: ctx.put_artifact(**fields))
         record.pop("metadata", None)
@@ -380,6 +414,7 @@ class Service:
         return await self.astore.read(self.store.get_artifact, key, with_content=with_content)
 
     async def op_patch_submit(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.require_writer()
         from_agent = clean_required("from_agent", args.get("from_agent"))
         fields = self._artifact_args({**args, "created_by": from_agent}, kind="patch")
         correlation_id = clean_required("correlation_id", args.get("correlation_id"))
@@ -416,6 +451,7 @@ class Service:
     # -- tasks ---------------------------------------------------------------------------------
 
     async def op_task_create(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.require_writer()
         req, handoff = tasks.build_task_request(args, os.urandom(4).hex(), self.limits)
         event = await self.astore.write(lambda ctx: ctx.append(req))
         return {"task": event, "handoff": handoff}

@@ -36,7 +36,8 @@ PROTOCOL_VERSION: Final = 1
 OPS: Final = frozenset({
     "hello", "ping", "status", "append", "list", "wait", "subscribe", "ack", "redact",
     "artifact_put", "artifact_get", "patch_submit", "task_create", "task_show", "task_list", "who",
-    "get_event", "digest", "init",
+    "get_event", "digest", "init", "invite", "join", "revoke", "peers", "peers_add",
+    "peers_remove", "replicated", "doctor",
 })
 
 

@@ -35,6 +35,10 @@ API_ERROR_CODES: dict[str, str] = {
     "frame_too_large": "a frame exceeds the size limit; the connection is closed",
     "version_mismatch": "client and daemon speak different protocol versions",
     "shutting_down": "the daemon is stopping and accepts no new work",
+    "read_only": "this daemon is a read-only observer; it refuses every write",
+    "not_member": "this daemon has not joined a palace (init or join first)",
+    "not_permitted": "only the daemon holding the palace key (the one that ran init) may do this",
+    "enrolment_failed": "joining failed: inviter unreachable, invite refused, or not the palace the invite names",
     "internal": "the daemon failed unexpectedly; see its log",
 }
 

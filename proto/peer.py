@@ -17,27 +17,41 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final, final
 
+import msgpack
+
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
 
 __all__ = [
+    "DEFAULT_PEER_PORT",
     "PEER_PROTOCOL_VERSION",
     "ROLES",
+    "ArtifactChunk",
+    "ArtifactWant",
+    "Enrol",
+    "Enrolled",
     "Events",
     "Goodbye",
+    "Have",
     "Hello",
     "Members",
+    "Presence",
     "PeerMessage",
     "Vector",
     "VectorEntry",
     "Want",
     "event_from_wire",
     "event_to_wire",
+    "format_peer_address",
     "from_wire",
+    "parse_peer_address",
+    "presence_signing_bytes",
     "to_wire",
 ]
 
 PEER_PROTOCOL_VERSION: Final = 1
+#: the TCP port palaced listens on for peers unless told otherwise (``--listen``, config)
+DEFAULT_PEER_PORT: Final = 7437
 ROLES: Final = frozenset({"member", "observer"})
 # Why 4096: a vector entry is ~80 bytes, so a vector stays far below any frame limit, and no
 # honest palace has thousands of origins (one per database ever created).
@@ -47,6 +61,10 @@ MAX_VECTOR_ENTRIES: Final = 4096
 MAX_EVENTS_PER_MESSAGE: Final = 1000
 # Why 8 KiB: an Ed25519 member certificate is well under 1 KiB in PEM.
 MAX_CERTIFICATE_BYTES: Final = 8192
+# Why 1 MiB: artifacts move in chunks far below the 16 MiB peer frame limit, so a 64 MiB artifact
+# never becomes one frame, and other messages interleave between its chunks.
+ARTIFACT_CHUNK_BYTES: Final = 1 << 20
+MAX_WATCHERS_PER_PRESENCE: Final = 1024
 
 _EVENT_STR_FIELDS: Final = ("origin", "created_at", "type", "stream", "room", "from_agent", "metadata_json")
 _EVENT_OPT_FIELDS: Final = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "status", "ack_of")
@@ -121,7 +139,83 @@ class Goodbye:
     reason: str
 
 
-PeerMessage = Hello | Members | Vector | Want | Events | Goodbye
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Have:
+    """Receipt: after committing (fsync) a batch, the receiver's head for the origins it touched.
+
+    What ``append --replicated K`` counts: a peer holds an event once its ``Have`` or ``Vector``
+    says so, never merely because we sent it."""
+
+    entries: tuple[tuple[str, int], ...]
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArtifactWant:
+    """Send me artifact ``artifact_id`` from byte ``offset`` (chunks follow until the end)."""
+
+    artifact_id: str
+    offset: int
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArtifactChunk:
+    """One piece of an artifact (``data`` ≤ ARTIFACT_CHUNK_BYTES). ``size == -1``: not found.
+
+    The descriptive fields (kind, created_by, created_at, metadata_json) travel with every chunk
+    so any chunk can start the transfer; only ``sha256`` over the assembled bytes is trusted."""
+
+    artifact_id: str
+    offset: int
+    size: int
+    sha256: str
+    kind: str
+    created_by: str
+    created_at: str
+    metadata_json: str
+    data: bytes
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Presence:
+    """Which watchers are connected to daemon ``peer_id`` (gossiped and relayed, newest wins).
+
+    ``serial`` grows with every change on that daemon; ``signature`` is the daemon's Ed25519
+    signature over ``presence_signing_bytes`` so a relay cannot invent or alter it."""
+
+    peer_id: str
+    name: str
+    serial: int
+    watchers: tuple[tuple[str, str, str], ...]  # (agent, filters as JSON, since)
+    signature: bytes
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Enrol:
+    """A joiner's first and only message: I hold invite ``invite_id``; certify ``public_key``."""
+
+    invite_id: str
+    public_key: bytes
+    name: str
+    proof: bytes
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Enrolled:
+    """The inviter's answer: the palace CA certificate and the joiner's new member certificate."""
+
+    palace_name: str
+    ca_certificate: bytes
+    certificate: bytes
+
+
+PeerMessage = Hello | Members | Vector | Want | Events | Goodbye | Have | ArtifactWant | ArtifactChunk | Presence
+EnrolmentMessage = Enrol | Enrolled
 
 
 def _str(d: Mapping[str, Any], key: str, *, max_len: int = 256, optional: bool = False) -> Any:
@@ -199,6 +293,21 @@ def to_wire(message: PeerMessage) -> dict[str, Any]:
         return {"t": "events", "events": [event_to_wire(e) for e in message.events]}
     if isinstance(message, Goodbye):
         return {"t": "goodbye", "code": message.code, "reason": message.reason}
+    if isinstance(message, Have):
+        return {"t": "have", "entries": [[origin, seq] for origin, seq in message.entries]}
+    if isinstance(message, ArtifactWant):
+        return {"t": "artifact_want", "artifact_id": message.artifact_id, "offset": message.offset}
+    if isinstance(message, ArtifactChunk):
+        return {"t": "artifact_chunk", **{f.name: getattr(message, f.name) for f in dataclasses.fields(ArtifactChunk)}}
+    if isinstance(message, Presence):
+        return {"t": "presence", "peer_id": message.peer_id, "name": message.name, "serial": message.serial,
+                "watchers": [list(w) for w in message.watchers], "signature": message.signature}
+    if isinstance(message, Enrol):
+        return {"t": "enrol", "invite_id": message.invite_id, "public_key": message.public_key,
+                "name": message.name, "proof": message.proof}
+    if isinstance(message, Enrolled):
+        return {"t": "enrolled", "palace_name": message.palace_name, "ca_certificate": message.ca_certificate,
+                "certificate": message.certificate}
     raise TypeError(f"not a peer message: {message!r}")
 
 
@@ -264,4 +373,92 @@ def from_wire(d: Any) -> PeerMessage | None:
         return Events(tuple(event_from_wire(e) for e in raw))
     if tag == "goodbye":
         return Goodbye(code=_str(d, "code"), reason=_str(d, "reason", max_len=4096))
+    if tag == "have":
+        raw = d.get("entries")
+        if not isinstance(raw, list) or len(raw) > MAX_VECTOR_ENTRIES:
+            raise RemoteProtocolError(f"have 'entries' must be a list of at most {MAX_VECTOR_ENTRIES} entries")
+        entries = []
+        for item in raw:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise RemoteProtocolError("a have entry must be [origin, max_seq]")
+            pair = {"origin": item[0], "max_seq": item[1]}
+            entries.append((_str(pair, "origin"), _int(pair, "max_seq")))
+        return Have(tuple(entries))
+    if tag == "artifact_want":
+        return ArtifactWant(artifact_id=_str(d, "artifact_id"), offset=_int(d, "offset"))
+    if tag == "artifact_chunk":
+        size = d.get("size")
+        if type(size) is not int or size < -1:
+            raise RemoteProtocolError("artifact_chunk 'size' must be an integer >= -1")
+        data = d.get("data")
+        if not isinstance(data, bytes) or len(data) > ARTIFACT_CHUNK_BYTES:
+            raise RemoteProtocolError(f"artifact_chunk 'data' must be at most {ARTIFACT_CHUNK_BYTES} bytes")
+        offset = _int(d, "offset")
+        if size >= 0 and offset + len(data) > size:
+            raise RemoteProtocolError("artifact_chunk runs past the artifact's size")
+        return ArtifactChunk(artifact_id=_str(d, "artifact_id"), offset=offset, size=size, sha256=_str(d, "sha256"),
+                             kind=_str(d, "kind"), created_by=_str(d, "created_by"), created_at=_str(d, "created_at"),
+                             metadata_json=_str(d, "metadata_json", max_len=65_536), data=data)
+    if tag == "presence":
+        raw = d.get("watchers")
+        if not isinstance(raw, list) or len(raw) > MAX_WATCHERS_PER_PRESENCE:
+            raise RemoteProtocolError(f"presence 'watchers' must be a list of at most {MAX_WATCHERS_PER_PRESENCE}")
+        watchers = []
+        for item in raw:
+            if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)
+                    and len(item[0]) <= 256 and len(item[1]) <= 4096 and len(item[2]) <= 64):
+                raise RemoteProtocolError("a presence watcher must be [agent, filters_json, since]")
+            watchers.append((item[0], item[1], item[2]))
+        return Presence(peer_id=_str(d, "peer_id"), name=_str(d, "name"), serial=_int(d, "serial"),
+                        watchers=tuple(watchers), signature=_bytes(d, "signature", 64))
+    if tag == "enrol":
+        return Enrol(invite_id=_str(d, "invite_id"), public_key=_bytes(d, "public_key", 32), name=_str(d, "name"),
+                     proof=_bytes(d, "proof", 32))
+    if tag == "enrolled":
+        ca, cert = d.get("ca_certificate"), d.get("certificate")
+        if not all(isinstance(x, bytes) and len(x) <= MAX_CERTIFICATE_BYTES for x in (ca, cert)):
+            raise RemoteProtocolError(f"enrolled certificates must be at most {MAX_CERTIFICATE_BYTES} bytes")
+        return Enrolled(palace_name=_str(d, "palace_name"), ca_certificate=ca, certificate=cert)
     return None
+
+
+def presence_signing_bytes(peer_id: str, name: str, serial: int, watchers: tuple[tuple[str, str, str], ...]) -> bytes:
+    """What a ``Presence`` signature covers (deterministic msgpack of the fields)."""
+    return b"palace/presence/v1\n" + msgpack.packb([peer_id, name, serial, [list(w) for w in watchers]],
+                                                   use_bin_type=True)
+
+
+def parse_peer_address(text: str, *, default_port: int | None = None) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) → (host, port).
+
+    Raises:
+        ValueError: naming what is wrong ("expected HOST:PORT, e.g. 192.168.1.20:7437").
+    """
+    text = text.strip()
+    example = f"expected HOST:PORT, e.g. 192.168.1.20:{DEFAULT_PEER_PORT}"
+    if not text:
+        raise ValueError(f"empty address; {example}")
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"{text!r} is not an address; {example}")
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        raise ValueError(f"{text!r}: write IPv6 addresses in brackets, e.g. [fd00::1]:{DEFAULT_PEER_PORT}")
+    else:
+        host, port_text = text, ""
+    if not host or any(c.isspace() for c in host):
+        raise ValueError(f"{text!r} has no host; {example}")
+    if not port_text:
+        if default_port is None:
+            raise ValueError(f"{text!r} has no port; {example}")
+        return host, default_port
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: the port must be a number from 0 to 65535")
+    return host, int(port_text)
+
+
+def format_peer_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import NameOID
 
+from .canonical import canonical_json
 from .ids import fingerprint
 
 __all__ = [
@@ -38,6 +39,10 @@ __all__ = [
     "Invite",
     "InviteError",
     "MemberCertificate",
+    "REVOKE_EVENT_TYPE",
+    "Revocation",
+    "RevocationError",
+    "ca_fingerprint",
     "enrolment_proof",
     "issue_certificate",
     "new_palace",
@@ -52,10 +57,16 @@ ROLES: Final = ("member", "observer")
 MEMBER_CERT_DAYS: Final = 5 * 365
 CA_CERT_DAYS: Final = 20 * 365
 INVITE_PREFIX: Final = "palace1-"
+#: the event type of a revocation (its metadata is a CA-signed ``Revocation``)
+REVOKE_EVENT_TYPE: Final = "palace.revoke"
 
 
 class CertificateError(Exception):
     """A certificate is not a valid member certificate of this palace."""
+
+
+class RevocationError(Exception):
+    """A revocation is malformed or not signed by this palace's CA."""
 
 
 class InviteError(Exception):
@@ -70,6 +81,12 @@ def palace_id_for(ca_public_key: bytes) -> str:
     """``pal_`` + 26 base32 characters of the CA key's sha256."""
     digest = hashlib.sha256(b"palace/id/v1\n" + ca_public_key).digest()
     return "pal_" + base64.b32encode(digest).decode("ascii").lower()[:26]
+
+
+def ca_fingerprint(ca_cert_pem: bytes) -> str:
+    """sha256 (hex) of the CA certificate's DER: what an invite pins the inviter's palace to."""
+    der = x509.load_pem_x509_certificate(ca_cert_pem).public_bytes(serialization.Encoding.DER)
+    return hashlib.sha256(der).hexdigest()
 
 
 @final
@@ -243,3 +260,68 @@ def verify_enrolment_proof(secret: bytes, public_key: bytes, name: str, palace_i
     """Raises InviteError unless ``proof`` was made with ``secret`` for exactly this key and name."""
     if not hmac.compare_digest(enrolment_proof(secret, public_key, name, palace_id), proof):
         raise InviteError("enrolment proof does not match the invite")
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Revocation:
+    """The palace CA's word that ``peer_id`` (key ``public_key``) is no longer a member.
+
+    ``cutoffs`` maps each origin the revoker knew for that key to the last origin_seq it held: events
+    up to there stay valid (they were accepted before the revocation), anything later — and any
+    origin of that key not listed — is refused by every receiver. The CA signature makes the
+    revocation authoritative wherever it travels: a relay cannot forge or alter one.
+    """
+
+    palace_id: str
+    peer_id: str
+    public_key: bytes
+    cutoffs: tuple[tuple[str, int], ...]
+    revoked_at: str
+    ca_signature: bytes = b""
+
+    def signing_bytes(self) -> bytes:
+        return b"palace/revoke/v1\n" + canonical_json({
+            "palace_id": self.palace_id, "peer_id": self.peer_id, "public_key": self.public_key.hex(),
+            "cutoffs": {origin: seq for origin, seq in self.cutoffs}, "revoked_at": self.revoked_at,
+        }).encode("utf-8")
+
+    def signed(self, ca_key: Ed25519PrivateKey) -> Revocation:
+        return dataclasses.replace(self, ca_signature=ca_key.sign(self.signing_bytes()))
+
+    def cutoff_for(self, origin: str) -> int:
+        return dict(self.cutoffs).get(origin, 0)
+
+    def to_metadata(self) -> dict[str, object]:
+        return {"palace_id": self.palace_id, "peer_id": self.peer_id, "public_key": self.public_key.hex(),
+                "cutoffs": {origin: seq for origin, seq in self.cutoffs}, "revoked_at": self.revoked_at,
+                "ca_signature": self.ca_signature.hex()}
+
+    @classmethod
+    def from_metadata(cls, metadata: object, ca_cert_pem: bytes) -> Revocation:
+        """Parse and verify a revocation event's metadata against the palace CA.
+
+        Raises:
+            RevocationError: malformed, for another palace, or not signed by the CA.
+        """
+        try:
+            assert isinstance(metadata, dict)
+            cutoffs = metadata["cutoffs"]
+            assert isinstance(cutoffs, dict) and all(
+                isinstance(o, str) and type(n) is int and n >= 0 for o, n in cutoffs.items())
+            revocation = cls(palace_id=str(metadata["palace_id"]), peer_id=str(metadata["peer_id"]),
+                             public_key=bytes.fromhex(str(metadata["public_key"])),
+                             cutoffs=tuple(sorted(cutoffs.items())), revoked_at=str(metadata["revoked_at"]),
+                             ca_signature=bytes.fromhex(str(metadata["ca_signature"])))
+        except (AssertionError, KeyError, ValueError, TypeError):
+            raise RevocationError("revocation metadata is malformed") from None
+        ca_key = x509.load_pem_x509_certificate(ca_cert_pem).public_key()
+        if not isinstance(ca_key, Ed25519PublicKey) or revocation.palace_id != palace_id_for(_raw_public(ca_key)):
+            raise RevocationError("revocation names another palace")
+        if len(revocation.public_key) != 32 or fingerprint(revocation.public_key) != revocation.peer_id:
+            raise RevocationError("revocation peer id does not match its key")
+        try:
+            ca_key.verify(revocation.ca_signature, revocation.signing_bytes())
+        except InvalidSignature:
+            raise RevocationError("revocation is not signed by the palace CA") from None
+        return revocation

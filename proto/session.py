@@ -12,9 +12,10 @@ Rules (every transition lives in this file):
 1. Each side's first message is ``Hello``. A hello for another palace or another protocol
    version is a ``RemoteProtocolError``/``VersionMismatch``; nothing else is accepted before it.
 2. After the hellos, each side sends its ``Members`` (origin → certificate bindings) and its
-   ``Vector``. ``Want`` and ``Events`` are legal, in either
-   direction, only once that side has seen the other's vector (it cannot know what the other
-   lacks before).
+   ``Vector``; ``Presence`` may follow at any time. ``Want``, ``Events``, ``Have`` and the
+   artifact messages are legal, in either direction, only once that side has seen the other's
+   vector (it cannot know what the other lacks before). Enrolment messages never belong to a
+   session (they are a one-shot exchange on a connection without a client certificate).
 3. Vectors may be sent again at any time (the anti-entropy timer); ``get_timer`` returns when
    the next one is due: ``ANTI_ENTROPY_S`` after the last vector we sent.
 4. ``Goodbye`` (either way) or EOF closes the session. Message types we do not know are skipped.
@@ -33,7 +34,23 @@ from typing import Any, Final, final
 
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import NEED_DATA, FrameBuffer, encode_frame
-from .peer import Events, Goodbye, Hello, Members, PeerMessage, Vector, Want, from_wire, to_wire
+from .peer import (
+    ArtifactChunk,
+    ArtifactWant,
+    Enrol,
+    Enrolled,
+    Events,
+    Goodbye,
+    Have,
+    Hello,
+    Members,
+    PeerMessage,
+    Presence,
+    Vector,
+    Want,
+    from_wire,
+    to_wire,
+)
 
 __all__ = ["ANTI_ENTROPY_S", "ConnectionClosed", "PeerSession", "SessionState"]
 
@@ -42,6 +59,10 @@ __all__ = ["ANTI_ENTROPY_S", "ConnectionClosed", "PeerSession", "SessionState"]
 ANTI_ENTROPY_S: Final = 10.0
 # Why 16 MiB: a batch of events is capped at 1 MiB by the sender; artifacts travel in chunks.
 PEER_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+
+#: messages that presuppose knowing what the other side holds
+_AFTER_VECTORS: Final = (Want, Events, Have, ArtifactWant, ArtifactChunk)
 
 
 class SessionState(enum.Enum):
@@ -96,9 +117,9 @@ class PeerSession:
                 raise LocalProtocolError("hello already sent")
         elif not self._sent_hello:
             raise LocalProtocolError("the first message must be our hello")
-        elif isinstance(message, (Vector, Members)):
+        elif isinstance(message, (Vector, Members, Presence)):
             pass
-        elif isinstance(message, (Want, Events)):
+        elif isinstance(message, _AFTER_VECTORS):
             if self._their_vector is None or not self._sent_vector:
                 raise LocalProtocolError(f"{type(message).__name__} before the vectors were exchanged")
         elif not isinstance(message, Goodbye):
@@ -174,7 +195,9 @@ class PeerSession:
             raise RemoteProtocolError("second hello")
         if isinstance(message, Vector):
             self._their_vector = message
-        elif isinstance(message, (Want, Events)):
+        elif isinstance(message, (Enrol, Enrolled)):
+            raise RemoteProtocolError("enrolment messages are not part of a replication session")
+        elif isinstance(message, _AFTER_VECTORS):
             if self._their_vector is None:
                 raise RemoteProtocolError(f"{type(message).__name__} before the peer's vector")
         elif isinstance(message, Goodbye):

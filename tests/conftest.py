@@ -1,8 +1,8 @@
 """Shared fixtures: real palaced processes on temporary homes, and palacectl run as a subprocess.
 
 Homes live under a short /tmp directory because a Unix socket path is limited to ~107 bytes and
-pytest's tmp_path can be longer. Daemons run in the root network namespace, so nothing here may
-multicast (the core has no network listener at all yet).
+pytest's tmp_path can be longer. Daemons run in the root network namespace unless a test puts them
+in namespaces it created, so by default they run with mDNS off and listen on loopback only.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def home(short_tmp: Path) -> Path:
 def daemon_factory(short_tmp: Path) -> Iterator[Any]:
     started: list[Daemon] = []
 
-    def make(home: Path | None = None, *, extra_args: Sequence[str] = (), start: bool = True) -> Daemon:
-        d = Daemon(home or short_tmp / f"home{len(started)}", extra_args=extra_args)
+    def make(home: Path | None = None, *, extra_args: Sequence[str] = (), start: bool = True, **kwargs: Any) -> Daemon:
+        d = Daemon(home or short_tmp / f"home{len(started)}", extra_args=extra_args, **kwargs)
         started.append(d)
         return d.start() if start else d
 

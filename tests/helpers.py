@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from palace_proto.errors import ProtocolError
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
@@ -38,12 +38,20 @@ class CtlResult:
         return f"<CtlResult rc={self.returncode} stdout={self.stdout[:300]!r} stderr={self.stderr[:300]!r}>"
 
 
+#: what every daemon started by a test in the root namespace runs with (the network rule)
+ROOT_NS_NETWORK: Final = ("--no-mdns", "--listen", "127.0.0.1:0")
+
+
 class Daemon:
     """A real ``palaced`` subprocess on its own home."""
 
-    def __init__(self, home: Path, *, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, home: Path, *, extra_args: Sequence[str] = (), network_args: Sequence[str] = ROOT_NS_NETWORK,
+                 prefix: Sequence[str] = ()) -> None:
         self.home = home
-        self.extra_args = list(extra_args)
+        #: a command the daemon runs under, e.g. ``ip netns exec NS`` (tests that create namespaces)
+        self.prefix = list(prefix)
+        # Daemons in the root network namespace never multicast and listen on loopback only.
+        self.extra_args = [*network_args, *extra_args]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = home.parent / f"{home.name}.log"
 
@@ -54,7 +62,7 @@ class Daemon:
     def start(self, *, wait: bool = True) -> Daemon:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "palaced", "--home", str(self.home), *self.extra_args],
+            [*self.prefix, PYTHON, "-m", "palaced", "--home", str(self.home), *self.extra_args],
             stdout=self._log, stderr=self._log, stdin=subprocess.DEVNULL,
         )
         if wait:

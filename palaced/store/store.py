@@ -125,9 +125,25 @@ class WriteContext:
     def redact(self, event_id: str, redact_event_id: str) -> None:
         self._store._redact_locked(event_id, redact_event_id)
 
-    def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str], bytes | None],
-                     source: str | None = None) -> ApplyReport:
-        report = self._store._apply_remote_locked(events, key_for, source)
+    def put_verified_artifact(self, *, sha256: str, kind: str, created_by: str, created_at: str,
+                              metadata_json: str, content: bytes) -> None:
+        """Store an artifact that arrived from a peer (the caller checked the sha256)."""
+        if hashlib.sha256(content).hexdigest() != sha256:
+            raise StoreError("artifact content does not match its sha256")
+        self.conn.execute(
+            "INSERT INTO artifacts (id, sha256, kind, size_bytes, content, created_by, created_at, metadata) "
+            "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
+            (artifact_id_for_sha256(sha256), sha256, kind, len(content), content, created_by, created_at, metadata_json),
+        )
+
+    def save_bindings(self, bindings: Sequence[tuple[str, bytes]]) -> None:
+        self.conn.executemany("INSERT INTO bindings VALUES (?, ?) ON CONFLICT(origin) DO NOTHING", bindings)
+
+    def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
+                     source: str | None = None, on_applied: Callable[[SignedEvent], None] | None = None) -> ApplyReport:
+        """Verify and store peer events; ``on_applied`` sees each stored event before the next is
+        judged (a revocation earlier in a batch governs the rest of it)."""
+        report = self._store._apply_remote_locked(events, key_for, source, on_applied)
         self.new_events.extend(report.applied)
         return report
 
@@ -360,8 +376,9 @@ class Store:
         row = self._conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
         return OriginHead(row[0], bytes(row[1])) if row and row[0] > 0 else None
 
-    def _apply_remote_locked(self, events: Sequence[SignedEvent], key_for: Callable[[str], bytes | None],
-                             source: str | None) -> ApplyReport:
+    def _apply_remote_locked(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
+                             source: str | None, on_applied: Callable[[SignedEvent], None] | None = None
+                             ) -> ApplyReport:
         """Verify and store events from a peer, in the order given (each origin in seq order).
 
         Every event is checked against its origin's key and chain before it is stored; duplicates
@@ -375,7 +392,9 @@ class Store:
         heads: dict[str, OriginHead | None] = {}
         for event in events:
             own = event.origin == self.origin_id
-            key = self.public_key if own else key_for(event.origin)
+            # key_for answers for this exact event: a revoked member's origin stays valid up to its
+            # cutoff only, so the key depends on origin_seq too.
+            key = self.public_key if own else key_for(event.origin, event.origin_seq)
             bound = None if own else self._origin_key(event.origin)
             if key is None or (bound is not None and bound != key):
                 # Unknown origin, or one already bound to another key: an origin never changes keys.
@@ -427,6 +446,8 @@ class Store:
                     if isinstance(target, str):
                         self._redact_locked(target, event.id)
                 report.applied.append(event.to_public(local_seq))
+                if on_applied is not None:
+                    on_applied(event)
         return report
 
     def _record_fork(self, event: SignedEvent, kept_hash: bytes | None, source: str | None) -> None:
@@ -614,6 +635,40 @@ class Store:
         if record is None or (SHA256_HEX_RE.match(key) and record["sha256"] != key):
             raise NotFound(f"artifact {id_or_sha256!r} not found")
         return record
+
+    # -- network bookkeeping (small tables of schema 0003) -------------------------------------
+
+    def bindings(self) -> list[tuple[str, bytes]]:
+        return [(o, bytes(c)) for o, c in self._reader().execute("SELECT origin, certificate FROM bindings")]
+
+    def signed_events_of_type(self, event_type: str) -> list[SignedEvent]:
+        """Every event of one type, in local order (revocations are read back at start-up)."""
+        rows = self._reader().execute("SELECT origin, origin_seq FROM events WHERE type=? ORDER BY seq",
+                                      (event_type,)).fetchall()
+        return [self.signed_events_of_origin(o, n - 1, 1)[0] for o, n in rows]
+
+    def origins_of_key(self, public_key: bytes) -> dict[str, int]:
+        """{origin: max_seq held} for every origin written with ``public_key``."""
+        return dict(self._reader().execute("SELECT origin, max_seq FROM origins WHERE public_key=?", (public_key,)))
+
+    def static_peers(self) -> list[str]:
+        return [a for (a,) in self._reader().execute("SELECT address FROM static_peers ORDER BY added_at, address")]
+
+    def peer_addresses(self) -> list[tuple[str, str, str, str]]:
+        """(peer_id, address, source, last_ok), most recent first."""
+        return self._reader().execute(
+            "SELECT peer_id, address, source, last_ok FROM peer_addresses ORDER BY last_ok DESC").fetchall()
+
+    def invite(self, invite_id: str) -> tuple[bytes, str, int, str | None] | None:
+        """(secret, role, expires_at, used_by) of an invite we issued."""
+        row = self._reader().execute("SELECT secret, role, expires_at, used_by FROM invites WHERE invite_id=?",
+                                     (invite_id,)).fetchone()
+        return (bytes(row[0]), row[1], row[2], row[3]) if row else None
+
+    def pending_invites(self, now_unix: int) -> int:
+        (n,) = self._reader().execute("SELECT count(*) FROM invites WHERE used_by IS NULL AND expires_at >= ?",
+                                      (now_unix,)).fetchone()
+        return n
 
     def counts(self) -> dict[str, int]:
         conn = self._reader()

@@ -81,7 +81,7 @@ async def test_a_relayed_origin_verifies_through_members_bindings(tmp_path):
         connect(nursery, a, b)
         connect(nursery, b, c)
         await converged(a, b, c, count=2)
-        assert c.directory.key_for(a.store.origin_id) == a.store.public_key  # learned through b
+        assert c.directory.key_for(a.store.origin_id, 1) == a.store.public_key  # learned through b
         await a.append("live from a")
         await converged(a, b, c, count=3)
 

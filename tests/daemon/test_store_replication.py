@@ -33,7 +33,7 @@ def append(store, **fields):
 
 def keys_of(*stores):
     table = {s.origin_id: s.public_key for s in stores}
-    return table.get
+    return lambda origin, origin_seq: table.get(origin)
 
 
 def apply(store, events, key_for):
@@ -100,7 +100,7 @@ def test_forged_unknown_and_own_origin_events_are_rejected(pair):
     tampered = dataclasses.replace(event, from_agent="impostor")
     report, _ = apply(b, [tampered], keys_of(a))
     assert report.rejected == [tampered]
-    report, _ = apply(b, [event], lambda origin: None)
+    report, _ = apply(b, [event], lambda origin, seq: None)
     assert report.rejected == [event]
     (own,) = b.signed_events_of_origin(b.origin_id, 0, 10)
     report, _ = apply(b, [own, dataclasses.replace(own, body="echo with another body")], keys_of(a, b))
@@ -155,5 +155,5 @@ def test_an_origin_never_changes_keys(pair, tmp_path):
     forged = seal_event(intruder, origin=a.origin_id, origin_seq=2, prev_hash=first.event_hash,
                         created_at=second.created_at, type="note", stream="s", room="r", from_agent="a", body="x")
     intruder_key = intruder.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    report, _ = apply(b, [forged], lambda origin: intruder_key)
+    report, _ = apply(b, [forged], lambda origin, seq: intruder_key)
     assert report.rejected == [forged] and b.version_vector()[a.origin_id] == 1

@@ -17,7 +17,7 @@ def test_init_creates_a_palace_and_status_reports_it(ctl, daemon):
     created = ctl("init", "--name", "lab", "--json")
     assert created.returncode == 0, created
     palace = created.json()
-    assert palace["palace_id"].startswith("pal_") and palace["name"] == "lab" and palace["role"] == "member"
+    assert palace["palace_id"].startswith("pal_") and palace["palace_name"] == "lab" and palace["role"] == "member"
     assert palace["peer_id"] == before["fingerprint"] and palace["can_invite"] is True
     assert ctl("status", "--json").json()["palace"]["palace_id"] == palace["palace_id"]
     folder = daemon.home / "palace"

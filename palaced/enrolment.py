@@ -1,0 +1,162 @@
+"""Enrolment: turning an invite code into a member certificate, over the peer port.
+
+Owns: both ends of the one-shot exchange (proto/PROTOCOL.md §5.5). The joiner opens TLS to the
+inviter without a client certificate, sends one ``enrol`` (invite id, its public key, its name,
+and an HMAC proof of the invite secret bound to that key — the secret never crosses the
+network), and gets back ``enrolled`` (the palace CA certificate and its new member certificate)
+or a ``goodbye`` saying why not. The joiner then checks that the CA is the one the invite pins,
+that the inviter's own TLS certificate was issued by it, and that the new certificate is for its
+own key with the invited role. The inviter marks the invite used in the same durable write that
+precedes its answer, so an invite is single-use even across a crash.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.errors import ApiError, ProtocolError
+from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
+from palace_proto.peer import Enrol, Enrolled, Goodbye, from_wire, parse_peer_address, to_wire
+from palace_proto.pki import (
+    CertificateError,
+    Invite,
+    InviteError,
+    ca_fingerprint,
+    enrolment_proof,
+    issue_certificate,
+    verify_enrolment_proof,
+    verify_member_certificate,
+)
+
+from .store import WriteContext
+from .store.aio import AsyncStore
+from .tls import certificate_pem, enrolment_client_context
+
+__all__ = ["EnrolmentError", "enrol", "serve_enrolment"]
+
+LOGGER: Final = logging.getLogger("palaced.enrolment")
+ENROL_FRAME_LIMIT: Final = 64 * 1024
+ENROL_TIMEOUT_S: Final = 15.0
+
+
+class EnrolmentError(ApiError):
+    """Joining failed; the message says why and what to do."""
+
+    code = "enrolment_failed"
+
+
+async def _read_message(stream: trio.abc.Stream) -> Any:
+    buffer = FrameBuffer(ENROL_FRAME_LIMIT)
+    while True:
+        frame = buffer.next_frame()
+        if frame is not NEED_DATA:
+            return from_wire(frame)
+        data = await stream.receive_some(ENROL_FRAME_LIMIT)
+        if not data:
+            raise trio.BrokenResourceError("connection closed")
+        buffer.feed(data)
+
+
+async def serve_enrolment(stream: trio.SSLStream, astore: AsyncStore, *, ca_key: Callable[[], Ed25519PrivateKey],
+                          ca_pem: bytes, palace_id: str, palace_name: str, remote: str,
+                          now: Callable[[], datetime.datetime]) -> None:
+    """Inviter side: answer one ``enrol`` on a connection that presented no certificate."""
+
+    async def refuse(reason: str) -> None:
+        LOGGER.warning("refused enrolment from %s: %s", remote, reason)
+        await stream.send_all(encode_frame(to_wire(Goodbye("enrolment_refused", reason))))
+
+    with trio.move_on_after(ENROL_TIMEOUT_S):
+        try:
+            message = await _read_message(stream)
+        except (ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            LOGGER.warning("connection from %s without a certificate sent no enrolment: %s", remote, exc)
+            return
+        if not isinstance(message, Enrol):
+            # Anything but enrolment from a peer without a member certificate: learn nothing.
+            LOGGER.warning("refused %s: no member certificate (it is not a member of this palace)", remote)
+            return
+        store = astore.store
+        invite = await astore.read(store.invite, message.invite_id)
+        current = now()
+        if invite is None:
+            return await refuse("this invite was not issued here (check the code, or ask for a new one)")
+        secret, role, expires_at, used_by = invite
+        if used_by is not None:
+            return await refuse("this invite was already used; each invite admits one daemon — ask for a new one")
+        if current.timestamp() > expires_at:
+            return await refuse("this invite has expired; ask for a new one with `palacectl invite`")
+        try:
+            verify_enrolment_proof(secret, message.public_key, message.name, palace_id, message.proof)
+        except InviteError as exc:
+            return await refuse(str(exc))
+        certificate = issue_certificate(ca_key(), ca_pem, message.public_key, role=role, name=message.name,
+                                        now=current)
+        joined = verify_member_certificate(ca_pem, certificate, current)
+
+        def mark_used(ctx: WriteContext) -> bool:
+            changes = ctx.conn.execute(
+                "UPDATE invites SET used_by=?, used_at=? WHERE invite_id=? AND used_by IS NULL RETURNING 1",
+                (joined.peer_id, current.strftime("%Y-%m-%dT%H:%M:%SZ"), message.invite_id)).fetchall()
+            return bool(changes)
+
+        if not await astore.write(mark_used):
+            return await refuse("this invite was already used; each invite admits one daemon — ask for a new one")
+        await stream.send_all(encode_frame(to_wire(Enrolled(palace_name, ca_pem, certificate))))
+        LOGGER.info("enrolled %s (%s, %s) from %s", joined.peer_id, message.name, role, remote)
+
+
+async def enrol(invite: Invite, public_key: bytes, name: str,
+                address: str | None, now: datetime.datetime) -> tuple[str, bytes, bytes, str]:
+    """Joiner side: enrol with the inviter; returns (palace name, CA PEM, our certificate PEM, address).
+
+    Raises:
+        EnrolmentError: unreachable inviter, refused invite, or an inviter that is not the palace
+            the invite names (the message says which, and what to do).
+    """
+    target = address or invite.address
+    try:
+        host, port = parse_peer_address(target)
+    except ValueError as exc:
+        raise EnrolmentError(f"cannot use the inviter address {target!r}: {exc}", code="invalid_argument") from None
+    try:
+        with trio.fail_after(ENROL_TIMEOUT_S):
+            tcp = await trio.open_tcp_stream(host, port)
+            stream = trio.SSLStream(tcp, enrolment_client_context(), server_hostname=None)
+            try:
+                await stream.do_handshake()
+                server_pem = certificate_pem(stream)
+                proof = enrolment_proof(invite.secret, public_key, name, invite.palace_id)
+                await stream.send_all(encode_frame(to_wire(Enrol(invite.invite_id, public_key, name, proof))))
+                reply = await _read_message(stream)
+            finally:
+                await trio.aclose_forcefully(stream)
+    except trio.TooSlowError:
+        raise EnrolmentError(f"the inviter at {target} did not answer within {ENROL_TIMEOUT_S:.0f} s; "
+                             "is its palaced running and reachable? (try --address HOST:PORT)") from None
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError) as exc:
+        raise EnrolmentError(f"cannot enrol with the inviter at {target}: {exc}; is its palaced running and "
+                             "reachable from here? (give another address with --address HOST:PORT)") from None
+    if isinstance(reply, Goodbye):
+        raise EnrolmentError(f"the inviter refused: {reply.reason}")
+    if not isinstance(reply, Enrolled):
+        raise EnrolmentError(f"the daemon at {target} did not answer the enrolment; it may not be a palace inviter")
+    # Authenticate the inviter now that we have its CA: the CA must be the one the invite pins,
+    # and the certificate the inviter presented in TLS must be a member certificate of it.
+    if ca_fingerprint(reply.ca_certificate) != invite.ca_fingerprint:
+        raise EnrolmentError(f"the daemon at {target} is not the palace this invite is for (CA mismatch); "
+                             "nothing was saved")
+    try:
+        inviter = verify_member_certificate(reply.ca_certificate, server_pem or b"", now)
+        ours = verify_member_certificate(reply.ca_certificate, reply.certificate, now)
+    except CertificateError as exc:
+        raise EnrolmentError(f"the inviter's certificates do not check out ({exc}); nothing was saved") from None
+    if inviter.palace_id != invite.palace_id or ours.public_key != public_key or ours.role != invite.role:
+        raise EnrolmentError("the inviter issued a certificate that does not match the invite; nothing was saved")
+    return reply.palace_name, reply.ca_certificate, reply.certificate, target

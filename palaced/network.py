@@ -1,0 +1,700 @@
+"""The peer network: listener, dialers, one link per peer, presence gossip, replication receipts.
+
+Owns: every TCP connection to other daemons of the palace. It listens on the configured
+address; dials static peers (``palacectl peers add``), addresses remembered from earlier
+connections (so a restart reconnects without waiting for mDNS) and peers that mDNS reports;
+runs mutual TLS (``tls.py``) and hands each authenticated stream to a ``PeerLink``; keeps **one
+link per peer pair** (when both sides dial at once, the connection dialled by the smaller peer
+id wins, on both sides alike); refuses revoked peers and drops their links the moment a
+revocation is observed; answers enrolments while invites are pending; gossips which watchers
+are connected where (``Presence``, signed by each daemon, relayed newest-wins); and counts which
+peers confirmed holding an event (``append --replicated K``).
+
+Everything here is IO and bookkeeping; the replication rules live in ``replication.py`` and
+``palace_proto``. What ``palacectl peers`` shows is built by ``peers_view``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import random
+import ssl
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from palace_proto.errors import ProtocolError
+from palace_proto.peer import (
+    PEER_PROTOCOL_VERSION,
+    Hello,
+    Presence,
+    format_peer_address,
+    parse_peer_address,
+    presence_signing_bytes,
+)
+from palace_proto.pki import CertificateError, MemberCertificate, Revocation
+
+from .bus import EventBus
+from .enrolment import serve_enrolment
+from .members import MemberDirectory
+from .membership import Membership
+from .replication import PeerLink
+from .store import WriteContext
+from .store.aio import AsyncStore
+from .tls import client_context, peer_certificate, server_context
+
+__all__ = ["Network", "NetworkSettings"]
+
+LOGGER: Final = logging.getLogger("palaced.network")
+HANDSHAKE_TIMEOUT_S: Final = 10.0
+CONNECT_TIMEOUT_S: Final = 5.0
+# Back-off between dial attempts: quick first retries (a peer restarting), then at most 30 s.
+BACKOFF_FIRST_S: Final = 0.5
+BACKOFF_MAX_S: Final = 30.0
+# A link that lived this long resets the back-off (it was a real connection, not a flap).
+STABLE_LINK_S: Final = 10.0
+# Why 10 s: presence is re-announced on this heartbeat; a daemon unheard for 3 beats is "silent".
+PRESENCE_HEARTBEAT_S: Final = 10.0
+PRESENCE_SILENT_S: Final = 3 * PRESENCE_HEARTBEAT_S
+# When mDNS shows a peer to both sides at once, the larger peer id waits this long before
+# dialling, so the preferred connection (dialled by the smaller id) usually comes first.
+MDNS_DEFER_S: Final = 2.0
+# Remember at most this many addresses per peer (the most recently working ones).
+REMEMBERED_PER_PEER: Final = 3
+
+
+def _utc(epoch: float | None = None) -> str:
+    return datetime.datetime.fromtimestamp(time.time() if epoch is None else epoch, datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NetworkSettings:
+    listen_host: str
+    listen_port: int
+    mdns: bool
+
+
+@dataclasses.dataclass(slots=True)
+class _Target:
+    """An address we dial, and why."""
+
+    address: str
+    sources: set[str]
+    peer_id: str | None = None
+    state: str = "idle"
+    last_error: str | None = None
+    last_error_at: str | None = None
+    scope: trio.CancelScope | None = None
+    defer_s: float = 0.0
+
+
+@dataclasses.dataclass(slots=True)
+class _PeerRecord:
+    peer_id: str
+    name: str = ""
+    role: str = ""
+    link: PeerLink | None = None
+    direction: str | None = None
+    state: str = "discovered"
+    last_contact: str | None = None
+    last_error: str | None = None
+    last_error_at: str | None = None
+    connected_since: str | None = None
+
+
+class _Refused(Exception):
+    """A connection we close on purpose (self, revoked, duplicate)."""
+
+
+class Network:
+    def __init__(self, *, settings: NetworkSettings, home: Path, membership: Membership, identity: Ed25519PrivateKey,
+                 identity_path: Path, astore: AsyncStore, bus: EventBus, directory: MemberDirectory,
+                 watchers: Callable[[], list[tuple[str, str, str]]], max_artifact_bytes: int) -> None:
+        self.settings = settings
+        self.membership = membership
+        self.identity = identity
+        self.astore = astore
+        self.store = astore.store
+        self.bus = bus
+        self.directory = directory
+        self.peer_id = membership.peer_id
+        self.max_artifact_bytes = max_artifact_bytes
+        self._watchers = watchers
+        folder = home / "palace"
+        self._member_cert_path = folder / "member.crt"
+        self._ca_key_path = folder / "ca.key"
+        self._key_path = identity_path
+        self._client_ctx = client_context(self._member_cert_path, identity_path, membership.ca_cert_pem)
+        self._server_ctx = server_context(self._member_cert_path, identity_path, membership.ca_cert_pem,
+                                          allow_enrolment=False)
+        self._enrol_ctx: ssl.SSLContext | None = (
+            server_context(self._member_cert_path, identity_path, membership.ca_cert_pem, allow_enrolment=True)
+            if membership.can_invite else None)
+        self.hello = Hello(PEER_PROTOCOL_VERSION, membership.palace_id, membership.peer_id, membership.name,
+                           membership.role, origin=self.store.origin_id, certificate=membership.member_pem)
+        self.listen_addresses: list[str] = []
+        self.mdns_state = "off" if not settings.mdns else "starting"
+        self._targets: dict[str, _Target] = {}
+        self._records: dict[str, _PeerRecord] = {}
+        self._link_scopes: dict[int, trio.CancelScope] = {}
+        #: what each peer confirmed holding (kept after it disconnects: it still holds it)
+        self.peer_confirmed: dict[str, dict[str, int]] = {}
+        self._progress = trio.Event()
+        self._presence_serial = 0
+        self._presences: dict[str, tuple[Presence, float, str]] = {}
+        self._presence_due = trio.Event()
+        self._skews: dict[str, float] = {}
+        self._nursery: trio.Nursery | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.invites_pending = False
+
+    def __repr__(self) -> str:
+        return f"<Network {self.peer_id[:7]} links={sum(1 for r in self._records.values() if r.link)}>"
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self.directory.on_revoke = self._on_revoke_threadsafe
+        await self.refresh_invites()
+        listeners = await trio.open_tcp_listeners(self.settings.listen_port, host=self.settings.listen_host or None)
+        self.listen_addresses = [format_peer_address(*l.socket.getsockname()[:2]) for l in listeners]
+        LOGGER.info("listening for peers on %s", ", ".join(self.listen_addresses))
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(trio.serve_listeners, self._on_tcp, listeners)
+            for address in await self.astore.read(self.store.static_peers):
+                self.add_target(address, "static")
+            for peer_id, address, _source, _ok in await self.astore.read(self.store.peer_addresses):
+                self.add_target(address, "remembered", peer_id=peer_id)
+            nursery.start_soon(self._presence_loop)
+            if self.settings.mdns:
+                nursery.start_soon(self._run_mdns)
+            task_status.started(self.listen_addresses)
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    for record in list(self._records.values()):
+                        if record.link is not None:
+                            await record.link.close()
+
+    @property
+    def listen_port(self) -> int:
+        return parse_peer_address(self.listen_addresses[0])[1] if self.listen_addresses else self.settings.listen_port
+
+    async def refresh_invites(self) -> None:
+        """Whether the listener should let certificate-less joiners through to enrolment."""
+        if self._enrol_ctx is None:
+            return
+        self.invites_pending = await self.astore.read(self.store.pending_invites, int(time.time())) > 0
+
+    # -- mDNS ----------------------------------------------------------------------------------
+
+    async def _run_mdns(self) -> None:
+        from .discovery import Sighting, run_discovery  # zeroconf is imported only when mDNS is on
+
+        def seen(sighting: Sighting) -> None:
+            if sighting.version != PEER_PROTOCOL_VERSION:
+                LOGGER.warning("mDNS: peer %s speaks protocol %s, we speak %s; upgrade both", sighting.peer_id,
+                               sighting.version, PEER_PROTOCOL_VERSION)
+                return
+            defer = MDNS_DEFER_S if self.peer_id > sighting.peer_id else 0.0
+            for address in sighting.addresses:
+                self.add_target(address, "mdns", peer_id=sighting.peer_id, defer_s=defer)
+
+        def gone(peer_id: str) -> None:
+            for target in list(self._targets.values()):
+                if target.peer_id == peer_id and target.sources == {"mdns"}:
+                    self._drop_target(target.address)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                working = await nursery.start(partial(
+                    run_discovery, palace_id=self.membership.palace_id, peer_id=self.peer_id,
+                    name=self.membership.name, port=self.listen_port, version=PEER_PROTOCOL_VERSION,
+                    on_seen=seen, on_gone=gone))
+                self.mdns_state = "on" if working else "failed (see the daemon log)"
+        finally:
+            self.mdns_state = "off"
+
+    # -- dialling ------------------------------------------------------------------------------
+
+    def add_target(self, address: str, source: str, *, peer_id: str | None = None, defer_s: float = 0.0) -> None:
+        """Dial ``address`` (until it works, with back-off) and keep redialling it while it is wanted."""
+        target = self._targets.get(address)
+        if target is not None:
+            target.sources.add(source)
+            if peer_id and not target.peer_id:
+                target.peer_id = peer_id
+            if target.state == "self":
+                return
+            return
+        target = self._targets[address] = _Target(address, {source}, peer_id=peer_id, defer_s=defer_s)
+        if peer_id:
+            self._record(peer_id)
+        if self._nursery is not None:
+            self._nursery.start_soon(self._dial_loop, target)
+
+    def _drop_target(self, address: str) -> None:
+        target = self._targets.pop(address, None)
+        if target is not None and target.scope is not None:
+            target.scope.cancel()
+
+    async def add_static(self, address: str) -> str:
+        host, port = parse_peer_address(address)
+        normal = format_peer_address(host, port)
+
+        def job(ctx: WriteContext) -> None:
+            ctx.conn.execute("INSERT OR IGNORE INTO static_peers VALUES (?, ?)", (normal, _utc()))
+
+        await self.astore.write(job)
+        self.add_target(normal, "static")
+        return normal
+
+    async def remove_static(self, address: str) -> bool:
+        host, port = parse_peer_address(address)
+        normal = format_peer_address(host, port)
+
+        def job(ctx: WriteContext) -> bool:
+            return bool(ctx.conn.execute("DELETE FROM static_peers WHERE address=? RETURNING 1", (normal,)).fetchall())
+
+        removed = await self.astore.write(job)
+        target = self._targets.get(normal)
+        if target is not None:
+            target.sources.discard("static")
+            if not target.sources:
+                self._drop_target(normal)
+        return removed
+
+    async def _dial_loop(self, target: _Target) -> None:
+        backoff = BACKOFF_FIRST_S
+        with trio.CancelScope() as scope:
+            target.scope = scope
+            if target.defer_s:
+                await trio.sleep(target.defer_s)
+            while True:
+                record = self._records.get(target.peer_id) if target.peer_id else None
+                if record is not None and record.link is not None:
+                    target.state = "connected (other direction)" if record.direction == "in" else "connected"
+                    await record.link.closed.wait()
+                    await trio.sleep(random.uniform(0.05, 0.3))
+                    continue
+                started = trio.current_time()
+                try:
+                    outcome = await self._dial_once(target)
+                except Exception as exc:
+                    LOGGER.exception("unexpected error on the link via %s", target.address)
+                    self._note_target_error(target, f"internal error: {type(exc).__name__}: {exc}")
+                    outcome = "error"
+                if outcome == "self":
+                    target.state = "self"
+                    LOGGER.info("%s is this daemon itself; not dialling it", target.address)
+                    return
+                if trio.current_time() - started >= STABLE_LINK_S:
+                    backoff = BACKOFF_FIRST_S
+                if outcome in ("linked", "duplicate"):
+                    continue
+                target.state = f"retrying in {backoff:.0f} s" if backoff >= 1 else "retrying"
+                await trio.sleep(backoff * random.uniform(0.8, 1.2))
+                backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+    async def _dial_once(self, target: _Target) -> str:
+        target.state = "connecting"
+        if target.peer_id:
+            self._record(target.peer_id).state = "connecting"
+        try:
+            host, port = parse_peer_address(target.address)
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                tcp = await trio.open_tcp_stream(host, port)
+            stream = trio.SSLStream(tcp, self._client_ctx, server_hostname=None)
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                await stream.do_handshake()
+            cert = peer_certificate(stream, self.membership.ca_cert_pem, datetime.datetime.now(datetime.UTC))
+            if cert is None:  # pragma: no cover - CERT_REQUIRED on the client side
+                raise CertificateError("the peer presented no certificate")
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError, CertificateError,
+                ValueError) as exc:
+            reason = _describe_dial_error(exc)
+            self._note_target_error(target, reason)
+            return "error"
+        if cert.peer_id == self.peer_id:
+            await trio.aclose_forcefully(stream)
+            return "self"
+        if target.peer_id and target.peer_id != cert.peer_id:
+            LOGGER.info("%s is now %s (was %s)", target.address, cert.peer_id, target.peer_id)
+        target.peer_id = cert.peer_id
+        target.last_error = None
+        await self._remember_address(cert.peer_id, target.address, "/".join(sorted(target.sources)))
+        target.state = "connected"
+        return await self._run_connection(stream, cert, dialer=self.peer_id, remote=target.address)
+
+    def _note_target_error(self, target: _Target, reason: str) -> None:
+        target.last_error, target.last_error_at = reason, _utc()
+        target.state = "error"
+        if target.peer_id:
+            record = self._record(target.peer_id)
+            record.last_error, record.last_error_at = f"{target.address}: {reason}", target.last_error_at
+            if record.link is None:
+                record.state = "error"
+        LOGGER.debug("dial %s failed: %s", target.address, reason)
+
+    async def _remember_address(self, peer_id: str, address: str, source: str) -> None:
+        def job(ctx: WriteContext) -> None:
+            ctx.conn.execute(
+                "INSERT INTO peer_addresses VALUES (?, ?, ?, ?) ON CONFLICT(peer_id, address) "
+                "DO UPDATE SET last_ok=excluded.last_ok, source=excluded.source", (peer_id, address, source, _utc()))
+            ctx.conn.execute(
+                "DELETE FROM peer_addresses WHERE peer_id=? AND address NOT IN (SELECT address FROM peer_addresses "
+                "WHERE peer_id=? ORDER BY last_ok DESC LIMIT ?)", (peer_id, peer_id, REMEMBERED_PER_PEER))
+
+        await self.astore.write(job)
+
+    # -- accepting -----------------------------------------------------------------------------
+
+    async def _on_tcp(self, tcp: trio.SocketStream) -> None:
+        try:
+            await self._accept(tcp)
+        except Exception:
+            # A bug in one connection must not take the daemon down: log it, drop the connection.
+            LOGGER.exception("unexpected error on an incoming peer connection")
+            await trio.aclose_forcefully(tcp)
+
+    async def _accept(self, tcp: trio.SocketStream) -> None:
+        try:
+            remote = format_peer_address(*tcp.socket.getpeername()[:2])
+        except OSError:
+            remote = "?"
+        enrolling = self._enrol_ctx is not None and self.invites_pending
+        stream = trio.SSLStream(tcp, self._enrol_ctx if enrolling else self._server_ctx, server_side=True)
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                await stream.do_handshake()
+            cert = peer_certificate(stream, self.membership.ca_cert_pem, datetime.datetime.now(datetime.UTC))
+        except (trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError, CertificateError, OSError) as exc:
+            LOGGER.warning("refused a connection from %s: %s", remote, _describe_accept_error(exc))
+            await trio.aclose_forcefully(stream)
+            return
+        if cert is None:
+            try:
+                await serve_enrolment(stream, self.astore, ca_key=self._load_ca_key,
+                                      ca_pem=self.membership.ca_cert_pem, palace_id=self.membership.palace_id,
+                                      palace_name=self.membership.palace_name, remote=remote,
+                                      now=lambda: datetime.datetime.now(datetime.UTC))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                await trio.aclose_forcefully(stream)
+                await self.refresh_invites()
+            return
+        await self._run_connection(stream, cert, dialer=cert.peer_id, remote=remote)
+
+    def _load_ca_key(self) -> Ed25519PrivateKey:
+        key = serialization.load_pem_private_key(self._ca_key_path.read_bytes(), password=None)
+        assert isinstance(key, Ed25519PrivateKey)
+        return key
+
+    # -- links ---------------------------------------------------------------------------------
+
+    def _record(self, peer_id: str) -> _PeerRecord:
+        record = self._records.get(peer_id)
+        if record is None:
+            record = self._records[peer_id] = _PeerRecord(peer_id)
+        return record
+
+    def _register(self, link: PeerLink, peer_id: str) -> bool:
+        """Keep one link per peer: True if ``link`` becomes the peer's link."""
+        record = self._record(peer_id)
+        existing = record.link
+        if existing is not None:
+            preferred = min(self.peer_id, peer_id)
+            if existing.dialer != link.dialer and link.dialer != preferred:
+                return False
+            # Same direction again (the old one is probably half-dead), or the preferred
+            # direction arrived second: the new link replaces the old.
+            scope = self._link_scopes.get(id(existing))
+            if scope is not None:
+                scope.cancel()
+        record.link = link
+        record.direction = "out" if link.dialer == self.peer_id else "in"
+        return True
+
+    async def _run_connection(self, stream: trio.SSLStream, cert: MemberCertificate, *, dialer: str,
+                              remote: str) -> str:
+        peer_id = cert.peer_id
+        record = self._record(peer_id)
+        record.name, record.role = cert.name, cert.role
+        if peer_id == self.peer_id:
+            await trio.aclose_forcefully(stream)
+            return "self"
+        if self.directory.is_revoked(peer_id):
+            LOGGER.warning("refused revoked peer %s (%s) from %s", peer_id, cert.name, remote)
+            record.state, record.last_error, record.last_error_at = "revoked", "revoked", _utc()
+            await trio.aclose_forcefully(stream)
+            return "revoked"
+        link = PeerLink(stream, self.hello, self.astore, self.bus, directory=self.directory,
+                        expected_peer_id=peer_id, hooks=self, max_artifact_bytes=self.max_artifact_bytes,
+                        dialer=dialer)
+        if not self._register(link, peer_id):
+            LOGGER.debug("closing a second connection with %s (the other direction is kept)", peer_id)
+            await trio.aclose_forcefully(stream)
+            return "duplicate"
+        record.state, record.connected_since, record.last_contact = "connected", _utc(), _utc()
+        LOGGER.info("connected to %s (%s, %s) %s %s", peer_id, cert.name, cert.role,
+                    "at" if dialer == self.peer_id else "from", remote)
+        outcome = "linked"
+        with trio.CancelScope() as scope:
+            self._link_scopes[id(link)] = scope
+            try:
+                await link.run()
+            except ProtocolError as exc:
+                record.last_error, record.last_error_at = f"protocol error: {exc.message}", _utc()
+                LOGGER.warning("link with %s failed: %s", peer_id, exc.message)
+                try:
+                    with trio.move_on_after(1):
+                        await link.close("protocol_error", exc.message[:200])
+                except Exception:
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                record.last_error, record.last_error_at = f"connection lost: {exc}", _utc()
+        self._link_scopes.pop(id(link), None)
+        await trio.aclose_forcefully(stream)
+        if record.link is link:
+            record.link = None
+            record.direction = None
+            record.last_contact = link.last_contact
+            record.state = "revoked" if self.directory.is_revoked(peer_id) else "disconnected"
+            LOGGER.info("disconnected from %s (%s)", peer_id, cert.name)
+        return outcome
+
+    # -- LinkHooks -----------------------------------------------------------------------------
+
+    def link_ready(self, link: PeerLink) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._send_presences, link, None)
+
+    def link_progress(self, link: PeerLink) -> None:
+        if link.peer_id is None:
+            return
+        held = self.peer_confirmed.setdefault(link.peer_id, {})
+        for origin, seq in link.confirmed.items():
+            if seq > held.get(origin, 0):
+                held[origin] = seq
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def link_presence(self, link: PeerLink, presence: Presence) -> None:
+        if presence.peer_id == self.peer_id:
+            return
+        known = self._presences.get(presence.peer_id)
+        if known is not None and known[0].serial >= presence.serial:
+            return
+        cert = self.directory.certificate_of_peer(presence.peer_id)
+        if cert is None:
+            return  # a daemon we cannot verify yet; its next heartbeat will do
+        try:
+            Ed25519PublicKey.from_public_bytes(cert.public_key).verify(
+                presence.signature,
+                presence_signing_bytes(presence.peer_id, presence.name, presence.serial, presence.watchers))
+        except Exception:
+            LOGGER.warning("ignored a presence record for %s relayed by %s: bad signature", presence.peer_id,
+                           link.peer_id)
+            return
+        if self.directory.is_revoked(presence.peer_id):
+            return
+        self._presences[presence.peer_id] = (presence, trio.current_time(), _utc())
+        if presence.peer_id == link.peer_id:
+            # Direct from its daemon: the serial is that daemon's clock (µs), good to a few ms.
+            self._skews[presence.peer_id] = presence.serial / 1e6 - time.time()
+        if self._nursery is not None:
+            for record in self._records.values():
+                if record.link is not None and record.link is not link and record.link.their_hello is not None:
+                    self._nursery.start_soon(self._send_presences, record.link, presence)
+
+    # -- presence ------------------------------------------------------------------------------
+
+    def watchers_changed(self) -> None:
+        self._presence_due.set()
+
+    def _own_presence(self) -> Presence:
+        self._presence_serial = max(self._presence_serial + 1, time.time_ns() // 1000)
+        watchers = tuple(self._watchers())
+        signature = self.identity.sign(presence_signing_bytes(self.peer_id, self.membership.name,
+                                                              self._presence_serial, watchers))
+        return Presence(self.peer_id, self.membership.name, self._presence_serial, watchers, signature)
+
+    async def _send_presences(self, link: PeerLink, only: Presence | None) -> None:
+        records = [only] if only is not None else [self._own_presence()] + [p for p, _, _ in self._presences.values()]
+        try:
+            for presence in records:
+                await link.send(presence)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError):
+            pass
+
+    async def _presence_loop(self) -> None:
+        while True:
+            with trio.move_on_after(PRESENCE_HEARTBEAT_S):
+                await self._presence_due.wait()
+            self._presence_due = trio.Event()
+            own = self._own_presence()
+            for record in list(self._records.values()):
+                if record.link is not None and record.link.their_hello is not None:
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._send_presences, record.link, own)
+            await trio.sleep(0.05)  # coalesce bursts of watcher changes
+
+    def remote_watchers(self) -> list[dict[str, Any]]:
+        now = trio.current_time()
+        out = []
+        for presence, heard, heard_utc in self._presences.values():
+            silent = now - heard > PRESENCE_SILENT_S
+            for agent, filters, since in presence.watchers:
+                out.append({"agent": agent or None, "filters": filters, "since": since,
+                            "daemon": {"peer_id": presence.peer_id, "name": presence.name},
+                            "daemon_last_heard": heard_utc, "daemon_silent": silent})
+        return out
+
+    def clock_skews(self) -> dict[str, float]:
+        """Seconds each directly connected peer's clock is ahead of ours (from its presence serial)."""
+        return dict(self._skews)
+
+    # -- revocation ----------------------------------------------------------------------------
+
+    def _on_revoke_threadsafe(self, revocation: Revocation) -> None:
+        # Called from the writer thread (mid-batch) or the trio thread: hop into trio either way.
+        if self._token is not None:
+            self._token.run_sync_soon(self._drop_revoked, revocation.peer_id)
+
+    def _drop_revoked(self, peer_id: str) -> None:
+        record = self._records.get(peer_id)
+        if record is not None:
+            record.state = "revoked"
+            if record.link is not None:
+                scope = self._link_scopes.get(id(record.link))
+                if scope is not None:
+                    scope.cancel()
+                LOGGER.warning("dropped the link with revoked peer %s", peer_id)
+        self._presences.pop(peer_id, None)
+
+    # -- replication receipts ------------------------------------------------------------------
+
+    def holders(self, origin: str, origin_seq: int) -> list[str]:
+        return sorted(p for p, held in self.peer_confirmed.items() if held.get(origin, 0) >= origin_seq)
+
+    async def wait_replicated(self, origin: str, origin_seq: int, count: int, timeout_s: float) -> list[str]:
+        with trio.move_on_after(timeout_s):
+            while True:
+                progress = self._progress
+                if len(self.holders(origin, origin_seq)) >= count:
+                    break
+                await progress.wait()
+        return self.holders(origin, origin_seq)
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def connected_peers(self) -> list[str]:
+        return sorted(p for p, r in self._records.items() if r.link is not None)
+
+    def peers_view(self, heads: dict[str, int]) -> list[dict[str, Any]]:
+        peers = {}
+        known_certs = {cert.peer_id: cert for cert in self.directory.certificates()}
+        for peer_id in sorted(set(self._records) | set(known_certs)):
+            if peer_id == self.peer_id:
+                continue
+            record = self._records.get(peer_id) or _PeerRecord(peer_id)
+            cert = known_certs.get(peer_id)
+            link = record.link
+            theirs = dict(self.peer_confirmed.get(peer_id, {}))
+            if link is not None:
+                for origin, seq in link.confirmed.items():
+                    theirs[origin] = max(theirs.get(origin, 0), seq)
+            origins = sorted(set(heads) | set(theirs))
+            vector = [{"origin": o, "ours": heads.get(o, 0), "theirs": theirs.get(o, 0)} for o in origins]
+            we_lack = sum(max(0, v["theirs"] - v["ours"]) for v in vector)
+            they_lack = sum(max(0, v["ours"] - v["theirs"]) for v in vector)
+            revoked = self.directory.is_revoked(peer_id)
+            if revoked:
+                state = "revoked"
+            elif link is None:
+                state = record.state if record.state in ("connecting", "error", "disconnected") else "discovered"
+            elif link.their_hello is None or link.session.their_vector is None:
+                state = "connecting"
+            elif we_lack or they_lack or link.fetching:
+                state = "catching up"
+            else:
+                state = "live"
+            targets = [t for t in self._targets.values() if t.peer_id == peer_id]
+            addresses = [{"address": t.address, "source": "/".join(sorted(t.sources)), "state": t.state}
+                         for t in targets]
+            found_by = {s for t in targets for s in t.sources}
+            if record.direction == "in":
+                found_by.add("incoming")
+            if not found_by:
+                found_by.add("relay")  # known only from certificates relayed by other peers
+            peers[peer_id] = {
+                "peer_id": peer_id, "name": record.name or (cert.name if cert else ""),
+                "role": record.role or (cert.role if cert else ""), "state": state, "revoked": revoked,
+                "direction": record.direction, "found_by": sorted(found_by),
+                "addresses": addresses, "connected_since": record.connected_since if link else None,
+                "last_contact": link.last_contact if link else record.last_contact,
+                "last_error": record.last_error, "last_error_at": record.last_error_at,
+                "we_lack": we_lack, "they_lack": they_lack, "vector": vector,
+                "forks": list(link.forks) if link else [],
+                "sent_events": link.sent_events if link else 0, "received_events": link.received_events if link else 0,
+                "rejected_events": link.rejected_events if link else 0,
+            }
+        unresolved = [{"peer_id": None, "name": "", "role": "", "state": t.state, "revoked": False, "direction": None,
+                       "found_by": sorted(t.sources), "addresses": [{"address": t.address,
+                                                                       "source": "/".join(sorted(t.sources)),
+                                                                       "state": t.state}],
+                       "connected_since": None, "last_contact": None, "last_error": t.last_error,
+                       "last_error_at": t.last_error_at, "we_lack": 0, "they_lack": 0, "vector": [], "forks": [],
+                       "sent_events": 0, "received_events": 0, "rejected_events": 0}
+                      for t in self._targets.values() if t.peer_id is None]
+        return list(peers.values()) + unresolved
+
+    def targets_view(self) -> list[dict[str, Any]]:
+        return [{"address": t.address, "sources": sorted(t.sources), "peer_id": t.peer_id, "state": t.state,
+                 "last_error": t.last_error, "last_error_at": t.last_error_at} for t in self._targets.values()]
+
+
+def _describe_dial_error(exc: BaseException) -> str:
+    cause = exc.__cause__
+    if isinstance(exc, OSError) and isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        exc = cause.exceptions[0]  # trio: "all attempts to connect failed", from the attempts' errors
+    if isinstance(exc, trio.TooSlowError):
+        return "timed out (no answer; is the address right and the port open?)"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens there: is palaced running, on that port?)"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed ({exc.reason or exc}): not a daemon of this palace, or revoked"
+    if isinstance(exc, trio.BrokenResourceError):
+        return "the peer closed the connection during the handshake (it does not accept our certificate)"
+    if isinstance(exc, CertificateError):
+        return f"the peer's certificate is not acceptable: {exc}"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+def _describe_accept_error(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed ({exc.reason or exc}): not a member of this palace"
+    if isinstance(exc, trio.BrokenResourceError):
+        cause = exc.__cause__
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS handshake failed ({cause.reason or cause}): not a member of this palace"
+        return "the connection closed during the TLS handshake (not a member of this palace?)"
+    if isinstance(exc, trio.TooSlowError):
+        return "no TLS handshake within the time limit"
+    return str(exc)
+

@@ -1,0 +1,45 @@
+"""Real discovery: daemons in two network namespaces created by the test (veth between them), mDNS
+on, no static peers and no invite address, find each other, connect over mutual TLS and replicate;
+a daemon of another palace on the same link is ignored. Never runs mDNS in the root namespace."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fleet import Fleet, append, connected, ctl_json, peer_id, wait_converged, wait_until
+from tests.netns import needs_namespaces, netns_pair
+
+SUBNET = "10.213.79"
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_daemons_find_each_other_by_mdns_and_replicate(daemon_factory, short_tmp):
+    with netns_pair("f", SUBNET) as (one, two):
+        fleet = Fleet(daemon_factory, short_tmp)
+        in_one = {"prefix": ["ip", "netns", "exec", one], "network_args": ["--listen", "0.0.0.0:7437"]}
+        in_two = {"prefix": ["ip", "netns", "exec", two], "network_args": ["--listen", "0.0.0.0:7437"]}
+        a = fleet.start("alpha", **in_one)
+        ctl_json(a.home, "init", "--name", "fleet-test", "--daemon-name", "alpha")
+        fleet.founder = a
+        b = fleet.enrol_offline("beta")  # what join writes, but no inviter address to dial
+        b.prefix, b.extra_args = in_two["prefix"], ["--listen", "0.0.0.0:7437"]
+        b.start()
+        # A daemon of another palace beside beta, on another port: heard by mDNS, never dialled.
+        stranger = fleet.start("stranger", prefix=in_two["prefix"], network_args=["--listen", "0.0.0.0:7438"])
+        ctl_json(stranger.home, "init", "--name", "elsewhere")
+        try:
+            wait_until(lambda: connected(a.home) == [peer_id(b.home)], "alpha and beta to connect by mDNS")
+            sent = append(a.home, "found you")
+            append(b.home, "and you")
+            wait_converged(a, b)
+            assert ctl_json(b.home, "list")["events"][0]["id"] == sent["id"]
+            view = ctl_json(b.home, "peers")
+            assert view["mdns"] == "on"
+            assert [(p["name"], p["found_by"], p["addresses"][0]["address"]) for p in view["peers"]] == [
+                ("alpha", ["mdns"], f"{SUBNET}.1:7437")]
+            assert ctl_json(stranger.home, "peers")["peers"] == []
+            assert connected(stranger.home) == []
+        finally:
+            for daemon in (a, b, stranger):
+                daemon.stop()

@@ -1,0 +1,207 @@
+"""Replication between real daemons over mutual TLS on loopback, checked with palacectl as an agent
+would: pairs and lines converge, partitions heal, a killed receiver loses and duplicates nothing,
+artifacts arrive byte-identical, a watcher on one machine wakes for an append on another."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.fleet import (
+    Fleet,
+    append,
+    connected,
+    ctl_json,
+    event_count,
+    listen_address,
+    peer_id,
+    wait_converged,
+    wait_until,
+)
+from tests.helpers import PYTHON, RawClient, run_ctl
+
+
+@pytest.fixture
+def fleet(daemon_factory, short_tmp):
+    return Fleet(daemon_factory, short_tmp)
+
+
+def bodies(home):
+    return sorted(e["body"] for e in ctl_json(home, "list", "--limit", "500")["events"])
+
+
+def test_a_pair_converges_both_ways(fleet):
+    a = fleet.found("alpha")
+    append(a.home, "before the join")
+    b = fleet.join("beta")
+    append(b.home, "from beta")
+    append(a.home, "from alpha")
+    wait_converged(a, b)
+    assert bodies(a.home) == bodies(b.home) == ["before the join", "from alpha", "from beta"]
+    # Events keep their ids everywhere; each replica numbers arrivals with its own seq.
+    ids_a = {e["id"] for e in ctl_json(a.home, "list")["events"]}
+    assert ids_a == {e["id"] for e in ctl_json(b.home, "list")["events"]}
+    peers = ctl_json(b.home, "peers")["peers"]
+    assert [(p["name"], p["state"], p["role"]) for p in peers] == [("alpha", "live", "member")]
+    assert peers[0]["we_lack"] == 0 and peers[0]["they_lack"] == 0 and "invite" in peers[0]["found_by"]
+
+
+def test_an_append_on_one_machine_wakes_a_watcher_on_another(fleet):
+    a = fleet.found("alpha")
+    b = fleet.join("beta")
+    wait_until(lambda: connected(a.home), "the link")
+    watch = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(b.home), "watch", "--agent", "bob", "--json",
+                              "--idle-exit-ms", "30000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: ctl_json(b.home, "who")["local_count"] == 1, "the watcher on beta")
+        sent = append(a.home, "wake up, bob", to_agent="bob", from_agent="alice")
+        out, err = watch.communicate(timeout=30)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    assert [e["id"] for e in json.loads(out)["events"]] == [sent["id"]]
+
+
+def test_who_shows_watchers_of_the_whole_palace(fleet):
+    a = fleet.found("alpha")
+    b = fleet.join("beta")
+    watch = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(b.home), "watch", "--agent", "bob",
+                              "--follow", "--state-file", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def remote_bob():
+            return [w for w in ctl_json(a.home, "who")["watchers"] if w["agent"] == "bob" and not w["local"]]
+
+        seen = wait_until(remote_bob, "bob's watcher in alpha's who")
+        assert seen[0]["daemon"]["name"] == "beta" and seen[0]["daemon_silent"] is False
+        human = run_ctl(a.home, "who").stdout
+        assert "bob" in human and "beta" in human
+    finally:
+        watch.kill()
+        watch.wait()
+    wait_until(lambda: not [w for w in ctl_json(a.home, "who")["watchers"] if w["agent"] == "bob"],
+               "bob's watcher to disappear from alpha's who")
+
+
+def test_a_line_of_three_converges_through_the_middle(fleet):
+    a = fleet.found("alpha")
+    b = fleet.enrol_offline("beta").start()
+    c = fleet.enrol_offline("gamma").start()
+    ctl_json(b.home, "peers", "add", listen_address(a.home))
+    ctl_json(c.home, "peers", "add", listen_address(b.home))
+    append(a.home, "from alpha")
+    append(c.home, "from gamma")
+    wait_converged(a, b, c)
+    assert bodies(a.home) == bodies(c.home) == ["from alpha", "from gamma"]
+    # The ends never met: everything went through beta.
+    assert peer_id(c.home) not in connected(a.home) and peer_id(a.home) not in connected(c.home)
+    names = {p["name"]: p for p in ctl_json(a.home, "peers")["peers"]}
+    assert names["gamma"]["found_by"] == ["relay"] and names["beta"]["state"] == "live"
+
+
+def test_a_partition_heals_to_identical_digests(fleet):
+    a = fleet.found("alpha")
+    b = fleet.enrol_offline("beta").start()
+    c = fleet.enrol_offline("gamma").start()
+    ctl_json(a.home, "peers", "add", listen_address(b.home))
+    ctl_json(c.home, "peers", "add", listen_address(b.home))
+    append(a.home, "before")
+    wait_converged(a, b, c)
+    b_address = listen_address(b.home)
+    assert b.stop() == 0
+    for i in range(20):
+        append(a.home, f"alpha {i}")
+        append(c.home, f"gamma {i}")
+    assert event_count(a.home) == 21 and event_count(c.home) == 21
+    # Restart the middle on the same port: both ends redial it (static peers, with back-off).
+    b.extra_args[b.extra_args.index("127.0.0.1:0")] = b_address
+    b.start()
+    final = wait_converged(a, b, c)
+    assert final["events"] == 41
+
+
+def test_a_receiver_killed_mid_catch_up_loses_and_duplicates_nothing(fleet):
+    a = fleet.found("alpha")
+    with RawClient(a.socket_path) as client:
+        client.call("hello", version=1)
+        for i in range(3000):
+            client.call("append", type="note", stream="s", room="r", from_agent="bulk", body=f"event {i}")
+    b = fleet.enrol_offline("beta").start()
+    ctl_json(b.home, "peers", "add", listen_address(a.home))
+    wait_until(lambda: 0 < event_count(b.home), "the catch-up to start", timeout=30)
+    b.kill9()
+    b.start()
+    assert event_count(b.home) <= 3000
+    final = wait_converged(a, b, timeout=60)
+    assert final["events"] == 3000 and event_count(b.home) == 3000
+    listed = ctl_json(b.home, "list", "--limit", "500", "--from-agent", "bulk", "--order", "desc")["events"]
+    assert len({e["id"] for e in listed}) == len(listed) == 500
+
+
+def test_a_20_mb_artifact_arrives_byte_identical(fleet, short_tmp):
+    a = fleet.found("alpha")
+    b = fleet.join("beta")
+    content = os.urandom(20 * 1024 * 1024)
+    path = short_tmp / "blob.bin"
+    path.write_bytes(content)
+    record = ctl_json(a.home, "artifact", "put", "--kind", "file", "--created-by", "alice", "--file", str(path))
+    event = append(a.home, "the blob", artifact_id=record["id"])
+    wait_until(lambda: run_ctl(b.home, "list", "--json").json()["count"] == 1, "the event on beta", timeout=60)
+    listed = ctl_json(b.home, "list")["events"][0]
+    assert listed["id"] == event["id"] and listed["artifact_ids"] == [record["id"]]
+    out = short_tmp / "copy.bin"
+    ctl_json(b.home, "artifact", "get", record["id"], "--out", str(out))
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == hashlib.sha256(content).hexdigest()
+
+
+def test_append_replicated_returns_once_peers_hold_the_event(fleet):
+    a = fleet.found("alpha")
+    alone = run_ctl(a.home, "append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "x",
+                    "--body", "nobody else", "--replicated", "1", "--timeout-ms", "300", "--json")
+    assert alone.returncode == 2 and "only 0 of 1" in alone.stderr
+    assert alone.json()["replication"]["timed_out"] is True  # stored locally all the same
+    b = fleet.join("beta")
+    c = fleet.join("gamma")
+    wait_until(lambda: len(connected(a.home)) == 2, "two links on alpha")
+    result = run_ctl(a.home, "append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "x",
+                     "--body", "durable", "--replicated", "2", "--timeout-ms", "20000", "--json")
+    assert result.returncode == 0, result
+    replication = result.json()["replication"]
+    assert replication["replicated_count"] == 2 and set(replication["replicated"]) == {peer_id(b.home), peer_id(c.home)}
+    # The event is already on both: wait --replicated answers at once.
+    waited = ctl_json(b.home, "wait", "--replicated", "1", "--event-id", result.json()["id"], "--timeout-ms", "20000")
+    assert waited["replicated_count"] >= 1 and waited["timed_out"] is False
+    assert bodies(b.home) == bodies(c.home) == ["durable", "nobody else"]
+
+
+def test_static_peers_are_kept_across_restarts_and_bad_addresses_refused(fleet):
+    a = fleet.found("alpha")
+    bad = run_ctl(a.home, "peers", "add", "not an address")
+    assert bad.returncode == 1 and "HOST:PORT" in bad.stderr and "Traceback" not in bad.stderr
+    ctl_json(a.home, "peers", "add", "127.0.0.1:9")  # nothing listens there: shown with its error
+    wait_until(lambda: any(p["last_error"] for p in ctl_json(a.home, "peers")["peers"]), "a dial error")
+    view = ctl_json(a.home, "peers")["peers"]
+    assert view[0]["peer_id"] is None and "refused" in view[0]["last_error"]
+    assert a.stop() == 0
+    a.start()
+    assert [p["addresses"][0]["address"] for p in ctl_json(a.home, "peers")["peers"]] == ["127.0.0.1:9"]
+    assert ctl_json(a.home, "peers", "remove", "127.0.0.1:9")["removed"] == "127.0.0.1:9"
+    missing = run_ctl(a.home, "peers", "remove", "127.0.0.1:9")
+    assert missing.returncode == 1 and "not a static peer" in missing.stderr
+
+
+def test_a_restarted_daemon_reconnects_to_remembered_addresses(fleet):
+    a = fleet.found("alpha")
+    b = fleet.join("beta")
+    wait_until(lambda: connected(b.home), "the first link")
+    a_address = listen_address(a.home)
+    assert a.stop() == 0
+    # Beta remembers where alpha was; alpha comes back on the same port and beta redials it.
+    a.extra_args[a.extra_args.index("127.0.0.1:0")] = a_address
+    a.start()
+    append(a.home, "after the restart")
+    wait_converged(a, b)  # the link came back without mDNS, static peers or a new invite
+    assert [p["addresses"][0]["source"] for p in ctl_json(b.home, "peers")["peers"]] == ["invite"]

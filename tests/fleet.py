@@ -1,0 +1,136 @@
+"""Helpers for multi-daemon tests: a palace of real palaced processes on loopback.
+
+Every daemon runs in the root network namespace with mDNS off and listens on 127.0.0.1 with an
+ephemeral port (``tests.helpers.ROOT_NS_NETWORK``). Members join the way users do
+(``invite`` + ``join``), or — where a test needs a topology the invite would not give, like a
+line A—B—C — are enrolled offline with the founder's CA key, which is exactly what ``join``
+would have written, and then connected with ``peers add``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.pki import issue_certificate
+from palaced.membership import save_joined
+from tests.helpers import Daemon, run_ctl
+
+WAIT_S = 30.0
+
+
+def ctl_json(home: Path, *args: str, timeout: float = 60.0) -> Any:
+    result = run_ctl(home, *args, "--json", timeout=timeout)
+    if result.returncode == 3:  # the daemon is gone: its log says why
+        log = home.parent / f"{home.name}.log"
+        raise AssertionError(f"palaced on {home} is not running; its log:\n"
+                             + (log.read_text(errors="replace")[-6000:] if log.exists() else "(none)"))
+    assert result.returncode == 0, result
+    return json.loads(result.stdout)
+
+
+def listen_address(home: Path) -> str:
+    return ctl_json(home, "status")["network"]["listen"][0]
+
+
+def digest(home: Path) -> dict[str, Any]:
+    return ctl_json(home, "digest")
+
+
+def event_count(home: Path) -> int:
+    return ctl_json(home, "status")["events"]
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def wait_converged(*daemons: Daemon, timeout: float = WAIT_S) -> dict[str, Any]:
+    """Until every daemon reports the same digest; returns it."""
+    def same() -> dict[str, Any] | None:
+        digests = [digest(d.home) for d in daemons]
+        return digests[0] if all(d["digest"] == digests[0]["digest"] for d in digests) else None
+
+    return wait_until(same, f"identical digests on {', '.join(d.home.name for d in daemons)}", timeout)
+
+
+def connected(home: Path) -> list[str]:
+    return ctl_json(home, "status")["network"]["connected"]
+
+
+def peer_id(home: Path) -> str:
+    return ctl_json(home, "status")["fingerprint"]
+
+
+def append(home: Path, body: str, **fields: str) -> dict[str, Any]:
+    args = ["append", "--type", fields.pop("type", "note"), "--stream", fields.pop("stream", "project/fleet"),
+            "--room", fields.pop("room", "general"), "--from-agent", fields.pop("from_agent", home.name),
+            "--body", body]
+    for key, value in fields.items():
+        args += [f"--{key.replace('_', '-')}", value]
+    return ctl_json(home, *args)
+
+
+class Fleet:
+    """Start daemons and make them members of one palace."""
+
+    def __init__(self, daemon_factory: Callable[..., Daemon], root: Path) -> None:
+        self._factory = daemon_factory
+        self.root = root
+        self.founder: Daemon | None = None
+
+    def home(self, name: str) -> Path:
+        return self.root / name
+
+    def start(self, name: str, **kwargs: Any) -> Daemon:
+        return self._factory(self.home(name), **kwargs)
+
+    def found(self, name: str = "alpha") -> Daemon:
+        daemon = self.start(name)
+        ctl_json(daemon.home, "init", "--name", "fleet-test", "--daemon-name", name)
+        self.founder = daemon
+        return daemon
+
+    def invite(self, role: str = "member") -> str:
+        assert self.founder is not None
+        return ctl_json(self.founder.home, "invite", "--role", role)["code"]
+
+    def join(self, name: str, role: str = "member") -> Daemon:
+        daemon = self.start(name)
+        ctl_json(daemon.home, "join", self.invite(role), "--name", name)
+        return daemon
+
+    def enrol_offline(self, name: str, role: str = "member") -> Daemon:
+        """Write what ``join`` would (identity key, CA, certificate) without starting the daemon."""
+        assert self.founder is not None
+        home = self.home(name)
+        home.mkdir(mode=0o700, parents=True)
+        key = Ed25519PrivateKey.generate()
+        key_path = home / "identity.key"
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+        folder = self.founder.home / "palace"
+        ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), password=None)
+        ca_pem = (folder / "ca.crt").read_bytes()
+        now = datetime.datetime.now(datetime.UTC)
+        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        cert = issue_certificate(ca_key, ca_pem, raw, role=role, name=name, now=now)  # type: ignore[arg-type]
+        save_joined(home, key, palace_name="fleet-test", ca_pem=ca_pem, member_pem=cert, now=now)
+        return self.start(name, start=False)
