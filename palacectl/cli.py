@@ -730,15 +730,38 @@ def rules(
         note(f"Rules for {agent}: {action} in {target}")
 
 
-@app.command()
+bench_app = typer.Typer(help="Measure palace on this machine (temporary daemons; nothing else touched).",
+                        invoke_without_command=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.callback()
 def bench(
+    ctx: typer.Context,
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Measure a temporary daemon: append throughput, wake latency, list latency, RSS."""
+    """Measure a temporary daemon: append throughput, wake latency, list latency, RSS.
+
+    `palacectl bench replication` measures a fleet of local daemons instead."""
+    if ctx.invoked_subcommand is not None:
+        return
     from .bench import run_bench
 
     result = run_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+@bench_app.command("replication")
+def bench_replication(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure replication between local daemons: cross-peer wake, 100k catch-up, throughput, heal."""
+    from .bench_replication import run_replication_bench
+
+    result = run_replication_bench(quick=quick, progress=not json_)
     if json_:
         emit_json(result)
 

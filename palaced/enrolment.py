@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -140,7 +141,13 @@ async def enrol(invite: Invite, public_key: bytes, name: str,
     except trio.TooSlowError:
         raise EnrolmentError(f"the inviter at {target} did not answer within {ENROL_TIMEOUT_S:.0f} s; "
                              "is its palaced running and reachable? (try --address HOST:PORT)") from None
-    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError) as exc:
+    except (trio.BrokenResourceError, ssl.SSLError) as exc:
+        # The inviter's listener only lets certificate-less joiners in while it has an unused,
+        # unexpired invite: a refused handshake means it has none (any more).
+        raise EnrolmentError(f"the daemon at {target} refused to enrol us: this invite was already used or has "
+                             "expired there (each invite admits one daemon) — ask for a new one with "
+                             "`palacectl invite`") from exc
+    except (OSError, trio.ClosedResourceError, ProtocolError) as exc:
         raise EnrolmentError(f"cannot enrol with the inviter at {target}: {exc}; is its palaced running and "
                              "reachable from here? (give another address with --address HOST:PORT)") from None
     if isinstance(reply, Goodbye):

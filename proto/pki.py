@@ -217,6 +217,8 @@ class Invite:
     def encode(self) -> str:
         body = "|".join([self.palace_id, self.address, self.ca_fingerprint, self.role, str(self.expires_at),
                          base64.urlsafe_b64encode(self.secret).decode("ascii").rstrip("=")])
+        # A check value catches a code damaged in copy and paste before anything is dialled.
+        body += "|" + hashlib.sha256(body.encode("utf-8")).hexdigest()[:8]
         return INVITE_PREFIX + base64.urlsafe_b64encode(body.encode("utf-8")).decode("ascii").rstrip("=")
 
     @classmethod
@@ -228,7 +230,10 @@ class Invite:
         try:
             payload = code[len(INVITE_PREFIX):]
             body = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode("utf-8")
-            palace_id, address, ca_fp, role, expires, secret = body.split("|")
+            signed_part, _, check = body.rpartition("|")
+            if hashlib.sha256(signed_part.encode("utf-8")).hexdigest()[:8] != check:
+                raise ValueError("check value")
+            palace_id, address, ca_fp, role, expires, secret = signed_part.split("|")
             secret_bytes = base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4))
             expires_at = int(expires)
         except (ValueError, UnicodeDecodeError):

@@ -12,8 +12,9 @@ from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
 from palace_proto.framing import NEED_DATA, encode_frame
 from palace_proto.peer import (
-    PEER_PROTOCOL_VERSION, Events, Goodbye, Hello, Vector, VectorEntry, Want, event_from_wire, event_to_wire,
-    from_wire, to_wire,
+    ARTIFACT_CHUNK_BYTES, PEER_PROTOCOL_VERSION, ArtifactChunk, ArtifactWant, Enrol, Enrolled, Events, Goodbye, Have,
+    Hello, Presence, Vector, VectorEntry, Want, event_from_wire, event_to_wire, format_peer_address, from_wire,
+    parse_peer_address, presence_signing_bytes, to_wire,
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
 from palace_proto.sync import OriginHead, Verdict, batch_events, classify, plan_wants, vector_forks, verify_incoming
@@ -45,6 +46,13 @@ def hello(peer="peer-a", palace="pal_1"):
     Want("ori_a", 7),
     Events(tuple(chain(3))),
     Goodbye("bad_request", "bye"),
+    Have((("ori_a", 3), ("ori_b", 9))),
+    ArtifactWant("art_" + "0" * 32, 1024),
+    ArtifactChunk("art_" + "0" * 32, 0, 3, "ab" * 32, "file", "alice", "2026-11-30T01:02:03Z", "{}", b"abc"),
+    ArtifactChunk("art_" + "0" * 32, 0, -1, "", "", "", "", "{}", b""),
+    Presence("PEER", "laptop", 17, (("claude", "to_agents=claude", "2026-11-30T01:02:03Z"),), b"s" * 64),
+    Enrol("inv", b"k" * 32, "laptop", b"p" * 32),
+    Enrolled("home lab", b"-----CA-----", b"-----CERT-----"),
 ])
 def test_messages_round_trip(message):
     assert from_wire(to_wire(message)) == message
@@ -76,6 +84,15 @@ def test_other_protocol_version_is_a_version_mismatch():
     {"t": "hello", "version": 1, "palace_id": "p", "peer_id": "x", "name": "n", "role": "admin"},
     {"t": 5},
     [1, 2],
+    {"t": "have", "entries": [["o"]]},
+    {"t": "artifact_chunk", "artifact_id": "a", "offset": 0, "size": -2, "sha256": "", "kind": "", "created_by": "",
+     "created_at": "", "metadata_json": "{}", "data": b""},
+    {"t": "artifact_chunk", "artifact_id": "a", "offset": 2, "size": 3, "sha256": "", "kind": "", "created_by": "",
+     "created_at": "", "metadata_json": "{}", "data": b"xy"},
+    {"t": "artifact_chunk", "artifact_id": "a", "offset": 0, "size": ARTIFACT_CHUNK_BYTES + 1, "sha256": "",
+     "kind": "", "created_by": "", "created_at": "", "metadata_json": "{}", "data": b"x" * (ARTIFACT_CHUNK_BYTES + 1)},
+    {"t": "presence", "peer_id": "p", "name": "n", "serial": 1, "watchers": [["a", "f"]], "signature": b"s" * 64},
+    {"t": "enrol", "invite_id": "i", "public_key": b"short", "name": "n", "proof": b"p" * 32},
 ])
 def test_malformed_known_messages_are_remote_errors(bad):
     with pytest.raises(RemoteProtocolError):
@@ -237,3 +254,52 @@ def test_unknown_messages_are_skipped_in_a_live_session():
     deliver(a.send(a.our_hello), b)
     b.receive_data(encode_frame({"t": "something-new"}) + a.send(Vector(())))
     assert b.next_event() == Vector(())
+
+
+def test_enrolment_messages_never_belong_to_a_session():
+    a, b = pair()
+    deliver(a.send(a.our_hello), b)
+    b.receive_data(encode_frame(to_wire(Enrol("inv", b"k" * 32, "n", b"p" * 32))))
+    with pytest.raises(RemoteProtocolError, match="enrolment"):
+        b.next_event()
+
+
+def test_receipts_and_artifact_messages_wait_for_the_vectors_presence_does_not():
+    a, b = pair()
+    deliver(a.send(a.our_hello), b)
+    deliver(b.send(b.our_hello), a)
+    presence = Presence("peer-a", "a", 1, (), b"s" * 64)
+    assert deliver(a.send(presence), b) == [presence]
+    with pytest.raises(LocalProtocolError):
+        a.send(Have((("o", 1),)))
+    b.receive_data(encode_frame(to_wire(ArtifactWant("art_x", 0))))
+    with pytest.raises(RemoteProtocolError, match="before the peer's vector"):
+        b.next_event()
+
+
+def test_presence_signature_covers_every_field():
+    watchers = (("claude", "to_agents=claude", "2026-11-30T01:02:03Z"),)
+    base = presence_signing_bytes("P", "laptop", 5, watchers)
+    assert base != presence_signing_bytes("P", "laptop", 6, watchers)
+    assert base != presence_signing_bytes("P", "desk", 5, watchers)
+    assert base != presence_signing_bytes("P", "laptop", 5, ())
+    assert base != presence_signing_bytes("Q", "laptop", 5, watchers)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("192.168.1.20:7437", ("192.168.1.20", 7437)),
+    ("[fd00::1]:7", ("fd00::1", 7)),
+    ("laptop.local:0", ("laptop.local", 0)),
+])
+def test_peer_addresses_parse_and_format(text, expected):
+    assert parse_peer_address(text) == expected
+    assert format_peer_address(*expected) == text
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty"), ("host", "no port"), ("host:x", "port must be"), ("host:70000", "port must be"),
+    ("fd00::1:7", "brackets"), (":7437", "no host"), ("[fd00::1", "not an address"),
+])
+def test_bad_peer_addresses_say_what_is_wrong(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_peer_address(text)

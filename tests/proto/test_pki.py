@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.ids import fingerprint, fingerprint_is_valid
 from palace_proto.pki import (
-    CertificateError, Invite, InviteError, enrolment_proof, issue_certificate, new_palace, palace_id_for,
-    verify_enrolment_proof, verify_member_certificate,
+    CertificateError, Invite, InviteError, Revocation, RevocationError, ca_fingerprint, enrolment_proof,
+    issue_certificate, new_palace, palace_id_for, verify_enrolment_proof, verify_member_certificate,
 )
 
 NOW = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)
@@ -101,3 +101,33 @@ def test_enrolment_proof_is_bound_to_key_name_and_palace():
         with pytest.raises(InviteError):
             verify_enrolment_proof(*args, proof)
     assert dataclasses.is_dataclass(Invite)
+
+
+def test_a_changed_character_in_an_invite_is_caught_by_its_check_value():
+    code = Invite("pal_abcdefghijklmnopqrstuvwxyz", "10.0.0.5:7600", "FP", b"s" * 16, "member", 1_000).encode()
+    assert Invite.decode(code)
+    with pytest.raises(InviteError, match="damaged"):
+        Invite.decode(code[:-3])
+    with pytest.raises(InviteError, match="damaged"):
+        Invite.decode(code[:20] + ("A" if code[20] != "A" else "B") + code[21:])
+
+
+def test_revocations_are_valid_only_with_the_palace_ca_signature(palace):
+    ca_key, ca_pem, palace_id = palace
+    member = raw(Ed25519PrivateKey.generate())
+    draft = Revocation(palace_id, fingerprint(member), member, (("ori_a", 7),), "2026-11-30T03:00:00Z")
+    signed = draft.signed(ca_key)
+    parsed = Revocation.from_metadata(signed.to_metadata(), ca_pem)
+    assert parsed == signed and parsed.cutoff_for("ori_a") == 7 and parsed.cutoff_for("ori_other") == 0
+    other_key, other_pem, _ = new_palace("elsewhere", NOW)
+    forged = draft.signed(other_key)
+    with pytest.raises(RevocationError, match="not signed"):
+        Revocation.from_metadata(forged.to_metadata(), ca_pem)
+    stretched = {**signed.to_metadata(), "cutoffs": {"ori_a": 9}}
+    with pytest.raises(RevocationError, match="not signed"):
+        Revocation.from_metadata(stretched, ca_pem)
+    with pytest.raises(RevocationError, match="another palace"):
+        Revocation.from_metadata(signed.to_metadata(), other_pem)
+    with pytest.raises(RevocationError, match="malformed"):
+        Revocation.from_metadata({"peer_id": "x"}, ca_pem)
+    assert len(ca_fingerprint(ca_pem)) == 64 and ca_fingerprint(ca_pem) != ca_fingerprint(other_pem)
