@@ -181,7 +181,7 @@ class _Palace:
         for daemon in self.daemons:
             try:
                 daemon.stop()
-            except BaseException:  # keep stopping the others, also on a second Ctrl-C
+            except (OSError, subprocess.SubprocessError, KeyboardInterrupt):  # stop the rest, even on a 2nd Ctrl-C
                 if daemon.proc is not None and daemon.proc.poll() is None:
                     daemon.proc.kill()
         if show_logs:
@@ -205,7 +205,8 @@ def _wait_digest(daemon: _Daemon, want: str, what: str, client: Client | None = 
             if _digest(client)["digest"] == want:
                 return time.perf_counter()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: {daemon.name}'s digest did not match A's within {CONVERGE_TIMEOUT_S:.0f} s")
+                raise RuntimeError(
+                    f"{what}: {daemon.name}'s digest did not match A's within {CONVERGE_TIMEOUT_S:.0f} s")
             time.sleep(POLL_S)
     finally:
         if own:
@@ -219,7 +220,7 @@ def _run_threads(workers: list[Callable[[], None]]) -> None:
     def guard(work: Callable[[], None]) -> None:
         try:
             work()
-        except BaseException as exc:  # reported after the run
+        except Exception as exc:  # noqa: BLE001 - re-raised by the main thread after the run
             errors.append(exc)
 
     # Daemon threads: on Ctrl-C the main thread stops the daemons, which ends these clients.
@@ -332,7 +333,7 @@ def _throughput(palace: _Palace, clients: int, seconds: float) -> dict[str, floa
                         client.call("append", **_event(10_000_000 + k * 1_000_000 + n, rng))
                         n += 1
                     counts[k] = n
-            except BaseException as exc:  # reported after the run
+            except Exception as exc:  # noqa: BLE001 - re-raised by the main thread after the run
                 errors.append(exc)
                 barrier.abort()
 

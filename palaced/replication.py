@@ -298,10 +298,13 @@ class PeerLink:
             return self.store.stored_hash(origin, seq)
 
         forks = await self.astore.read(vector_forks, heads, vector, hash_at)
+        theirs = {e.origin: e.max_seq for e in vector.entries}
         for origin in forks:
             if origin not in self.forks:
                 self.forks.append(origin)
                 LOGGER.error("peer %s holds a different history of origin %s (fork)", self.peer_id, origin)
+                # Pull their differing event once, so the store keeps it as evidence of the fork.
+                await self.send(Want(origin, theirs[origin] - 1))
         for want in plan_wants(heads, vector):
             if want.origin not in forks:
                 await self.send(want)

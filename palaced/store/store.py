@@ -390,6 +390,7 @@ class Store:
         report = ApplyReport()
         conn = self._conn
         heads: dict[str, OriginHead | None] = {}
+        forked: set[str] = set()
         for event in events:
             own = event.origin == self.origin_id
             # key_for answers for this exact event: a revoked member's origin stays valid up to its
@@ -425,7 +426,10 @@ class Store:
             elif verdict is Verdict.GAP:
                 report.gaps.append(event)
             elif verdict is Verdict.FORK:
-                self._record_fork(event, stored if stored is not None else (head.head_hash if head else None), source)
+                if event.origin not in forked:  # one piece of evidence per origin and batch is enough
+                    self._record_fork(event, stored if stored is not None else (head.head_hash if head else None),
+                                      source)
+                    forked.add(event.origin)
                 report.forks.append(event)
             else:
                 missing = [a for a in event.artifact_ids

@@ -205,3 +205,51 @@ def test_a_restarted_daemon_reconnects_to_remembered_addresses(fleet):
     append(a.home, "after the restart")
     wait_converged(a, b)  # the link came back without mDNS, static peers or a new invite
     assert [p["addresses"][0]["source"] for p in ctl_json(b.home, "peers")["peers"]] == ["invite"]
+
+
+def test_a_redaction_purges_the_body_on_every_replica_and_late_copies_never_carry_it(fleet):
+    a = fleet.found("alpha")
+    b = fleet.join("beta")
+    secret = "sk-live-0123456789abcdef-do-not-share"
+    leaked = append(a.home, f"my key is {secret}")
+    wait_converged(a, b)
+    ctl_json(a.home, "redact", leaked["id"], "--from-agent", "alpha", "--reason", "pasted a key")
+    wait_converged(a, b)
+    # A replica that was offline all along catches up from beta, which only has the redacted copy.
+    c = fleet.enrol_offline("gamma").start()
+    ctl_json(c.home, "peers", "add", listen_address(b.home))
+    wait_converged(a, b, c)
+    for daemon in (a, b, c):
+        event = ctl_json(daemon.home, "list", "--type", "note")["events"][0]
+        assert event["id"] == leaked["id"] and event["body_redacted"] is True and event["body"] == ""
+        for path in daemon.home.glob("palace.sqlite3*"):
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_fork_is_refused_kept_as_evidence_and_reported(fleet, short_tmp):
+    import shutil
+
+    a = fleet.found("alpha")
+    append(a.home, "shared history")
+    b = fleet.join("beta")
+    wait_converged(a, b)
+    assert a.stop() == 0 and b.stop() == 0
+    # A copied home: the same key and origin now run twice (a restored backup, a cloned VM).
+    clone_home = short_tmp / "clone"
+    shutil.copytree(a.home, clone_home, ignore=shutil.ignore_patterns("palaced.sock", "palaced.lock"))
+    b.start()
+    clone = fleet.start("clone")
+    append(clone.home, "the clone's version of seq 2")
+    ctl_json(clone.home, "peers", "add", listen_address(b.home))
+    wait_until(lambda: "the clone's version of seq 2" in bodies(b.home), "the clone's event at beta")
+    a.start()
+    append(a.home, "alpha's version of seq 2")
+    ctl_json(a.home, "peers", "add", listen_address(b.home))
+    wait_until(lambda: ctl_json(b.home, "status")["network"]["forks"] >= 1, "beta to detect the fork")
+    assert "alpha's version of seq 2" not in bodies(b.home)  # the first one stays; the second is refused
+    assert "FORKS" in run_ctl(b.home, "status").stdout
+    assert "FORK" in run_ctl(b.home, "peers").stdout
+    forks = ctl_json(b.home, "peers")["forks"]
+    assert forks[0]["origin"] == ctl_json(a.home, "status")["origin"] and forks[0]["origin_seq"] == 2
+    doctor = run_ctl(b.home, "doctor")
+    assert doctor.returncode == 1 and "forked" in doctor.stdout
