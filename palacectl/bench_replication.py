@@ -53,6 +53,7 @@ LOOPBACK_ANY_PORT: Final = "127.0.0.1:0"
 # Why 16: the API refuses more than 16 unanswered requests on one connection; seeding stays at
 # the limit so the group-commit writer always has a full batch waiting.
 PIPELINE_DEPTH: Final = 16
+SEED_CLIENTS: Final = 8
 # Why 20 ms: convergence polls (a digest read on an idle connection) must not load the 2-core
 # machines this runs on, yet resolve seconds-long figures to a few hundredths.
 POLL_S: Final = 0.02
@@ -60,6 +61,10 @@ POLL_S: Final = 0.02
 # a hang (a daemon that stopped replicating) so the run ends and the logs are shown.
 START_TIMEOUT_S: Final = 30.0
 CONVERGE_TIMEOUT_S: Final = 600.0
+CONVERGE_TIMEOUT_MS: Final = int(CONVERGE_TIMEOUT_S * 1000)
+# Why 1 s: a link that is serving sends a batch every few milliseconds; a second without one
+# means the serving is over (and is far below the 10 s anti-entropy interval).
+SETTLE_QUIET_S: Final = 1.0
 
 Say = Callable[[str], None]
 
@@ -100,10 +105,12 @@ class _Daemon:
         assert not self.running, f"{self.name} is already running"
         with open(self.log_path, "ab") as log:
             t0 = time.perf_counter()
+            # A session of its own: Ctrl-C reaches only us, and we stop the daemon (SIGTERM) in order,
+            # instead of it dying under clients that would then report it unreachable.
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "palaced", "--home", str(self.home), "--log-level", "warning",
                  *NETWORK_ARGS, "--listen", listen],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         return t0
 
     def connect(self, timeout: float = START_TIMEOUT_S) -> Client:
@@ -213,6 +220,13 @@ def _wait_digest(daemon: _Daemon, want: str, what: str, client: Client | None = 
             client.close()
 
 
+def _join(threads: list[threading.Thread]) -> None:
+    # Why a timeout: a SIGINT may land on a client thread; the main thread must wake up to see it.
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)
+
+
 def _run_threads(workers: list[Callable[[], None]]) -> None:
     """Run ``workers`` concurrently and re-raise the first failure."""
     errors: list[BaseException] = []
@@ -227,13 +241,12 @@ def _run_threads(workers: list[Callable[[], None]]) -> None:
     threads = [threading.Thread(target=guard, args=(w,), daemon=True) for w in workers]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    _join(threads)
     if errors:
         raise RuntimeError(f"benchmark client failed: {errors[0]}") from errors[0]
 
 
-def _append_pipelined(daemon: _Daemon, total: int, start: int, clients: int = 8) -> float:
+def _append_pipelined(daemon: _Daemon, total: int, start: int, clients: int = SEED_CLIENTS) -> float:
     """Append ``total`` events with ``clients`` connections, each with PIPELINE_DEPTH requests in
     flight; returns the elapsed seconds."""
 
@@ -280,18 +293,22 @@ def _seed(daemon: _Daemon, total: int, say: Say) -> tuple[int, float]:
 
 
 def _wake_latency(palace: _Palace, samples: int) -> dict[str, float]:
-    watcher = palace.b.connect()
-    watcher.send("subscribe", to_agents=["bench-watcher"], start="tip", agent="bench-watcher")
-    started = watcher.receive(timeout=10)
-    assert started.get("push") == "started", started
+    """A watcher on B, request/reply appends on A addressed to its agent: send → push on B."""
     after_send: list[float] = []
     durable: list[float] = []
+    watcher = palace.b.connect()
     try:
+        watcher.send("subscribe", to_agents=["bench-watcher"], start="tip", agent="bench-watcher")
+        started = watcher.receive(timeout=10)
+        if started.get("push") != "started":
+            raise RuntimeError(f"subscribe on B failed: {started}")
         with palace.a.connect() as writer:
             for i in range(samples):
                 t_send = time.perf_counter()
                 rid = writer.send("append", type="note", stream="bench", room="wake", from_agent="bench-writer",
                                   to_agent="bench-watcher", body=f"cross-peer wake {i}")
+                # The ack is read first (it comes first: B hears of the event only once A committed
+                # it). A push that came earlier would be overstated by the time to read one reply.
                 reply = writer.receive(timeout=10)
                 t_ack = time.perf_counter()
                 push = watcher.receive(timeout=10)
@@ -304,8 +321,6 @@ def _wake_latency(palace: _Palace, samples: int) -> dict[str, float]:
                 durable.append((t_ack - t_send) * 1000)
     finally:
         watcher.close()
-    # Note the order above: the writer's ack is read first, so a wake that arrives before the ack is
-    # read only after it; that can only overstate the wake (by the time to read one reply).
     return {"wake_p50_ms": _pct(after_send, 50), "wake_p99_ms": _pct(after_send, 99),
             "wake_max_ms": max(after_send), "wake_samples": samples,
             "durable_append_on_a_p50_ms": _pct(durable, 50)}
@@ -343,7 +358,7 @@ def _throughput(palace: _Palace, clients: int, seconds: float) -> dict[str, floa
             t.start()
         try:
             stop_at = time.perf_counter() + seconds
-            barrier.wait()
+            barrier.wait(timeout=START_TIMEOUT_S)
         except threading.BrokenBarrierError:
             raise RuntimeError(f"benchmark client failed: {errors[0] if errors else 'barrier broken'}") from None
         t0 = time.perf_counter()
@@ -382,7 +397,7 @@ def _heal(palace: _Palace, events: int, say: Say) -> dict[str, float]:
     start = palace.a.call("digest")["events"]
     _append_pipelined(palace.a, events, 20_000_000 + start)
     want = palace.a.call("digest")
-    say(f"  B stopped; {events:,} events appended on A (A holds {want['events']:,}); restarting B on port {b.port}")
+    say(f"  B stopped; {events:,} events appended on A (A holds {want['events']:,}); restarting B on port {b.port} (it redials A's remembered address)")
     t0 = b.spawn(listen=f"127.0.0.1:{b.port}")
     client = b.connect()
     t_ready = time.perf_counter()
@@ -394,11 +409,46 @@ def _heal(palace: _Palace, events: int, say: Say) -> dict[str, float]:
             "heal_after_start_s": t_done - t_ready}
 
 
+def _sent_to(daemon: _Daemon, peer_id: str) -> int:
+    """Events ``daemon`` has sent on its link to ``peer_id`` (0 if no link)."""
+    for peer in daemon.call("peers")["peers"]:
+        if peer["peer_id"] == peer_id:
+            return peer["sent_events"]
+    return 0
+
+
+def _settle(palace: _Palace) -> int:
+    """Wait until A has stopped sending to B and B has processed everything on the link; returns the
+    events A sent to B.
+
+    Why: A can still be sending events B already holds after the digests match (a catch-up longer
+    than the anti-entropy interval is served again from B's head at each tick), and those queue on
+    the link ahead of new events; the live figures are measured once the link is quiet, and the
+    redundant events are reported with the catch-up instead.
+    """
+    peer_b = palace.b.call("status")["fingerprint"]
+    sent, quiet_since = _sent_to(palace.a, peer_b), time.monotonic()
+    deadline = quiet_since + CONVERGE_TIMEOUT_S
+    while time.monotonic() - quiet_since < SETTLE_QUIET_S:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"A kept sending to B for {CONVERGE_TIMEOUT_S:.0f} s after B caught up")
+        time.sleep(0.1)
+        now = _sent_to(palace.a, peer_b)
+        if now != sent:
+            sent, quiet_since = now, time.monotonic()
+    # B confirms the probe only after it has worked through everything queued ahead of it.
+    probe = palace.a.call("append", type="note", stream="bench", room="settle", from_agent="bench-writer",
+                          body="settle probe", replicated=1, timeout_ms=CONVERGE_TIMEOUT_MS)
+    if probe["replication"]["timed_out"]:
+        raise RuntimeError("B did not confirm the settle probe")
+    return sent
+
+
 def _catch_up(palace: _Palace, events: int, say: Say) -> dict[str, float]:
     """Seed A, then a fresh daemon B joins; time from the join reply until B's digest equals A's."""
     appended, seconds = _seed(palace.a, events, say)
     say(f"  seeding: {appended:,} appends in {seconds:.1f} s ({appended / seconds:,.0f}/s, "
-        f"8 clients × {PIPELINE_DEPTH} pipelined)")
+        f"{SEED_CLIENTS} clients × {PIPELINE_DEPTH} pipelined)")
     want = palace.a.call("digest")
     b = palace.b
     b.start()
@@ -409,9 +459,13 @@ def _catch_up(palace: _Palace, events: int, say: Say) -> dict[str, float]:
         t_done = _wait_digest(b, want["digest"], "cold catch-up", client)
     finally:
         client.close()
+    sent = _settle(palace)
+    t_settled = time.perf_counter()
     elapsed = t_done - t_joined
     return {"seed_events": appended, "seed_seconds": seconds, "seed_appends_per_s": appended / seconds,
-            "catch_up_events": want["events"], "catch_up_s": elapsed, "catch_up_events_per_s": want["events"] / elapsed}
+            "catch_up_events": want["events"], "catch_up_s": elapsed, "catch_up_events_per_s": want["events"] / elapsed,
+            "catch_up_events_sent": sent, "catch_up_redundant_events": max(0, sent - want["events"]),
+            "catch_up_link_quiet_s": t_settled - t_joined}
 
 
 def run_replication_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
@@ -435,7 +489,9 @@ def run_replication_bench(*, quick: bool = False, progress: bool = True) -> dict
         say(f"  seeding A with {catch_up_events:,} events…")
         results.update(_catch_up(palace, catch_up_events, say))
         say(f"  cold catch-up: B joined and held all {results['catch_up_events']:,} events after "
-            f"{results['catch_up_s']:.2f} s ({results['catch_up_events_per_s']:,.0f} events/s)")
+            f"{results['catch_up_s']:.2f} s ({results['catch_up_events_per_s']:,.0f} events/s); A sent "
+            f"{results['catch_up_events_sent']:,} events ({results['catch_up_redundant_events']:,} B already held), "
+            f"the link was quiet {results['catch_up_link_quiet_s']:.2f} s after the join")
 
         results.update(_wake_latency(palace, wake_samples))
         say(f"  cross-peer wake (append on A → push on B): p50 {results['wake_p50_ms']:.2f} ms, "
@@ -454,6 +510,9 @@ def run_replication_bench(*, quick: bool = False, progress: bool = True) -> dict
         say(f"  heal: B restarted behind by {heal_events:,} events, identical digest after {results['heal_s']:.2f} s "
             f"(process start → API answers {results['heal_daemon_start_s']:.2f} s, then "
             f"{results['heal_after_start_s']:.2f} s to converge)")
+    except KeyboardInterrupt:
+        say("interrupted: stopping the temporary daemons and removing their directory")
+        raise
     except Exception:
         show_logs = progress  # the daemons' side of the failure, before their directory goes
         raise

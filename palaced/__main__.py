@@ -24,6 +24,7 @@ from .app import AlreadyRunning, serve
 from .config import DEFAULT_LISTEN, ConfigError, default_home, load_config
 from .identity import IdentityError
 from .membership import MembershipError
+from .network import ListenError
 from .store import StoreError
 
 EXIT_USAGE = 64
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _STARTUP_ERRORS = (AlreadyRunning, ConfigError, IdentityError, MembershipError, StoreError, SocketPathTooLong,
-                   PermissionError)
+                   ListenError, PermissionError)
 
 
 def _find_startup_error(exc: BaseException) -> BaseException | None:

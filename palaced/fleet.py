@@ -28,6 +28,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from .enrolment import enrol
 from .membership import Membership, create_palace, save_joined
+from .network import ListenError
 from .store import WriteContext
 
 if TYPE_CHECKING:
@@ -114,7 +115,11 @@ class FleetOps:
     async def _joined(self: Service, membership: Membership) -> None:  # type: ignore[misc]
         self.membership = membership
         if self.start_network is not None:
-            await self.start_network(membership)
+            try:
+                await self.start_network(membership)
+            except ListenError as exc:
+                raise ApiError(f"this daemon is now a member of {membership.palace_id}, but {exc.message}; "
+                               "then restart palaced", code="internal") from None
 
     # -- membership ----------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ import trio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from palace_proto.errors import ProtocolError
+from palace_proto.errors import ApiError, ProtocolError
 from palace_proto.peer import (
     PEER_PROTOCOL_VERSION,
     Hello,
@@ -51,7 +51,7 @@ from .store import WriteContext
 from .store.aio import AsyncStore
 from .tls import client_context, peer_certificate, server_context
 
-__all__ = ["Network", "NetworkSettings"]
+__all__ = ["ListenError", "Network", "NetworkSettings"]
 
 LOGGER: Final = logging.getLogger("palaced.network")
 HANDSHAKE_TIMEOUT_S: Final = 10.0
@@ -111,8 +111,10 @@ class _PeerRecord:
     connected_since: str | None = None
 
 
-class _Refused(Exception):
-    """A connection we close on purpose (self, revoked, duplicate)."""
+class ListenError(ApiError):
+    """The peer port cannot be opened (in use, or an address this machine does not have)."""
+
+    code = "internal"
 
 
 class Network:
@@ -166,7 +168,13 @@ class Network:
         self._token = trio.lowlevel.current_trio_token()
         self.directory.on_revoke = self._on_revoke_threadsafe
         await self.refresh_invites()
-        listeners = await trio.open_tcp_listeners(self.settings.listen_port, host=self.settings.listen_host or None)
+        address = format_peer_address(self.settings.listen_host, self.settings.listen_port)
+        try:
+            listeners = await trio.open_tcp_listeners(self.settings.listen_port,
+                                                      host=self.settings.listen_host or None)
+        except OSError as exc:
+            raise ListenError(f"cannot listen for peers on {address}: {exc.strerror or exc} (another palaced on "
+                              "this port? choose one with --listen HOST:PORT or [network] listen)") from None
         self.listen_addresses = [format_peer_address(*l.socket.getsockname()[:2]) for l in listeners]
         LOGGER.info("listening for peers on %s", ", ".join(self.listen_addresses))
         async with trio.open_nursery() as nursery:
@@ -236,8 +244,6 @@ class Network:
             target.sources.add(source)
             if peer_id and not target.peer_id:
                 target.peer_id = peer_id
-            if target.state == "self":
-                return
             return
         target = self._targets[address] = _Target(address, {source}, peer_id=peer_id, defer_s=defer_s)
         if peer_id:

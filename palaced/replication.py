@@ -22,7 +22,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-import msgpack
 import trio
 
 from palace_proto.envelope import SignedEvent
@@ -42,10 +41,9 @@ from palace_proto.peer import (
     Vector,
     VectorEntry,
     Want,
-    event_to_wire,
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession
-from palace_proto.sync import OriginHead, batch_events, plan_wants, vector_forks
+from palace_proto.sync import OriginHead, batch_events, plan_wants, vector_forks, verify_batch
 
 from .bus import EventBus
 from .members import BindingError, MemberDirectory
@@ -60,8 +58,14 @@ SERVE_PAGE: Final = 500
 RECEIVE_CHUNK: Final = 1 << 16
 
 
+# Why 512: the fixed fields (hashes, signature, ids, names) of an event on the wire stay below it.
+EVENT_OVERHEAD_BYTES: Final = 512
+
+
 def _wire_size(event: SignedEvent) -> int:
-    return len(msgpack.packb(event_to_wire(event), use_bin_type=True))
+    """Roughly what an event costs on the wire (exact for ASCII; at most 4x under for other
+    text, which batches of ~1 MiB under a 16 MiB frame limit absorb) — without encoding it."""
+    return EVENT_OVERHEAD_BYTES + len(event.body or "") + len(event.metadata_json)
 
 
 def _utc_now() -> str:
@@ -135,6 +139,8 @@ class PeerLink:
         self.forks: list[str] = []
         self._bindings_sent: set[str] = set()
         self._fetches: dict[str, _Fetch] = {}
+        #: origins we are pulling, with our head when we last (re)asked or saw progress
+        self._pulling: dict[str, int] = {}
         self.sent_events = 0
         self.received_events = 0
         self.rejected_events = 0
@@ -142,6 +148,10 @@ class PeerLink:
         self.last_contact = self.connected_at
         self._send_lock = trio.Lock()
         self._vector_known = trio.Event()
+        # Verified batches waiting for the writer (one in hand, one queued: bounded memory).
+        self._to_apply_send, self._to_apply_recv = trio.open_memory_channel[
+            tuple[list[SignedEvent], dict[bytes, bytes]]](1)
+        self._applier_done = trio.Event()
         self.closed = trio.Event()
 
     def __repr__(self) -> str:
@@ -188,7 +198,12 @@ class PeerLink:
                 await self.send(await self._our_vector())
                 nursery.start_soon(self._push_new_events)
                 nursery.start_soon(self._anti_entropy)
+                nursery.start_soon(self._apply_loop)
                 await self._read()
+                # Apply what already arrived before ending the link (a peer may say goodbye
+                # right after its last batch).
+                self._to_apply_send.close()
+                await self._applier_done.wait()
                 nursery.cancel_scope.cancel(reason="peer closed the link")
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the transport ended: a normal way for a link to end
@@ -306,8 +321,19 @@ class PeerLink:
                 # Pull their differing event once, so the store keeps it as evidence of the fork.
                 await self.send(Want(origin, theirs[origin] - 1))
         for want in plan_wants(heads, vector):
-            if want.origin not in forks:
-                await self.send(want)
+            if want.origin in forks:
+                continue
+            asked = self._pulling.get(want.origin)
+            if asked is not None and want.after_seq > asked:
+                # A pull of this origin is under way and advanced since the last vector: asking
+                # again would make the peer send the rest of the log a second time.
+                self._pulling[want.origin] = want.after_seq
+                continue
+            self._pulling[want.origin] = want.after_seq  # new, or stalled since last time: (re)ask
+            await self.send(want)
+        for origin, seq in list(self._pulling.items()):
+            if origin not in theirs or (origin in heads and heads[origin].max_seq >= theirs[origin]):
+                del self._pulling[origin]  # caught up with what that vector showed
         self._vector_known.set()
 
     async def _serve_want(self, want: Want) -> None:
@@ -337,13 +363,31 @@ class PeerLink:
             await trio.sleep(0)  # interleave with local work: a big catch-up must not starve appends
 
     async def _on_events(self, message: Events) -> None:
+        """Verify a batch (reader side), then queue it for the applier.
+
+        Two stages run side by side: while the writer commits batch N, this side already reads
+        and verifies batch N+1. Order is kept (one applier, FIFO)."""
         events = list(message.events)
         # The sender holds what it sends (it stores before it serves): that counts as confirmed.
         self._confirm([(e.origin, e.origin_seq) for e in events])
+        # Signatures are checked here, on a worker thread, one per chained run (verify_batch):
+        # the single writer thread then only stores.
+        preverified = await trio.to_thread.run_sync(verify_batch, events, self.key_for)
+        await self._to_apply_send.send((events, preverified))
+
+    async def _apply_loop(self) -> None:
+        try:
+            async for events, preverified in self._to_apply_recv:
+                await self._apply(events, preverified)
+        finally:
+            self._applier_done.set()
+
+    async def _apply(self, events: list[SignedEvent], preverified: dict[bytes, bytes]) -> None:
         observe = self.directory.observe if self.directory is not None else None
 
         def job(ctx: WriteContext) -> Any:
-            return ctx.apply_remote(events, self.key_for, source=self.peer_id, on_applied=observe)
+            return ctx.apply_remote(events, self.key_for, source=self.peer_id, on_applied=observe,
+                                    preverified=preverified)
 
         report = await self.astore.write(job)
         self.received_events += len(report.applied)

@@ -51,6 +51,7 @@ __all__ = [
     "seal_event",
     "verify_chain_link",
     "verify_event",
+    "verify_hashes",
 ]
 
 CANONICAL_VERSION: Final = 1
@@ -175,8 +176,8 @@ def seal_event(
     return SignedEvent(**draft, event_hash=event_hash, signature=private_key.sign(event_hash), body=body)
 
 
-def verify_event(event: SignedEvent, public_key: bytes | Ed25519PublicKey) -> None:
-    """Check an event's hash, signature and (unless redacted) body hash.
+def verify_hashes(event: SignedEvent) -> None:
+    """Check an event's hash and (unless redacted) body hash — everything but the signature.
 
     Raises:
         SignatureError: naming which check failed.
@@ -185,6 +186,15 @@ def verify_event(event: SignedEvent, public_key: bytes | Ed25519PublicKey) -> No
         raise SignatureError(f"event {event.id}: body does not match its sha256")
     if _hash(_canonical(event)) != event.event_hash:
         raise SignatureError(f"event {event.id}: hash does not match the canonical encoding")
+
+
+def verify_event(event: SignedEvent, public_key: bytes | Ed25519PublicKey) -> None:
+    """Check an event's hash, signature and (unless redacted) body hash.
+
+    Raises:
+        SignatureError: naming which check failed.
+    """
+    verify_hashes(event)
     key = public_key if isinstance(public_key, Ed25519PublicKey) else Ed25519PublicKey.from_public_bytes(public_key)
     try:
         key.verify(event.signature, event.event_hash)

@@ -241,9 +241,12 @@ def _bytes(d: Mapping[str, Any], key: str, size: int) -> bytes:
     return value
 
 
+_SIGNED_EVENT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(SignedEvent))
+
+
 def event_to_wire(event: SignedEvent, *, with_body: bool = True) -> dict[str, Any]:
     """A signed event as sent to peers; ``with_body=False`` (or a redacted event) omits the body."""
-    wire: dict[str, Any] = {f.name: getattr(event, f.name) for f in dataclasses.fields(SignedEvent)}
+    wire: dict[str, Any] = {name: getattr(event, name) for name in _SIGNED_EVENT_FIELDS}
     wire["artifact_ids"] = list(event.artifact_ids)
     if not with_body or event.body is None:
         wire["body"] = None

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -140,10 +140,11 @@ class WriteContext:
         self.conn.executemany("INSERT INTO bindings VALUES (?, ?) ON CONFLICT(origin) DO NOTHING", bindings)
 
     def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
-                     source: str | None = None, on_applied: Callable[[SignedEvent], None] | None = None) -> ApplyReport:
+                     source: str | None = None, on_applied: Callable[[SignedEvent], None] | None = None,
+                     preverified: Mapping[bytes, bytes] | None = None) -> ApplyReport:
         """Verify and store peer events; ``on_applied`` sees each stored event before the next is
         judged (a revocation earlier in a batch governs the rest of it)."""
-        report = self._store._apply_remote_locked(events, key_for, source, on_applied)
+        report = self._store._apply_remote_locked(events, key_for, source, on_applied, preverified)
         self.new_events.extend(report.applied)
         return report
 
@@ -377,8 +378,8 @@ class Store:
         return OriginHead(row[0], bytes(row[1])) if row and row[0] > 0 else None
 
     def _apply_remote_locked(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
-                             source: str | None, on_applied: Callable[[SignedEvent], None] | None = None
-                             ) -> ApplyReport:
+                             source: str | None, on_applied: Callable[[SignedEvent], None] | None = None,
+                             preverified: Mapping[bytes, bytes] | None = None) -> ApplyReport:
         """Verify and store events from a peer, in the order given (each origin in seq order).
 
         Every event is checked against its origin's key and chain before it is stored; duplicates
@@ -386,26 +387,42 @@ class Store:
         applied; an event of our own origin from outside is an echo (ignored) or a fork. Events
         whose artifacts are missing are held back (and, by the chain rule, everything after them
         in their origin). Applied events get a new local ``seq`` in arrival order.
+
+        ``preverified`` maps event hashes to the key their signature was already checked with
+        (off the writer thread, see replication.py); such events are not verified again here as
+        long as the key still matches what ``key_for`` says now.
         """
         report = ApplyReport()
         conn = self._conn
         heads: dict[str, OriginHead | None] = {}
+        bound_keys: dict[str, bytes | None] = {}
         forked: set[str] = set()
         for event in events:
             own = event.origin == self.origin_id
             # key_for answers for this exact event: a revoked member's origin stays valid up to its
             # cutoff only, so the key depends on origin_seq too.
             key = self.public_key if own else key_for(event.origin, event.origin_seq)
-            bound = None if own else self._origin_key(event.origin)
+            if own:
+                bound = None
+            elif event.origin in bound_keys:
+                bound = bound_keys[event.origin]
+            else:
+                bound = bound_keys[event.origin] = self._origin_key(event.origin)
             if key is None or (bound is not None and bound != key):
                 # Unknown origin, or one already bound to another key: an origin never changes keys.
                 report.rejected.append(event)
                 continue
-            try:
-                verify_incoming(event, key)
-            except SignatureError:
-                report.rejected.append(event)
+            if self._stored_hash(event.origin, event.origin_seq) == event.event_hash:
+                # We hold this exact event already: nothing is stored, so nothing needs verifying
+                # (a catch-up that overlaps what we have costs a lookup per event, not a signature).
+                report.duplicates.append(event)
                 continue
+            if preverified is None or preverified.get(event.event_hash) != key:
+                try:
+                    verify_incoming(event, key)
+                except SignatureError:
+                    report.rejected.append(event)
+                    continue
             if own:
                 # Only we write our origin: a validly signed event we did not write means our key
                 # and origin run somewhere else too (a copied home or a restored backup) — a fork.
@@ -441,6 +458,7 @@ class Store:
                     event = dataclasses.replace(event, body=None)  # redacted elsewhere first: never store the body
                 conn.execute("INSERT OR IGNORE INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
                              (event.origin, key, GENESIS_HASH))
+                bound_keys[event.origin] = key
                 local_seq = self._insert_event(event)
                 conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                              (event.origin_seq, event.event_hash, event.origin))

@@ -103,14 +103,24 @@ def test_forged_unknown_and_own_origin_events_are_rejected(pair):
     report, _ = apply(b, [event], lambda origin, seq: None)
     assert report.rejected == [event]
     (own,) = b.signed_events_of_origin(b.origin_id, 0, 10)
-    report, _ = apply(b, [own, dataclasses.replace(own, body="echo with another body")], keys_of(a, b))
-    assert report.duplicates == [own] and len(report.rejected) == 1  # the body no longer matches its hash
+    altered_echo = dataclasses.replace(own, body="echo with another body")
+    report, _ = apply(b, [own, altered_echo], keys_of(a, b))
+    # Both claim an event hash we already hold: duplicates, ignored without verifying (nothing is
+    # stored, so the altered body goes nowhere).
+    assert report.duplicates == [own, altered_echo] and report.rejected == []
+    assert b.signed_events_of_origin(b.origin_id, 0, 10)[0].body == "mine"
+    # An altered event we do not hold yet is refused (its body no longer matches its hash).
+    fresh = append(a, body="y")
+    (event_2,) = a.signed_events_of_origin(a.origin_id, 1, 10)
+    assert event_2.id == fresh["id"]
+    report, _ = apply(b, [event, dataclasses.replace(event_2, body="altered")], keys_of(a))
+    assert report.rejected == [dataclasses.replace(event_2, body="altered")] and len(report.applied) == 1
     # A validly signed event of our own origin that we never wrote: our key runs elsewhere.
     copy = seal_event(b._key, origin=b.origin_id, origin_seq=1, prev_hash=own.prev_hash, created_at=own.created_at,
                       type="note", stream="s", room="r", from_agent="a", body="written by a copied home")
     report, _ = apply(b, [copy], keys_of(a))
     assert report.forks == [copy] and b.forks()[0]["origin"] == b.origin_id
-    assert b.counts()["events"] == 1
+    assert b.counts()["events"] == 2  # its own, and alpha's genuine first event
 
 
 def test_redaction_replicates_and_wins_over_a_late_original(pair, tmp_path):

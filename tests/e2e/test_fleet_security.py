@@ -181,3 +181,14 @@ def test_a_revoked_peer_is_cut_off_everywhere(fleet):
                "a refused reconnection")
     again = run_ctl(a.home, "revoke", b_id)
     assert again.returncode == 1 and "already revoked" in again.stderr
+
+
+def test_a_taken_peer_port_stops_the_daemon_with_one_clear_line(fleet):
+    a = fleet.found("alpha")
+    b = fleet.enrol_offline("beta")
+    b.extra_args[b.extra_args.index("127.0.0.1:0")] = listen_address(a.home)
+    b.start(wait=False)
+    assert b.proc.wait(timeout=30) == 1
+    assert b.stop() == 1  # (closes its log file)
+    log = b.log()
+    assert "cannot listen for peers on 127.0.0.1:" in log and "Traceback" not in log, log

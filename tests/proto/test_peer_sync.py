@@ -17,7 +17,9 @@ from palace_proto.peer import (
     parse_peer_address, presence_signing_bytes, to_wire,
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
-from palace_proto.sync import OriginHead, Verdict, batch_events, classify, plan_wants, vector_forks, verify_incoming
+from palace_proto.sync import (
+    OriginHead, Verdict, batch_events, classify, plan_wants, vector_forks, verify_batch, verify_incoming,
+)
 
 KEY = Ed25519PrivateKey.generate()
 PUB = KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
@@ -303,3 +305,45 @@ def test_peer_addresses_parse_and_format(text, expected):
 def test_bad_peer_addresses_say_what_is_wrong(text, message):
     with pytest.raises(ValueError, match=message):
         parse_peer_address(text)
+
+
+# -- batch verification (one signature per chained run) -------------------------------------------
+
+
+def keys(origin="ori_a"):
+    return lambda o, seq: PUB if o == origin else None
+
+
+def test_a_chained_run_is_authenticated_by_its_last_signature():
+    events = chain(6)
+    unsigned_middle = [dataclasses.replace(e, signature=bytes(64)) if 0 < i < 5 else e for i, e in enumerate(events)]
+    # Only the head's signature is checked: the hash chain vouches for the rest.
+    assert set(verify_batch(unsigned_middle, keys())) == {e.event_hash for e in events}
+
+
+def test_a_bad_head_signature_falls_back_to_checking_each_event():
+    events = chain(4)
+    events[-1] = dataclasses.replace(events[-1], signature=bytes(64))
+    assert set(verify_batch(events, keys())) == {e.event_hash for e in events[:3]}
+
+
+def test_a_substituted_event_breaks_the_run_and_is_refused():
+    events = chain(5)
+    intruder = Ed25519PrivateKey.generate()
+    forged = seal_event(intruder, origin="ori_a", origin_seq=3, prev_hash=events[1].event_hash,
+                        created_at=events[2].created_at, type="note", stream="s", room="r", from_agent="a", body="evil")
+    batch = events[:2] + [forged] + events[3:]
+    verified = verify_batch(batch, keys())
+    assert forged.event_hash not in verified
+    assert set(verified) == {e.event_hash for e in events[:2] + events[3:]}
+
+
+def test_altered_events_unknown_origins_and_stripped_bodies():
+    events = chain(3)
+    altered = dataclasses.replace(events[1], from_agent="impostor")  # its hash no longer matches
+    assert set(verify_batch([events[0], altered, events[2]], keys())) == {events[0].event_hash, events[2].event_hash}
+    assert verify_batch(chain(2, origin="ori_b"), keys()) == {}
+    stripped = [dataclasses.replace(e, body=None) for e in events]
+    assert set(verify_batch(stripped, keys())) == {e.event_hash for e in events}
+    wrong_body = [events[0], dataclasses.replace(events[1], body="not the signed body"), events[2]]
+    assert events[1].event_hash not in verify_batch(wrong_body, keys())
