@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from .client import Client
 
-__all__ = ["run_bench"]
+__all__ = ["bench_event", "percentile", "run_bench"]
 
 TARGETS: Final = {
     "append_1_client_per_s": (">=", 2000),
@@ -45,17 +45,17 @@ TARGETS: Final = {
 AGENTS: Final = [f"agent-{i:03d}" for i in range(100)]
 
 
-def _pct(samples: list[float], q: float) -> float:
+def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-def _event(i: int, rng: random.Random) -> dict[str, Any]:
-    # 5% broadcasts, the rest spread over 100 agents: a busy fleet's inbox mix.
+def bench_event(i: int, rng: random.Random, *, room: str = "delegation", label: str = "benchmark") -> dict[str, Any]:
+    """The benchmark's event: 5% broadcasts, the rest spread over 100 agents (a busy fleet's inbox)."""
     to = "*" if rng.random() < 0.05 else rng.choice(AGENTS)
-    return {"type": "task.reply", "stream": "project/bench", "room": "delegation", "from_agent": "bench-writer",
+    return {"type": "task.reply", "stream": "project/bench", "room": room, "from_agent": "bench-writer",
             "to_agent": to, "correlation_id": f"task_bench_{i % 1000}", "status": "ready",
-            "body": f"benchmark event {i}: " + "x" * 120}
+            "body": f"{label} event {i}: " + "x" * 120}
 
 
 class _Daemon:
@@ -96,7 +96,7 @@ def _appends_sequential(home: Path, n: int, rng: random.Random, start: int) -> f
     with Client(home) as client:
         t0 = time.perf_counter()
         for i in range(n):
-            client.call("append", **_event(start + i, rng))
+            client.call("append", **bench_event(start + i, rng))
         return n / (time.perf_counter() - t0)
 
 
@@ -110,7 +110,7 @@ def _appends_concurrent(home: Path, clients: int, per_client: int, start: int) -
             with Client(home) as client:
                 barrier.wait()
                 for i in range(per_client):
-                    client.call("append", **_event(start + k * per_client + i, rng))
+                    client.call("append", **bench_event(start + k * per_client + i, rng))
         except BaseException as exc:  # reported after the run
             errors.append(exc)
             barrier.abort()
@@ -151,9 +151,9 @@ def _wake_latency(home: Path, samples: int) -> dict[str, float]:
             after_ack.append((t_wake - t_ack) * 1000)  # negative: the watcher heard first
     watcher.close()
     return {
-        "wake_p50_ms": _pct(after_send, 50), "wake_p99_ms": _pct(after_send, 99),
-        "durable_append_p50_ms": _pct(commit, 50), "durable_append_p99_ms": _pct(commit, 99),
-        "wake_minus_ack_p50_ms": _pct(after_ack, 50), "wake_minus_ack_p99_ms": _pct(after_ack, 99),
+        "wake_p50_ms": percentile(after_send, 50), "wake_p99_ms": percentile(after_send, 99),
+        "durable_append_p50_ms": percentile(commit, 50), "durable_append_p99_ms": percentile(commit, 99),
+        "wake_minus_ack_p50_ms": percentile(after_ack, 50), "wake_minus_ack_p99_ms": percentile(after_ack, 99),
     }
 
 
@@ -167,7 +167,7 @@ def _list_latency(home: Path, queries: int) -> dict[str, float]:
             result = client.call("list", to_agents=[agent], limit=50)
             samples.append((time.perf_counter() - t0) * 1000)
             assert result["count"] == 50
-    return {"list_p50_ms": _pct(samples, 50), "list_p99_ms": _pct(samples, 99)}
+    return {"list_p50_ms": percentile(samples, 50), "list_p99_ms": percentile(samples, 99)}
 
 
 def _cli_list_process(home: Path, runs: int) -> float:
@@ -180,7 +180,7 @@ def _cli_list_process(home: Path, runs: int) -> float:
         samples.append((time.perf_counter() - t0) * 1000)
         if proc.returncode != 0:
             raise RuntimeError(f"palacectl list failed: {proc.stderr.decode(errors='replace')}")
-    return _pct(samples, 50)
+    return percentile(samples, 50)
 
 
 def _rss_with_watchers(daemon: _Daemon, watchers: int) -> float:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from .bench import bench_event, percentile
 from .client import Client, DaemonUnreachable
 
 __all__ = ["run_replication_bench"]
@@ -45,7 +46,6 @@ TARGETS: Final = {
     "catch_up_s": ("<=", 10.0),
     "heal_s": ("<=", 5.0),
 }
-AGENTS: Final = [f"agent-{i:03d}" for i in range(100)]
 # Why these flags: the network rule. Nothing the benchmark starts multicasts or listens beyond
 # loopback; peers find each other through the invite address and remembered addresses only.
 NETWORK_ARGS: Final = ("--no-mdns",)
@@ -69,17 +69,8 @@ SETTLE_QUIET_S: Final = 1.0
 Say = Callable[[str], None]
 
 
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
-
-
 def _event(i: int, rng: random.Random) -> dict[str, Any]:
-    # The same inbox mix as `palacectl bench`: 5% broadcasts, the rest spread over 100 agents.
-    to = "*" if rng.random() < 0.05 else rng.choice(AGENTS)
-    return {"type": "task.reply", "stream": "project/bench", "room": "replication", "from_agent": "bench-writer",
-            "to_agent": to, "correlation_id": f"task_bench_{i % 1000}", "status": "ready",
-            "body": f"replication benchmark event {i}: " + "x" * 120}
+    return bench_event(i, rng, room="replication", label="replication benchmark")
 
 
 class _Daemon:
@@ -321,9 +312,9 @@ def _wake_latency(palace: _Palace, samples: int) -> dict[str, float]:
                 durable.append((t_ack - t_send) * 1000)
     finally:
         watcher.close()
-    return {"wake_p50_ms": _pct(after_send, 50), "wake_p99_ms": _pct(after_send, 99),
+    return {"wake_p50_ms": percentile(after_send, 50), "wake_p99_ms": percentile(after_send, 99),
             "wake_max_ms": max(after_send), "wake_samples": samples,
-            "durable_append_on_a_p50_ms": _pct(durable, 50)}
+            "durable_append_on_a_p50_ms": percentile(durable, 50)}
 
 
 def _throughput(palace: _Palace, clients: int, seconds: float) -> dict[str, float]:

@@ -306,6 +306,9 @@ class Network:
                     target.state = "self"
                     LOGGER.info("%s is this daemon itself; not dialling it", target.address)
                     return
+                if outcome == "revoked":
+                    target.state = "revoked"  # it stays refused: stop dialling it
+                    return
                 if trio.current_time() - started >= STABLE_LINK_S:
                     backoff = BACKOFF_FIRST_S
                 if outcome in ("linked", "duplicate"):

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.fleet import Fleet
 from tests.helpers import CtlResult, Daemon, run_ctl
 
 @pytest.fixture
@@ -46,6 +47,12 @@ def daemon_factory(short_tmp: Path) -> Iterator[Any]:
         if d.running:
             code = d.stop()
             assert code == 0, f"palaced exited {code} on SIGTERM: {d.log()}"
+
+
+@pytest.fixture
+def fleet(daemon_factory: Any, short_tmp: Path) -> Fleet:
+    """Daemons that join one palace (tests/fleet.py), on loopback with mDNS off."""
+    return Fleet(daemon_factory, short_tmp)
 
 
 @pytest.fixture

@@ -69,6 +69,11 @@ def wait_converged(*daemons: Daemon, timeout: float = WAIT_S) -> dict[str, Any]:
     return wait_until(same, f"identical digests on {', '.join(d.home.name for d in daemons)}", timeout)
 
 
+def bodies(home: Path) -> list[str]:
+    """Every event body on a replica, sorted (what converged means to an agent)."""
+    return sorted(e["body"] for e in ctl_json(home, "list", "--limit", "500")["events"])
+
+
 def connected(home: Path) -> list[str]:
     return ctl_json(home, "status")["network"]["connected"]
 

@@ -9,11 +9,10 @@ import json
 import os
 import subprocess
 
-import pytest
 
 from tests.fleet import (
-    Fleet,
     append,
+    bodies,
     connected,
     ctl_json,
     event_count,
@@ -23,15 +22,6 @@ from tests.fleet import (
     wait_until,
 )
 from tests.helpers import PYTHON, RawClient, run_ctl
-
-
-@pytest.fixture
-def fleet(daemon_factory, short_tmp):
-    return Fleet(daemon_factory, short_tmp)
-
-
-def bodies(home):
-    return sorted(e["body"] for e in ctl_json(home, "list", "--limit", "500")["events"])
 
 
 def test_a_pair_converges_both_ways(fleet):
@@ -253,3 +243,19 @@ def test_a_fork_is_refused_kept_as_evidence_and_reported(fleet, short_tmp):
     assert forks[0]["origin"] == ctl_json(a.home, "status")["origin"] and forks[0]["origin_seq"] == 2
     doctor = run_ctl(b.home, "doctor")
     assert doctor.returncode == 1 and "forked" in doctor.stdout
+
+
+def test_doctor_explains_a_healthy_pair_and_an_unreachable_static_peer(fleet):
+    a = fleet.found("alpha")
+    b = fleet.join("beta")
+    wait_until(lambda: connected(a.home), "the link")
+    healthy = ctl_json(b.home, "doctor")
+    by_name = {c["check"]: c for c in healthy["checks"]}
+    assert healthy["ok"] is True and by_name["palace"]["status"] == "ok"
+    assert by_name["peers"]["status"] == "ok" and "1 connected" in by_name["peers"]["detail"]
+    assert by_name["mdns"]["status"] == "warn" and "peers add" in by_name["mdns"]["detail"]
+    assert "loopback only" in by_name["listening"]["detail"]
+    ctl_json(b.home, "peers", "add", "127.0.0.1:9")
+    wait_until(lambda: run_ctl(b.home, "doctor", "--json").returncode == 1, "doctor to notice the dead static peer")
+    text = run_ctl(b.home, "doctor")
+    assert text.returncode == 1 and "FAIL  static peer 127.0.0.1:9: unreachable: connection refused" in text.stdout

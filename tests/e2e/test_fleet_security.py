@@ -12,18 +12,9 @@ import pytest
 import trio
 
 from palace_proto.envelope import GENESIS_HASH
-from tests.fleet import Fleet, append, connected, ctl_json, listen_address, peer_id, wait_converged, wait_until
+from tests.fleet import append, bodies, connected, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.helpers import run_ctl
 from tests.peer_stub import StubPeer, issue_member, sealed
-
-
-@pytest.fixture
-def fleet(daemon_factory, short_tmp):
-    return Fleet(daemon_factory, short_tmp)
-
-
-def bodies(home):
-    return sorted(e["body"] for e in ctl_json(home, "list", "--limit", "500")["events"])
 
 
 def origin_of(home):
