@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from .client import Client
 
-__all__ = ["bench_event", "percentile", "run_bench"]
+__all__ = ["bench_event", "judge", "percentile", "run_bench"]
 
 TARGETS: Final = {
     "append_1_client_per_s": (">=", 2000),
@@ -252,14 +252,19 @@ def run_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
         say(f"  RSS with 100 watchers after the fill: {results['rss_after_fill_100_watchers_mb']:.1f} MB")
     finally:
         daemon.close()
+    return judge(results, TARGETS, say if progress else None)
+
+
+def judge(results: dict[str, Any], targets: dict[str, tuple[str, float]],
+          say: Callable[[str], None] | None) -> dict[str, Any]:
+    """Add ``targets`` (each figure against its bound, met or not) to ``results``; print the table."""
     results["targets"] = {
         name: {"target": f"{op} {bound}", "met": (results[name] >= bound if op == ">=" else results[name] <= bound)}
-        for name, (op, bound) in TARGETS.items()
+        for name, (op, bound) in targets.items()
     }
-    if progress:
+    if say is not None:
         say("")
         for name, t in results["targets"].items():
-            value = results[name]
-            say(f"  {'ok ' if t['met'] else 'MISS'} {name:28s} {value:>12,.3f}   target {t['target']}")
+            say(f"  {'ok ' if t['met'] else 'MISS'} {name:28s} {results[name]:>12,.3f}   target {t['target']}")
     return results
 

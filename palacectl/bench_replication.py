@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench import bench_event, percentile
+from .bench import bench_event, judge, percentile
 from .client import Client, DaemonUnreachable
 
 __all__ = ["run_replication_bench"]
@@ -509,12 +509,4 @@ def run_replication_bench(*, quick: bool = False, progress: bool = True) -> dict
         raise
     finally:
         palace.close(show_logs=show_logs)
-    results["targets"] = {
-        name: {"target": f"{op} {bound}", "met": (results[name] >= bound if op == ">=" else results[name] <= bound)}
-        for name, (op, bound) in TARGETS.items()
-    }
-    if progress:
-        say("")
-        for name, t in results["targets"].items():
-            say(f"  {'ok ' if t['met'] else 'MISS'} {name:28s} {results[name]:>12,.3f}   target {t['target']}")
-    return results
+    return judge(results, TARGETS, say if progress else None)
