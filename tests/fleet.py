@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.pki import issue_certificate
 from palaced.membership import save_joined
-from tests.helpers import Daemon, run_ctl
+from tests.helpers import Daemon, RawClient, run_ctl
 
 WAIT_S = 30.0
 
@@ -89,6 +89,21 @@ def append(home: Path, body: str, **fields: str) -> dict[str, Any]:
     for key, value in fields.items():
         args += [f"--{key.replace('_', '-')}", value]
     return ctl_json(home, *args)
+
+
+def seed(daemon: Daemon, count: int, *, depth: int = 16) -> None:
+    """Append ``count`` events quickly: one connection, ``depth`` requests in flight."""
+    with RawClient(daemon.socket_path) as client:
+        client.call("hello", version=1)
+        sent = answered = 0
+        while answered < count:
+            while sent < count and sent - answered < depth:
+                client.send_message({"id": sent + 1000, "op": "append", "args": {
+                    "type": "note", "stream": "s", "room": "r", "from_agent": "bulk", "body": f"event {sent}"}})
+                sent += 1
+            reply = client.recv_message()
+            assert reply.get("ok") is True, reply
+            answered += 1
 
 
 class Fleet:

@@ -18,10 +18,11 @@ from tests.fleet import (
     event_count,
     listen_address,
     peer_id,
+    seed,
     wait_converged,
     wait_until,
 )
-from tests.helpers import PYTHON, RawClient, run_ctl
+from tests.helpers import PYTHON, run_ctl
 
 
 def test_a_pair_converges_both_ways(fleet):
@@ -114,21 +115,19 @@ def test_a_partition_heals_to_identical_digests(fleet):
 
 
 def test_a_receiver_killed_mid_catch_up_loses_and_duplicates_nothing(fleet):
+    total = 20_000
     a = fleet.found("alpha")
-    with RawClient(a.socket_path) as client:
-        client.call("hello", version=1)
-        for i in range(3000):
-            client.call("append", type="note", stream="s", room="r", from_agent="bulk", body=f"event {i}")
+    seed(a, total)
     b = fleet.enrol_offline("beta").start()
     ctl_json(b.home, "peers", "add", listen_address(a.home))
     wait_until(lambda: 0 < event_count(b.home), "the catch-up to start", timeout=30)
     b.kill9()
     b.start()
-    assert event_count(b.home) <= 3000
-    final = wait_converged(a, b, timeout=60)
-    assert final["events"] == 3000 and event_count(b.home) == 3000
-    listed = ctl_json(b.home, "list", "--limit", "500", "--from-agent", "bulk", "--order", "desc")["events"]
-    assert len({e["id"] for e in listed}) == len(listed) == 500
+    partial = event_count(b.home)
+    assert 0 < partial < total, "the kill must land mid catch-up"
+    final = wait_converged(a, b, timeout=90)
+    # Same digest and the same number of rows: nothing lost, nothing stored twice.
+    assert final["events"] == total and event_count(b.home) == total
 
 
 def test_a_20_mb_artifact_arrives_byte_identical(fleet, short_tmp):
