@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from palace_proto.errors import ApiError, ProtocolError, ValidationError
-from palace_proto.validation import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS, parse_json_object
+from palace_proto.validation import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS, parse_json_object, validate_agent_token
 
 from . import output
 from .client import Client, DaemonUnreachable, home_from
@@ -728,6 +728,18 @@ def rules(
         emit_json({"agent": agent, "path": str(target), "action": action})
     else:
         note(f"Rules for {agent}: {action} in {target}")
+
+
+@app.command()
+def mcp(
+    agent: Annotated[str, typer.Option("--agent", help="The agent identity this adapter speaks as, e.g. mac-claude.")],
+    read_only: Annotated[bool, typer.Option("--read-only", help="Offer only the reading tools.")] = False,
+) -> None:
+    """Serve palace to an agent harness as MCP tools on stdio (MemPalace-compatible names)."""
+    identity = validate_agent_token(agent, "--agent")
+    from .mcp_adapter import run_mcp
+
+    run_mcp(_home(), identity, read_only=read_only)
 
 
 bench_app = typer.Typer(help="Measure palace on this machine (temporary daemons; nothing else touched).",

@@ -1,0 +1,95 @@
+"""Asynchronous (trio) client of palaced's Unix-socket API, for the MCP adapter.
+
+Owns: one request/reply call per connection — connect, hello, one request, its reply, close.
+The MCP adapter holds no state of its own and must survive the daemon restarting under it, so a
+fresh connection per tool call is the simplest correct shape (a local connect + hello costs about
+a millisecond). A long ``wait`` is just a request whose reply comes late; cancelling the call
+closes the connection, and the daemon stops the wait when its client goes away.
+
+The plain CLI keeps using the blocking ``client.Client`` (no trio import on its start-up path).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from palace_proto.control import PROTOCOL_VERSION, api_error_from_wire, request
+from palace_proto.errors import ProtocolError
+from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, encode_frame
+from palace_proto.paths import default_home
+
+from .client import DaemonUnreachable, socket_for
+
+__all__ = ["AsyncDaemon"]
+
+RECEIVE_CHUNK: Final = 1 << 20
+HELLO_ID: Final = 1
+CALL_ID: Final = 2
+
+
+class AsyncDaemon:
+    """Calls to the palaced of one home, each on its own connection."""
+
+    def __init__(self, home: Path, *, client_name: str = "palacectl-mcp") -> None:
+        self.home = home
+        self.path = socket_for(home)
+        self._client_name = client_name
+
+    def __repr__(self) -> str:
+        return f"<AsyncDaemon {self.path}>"
+
+    def _unreachable(self, why: str) -> DaemonUnreachable:
+        start = "palaced" if self.home == default_home(os.environ, Path.home()) else f"palaced --home {self.home}"
+        return DaemonUnreachable(f"palaced is not running on {self.path} ({why}); start it with `{start}`")
+
+    async def call(self, op: str, **args: Any) -> Any:
+        """Send one request and return its result.
+
+        Raises:
+            ApiError: the daemon answered with an error (its message, word for word).
+            DaemonUnreachable: no daemon, or the connection broke.
+        """
+        try:
+            stream = await trio.open_unix_socket(os.fspath(self.path))
+        except FileNotFoundError:
+            raise self._unreachable("no socket") from None
+        except ConnectionRefusedError:
+            raise self._unreachable("connection refused") from None
+        except OSError as exc:
+            raise self._unreachable(exc.strerror or str(exc)) from None
+        async with stream:
+            buffer = FrameBuffer(DEFAULT_MAX_FRAME_BYTES)
+            try:
+                await stream.send_all(encode_frame(request(HELLO_ID, "hello", version=PROTOCOL_VERSION,
+                                                           client=self._client_name, pid=os.getpid())))
+                hello = await self._reply(stream, buffer, HELLO_ID)
+                limit = hello.get("limits", {}).get("max_frame_bytes") if isinstance(hello, Mapping) else None
+                if isinstance(limit, int) and limit > 0:
+                    buffer.max_frame_bytes = limit + (1 << 20)  # replies can carry a whole artifact
+                await stream.send_all(encode_frame(request(CALL_ID, op, **args), max_frame_bytes=1 << 40))
+                return await self._reply(stream, buffer, CALL_ID)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise self._unreachable("connection closed by the daemon") from None
+
+    async def _reply(self, stream: trio.SocketStream, buffer: FrameBuffer, rid: int) -> Any:
+        while True:
+            try:
+                message = buffer.next_frame()
+            except ProtocolError as exc:
+                raise DaemonUnreachable(f"palaced sent a malformed reply: {exc.message}") from None
+            if message is NEED_DATA:
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    raise self._unreachable("connection closed by the daemon")
+                buffer.feed(data)
+                continue
+            if not isinstance(message, Mapping) or message.get("id") != rid:
+                continue  # not ours (there are no pushes on a plain request connection)
+            if message.get("ok"):
+                return message.get("result")
+            raise api_error_from_wire(message.get("error"))

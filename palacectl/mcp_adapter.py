@@ -1,0 +1,348 @@
+"""``palacectl mcp --agent ID``: palace as MCP tools over stdio, MemPalace-compatible.
+
+Owns: the tool surface an agent harness sees — the eight MemPalace logstream tools with the
+same names, inputs and result shapes (reference §4), plus palace's ``task_status``,
+``task_list``, ``who`` and ``peers`` — translated onto the daemon's API. The adapter is a client
+of the local palaced like the CLI and keeps no state: every tool call is one request on a fresh
+connection (``aclient.py``), so it survives the daemon restarting under it.
+
+Rules it enforces on top of the daemon's:
+
+* **One identity.** ``from_agent`` / ``created_by`` default to ``--agent``; naming anyone else
+  is refused (never impersonate).
+* **Read-only.** With ``--read-only``, or when the daemon is an observer, mutating tools are
+  left out of ``tools/list`` and calling one is a JSON-RPC error -32003, as in MemPalace.
+* **Result shapes.** Mutating tools answer ``{"success": true, …}`` or ``{"success": false,
+  "error": "…"}``; read tools answer their data or ``{"error": "…"}``; messages are the
+  daemon's, word for word.
+
+Nothing but protocol messages goes to stdout; logs go to stderr. The SDK (mcp 2.x) runs on trio.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+
+from palace_proto import __version__
+from palace_proto.errors import ApiError
+from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
+
+from .aclient import AsyncDaemon
+from .client import DaemonUnreachable
+
+__all__ = ["MUTATING_TOOLS", "READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
+
+LOGGER: Final = logging.getLogger("palacectl.mcp")
+#: JSON-RPC error code for a mutating tool called in read-only mode (MemPalace's).
+READ_ONLY_ERROR: Final = -32003
+MUTATING_TOOLS: Final = frozenset({
+    "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
+    "mempalace_task_create",
+})
+INSTRUCTIONS: Final = (
+    "palace: the shared coordination log of this agent fleet (MemPalace-compatible). Cursor = event id "
+    "(since_event_id is exclusive). Claim with ack status=claimed; close every loop with ack "
+    "applied/failed/blocked."
+)
+
+Filter = str | list[str] | None
+Result = dict[str, Any]
+# MemPalace filter inputs (singular, a value or a list) -> the daemon's filter sets.
+_FILTERS: Final = {"stream": "streams", "room": "rooms", "topic": "topics", "type": "types",
+                   "to_agent": "to_agents", "from_agent": "from_agents", "correlation_id": "correlation_ids",
+                   "status": "statuses", "exclude_from_agent": "exclude_from_agents"}
+
+
+def _filter_args(**values: Filter) -> dict[str, list[str]]:
+    out = {}
+    for name, value in values.items():
+        if value is None or value == "" or value == []:
+            continue
+        out[_FILTERS[name]] = [value] if isinstance(value, str) else list(value)
+    return out
+
+
+def _drop_none(**args: Any) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if v is not None}
+
+
+class PalaceMCP(MCPServer):
+    """The MCP server for one agent identity on one palace home."""
+
+    def __init__(self, home: Path, agent: str, *, read_only: bool = False) -> None:
+        super().__init__("palace", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+        self.daemon = AsyncDaemon(home)
+        self.agent = agent
+        self.forced_read_only = read_only
+        self._observer: bool | None = None  # learned from the daemon (None: not asked yet)
+        self._register()
+
+    def __repr__(self) -> str:
+        return f"<PalaceMCP agent={self.agent} read_only={self.forced_read_only} {self.daemon!r}>"
+
+    # -- read-only mode ------------------------------------------------------------------------
+
+    async def read_only(self) -> bool:
+        if self.forced_read_only:
+            return True
+        if self._observer is None:
+            try:
+                status = await self.daemon.call("status")
+            except (ApiError, DaemonUnreachable):
+                return False  # unknown for now: the daemon refuses observer writes itself
+            self._observer = (status.get("palace") or {}).get("role") == "observer"
+        return self._observer
+
+    async def list_tools(self) -> list[Any]:
+        tools = await super().list_tools()
+        if await self.read_only():
+            tools = [t for t in tools if t.name not in MUTATING_TOOLS]
+        # Every agent pays for this listing in tokens on every turn: advertise compact schemas
+        # (arguments are still validated against the full signatures).
+        return [t.model_copy(update={"input_schema": _compact(t.input_schema), "output_schema": None}) for t in tools]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if name in MUTATING_TOOLS and await self.read_only():
+            raise self._read_only_error(name)
+        return await super().call_tool(name, arguments, context)
+
+    def _read_only_error(self, name: str) -> MCPError:
+        why = "--read-only" if self.forced_read_only else "the daemon is a read-only observer"
+        return MCPError(code=READ_ONLY_ERROR, message=f"{name} is not available: this palace adapter is read-only ({why})")
+
+    # -- calling the daemon --------------------------------------------------------------------
+
+    def _speaks_as(self, field: str, value: str | None) -> str:
+        if value is None or value.strip() == self.agent:
+            return self.agent
+        raise ApiError(f"this adapter speaks as {self.agent!r}; {field}={value.strip()!r} would impersonate "
+                       "another agent (run one adapter per agent identity)", code="invalid_argument")
+
+    async def _write(self, name: str, call: Callable[[], Awaitable[Result]]) -> Result:
+        try:
+            return {"success": True, **await call()}
+        except ApiError as exc:
+            if exc.code == "read_only":
+                self._observer = True
+                raise self._read_only_error(name) from None
+            return {"success": False, "error": exc.message}
+        except DaemonUnreachable as exc:
+            return {"success": False, "error": str(exc)}
+
+    async def _read(self, call: Callable[[], Awaitable[Result]]) -> Result:
+        try:
+            return await call()
+        except ApiError as exc:
+            return {"error": exc.message}
+        except DaemonUnreachable as exc:
+            return {"error": str(exc)}
+
+    # -- the tools -----------------------------------------------------------------------------
+
+    def _register(self) -> None:  # noqa: C901 - one place that lists every tool
+        daemon = self.daemon
+        tool = self.tool
+
+        @tool(description="Append an event to the log. from_agent defaults to you. Returns {success, event}.")
+        async def mempalace_event_append(
+            type: str, stream: str, room: str, body: str = "", topic: str | None = None,
+            to_agent: str | None = None, correlation_id: str | None = None, branch: str | None = None,
+            base_commit: str | None = None, status: str | None = None, metadata: dict[str, Any] | None = None,
+            artifact_ids: list[str] | None = None, from_agent: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                event = await daemon.call("append", **_drop_none(
+                    type=type, stream=stream, room=room, body=body, topic=topic, to_agent=to_agent,
+                    correlation_id=correlation_id, branch=branch, base_commit=base_commit, status=status,
+                    metadata=metadata, artifact_ids=artifact_ids, from_agent=self._speaks_as("from_agent", from_agent)))
+                return {"event": event}
+
+            return await self._write("mempalace_event_append", call)
+
+        @tool(description=(
+            "List events. Filters (value or list, OR) are exact; to_agent also matches '*'. Cursor: since_event_id "
+            "(exclusive). Order: newest first without a cursor, oldest first with one. preview=true cuts bodies "
+            "over 200 chars (body_truncated, body_length). Returns {events, count}."))
+        async def mempalace_event_list(
+            stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
+            to_agent: Filter = None, from_agent: Filter = None, exclude_from_agent: Filter = None,
+            correlation_id: Filter = None, status: Filter = None, since_event_id: str | None = None,
+            before_event_id: str | None = None, since_created_at: str | None = None, order: str | None = None,
+            limit: int | None = None, preview: bool = False,
+        ) -> Result:
+            async def call() -> Result:
+                return await daemon.call("list", **_filter_args(
+                    stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
+                    exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status),
+                    **_drop_none(since_event_id=since_event_id, before_event_id=before_event_id,
+                                 since_created_at=since_created_at, limit=limit, preview=preview,
+                                 order=order or ("asc" if since_event_id else "desc")))
+
+            return await self._read(call)
+
+        @tool(description=(
+            "Wait until an event matches (at once if one already does); woken by the daemon, no polling. "
+            "timeout_ms default 60000, max 300000. Returns {timed_out, events, count}; a timeout is not an error."))
+        async def mempalace_event_wait(
+            stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
+            to_agent: Filter = None, from_agent: Filter = None, exclude_from_agent: Filter = None,
+            correlation_id: Filter = None, status: Filter = None, since_event_id: str | None = None,
+            since_created_at: str | None = None, timeout_ms: float = 60_000, limit: int | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                if timeout_ms < 0:
+                    raise ApiError("timeout_ms must be a non-negative number", code="invalid_argument")
+                return await daemon.call("wait", **_filter_args(
+                    stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
+                    exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status),
+                    **_drop_none(since_event_id=since_event_id, since_created_at=since_created_at, limit=limit,
+                                 timeout_ms=int(min(timeout_ms, MAX_WAIT_TIMEOUT_MS))))
+
+            return await self._read(call)
+
+        @tool(description=(
+            "Acknowledge an event with a new event.ack linked to it (the target is never changed). status e.g. "
+            "claimed, applied, failed, blocked: ack closes the loop. Returns {success, event}."))
+        async def mempalace_event_ack(
+            event_id: str, status: str | None = None, body: str | None = None, topic: str | None = None,
+            from_agent: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                event = await daemon.call("ack", **_drop_none(
+                    event_id=event_id, status=status, body=body, topic=topic,
+                    from_agent=self._speaks_as("from_agent", from_agent)))
+                return {"event": event}
+
+            return await self._write("mempalace_event_ack", call)
+
+        @tool(description=(
+            "Store an artifact by content (sha256). kind: patch, file, log, json or note. Text in content, or bytes "
+            "in content_base64. Returns {success, artifact} (artifact.warnings for suspicious patches)."))
+        async def mempalace_artifact_put(
+            kind: str, content: str | None = None, content_base64: str | None = None,
+            metadata: dict[str, Any] | None = None, created_by: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                data = _content(content, content_base64)
+                record = await daemon.call("artifact_put", **_drop_none(
+                    kind=kind, content=data, metadata=metadata, created_by=self._speaks_as("created_by", created_by)))
+                return {"artifact": record}
+
+            return await self._write("mempalace_artifact_put", call)
+
+        @tool(description=(
+            "Get an artifact with its content, sha256 verified. Text comes in content; bytes that are not UTF-8 in "
+            "content_base64 with content_is_base64=true."))
+        async def mempalace_artifact_get(artifact_id: str) -> Result:
+            async def call() -> Result:
+                record = dict(await daemon.call("artifact_get", artifact_id=artifact_id))
+                raw: bytes = record.pop("content")
+                if hashlib.sha256(raw).hexdigest() != record["sha256"]:
+                    raise ApiError(f"artifact {record['id']} failed sha256 verification", code="internal")
+                try:
+                    record["content"] = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    record["content_base64"] = base64.b64encode(raw).decode("ascii")
+                    record["content_is_base64"] = True
+                return record
+
+            return await self._read(call)
+
+        @tool(description=(
+            "Deliver a patch: stores the diff (byte-exact, keep its final newline) and appends patch.ready to "
+            "to_agent on correlation_id, in one transaction. Returns {success, artifact, event}."))
+        async def mempalace_patch_submit(
+            content: str, to_agent: str, correlation_id: str, stream: str | None = None, room: str = "patches",
+            topic: str | None = None, branch: str | None = None, base_commit: str | None = None,
+            body: str | None = None, metadata: dict[str, Any] | None = None, from_agent: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                return await daemon.call("patch_submit", **_drop_none(
+                    content=content, to_agent=to_agent, correlation_id=correlation_id, stream=stream, room=room,
+                    topic=topic, branch=branch, base_commit=base_commit, body=body, metadata=metadata,
+                    from_agent=self._speaks_as("from_agent", from_agent)))
+
+            return await self._write("mempalace_patch_submit", call)
+
+        @tool(description=(
+            "Delegate work: a task.request with goal, branch, base_commit (a hex commit id, not a branch) and "
+            "definition of done. Returns {success, task, handoff}; wait on task.correlation_id."))
+        async def mempalace_task_create(
+            project: str, to_agent: str, goal: str, branch: str, base_commit: str, done: str,
+            from_agent: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                return await daemon.call("task_create", project=project, to_agent=to_agent, goal=goal, branch=branch,
+                                         base_commit=base_commit, done=done,
+                                         from_agent=self._speaks_as("from_agent", from_agent))
+
+            return await self._write("mempalace_task_create", call)
+
+        @tool(description="A task's lifecycle by correlation id: state, claimant, every event on it.")
+        async def mempalace_task_status(correlation_id: str) -> Result:
+            return await self._read(lambda: daemon.call("task_show", correlation_id=correlation_id))
+
+        @tool(description="Tasks you requested or were asked to do; open_only=true (default): loops not yet closed.")
+        async def mempalace_task_list(open_only: bool = True) -> Result:
+            return await self._read(lambda: daemon.call("task_list", agent=self.agent, open=open_only))
+
+        @tool(description="Watchers connected now on every daemon of the palace: who is really listening.")
+        async def mempalace_who() -> Result:
+            return await self._read(lambda: daemon.call("who"))
+
+        @tool(description="The other daemons of the palace: state, last contact and error, what each side lacks.")
+        async def mempalace_peers() -> Result:
+            return await self._read(lambda: daemon.call("peers"))
+
+        del (mempalace_event_append, mempalace_event_list, mempalace_event_wait, mempalace_event_ack,
+             mempalace_artifact_put, mempalace_artifact_get, mempalace_patch_submit, mempalace_task_create,
+             mempalace_task_status, mempalace_task_list, mempalace_who, mempalace_peers)
+
+
+def _compact(schema: Any) -> Any:
+    """Drop generated titles and the ``null`` half of optional types from a JSON schema."""
+    if isinstance(schema, list):
+        return [_compact(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _compact(v) for k, v in schema.items() if k != "title"}
+    variants = out.get("anyOf")
+    if isinstance(variants, list):
+        kept = [v for v in variants if v != {"type": "null"}]
+        if len(kept) == 1:
+            del out["anyOf"]
+            out = {**kept[0], **out}
+        else:
+            out["anyOf"] = kept
+    if out.get("default", 0) is None:
+        del out["default"]
+    return out
+
+
+def _content(text: str | None, encoded: str | None) -> bytes | str:
+    if (text is None) == (encoded is None):
+        raise ApiError("pass exactly one of content (text) or content_base64 (bytes)", code="invalid_argument")
+    if text is not None:
+        return text
+    try:
+        return base64.b64decode(encoded or "", validate=True)
+    except ValueError:
+        raise ApiError("content_base64 is not valid base64", code="invalid_argument") from None
+
+
+def run_mcp(home: Path, agent: str, *, read_only: bool) -> None:
+    """Serve MCP on stdin/stdout until the client closes it (trio under anyio)."""
+    import anyio
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="palacectl mcp: %(levelname)s %(message)s")
+    server = PalaceMCP(home, agent, read_only=read_only)
+    anyio.run(server.run_stdio_async, backend="trio")

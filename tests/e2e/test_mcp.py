@@ -1,0 +1,246 @@
+"""`palacectl mcp` driven by the official MCP SDK client over stdio, against a real palaced: the
+MemPalace tool surface, identity, read-only mode, push-woken waits, and a daemon restart under a
+running adapter."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.fleet import ctl_json
+from tests.helpers import PYTHON, append_event, run_ctl
+
+MEMPALACE_TOOLS = ["mempalace_event_append", "mempalace_event_list", "mempalace_event_wait", "mempalace_event_ack",
+                   "mempalace_artifact_put", "mempalace_artifact_get", "mempalace_patch_submit",
+                   "mempalace_task_create"]
+PALACE_TOOLS = ["mempalace_task_status", "mempalace_task_list", "mempalace_who", "mempalace_peers"]
+MUTATING = {"mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
+            "mempalace_task_create"}
+
+
+@contextlib.asynccontextmanager
+async def adapter(home: Path, agent: str = "mac-claude", *extra: str) -> AsyncIterator[Any]:
+    params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "--home", str(home), "mcp", "--agent",
+                                                         agent, *extra])
+    async with Client(params) as client:
+        yield client
+
+
+async def call(client: Any, tool: str, **args: Any) -> dict[str, Any]:
+    with trio.fail_after(60):
+        result = await client.call_tool(tool, args)
+    assert result.is_error is False, result
+    return result.structured_content
+
+
+async def test_tools_are_listed_with_their_inputs(daemon):
+    async with adapter(daemon.home) as client:
+        listed = await client.list_tools()
+    names = [t.name for t in listed.tools]
+    assert names == MEMPALACE_TOOLS + PALACE_TOOLS
+    schemas = {t.name: t.input_schema for t in listed.tools}
+    assert set(schemas["mempalace_event_append"]["required"]) == {"type", "stream", "room"}
+    assert "since_event_id" in schemas["mempalace_event_list"]["properties"]
+    assert "preview" in schemas["mempalace_event_list"]["properties"]
+    assert schemas["mempalace_event_wait"]["properties"]["timeout_ms"]["default"] == 60000
+    assert set(schemas["mempalace_event_ack"]["required"]) == {"event_id"}
+    assert {"content", "content_base64"} <= set(schemas["mempalace_artifact_put"]["properties"])
+    # Descriptions are short: they cost every agent tokens on every turn.
+    assert all(len(t.description) <= 300 for t in listed.tools)
+    size = len(json.dumps(listed.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    print(f"tools/list result: {size} bytes")
+
+
+async def test_append_list_ack_round_trip_and_identity(daemon):
+    async with adapter(daemon.home) as client:
+        appended = await call(client, "mempalace_event_append", type="task.reply", stream="project/x",
+                              room="delegation", body="done", to_agent="linux-codex", correlation_id="task_1")
+        assert appended["success"] is True and appended["event"]["from_agent"] == "mac-claude"
+        listed = await call(client, "mempalace_event_list", to_agent="linux-codex")
+        assert listed["count"] == 1 and listed["events"][0]["id"] == appended["event"]["id"]
+        acked = await call(client, "mempalace_event_ack", event_id=appended["event"]["id"], status="applied")
+        assert acked["success"] is True and acked["event"]["ack_of"] == appended["event"]["id"]
+        assert acked["event"]["correlation_id"] == "task_1" and acked["event"]["type"] == "event.ack"
+        impostor = await call(client, "mempalace_event_append", type="note", stream="s", room="r",
+                              from_agent="linux-codex")
+        assert impostor["success"] is False and "speaks as 'mac-claude'" in impostor["error"]
+        same = await call(client, "mempalace_event_ack", event_id=appended["event"]["id"], from_agent="mac-claude")
+        assert same["success"] is True
+        invalid = await call(client, "mempalace_event_append", type="Bad Type", stream="s", room="r")
+        assert invalid == {"success": False, "error": invalid["error"]} and "is not a valid event type" in invalid["error"]
+        missing = await call(client, "mempalace_event_ack", event_id="evt_nope")
+        assert missing == {"success": False, "error": "event 'evt_nope' not found"}
+        bad_cursor = await call(client, "mempalace_event_list", since_event_id="evt_nope")
+        assert bad_cursor == {"error": "since_event_id 'evt_nope' not found"}
+    assert ctl_json(daemon.home, "status")["events"] == 3  # the refused calls wrote nothing
+
+
+async def test_preview_markers_and_order_defaults(daemon):
+    first = append_event(lambda *a, **k: run_ctl(daemon.home, *a, **k), body="x" * 450)
+    second = append_event(lambda *a, **k: run_ctl(daemon.home, *a, **k), body="short")
+    async with adapter(daemon.home) as client:
+        newest_first = await call(client, "mempalace_event_list")
+        assert [e["id"] for e in newest_first["events"]] == [second["id"], first["id"]]
+        after_cursor = await call(client, "mempalace_event_list", since_event_id=first["id"])
+        assert [e["id"] for e in after_cursor["events"]] == [second["id"]]
+        explicit = await call(client, "mempalace_event_list", order="asc")
+        assert [e["id"] for e in explicit["events"]] == [first["id"], second["id"]]
+        preview = await call(client, "mempalace_event_list", preview=True, order="asc")
+        long, short = preview["events"]
+        assert long["body"] == "x" * 200 and long["body_truncated"] is True and long["body_length"] == 450
+        assert short["body"] == "short" and "body_truncated" not in short
+        full = await call(client, "mempalace_event_list", order="asc")
+        assert full["events"][0]["body"] == "x" * 450
+
+
+async def test_wait_returns_at_once_times_out_and_wakes_on_an_append(daemon):
+    existing = append_event(lambda *a, **k: run_ctl(daemon.home, *a, **k), to_agent="mac-claude")
+    async with adapter(daemon.home) as client:
+        at_once = await call(client, "mempalace_event_wait", to_agent="mac-claude", timeout_ms=5000)
+        assert at_once["timed_out"] is False and [e["id"] for e in at_once["events"]] == [existing["id"]]
+        started = time.monotonic()
+        empty = await call(client, "mempalace_event_wait", to_agent="mac-claude", since_event_id=existing["id"],
+                           timeout_ms=300)
+        assert empty == {"timed_out": True, "events": [], "count": 0} and time.monotonic() - started < 10
+        woken: dict[str, Any] = {}
+
+        async def waiter() -> None:
+            woken.update(await call(client, "mempalace_event_wait", to_agent="mac-claude",
+                                    since_event_id=existing["id"], timeout_ms=60000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.sleep(1.0)
+            sent = await trio.to_thread.run_sync(
+                lambda: append_event(lambda *a, **k: run_ctl(daemon.home, *a, **k), to_agent="mac-claude"))
+        assert woken["timed_out"] is False and [e["id"] for e in woken["events"]] == [sent["id"]]
+
+
+async def test_a_cancelled_wait_stops_promptly(daemon):
+    async with adapter(daemon.home) as client:
+        with trio.move_on_after(1.0) as scope:
+            await client.call_tool("mempalace_event_wait", {"to_agent": "nobody", "timeout_ms": 300000})
+        assert scope.cancelled_caught
+        # The adapter is free at once and still serves calls.
+        with trio.fail_after(10):
+            listed = await call(client, "mempalace_event_list")
+        assert listed["count"] == 0
+
+
+async def test_artifacts_text_and_binary_with_their_sha256(daemon):
+    text = "line one\r\nline two\n"
+    blob = bytes(range(256)) * 10
+    async with adapter(daemon.home) as client:
+        put = await call(client, "mempalace_artifact_put", kind="file", content=text)
+        assert put["success"] is True and put["artifact"]["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+        got = await call(client, "mempalace_artifact_get", artifact_id=put["artifact"]["id"])
+        assert got["content"] == text and "content_is_base64" not in got
+        put_bin = await call(client, "mempalace_artifact_put", kind="file",
+                             content_base64=base64.b64encode(blob).decode())
+        assert put_bin["artifact"]["sha256"] == hashlib.sha256(blob).hexdigest()
+        got_bin = await call(client, "mempalace_artifact_get", artifact_id=put_bin["artifact"]["sha256"])
+        assert got_bin["content_is_base64"] is True and base64.b64decode(got_bin["content_base64"]) == blob
+        both = await call(client, "mempalace_artifact_put", kind="file", content="a", content_base64="YQ==")
+        assert both["success"] is False and "exactly one" in both["error"]
+        bad_kind = await call(client, "mempalace_artifact_put", kind="binary", content="a")
+        assert bad_kind == {"success": False, "error": "kind='binary' is not one of: file, json, log, note, patch"}
+        missing = await call(client, "mempalace_artifact_get", artifact_id="art_nope")
+        assert missing == {"error": "artifact 'art_nope' not found"}
+        warned = await call(client, "mempalace_artifact_put", kind="patch", content="diff without newline")
+        assert "trailing newline" in warned["artifact"]["warnings"][0]
+
+
+async def test_task_create_validation_writes_nothing(daemon):
+    async with adapter(daemon.home) as client:
+        refused = await call(client, "mempalace_task_create", project="palace", to_agent="linux-codex",
+                             goal="Fix it", branch="main", base_commit="main", done="tests pass")
+        assert refused["success"] is False
+        assert refused["error"] == ("task base commit must be a hexadecimal Git object id (at least 7 characters), "
+                                    "not a branch or tag")
+    assert ctl_json(daemon.home, "status")["events"] == 0
+
+
+async def test_read_only_hides_and_refuses_mutating_tools(daemon):
+    async with adapter(daemon.home, "mac-claude", "--read-only") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names.isdisjoint(MUTATING) and "mempalace_event_list" in names
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("mempalace_event_append", {"type": "note", "stream": "s", "room": "r"})
+        assert refused.value.code == -32003
+        assert (await call(client, "mempalace_event_list"))["count"] == 0
+    assert ctl_json(daemon.home, "status")["events"] == 0
+
+
+async def test_an_observer_daemon_makes_the_adapter_read_only(fleet):
+    founder = await trio.to_thread.run_sync(fleet.found)
+    observer = await trio.to_thread.run_sync(lambda: fleet.join("watcher", role="observer"))
+    async with adapter(observer.home) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names.isdisjoint(MUTATING)
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("mempalace_event_ack", {"event_id": "evt_x"})
+        assert refused.value.code == -32003
+    del founder
+
+
+async def test_the_adapter_survives_a_daemon_restart(daemon):
+    async with adapter(daemon.home) as client:
+        assert (await call(client, "mempalace_event_list"))["count"] == 0
+        assert await trio.to_thread.run_sync(daemon.stop) == 0
+        down = await call(client, "mempalace_event_list")
+        assert "palaced is not running" in down["error"] and "start it with" in down["error"]
+        write = await call(client, "mempalace_event_append", type="note", stream="s", room="r")
+        assert write["success"] is False and "palaced is not running" in write["error"]
+        await trio.to_thread.run_sync(daemon.start)
+        back = await call(client, "mempalace_event_append", type="note", stream="s", room="r", body="back")
+        assert back["success"] is True
+
+
+async def test_the_delegation_loop_of_the_seed_runs_over_mcp(daemon):
+    """Requester and worker each through their own adapter: delegate, sweep, claim, deliver a
+    patch, wait, fetch and verify it, close the loop."""
+    diff = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
+    async with adapter(daemon.home, "mac-claude") as requester, adapter(daemon.home, "linux-codex") as worker:
+        task = await call(requester, "mempalace_task_create", project="palace", to_agent="linux-codex",
+                          goal="Fix the flaky wait test", branch="main", base_commit="3f2a9c1",
+                          done="pytest passes 20 runs in a row")
+        assert task["success"] is True
+        cid = task["task"]["correlation_id"]
+        inbox = await call(worker, "mempalace_event_list", to_agent="linux-codex", preview=True)
+        request = inbox["events"][0]
+        assert request["type"] == "task.request" and request["correlation_id"] == cid
+        claimed = await call(worker, "mempalace_event_ack", event_id=request["id"], status="claimed")
+        assert claimed["success"] is True
+        delivered = await call(worker, "mempalace_patch_submit", content=diff, to_agent="mac-claude",
+                               correlation_id=cid, branch="main", base_commit="3f2a9c1")
+        assert delivered["success"] is True and "warnings" not in delivered["artifact"]
+        ready = await call(requester, "mempalace_event_wait", correlation_id=cid, type="patch.ready",
+                           exclude_from_agent="mac-claude", timeout_ms=30000)
+        patch_event = ready["events"][0]
+        artifact = await call(requester, "mempalace_artifact_get", artifact_id=patch_event["artifact_ids"][0])
+        assert hashlib.sha256(artifact["content"].encode()).hexdigest() == artifact["sha256"]
+        assert artifact["content"] == diff
+        applied = await call(requester, "mempalace_event_ack", event_id=patch_event["id"], status="applied")
+        assert applied["success"] is True
+        status = await call(requester, "mempalace_task_status", correlation_id=cid)
+        assert status["state"] == "applied" and status["terminal"] is True and status["claimed_by"] == "linux-codex"
+        assert (await call(worker, "mempalace_task_list"))["count"] == 0  # no open loop left
+
+
+def test_a_bad_agent_id_is_a_usage_error(daemon):
+    result = subprocess.run([PYTHON, "-m", "palacectl", "--home", str(daemon.home), "mcp", "--agent", "two words"],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1 and "single token" in result.stderr and result.stdout == ""
