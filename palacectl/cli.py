@@ -701,14 +701,17 @@ def rules(
     agent: Annotated[str, typer.Option("--agent", help="Your agent id, a single token like mac-claude.")],
     install: Annotated[Optional[Path], typer.Option("--install", help="Write the block into this file.")] = None,
     harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini or hermes.")] = None,
+    tools: Annotated[str, typer.Option("--tools", help="mcp (the agent uses `palacectl mcp`), cli, or both.")] = "both",
     json_: JsonOpt = False,
 ) -> None:
     """Print (or install) the shared-brain rules block for an agent."""
-    from .rules import HARNESS_FILES, install_rules, render_rules
+    from .rules import HARNESS_FILES, RULES_TOOLS, install_rules, render_rules
 
     if install is not None and harness is not None:
         raise UsageProblem("pass --install PATH or --harness NAME, not both")
-    block = render_rules(agent)
+    if tools not in RULES_TOOLS:
+        raise UsageProblem(f"--tools must be one of: {', '.join(RULES_TOOLS)}")
+    block = render_rules(agent, tools)  # type: ignore[arg-type]
     target = install
     if harness is not None:
         if harness not in HARNESS_FILES:

@@ -56,6 +56,10 @@ _START_RE: Final = re.compile(b"^" + re.escape(START_MARKER_PREFIX.encode()), re
 _END_RE: Final = re.compile(b"^" + re.escape(END_MARKER.encode()), re.MULTILINE)
 
 InstallResult = Literal["replaced", "appended", "unchanged"]
+RulesTools = Literal["both", "cli", "mcp"]
+RULES_TOOLS: Final = ("both", "cli", "mcp")
+# "`palacectl list` (MCP `mempalace_event_list`)" and "… (MCP `mempalace_event_ack`, status `claimed`)"
+_BOTH_NAMES_RE: Final = re.compile(r"`(?P<command>palacectl [^`]+)`\s+\(MCP `(?P<tool>mempalace_\w+)`(?P<rest>[^)]*)\)")
 
 
 class RulesTemplateError(RuntimeError):
@@ -76,13 +80,17 @@ def load_template() -> str:
         raise RulesTemplateError(f"Rules template not readable: {exc}") from exc
 
 
-def render_rules(agent_id: str) -> str:
+def render_rules(agent_id: str, tools: RulesTools = "both") -> str:
     """Fill ``<AGENT_ID>`` into the template and wrap it in the start/end marker lines.
 
     Args:
         agent_id: the agent's stable identity, a single token like ``mac-claude``; surrounding
             whitespace is stripped. The id also lands inside an HTML comment, which is why
             anything beyond letters, digits, '.', '_' and '-' is refused.
+        tools: which names the rules use where the template offers both (written as a command
+            followed by "(MCP tool …)"): ``mcp`` for a harness wired to
+            ``palacectl mcp``, ``cli`` for one that runs commands, ``both`` as written.
+            Commands with no MCP tool (``watch``, ``rules``) stay commands in every mode.
 
     Returns:
         The block: start marker, blank line, body (trailing newlines dropped), blank line, end
@@ -94,6 +102,10 @@ def render_rules(agent_id: str) -> str:
     """
     agent = validate_agent_token(agent_id, "--agent")
     body = load_template().replace(PLACEHOLDER, agent).rstrip("\n")
+    if tools == "mcp":
+        body = _BOTH_NAMES_RE.sub(lambda m: f"`{m['tool']}`{m['rest']}", body)
+    elif tools == "cli":
+        body = _BOTH_NAMES_RE.sub(lambda m: f"`{m['command']}`", body)
     start = (
         f"{START_MARKER_PREFIX} (rendered by `palacectl rules --agent {agent}`; "
         "edit rules/shared_brain_rules.md, then re-render) -->"

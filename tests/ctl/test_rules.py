@@ -389,3 +389,19 @@ def test_install_refuses_a_block_that_was_not_rendered(tmp_path: Path, bad_block
     with pytest.raises(ValueError, match="rendered rules block"):
         install_rules(target, bad_block)
     assert not target.exists()
+
+
+def test_mcp_and_cli_renderings_name_one_kind_of_tool() -> None:
+    both = render_rules("mac-claude")
+    mcp_only = render_rules("mac-claude", "mcp")
+    cli_only = render_rules("mac-claude", "cli")
+    assert "(MCP `" in both
+    assert "(MCP `" not in mcp_only and "(MCP `" not in cli_only
+    for tool in ("mempalace_event_list", "mempalace_event_ack", "mempalace_patch_submit", "mempalace_task_status",
+                 "mempalace_artifact_get", "mempalace_task_list", "mempalace_event_wait"):
+        assert f"`{tool}`" in mcp_only and tool not in cli_only
+    for command in ("palacectl list", "palacectl ack <id> --status claimed", "palacectl patch submit"):
+        assert command in cli_only and command not in mcp_only
+    # What has no MCP tool stays a command everywhere: the watcher is a background process.
+    assert "palacectl watch --agent mac-claude" in mcp_only
+    assert "claim it first with `mempalace_event_ack`, status `claimed`" in mcp_only

@@ -244,3 +244,14 @@ def test_a_bad_agent_id_is_a_usage_error(daemon):
     result = subprocess.run([PYTHON, "-m", "palacectl", "--home", str(daemon.home), "mcp", "--agent", "two words"],
                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == 1 and "single token" in result.stderr and result.stdout == ""
+
+
+async def test_the_adapter_starts_without_a_daemon_and_connects_once_it_runs(daemon_factory, home):
+    d = daemon_factory(home, start=False)
+    async with adapter(home) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names == MEMPALACE_TOOLS + PALACE_TOOLS
+        down = await call(client, "mempalace_event_wait", timeout_ms=100)
+        assert "palaced is not running" in down["error"]
+        await trio.to_thread.run_sync(d.start)
+        assert (await call(client, "mempalace_event_list"))["count"] == 0
