@@ -737,12 +737,13 @@ def rules(
 def mcp(
     agent: Annotated[str, typer.Option("--agent", help="The agent identity this adapter speaks as, e.g. mac-claude.")],
     read_only: Annotated[bool, typer.Option("--read-only", help="Offer only the reading tools.")] = False,
+    home: Annotated[Optional[Path], typer.Option("--home", help="Palace home (same as the global --home).")] = None,
 ) -> None:
     """Serve palace to an agent harness as MCP tools on stdio (MemPalace-compatible names)."""
     identity = validate_agent_token(agent, "--agent")
     from .mcp_adapter import run_mcp
 
-    run_mcp(_home(), identity, read_only=read_only)
+    run_mcp(home_from(home) if home is not None else _home(), identity, read_only=read_only)
 
 
 bench_app = typer.Typer(help="Measure palace on this machine (temporary daemons; nothing else touched).",

@@ -33,8 +33,8 @@ MUTATING = {"mempalace_event_append", "mempalace_event_ack", "mempalace_artifact
 
 @contextlib.asynccontextmanager
 async def adapter(home: Path, agent: str = "mac-claude", *extra: str) -> AsyncIterator[Any]:
-    params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "--home", str(home), "mcp", "--agent",
-                                                         agent, *extra])
+    params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "mcp", "--agent", agent, "--home",
+                                                         str(home), *extra])
     async with Client(params) as client:
         yield client
 
