@@ -130,6 +130,7 @@ def status(json_: JsonOpt = False) -> None:
         f"  origin       {result['origin']}\n"
         f"  fingerprint  {result['fingerprint']}\n"
         f"  events       {result['events']}  artifacts {result['artifacts']}\n"
+        f"  memory       {result['memory']['drawers']} drawer(s)  {result['memory']['facts']} fact(s)\n"
         f"  latest       {result['latest_event_id'] or '-'}\n"
         f"  watchers     {result['watchers']}\n"
         f"  palace       {_palace_line(result)}\n"
@@ -781,6 +782,9 @@ def bench_replication(
     if json_:
         emit_json(result)
 
+
+# The memory commands live in their own module; importing it registers them on `app`.
+from . import memory_cli  # noqa: E402,F401
 
 # -- entry point --------------------------------------------------------------------------------
 

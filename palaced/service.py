@@ -25,6 +25,7 @@ from palace_proto.control import PROTOCOL_VERSION
 from palace_proto.envelope import preview_event
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.ids import fingerprint
+from palace_proto.memory import DIARY_EVENT, DRAWER_EVENT, KG_ADD_EVENT, KG_INVALIDATE_EVENT
 from palace_proto.pki import REVOKE_EVENT_TYPE
 from palace_proto.validation import (
     AppendRequest,
@@ -43,6 +44,7 @@ from . import tasks
 from .bus import EventBus
 from .config import Config
 from .fleet import FleetOps, replicated_args
+from .memory_ops import MemoryOps
 from .members import MemberDirectory
 from .membership import Membership
 from .store import WriteContext
@@ -55,7 +57,14 @@ __all__ = ["Service", "Watcher"]
 
 LOGGER: Final = logging.getLogger("palaced.service")
 # Types only the daemon may write, because they change how other events are shown.
-RESERVED_TYPES: Final = {"event.redact": "use `palacectl redact`", REVOKE_EVENT_TYPE: "use `palacectl revoke`"}
+RESERVED_TYPES: Final = {
+    "event.redact": "use `palacectl redact`",
+    REVOKE_EVENT_TYPE: "use `palacectl revoke`",
+    DRAWER_EVENT: "use `palacectl remember`",
+    DIARY_EVENT: "use `palacectl diary write`",
+    KG_ADD_EVENT: "use `palacectl kg add`",
+    KG_INVALIDATE_EVENT: "use `palacectl kg invalidate`",
+}
 # Why 1 s: cursor-only progress (events examined, none matched) matters only for checkpoints; a
 # watcher that re-examines up to a second of non-matching events loses nothing.
 CURSOR_PUSH_INTERVAL_S: Final = 1.0
@@ -101,7 +110,7 @@ def _utc_stamp(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-class Service(FleetOps):
+class Service(FleetOps, MemoryOps):
     """Handlers for every API operation, over one store and one bus (palace and fleet operations
     come from ``FleetOps``)."""
 
@@ -157,6 +166,7 @@ class Service(FleetOps):
             "socket": str(self.config.socket_path), "pid": os.getpid(),
             "origin": self.store.origin_id, "fingerprint": self.fingerprint,
             "events": counts["events"], "artifacts": counts["artifacts"], "latest_event_id": latest_id,
+            "memory": {"drawers": counts["drawers"], "facts": counts["facts"]},
             "started_at": _utc_stamp(self.started_at),
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "watchers": len(self.watchers), "writer": self.astore.statistics(),

@@ -42,6 +42,8 @@ from palace_proto.errors import ApiError, NotFound, SignatureError, ValidationEr
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256, origin_id_from_random
 from palace_proto.validation import AppendRequest, Limits, ListQuery
 
+from . import memory_views
+
 __all__ = ["DB_FILENAME", "ApplyReport", "Store", "StoreError", "WriteBatchResult", "utc_now"]
 
 DB_FILENAME: Final = "palace.sqlite3"
@@ -78,6 +80,22 @@ def _row_to_public(row: Sequence[Any]) -> dict[str, Any]:
         out["body_redacted"] = True
         out["body_sha256"] = bytes(body_sha).hex()
     return out
+
+
+_SIGNED_COLUMNS: Final = (
+    "origin, origin_seq, prev_hash, created_at, type, stream, room, topic, from_agent, to_agent, correlation_id, "
+    "branch, base_commit, status, ack_of, artifact_ids, body_sha256, metadata, event_hash, signature, body"
+)
+
+
+def _signed_from_row(r: Sequence[Any]) -> SignedEvent:
+    return SignedEvent(
+        origin=r[0], origin_seq=r[1], prev_hash=bytes(r[2]), created_at=r[3], type=r[4], stream=r[5],
+        room=r[6], topic=r[7], from_agent=r[8], to_agent=r[9], correlation_id=r[10], branch=r[11],
+        base_commit=r[12], status=r[13], ack_of=r[14], artifact_ids=tuple(json.loads(r[15])),
+        body_sha256=bytes(r[16]), metadata_json=r[17], event_hash=bytes(r[18]),
+        signature=bytes(r[19]), body=r[20],
+    )
 
 
 @dataclass(slots=True)
@@ -166,6 +184,7 @@ class Store:
             self._migrate()
             self.origin_id = self._ensure_origin()
             self._load_chain_head()
+            self._ensure_memory_views()
         except Exception:
             self._conn.close()
             raise
@@ -250,6 +269,24 @@ class Store:
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (utc_now(),))
         self.minted_origin = True
         return origin
+
+    def _ensure_memory_views(self) -> None:
+        """Rebuild the memory views from the log when they were made by another derivation."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key='memory_views'").fetchone()
+        if row is not None and row[0] == memory_views.VIEWS_VERSION:
+            return
+        with self._conn:
+            counts = self._rebuild_memory_locked()
+        _LOGGER.info("memory views built from the log: %d drawers, %d facts", counts["drawers"], counts["facts"])
+
+    def _rebuild_memory_locked(self, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        def load(keys: Sequence[tuple[str, int]]) -> list[SignedEvent]:
+            return [self._signed_event_at(self._conn, origin, seq) for origin, seq in keys]
+
+        counts = memory_views.rebuild(self._conn, load, progress)
+        self._conn.execute("INSERT INTO meta VALUES ('memory_views', ?) ON CONFLICT(key) DO UPDATE SET "
+                           "value=excluded.value", (memory_views.VIEWS_VERSION,))
+        return counts
 
     def _load_chain_head(self) -> None:
         max_seq, head = self._conn.execute(
@@ -343,6 +380,8 @@ class Store:
              ev.base_commit, ev.status, ev.ack_of, json.dumps(list(ev.artifact_ids)), ev.body,
              ev.body_sha256, ev.metadata_json, ev.created_at),
         )
+        # The memory views follow the log in the same transaction (local appends and peer events alike).
+        memory_views.materialise(conn, ev)
         return conn.last_insert_rowid()
 
     def _put_artifact_locked(
@@ -367,6 +406,7 @@ class Store:
 
     def _redact_locked(self, event_id: str, redact_event_id: str) -> None:
         self._conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
+        memory_views.unmaterialise(self._conn, event_id)
         changed = self._conn.execute(
             "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)
         ).fetchall()
@@ -611,22 +651,16 @@ class Store:
     def signed_events_of_origin(self, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent]:
         """Events of one origin after ``after_origin_seq``, in chain order (what replication sends)."""
         rows = self._reader().execute(
-            "SELECT origin, origin_seq, prev_hash, created_at, type, stream, room, topic, from_agent, "
-            "to_agent, correlation_id, branch, base_commit, status, ack_of, artifact_ids, body_sha256, "
-            "metadata, event_hash, signature, body FROM events WHERE origin=? AND origin_seq>? "
-            "ORDER BY origin_seq LIMIT ?",
+            f"SELECT {_SIGNED_COLUMNS} FROM events WHERE origin=? AND origin_seq>? ORDER BY origin_seq LIMIT ?",
             (origin, after_origin_seq, limit),
         ).fetchall()
-        return [
-            SignedEvent(
-                origin=r[0], origin_seq=r[1], prev_hash=bytes(r[2]), created_at=r[3], type=r[4], stream=r[5],
-                room=r[6], topic=r[7], from_agent=r[8], to_agent=r[9], correlation_id=r[10], branch=r[11],
-                base_commit=r[12], status=r[13], ack_of=r[14], artifact_ids=tuple(json.loads(r[15])),
-                body_sha256=bytes(r[16]), metadata_json=r[17], event_hash=bytes(r[18]),
-                signature=bytes(r[19]), body=r[20],
-            )
-            for r in rows
-        ]
+        return [_signed_from_row(r) for r in rows]
+
+    @staticmethod
+    def _signed_event_at(conn: apsw.Connection, origin: str, origin_seq: int) -> SignedEvent:
+        row = conn.execute(f"SELECT {_SIGNED_COLUMNS} FROM events WHERE origin=? AND origin_seq=?",
+                           (origin, origin_seq)).fetchone()
+        return _signed_from_row(row)
 
     def version_vector(self) -> dict[str, int]:
         """{origin: highest contiguous origin_seq held} — the replication cursor."""
@@ -665,9 +699,9 @@ class Store:
 
     def signed_events_of_type(self, event_type: str) -> list[SignedEvent]:
         """Every event of one type, in local order (revocations are read back at start-up)."""
-        rows = self._reader().execute("SELECT origin, origin_seq FROM events WHERE type=? ORDER BY seq",
+        rows = self._reader().execute(f"SELECT {_SIGNED_COLUMNS} FROM events WHERE type=? ORDER BY seq",
                                       (event_type,)).fetchall()
-        return [self.signed_events_of_origin(o, n - 1, 1)[0] for o, n in rows]
+        return [_signed_from_row(r) for r in rows]
 
     def origins_of_key(self, public_key: bytes) -> dict[str, int]:
         """{origin: max_seq held} for every origin written with ``public_key``."""
@@ -692,8 +726,25 @@ class Store:
                                       (now_unix,)).fetchone()
         return n
 
+    # -- memory (views of schema 0004, see memory_views.py) -----------------------------------
+
+    def memory_read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a memory_views query on this thread's reader connection."""
+        return fn(self._reader(), *args, **kwargs)
+
+    def drawer(self, drawer_id: str) -> dict[str, Any] | None:
+        row = self._reader().execute(f"SELECT {memory_views.DRAWER_COLUMNS} FROM drawers d WHERE d.id=?",
+                                     (drawer_id,)).fetchone()
+        return memory_views.drawer_from_row(row) if row else None
+
+    def rebuild_memory(self, ctx: WriteContext, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Writer job: derive the memory views again from the log."""
+        return self._rebuild_memory_locked(progress)
+
     def counts(self) -> dict[str, int]:
         conn = self._reader()
         (events,) = conn.execute("SELECT count(*) FROM events").fetchone()
         (artifacts,) = conn.execute("SELECT count(*) FROM artifacts").fetchone()
-        return {"events": events, "artifacts": artifacts}
+        (drawers,) = conn.execute("SELECT count(*) FROM drawers").fetchone()
+        (facts,) = conn.execute("SELECT count(*) FROM kg_facts").fetchone()
+        return {"events": events, "artifacts": artifacts, "drawers": drawers, "facts": facts}

@@ -1,0 +1,201 @@
+"""palacectl commands for the shared memory: remember, search, kg, diary, agents, tunnels, memory.
+
+Owns: the memory half of the command surface (README "Command reference"); registered on the
+main app by ``cli.py``. Same conventions as every other command: ``--json`` prints one JSON
+document, errors are one line and exit 1, usage errors exit 64.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from .cli import JsonOpt, UsageProblem, _call, _decode_utf8, _read_bytes, app
+from .output import emit_json, note, write_stdout
+
+__all__ = ["diary_app", "kg_app", "memory_app"]
+
+kg_app = typer.Typer(no_args_is_help=True, help="The knowledge graph: facts with validity over time.")
+diary_app = typer.Typer(no_args_is_help=True, help="Each agent's diary (wing_<agent>/diary).")
+memory_app = typer.Typer(no_args_is_help=True, help="Maintain the memory views.")
+app.add_typer(kg_app, name="kg")
+app.add_typer(diary_app, name="diary")
+app.add_typer(memory_app, name="memory")
+
+WingOpt = Annotated[Optional[str], typer.Option("--wing")]
+RoomOpt = Annotated[Optional[str], typer.Option("--room")]
+
+
+@app.command()
+def remember(
+    wing: Annotated[str, typer.Option("--wing", help="The wing, e.g. wing_project or wing_mac-claude.")],
+    room: Annotated[str, typer.Option("--room", help="The room, e.g. decisions.")],
+    file: Annotated[str, typer.Option("--file", help="The content, verbatim: a file, or - for stdin (default).")] = "-",
+    source_file: Annotated[Optional[str], typer.Option("--source-file", help="Where it came from.")] = None,
+    added_by: Annotated[str, typer.Option("--added-by", help="Your agent id.")] = "palacectl",
+    json_: JsonOpt = False,
+) -> None:
+    """File a drawer: verbatim content in a wing and room (the same content again is the same drawer)."""
+    content = _decode_utf8(_read_bytes(file, "--file"), f"--file {file}")
+    result = _call("memory_add", wing=wing, room=room, content=content, source_file=source_file, added_by=added_by)
+    if json_:
+        emit_json(result)
+    else:
+        state = "already filed" if result["duplicate"] else "filed"
+        write_stdout(f"{result['drawer_id']}  {state} in {result['wing']}/{result['room']}\n")
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="Keywords (at most 250 characters).")],
+    wing: WingOpt = None, room: RoomOpt = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Filed on or after (YYYY-MM-DD).")] = None,
+    before: Annotated[Optional[str], typer.Option("--before", help="Filed before (YYYY-MM-DD).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Default 5, max 100.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Search the drawers; every hit is the verbatim content with where it was filed."""
+    result = _call("search", query=query, wing=wing, room=room, since=since, before=before,
+                   limit=None if limit is None else min(limit, 1000))
+    if json_:
+        emit_json(result)
+        return
+    if not result["results"]:
+        note("Nothing found.")
+    for hit in result["results"]:
+        write_stdout(f"{hit['drawer_id']}  {hit['wing']}/{hit['room']}  {hit['filed_at'][:10]}  "
+                     f"score {hit['score']:.3f}\n{hit['content'].rstrip()}\n\n")
+
+
+@kg_app.command("add")
+def kg_add(
+    subject: str, predicate: str, object_: Annotated[str, typer.Argument(metavar="OBJECT")],
+    valid_from: Annotated[Optional[str], typer.Option("--valid-from")] = None,
+    valid_to: Annotated[Optional[str], typer.Option("--valid-to")] = None,
+    source_drawer_id: Annotated[Optional[str], typer.Option("--source-drawer-id")] = None,
+    added_by: Annotated[str, typer.Option("--added-by")] = "palacectl",
+    json_: JsonOpt = False,
+) -> None:
+    """Record a fact: SUBJECT PREDICATE OBJECT, optionally valid from / to a date."""
+    result = _call("kg_add", subject=subject, predicate=predicate, object=object_, valid_from=valid_from,
+                   valid_to=valid_to, source_drawer_id=source_drawer_id, added_by=added_by)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"{result['triple_id']}  {result['fact']}\n")
+
+
+@kg_app.command("invalidate")
+def kg_invalidate(
+    subject: str, predicate: str, object_: Annotated[str, typer.Argument(metavar="OBJECT")],
+    ended: Annotated[Optional[str], typer.Option("--ended", help="Default: today.")] = None,
+    added_by: Annotated[str, typer.Option("--added-by")] = "palacectl",
+    json_: JsonOpt = False,
+) -> None:
+    """End a fact's validity (the fact stays as history; add the new one after)."""
+    result = _call("kg_invalidate", subject=subject, predicate=predicate, object=object_, ended=ended,
+                   added_by=added_by)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"ended {result['ended']}: {result['fact']} ({result['facts_ended']} fact(s))\n")
+
+
+@kg_app.command("query")
+def kg_query(
+    entity: str,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Default: today.")] = None,
+    direction: Annotated[str, typer.Option("--direction", help="outgoing, incoming or both.")] = "both",
+    json_: JsonOpt = False,
+) -> None:
+    """What was true about ENTITY as of a date: active, historical and future facts."""
+    result = _call("kg_query", entity=entity, as_of=as_of, direction=direction)
+    if json_:
+        emit_json(result)
+        return
+    if not result["count"]:
+        note(f"No facts about {entity!r}." + (f" Did you mean: {', '.join(result['candidates'])}?"
+                                              if result.get("candidates") else ""))
+    for state in ("active", "historical", "future"):
+        for fact in result[f"{state}_facts"]:
+            span = f"{fact['valid_from'] or '…'} → {fact['valid_to'] or '…'}"
+            write_stdout(f"{state:10s}  {fact['fact']}  ({span})\n")
+
+
+@diary_app.command("write")
+def diary_write(
+    agent: Annotated[str, typer.Option("--agent", help="Whose diary (your agent id).")],
+    entry: Annotated[Optional[str], typer.Option("--entry", help="The entry; or --file.")] = None,
+    file: Annotated[Optional[str], typer.Option("--file", help="Read the entry from a file, or - for stdin.")] = None,
+    topic: Annotated[str, typer.Option("--topic")] = "general",
+    json_: JsonOpt = False,
+) -> None:
+    """Write an entry in an agent's diary."""
+    if (entry is None) == (file is None):
+        raise UsageProblem("pass the entry with --entry TEXT or --file PATH|-, one of them")
+    text = entry if entry is not None else _decode_utf8(_read_bytes(file or "-", "--file"), f"--file {file}")
+    result = _call("diary_write", agent_name=agent, entry=text, topic=topic)
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"{result['entry_id']}  {result['wing']}/diary  {result['topic']}  {result['timestamp']}\n")
+
+
+@diary_app.command("read")
+def diary_read(
+    agent: Annotated[str, typer.Option("--agent", help="Whose diary.")],
+    last: Annotated[int, typer.Option("--last", help="Newest N entries (default 10, max 100).")] = 10,
+    json_: JsonOpt = False,
+) -> None:
+    """Read an agent's diary, newest first."""
+    result = _call("diary_read", agent_name=agent, last_n=last)
+    if json_:
+        emit_json(result)
+        return
+    write_stdout(f"{result['wing']}: showing {result['showing']} of {result['total']}\n")
+    for e in result["entries"]:
+        write_stdout(f"{e['timestamp']}  [{e['topic']}]  {e['content'].rstrip()}\n")
+
+
+@app.command()
+def agents(json_: JsonOpt = False) -> None:
+    """Every agent the palace has seen: its wing, last activity, and whether it is watching now."""
+    result = _call("agents")
+    if json_:
+        emit_json(result)
+        return
+    for a in result["agents"]:
+        watching = f"watching on {', '.join(a['watching_on'])}" if a["watching"] else "not watching"
+        write_stdout(f"{a['agent']}\t{a['wing']}\t{a['last_activity'] or '-'}\t{watching}\n")
+
+
+@app.command()
+def tunnels(
+    wing_a: Annotated[Optional[str], typer.Argument(help="A wing (optional).")] = None,
+    wing_b: Annotated[Optional[str], typer.Argument(help="Another wing (optional).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Rooms that two wings share (or that any two wings share)."""
+    result = _call("tunnels", wing_a=wing_a, wing_b=wing_b)
+    if json_:
+        emit_json(result)
+        return
+    if not result["tunnels"]:
+        note("No shared rooms.")
+    for t in result["tunnels"]:
+        write_stdout(f"{t['room']}\t{', '.join(t['wings'])}\t{t['drawers']} drawer(s)\n")
+
+
+@memory_app.command("rebuild")
+def memory_rebuild(json_: JsonOpt = False) -> None:
+    """Derive the memory views (drawers, facts, diaries) again from the log."""
+    if not json_:
+        note("Rebuilding the memory views from the log…")
+    result: dict[str, Any] = _call("memory_rebuild")
+    if json_:
+        emit_json(result)
+    else:
+        write_stdout(f"Rebuilt from {result['events']} memory event(s): {result['drawers']} drawer(s), "
+                     f"{result['facts']} fact(s) in {result['seconds']:.2f} s\n")
+

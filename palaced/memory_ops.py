@@ -1,0 +1,161 @@
+"""Operations on the shared memory: file drawers, search, the knowledge graph, diaries, agents.
+
+Owns: the local-API handlers for memory (mixed into ``Service``). Every write is a ``memory.*``
+event appended to the log (so it replicates, is signed, and can be redacted); the store updates
+the materialised views in the same transaction, so a write is readable the moment it returns.
+Reads go to the views (``store/memory_views.py``). Search is keyword (FTS5, bm25) here; the
+dense-vector half and the fusion of both come with the embedding worker.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from palace_proto.errors import NotFound, ValidationError
+from palace_proto.memory import DiaryEntry, Drawer, FactAdd, FactInvalidate, diary_entry_id, diary_wing, validate_date
+from palace_proto.validation import AppendRequest, clean_optional, clean_required
+
+from .store import WriteContext
+from .store import memory_views as views
+
+if TYPE_CHECKING:
+    from .service import Service
+
+__all__ = ["MemoryOps"]
+
+DEFAULT_SEARCH_LIMIT: Final = 5
+MAX_SEARCH_LIMIT: Final = 100
+DEFAULT_DIARY_LAST: Final = 10
+MAX_DIARY_LAST: Final = 100
+MAX_QUERY_CHARS: Final = 250
+
+
+def _today() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+
+
+def _bounded_int(args: Mapping[str, Any], field: str, default: int, maximum: int) -> int:
+    value = args.get(field, default)
+    if value is None:
+        return default
+    if type(value) is not int or value < 1:
+        raise ValidationError(f"{field} must be a positive integer", field=field)
+    return min(value, maximum)
+
+
+class MemoryOps:
+    """Mixin for ``Service``: the memory operations."""
+
+    async def op_memory_add(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        """File a drawer; the same content in the same wing and room returns the existing drawer."""
+        self.require_writer()
+        drawer = Drawer.from_wire(args, self.limits)
+        existing = await self.astore.read(self.store.drawer, drawer.id)
+        if existing is not None:
+            return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": True,
+                    "filed_at": existing["filed_at"]}
+        req = AppendRequest.from_wire(drawer.event(), self.limits)
+        event = await self.astore.write(lambda ctx: ctx.append(req))
+        return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": False,
+                "filed_at": event["created_at"], "event_id": event["id"]}
+
+    async def op_search(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        query = clean_required("query", args.get("query"))
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValidationError(f"query must be at most {MAX_QUERY_CHARS} characters (keywords, not a document)",
+                                  field="query")
+        limit = _bounded_int(args, "limit", DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)
+        filters = {"wing": clean_optional("wing", args.get("wing")), "room": clean_optional("room", args.get("room")),
+                   "since": validate_date("since", args.get("since")),
+                   "before": validate_date("before", args.get("before"))}
+        hits = await self.astore.read(self.store.memory_read, views.keyword_search, query, limit=limit, **filters)
+        return {"query": query, "results": hits, "count": len(hits), "mode": "keyword"}
+
+    async def op_drawer_get(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        drawer_id = clean_required("drawer_id", args.get("drawer_id"))
+        drawer = await self.astore.read(self.store.drawer, drawer_id)
+        if drawer is None:
+            raise NotFound(f"drawer {drawer_id!r} not found")
+        return drawer
+
+    # -- knowledge graph -----------------------------------------------------------------------
+
+    async def op_kg_add(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        self.require_writer()
+        fact = FactAdd.from_wire(args)
+        req = AppendRequest.from_wire(fact.event(), self.limits)
+        event = await self.astore.write(lambda ctx: ctx.append(req))
+        return {"triple_id": fact.id, "fact": fact.text, "event_id": event["id"]}
+
+    async def op_kg_invalidate(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        self.require_writer()
+        change = FactInvalidate.from_wire(args, _today())
+        req = AppendRequest.from_wire(change.event(), self.limits)
+
+        def job(ctx: WriteContext) -> dict[str, Any]:
+            event = ctx.append(req)
+            (ended,) = ctx.conn.execute("SELECT count(*) FROM kg_facts WHERE ended_by=?", (event["id"],)).fetchone()
+            return {"event": event, "ended": ended}
+
+        result = await self.astore.write(job)
+        return {"fact": change.text, "ended": change.ended, "facts_ended": result["ended"],
+                "event_id": result["event"]["id"]}
+
+    async def op_kg_query(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        entity = clean_required("entity", args.get("entity"))
+        as_of = validate_date("as_of", args.get("as_of")) or _today()
+        direction = args.get("direction") or "both"
+        if direction not in ("outgoing", "incoming", "both"):
+            raise ValidationError("direction must be 'outgoing', 'incoming' or 'both'", field="direction")
+        result = await self.astore.read(self.store.memory_read, views.facts_about, entity, as_of, direction)
+        if not result["count"]:
+            result["candidates"] = await self.astore.read(self.store.memory_read, views.known_entities, entity)
+        return result
+
+    # -- diaries, agents, tunnels --------------------------------------------------------------
+
+    async def op_diary_write(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        self.require_writer()
+        entry = DiaryEntry.from_wire(args, self.limits)
+        req = AppendRequest.from_wire(entry.event(clean_optional("added_by", args.get("added_by")) or entry.agent),
+                                      self.limits)
+        event = await self.astore.write(lambda ctx: ctx.append(req))
+        return {"entry_id": diary_entry_id(event["id"]), "agent": entry.agent, "wing": entry.wing,
+                "topic": entry.topic, "timestamp": event["created_at"], "event_id": event["id"]}
+
+    async def op_diary_read(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        agent = clean_required("agent_name", args.get("agent_name")).lower()
+        wing = clean_optional("wing", args.get("wing")) or diary_wing(agent)
+        last_n = _bounded_int(args, "last_n", DEFAULT_DIARY_LAST, MAX_DIARY_LAST)
+        page = await self.astore.read(self.store.memory_read, views.diary_page, wing, last_n)
+        return {"agent": agent, **page}
+
+    async def op_agents(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        """Every agent the palace has seen, and whether a watcher of it is live now (anywhere)."""
+        seen = await self.astore.read(self.store.memory_read, views.agents)
+        live: dict[str, list[str]] = {}
+        for watcher in (await self.op_who({}))["watchers"]:
+            if watcher.get("agent") and not watcher.get("daemon_silent"):
+                daemon = (watcher.get("daemon") or {}).get("name") or "here"
+                live.setdefault(watcher["agent"], []).append(daemon)
+        for agent in live:
+            seen.setdefault(agent, {"agent": agent, "wing": diary_wing(agent), "last_activity": None,
+                                    "diary_entries": 0})
+        out = []
+        for agent, info in sorted(seen.items()):
+            out.append({**info, "watching": agent in live, "watching_on": sorted(set(live.get(agent, [])))})
+        return {"agents": out, "count": len(out)}
+
+    async def op_tunnels(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        wing_a = clean_optional("wing_a", args.get("wing_a"))
+        wing_b = clean_optional("wing_b", args.get("wing_b"))
+        found = await self.astore.read(self.store.memory_read, views.tunnels, wing_a, wing_b)
+        return {"wing_a": wing_a, "wing_b": wing_b, "tunnels": found, "count": len(found)}
+
+    async def op_memory_rebuild(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        started = time.monotonic()
+        counts = await self.astore.write(lambda ctx: self.store.rebuild_memory(ctx))
+        return {**counts, "seconds": round(time.monotonic() - started, 3)}

@@ -1,0 +1,222 @@
+"""The memory views: drawers, diary entries and knowledge-graph facts, derived from the log.
+
+Owns: turning ``memory.*`` events into rows of the schema-0004 tables (called by the store in
+the same transaction that stores the event, whether appended here or arrived from a peer),
+undoing that for a redacted event, rebuilding everything from the log, and the read queries
+(keyword search, facts as of a date, diary pages, agents, tunnels). Synchronous apsw, like the
+store: every function takes the connection it works on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import apsw
+
+from palace_proto.envelope import SignedEvent
+from palace_proto.memory import (
+    DIARY_EVENT,
+    DIARY_ROOM,
+    DRAWER_EVENT,
+    KG_ADD_EVENT,
+    KG_INVALIDATE_EVENT,
+    MEMORY_TYPES,
+    diary_entry_id,
+    diary_wing,
+    drawer_id,
+    fact_state,
+    triple_id,
+)
+
+__all__ = ["VIEWS_VERSION", "agents", "diary_page", "facts_about", "keyword_search", "materialise", "rebuild",
+           "unmaterialise", "tunnels"]
+
+#: bump when the views' shape or derivation changes: the daemon then rebuilds them from the log
+VIEWS_VERSION: Final = "1"
+_WORD_RE: Final = re.compile(r"\w+", re.UNICODE)
+DRAWER_COLUMNS: Final = "d.id, d.kind, d.wing, d.room, d.topic, d.agent, d.content, d.source_file, d.added_by, d.filed_at"
+
+
+def drawer_from_row(row: Sequence[Any]) -> dict[str, Any]:
+    return {"drawer_id": row[0], "kind": row[1], "wing": row[2], "room": row[3], "topic": row[4], "agent": row[5],
+            "content": row[6], "source_file": row[7], "added_by": row[8], "filed_at": row[9]}
+
+
+def materialise(conn: apsw.Connection, event: SignedEvent) -> None:
+    """Update the views for one stored event (no-op for other types and redacted bodies)."""
+    if event.type not in MEMORY_TYPES:
+        return
+    meta = json.loads(event.metadata_json)
+    if event.type in (DRAWER_EVENT, DIARY_EVENT):
+        if event.body is None:
+            return  # redacted before it reached us: nothing to show
+        wing, room = str(meta.get("wing", "")), str(meta.get("room", event.room))
+        if event.type == DIARY_EVENT:
+            wing = wing or diary_wing(str(meta.get("agent", event.from_agent)))
+            room = DIARY_ROOM
+        # The id is recomputed, never trusted from metadata. A drawer is its content (filing it
+        # again is the same drawer); a diary entry is its event (writing the same line on two days
+        # is two entries).
+        did = diary_entry_id(event.id) if event.type == DIARY_EVENT else drawer_id(wing, room, event.body)
+        inserted = conn.execute(
+            "INSERT INTO drawers (id, event_id, kind, wing, room, topic, agent, content, source_file, added_by, "
+            "filed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING RETURNING rowid",
+            (did, event.id, "diary" if event.type == DIARY_EVENT else "drawer", wing, room,
+             meta.get("topic"), meta.get("agent"), event.body, meta.get("source_file"), event.from_agent,
+             event.created_at)).fetchall()
+        if inserted:
+            conn.execute("INSERT INTO drawers_fts (rowid, content) VALUES (?, ?)", (inserted[0][0], event.body))
+    elif event.type == KG_ADD_EVENT:
+        subject, predicate, obj = str(meta["subject"]), str(meta["predicate"]), str(meta["object"])
+        valid_from = meta.get("valid_from")
+        conn.execute(
+            "INSERT INTO kg_facts (id, subject, predicate, object, valid_from, valid_to, source_drawer_id, "
+            "source_file, added_by, added_at, event_id) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING",
+            (triple_id(subject, predicate, obj, valid_from), subject, predicate, obj, valid_from, meta.get("valid_to"),
+             meta.get("source_drawer_id"), meta.get("source_file"), event.from_agent, event.created_at, event.id))
+    elif event.type == KG_INVALIDATE_EVENT:
+        # Ends every open fact with that subject, predicate and object (append-only: rows stay).
+        conn.execute(
+            "UPDATE kg_facts SET valid_to=?, ended_by=? WHERE subject=? AND predicate=? AND object=? "
+            "AND (valid_to IS NULL OR valid_to > ?)",
+            (meta["ended"], event.id, meta["subject"], meta["predicate"], meta["object"], meta["ended"]))
+
+
+def unmaterialise(conn: apsw.Connection, event_id: str) -> None:
+    """A redacted memory event leaves the views (its drawer is no longer searchable anywhere)."""
+    for (rowid,) in conn.execute("SELECT rowid FROM drawers WHERE event_id=?", (event_id,)).fetchall():
+        conn.execute("DELETE FROM drawers_fts WHERE rowid=?", (rowid,))
+        conn.execute("DELETE FROM drawers WHERE rowid=?", (rowid,))
+    conn.execute("DELETE FROM kg_facts WHERE event_id=?", (event_id,))
+
+
+def rebuild(conn: apsw.Connection, load: Callable[[Sequence[tuple[str, int]]], list[SignedEvent]],
+            progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Throw the views away and derive them again from every memory event, in log order."""
+    conn.execute("DELETE FROM drawers")
+    conn.execute("DELETE FROM drawers_fts")
+    conn.execute("DELETE FROM kg_facts")
+    placeholders = ",".join("?" * len(MEMORY_TYPES))
+    keys = conn.execute(f"SELECT origin, origin_seq FROM events WHERE type IN ({placeholders}) ORDER BY seq",
+                        tuple(sorted(MEMORY_TYPES))).fetchall()
+    for start in range(0, len(keys), 500):
+        for event in load(keys[start:start + 500]):
+            materialise(conn, event)
+        if progress is not None:
+            progress(min(start + 500, len(keys)), len(keys))
+    (drawers,) = conn.execute("SELECT count(*) FROM drawers").fetchone()
+    (facts,) = conn.execute("SELECT count(*) FROM kg_facts").fetchone()
+    return {"events": len(keys), "drawers": drawers, "facts": facts}
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def _where(wing: str | None, room: str | None, since: str | None, before: str | None) -> tuple[str, list[Any]]:
+    clauses, args = [], []
+    for column, value in (("d.wing", wing), ("d.room", room)):
+        if value:
+            clauses.append(f"{column}=?")
+            args.append(value)
+    if since:
+        clauses.append("d.filed_at>=?")
+        args.append(since)
+    if before:
+        clauses.append("d.filed_at<?")
+        args.append(before)
+    return (" AND " + " AND ".join(clauses)) if clauses else "", args
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query: every word of ``text``, quoted, any of them (ranked by bm25)."""
+    words = _WORD_RE.findall(text)
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
+
+
+def keyword_search(conn: apsw.Connection, query: str, *, wing: str | None = None, room: str | None = None,
+                   since: str | None = None, before: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Drawers matching the query's words, best first (score = -bm25, higher is better)."""
+    match = fts_query(query)
+    if match is None:
+        return []
+    where, args = _where(wing, room, since, before)
+    rows = conn.execute(
+        f"SELECT {DRAWER_COLUMNS}, bm25(drawers_fts) FROM drawers_fts JOIN drawers d ON d.rowid = drawers_fts.rowid "
+        f"WHERE drawers_fts MATCH ?{where} ORDER BY bm25(drawers_fts) LIMIT ?", (match, *args, limit)).fetchall()
+    return [{**drawer_from_row(r), "score": -float(r[10])} for r in rows]
+
+
+def facts_about(conn: apsw.Connection, entity: str, as_of: str, direction: str = "both") -> dict[str, Any]:
+    """MemPalace kg_query: the facts touching ``entity``, split by their state ``as_of``."""
+    sides = {"outgoing": ["subject"], "incoming": ["object"], "both": ["subject", "object"]}[direction]
+    rows: list[Sequence[Any]] = []
+    for side in sides:
+        rows += conn.execute(
+            f"SELECT id, subject, predicate, object, valid_from, valid_to, added_by, added_at, source_drawer_id "
+            f"FROM kg_facts WHERE {side}=? ORDER BY added_at, id", (entity,)).fetchall()
+    seen, facts = set(), []
+    for r in rows:
+        if r[0] in seen:
+            continue
+        seen.add(r[0])
+        state = fact_state(r[4], r[5], as_of)
+        facts.append({"triple_id": r[0], "subject": r[1], "predicate": r[2], "object": r[3], "valid_from": r[4],
+                      "valid_to": r[5], "added_by": r[6], "added_at": r[7], "source_drawer_id": r[8],
+                      "state": state, "fact": f"{r[1]} → {r[2]} → {r[3]}",
+                      "direction": "outgoing" if r[1].lower() == entity.lower() else "incoming"})
+    return {"entity": entity, "as_of": as_of,
+            "active_facts": [f for f in facts if f["state"] == "active"],
+            "historical_facts": [f for f in facts if f["state"] == "historical"],
+            "future_facts": [f for f in facts if f["state"] == "future"],
+            "facts": facts, "count": len(facts)}
+
+
+def known_entities(conn: apsw.Connection, like: str, limit: int = 10) -> list[str]:
+    pattern = f"%{like}%"
+    rows = conn.execute("SELECT subject FROM kg_facts WHERE subject LIKE ? UNION SELECT object FROM kg_facts "
+                        "WHERE object LIKE ? LIMIT ?", (pattern, pattern, limit)).fetchall()
+    return sorted({r[0] for r in rows})
+
+
+def diary_page(conn: apsw.Connection, wing: str, last_n: int) -> dict[str, Any]:
+    (total,) = conn.execute("SELECT count(*) FROM drawers WHERE wing=? AND room=?", (wing, DIARY_ROOM)).fetchone()
+    rows = conn.execute(
+        "SELECT filed_at, topic, content, id FROM drawers WHERE wing=? AND room=? ORDER BY filed_at DESC, rowid DESC "
+        "LIMIT ?", (wing, DIARY_ROOM, last_n)).fetchall()
+    entries = [{"date": r[0][:10], "timestamp": r[0], "topic": r[1], "content": r[2], "entry_id": r[3]} for r in rows]
+    return {"wing": wing, "entries": entries, "total": total, "showing": len(entries)}
+
+
+def agents(conn: apsw.Connection) -> dict[str, dict[str, Any]]:
+    """Every agent the log has seen: authors of events and owners of diaries, with last activity."""
+    seen: dict[str, dict[str, Any]] = {}
+    for author, last in conn.execute("SELECT from_agent, max(created_at) FROM events GROUP BY from_agent"):
+        seen[author] = {"agent": author, "wing": diary_wing(author), "last_activity": last, "diary_entries": 0}
+    for agent, wing, count, last in conn.execute(
+            "SELECT agent, wing, count(*), max(filed_at) FROM drawers WHERE kind='diary' GROUP BY wing"):
+        name = agent or wing.removeprefix("wing_")
+        entry = seen.setdefault(name, {"agent": name, "wing": wing, "last_activity": last, "diary_entries": 0})
+        entry["diary_entries"] = count
+        if last and (entry["last_activity"] or "") < last:
+            entry["last_activity"] = last
+    return seen
+
+
+def tunnels(conn: apsw.Connection, wing_a: str | None, wing_b: str | None) -> list[dict[str, Any]]:
+    """Rooms that bridge wings: both given wings, or any two wings when one or none is given."""
+    rows = conn.execute("SELECT room, wing, count(*) FROM drawers GROUP BY room, wing ORDER BY room, wing").fetchall()
+    by_room: dict[str, dict[str, int]] = {}
+    for room, wing, count in rows:
+        by_room.setdefault(room, {})[wing] = count
+    out = []
+    for room, wings in sorted(by_room.items()):
+        wanted = [w for w in (wing_a, wing_b) if w]
+        if wanted and not all(w in wings for w in wanted):
+            continue
+        if len(wings) < 2:
+            continue
+        out.append({"room": room, "wings": sorted(wings), "drawers": sum(wings.values())})
+    return out
