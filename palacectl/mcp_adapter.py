@@ -46,7 +46,8 @@ LOGGER: Final = logging.getLogger("palacectl.mcp")
 READ_ONLY_ERROR: Final = -32003
 MUTATING_TOOLS: Final = frozenset({
     "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
-    "mempalace_task_create",
+    "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
+    "mempalace_diary_write",
 })
 INSTRUCTIONS: Final = (
     "palace: the shared coordination log of this agent fleet (MemPalace-compatible). Cursor = event id "
@@ -122,7 +123,7 @@ class PalaceMCP(MCPServer):
     # -- calling the daemon --------------------------------------------------------------------
 
     def _speaks_as(self, field: str, value: str | None) -> str:
-        if value is None or value.strip() == self.agent:
+        if value is None or value.strip() == self.agent or (field == "agent_name" and value.strip().lower() == self.agent.lower()):
             return self.agent
         raise ApiError(f"this adapter speaks as {self.agent!r}; {field}={value.strip()!r} would impersonate "
                        "another agent (run one adapter per agent identity)", code="invalid_argument")
@@ -303,6 +304,83 @@ class PalaceMCP(MCPServer):
         async def mempalace_peers() -> Result:
             return await self._read(lambda: daemon.call("peers"))
 
+        # -- memory ------------------------------------------------------------------------
+
+        @tool(description=(
+            "Search the shared memory before you answer. query: keywords (<= 250 chars). Returns verbatim "
+            "drawer content with wing, room, drawer_id, source and score; quote it, do not paraphrase."))
+        async def mempalace_search(
+            query: str, limit: int = 5, wing: str | None = None, room: str | None = None,
+            since: str | None = None, before: str | None = None,
+        ) -> Result:
+            return await self._read(lambda: daemon.call("search", **_drop_none(
+                query=query, limit=limit, wing=wing, room=room, since=since, before=before)))
+
+        @tool(description=(
+            "File lasting knowledge verbatim in a wing and room (decisions, conclusions, lessons; never "
+            "secrets). The same content again returns the existing drawer. Returns {success, drawer_id}."))
+        async def mempalace_add_drawer(
+            wing: str, room: str, content: str, source_file: str | None = None, added_by: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                return await daemon.call("memory_add", **_drop_none(
+                    wing=wing, room=room, content=content, source_file=source_file,
+                    added_by=self._speaks_as("added_by", added_by)))
+
+            return await self._write("mempalace_add_drawer", call)
+
+        @tool(description=(
+            "Facts about an entity as of a date (default today): active, historical and future facts. "
+            "direction: outgoing, incoming or both."))
+        async def mempalace_kg_query(entity: str, as_of: str | None = None, direction: str = "both") -> Result:
+            return await self._read(lambda: daemon.call("kg_query", **_drop_none(
+                entity=entity, as_of=as_of, direction=direction)))
+
+        @tool(description=(
+            "Add a fact subject → predicate → object, optionally valid_from/valid_to (YYYY-MM-DD). When a fact "
+            "changes: invalidate the old one, then add the new one. Returns {success, triple_id, fact}."))
+        async def mempalace_kg_add(
+            subject: str, predicate: str, object: str, valid_from: str | None = None, valid_to: str | None = None,
+            source_drawer_id: str | None = None, source_file: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                return await daemon.call("kg_add", **_drop_none(
+                    subject=subject, predicate=predicate, object=object, valid_from=valid_from, valid_to=valid_to,
+                    source_drawer_id=source_drawer_id, source_file=source_file, added_by=self.agent))
+
+            return await self._write("mempalace_kg_add", call)
+
+        @tool(description="End a fact's validity (ended: YYYY-MM-DD, default today); it stays as history.")
+        async def mempalace_kg_invalidate(subject: str, predicate: str, object: str, ended: str | None = None) -> Result:
+            async def call() -> Result:
+                return await daemon.call("kg_invalidate", **_drop_none(
+                    subject=subject, predicate=predicate, object=object, ended=ended, added_by=self.agent))
+
+            return await self._write("mempalace_kg_invalidate", call)
+
+        @tool(description="Write in your own diary (wing_<you>/diary) with a topic. Returns {success, entry_id, timestamp}.")
+        async def mempalace_diary_write(entry: str, topic: str = "general", agent_name: str | None = None) -> Result:
+            async def call() -> Result:
+                return await daemon.call("diary_write", agent_name=self._speaks_as("agent_name", agent_name),
+                                         entry=entry, topic=topic, added_by=self.agent)
+
+            return await self._write("mempalace_diary_write", call)
+
+        @tool(description="Read an agent's diary, newest first: {agent, entries, total, showing}. last_n <= 100.")
+        async def mempalace_diary_read(agent_name: str | None = None, last_n: int = 10) -> Result:
+            return await self._read(lambda: daemon.call("diary_read", agent_name=agent_name or self.agent,
+                                                         last_n=last_n))
+
+        @tool(description="Every agent the palace has seen: wing, last activity, whether it is watching now.")
+        async def mempalace_list_agents() -> Result:
+            return await self._read(lambda: daemon.call("agents"))
+
+        @tool(description="Rooms that two wings share (both optional): where their knowledge meets.")
+        async def mempalace_find_tunnels(wing_a: str | None = None, wing_b: str | None = None) -> Result:
+            return await self._read(lambda: daemon.call("tunnels", **_drop_none(wing_a=wing_a, wing_b=wing_b)))
+
+        del (mempalace_search, mempalace_add_drawer, mempalace_kg_query, mempalace_kg_add, mempalace_kg_invalidate,
+             mempalace_diary_write, mempalace_diary_read, mempalace_list_agents, mempalace_find_tunnels)
         del (mempalace_event_append, mempalace_event_list, mempalace_event_wait, mempalace_event_ack,
              mempalace_artifact_put, mempalace_artifact_get, mempalace_patch_submit, mempalace_task_create,
              mempalace_task_status, mempalace_task_list, mempalace_who, mempalace_peers)

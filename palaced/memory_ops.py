@@ -63,7 +63,10 @@ class MemoryOps:
                 "filed_at": event["created_at"], "event_id": event["id"]}
 
     async def op_search(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
-        query = clean_required("query", args.get("query"))
+        raw = args.get("query")
+        query = raw.strip() if isinstance(raw, str) else clean_required("query", raw)
+        if not query:
+            raise ValidationError("query must be a non-empty string", field="query")
         if len(query) > MAX_QUERY_CHARS:
             raise ValidationError(f"query must be at most {MAX_QUERY_CHARS} characters (keywords, not a document)",
                                   field="query")

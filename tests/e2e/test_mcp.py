@@ -27,8 +27,12 @@ MEMPALACE_TOOLS = ["mempalace_event_append", "mempalace_event_list", "mempalace_
                    "mempalace_artifact_put", "mempalace_artifact_get", "mempalace_patch_submit",
                    "mempalace_task_create"]
 PALACE_TOOLS = ["mempalace_task_status", "mempalace_task_list", "mempalace_who", "mempalace_peers"]
+MEMORY_TOOLS = ["mempalace_search", "mempalace_add_drawer", "mempalace_kg_query", "mempalace_kg_add",
+                "mempalace_kg_invalidate", "mempalace_diary_write", "mempalace_diary_read", "mempalace_list_agents",
+                "mempalace_find_tunnels"]
 MUTATING = {"mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
-            "mempalace_task_create"}
+            "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
+            "mempalace_diary_write"}
 
 
 @contextlib.asynccontextmanager
@@ -50,7 +54,7 @@ async def test_tools_are_listed_with_their_inputs(daemon):
     async with adapter(daemon.home) as client:
         listed = await client.list_tools()
     names = [t.name for t in listed.tools]
-    assert names == MEMPALACE_TOOLS + PALACE_TOOLS
+    assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS
     schemas = {t.name: t.input_schema for t in listed.tools}
     assert set(schemas["mempalace_event_append"]["required"]) == {"type", "stream", "room"}
     assert "since_event_id" in schemas["mempalace_event_list"]["properties"]
@@ -250,8 +254,37 @@ async def test_the_adapter_starts_without_a_daemon_and_connects_once_it_runs(dae
     d = daemon_factory(home, start=False)
     async with adapter(home) as client:
         names = [t.name for t in (await client.list_tools()).tools]
-        assert names == MEMPALACE_TOOLS + PALACE_TOOLS
+        assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS
         down = await call(client, "mempalace_event_wait", timeout_ms=100)
         assert "palaced is not running" in down["error"]
         await trio.to_thread.run_sync(d.start)
         assert (await call(client, "mempalace_event_list"))["count"] == 0
+
+
+async def test_memory_tools_round_trip_with_one_identity(daemon):
+    decision = "Decision 2026-11-30: the palace keeps memory in the replicated log.\n"
+    async with adapter(daemon.home, "mac-claude") as client:
+        filed = await call(client, "mempalace_add_drawer", wing="wing_palace", room="decisions", content=decision)
+        assert filed["success"] is True and filed["duplicate"] is False
+        again = await call(client, "mempalace_add_drawer", wing="wing_palace", room="decisions", content=decision)
+        assert again["drawer_id"] == filed["drawer_id"] and again["duplicate"] is True
+        found = await call(client, "mempalace_search", query="memory replicated log")
+        assert found["results"][0]["content"] == decision and found["results"][0]["drawer_id"] == filed["drawer_id"]
+        assert (await call(client, "mempalace_kg_add", subject="palace", predicate="stores memory in",
+                           object="sqlite", valid_from="2026-01-01"))["success"] is True
+        ended = await call(client, "mempalace_kg_invalidate", subject="palace", predicate="stores memory in",
+                           object="sqlite", ended="2026-11-30")
+        assert ended["success"] is True and ended["facts_ended"] == 1
+        history = await call(client, "mempalace_kg_query", entity="palace", as_of="2026-06-01")
+        assert [f["object"] for f in history["active_facts"]] == ["sqlite"]
+        assert (await call(client, "mempalace_kg_query", entity="palace"))["historical_facts"][0]["object"] == "sqlite"
+        wrote = await call(client, "mempalace_diary_write", entry="SESSION|memory tools|★★★", topic="palace")
+        assert wrote["success"] is True and wrote["agent"] == "mac-claude"
+        foreign = await call(client, "mempalace_diary_write", entry="not mine", agent_name="linux-codex")
+        assert foreign["success"] is False and "speaks as" in foreign["error"]
+        diary = await call(client, "mempalace_diary_read")
+        assert diary["total"] == 1 and diary["entries"][0]["content"] == "SESSION|memory tools|★★★"
+        agents = await call(client, "mempalace_list_agents")
+        assert "mac-claude" in [a["agent"] for a in agents["agents"]]
+        bad_date = await call(client, "mempalace_kg_add", subject="a", predicate="b", object="c", valid_from="soon")
+        assert bad_date["success"] is False and "not a valid ISO-8601 date" in bad_date["error"]
