@@ -53,10 +53,11 @@ def search(
     since: Annotated[Optional[str], typer.Option("--since", help="Filed on or after (YYYY-MM-DD).")] = None,
     before: Annotated[Optional[str], typer.Option("--before", help="Filed before (YYYY-MM-DD).")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Default 5, max 100.")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="hybrid (default), keyword or vector.")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Search the drawers; every hit is the verbatim content with where it was filed."""
-    result = _call("search", query=query, wing=wing, room=room, since=since, before=before,
+    """Search the drawers by meaning and keywords; every hit is the verbatim content with its place."""
+    result = _call("search", query=query, wing=wing, room=room, since=since, before=before, mode=mode,
                    limit=None if limit is None else min(limit, 1000))
     if json_:
         emit_json(result)

@@ -29,7 +29,9 @@ from .config import Config
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
+from .embedding import FastEmbedder
 from .network import Network, NetworkSettings
+from .vectors import MemoryIndexer
 from .service import Service
 from .store import DB_FILENAME, Store
 from .store.aio import AsyncStore
@@ -140,6 +142,12 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
                             # Before init/join a daemon opens no network port at all.
                             await start_network(membership)
                         await api_nursery.start(serve_api, config.socket_path, service, config.max_frame_bytes)
+                        if config.memory_embed:
+                            # Derived state, off the append path: cancelled with the API at shutdown.
+                            service.indexer = MemoryIndexer(
+                                store, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
+                                config.home)
+                            api_nursery.start_soon(service.indexer.run)
                         task_status.started(service)
                         await trio.sleep_forever()
                 finally:

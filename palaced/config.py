@@ -44,6 +44,10 @@ class Config:
     listen: str = DEFAULT_LISTEN
     #: advertise and browse with mDNS (turn off where multicast must not leave the machine)
     mdns: bool = True
+    #: embedding model for memory search: the built-in offline model, a fastembed name or a local directory
+    memory_model: str = "builtin:all-MiniLM-L6-v2-int8"
+    #: embed drawers for meaning-based search (off: keyword search only, no model loaded)
+    memory_embed: bool = True
 
     @property
     def socket_path(self) -> Path:
@@ -67,6 +71,7 @@ _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},
     "log": {"level": str},
     "network": {"listen": str, "mdns": bool},
+    "memory": {"model": str, "embed": bool},
 }
 
 
@@ -113,5 +118,7 @@ def load_config(home: Path) -> Config:
         parse_peer_address(listen)
     except ValueError as exc:
         raise ConfigError(f"{path}: network.listen: {exc}") from None
+    memory = values.get("memory", {})
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen,
-                  mdns=network.get("mdns", True))
+                  mdns=network.get("mdns", True), memory_model=memory.get("model", Config.memory_model),
+                  memory_embed=memory.get("embed", True))

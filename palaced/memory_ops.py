@@ -3,8 +3,9 @@
 Owns: the local-API handlers for memory (mixed into ``Service``). Every write is a ``memory.*``
 event appended to the log (so it replicates, is signed, and can be redacted); the store updates
 the materialised views in the same transaction, so a write is readable the moment it returns.
-Reads go to the views (``store/memory_views.py``). Search is keyword (FTS5, bm25) here; the
-dense-vector half and the fusion of both come with the embedding worker.
+Reads go to the views (``store/memory_views.py``). Search is hybrid: keyword ranking (FTS5, bm25)
+and nearest vectors (``vectors.py``) fused by reciprocal rank; while drawers await embedding, or
+when no model can load, keyword ranking alone answers.
 """
 
 from __future__ import annotations
@@ -14,8 +15,17 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from palace_proto.errors import NotFound, ValidationError
-from palace_proto.memory import DiaryEntry, Drawer, FactAdd, FactInvalidate, diary_entry_id, diary_wing, validate_date
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.memory import (
+    DiaryEntry,
+    Drawer,
+    FactAdd,
+    FactInvalidate,
+    diary_entry_id,
+    diary_wing,
+    fuse_rankings,
+    validate_date,
+)
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from .store import WriteContext
@@ -31,6 +41,12 @@ MAX_SEARCH_LIMIT: Final = 100
 DEFAULT_DIARY_LAST: Final = 10
 MAX_DIARY_LAST: Final = 100
 MAX_QUERY_CHARS: Final = 250
+SEARCH_MODES: Final = ("hybrid", "keyword", "vector")
+# Why 50: each ranking contributes its top 50 to the fusion; far more than any limit asked for.
+CANDIDATES: Final = 50
+# Why 0.2: below it, all-MiniLM-L6-v2 neighbours are unrelated text (cat/revenue ~0.0, cat/kitten
+# ~0.6); without a floor, vector search returns the k nearest drawers however far they are.
+DEFAULT_MIN_SIMILARITY: Final = 0.2
 
 
 def _today() -> str:
@@ -74,8 +90,41 @@ class MemoryOps:
         filters = {"wing": clean_optional("wing", args.get("wing")), "room": clean_optional("room", args.get("room")),
                    "since": validate_date("since", args.get("since")),
                    "before": validate_date("before", args.get("before"))}
-        hits = await self.astore.read(self.store.memory_read, views.keyword_search, query, limit=limit, **filters)
-        return {"query": query, "results": hits, "count": len(hits), "mode": "keyword"}
+        mode = args.get("mode") or "hybrid"
+        if mode not in SEARCH_MODES:
+            raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}", field="mode")
+        indexer = self.indexer
+        if mode != "keyword" and (indexer is None or not indexer.available):
+            if mode == "vector":
+                raise ApiError("vector search is not available on this daemon (see `palacectl status`)",
+                               code="invalid_argument")
+            mode = "keyword"
+        depth = max(CANDIDATES, limit * 4)
+        keyword = [] if mode == "vector" else await self.astore.read(
+            self.store.memory_read, views.keyword_search, query, limit=depth, **filters)
+        if mode == "keyword":
+            hits = keyword[:limit]
+            return {"query": query, "results": hits, "count": len(hits), "mode": mode}
+        assert indexer is not None
+        nearest = await indexer.search(query, depth * 2 if any(filters.values()) else depth)
+        drawers = await self.astore.read(self.store.memory_read, views.drawers_by_id, [d for d, _ in nearest])
+        cosine = {d: s for d, s in nearest}
+        floor = args.get("min_similarity", DEFAULT_MIN_SIMILARITY)
+        if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not -1 <= floor <= 1:
+            raise ValidationError("min_similarity must be a number from -1 to 1", field="min_similarity")
+        vector = [d for d, s in nearest
+                  if s >= floor and d in drawers and views.passes(drawers[d], **filters)][:depth]
+        ranked = fuse_rankings([h["drawer_id"] for h in keyword], vector) if mode == "hybrid" else \
+            [(d, cosine[d]) for d in vector]
+        by_id = {h["drawer_id"]: h for h in keyword} | {d: drawers[d] for d in vector}
+        hits = []
+        for drawer_id, score in ranked[:limit]:
+            hit = dict(by_id[drawer_id])
+            hit["score"] = round(score, 6)
+            hit["similarity"] = round(cosine[drawer_id], 4) if drawer_id in cosine else None
+            hits.append(hit)
+        return {"query": query, "results": hits, "count": len(hits), "mode": mode,
+                "pending_embeddings": indexer.pending}
 
     async def op_drawer_get(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
         drawer_id = clean_required("drawer_id", args.get("drawer_id"))

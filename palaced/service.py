@@ -52,6 +52,7 @@ from .store.aio import AsyncStore
 
 if TYPE_CHECKING:
     from .network import Network
+    from .vectors import MemoryIndexer
 
 __all__ = ["Service", "Watcher"]
 
@@ -131,6 +132,8 @@ class Service(FleetOps, MemoryOps):
         self.network: Network | None = None
         self.directory: MemberDirectory | None = None
         self.start_network: Callable[[Membership], Awaitable[None]] | None = None
+        #: the memory's vector worker (None when embedding is off)
+        self.indexer: MemoryIndexer | None = None
 
     def __repr__(self) -> str:
         return f"<Service origin={self.store.origin_id} watchers={len(self.watchers)}>"
@@ -166,7 +169,8 @@ class Service(FleetOps, MemoryOps):
             "socket": str(self.config.socket_path), "pid": os.getpid(),
             "origin": self.store.origin_id, "fingerprint": self.fingerprint,
             "events": counts["events"], "artifacts": counts["artifacts"], "latest_event_id": latest_id,
-            "memory": {"drawers": counts["drawers"], "facts": counts["facts"]},
+            "memory": {"drawers": counts["drawers"], "facts": counts["facts"],
+                       "embedding": self.indexer.status() if self.indexer else None},
             "started_at": _utc_stamp(self.started_at),
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "watchers": len(self.watchers), "writer": self.astore.statistics(),

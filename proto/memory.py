@@ -36,6 +36,7 @@ __all__ = [
     "diary_wing",
     "drawer_id",
     "fact_state",
+    "fuse_rankings",
     "triple_id",
     "validate_date",
 ]
@@ -242,3 +243,22 @@ def fact_state(valid_from: str | None, valid_to: str | None, as_of: str) -> str:
     if valid_to and valid_to[:10] <= day:
         return "historical"
     return "active"
+
+
+#: Reciprocal rank fusion's constant (Cormack et al.): damps the head of each ranking so that
+#: agreement between rankings matters more than a first place in one of them.
+RRF_K: Final = 60
+
+
+def fuse_rankings(*rankings: list[str], k: int = RRF_K) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion: ``score(d) = Σ 1 / (k + rank of d)`` over the rankings that hold
+    ``d`` (ranks from 1). Best first; ties keep the first ranking's order."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    order: dict[str, int] = {}
+    for ranking in rankings:
+        for item in ranking:
+            order.setdefault(item, len(order))
+    return sorted(scores.items(), key=lambda pair: (-pair[1], order[pair[0]]))

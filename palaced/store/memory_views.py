@@ -31,8 +31,8 @@ from palace_proto.memory import (
     triple_id,
 )
 
-__all__ = ["VIEWS_VERSION", "agents", "diary_page", "facts_about", "keyword_search", "materialise", "rebuild",
-           "unmaterialise", "tunnels"]
+__all__ = ["VIEWS_VERSION", "agents", "diary_page", "drawers_by_id", "facts_about", "keyword_search", "materialise",
+           "passes", "rebuild", "tunnels", "unmaterialise"]
 
 #: bump when the views' shape or derivation changes: the daemon then rebuilds them from the log
 VIEWS_VERSION: Final = "1"
@@ -128,6 +128,23 @@ def _where(wing: str | None, room: str | None, since: str | None, before: str | 
         clauses.append("d.filed_at<?")
         args.append(before)
     return (" AND " + " AND ".join(clauses)) if clauses else "", args
+
+
+def drawers_by_id(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start:start + 500])
+        placeholders = ",".join("?" * len(chunk))
+        for row in conn.execute(f"SELECT {DRAWER_COLUMNS} FROM drawers d WHERE d.id IN ({placeholders})", chunk):
+            out[row[0]] = drawer_from_row(row)
+    return out
+
+
+def passes(drawer: dict[str, Any], *, wing: str | None = None, room: str | None = None, since: str | None = None,
+           before: str | None = None) -> bool:
+    """The search filters, applied to a drawer found by its vector."""
+    return ((not wing or drawer["wing"] == wing) and (not room or drawer["room"] == room)
+            and (not since or drawer["filed_at"] >= since) and (not before or drawer["filed_at"] < before))
 
 
 def fts_query(text: str) -> str | None:

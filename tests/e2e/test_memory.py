@@ -4,6 +4,8 @@ searchable, queryable and readable on B; a redacted drawer vanishes from B's sea
 
 from __future__ import annotations
 
+import pytest
+
 from tests.fleet import append, ctl_json, wait_converged, wait_until
 from tests.helpers import run_ctl
 
@@ -75,7 +77,7 @@ def test_memory_written_on_a_reaches_b_and_a_redaction_follows(fleet):
     ctl_json(a.home, "diary", "write", "--agent", "mac-claude", "--entry", "filed the memory decision")
     append(a.home, "an ordinary event too")
     wait_converged(a, b)
-    hits = ctl_json(b.home, "search", "replicated log")["results"]
+    hits = ctl_json(b.home, "search", "replicated log", "--mode", "keyword")["results"]
     assert {h["drawer_id"] for h in hits} == {drawer_id, secret.json()["drawer_id"]}
     assert [h["content"] for h in hits if h["drawer_id"] == drawer_id] == [DECISION]
     assert ctl_json(b.home, "kg", "query", "palace")["active_facts"][0]["object"] == "memory"
@@ -85,6 +87,41 @@ def test_memory_written_on_a_reaches_b_and_a_redaction_follows(fleet):
     leaked = [e for e in ctl_json(a.home, "list", "--stream", "memory", "--limit", "50")["events"]
               if "tok_live_123" in e["body"]][0]
     ctl_json(a.home, "redact", leaked["id"], "--from-agent", "mac-claude", "--reason", "a token")
-    wait_until(lambda: [h["drawer_id"] for h in ctl_json(b.home, "search", "replicated log")["results"]]
+    wait_until(lambda: [h["drawer_id"] for h in ctl_json(b.home, "search", "replicated log", "--mode",
+                                                          "keyword")["results"]]
                == [drawer_id], "the redacted drawer to leave beta's search")
     assert "tok_live_123" not in run_ctl(b.home, "search", "deploy token").stdout
+
+
+PARAPHRASE_DRAWERS = {
+    "deploy": "We ship to production only from the main branch, after the full test suite passes in CI.\n",
+    "cats": "The office cat sleeps on the warm router every afternoon.\n",
+    "db": "Palace stores each replica's log in SQLite with write-ahead logging and fsync on commit.\n",
+    "oncall": "Whoever is on call rotates every Monday; the handover note goes in the ops room.\n",
+}
+
+
+@pytest.mark.slow
+def test_a_paraphrased_question_finds_its_drawer_by_meaning(ctl, daemon):
+    """The real offline model (no network here either): no keyword of the question is in the drawer."""
+    ids = {}
+    for name, text in PARAPHRASE_DRAWERS.items():
+        ids[name] = ctl("remember", "--wing", "wing_palace", "--room", "notes", "--json",
+                        input=text.encode()).json()["drawer_id"]
+    wait_until(lambda: (ctl("status", "--json").json()["memory"]["embedding"] or {}).get("indexed") == 4,
+               "the drawers to be embedded", timeout=120)
+    question = "which database keeps the event history on disk?"
+    assert ctl("search", question, "--mode", "keyword", "--json").json()["count"] == 0 or \
+        ctl("search", question, "--mode", "keyword", "--json").json()["results"][0]["drawer_id"] != ids["db"]
+    hybrid = ctl("search", question, "--json").json()
+    assert hybrid["mode"] == "hybrid" and hybrid["results"][0]["drawer_id"] == ids["db"]
+    assert hybrid["results"][0]["content"] == PARAPHRASE_DRAWERS["db"]  # verbatim
+    vector = ctl("search", "kitty napping on network gear", "--mode", "vector", "--json").json()
+    assert vector["results"][0]["drawer_id"] == ids["cats"]
+    status = ctl("status", "--json").json()["memory"]["embedding"]
+    assert status["model_loads"] == 1 and status["pending"] == 0 and status["error"] is None
+    # Forgetting reaches the vectors too.
+    event = [e for e in ctl("list", "--stream", "memory", "--json").json()["events"] if "SQLite" in e["body"]][0]
+    assert ctl("redact", event["id"], "--from-agent", "tester").returncode == 0
+    wait_until(lambda: ids["db"] not in [h["drawer_id"] for h in ctl("search", question, "--json").json()["results"]],
+               "the redacted drawer to leave vector search")

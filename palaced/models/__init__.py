@@ -1,0 +1,1 @@
+"""Data files of the built-in embedding model (see minilm/NOTICE.md)."""
