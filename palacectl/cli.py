@@ -770,6 +770,19 @@ def bench(
         emit_json(result)
 
 
+@bench_app.command("memory")
+def bench_memory(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure the shared memory: retrieval evaluation, embedding, search latency, a fresh peer."""
+    from .bench_memory import run_memory_bench
+
+    result = run_memory_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
 @bench_app.command("replication")
 def bench_replication(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,

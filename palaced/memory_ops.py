@@ -4,8 +4,8 @@ Owns: the local-API handlers for memory (mixed into ``Service``). Every write is
 event appended to the log (so it replicates, is signed, and can be redacted); the store updates
 the materialised views in the same transaction, so a write is readable the moment it returns.
 Reads go to the views (``store/memory_views.py``). Search is hybrid: keyword ranking (FTS5, bm25)
-and nearest vectors (``vectors.py``) fused by reciprocal rank; while drawers await embedding, or
-when no model can load, keyword ranking alone answers.
+and nearest vectors (``vectors.py``) combined on one score (``hybrid_score``); while drawers await
+embedding, or when no model can load, keyword ranking alone answers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from palace_proto.memory import (
     FactInvalidate,
     diary_entry_id,
     diary_wing,
-    fuse_rankings,
+    hybrid_score,
     validate_date,
 )
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
@@ -44,9 +44,10 @@ MAX_QUERY_CHARS: Final = 250
 SEARCH_MODES: Final = ("hybrid", "keyword", "vector")
 # Why 50: each ranking contributes its top 50 to the fusion; far more than any limit asked for.
 CANDIDATES: Final = 50
-# Why 0.2: below it, all-MiniLM-L6-v2 neighbours are unrelated text (cat/revenue ~0.0, cat/kitten
-# ~0.6); without a floor, vector search returns the k nearest drawers however far they are.
-DEFAULT_MIN_SIMILARITY: Final = 0.2
+# Why 0.1: unrelated sentences score about -0.05 to 0.05 with all-MiniLM-L6-v2 (deps-notes:
+# cat/revenue -0.01, cat/password 0.05; a paraphrase 0.3-0.6). Without a floor, vector search would
+# return the k nearest drawers however unrelated they are.
+DEFAULT_MIN_SIMILARITY: Final = 0.1
 
 
 def _today() -> str:
@@ -90,6 +91,7 @@ class MemoryOps:
         filters = {"wing": clean_optional("wing", args.get("wing")), "room": clean_optional("room", args.get("room")),
                    "since": validate_date("since", args.get("since")),
                    "before": validate_date("before", args.get("before"))}
+        started = time.perf_counter()
         mode = args.get("mode") or "hybrid"
         if mode not in SEARCH_MODES:
             raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}", field="mode")
@@ -106,16 +108,23 @@ class MemoryOps:
             hits = keyword[:limit]
             return {"query": query, "results": hits, "count": len(hits), "mode": mode}
         assert indexer is not None
-        nearest = await indexer.search(query, depth * 2 if any(filters.values()) else depth)
+        timings: dict[str, float] = {}
+        nearest = await indexer.search(query, depth * 2 if any(filters.values()) else depth, timings)
         drawers = await self.astore.read(self.store.memory_read, views.drawers_by_id, [d for d, _ in nearest])
         cosine = {d: s for d, s in nearest}
         floor = args.get("min_similarity", DEFAULT_MIN_SIMILARITY)
         if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not -1 <= floor <= 1:
             raise ValidationError("min_similarity must be a number from -1 to 1", field="min_similarity")
-        vector = [d for d, s in nearest
-                  if s >= floor and d in drawers and views.passes(drawers[d], **filters)][:depth]
-        ranked = fuse_rankings([h["drawer_id"] for h in keyword], vector) if mode == "hybrid" else \
-            [(d, cosine[d]) for d in vector]
+        vector = [d for d, _ in nearest if d in drawers and views.passes(drawers[d], **filters)][:depth]
+        if mode == "vector":
+            ranked = [(d, cosine[d]) for d in vector if cosine[d] >= floor]
+        else:
+            # Both signals on one scale (palace_proto.memory.hybrid_score); a drawer found by only one
+            # ranking counts the other as zero. Every keyword match stays a candidate (a drawer not
+            # embedded yet is found that way); vector-only candidates must clear the floor.
+            bm25 = {h["drawer_id"]: h["score"] for h in keyword}
+            candidates = dict.fromkeys([*bm25, *(d for d in vector if cosine[d] >= floor)])
+            ranked = sorted(((d, hybrid_score(cosine.get(d), bm25.get(d))) for d in candidates), key=lambda p: -p[1])
         by_id = {h["drawer_id"]: h for h in keyword} | {d: drawers[d] for d in vector}
         hits = []
         for drawer_id, score in ranked[:limit]:
@@ -123,8 +132,9 @@ class MemoryOps:
             hit["score"] = round(score, 6)
             hit["similarity"] = round(cosine[drawer_id], 4) if drawer_id in cosine else None
             hits.append(hit)
+        timings["total_ms"] = round((time.perf_counter() - started) * 1000, 3)
         return {"query": query, "results": hits, "count": len(hits), "mode": mode,
-                "pending_embeddings": indexer.pending}
+                "pending_embeddings": indexer.pending, "timings_ms": timings}
 
     async def op_drawer_get(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
         drawer_id = clean_required("drawer_id", args.get("drawer_id"))

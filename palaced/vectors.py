@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -207,11 +208,18 @@ class MemoryIndexer:
             lambda conn: conn.execute(f"SELECT id, content FROM drawers WHERE id IN ({placeholders})", ids).fetchall())
         return dict(rows)
 
-    async def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        """(drawer id, cosine) of the nearest drawers; empty when vectors are unavailable."""
+    async def search(self, query: str, k: int, timings: dict[str, float] | None = None) -> list[tuple[str, float]]:
+        """(drawer id, cosine) of the nearest drawers; empty when vectors are unavailable.
+
+        ``timings`` (if given) receives ``embed_ms`` (the query's embedding) and ``index_ms``."""
         if self.index is None or len(self.index) == 0:
             return []
+        started = time.perf_counter()
         vector = await trio.to_thread.run_sync(self.embedder.embed, [query])
+        embedded = time.perf_counter()
         hits = await trio.to_thread.run_sync(self.index.search, vector[0], k)
+        if timings is not None:
+            timings["embed_ms"] = round((embedded - started) * 1000, 3)
+            timings["index_ms"] = round((time.perf_counter() - embedded) * 1000, 3)
         return [(self._keys_to_ids[key], score) for key, score in hits if key in self._keys_to_ids]
 

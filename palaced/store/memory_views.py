@@ -147,10 +147,20 @@ def passes(drawer: dict[str, Any], *, wing: str | None = None, room: str | None 
             and (not since or drawer["filed_at"] >= since) and (not before or drawer["filed_at"] < before))
 
 
+# Why: the keyword half should rank by the words that carry meaning; "how", "the", "is" match
+# nearly every drawer and drown the signal when ORed (questions are mostly such words).
+STOPWORDS: Final = frozenset(
+    "a an and are as at be but by can could did do does for from had has have how i if in into is it its me "
+    "my no not of on or our should so that the their them then there these they this to was we were what when "
+    "where which who whom why will with would you your".split())
+
+
 def fts_query(text: str) -> str | None:
-    """A safe FTS5 query: every word of ``text``, quoted, any of them (ranked by bm25)."""
+    """A safe FTS5 query: the words of ``text`` that carry meaning, quoted, any of them (bm25
+    ranks drawers with more and rarer matches first). A query of stopwords only keeps them."""
     words = _WORD_RE.findall(text)
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
+    meaningful = [w for w in words if w.lower() not in STOPWORDS] or words
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in meaningful) or None
 
 
 def keyword_search(conn: apsw.Connection, query: str, *, wing: str | None = None, room: str | None = None,

@@ -6,7 +6,7 @@ import pytest
 
 from palace_proto.errors import ValidationError
 from palace_proto.memory import (
-    DiaryEntry, Drawer, FactAdd, diary_entry_id, diary_wing, drawer_id, fact_state, fuse_rankings, validate_date,
+    DiaryEntry, Drawer, FactAdd, diary_entry_id, diary_wing, drawer_id, fact_state, hybrid_score, validate_date,
 )
 from palace_proto.validation import Limits
 
@@ -42,11 +42,10 @@ def test_dates_and_fact_states():
                            "valid_from": "2026-02-01", "valid_to": "2026-01-01"})
 
 
-def test_rank_fusion_rewards_agreement():
-    keyword = ["a", "b", "c"]
-    vector = ["c", "d", "a"]
-    fused = [item for item, _ in fuse_rankings(keyword, vector)]
-    assert fused[:2] == ["a", "c"]  # in both rankings
-    assert set(fused) == {"a", "b", "c", "d"}
-    assert fuse_rankings([], []) == []
-    assert [i for i, _ in fuse_rankings(["x", "y"])] == ["x", "y"]
+def test_hybrid_score_lets_either_signal_lead():
+    paraphrase = hybrid_score(0.6, None)          # found by meaning only
+    exact_id = hybrid_score(0.15, 18.0)           # a rare identifier matched, weakly similar
+    noise = hybrid_score(0.05, 1.5)               # one common word, unrelated
+    assert exact_id > noise and paraphrase > noise
+    assert hybrid_score(0.6, 18.0) > max(paraphrase, exact_id)  # agreement wins
+    assert hybrid_score(None, None) == 0.0 and hybrid_score(0.2, None) == 0.1
