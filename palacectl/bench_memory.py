@@ -135,9 +135,9 @@ def _rss_mb(daemon: _Daemon) -> float:
     return float("nan")
 
 
-def run_memory_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int | None = None) -> dict[str, Any]:
     say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
-    drawers = 300 if quick else 10_000
+    drawers = drawers or (300 if quick else 10_000)
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
     palace = _Palace()
     show_logs = False

@@ -773,12 +773,15 @@ def bench(
 @bench_app.command("memory")
 def bench_memory(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    drawers: Annotated[Optional[int], typer.Option("--drawers", help="How many drawers to file (default 10,000).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Measure the shared memory: retrieval evaluation, embedding, search latency, a fresh peer."""
     from .bench_memory import run_memory_bench
 
-    result = run_memory_bench(quick=quick, progress=not json_)
+    if drawers is not None and drawers < 1:
+        raise UsageProblem("--drawers must be a positive number")
+    result = run_memory_bench(quick=quick, progress=not json_, drawers=drawers)
     if json_:
         emit_json(result)
 

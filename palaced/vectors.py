@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -113,6 +114,15 @@ class VectorIndex:
         (self.folder / META_FILE).write_text(json.dumps({"model": self.model, "dim": self.dim, "count": len(self)}))
 
 
+def _background_priority() -> None:
+    """Run the calling thread (and the threads it starts, e.g. onnxruntime's) at the lowest CPU
+    priority: embedding must never slow the append path down, only use idle CPU."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux (per-thread nice is a Linux feature): best effort
+        pass
+
+
 class MemoryIndexer:
     """Keeps the vector index in step with the drawers view, off the append path."""
 
@@ -120,6 +130,10 @@ class MemoryIndexer:
         self.store = store
         self.bus = bus
         self.embedder = embedder
+        # One dedicated, low-priority thread runs the model (loading included, so the threads
+        # onnxruntime creates inherit the priority); trio's worker threads stay untouched.
+        self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="palace-embed",
+                                                initializer=_background_priority)
         self.folder = folder
         self.index: VectorIndex | None = None
         self.pending = 0
@@ -176,7 +190,7 @@ class MemoryIndexer:
             self.pending = 0
             return  # nothing to embed: do not load the model
         if self.index is None:
-            dim = await trio.to_thread.run_sync(lambda: self.embedder.dim)
+            dim = await self._on_model_thread(lambda: self.embedder.dim)
             index = VectorIndex(self.folder, self.embedder.name, dim)
             await trio.to_thread.run_sync(index.load)
             self.index = index
@@ -193,11 +207,18 @@ class MemoryIndexer:
         texts = await trio.to_thread.run_sync(self._contents, [d for d, _ in batch])
         present = [(d, k) for d, k in batch if d in texts]
         if present:
-            vectors = await trio.to_thread.run_sync(self.embedder.embed, [texts[d] for d, _ in present])
+            vectors = await self._on_model_thread(self.embedder.embed, [texts[d] for d, _ in present])
             await trio.to_thread.run_sync(self.index.add, [k for _, k in present], vectors)
             self.embedded_total += len(present)
         self.pending = max(0, len(missing) - len(batch))
         self.last_error = None
+
+    async def _on_model_thread(self, fn: Any, *args: Any) -> Any:
+        future = self._model_thread.submit(fn, *args)
+        return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+
+    def close(self) -> None:
+        self._model_thread.shutdown(wait=False, cancel_futures=True)
 
     def _drawer_ids(self) -> list[tuple[str, str]]:
         return self.store.memory_read(lambda conn: conn.execute("SELECT id, kind FROM drawers").fetchall())
@@ -215,7 +236,7 @@ class MemoryIndexer:
         if self.index is None or len(self.index) == 0:
             return []
         started = time.perf_counter()
-        vector = await trio.to_thread.run_sync(self.embedder.embed, [query])
+        vector = await self._on_model_thread(self.embedder.embed, [query])
         embedded = time.perf_counter()
         hits = await trio.to_thread.run_sync(self.index.search, vector[0], k)
         if timings is not None:
