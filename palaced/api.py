@@ -181,7 +181,11 @@ class _Connection:
             reply = error_reply(request.id, api_error_for(exc))
         else:
             reply = ok_reply(request.id, result)
-        await self.send(reply)
+        try:
+            await self.send(reply)
+        except (TypeError, ValueError) as exc:  # a result msgpack cannot encode: a bug, never fatal
+            LOGGER.exception("connection #%d: the reply to %s could not be encoded", self.id, request.op)
+            await self.send(error_reply(request.id, api_error_for(exc)))
 
     async def _subscribe(self, request: Request) -> None:
         async def push(message: dict[str, Any]) -> None:

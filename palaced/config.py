@@ -25,6 +25,7 @@ LOCK_FILENAME: Final = "palaced.lock"
 KEY_FILENAME: Final = "identity.key"
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 DEFAULT_LISTEN: Final = f"0.0.0.0:{DEFAULT_PEER_PORT}"
+DEFAULT_MEMORY_MODEL: Final = "builtin:all-MiniLM-L6-v2-int8"
 
 
 class ConfigError(Exception):
@@ -45,7 +46,7 @@ class Config:
     #: advertise and browse with mDNS (turn off where multicast must not leave the machine)
     mdns: bool = True
     #: embedding model for memory search: the built-in offline model, a fastembed name or a local directory
-    memory_model: str = "builtin:all-MiniLM-L6-v2-int8"
+    memory_model: str = DEFAULT_MEMORY_MODEL
     #: embed drawers for meaning-based search (off: keyword search only, no model loaded)
     memory_embed: bool = True
 
@@ -120,5 +121,5 @@ def load_config(home: Path) -> Config:
         raise ConfigError(f"{path}: network.listen: {exc}") from None
     memory = values.get("memory", {})
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen,
-                  mdns=network.get("mdns", True), memory_model=memory.get("model", Config.memory_model),
+                  mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True))

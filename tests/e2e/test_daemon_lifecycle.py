@@ -551,3 +551,15 @@ def test_home_that_is_a_file_fails_cleanly(short_tmp):
     result = run_palaced("--home", str(home))
     assert result.returncode == 1, result
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
+
+
+def test_status_works_with_a_config_file_that_leaves_memory_at_its_defaults(daemon_factory, home):
+    """Guards a regression: with config.toml present, the memory model default was a dataclass slot
+    descriptor, and `status` (which reports it) took the whole daemon down."""
+    home.mkdir(mode=0o700, parents=True)
+    (home / "config.toml").write_text("[log]\nlevel = 'info'\n")
+    daemon_factory(home)
+    status = run_ctl(home, "status", "--json")
+    assert status.returncode == 0, status
+    assert run_ctl(home, "remember", "--wing", "w", "--room", "r", input=b"x").returncode == 0
+    assert run_ctl(home, "status", "--json").json()["memory"]["drawers"] == 1
