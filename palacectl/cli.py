@@ -513,7 +513,7 @@ def peers(ctx: typer.Context, json_: JsonOpt = False) -> None:
                      f"  contact    {p['last_contact'] or 'never'}\n")
         if p["last_error"]:
             write_stdout(f"  last error {p['last_error']} at {p['last_error_at']}\n")
-        if p["peer_id"]:
+        if p["peer_id"] and p["we_lack"] is not None:
             write_stdout(f"  missing    we lack {p['we_lack']} event(s), it lacks {p['they_lack']}\n")
         for origin in p["forks"]:
             write_stdout(f"  FORK       origin {origin} has two histories\n")

@@ -628,8 +628,10 @@ class Network:
                     theirs[origin] = max(theirs.get(origin, 0), seq)
             origins = sorted(set(heads) | set(theirs))
             vector = [{"origin": o, "ours": heads.get(o, 0), "theirs": theirs.get(o, 0)} for o in origins]
-            we_lack = sum(max(0, v["theirs"] - v["ours"]) for v in vector)
-            they_lack = sum(max(0, v["ours"] - v["theirs"]) for v in vector)
+            known = link is not None or peer_id in self.peer_confirmed
+            # None: we have never heard what that peer holds (e.g. known only through a relay).
+            we_lack = sum(max(0, v["theirs"] - v["ours"]) for v in vector) if known else None
+            they_lack = sum(max(0, v["ours"] - v["theirs"]) for v in vector) if known else None
             revoked = self.directory.is_revoked(peer_id)
             if revoked:
                 state = "revoked"
