@@ -135,7 +135,8 @@ def _rss_mb(daemon: _Daemon) -> float:
     return float("nan")
 
 
-def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int | None = None) -> dict[str, Any]:
+def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int | None = None,
+                     peer: bool = True) -> dict[str, Any]:
     say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
     drawers = drawers or (300 if quick else 10_000)
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
@@ -171,6 +172,8 @@ def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int
         results["rss_with_model_mb"] = _rss_mb(a)
         say(f"  daemon RSS with the model loaded: {results['rss_with_model_mb']:.0f} MB (model loaded "
             f"{results['model_loads']} time(s))")
+        if not peer:
+            return judge(results, TARGETS, say if progress else None)
         palace.b.start()
         joined = palace.join(palace.b)
         total = drawers + results["eval_drawers"]

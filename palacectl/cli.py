@@ -774,6 +774,7 @@ def bench(
 def bench_memory(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
     drawers: Annotated[Optional[int], typer.Option("--drawers", help="How many drawers to file (default 10,000).")] = None,
+    peer: Annotated[bool, typer.Option("--peer/--no-peer", help="Also time a fresh peer indexing them all.")] = True,
     json_: JsonOpt = False,
 ) -> None:
     """Measure the shared memory: retrieval evaluation, embedding, search latency, a fresh peer."""
@@ -781,7 +782,7 @@ def bench_memory(
 
     if drawers is not None and drawers < 1:
         raise UsageProblem("--drawers must be a positive number")
-    result = run_memory_bench(quick=quick, progress=not json_, drawers=drawers)
+    result = run_memory_bench(quick=quick, progress=not json_, drawers=drawers, peer=peer)
     if json_:
         emit_json(result)
 
