@@ -146,7 +146,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
                             # Derived state, off the append path: cancelled with the API at shutdown.
                             service.indexer = MemoryIndexer(
                                 store, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
-                                config.home)
+                                config.home, exact_max=config.memory_exact_index_max)
                             api_nursery.start_soon(service.indexer.run)
                         task_status.started(service)
                         await trio.sleep_forever()

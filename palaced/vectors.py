@@ -1,8 +1,9 @@
 """Dense vectors for the shared memory: the faiss index and the background worker that fills it.
 
-Owns: the drawers' embeddings. ``VectorIndex`` is an exact inner-product faiss index (vectors are
-unit length, so inner product = cosine) keyed by a 60-bit number derived from each drawer id,
-persisted next to the database and thrown away when the model changes. ``MemoryIndexer`` runs in
+Owns: the drawers' embeddings. ``VectorIndex`` is a faiss inner-product index (vectors are unit
+length, so inner product = cosine) keyed by a 60-bit number derived from each drawer id: exact up
+to a configurable size, an inverted-file (IVF) index above it; persisted next to the database and
+thrown away when the model changes. ``MemoryIndexer`` runs in
 the daemon's nursery: whenever memory events commit (or every few seconds), it compares the index
 with the drawers view, embeds what is missing in batches on a worker thread and drops what was
 redacted. It never runs on the append path; until a drawer is embedded, search still finds it by
@@ -40,6 +41,9 @@ EMBED_BATCH: Final = 64
 IDLE_CHECK_S: Final = 2.0
 # Why 30 s: writing the index file costs ~1.5 KB per drawer; after a crash the rest is re-embedded.
 SAVE_EVERY_S: Final = 30.0
+#: drawers up to which the index stays exact (``[memory] exact_index_max``)
+DEFAULT_EXACT_MAX: Final = 50_000
+REBALANCE_GROWTH: Final = 4
 
 
 def vector_key(drawer_id: str) -> int:
@@ -48,21 +52,37 @@ def vector_key(drawer_id: str) -> int:
 
 
 class VectorIndex:
-    """An exact (flat, inner product) faiss index with ids, saved atomically to ``folder``."""
+    """Drawer vectors in faiss, keyed by ``vector_key``, saved atomically to ``folder``.
 
-    def __init__(self, folder: Path, model: str, dim: int) -> None:
+    Up to ``exact_max`` vectors the index is exact (flat inner product: every search compares the
+    query with every drawer, ~17 ms at 100k drawers here). Above it, an inverted-file index
+    (IVF, flat lists) searches only the lists nearest the query, ~1-2 ms at 100k with recall@10
+    ~0.99 against exact search. IVF rather than HNSW because redaction must remove vectors, which
+    faiss's HNSW cannot do. ``rebalance`` switches kinds (and retrains IVF as the palace grows).
+    """
+
+    def __init__(self, folder: Path, model: str, dim: int, exact_max: int = DEFAULT_EXACT_MAX) -> None:
         import faiss  # imported here: the daemon pays for faiss only once memory is used
 
         self._faiss = faiss
         self.folder = folder
         self.model = model
         self.dim = dim
+        self.exact_max = exact_max
+        # Guards swapping/mutating the index against searches. Saving needs no lock: only the
+        # indexer task mutates, and it saves between mutations (reads may run concurrently).
         self._lock = threading.Lock()
-        self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self.index: Any = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self.trained_on = 0  # how many vectors the IVF quantizer was trained on (0: exact index)
+        self._keys: set[int] = set()
         self.dirty = False
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
+
+    @property
+    def kind(self) -> str:
+        return "ivf" if self.trained_on else "exact"
 
     def load(self) -> bool:
         """Read the saved index if it was made with the same model; False otherwise."""
@@ -72,26 +92,31 @@ class VectorIndex:
                 LOGGER.info("vector index was built with %s; rebuilding for %s", meta.get("model"), self.model)
                 return False
             index = self._faiss.read_index(str(self.folder / INDEX_FILE))
-        except (OSError, ValueError, RuntimeError):
+            trained_on = int(meta.get("trained_on", 0))
+        except (OSError, ValueError, RuntimeError, TypeError):
             return False
+        if trained_on:
+            index.nprobe = _nprobe(index.nlist)
+        keys = set(self._vectors_of(index)[0].tolist())
         with self._lock:
-            self.index = index
+            self.index, self.trained_on, self._keys = index, trained_on, keys
         return True
 
     def keys(self) -> set[int]:
         with self._lock:
-            if self.index.ntotal == 0:
-                return set()
-            return set(self._faiss.vector_to_array(self.index.id_map).tolist())
+            return set(self._keys)
 
     def add(self, keys: list[int], vectors: np.ndarray) -> None:
+        ids = np.asarray(keys, dtype=np.int64)
         with self._lock:
-            self.index.add_with_ids(vectors.astype(np.float32), np.asarray(keys, dtype=np.int64))
+            self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
+            self._keys.update(keys)
             self.dirty = True
 
     def remove(self, keys: list[int]) -> None:
         with self._lock:
             self.index.remove_ids(np.asarray(keys, dtype=np.int64))
+            self._keys.difference_update(keys)
             self.dirty = True
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -101,17 +126,86 @@ class VectorIndex:
             scores, ids = self.index.search(vector.reshape(1, -1).astype(np.float32), min(k, int(self.index.ntotal)))
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i != -1]
 
-    def save(self) -> None:
+    def needs_rebalance(self) -> bool:
+        count = len(self)
+        if not self.trained_on:
+            return count > self.exact_max
+        # Why 4x: IVF lists trained on N vectors stay balanced enough up to a few N; beyond, the
+        # lists grow long and searches slow down, so retrain. Back to exact well below the limit
+        # only (hysteresis: a palace hovering at the limit must not flip at every drawer).
+        return count > REBALANCE_GROWTH * self.trained_on or count < self.exact_max // 2
+
+    def rebalance(self) -> str:
+        """Rebuild as the kind the current size calls for; returns the kind. Runs in a thread;
+        searches keep using the old index until the new one is swapped in."""
+        ids, vectors = self._vectors_of(self.index)
+        faiss = self._faiss
+        count = len(ids)
+        if count <= self.exact_max:
+            index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+            trained_on = 0
+        else:
+            nlist = _nlist(count)
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            # Why 64 per list: k-means quality stops improving much beyond it, and training on all
+            # 100k vectors would cost several seconds of CPU for nothing.
+            sample = np.random.default_rng(count).permutation(count)[: nlist * 64]
+            index.train(vectors[np.sort(sample)])
+            index.nprobe = _nprobe(nlist)
+            trained_on = count
+        if count:
+            index.add_with_ids(vectors, ids)
         with self._lock:
-            data = self._faiss.serialize_index(self.index)
-            self.dirty = False
+            # Vectors added meanwhile cannot exist: the indexer that calls this is the only writer.
+            self.index, self.trained_on, self._keys = index, trained_on, set(ids.tolist())
+            self.dirty = True
+        LOGGER.info("vector index rebuilt as %s over %d drawers", self.kind, count)
+        return self.kind
+
+    def _vectors_of(self, index: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of every entry of an exact or IVF index, copied out of faiss."""
+        faiss = self._faiss
+        count = int(index.ntotal)
+        if count == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, self.dim), dtype=np.float32)
+        if isinstance(index, faiss.IndexIDMap2):
+            ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+            flat = faiss.downcast_index(index.index)
+            vectors = faiss.rev_swig_ptr(flat.get_xb(), count * self.dim).reshape(count, self.dim).copy()
+            return ids, vectors
+        invlists = faiss.extract_index_ivf(index).invlists
+        id_parts, vector_parts = [], []
+        for list_no in range(invlists.nlist):
+            size = invlists.list_size(list_no)
+            if not size:
+                continue
+            id_parts.append(faiss.rev_swig_ptr(invlists.get_ids(list_no), size).copy())
+            codes = faiss.rev_swig_ptr(invlists.get_codes(list_no), size * self.dim * 4)
+            vector_parts.append(np.frombuffer(codes.tobytes(), dtype=np.float32).reshape(size, self.dim))
+        return np.concatenate(id_parts).astype(np.int64), np.concatenate(vector_parts)
+
+    def save(self) -> None:
+        data = self._faiss.serialize_index(self.index)
+        self.dirty = False
         tmp = self.folder / f".{INDEX_FILE}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(data.tobytes())
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.folder / INDEX_FILE)
-        (self.folder / META_FILE).write_text(json.dumps({"model": self.model, "dim": self.dim, "count": len(self)}))
+        (self.folder / META_FILE).write_text(json.dumps({"model": self.model, "dim": self.dim, "count": len(self),
+                                                         "kind": self.kind, "trained_on": self.trained_on}))
+
+
+def _nlist(count: int) -> int:
+    """IVF lists for ``count`` vectors: ~2·sqrt(n) (632 at 100k), the usual faiss guidance range,
+    with at least 39 training vectors per list (faiss's own minimum for sound k-means)."""
+    return max(1, min(int(2 * count ** 0.5), count // 39))
+
+
+def _nprobe(nlist: int) -> int:
+    """Lists searched per query: ~8% of them, measured at recall@10 ~0.99 against exact search."""
+    return min(nlist, max(16, nlist // 12))  # 16 at least: small indexes search more of themselves
 
 
 def _background_priority() -> None:
@@ -126,8 +220,10 @@ def _background_priority() -> None:
 class MemoryIndexer:
     """Keeps the vector index in step with the drawers view, off the append path."""
 
-    def __init__(self, store: Store, bus: EventBus, embedder: Embedder, folder: Path) -> None:
+    def __init__(self, store: Store, bus: EventBus, embedder: Embedder, folder: Path,
+                 exact_max: int = DEFAULT_EXACT_MAX) -> None:
         self.store = store
+        self.exact_max = exact_max
         self.bus = bus
         self.embedder = embedder
         # One dedicated, low-priority thread runs the model (loading included, so the threads
@@ -141,6 +237,7 @@ class MemoryIndexer:
         self.last_error: str | None = None
         self._keys_to_ids: dict[int, str] = {}
         self._changed = trio.Event()
+        self._synced_fingerprint: tuple[int, int] | None = None
         self._ready = trio.Event()
 
     def __repr__(self) -> str:
@@ -152,7 +249,8 @@ class MemoryIndexer:
 
     def status(self) -> dict[str, Any]:
         return {"model": self.embedder.name, "model_loads": getattr(self.embedder, "loads", None),
-                "indexed": len(self.index) if self.index else 0, "pending": self.pending, "error": self.last_error}
+                "indexed": len(self.index) if self.index else 0, "pending": self.pending, "error": self.last_error,
+                "index": self.index.kind if self.index else None}
 
     async def run(self) -> None:
         cursor = self.bus.latest_seq
@@ -172,8 +270,13 @@ class MemoryIndexer:
                     last_save = trio.current_time()
                 if self.pending:
                     continue  # more to embed: next batch at once (each batch yields to the loop)
-                with trio.move_on_after(IDLE_CHECK_S):
-                    await self._changed.wait()
+                while not self._changed.is_set():
+                    with trio.move_on_after(IDLE_CHECK_S):
+                        await self._changed.wait()
+                    # A missed notification shows as a changed drawers table; an unchanged one
+                    # is not worth listing every drawer id again (100k ids: ~50 ms of CPU).
+                    if await trio.to_thread.run_sync(self._fingerprint) != self._synced_fingerprint:
+                        break
                 self._changed = trio.Event()
 
     async def _watch_bus(self, cursor: int) -> None:
@@ -184,14 +287,20 @@ class MemoryIndexer:
             if new is None or any(e["type"] in MEMORY_TYPES or e["type"] == "event.redact" for e in new):
                 self._changed.set()
 
+    def _fingerprint(self) -> tuple[int, int]:
+        return self.store.memory_read(
+            lambda conn: conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM drawers").fetchone())
+
     async def _sync(self) -> None:
+        fingerprint = await trio.to_thread.run_sync(self._fingerprint)
         drawers: list[tuple[str, str]] = await trio.to_thread.run_sync(self._drawer_ids)
         if not drawers and self.index is None:
             self.pending = 0
+            self._synced_fingerprint = fingerprint
             return  # nothing to embed: do not load the model
         if self.index is None:
             dim = await self._on_model_thread(lambda: self.embedder.dim)
-            index = VectorIndex(self.folder, self.embedder.name, dim)
+            index = VectorIndex(self.folder, self.embedder.name, dim, self.exact_max)
             await trio.to_thread.run_sync(index.load)
             self.index = index
         self._keys_to_ids = {vector_key(d): d for d, _ in drawers}
@@ -202,6 +311,8 @@ class MemoryIndexer:
         missing = [(d, k) for d, k in ((d, vector_key(d)) for d, _ in drawers) if k not in have]
         self.pending = len(missing)
         if not missing:
+            await self._rebalance_if_due()
+            self._synced_fingerprint = fingerprint
             return
         batch = missing[:EMBED_BATCH]
         texts = await trio.to_thread.run_sync(self._contents, [d for d, _ in batch])
@@ -212,6 +323,17 @@ class MemoryIndexer:
             self.embedded_total += len(present)
         self.pending = max(0, len(missing) - len(batch))
         self.last_error = None
+        await self._rebalance_if_due()
+        if not self.pending:
+            self._synced_fingerprint = fingerprint
+
+    async def _rebalance_if_due(self) -> None:
+        assert self.index is not None
+        # Waits until the backlog is embedded (one rebuild, not one per batch), unless searches are
+        # already slowing down. On the low-priority model thread: retraining costs seconds of CPU
+        # that appends must not feel.
+        if self.index.needs_rebalance() and (not self.pending or len(self.index) > 2 * self.exact_max):
+            await self._on_model_thread(self.index.rebalance)
 
     async def _on_model_thread(self, fn: Any, *args: Any) -> Any:
         future = self._model_thread.submit(fn, *args)

@@ -111,3 +111,35 @@ def test_agents_and_tunnels(store):
     seen = store.memory_read(views.agents)
     assert seen["reviewer"]["diary_entries"] == 1 and seen["reviewer"]["wing"] == "wing_reviewer"
     assert "mac-claude" in seen
+
+
+def test_keyword_search_narrowed_to_rare_words_ranks_like_the_full_query(store, monkeypatch):
+    """Regression guard for the 100k-drawer keyword cost: narrowing a query whose words match too
+    many drawers must not change what the best hits are nor their scores."""
+    jobs = []
+    for i in range(120):
+        words = ["alpha", "filler"] + (["beta"] if i % 2 else []) + (["gamma"] if i in (5, 17, 18) else [])
+        words += ["zeta"] if 60 <= i < 100 and i % 2 == 0 else []
+        words += ["omega"] if i % 3 == 0 else []
+        words += ["kappa"] if i < 40 and i % 2 == 0 else []  # never with zeta
+        req = AppendRequest.from_wire(Drawer("wing_p", "r", f"note {i}: {' '.join(words)}", "a").event(), LIMITS)
+        jobs.append(lambda ctx, req=req: ctx.append(req))
+    assert all(ok for ok, _ in store.write_batch(jobs).outcomes)
+
+    def ranking(query, budget, limit=5, **filters):
+        monkeypatch.setattr(views, "MATCH_BUDGET", budget)
+        return [(h["drawer_id"], round(h["score"], 9)) for h in search(store, query, limit=limit, **filters)]
+
+    # a rare word among them: exactly the full query's best hits, with its scores
+    for query in ("gamma beta alpha", "gamma omega", "zeta beta", "zeta omega alpha", "gamma"):
+        assert ranking(query, 30) == ranking(query, 10**9), query
+    # common words only: drawers holding all of them, scored as by the full query
+    for query in ("alpha beta", "beta omega"):
+        full = dict(ranking(query, 10**9, limit=120))
+        narrowed = ranking(query, 30)
+        assert len(narrowed) == 5 and all(full[d] == score for d, score in narrowed), query
+        assert all(all(w in store.drawer(d)["content"] for w in query.split()) for d, _ in narrowed)
+    # common words that never meet: the full ranking after all
+    assert ranking("kappa zeta", 15) == ranking("kappa zeta", 10**9) and len(ranking("kappa zeta", 15)) == 5
+    assert ranking("gamma alpha", 30, room="r") == ranking("gamma alpha", 10**9, room="r")
+    assert ranking("gamma alpha", 30, room="elsewhere") == []

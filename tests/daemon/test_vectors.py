@@ -77,3 +77,75 @@ async def test_the_worker_embeds_drawers_and_drops_redacted_ones(tmp_path):
         assert not VectorIndex(tmp_path, "another/model", embedder.dim).load()  # another model: rebuild
     finally:
         store.close()
+
+
+def _clustered_vectors(count: int, dim: int, seed: int) -> np.ndarray:
+    """Unit vectors around 50 centres: shaped like sentence embeddings (topics), unlike uniform noise."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((50, dim)).astype(np.float32)
+    vectors = centres[rng.integers(0, 50, count)] + 0.7 * rng.standard_normal((count, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_index_turns_ivf_above_its_exact_limit_and_keeps_recall_redaction_and_persistence(tmp_path):
+    dim, count = 32, 6_000
+    vectors = _clustered_vectors(count, dim, seed=1)
+    keys = [1_000_000 + 7 * i for i in range(count)]
+    index = VectorIndex(tmp_path, "test/clusters", dim, exact_max=2_000)
+    exact = VectorIndex(tmp_path / "unused", "test/clusters", dim, exact_max=count * 10)
+    index.add(keys, vectors)
+    exact.add(keys, vectors)
+    assert index.kind == "exact" and index.needs_rebalance()
+    assert index.rebalance() == "ivf" and len(index) == count and index.keys() == set(keys)
+    assert not index.needs_rebalance()
+    queries = _clustered_vectors(100, dim, seed=2)
+    recall = np.mean([len({k for k, _ in index.search(q, 10)} & {k for k, _ in exact.search(q, 10)}) / 10
+                      for q in queries])
+    assert recall >= 0.95, recall
+    # a redacted drawer leaves the IVF index too
+    gone = keys[:500]
+    index.remove(gone)
+    assert len(index) == count - 500 and not index.keys() & set(gone)
+    assert not {k for q in vectors[:500] for k, _ in index.search(q, 5)} & set(gone)
+    index.save()
+    reloaded = VectorIndex(tmp_path, "test/clusters", dim, exact_max=2_000)
+    assert reloaded.load() and reloaded.kind == "ivf" and reloaded.keys() == set(keys[500:])
+    assert reloaded.search(vectors[600], 1)[0][0] == keys[600]
+    # mass redaction: far below the limit the index goes back to exact (hysteresis: not at the limit)
+    reloaded.remove(keys[500:5_500])
+    assert reloaded.needs_rebalance() and reloaded.rebalance() == "exact"
+    assert reloaded.keys() == set(keys[5_500:]) and reloaded.search(vectors[5_600], 1)[0][0] == keys[5_600]
+
+
+def test_ivf_index_is_retrained_when_the_palace_has_grown_fourfold(tmp_path):
+    dim = 16
+    index = VectorIndex(tmp_path, "test/clusters", dim, exact_max=500)
+    first = _clustered_vectors(1_000, dim, seed=3)
+    index.add(list(range(1, 1_001)), first)
+    index.rebalance()
+    assert index.trained_on == 1_000
+    index.add(list(range(1_001, 4_002)), _clustered_vectors(3_001, dim, seed=4))
+    assert index.needs_rebalance() and index.rebalance() == "ivf" and index.trained_on == 4_001
+
+
+async def test_the_worker_switches_to_ivf_once_the_backlog_is_embedded(tmp_path):
+    store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    bus = EventBus(store.latest()[0])
+    astore = AsyncStore(store, bus.publish)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(astore.serve_writer)
+            indexer = MemoryIndexer(store, bus, WordEmbedder(), tmp_path, exact_max=20)
+            nursery.start_soon(indexer.run)
+            for i in range(45):
+                req = AppendRequest.from_wire(Drawer("w", "r", f"note {i} about sqlite", "a").event(), LIMITS)
+                await astore.write(lambda ctx, req=req: ctx.append(req))
+            await settle(indexer, 45)
+            with trio.fail_after(20):
+                while indexer.index.kind != "ivf":
+                    await trio.sleep(0.02)
+            assert indexer.status()["index"] == "ivf"
+            assert Drawer("w", "r", "note 7 about sqlite", "a").id in [d for d, _ in await indexer.search("note 7", 45)]
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
