@@ -11,7 +11,7 @@ daemon on a temporary home, driven through the real Unix-socket API by real clie
   ``palacectl list --to-agent X --limit 50 --json`` as a whole process;
 * the daemon's resident memory with 100 connected watchers.
 
-The daemon is started as a subprocess (``python -m palaced``): palacectl never imports palaced.
+The daemon is a subprocess (``bench_daemon.BenchDaemon``: mDNS off, loopback only).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from .bench_daemon import BenchDaemon
 from .client import Client
 
 __all__ = ["bench_event", "judge", "percentile", "run_bench"]
@@ -56,40 +56,6 @@ def bench_event(i: int, rng: random.Random, *, room: str = "delegation", label: 
     return {"type": "task.reply", "stream": "project/bench", "room": room, "from_agent": "bench-writer",
             "to_agent": to, "correlation_id": f"task_bench_{i % 1000}", "status": "ready",
             "body": f"{label} event {i}: " + "x" * 120}
-
-
-class _Daemon:
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="palbench", dir="/tmp"))
-        self.home = self.dir / "home"
-        self.log = open(self.dir / "palaced.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "palaced", "--home", str(self.home), "--log-level", "warning"],
-                                     stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with Client(self.home):
-                    return
-            except Exception:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"palaced failed to start: {(self.dir / 'palaced.log').read_text()}") from None
-                time.sleep(0.05)
-        raise RuntimeError("palaced did not start within 30 s")
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def close(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _appends_sequential(home: Path, n: int, rng: random.Random, start: int) -> float:
@@ -183,7 +149,7 @@ def _cli_list_process(home: Path, runs: int) -> float:
     return percentile(samples, 50)
 
 
-def _rss_with_watchers(daemon: _Daemon, watchers: int) -> float:
+def _rss_with_watchers(daemon: BenchDaemon, watchers: int) -> float:
     clients = []
     try:
         for k in range(watchers):
@@ -225,9 +191,11 @@ def run_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     scale = 0.05 if quick else 1.0
     list_log = 20_000 if quick else 1_000_000
     rng = random.Random(1)
-    daemon = _Daemon()
+    root = Path(tempfile.mkdtemp(prefix="palbench", dir="/tmp"))  # short: socket paths stay < 107 bytes
+    daemon = BenchDaemon(root, "a")
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
     try:
+        daemon.start()
         say("palace bench: temporary daemon started")
         n1 = int(3000 * scale)
         results["append_1_client_per_s"] = _appends_sequential(daemon.home, n1, rng, 0)
@@ -251,7 +219,8 @@ def run_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
         results["rss_after_fill_100_watchers_mb"] = _rss_with_watchers(daemon, 100)
         say(f"  RSS with 100 watchers after the fill: {results['rss_after_fill_100_watchers_mb']:.1f} MB")
     finally:
-        daemon.close()
+        daemon.stop()
+        shutil.rmtree(root, ignore_errors=True)
     return judge(results, TARGETS, say if progress else None)
 
 

@@ -21,11 +21,11 @@ import random
 import sys
 import time
 from importlib import resources
-from pathlib import Path
 from typing import Any, Final
 
 from .bench import judge, percentile
-from .bench_replication import POLL_S, Say, _Daemon, _Palace
+from .bench_daemon import BenchDaemon
+from .bench_replication import POLL_S, Say, _Palace
 
 __all__ = ["run_memory_bench"]
 
@@ -42,12 +42,13 @@ def _load_eval() -> dict[str, Any]:
     return json.loads((resources.files("palacectl") / "data" / "memory_eval.json").read_text(encoding="utf-8"))
 
 
-def _wait_indexed(daemon: _Daemon, count: int, timeout_s: float = 3600) -> float:
+def _wait_indexed(daemon: BenchDaemon, count: int, timeout_s: float = 3600) -> float:
     started = time.perf_counter()
     deadline = time.monotonic() + timeout_s
     while True:
         embedding = daemon.call("status")["memory"]["embedding"] or {}
-        if embedding.get("indexed", 0) >= count and not embedding.get("pending"):
+        # Settled, too: not rebuilding or saving the index (searches meanwhile measure the rebuild).
+        if embedding.get("indexed", 0) >= count and not embedding.get("pending") and not embedding.get("maintenance"):
             return time.perf_counter() - started
         if embedding.get("error"):
             raise RuntimeError(f"the embedding worker failed: {embedding['error']}")
@@ -56,7 +57,7 @@ def _wait_indexed(daemon: _Daemon, count: int, timeout_s: float = 3600) -> float
         time.sleep(POLL_S * 5)
 
 
-def _evaluate(daemon: _Daemon, data: dict[str, Any]) -> dict[str, Any]:
+def _evaluate(daemon: BenchDaemon, data: dict[str, Any]) -> dict[str, Any]:
     ids = {}
     for name, text in data["drawers"].items():
         ids[name] = daemon.call("memory_add", wing="wing_eval", room="notes", content=text, added_by="bench")["drawer_id"]
@@ -83,7 +84,7 @@ def _sentence(rng: random.Random, i: int) -> str:
     return f"Note {i}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 24))) + "."
 
 
-def _file_drawers(daemon: _Daemon, count: int, start: int) -> float:
+def _file_drawers(daemon: BenchDaemon, count: int, start: int) -> float:
     rng = random.Random(start)
     started = time.perf_counter()
     from .client import Client
@@ -102,7 +103,7 @@ def _file_drawers(daemon: _Daemon, count: int, start: int) -> float:
     return time.perf_counter() - started
 
 
-def _appends_per_s(daemon: _Daemon, count: int) -> float:
+def _appends_per_s(daemon: BenchDaemon, count: int) -> float:
     from .client import Client
 
     with Client(daemon.home, client_name="palacectl-bench") as client:
@@ -112,7 +113,7 @@ def _appends_per_s(daemon: _Daemon, count: int) -> float:
         return count / (time.perf_counter() - started)
 
 
-def _search_latency(daemon: _Daemon, samples: int) -> dict[str, float]:
+def _search_latency(daemon: BenchDaemon, samples: int) -> dict[str, float]:
     rng = random.Random(7)
     embed, index, total = [], [], []
     for _ in range(samples):
@@ -125,14 +126,6 @@ def _search_latency(daemon: _Daemon, samples: int) -> dict[str, float]:
     return {"search_total_p50_ms": percentile(total, 50), "search_total_p99_ms": percentile(total, 99),
             "search_embed_p50_ms": percentile(embed, 50), "search_index_p50_ms": percentile(index, 50),
             "search_index_p99_ms": percentile(index, 99)}
-
-
-def _rss_mb(daemon: _Daemon) -> float:
-    assert daemon.proc is not None
-    for line in Path(f"/proc/{daemon.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int | None = None,
@@ -168,8 +161,13 @@ def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int
             f"/ p99 {results['search_total_p99_ms']:.1f} ms; query embedding p50 {results['search_embed_p50_ms']:.1f} ms; "
             f"index search p50 {results['search_index_p50_ms']:.2f} ms / p99 {results['search_index_p99_ms']:.2f} ms")
         status = a.call("status")["memory"]["embedding"]
+        results["index_kind"] = status["index"]
+        if status.get("last_index_build"):
+            results["index_build_s"] = status["last_index_build"]["seconds"]
+            say(f"  vector index: {status['index']}, last built over {status['last_index_build']['drawers']:,} drawers "
+                f"in {status['last_index_build']['seconds']:.1f} s (in the background)")
         results["model_loads"] = status["model_loads"]
-        results["rss_with_model_mb"] = _rss_mb(a)
+        results["rss_with_model_mb"] = a.rss_mb()
         say(f"  daemon RSS with the model loaded: {results['rss_with_model_mb']:.0f} MB (model loaded "
             f"{results['model_loads']} time(s))")
         if not peer:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from .bench import bench_event, judge, percentile
-from .client import Client, DaemonUnreachable
+from .bench_daemon import START_TIMEOUT_S, BenchDaemon
+from .client import Client
 
 __all__ = ["run_replication_bench"]
 
@@ -46,10 +46,6 @@ TARGETS: Final = {
     "catch_up_s": ("<=", 10.0),
     "heal_s": ("<=", 5.0),
 }
-# Why these flags: the network rule. Nothing the benchmark starts multicasts or listens beyond
-# loopback; peers find each other through the invite address and remembered addresses only.
-NETWORK_ARGS: Final = ("--no-mdns",)
-LOOPBACK_ANY_PORT: Final = "127.0.0.1:0"
 # Why 16: the API refuses more than 16 unanswered requests on one connection; seeding stays at
 # the limit so the group-commit writer always has a full batch waiting.
 PIPELINE_DEPTH: Final = 16
@@ -59,7 +55,6 @@ SEED_CLIENTS: Final = 8
 POLL_S: Final = 0.02
 # Why so long: a figure that never converges is a bug to report, not a number; these only bound
 # a hang (a daemon that stopped replicating) so the run ends and the logs are shown.
-START_TIMEOUT_S: Final = 30.0
 CONVERGE_TIMEOUT_S: Final = 600.0
 CONVERGE_TIMEOUT_MS: Final = int(CONVERGE_TIMEOUT_S * 1000)
 # Why 1 s: a link that is serving sends a batch every few milliseconds; a second without one
@@ -73,90 +68,18 @@ def _event(i: int, rng: random.Random) -> dict[str, Any]:
     return bench_event(i, rng, room="replication", label="replication benchmark")
 
 
-class _Daemon:
-    """One ``palaced`` subprocess on its own home inside the benchmark's directory."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.name = name
-        self.home = root / name
-        self.log_path = root / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port: int | None = None
-
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return f"<_Daemon {self.name} {state} port={self.port}>"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def spawn(self, listen: str = LOOPBACK_ANY_PORT) -> float:
-        """Start the process (without waiting for it); returns the ``perf_counter`` at the start."""
-        assert not self.running, f"{self.name} is already running"
-        with open(self.log_path, "ab") as log:
-            t0 = time.perf_counter()
-            # A session of its own: Ctrl-C reaches only us, and we stop the daemon (SIGTERM) in order,
-            # instead of it dying under clients that would then report it unreachable.
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "palaced", "--home", str(self.home), "--log-level", "warning",
-                 *NETWORK_ARGS, "--listen", listen],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        return t0
-
-    def connect(self, timeout: float = START_TIMEOUT_S) -> Client:
-        """A connected client, once the daemon answers (polling its socket while it starts)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            client = Client(self.home, client_name="palacectl-bench")
-            try:
-                client.connect()
-                return client
-            except DaemonUnreachable:
-                client.close()
-                if self.proc is None or self.proc.poll() is not None:
-                    raise RuntimeError(f"palaced {self.name} exited during start-up; its log:\n{self.log_tail()}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"palaced {self.name} did not answer within {timeout:.0f} s") from None
-                time.sleep(0.01)
-
-    def start(self, listen: str = LOOPBACK_ANY_PORT) -> None:
-        self.spawn(listen)
-        self.connect().close()
-
-    def call(self, op: str, **args: Any) -> Any:
-        with Client(self.home, client_name="palacectl-bench") as client:
-            return client.call(op, **args)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
-        except FileNotFoundError:
-            return "(no log)"
-
-
 class _Palace:
     """A and B in one palace under a temporary directory; removed by ``close``."""
 
     def __init__(self) -> None:
         # A short directory: the Unix socket path must stay under ~107 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="palrep", dir="/tmp"))
-        self.a = _Daemon(self.root, "a")
-        self.b = _Daemon(self.root, "b")
+        self.a = BenchDaemon(self.root, "a")
+        self.b = BenchDaemon(self.root, "b")
         self.address_a = ""
 
     @property
-    def daemons(self) -> list[_Daemon]:
+    def daemons(self) -> list[BenchDaemon]:
         return [self.a, self.b]
 
     def found(self) -> None:
@@ -166,7 +89,7 @@ class _Palace:
         self.address_a = status["network"]["listen"][0]
         self.a.port = int(self.address_a.rsplit(":", 1)[1])
 
-    def join(self, daemon: _Daemon) -> float:
+    def join(self, daemon: BenchDaemon) -> float:
         """Enrol ``daemon`` (already running) through an invite from A; returns when the join replied."""
         code = self.a.call("invite", role="member", ttl_s=3600, address=self.address_a)["code"]
         daemon.call("join", code=code, name=daemon.name)
@@ -193,7 +116,7 @@ def _digest(client: Client) -> dict[str, Any]:
     return client.call("digest")
 
 
-def _wait_digest(daemon: _Daemon, want: str, what: str, client: Client | None = None) -> float:
+def _wait_digest(daemon: BenchDaemon, want: str, what: str, client: Client | None = None) -> float:
     """Poll ``daemon``'s digest until it is ``want``; returns the ``perf_counter`` when it was."""
     own = client is None
     client = client or daemon.connect()
@@ -237,7 +160,7 @@ def _run_threads(workers: list[Callable[[], None]]) -> None:
         raise RuntimeError(f"benchmark client failed: {errors[0]}") from errors[0]
 
 
-def _append_pipelined(daemon: _Daemon, total: int, start: int, clients: int = SEED_CLIENTS) -> float:
+def _append_pipelined(daemon: BenchDaemon, total: int, start: int, clients: int = SEED_CLIENTS) -> float:
     """Append ``total`` events with ``clients`` connections, each with PIPELINE_DEPTH requests in
     flight; returns the elapsed seconds."""
 
@@ -265,7 +188,7 @@ def _expect_ok(reply: dict[str, Any]) -> None:
         raise RuntimeError(f"append failed: {reply.get('error')}")
 
 
-def _seed(daemon: _Daemon, total: int, say: Say) -> tuple[int, float]:
+def _seed(daemon: BenchDaemon, total: int, say: Say) -> tuple[int, float]:
     """Append on ``daemon`` until its log holds ``total`` events; returns (appended, seconds)."""
     have = daemon.call("digest")["events"]
     todo = max(0, total - have)
@@ -400,7 +323,7 @@ def _heal(palace: _Palace, events: int, say: Say) -> dict[str, float]:
             "heal_after_start_s": t_done - t_ready}
 
 
-def _sent_to(daemon: _Daemon, peer_id: str) -> int:
+def _sent_to(daemon: BenchDaemon, peer_id: str) -> int:
     """Events ``daemon`` has sent on its link to ``peer_id`` (0 if no link)."""
     for peer in daemon.call("peers")["peers"]:
         if peer["peer_id"] == peer_id:

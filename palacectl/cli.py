@@ -802,6 +802,7 @@ def bench_replication(
 
 # The memory commands live in their own module; importing it registers them on `app`.
 from . import memory_cli  # noqa: E402,F401
+from . import service_cli  # noqa: E402,F401  (the `service` commands, registered the same way)
 
 # -- entry point --------------------------------------------------------------------------------
 

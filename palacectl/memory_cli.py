@@ -7,12 +7,16 @@ document, errors are one line and exit 1, usage errors exit 64.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 import typer
 
-from .cli import JsonOpt, UsageProblem, _call, _decode_utf8, _read_bytes, app
-from .output import emit_json, note, write_stdout
+from .cli import JsonOpt, UsageProblem, _call, _decode_utf8, _home, _read_bytes, app
+from .client import Client
+from .output import ProgressBar, emit_json, fail, note, write_stdout
 
 __all__ = ["diary_app", "kg_app", "memory_app"]
 
@@ -189,14 +193,80 @@ def tunnels(
 
 
 @memory_app.command("rebuild")
-def memory_rebuild(json_: JsonOpt = False) -> None:
+def memory_rebuild(
+    vectors: Annotated[bool, typer.Option("--vectors", help="Also re-embed every drawer (minutes for a large "
+                                                           "palace; search falls back to keywords meanwhile).")] = False,
+    json_: JsonOpt = False,
+) -> None:
     """Derive the memory views (drawers, facts, diaries) again from the log."""
-    if not json_:
+    views_bar = ProgressBar("memory views", enabled=None if not json_ else False)
+    if not json_ and not views_bar.enabled:
         note("Rebuilding the memory views from the log…")
-    result: dict[str, Any] = _call("memory_rebuild")
+    result: dict[str, Any] = _follow(lambda: _call("memory_rebuild", vectors=vectors or None), views_bar,
+                                     lambda status: status["memory"]["rebuild"])
+    views_bar.update(result["events"], result["events"], force=True)
+    views_bar.close()
     if json_:
         emit_json(result)
-    else:
-        write_stdout(f"Rebuilt from {result['events']} memory event(s): {result['drawers']} drawer(s), "
-                     f"{result['facts']} fact(s) in {result['seconds']:.2f} s\n")
+        return
+    write_stdout(f"Rebuilt from {result['events']} memory event(s): {result['drawers']} drawer(s), "
+                 f"{result['facts']} fact(s) in {result['seconds']:.2f} s\n")
+    if result.get("vectors_reset"):
+        embedding = result["embedding"] or {}
+        write_stdout(f"Re-embedding {embedding.get('pending', 0):,} drawer(s) in the background; "
+                     "`palacectl status` shows how many remain.\n")
+        _follow_embedding()
+    elif vectors:
+        note("Vectors are off on this daemon ([memory] embed = false): nothing to re-embed.")
 
+
+def _follow(call: Callable[[], Any], bar: ProgressBar, progress_of: Callable[[dict[str, Any]], Any]) -> Any:
+    """Run ``call`` (one request that takes a while) while a second connection polls ``status``
+    for its progress and draws it; without a terminal, just run it."""
+    if not bar.enabled:
+        return call()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = call()
+        except BaseException as exc:  # re-raised in the calling thread, where it is reported
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="palacectl-call", daemon=True)
+    worker.start()
+    with Client(_home()) as poller:
+        while worker.is_alive():
+            progress = progress_of(poller.call("status"))
+            if progress and progress.get("total"):
+                bar.update(progress["done"], progress["total"])
+            worker.join(0.2)
+    if "error" in outcome:
+        bar.close()
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _follow_embedding() -> None:
+    """On a terminal, draw the background re-embedding until it is done (Ctrl-C stops watching
+    only; the daemon carries on)."""
+    bar = ProgressBar("embedding")
+    if not bar.enabled:
+        return
+    try:
+        with Client(_home()) as poller:
+            while True:
+                embedding = poller.call("status")["memory"]["embedding"] or {}
+                indexed, pending = embedding.get("indexed", 0), embedding.get("pending", 0)
+                bar.update(indexed, indexed + pending, force=True)
+                if embedding.get("error"):
+                    bar.close()
+                    fail(f"embedding stopped: {embedding['error']}")
+                if not pending:
+                    break
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        bar.close()
+        note("Stopped watching; the daemon goes on embedding.")
+        return
+    bar.close()

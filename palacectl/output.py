@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn
 
 __all__ = [
     "EXIT_FAILED", "EXIT_IDLE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
-    "CommandFailed", "emit_json", "event_line", "fail", "warn",
+    "CommandFailed", "ProgressBar", "emit_json", "event_line", "fail", "render_bar", "warn",
 ]
 
 EXIT_OK: Final = 0
@@ -101,3 +102,35 @@ def events_block(events: list[Mapping[str, Any]]) -> str:
     if not events:
         return ""
     return f"{len(events)} event(s):\n" + "".join(event_line(e) + "\n" for e in events)
+
+
+def render_bar(label: str, done: int, total: int, width: int = 30) -> str:
+    """``label [#########.........]  42%  4,200/10,000`` (a total of 0 shows as complete)."""
+    fraction = 1.0 if total <= 0 else min(1.0, max(0.0, done / total))
+    filled = int(fraction * width)
+    return f"{label} [{'#' * filled}{'.' * (width - filled)}] {fraction * 100:3.0f}%  {done:,}/{total:,}"
+
+
+class ProgressBar:
+    """One line on stderr redrawn in place, for long operations; silent unless stderr is a terminal
+    (scripts and ``--json`` callers get no control characters), at most ~10 redraws per second."""
+
+    def __init__(self, label: str, *, enabled: bool | None = None) -> None:
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._drawn_at = 0.0
+        self._drawn = False
+
+    def update(self, done: int, total: int, *, force: bool = False) -> None:
+        if not self.enabled or (not force and time.monotonic() - self._drawn_at < 0.1):
+            return
+        sys.stderr.write("\r\x1b[K" + render_bar(self.label, done, total))
+        sys.stderr.flush()
+        self._drawn_at = time.monotonic()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self._drawn = False

@@ -20,13 +20,9 @@ import dataclasses
 import ipaddress
 import logging
 import re
-import socket
-import struct
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-import ifaddr
 import trio
 from zeroconf import Error as ZeroconfError
 from zeroconf import (
@@ -37,7 +33,9 @@ from zeroconf import (
     Zeroconf,
 )
 
-__all__ = ["SERVICE_TYPE", "Sighting", "local_ipv4_addresses", "run_discovery", "sighting_from_record"]
+from .interfaces import local_ipv4_addresses
+
+__all__ = ["SERVICE_TYPE", "Sighting", "run_discovery", "sighting_from_record"]
 
 LOGGER: Final = logging.getLogger("palaced.discovery")
 SERVICE_TYPE: Final = "_palace._tcp.local."
@@ -51,9 +49,6 @@ EVENT_BUFFER: Final = 256
 START_ERRORS: Final = (OSError, RuntimeError, ZeroconfError)
 # Linux's <linux/sockios.h> and <net/if.h>: read an interface's flags, to skip addresses on an
 # interface that is down or cannot multicast (WireGuard): zeroconf would send into the void there.
-SIOCGIFFLAGS: Final = 0x8913
-IFF_UP: Final = 0x1
-IFF_MULTICAST: Final = 0x1000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,29 +92,6 @@ def sighting_from_record(name: str, properties: Mapping[bytes, bytes | None], ad
         LOGGER.debug("ignoring %s: no usable address (%s, port %s)", name, addresses, port)
         return None
     return Sighting(peer_id=peer, palace_id=palace, version=int(version), addresses=tuple(hosts), name=name)
-
-
-def local_ipv4_addresses() -> list[str]:
-    """This machine's non-loopback IPv4 addresses; ``["127.0.0.1"]`` if it has none (a network
-    namespace with only ``lo`` still discovers its own daemons)."""
-    found = {ip.ip for adapter in ifaddr.get_adapters() for ip in adapter.ips
-             if ip.is_IPv4 and not ipaddress.ip_address(ip.ip).is_loopback and _can_multicast(adapter.name)}
-    return sorted(found) or ["127.0.0.1"]
-
-
-def _can_multicast(interface: str) -> bool:
-    """False if the interface is known to be down or unable to multicast; True if we cannot tell."""
-    if sys.platform != "linux":
-        return True
-    import fcntl  # Unix only; imported here so the module still imports everywhere
-
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            request = struct.pack("16sH22x", interface.encode()[:15], 0)
-            flags = struct.unpack_from("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
-    except OSError:
-        return True
-    return bool(flags & IFF_UP and flags & IFF_MULTICAST)
 
 
 def _label(text: str) -> str:

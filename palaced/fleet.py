@@ -27,6 +27,7 @@ from palace_proto.pki import REVOKE_EVENT_TYPE, Invite, InviteError, Revocation,
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from .enrolment import enrol
+from .interfaces import interface_ipv4_addresses
 from .membership import Membership, create_palace, save_joined
 from .network import ListenError
 from .store import WriteContext
@@ -53,18 +54,6 @@ class ReadOnly(ApiError):
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def _lan_ipv4() -> list[str]:
-    """This machine's non-loopback IPv4 addresses (for invite codes and doctor)."""
-    import ifaddr  # zeroconf's dependency; imported here so the CLI path never pays for it
-
-    out = []
-    for adapter in ifaddr.get_adapters():
-        for ip in adapter.ips:
-            if isinstance(ip.ip, str) and not ip.ip.startswith("127.") and not ip.ip.startswith("169.254."):
-                out.append(ip.ip)
-    return out
 
 
 def replicated_args(args: Mapping[str, Any]) -> tuple[int, float]:
@@ -153,7 +142,7 @@ class FleetOps:
             assert self.network is not None
             host, port = parse_peer_address(self.network.listen_addresses[0])
             if host in ("0.0.0.0", "::"):
-                lan = await trio.to_thread.run_sync(_lan_ipv4)
+                lan = await trio.to_thread.run_sync(lambda: interface_ipv4_addresses(multicast=False))
                 host = lan[0] if lan else "127.0.0.1"
             address = format_peer_address(host, port)
         else:
@@ -324,7 +313,7 @@ class FleetOps:
                      if host.startswith("127.") or host == "::1" else f"on {host} only")
             check("listening", "ok" if reach == "accepts connections" and not host.startswith("127.") else "warn",
                   f"port {port} {where}; {reach}; peers need this TCP port open in firewalls")
-        lan = await trio.to_thread.run_sync(_lan_ipv4)
+        lan = await trio.to_thread.run_sync(lambda: interface_ipv4_addresses(multicast=True))
         if net.mdns_state == "off":
             check("mdns", "warn", "mDNS is off (--no-mdns or network.mdns = false): only static and remembered peers "
                   "are dialled; add peers with `palacectl peers add HOST:PORT`")

@@ -218,6 +218,24 @@ class MemoryOps:
         return {"wing_a": wing_a, "wing_b": wing_b, "tunnels": found, "count": len(found)}
 
     async def op_memory_rebuild(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        """Derive the views again from the log; with ``vectors``, also throw the vector index away
+        (the worker re-embeds every drawer in the background). Progress shows in ``status``."""
+        vectors = args.get("vectors", False)
+        if not isinstance(vectors, bool):
+            raise ValidationError("vectors must be true or false", field="vectors")
         started = time.monotonic()
-        counts = await self.astore.write(lambda ctx: self.store.rebuild_memory(ctx))
-        return {**counts, "seconds": round(time.monotonic() - started, 3)}
+        progress = {"phase": "views", "done": 0, "total": 0}
+
+        def report(done: int, total: int) -> None:  # in the writer thread: plain assignments only
+            progress["done"], progress["total"] = done, total
+
+        self.memory_rebuild_progress = progress
+        try:
+            counts = await self.astore.write(lambda ctx: self.store.rebuild_memory(ctx, report))
+        finally:
+            self.memory_rebuild_progress = None
+        reembedding = None
+        if vectors and self.indexer is not None:
+            reembedding = await self.indexer.reset()
+        return {**counts, "seconds": round(time.monotonic() - started, 3), "vectors_reset": reembedding is not None,
+                "embedding": reembedding}

@@ -134,6 +134,8 @@ class Service(FleetOps, MemoryOps):
         self.start_network: Callable[[Membership], Awaitable[None]] | None = None
         #: the memory's vector worker (None when embedding is off)
         self.indexer: MemoryIndexer | None = None
+        #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)
+        self.memory_rebuild_progress: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<Service origin={self.store.origin_id} watchers={len(self.watchers)}>"
@@ -170,7 +172,8 @@ class Service(FleetOps, MemoryOps):
             "origin": self.store.origin_id, "fingerprint": self.fingerprint,
             "events": counts["events"], "artifacts": counts["artifacts"], "latest_event_id": latest_id,
             "memory": {"drawers": counts["drawers"], "facts": counts["facts"],
-                       "embedding": self.indexer.status() if self.indexer else None},
+                       "embedding": self.indexer.status() if self.indexer else None,
+                       "rebuild": dict(self.memory_rebuild_progress) if self.memory_rebuild_progress else None},
             "started_at": _utc_stamp(self.started_at),
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "watchers": len(self.watchers), "writer": self.astore.statistics(),

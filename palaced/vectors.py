@@ -197,6 +197,11 @@ class VectorIndex:
                                                          "kind": self.kind, "trained_on": self.trained_on}))
 
 
+def discard_index_files(folder: Path) -> None:
+    for name in (META_FILE, INDEX_FILE):
+        (folder / name).unlink(missing_ok=True)
+
+
 def _nlist(count: int) -> int:
     """IVF lists for ``count`` vectors: ~2·sqrt(n) (632 at 100k), the usual faiss guidance range,
     with at least 39 training vectors per list (faiss's own minimum for sound k-means)."""
@@ -238,6 +243,11 @@ class MemoryIndexer:
         self._keys_to_ids: dict[int, str] = {}
         self._changed = trio.Event()
         self._synced_fingerprint: tuple[int, int] | None = None
+        self._reset_requested = False
+        self._reset_done = trio.Event()
+        #: what the worker is doing besides embedding ("building the index", "saving the index"), or None
+        self.maintenance: str | None = None
+        self.last_index_build: dict[str, Any] | None = None
         self._ready = trio.Event()
 
     def __repr__(self) -> str:
@@ -250,7 +260,8 @@ class MemoryIndexer:
     def status(self) -> dict[str, Any]:
         return {"model": self.embedder.name, "model_loads": getattr(self.embedder, "loads", None),
                 "indexed": len(self.index) if self.index else 0, "pending": self.pending, "error": self.last_error,
-                "index": self.index.kind if self.index else None}
+                "index": self.index.kind if self.index else None, "maintenance": self.maintenance,
+                "last_index_build": self.last_index_build}
 
     async def run(self) -> None:
         cursor = self.bus.latest_seq
@@ -266,7 +277,11 @@ class MemoryIndexer:
                     self.last_error = str(exc)
                 if self.index is not None and self.index.dirty and (
                         self.pending == 0 or trio.current_time() - last_save > SAVE_EVERY_S):
-                    await trio.to_thread.run_sync(self.index.save)
+                    self.maintenance = "saving the index"
+                    try:
+                        await trio.to_thread.run_sync(self.index.save)
+                    finally:
+                        self.maintenance = None
                     last_save = trio.current_time()
                 if self.pending:
                     continue  # more to embed: next batch at once (each batch yields to the loop)
@@ -278,6 +293,17 @@ class MemoryIndexer:
                     if await trio.to_thread.run_sync(self._fingerprint) != self._synced_fingerprint:
                         break
                 self._changed = trio.Event()
+
+    async def reset(self) -> dict[str, Any]:
+        """Throw the vector index away (files too); the worker re-embeds every drawer. Done by the
+        worker at its next step (so a batch being embedded now cannot land in the new index); the
+        status returned is from after it (or from now, if the worker is busy for over 10 s)."""
+        done = self._reset_done = trio.Event()
+        self._reset_requested = True
+        self._changed.set()
+        with trio.move_on_after(10):
+            await done.wait()
+        return self.status()
 
     async def _watch_bus(self, cursor: int) -> None:
         while True:
@@ -293,11 +319,21 @@ class MemoryIndexer:
 
     async def _sync(self) -> None:
         fingerprint = await trio.to_thread.run_sync(self._fingerprint)
+        reset_done: trio.Event | None = None
         drawers: list[tuple[str, str]] = await trio.to_thread.run_sync(self._drawer_ids)
         if not drawers and self.index is None:
             self.pending = 0
+            if self._reset_requested:
+                self._reset_requested = False
+                self._reset_done.set()
             self._synced_fingerprint = fingerprint
             return  # nothing to embed: do not load the model
+        if self._reset_requested:
+            self._reset_requested = False
+            self.index = None
+            await trio.to_thread.run_sync(discard_index_files, self.folder)
+            LOGGER.info("vector index reset: re-embedding %d drawers", len(drawers))
+            reset_done = self._reset_done
         if self.index is None:
             dim = await self._on_model_thread(lambda: self.embedder.dim)
             index = VectorIndex(self.folder, self.embedder.name, dim, self.exact_max)
@@ -310,6 +346,8 @@ class MemoryIndexer:
             await trio.to_thread.run_sync(self.index.remove, stale)
         missing = [(d, k) for d, k in ((d, vector_key(d)) for d, _ in drawers) if k not in have]
         self.pending = len(missing)
+        if reset_done is not None:
+            reset_done.set()
         if not missing:
             await self._rebalance_if_due()
             self._synced_fingerprint = fingerprint
@@ -333,7 +371,14 @@ class MemoryIndexer:
         # already slowing down. On the low-priority model thread: retraining costs seconds of CPU
         # that appends must not feel.
         if self.index.needs_rebalance() and (not self.pending or len(self.index) > 2 * self.exact_max):
-            await self._on_model_thread(self.index.rebalance)
+            self.maintenance = "building the index"
+            started = time.perf_counter()
+            try:
+                kind = await self._on_model_thread(self.index.rebalance)
+            finally:
+                self.maintenance = None
+            self.last_index_build = {"kind": kind, "drawers": len(self.index),
+                                     "seconds": round(time.perf_counter() - started, 3)}
 
     async def _on_model_thread(self, fn: Any, *args: Any) -> Any:
         future = self._model_thread.submit(fn, *args)

@@ -288,3 +288,42 @@ async def test_memory_tools_round_trip_with_one_identity(daemon):
         assert "mac-claude" in [a["agent"] for a in agents["agents"]]
         bad_date = await call(client, "mempalace_kg_add", subject="a", predicate="b", object="c", valid_from="soon")
         assert bad_date["success"] is False and "not a valid ISO-8601 date" in bad_date["error"]
+
+
+async def test_memory_filed_over_mcp_on_one_daemon_is_found_over_mcp_on_another(fleet):
+    """The issue's "done when", through the agents' own interface: an agent on machine A files a
+    decision, a fact and a diary entry; an agent on machine B finds the decision by meaning, quotes
+    it verbatim, sees the fact with its history, and reads A's diary newest first."""
+    from tests.fleet import wait_converged
+
+    a = await trio.to_thread.run_sync(fleet.found, "alpha")
+    b = await trio.to_thread.run_sync(fleet.join, "beta")
+    decision = "Decision: releases are cut from main every Thursday after the full test suite passes.\n"
+    async with adapter(a.home, "mac-claude") as client:
+        filed = await call(client, "mempalace_add_drawer", wing="wing_palace", room="decisions", content=decision)
+        await call(client, "mempalace_kg_add", subject="release", predicate="happens on", object="tuesday",
+                   valid_from="2026-01-01")
+        await call(client, "mempalace_kg_invalidate", subject="release", predicate="happens on", object="tuesday",
+                   ended="2026-11-01")
+        await call(client, "mempalace_kg_add", subject="release", predicate="happens on", object="thursday",
+                   valid_from="2026-11-01")
+        for entry in ("moved releases to thursday", "told the team"):
+            await call(client, "mempalace_diary_write", entry=entry, topic="release")
+    await trio.to_thread.run_sync(wait_converged, a, b)
+    with trio.fail_after(120):  # B embeds the drawer in its own background worker
+        while not (ctl_json(b.home, "status")["memory"]["embedding"] or {}).get("indexed"):
+            await trio.sleep(0.2)
+    async with adapter(b.home, "linux-codex") as client:
+        found = await call(client, "mempalace_search", query="when do we ship a new version?", wing="wing_palace")
+        assert found["results"][0]["drawer_id"] == filed["drawer_id"]
+        assert found["results"][0]["content"] == decision  # verbatim, byte for byte
+        now = await call(client, "mempalace_kg_query", entity="release")
+        assert [f["object"] for f in now["active_facts"]] == ["thursday"]
+        assert [f["object"] for f in now["historical_facts"]] == ["tuesday"]
+        then = await call(client, "mempalace_kg_query", entity="release", as_of="2026-06-01")
+        assert [f["object"] for f in then["active_facts"]] == ["tuesday"]
+        diary = await call(client, "mempalace_diary_read", agent_name="mac-claude")
+        assert diary["total"] == 2 and [e["content"] for e in diary["entries"]] == ["told the team",
+                                                                                     "moved releases to thursday"]
+        agents = {a["agent"] for a in (await call(client, "mempalace_list_agents"))["agents"]}
+        assert "mac-claude" in agents

@@ -1,0 +1,515 @@
+"""palacectl service (palacectl.service_cli): the templates, their rendering, and install /
+uninstall / status, without ever reaching the real user's service manager.
+
+Real palacectl processes run with HOME and XDG_CONFIG_HOME in a temporary folder. Where a test
+needs systemd or launchd to answer, it runs palacectl in-process with a fake service manager
+(``FakeManager``) in place of ``run_command``: it records every command and plays systemd or
+launchd just far enough. No test starts a service, and nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+import plistlib
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from palacectl import service_cli
+from palacectl.cli import main
+from palacectl.output import CommandFailed
+from tests.helpers import CtlResult, run_ctl
+
+REPO = Path(__file__).resolve().parents[2]
+# The console script beside the test's Python: what install must put in the unit.
+VENV_PALACED = Path(sys.executable).parent / "palaced"
+SYSTEMD_IS_INIT = Path("/run/systemd/system").is_dir()
+needs_no_systemd = pytest.mark.skipif(
+    SYSTEMD_IS_INIT, reason="systemd is the init system here: this test would reach the real user manager")
+
+
+@pytest.fixture
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A throwaway user home: HOME and XDG_CONFIG_HOME point into it, PALACE_HOME is unset."""
+    home = tmp_path / "user"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.delenv("PALACE_HOME", raising=False)
+    return home
+
+
+def ctl(user_home: Path, palace: Path, *args: str) -> CtlResult:
+    """palacectl as a real process, on this palace home, for this throwaway user."""
+    return run_ctl(palace, "service", *args, timeout=30,
+                   env={"HOME": str(user_home), "XDG_CONFIG_HOME": str(user_home / ".config")})
+
+
+def unit_path(user_home: Path) -> Path:
+    return user_home / ".config" / "systemd" / "user" / "palaced.service"
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*"))
+
+
+# -- the templates ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("top_level", ["systemd/palaced.service", "launchd/dev.palace.palaced.plist"])
+def test_packaged_templates_are_the_top_level_files(top_level: str) -> None:
+    """install renders the copy inside the package; the top-level file is the one people read."""
+    packaged = REPO / "palacectl" / "data" / "service" / Path(top_level).name
+    assert packaged.read_bytes() == (REPO / top_level).read_bytes()
+
+
+def test_every_sandboxing_line_says_why() -> None:
+    """Each option of the unit's [Service] section follows a comment line (house rule: say why)."""
+    lines = (REPO / "systemd" / "palaced.service").read_text().splitlines()
+    service = lines[lines.index("[Service]") + 1: lines.index("[Install]")]
+    for i, line in enumerate(service):
+        if re.match(r"#?[A-Z][A-Za-z]+=", line) and not service[i - 1].startswith("#"):
+            raise AssertionError(f"no comment above {line!r}")
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def test_unit_runs_the_installed_palaced_on_the_home() -> None:
+    unit = service_cli.render_systemd_unit([str(VENV_PALACED)], Path("/srv/palace"))
+    assert f"ExecStart={VENV_PALACED} --home /srv/palace\n" in unit
+    assert "\nReadWritePaths=/srv/palace\n" in unit  # the one writable place under the sandbox
+    assert "@" not in unit.replace("@system-service", "")  # every placeholder filled
+    assert not any(line.startswith("#:") for line in unit.splitlines())  # template notes dropped
+
+
+def test_unit_quotes_spaces_and_escapes_percent() -> None:
+    unit = service_cli.render_systemd_unit(["/opt/my tools/palaced"], Path("/home/a b/100%"))
+    assert 'ExecStart="/opt/my tools/palaced" --home "/home/a b/100%%"\n' in unit
+
+
+@pytest.mark.parametrize("home", ["/home/a$b", '/home/a"b', "/home/a\\b", "/home/a\nb"])
+def test_unit_refuses_paths_it_cannot_carry(home: str) -> None:
+    with pytest.raises(CommandFailed, match="cannot carry safely"):
+        service_cli.render_systemd_unit([str(VENV_PALACED)], Path(home))
+
+
+def systemd_analyze_verify(unit_text: str, where: Path) -> tuple[int, list[str]]:
+    """``systemd-analyze --user verify`` on the text saved as palaced.service; the output lines
+    that concern our file (verify may also grumble about unrelated units of the host)."""
+    folder = where / "verify"
+    runtime = folder / "run"
+    runtime.mkdir(parents=True, mode=0o700)
+    unit = folder / "palaced.service"
+    unit.write_text(unit_text)
+    # A user-mode verify needs XDG_RUNTIME_DIR; everything it creates stays in the tmp folder.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "XDG_RUNTIME_DIR": str(runtime),
+           "XDG_CONFIG_HOME": str(folder / "config"), "LC_ALL": "C"}
+    proc = subprocess.run(["systemd-analyze", "--user", "verify", str(unit)], check=False, capture_output=True,
+                          text=True, timeout=30, env=env, cwd=folder)
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "palaced.service" in line]
+    return proc.returncode, ours
+
+
+needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                                           reason="systemd-analyze is not installed here")
+
+
+@needs_systemd_analyze
+@pytest.mark.parametrize("variant", ["filesystem sandbox on", "filesystem sandbox off", "home with spaces and %"])
+def test_rendered_unit_passes_systemd_analyze_verify(variant: str, tmp_path: Path) -> None:
+    assert VENV_PALACED.is_file(), "verify checks that ExecStart exists: the venv must have its palaced script"
+    home = tmp_path / ("pal home 100%" if variant == "home with spaces and %" else "pal")
+    unit = service_cli.render_systemd_unit([str(VENV_PALACED)], home,
+                                           filesystem_sandbox=variant != "filesystem sandbox off")
+    if variant == "filesystem sandbox off":
+        assert "\n#ProtectSystem=strict\n" in unit and "\nProtectSystem" not in unit
+    else:
+        assert "\nPrivateUsers=yes\n" in unit and "\nProtectSystem=strict\n" in unit
+        assert "\nProtectHome=read-only\n" in unit and "\nPrivateTmp=yes\n" in unit
+    returncode, complaints = systemd_analyze_verify(unit, tmp_path)
+    assert (returncode, complaints) == (0, [])
+
+
+@needs_systemd_analyze
+def test_systemd_analyze_verify_would_catch_a_broken_unit(tmp_path: Path) -> None:
+    """The control for the test above: verify does complain about our file when it is wrong."""
+    unit = service_cli.render_systemd_unit(["/nonexistent/palaced"], tmp_path / "pal")
+    returncode, complaints = systemd_analyze_verify(unit.replace("RestartSec=2", "RestartSecs=2"), tmp_path)
+    assert returncode != 0
+    assert any("RestartSecs" in line for line in complaints)
+    assert any("/nonexistent/palaced" in line for line in complaints)
+
+
+@pytest.mark.parametrize("palaced", [[str(VENV_PALACED)], ["/usr/bin/python3", "-m", "palaced"]])
+def test_launchd_plist_renders_and_parses(palaced: list[str]) -> None:
+    home, logs = Path("/Users/me/a & <b>"), Path("/Users/me/Library/Logs/palace")
+    plist = plistlib.loads(service_cli.render_launchd_plist(palaced, home, logs).encode())
+    assert plist["Label"] == "dev.palace.palaced"
+    assert plist["ProgramArguments"] == [*palaced, "--home", str(home)]
+    assert plist["RunAtLoad"] is True
+    assert plist["KeepAlive"] == {"SuccessfulExit": False, "Crashed": True}
+    assert plist["ProcessType"] == "Standard"
+    assert plist["StandardOutPath"] == plist["StandardErrorPath"] == f"{logs}/palaced.log"
+    assert plist["Umask"] == 0o077
+
+
+def test_palaced_falls_back_to_python_m_palaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No console script beside Python and none on PATH: the unit runs `python -m palaced`."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert service_cli.palaced_command() == [str(tmp_path / "python3"), "-m", "palaced"]
+
+
+# -- subprocesses -------------------------------------------------------------------------------
+
+
+def test_command_timeout_is_one_error_line() -> None:
+    with pytest.raises(CommandFailed, match=r"^`sleep 5` did not finish within 0 s$"):
+        service_cli.run_command(["sleep", "5"], timeout=0.2)
+
+
+def test_missing_program_is_one_error_line() -> None:
+    with pytest.raises(CommandFailed, match="`no-such-systemctl` is not installed"):
+        service_cli.run_command(["no-such-systemctl", "--user"])
+
+
+# -- the real CLI, as a process -----------------------------------------------------------------
+
+
+def test_dry_run_prints_the_unit_and_commands_and_touches_nothing(user_home: Path, tmp_path: Path) -> None:
+    palace = tmp_path / "palace"
+    result = ctl(user_home, palace, "install", "--dry-run")
+    assert result.returncode == 0, result
+    assert f"Would write {unit_path(user_home)}:\n" in result.stdout
+    assert f"\nExecStart={VENV_PALACED} --home {palace}\n" in result.stdout
+    assert result.stdout.endswith("Would run:\n  systemctl --user daemon-reload\n"
+                                  "  systemctl --user enable --now palaced.service\n")
+    assert files_under(user_home) == [] and not palace.exists()
+
+
+def test_dry_run_json_is_the_plan(user_home: Path, tmp_path: Path) -> None:
+    palace = tmp_path / "palace"
+    plan = ctl(user_home, palace, "install", "--dry-run", "--json").json()
+    assert plan["platform"] == "systemd" and plan["dry_run"] is True and plan["existing"] == "absent"
+    assert plan["palaced"] == [str(VENV_PALACED)] and plan["home"] == str(palace)
+    assert plan["path"] == str(unit_path(user_home))
+    assert plan["commands"] == [{"argv": ["systemctl", "--user", "daemon-reload"], "when": None},
+                                {"argv": ["systemctl", "--user", "enable", "--now", "palaced.service"], "when": None}]
+    assert plan["content"] == service_cli.render_systemd_unit([str(VENV_PALACED)], palace)
+    assert files_under(user_home) == []
+
+
+def test_dry_run_previews_the_launchd_plist_anywhere(user_home: Path, tmp_path: Path) -> None:
+    palace = tmp_path / "palace"
+    plan = ctl(user_home, palace, "install", "--dry-run", "--platform", "launchd", "--json").json()
+    assert plan["path"] == str(user_home / "Library" / "LaunchAgents" / "dev.palace.palaced.plist")
+    assert plan["log_dir"] == str(user_home / "Library" / "Logs" / "palace")
+    assert plistlib.loads(plan["content"].encode())["ProgramArguments"] == [str(VENV_PALACED), "--home", str(palace)]
+    assert [c["argv"][1] for c in plan["commands"]] == ["bootout", "enable", "bootstrap"]
+    assert plan["commands"][0]["when"] == "loaded"
+    assert files_under(user_home) == []
+
+
+def test_platform_is_a_preview_option_only(user_home: Path, tmp_path: Path) -> None:
+    result = ctl(user_home, tmp_path / "palace", "install", "--platform", "launchd")
+    assert result.returncode == 64 and "add --dry-run" in result.stderr
+
+
+@needs_no_systemd
+def test_install_without_systemd_fails_in_one_line_and_leaves_nothing(user_home: Path, tmp_path: Path) -> None:
+    palace = tmp_path / "palace"
+    result = ctl(user_home, palace, "install")
+    assert result.returncode == 1, result
+    assert result.stdout == ""
+    assert re.fullmatch(r"palacectl: systemd is not running as the init system here \(PID 1 is .+\); use "
+                        r"`palacectl service install --dry-run` to see the unit, or run `palaced` directly\n",
+                        result.stderr), result.stderr
+    assert files_under(user_home) == [] and not palace.exists()
+
+    as_json = ctl(user_home, palace, "install", "--json")
+    assert as_json.returncode == 1 and as_json.json()["error"]["message"].startswith("systemd is not running")
+
+
+def test_uninstall_with_nothing_installed_says_so_and_succeeds(user_home: Path, tmp_path: Path) -> None:
+    result = ctl(user_home, tmp_path / "palace", "uninstall")
+    assert result.returncode == 0, result
+    assert result.stdout == f"Nothing to uninstall: no {unit_path(user_home)}\n"
+
+
+@needs_no_systemd
+def test_uninstall_without_systemd_removes_only_the_unit(user_home: Path, tmp_path: Path) -> None:
+    palace = tmp_path / "palace"
+    palace.mkdir()
+    (palace / "palace.sqlite3").write_bytes(b"the log")
+    unit_path(user_home).parent.mkdir(parents=True)
+    unit_path(user_home).write_text("[Service]\nExecStart=/bin/true\n")
+    result = ctl(user_home, palace, "uninstall")
+    assert result.returncode == 0, result
+    assert not unit_path(user_home).exists()
+    assert (palace / "palace.sqlite3").read_bytes() == b"the log"
+    assert f"The palace home {palace} and its data were not touched." in result.stdout
+
+
+def test_status_reports_not_installed_and_daemon_unreachable(user_home: Path, short_tmp: Path) -> None:
+    palace = short_tmp / "palace"
+    report = ctl(user_home, palace, "status", "--json").json()
+    assert report["installed"] is False and report["path"] == str(unit_path(user_home))
+    assert report["daemon"]["answering"] is False
+    assert report["daemon"]["socket"] == str(palace / "palaced.sock")
+    assert "palaced is not running" in report["daemon"]["reason"]
+    if not SYSTEMD_IS_INIT:
+        assert report["manager"]["state"] == "unknown"
+        assert report["manager"]["reason"].startswith("systemd is not running as the init system here")
+    human = ctl(user_home, palace, "status")
+    assert human.returncode == 0
+    assert f"file      {unit_path(user_home)} (not installed)\n" in human.stdout
+    assert "daemon    not answering: palaced is not running" in human.stdout
+
+
+def test_a_home_path_the_unit_cannot_carry_is_refused(user_home: Path, tmp_path: Path) -> None:
+    result = ctl(user_home, tmp_path / "pal$HOME", "install", "--dry-run")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "contains '$', which a systemd unit cannot carry safely" in result.stderr
+
+
+# -- install and uninstall against a fake service manager --------------------------------------
+
+
+class FakeManager:
+    """systemctl --user / launchctl, just far enough: records every command, tracks whether
+    palaced runs, and fails a command on request. ``outside`` is a palaced it did not start."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.running = False
+        self.loaded = False
+        self.outside = False
+        self.failures: dict[str, tuple[int, str]] = {}  # verb -> (exit code, stderr)
+        self.sandbox_ok = True  # whether the filesystem-sandbox probe (systemd-run) succeeds
+        self.probes = 0
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        argv = list(argv)
+        if argv[0] == "systemd-run":
+            assert tuple(argv) == service_cli.SANDBOX_PROBE
+            self.probes += 1
+            return subprocess.CompletedProcess(argv, 0 if self.sandbox_ok else 1, "",
+                                               "" if self.sandbox_ok else "Failed to set up user namespacing")
+        verb = argv[2] if argv[:2] == ["systemctl", "--user"] else argv[1]
+        if verb == "is-active":
+            state = "active" if self.running else "inactive"
+            return subprocess.CompletedProcess(argv, 0 if self.running else 3, f"{state}\n", "")
+        if verb == "is-enabled":
+            return subprocess.CompletedProcess(argv, 0, "enabled\n", "")
+        if verb == "print":  # launchctl print gui/UID/LABEL: 0 when loaded
+            state = "running" if self.running else "not running"
+            return subprocess.CompletedProcess(argv, 0 if self.loaded else 113, f"\tstate = {state}\n", "")
+        self.calls.append(argv)
+        if verb in self.failures:
+            code, stderr = self.failures[verb]
+            return subprocess.CompletedProcess(argv, code, "", stderr)
+        if verb in ("restart", "kickstart") or argv[-2:] == ["--now", "palaced.service"] and verb == "enable":
+            self.running = True
+        if verb == "bootstrap":
+            self.loaded = self.running = True
+        if verb in ("disable", "bootout"):
+            self.loaded = self.running = False
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def daemon(self, home: Path, timeout: float = 0.0) -> dict[str, Any]:
+        answering = self.running or self.outside
+        return {"answering": answering, "socket": str(home / "palaced.sock"),
+                "reason": None if answering else "palaced is not running"}
+
+
+@pytest.fixture(params=["systemd"])
+def fake(request: pytest.FixtureRequest, user_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeManager]:
+    manager = FakeManager()
+    monkeypatch.setattr(service_cli, "detect_platform", lambda: request.param)
+    monkeypatch.setattr(service_cli, "systemd_booted", lambda: True)
+    monkeypatch.setattr(service_cli, "systemd_problem", lambda: None)
+    monkeypatch.setattr(service_cli, "launchd_problem", lambda: None)
+    monkeypatch.setattr(service_cli, "run_command", manager.run)
+    monkeypatch.setattr(service_cli, "daemon_status", manager.daemon)
+    monkeypatch.setattr(service_cli, "wait_for_daemon", manager.daemon)
+    yield manager
+
+
+def service(palace: Path, *args: str) -> int:
+    """palacectl in-process (so the fake manager stands in for systemctl/launchctl)."""
+    return main(["--home", str(palace), "service", *args])
+
+
+SYSTEMCTL = ["systemctl", "--user"]
+
+
+def test_install_writes_the_unit_and_starts_it(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    assert service(palace, "install") == 0
+    out = capsys.readouterr().out
+    assert unit_path(user_home).read_text() == service_cli.render_systemd_unit([str(VENV_PALACED)], palace)
+    assert stat.S_IMODE(palace.stat().st_mode) == 0o700
+    assert fake.calls == [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "--now", "palaced.service"]]
+    assert out == ("Filesystem sandbox: on (ProtectSystem=strict, ProtectHome=read-only, the home writable, "
+                   f"PrivateTmp)\nCreated the palace home {palace} (0700)\nWrote {unit_path(user_home)}\n"
+                   "Ran: systemctl --user daemon-reload\nRan: systemctl --user enable --now palaced.service\n"
+                   f"palaced answers on {palace / 'palaced.sock'}. Logs: journalctl --user -u palaced -f\n")
+
+
+def test_install_again_is_idempotent(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    assert service(palace, "install") == 0
+    fake.calls.clear()
+    capsys.readouterr()
+    assert service(palace, "install", "--json") == 0
+    report = json_out(capsys)
+    assert report["existing"] == "identical" and report["home_created"] is False
+    assert report["daemon"]["answering"] is True
+    assert fake.calls == [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "--now", "palaced.service"]]
+
+
+def test_install_refuses_a_different_unit_without_force(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    unit_path(user_home).parent.mkdir(parents=True)
+    unit_path(user_home).write_text("[Service]\nExecStart=/old/palaced\n")
+    assert service(tmp_path / "palace", "install") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is already installed at" in err and "pass --force to replace it" in err
+    assert unit_path(user_home).read_text() == "[Service]\nExecStart=/old/palaced\n"
+    assert fake.calls == [] and not (tmp_path / "palace").exists()
+
+
+def test_install_force_replaces_the_unit_and_restarts(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    unit_path(user_home).parent.mkdir(parents=True)
+    unit_path(user_home).write_text("[Service]\nExecStart=/old/palaced\n")
+    fake.running = True  # the old unit's palaced
+    assert service(palace, "install", "--force") == 0
+    assert f"Replaced {unit_path(user_home)}\n" in capsys.readouterr().out
+    assert unit_path(user_home).read_text() == service_cli.render_systemd_unit([str(VENV_PALACED)], palace)
+    assert fake.calls == [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "palaced.service"],
+                          [*SYSTEMCTL, "restart", "palaced.service"]]
+
+
+def test_install_refuses_while_a_palaced_runs_outside_the_service(fake: FakeManager, user_home: Path,
+                                                                  tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Two daemons on one home: the service's would fail "already running" and restart in a loop."""
+    fake.outside = True
+    assert service(tmp_path / "palace", "install") == 1
+    assert "a palaced outside the service manager already answers on" in capsys.readouterr().err
+    assert not unit_path(user_home).exists() and fake.calls == []
+
+
+def test_a_failing_systemctl_is_one_line_naming_the_command(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    fake.failures["enable"] = (1, "Failed to enable unit: Unit file palaced.service is masked.\n")
+    assert service(tmp_path / "palace", "install") == 1
+    captured = capsys.readouterr()
+    assert captured.err == ("palacectl: `systemctl --user enable --now palaced.service` failed (exit 1): "
+                            "Failed to enable unit: Unit file palaced.service is masked.\n")
+    # What was done is on stdout; the unit stays, so a rerun (idempotent) or uninstall finishes the job.
+    assert "Ran: systemctl --user daemon-reload\n" in captured.out and unit_path(user_home).exists()
+
+
+def test_install_fails_when_palaced_never_answers(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(service_cli, "wait_for_daemon", lambda home: {
+        "answering": False, "socket": str(home / "palaced.sock"), "reason": "no socket"})
+    assert service(tmp_path / "palace", "install") == 1
+    assert "palaced.service is installed and started, but palaced did not answer on" in capsys.readouterr().err
+
+
+def test_uninstall_stops_disables_and_removes_only_the_unit(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    assert service(palace, "install") == 0
+    (palace / "palace.sqlite3").write_bytes(b"the log")
+    fake.calls.clear()
+    capsys.readouterr()
+    assert service(palace, "uninstall") == 0
+    assert fake.calls == [[*SYSTEMCTL, "disable", "--now", "palaced.service"], [*SYSTEMCTL, "daemon-reload"]]
+    assert not unit_path(user_home).exists() and (palace / "palace.sqlite3").read_bytes() == b"the log"
+    assert capsys.readouterr().out == (
+        f"Ran: systemctl --user disable --now palaced.service\nRemoved {unit_path(user_home)}\n"
+        f"Ran: systemctl --user daemon-reload\nThe palace home {palace} and its data were not touched.\n")
+
+
+def test_dry_runs_run_no_command(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def no_command(argv: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        raise AssertionError(f"a dry run ran {argv}")
+
+    monkeypatch.setattr(service_cli, "run_command", no_command)
+    palace = tmp_path / "palace"
+    assert service(palace, "install", "--dry-run") == 0
+    assert service(palace, "install", "--dry-run", "--platform", "launchd") == 0
+    unit_path(user_home).parent.mkdir(parents=True)
+    unit_path(user_home).write_text("[Service]\n")
+    assert service(palace, "uninstall", "--dry-run") == 0
+    assert "Would run: systemctl --user disable --now palaced.service\n" in capsys.readouterr().out
+    assert unit_path(user_home).read_text() == "[Service]\n" and not palace.exists()
+
+
+@pytest.mark.parametrize("fake", ["launchd"], indirect=True)
+def test_launchd_install_and_uninstall(fake: FakeManager, user_home: Path, tmp_path: Path) -> None:
+    palace = tmp_path / "palace"
+    plist = user_home / "Library" / "LaunchAgents" / "dev.palace.palaced.plist"
+    service_target = f"gui/{os.getuid()}/dev.palace.palaced"
+    assert service(palace, "install") == 0
+    assert plistlib.loads(plist.read_bytes())["ProgramArguments"] == [str(VENV_PALACED), "--home", str(palace)]
+    assert (user_home / "Library" / "Logs" / "palace").is_dir()
+    assert fake.calls == [["launchctl", "enable", service_target],
+                          ["launchctl", "bootstrap", f"gui/{os.getuid()}", str(plist)]]  # bootout: not loaded
+    fake.calls.clear()
+    assert service(palace, "install") == 0  # identical and loaded: only make sure it runs
+    assert fake.calls == [["launchctl", "enable", service_target], ["launchctl", "kickstart", service_target]]
+    fake.calls.clear()
+    assert service(palace, "uninstall") == 0
+    assert fake.calls == [["launchctl", "bootout", service_target]] and not plist.exists()
+
+
+@pytest.mark.parametrize("command", [["install"], ["uninstall"]])
+def test_unsupported_platform_says_what_to_do(command: list[str], user_home: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(service_cli, "detect_platform", lambda: None)
+    assert service(tmp_path / "palace", *command) == 1
+    assert "run `palaced` under your own supervisor" in capsys.readouterr().err
+    assert service(tmp_path / "palace", "status", "--json") == 0
+    report = json_out(capsys)
+    assert report["platform"] is None and report["installed"] is False
+    assert report["manager"]["reason"].startswith("no supported service manager")
+
+
+def json_out(capsys: pytest.CaptureFixture[str]) -> Any:
+    import json
+
+    return json.loads(capsys.readouterr().out)
+
+
+def test_install_leaves_the_filesystem_sandbox_off_where_the_user_manager_cannot_build_it(
+        fake: FakeManager, user_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression guard: where user namespaces are restricted (Ubuntu 23.10+), a unit with
+    ProtectSystem= fails every start with 226/NAMESPACE; install must notice and leave it out."""
+    fake.sandbox_ok = False
+    palace = tmp_path / "palace"
+    assert service(palace, "install") == 0
+    out = capsys.readouterr().out
+    assert "Filesystem sandbox: off, because `systemd-run --user" in out and "user namespacing" in out
+    unit = unit_path(user_home).read_text()
+    assert unit == service_cli.render_systemd_unit([str(VENV_PALACED)], palace, filesystem_sandbox=False)
+    assert "\n#ProtectSystem=strict\n" in unit and "\nNoNewPrivileges=yes\n" in unit
+    assert fake.probes == 1
