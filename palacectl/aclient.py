@@ -12,6 +12,7 @@ The plain CLI keeps using the blocking ``client.Client`` (no trio import on its 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -23,7 +24,7 @@ from palace_proto.errors import ProtocolError
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import default_home
 
-from .client import DaemonUnreachable, socket_for
+from .client import DaemonUnreachable, endpoint_for, socket_for
 
 __all__ = ["AsyncDaemon"]
 
@@ -43,9 +44,10 @@ class AsyncDaemon:
     def __repr__(self) -> str:
         return f"<AsyncDaemon {self.path}>"
 
-    def _unreachable(self, why: str) -> DaemonUnreachable:
-        start = "palaced" if self.home == default_home(os.environ, Path.home()) else f"palaced --home {self.home}"
-        return DaemonUnreachable(f"palaced is not running on {self.path} ({why}); start it with `{start}`")
+    def _unreachable(self, why: str, where: str | None = None) -> DaemonUnreachable:
+        start = ("palaced" if self.home == default_home(os.environ, Path.home(), sys.platform)
+                 else f"palaced --home {self.home}")
+        return DaemonUnreachable(f"palaced is not running on {where or self.path} ({why}); start it with `{start}`")
 
     async def call(self, op: str, **args: Any) -> Any:
         """Send one request and return its result.
@@ -54,19 +56,26 @@ class AsyncDaemon:
             ApiError: the daemon answered with an error (its message, word for word).
             DaemonUnreachable: no daemon, or the connection broke.
         """
+        endpoint = endpoint_for(self.home)  # read each call: the daemon may restart on another port
+        where = endpoint.describe()
         try:
-            stream = await trio.open_unix_socket(os.fspath(self.path))
+            if endpoint.transport == "tcp":
+                assert endpoint.host is not None and endpoint.port is not None
+                stream: trio.abc.Stream = await trio.open_tcp_stream(endpoint.host, endpoint.port)
+            else:
+                stream = await trio.open_unix_socket(os.fspath(self.path))
         except FileNotFoundError:
-            raise self._unreachable("no socket") from None
+            raise self._unreachable("no socket", where) from None
         except ConnectionRefusedError:
-            raise self._unreachable("connection refused") from None
+            raise self._unreachable("connection refused", where) from None
         except OSError as exc:
-            raise self._unreachable(exc.strerror or str(exc)) from None
+            raise self._unreachable(exc.strerror or str(exc), where) from None
+        token = {"token": endpoint.token} if endpoint.token else {}
         async with stream:
             buffer = FrameBuffer(DEFAULT_MAX_FRAME_BYTES)
             try:
                 await stream.send_all(encode_frame(request(HELLO_ID, "hello", version=PROTOCOL_VERSION,
-                                                           client=self._client_name, pid=os.getpid())))
+                                                           client=self._client_name, pid=os.getpid(), **token)))
                 hello = await self._reply(stream, buffer, HELLO_ID)
                 limit = hello.get("limits", {}).get("max_frame_bytes") if isinstance(hello, Mapping) else None
                 if isinstance(limit, int) and limit > 0:
@@ -76,7 +85,7 @@ class AsyncDaemon:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 raise self._unreachable("connection closed by the daemon") from None
 
-    async def _reply(self, stream: trio.SocketStream, buffer: FrameBuffer, rid: int) -> Any:
+    async def _reply(self, stream: trio.abc.Stream, buffer: FrameBuffer, rid: int) -> Any:
         while True:
             try:
                 message = buffer.next_frame()

@@ -118,12 +118,13 @@ def _print_events(result: dict[str, Any], as_json: bool) -> None:
 
 
 @app.command()
-def status(json_: JsonOpt = False) -> None:
-    """Show the daemon: version, home, origin, identity fingerprint, counts, latest event, uptime."""
+def status(json_: JsonOpt = False) -> int:
+    """Show the daemon and its health; exits 1 when something needs attention (a health check)."""
     result = _call("status")
+    health = result.get("health") or {"ok": True, "problems": [], "notes": []}
     if json_:
         emit_json(result)
-        return
+        return EXIT_OK if health["ok"] else output.EXIT_FAILED
     write_stdout(
         f"palaced {result['version']} (pid {result['pid']}) up {result['uptime_s']:.0f}s\n"
         f"  home         {result['home']}\n"
@@ -137,9 +138,26 @@ def status(json_: JsonOpt = False) -> None:
     )
     network = result.get("network")
     if network:
+        peers = result.get("peers") or {"live": len(network["connected"]), "total": len(network["connected"])}
         write_stdout(f"  listening    {', '.join(network['listen']) or '-'}  mDNS {network['mdns']}\n"
-                     f"  peers        {len(network['connected'])} connected"
+                     f"  peers        {peers['live']} live of {peers['total']}"
                      + (f"  FORKS {network['forks']} (see `palacectl peers`)" if network["forks"] else "") + "\n")
+    storage = result.get("storage")
+    if storage:
+        embedding = result["memory"].get("embedding") or {}
+        write_stdout(f"  storage      database {_mib(storage['database_bytes'])}, WAL {_mib(storage['wal_bytes'])}"
+                     + (f"; {embedding['pending']:,} drawer(s) await embedding" if embedding.get("pending") else "")
+                     + "\n")
+    write_stdout("  health       " + ("ok" if health["ok"] else "NEEDS ATTENTION") + "\n")
+    for problem in health["problems"]:
+        write_stdout(f"    ! {problem}\n")
+    for item in health["notes"]:
+        write_stdout(f"    - {item}\n")
+    return EXIT_OK if health["ok"] else output.EXIT_FAILED
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
 
 
 def _palace_line(result: dict[str, Any]) -> str:
@@ -424,16 +442,53 @@ def join(
     code: Annotated[str, typer.Argument(help="The invite code printed by `palacectl invite`.")],
     name: Annotated[Optional[str], typer.Option(help="This daemon's name (default: host name).")] = None,
     address: Annotated[Optional[str], typer.Option(help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Return only once caught up with the palace's log.")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Join a palace with an invite code: this daemon gets its certificate and starts replicating."""
     result = _call("join", code=code, name=name, address=address)
-    if json_:
-        emit_json(result)
-    else:
+    if not json_:
         write_stdout(f"Joined palace {result['palace_id']} ({result['palace_name']}) as {result['role']}\n"
                      f"  this daemon: {result['peer_id']} ({result['name']})\n"
                      f"  listening on {', '.join(result['listen']) or '-'}\n")
+    bar = output.ProgressBar("catching up", enabled=False if json_ else None)
+    if wait or bar.enabled:
+        result["events"] = _follow_catch_up(bar, plain=wait and not bar.enabled and not json_)
+    elif not json_:
+        write_stdout("Catching up in the background; `palacectl peers` shows how far.\n")
+    if json_:
+        emit_json(result)
+
+
+def _follow_catch_up(bar: output.ProgressBar, *, plain: bool) -> int | None:
+    """Until the peers we hear from hold nothing we lack: a bar on a terminal, a line every 5 s
+    with ``plain``. Ctrl-C stops watching only (the daemon goes on). Returns our event count."""
+    import time
+
+    last_line = 0.0
+    try:
+        with Client(_home()) as client:
+            while True:
+                peers = client.call("peers")["peers"]
+                ours = client.call("status")["events"]
+                known = [p["we_lack"] for p in peers if p["we_lack"] is not None and p["state"] != "revoked"]
+                lacking = sum(known)
+                if known and not lacking:
+                    bar.update(ours, ours, force=True)
+                    bar.close()
+                    if plain or bar.enabled:
+                        write_stdout(f"Caught up: {ours:,} events.\n")
+                    return int(ours)
+                bar.update(ours, ours + lacking)
+                if plain and time.monotonic() - last_line >= 5:
+                    write_stdout(f"catching up: {ours:,} events, {lacking:,} to go\n" if known else
+                                 "catching up: waiting for a peer to say what it holds\n")
+                    last_line = time.monotonic()
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        bar.close()
+        note("Stopped watching; the daemon goes on catching up.")
+        return None
 
 
 @app.command()
@@ -800,9 +855,9 @@ def bench_replication(
         emit_json(result)
 
 
-# The memory commands live in their own module; importing it registers them on `app`.
-from . import memory_cli  # noqa: E402,F401
-from . import service_cli  # noqa: E402,F401  (the `service` commands, registered the same way)
+# Command groups in their own modules (memory, backup/restore, service); importing them registers
+# their commands on `app`.
+from . import backup_cli, memory_cli, service_cli  # noqa: E402,F401
 
 # -- entry point --------------------------------------------------------------------------------
 

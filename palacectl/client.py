@@ -1,6 +1,8 @@
-"""Synchronous client of palaced's Unix-socket API.
+"""Synchronous client of palaced's local API (Unix socket, or loopback TCP with a token).
 
-Owns: connecting, the hello handshake, request/reply calls and reading subscription pushes.
+Owns: finding the daemon (its home's ``api.json`` if it listens on TCP, else its Unix socket:
+proto/paths.py), connecting, the hello handshake, request/reply calls and reading subscription
+pushes.
 Deliberately blocking and trio-free: palacectl runs in agents' loops, so a simple command must
 start fast (stdlib socket + msgpack only). The daemon pushes watch events over the socket; the
 client only blocks in ``recv`` (no polling anywhere).
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -17,9 +20,12 @@ from typing import Any, Final
 from palace_proto.control import PROTOCOL_VERSION, api_error_from_wire, request
 from palace_proto.errors import ProtocolError
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, encode_frame
-from palace_proto.paths import default_home, socket_path
+from palace_proto.paths import ApiEndpoint, api_file, default_home, parse_api_file, socket_path
 
-__all__ = ["Client", "DaemonUnreachable", "IdleTimeout", "home_from", "socket_for"]
+__all__ = ["Client", "DaemonUnreachable", "IdleTimeout", "endpoint_for", "home_from", "socket_for"]
+
+# Why 10 s: connecting to loopback is instant or refused; only a wedged machine takes longer.
+CONNECT_TIMEOUT_S: Final = 10.0
 
 # Why 1 MiB: big receive calls keep large artifact replies to a few syscalls.
 RECEIVE_CHUNK: Final = 1 << 20
@@ -34,11 +40,46 @@ class IdleTimeout(Exception):
 
 
 def home_from(home: str | os.PathLike[str] | None) -> Path:
-    return Path(home).expanduser() if home else default_home(os.environ, Path.home())
+    return Path(home).expanduser() if home else default_home(os.environ, Path.home(), sys.platform)
 
 
 def socket_for(home: Path) -> Path:
     return socket_path(home)
+
+
+def endpoint_for(home: Path) -> ApiEndpoint:
+    """Where palaced on ``home`` listens: what its ``api.json`` says (TCP) if there is one, else
+    its Unix socket. Raises DaemonUnreachable if ``api.json`` cannot be used."""
+    path = api_file(home)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ApiEndpoint("unix", path=socket_path(home))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DaemonUnreachable(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return parse_api_file(text)
+    except ValueError as exc:
+        raise DaemonUnreachable(f"{path} {exc}; restart palaced to write it again") from None
+
+
+def open_socket(endpoint: ApiEndpoint) -> socket.socket:
+    """A connected socket to ``endpoint`` (OSError if it cannot be reached)."""
+    if endpoint.transport == "tcp":
+        assert endpoint.host is not None and endpoint.port is not None
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=CONNECT_TIMEOUT_S)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # requests are small: no Nagle delay
+        return sock
+    if not hasattr(socket, "AF_UNIX"):
+        raise FileNotFoundError("no api.json (on this system palaced listens on TCP and writes one)")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.fspath(endpoint.path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class Client:
@@ -47,6 +88,7 @@ class Client:
     def __init__(self, home: Path, *, client_name: str = "palacectl") -> None:
         self.home = home
         self.path = socket_for(home)
+        self.endpoint: ApiEndpoint | None = None
         self._client_name = client_name
         self._sock: socket.socket | None = None
         self._buffer = FrameBuffer(DEFAULT_MAX_FRAME_BYTES)
@@ -64,10 +106,11 @@ class Client:
         self.close()
 
     def _unreachable(self, why: str) -> DaemonUnreachable:
+        where = self.endpoint.describe() if self.endpoint is not None else str(self.path)
         return DaemonUnreachable(
-            f"palaced is not running on {self.path} ({why}); start it with `palaced --home {self.home}`"
-            if self.home != default_home(os.environ, Path.home())
-            else f"palaced is not running on {self.path} ({why}); start it with `palaced`"
+            f"palaced is not running on {where} ({why}); start it with `palaced --home {self.home}`"
+            if self.home != default_home(os.environ, Path.home(), sys.platform)
+            else f"palaced is not running on {where} ({why}); start it with `palaced`"
         )
 
     def connect(self) -> None:
@@ -77,23 +120,20 @@ class Client:
             DaemonUnreachable: no socket, connection refused, or the daemon hung up.
             ApiError: the daemon refused the hello (``version_mismatch``).
         """
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.endpoint = endpoint = endpoint_for(self.home)
         try:
-            sock.connect(os.fspath(self.path))
-        except FileNotFoundError:
-            sock.close()
-            raise self._unreachable("no socket") from None
+            sock = open_socket(endpoint)
+        except FileNotFoundError as exc:
+            raise self._unreachable("no socket" if endpoint.transport == "unix" else str(exc)) from None
         except ConnectionRefusedError:
-            sock.close()
             raise self._unreachable("connection refused") from None
         except PermissionError:
-            sock.close()
             raise self._unreachable("permission denied: the socket belongs to another user") from None
         except OSError as exc:
-            sock.close()
             raise self._unreachable(exc.strerror or str(exc)) from None
         self._sock = sock
-        self.hello = self.call("hello", version=PROTOCOL_VERSION, client=self._client_name, pid=os.getpid())
+        token = {"token": endpoint.token} if endpoint.token else {}
+        self.hello = self.call("hello", version=PROTOCOL_VERSION, client=self._client_name, pid=os.getpid(), **token)
         limit = self.hello.get("limits", {}).get("max_frame_bytes")
         if isinstance(limit, int) and limit > 0:
             # Replies can carry an artifact of up to the daemon's limit.

@@ -17,9 +17,10 @@ from typing import NoReturn
 import trio
 
 from palace_proto import __version__
+from palace_proto.paths import parse_api_listen
 from palace_proto.peer import parse_peer_address
 
-from .api import SocketPathTooLong
+from .api import ApiListenError, SocketPathTooLong
 from .app import AlreadyRunning, serve
 from .config import DEFAULT_LISTEN, ConfigError, default_home, load_config
 from .identity import IdentityError
@@ -42,7 +43,9 @@ def _setup_logging(level: str) -> None:
     formatter.converter = time.gmtime
     handler.setFormatter(formatter)
     root = logging.getLogger("palaced")
-    root.handlers[:] = [handler]
+    from .maintenance import RECENT_ERRORS  # status shows the newest error (health)
+
+    root.handlers[:] = [handler, RECENT_ERRORS]
     root.setLevel(level.upper())
     root.propagate = False
 
@@ -63,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="overrides config.toml")
     parser.add_argument("--listen", metavar="HOST:PORT",
                         help=f"where peers connect (default {DEFAULT_LISTEN}; overrides config.toml)")
+    parser.add_argument("--api", metavar="unix|tcp://127.0.0.1:PORT",
+                        help="the local API: a Unix socket in the home (default here) or loopback TCP with a token "
+                             "in HOME/api.json (the default on Windows; PORT 0 picks a free one)")
     parser.add_argument("--no-mdns", action="store_true",
                         help="do not advertise or browse with mDNS (static and remembered peers only)")
     parser.add_argument("--version", action="version", version=f"palaced {__version__}")
@@ -79,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             parser.error(f"--listen: {exc}")
         config = dataclasses.replace(config, listen=args.listen)
+    if args.api is not None:
+        try:
+            parse_api_listen(args.api)
+        except ValueError as exc:
+            parser.error(f"--api: {exc}")
+        config = dataclasses.replace(config, api=args.api)
     if args.log_level:
         config = dataclasses.replace(config, log_level=args.log_level)
     if args.no_mdns:
@@ -95,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-_STARTUP_ERRORS = (AlreadyRunning, ConfigError, IdentityError, MembershipError, StoreError, SocketPathTooLong,
-                   ListenError, PermissionError)
+_STARTUP_ERRORS = (AlreadyRunning, ApiListenError, ConfigError, IdentityError, MembershipError, StoreError,
+                   SocketPathTooLong, ListenError, PermissionError)
 
 
 def _find_startup_error(exc: BaseException) -> BaseException | None:

@@ -1,6 +1,8 @@
-"""The local control API: a Unix socket (mode 0600) speaking framed msgpack requests.
+"""The local control API: a Unix socket (mode 0600), or loopback TCP with a bearer token,
+speaking framed msgpack requests.
 
-Owns: accepting connections, framing, the hello handshake, dispatching requests to the service,
+Owns: accepting connections, framing, the hello handshake (which, over TCP, must carry the token
+this daemon wrote to ``api.json``: proto/paths.py), dispatching requests to the service,
 writing replies, and streaming subscriptions (proto/PROTOCOL.md, "Local API"). One task reads
 each connection (so a disconnect is noticed at once, even mid-wait) and one processes its
 requests in order. Garbage never takes the daemon down: a malformed request gets an error reply,
@@ -11,10 +13,13 @@ other connection keeps being served.
 from __future__ import annotations
 
 import errno
+import hmac
 import itertools
 import logging
 import os
+import secrets
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -23,10 +28,11 @@ import trio
 from palace_proto.control import OPS, Request, check_hello, error_reply, ok_reply, parse_request
 from palace_proto.errors import ApiError, FrameTooLarge, LocalProtocolError, ProtocolError, VersionMismatch
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
+from palace_proto.paths import ApiEndpoint, api_file_text
 
 from .service import Service, api_error_for, op_table
 
-__all__ = ["SocketPathTooLong", "serve_api"]
+__all__ = ["ApiListenError", "SocketPathTooLong", "serve_api"]
 
 LOGGER: Final = logging.getLogger("palaced.api")
 # Why 64 KiB: large enough to take a body-sized request in a few reads, small enough per connection.
@@ -36,7 +42,10 @@ REQUEST_QUEUE: Final = 16
 # Why 5 s: a reply to a client that stopped reading must not pin a handler forever.
 SEND_TIMEOUT_S: Final = 5.0
 # sun_path is 108 bytes on Linux (104 on macOS), including the terminating NUL.
-MAX_SOCKET_PATH: Final = 107 if os.uname().sysname == "Linux" else 103
+MAX_SOCKET_PATH: Final = 107 if sys.platform == "linux" else 103
+# Writing a reply straight to the socket's descriptor works on POSIX only (Windows sockets are
+# not file descriptors).
+_DIRECT_WRITE: Final = os.name == "posix"
 
 _connection_ids = itertools.count(1)
 
@@ -45,11 +54,17 @@ class SocketPathTooLong(Exception):
     pass
 
 
+class ApiListenError(Exception):
+    """The TCP API port cannot be bound (in use, or not permitted)."""
+
+
 class _Connection:
     """One client connection: a reader task and a request processor sharing a send lock."""
 
-    def __init__(self, stream: trio.SocketStream, service: Service, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.SocketStream, service: Service, max_frame_bytes: int,
+                 token: str | None = None) -> None:
         self.id = next(_connection_ids)
+        self.token = token  # over TCP: what hello must carry
         self.stream = stream
         self.service = service
         self.ops = op_table(service)
@@ -68,12 +83,14 @@ class _Connection:
         async with self.send_lock:
             # Fast path: a reply nearly always fits in the socket buffer, and writing it directly
             # skips two scheduler passes per reply (a third of the per-request cost under load).
-            try:
-                sent = os.write(self.stream.socket.fileno(), data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:  # EPIPE, ECONNRESET, or a socket already closed
-                raise trio.BrokenResourceError(f"cannot write to the client: {exc.strerror}") from None
+            sent = 0
+            if _DIRECT_WRITE:
+                try:
+                    sent = os.write(self.stream.socket.fileno(), data)
+                except BlockingIOError:
+                    sent = 0
+                except OSError as exc:  # EPIPE, ECONNRESET, or a socket already closed
+                    raise trio.BrokenResourceError(f"cannot write to the client: {exc.strerror}") from None
             if sent == len(data):
                 return
             with trio.CancelScope(shield=True), trio.move_on_after(SEND_TIMEOUT_S) as scope:
@@ -155,6 +172,16 @@ class _Connection:
             except VersionMismatch as exc:
                 await self.send(error_reply(request.id, ApiError(exc.message, code=exc.code)))
                 return
+            if self.token is not None:
+                offered = request.args.get("token")
+                if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), self.token.encode()):
+                    LOGGER.warning("connection #%d: refused, its hello carried no valid token", self.id)
+                    await self.send(error_reply(request.id, ApiError(
+                        "this palaced's TCP API needs the token from its home's api.json (palacectl reads it "
+                        "by itself: is --home right?)", code="unauthorized")))
+                    # Close it: the reader task then stops, and nothing more is answered.
+                    await trio.aclose_forcefully(self.stream)
+                    return
             self.greeted = True
             await self.send(ok_reply(request.id, self.service.hello_result()))
             return
@@ -222,19 +249,63 @@ async def _bind_unix_socket(path: Path) -> trio.socket.SocketType:
     return sock
 
 
+async def _bind_tcp(endpoint: ApiEndpoint) -> trio.socket.SocketType:
+    assert endpoint.host is not None and endpoint.port is not None
+    family = socket.AF_INET6 if ":" in endpoint.host else socket.AF_INET
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if os.name == "posix":  # reuse a port in TIME_WAIT after a restart (on Windows this would allow theft)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        await sock.bind((endpoint.host, endpoint.port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ApiListenError(f"cannot listen for the local API on {endpoint.describe()}: {exc.strerror or exc} "
+                             "(another palaced? choose another port with --api tcp://127.0.0.1:PORT)") from None
+    return sock
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by the user only, atomically (no moment where another
+    user could read it, no half-written file a client could trip over)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(partial, path)
+
+
 async def serve_api(
-    socket_path: Path,
+    endpoint: ApiEndpoint,
+    home: Path,
     service: Service,
     max_frame_bytes: int,
     *,
-    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve the control API on ``socket_path`` until cancelled; reports the path when listening."""
-    sock = await _bind_unix_socket(socket_path)
+    """Serve the control API until cancelled (a Unix socket in ``home``, or loopback TCP with a
+    token published in ``home/api.json``); reports where it listens once it does."""
+    from palace_proto.paths import api_file, socket_path
+
+    token: str | None = None
+    if endpoint.transport == "unix":
+        published = socket_path(home)
+        sock = await _bind_unix_socket(published)
+        where = str(published)
+    else:
+        sock = await _bind_tcp(endpoint)
+        host, port = sock.getsockname()[:2]
+        token = secrets.token_urlsafe(32)
+        published = api_file(home)
+        await trio.to_thread.run_sync(_write_private, published, api_file_text(host, port, token, os.getpid()))
+        where = ApiEndpoint("tcp", host, port).describe()
     listener = trio.SocketListener(sock)
 
     async def handle(stream: trio.SocketStream) -> None:
-        connection = _Connection(stream, service, max_frame_bytes)
+        connection = _Connection(stream, service, max_frame_bytes, token)
         try:
             await connection.run()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -248,12 +319,12 @@ async def serve_api(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, handle, [listener])
-            LOGGER.info("listening on %s", socket_path)
-            task_status.started(socket_path)
+            LOGGER.info("local API listening on %s", where)
+            task_status.started(where)
             await trio.sleep_forever()
     finally:
         try:
-            socket_path.unlink()
+            published.unlink()
         except FileNotFoundError:
             pass
     raise AssertionError("unreachable")  # pragma: no cover

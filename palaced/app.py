@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import logging
 import os
 from collections.abc import Iterator
@@ -58,19 +57,39 @@ def home_lock(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive lock on the home for the daemon's lifetime (one palaced per home)."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        if not _try_lock(fd):
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
             raise AlreadyRunning(
                 f"another palaced is already running on {lock_path.parent} (pid {holder}); "
                 "stop it first, or start this one with a different --home"
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
         yield
     finally:
         os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    """Take the home's lock without waiting; False if another process holds it. flock on POSIX;
+    on Windows (designed, not run here) msvcrt's byte-range lock, which the OS also drops when
+    the process dies."""
+    try:
+        import fcntl
+    except ImportError:
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 async def _network_for(config: Config, membership: Membership, key: Ed25519PrivateKey, astore: AsyncStore,
@@ -98,10 +117,11 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
     """Run the daemon for ``config`` until cancelled, then shut down cleanly."""
     prepare_home(config.home)
     with home_lock(config.lock_path):
-        # We hold the lock, so any socket file left behind belongs to a daemon that crashed.
-        if config.socket_path.exists() or config.socket_path.is_symlink():
-            LOGGER.info("removing stale socket %s", config.socket_path)
-            config.socket_path.unlink()
+        # We hold the lock, so a socket or api.json left behind belongs to a daemon that crashed.
+        for kind, stale in (("socket", config.socket_path), ("api.json", config.api_file)):
+            if stale.exists() or stale.is_symlink():
+                LOGGER.info("removing stale %s %s", kind, stale)
+                stale.unlink()
         key, created = load_or_create_identity(config.key_path)
         if created:
             LOGGER.info("created identity key %s", config.key_path)
@@ -141,7 +161,8 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
                         if membership is not None:
                             # Before init/join a daemon opens no network port at all.
                             await start_network(membership)
-                        await api_nursery.start(serve_api, config.socket_path, service, config.max_frame_bytes)
+                        service.api_address = await api_nursery.start(serve_api, config.api_endpoint, config.home, service,
+                                                                      config.max_frame_bytes)
                         if config.memory_embed:
                             # Derived state, off the append path: cancelled with the API at shutdown.
                             service.indexer = MemoryIndexer(

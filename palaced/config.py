@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +27,9 @@ KEY_FILENAME: Final = "identity.key"
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 DEFAULT_LISTEN: Final = f"0.0.0.0:{DEFAULT_PEER_PORT}"
 DEFAULT_MEMORY_MODEL: Final = "builtin:all-MiniLM-L6-v2-int8"
+# Windows has no AF_UNIX in Python: the local API is loopback TCP there (any free port; clients
+# find it, with its token, in the home's api.json).
+DEFAULT_API: Final = "tcp://127.0.0.1:0" if sys.platform == "win32" else "unix"
 
 
 class ConfigError(Exception):
@@ -33,13 +37,15 @@ class ConfigError(Exception):
 
 
 def default_home() -> Path:
-    return paths.default_home(os.environ, Path.home())
+    return paths.default_home(os.environ, Path.home(), sys.platform)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Config:
     home: Path
     limits: Limits = Limits()
+    #: the local API: "unix" (a socket in the home) or "tcp://127.0.0.1:PORT" (token in api.json)
+    api: str = DEFAULT_API
     log_level: str = "info"
     #: where peers connect (HOST:PORT); used once this daemon belongs to a palace
     listen: str = DEFAULT_LISTEN
@@ -55,6 +61,14 @@ class Config:
     @property
     def socket_path(self) -> Path:
         return paths.socket_path(self.home)
+
+    @property
+    def api_endpoint(self) -> paths.ApiEndpoint:
+        return paths.parse_api_listen(self.api)
+
+    @property
+    def api_file(self) -> Path:
+        return paths.api_file(self.home)
 
     @property
     def lock_path(self) -> Path:
@@ -73,6 +87,7 @@ class Config:
 _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},
     "log": {"level": str},
+    "api": {"listen": str},
     "network": {"listen": str, "mdns": bool},
     "memory": {"model": str, "embed": bool, "exact_index_max": int},
 }
@@ -121,11 +136,16 @@ def load_config(home: Path) -> Config:
         parse_peer_address(listen)
     except ValueError as exc:
         raise ConfigError(f"{path}: network.listen: {exc}") from None
+    api = values.get("api", {}).get("listen", DEFAULT_API)
+    try:
+        paths.parse_api_listen(api)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: api.listen: {exc}") from None
     memory = values.get("memory", {})
     if memory.get("exact_index_max", 50_000) < 1_000:
         raise ConfigError(f"{path}: memory.exact_index_max must be at least 1000 (an approximate index only pays "
                           "off for large palaces)")
-    return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen,
+    return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen, api=api,
                   mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
                   memory_exact_index_max=memory.get("exact_index_max", 50_000))

@@ -44,6 +44,7 @@ from . import tasks
 from .bus import EventBus
 from .config import Config
 from .fleet import FleetOps, replicated_args
+from .maintenance import MaintenanceOps
 from .memory_ops import MemoryOps
 from .members import MemberDirectory
 from .membership import Membership
@@ -111,7 +112,7 @@ def _utc_stamp(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-class Service(FleetOps, MemoryOps):
+class Service(FleetOps, MemoryOps, MaintenanceOps):
     """Handlers for every API operation, over one store and one bus (palace and fleet operations
     come from ``FleetOps``)."""
 
@@ -134,6 +135,8 @@ class Service(FleetOps, MemoryOps):
         self.start_network: Callable[[Membership], Awaitable[None]] | None = None
         #: the memory's vector worker (None when embedding is off)
         self.indexer: MemoryIndexer | None = None
+        #: where the local API listens (a socket path or tcp://HOST:PORT), once it does
+        self.api_address: str | None = None
         #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)
         self.memory_rebuild_progress: dict[str, Any] | None = None
 
@@ -166,9 +169,10 @@ class Service(FleetOps, MemoryOps):
     async def op_status(self, args: Mapping[str, Any]) -> dict[str, Any]:
         counts = await self.astore.read(self.store.counts)
         _, latest_id = await self.astore.read(self.store.latest)
-        return {
+        status: dict[str, Any] = {
             "version": __version__, "protocol": PROTOCOL_VERSION, "home": str(self.config.home),
-            "socket": str(self.config.socket_path), "pid": os.getpid(),
+            "socket": str(self.config.socket_path) if self.config.api_endpoint.transport == "unix" else None,
+            "api": self.api_address, "pid": os.getpid(),
             "origin": self.store.origin_id, "fingerprint": self.fingerprint,
             "events": counts["events"], "artifacts": counts["artifacts"], "latest_event_id": latest_id,
             "memory": {"drawers": counts["drawers"], "facts": counts["facts"],
@@ -177,9 +181,19 @@ class Service(FleetOps, MemoryOps):
             "started_at": _utc_stamp(self.started_at),
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "watchers": len(self.watchers), "writer": self.astore.statistics(),
+            "storage": await trio.to_thread.run_sync(self.storage_sizes),
             "palace": self.membership.to_wire() if self.membership else None,
             "network": await self._network_status(),
         }
+        status["peers"] = await self._peer_counts() if self.network else {"live": 0, "total": 0}
+        status["health"] = await self.health(status)
+        return status
+
+    async def _peer_counts(self) -> dict[str, int]:
+        assert self.network is not None
+        heads = await self.astore.read(self.store.version_vector)
+        peers = [p for p in self.network.peers_view(heads) if not p["revoked"]]
+        return {"live": sum(p["state"] in ("live", "catching up") for p in peers), "total": len(peers)}
 
     async def _network_status(self) -> dict[str, Any] | None:
         if self.network is None:

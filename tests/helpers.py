@@ -16,6 +16,7 @@ from typing import Any, Final, Self
 
 from palace_proto.errors import ProtocolError
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
+from palace_proto.paths import api_file, parse_api_file
 
 PYTHON = sys.executable
 # Why 10 s: every reply in these tests comes in milliseconds; the timeout only bounds a hang.
@@ -40,18 +41,41 @@ class CtlResult:
 
 #: what every daemon started by a test in the root namespace runs with (the network rule)
 ROOT_NS_NETWORK: Final = ("--no-mdns", "--listen", "127.0.0.1:0")
+#: the local API of every test daemon: "unix" (default) or "tcp" (``PALACE_TEST_API=tcp``, or the
+#: ``api`` fixture's parameter): the same tests then run over loopback TCP with a token, as on Windows
+TEST_API: Final = os.environ.get("PALACE_TEST_API", "unix")
+API_ARGS: Final = {"unix": (), "tcp": ("--api", "tcp://127.0.0.1:0")}
+
+
+def connect_api(home: Path, timeout: float = IO_TIMEOUT_S) -> tuple[socket.socket, str | None]:
+    """A socket connected to the daemon on ``home`` (its api.json's TCP port if it has one, else
+    its Unix socket), and the token its hello must carry (None for the Unix socket)."""
+    try:
+        endpoint = parse_api_file(api_file(home).read_text())
+    except FileNotFoundError:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(home / "palaced.sock"))
+        except BaseException:
+            sock.close()
+            raise
+        return sock, None
+    sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    return sock, endpoint.token
 
 
 class Daemon:
     """A real ``palaced`` subprocess on its own home."""
 
     def __init__(self, home: Path, *, extra_args: Sequence[str] = (), network_args: Sequence[str] = ROOT_NS_NETWORK,
-                 prefix: Sequence[str] = ()) -> None:
+                 prefix: Sequence[str] = (), api: str | None = None) -> None:
         self.home = home
         #: a command the daemon runs under, e.g. ``ip netns exec NS`` (tests that create namespaces)
         self.prefix = list(prefix)
         # Daemons in the root network namespace never multicast and listen on loopback only.
-        self.extra_args = [*network_args, *extra_args]
+        self.api = api or TEST_API
+        self.extra_args = [*network_args, *API_ARGS[self.api], *extra_args]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = home.parent / f"{home.name}.log"
 
@@ -75,13 +99,12 @@ class Daemon:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise AssertionError(f"palaced exited with {self.proc.returncode}: {self.log()}")
-            if self.socket_path.exists():
-                try:
-                    with socket.socket(socket.AF_UNIX) as s:
-                        s.connect(str(self.socket_path))
-                    return
-                except OSError:
-                    pass
+            try:  # api.json (TCP) or the socket, whichever the daemon's --api or config chose
+                sock, _ = connect_api(self.home)
+                sock.close()
+                return
+            except (OSError, ValueError):  # not there yet, or api.json being written
+                pass
             time.sleep(0.02)
         raise AssertionError(f"palaced did not start within {START_TIMEOUT_S}s: {self.log()}")
 
@@ -116,16 +139,41 @@ class Daemon:
 
 
 def run_ctl(home: Path, *args: str, input: bytes | None = None, timeout: float = 60.0,
-            env: dict[str, str] | None = None) -> CtlResult:
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> CtlResult:
     """Run ``palacectl --home HOME ARGS`` as a real process."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PALACE_HOME", None)
     proc = subprocess.run(
         [PYTHON, "-m", "palacectl", "--home", str(home), *args],
-        input=input if input is not None else b"", capture_output=True, timeout=timeout, env=full_env,
+        input=input if input is not None else b"", capture_output=True, timeout=timeout, env=full_env, cwd=cwd,
     )
     return CtlResult(proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"),
                      proc.stdout)
+
+
+def run_ctl_on_terminal(home: Path, *args: str, timeout: float = 120.0) -> tuple[int, str, str]:
+    """``palacectl`` with its stderr on a pseudo-terminal (where progress bars are drawn), stdout
+    piped; returns (exit code, stdout, what the terminal showed)."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "PALACE_HOME"}
+        proc = subprocess.run([PYTHON, "-m", "palacectl", "--home", str(home), *args], stdout=subprocess.PIPE,
+                              stderr=slave, stdin=subprocess.DEVNULL, timeout=timeout, env=env)
+    finally:
+        os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return proc.returncode, proc.stdout.decode(), b"".join(chunks).decode("utf-8", "replace")
 
 
 def append_event(ctl: Any, **fields: Any) -> dict[str, Any]:
@@ -144,24 +192,21 @@ class PeerClosed(ConnectionResetError):
 
 
 class RawClient:
-    """A byte-level client of the local API: frames in, frames out, nothing hidden."""
+    """A byte-level client of the local API: frames in, frames out, nothing hidden — except, when
+    the daemon listens on TCP (its home has an api.json), the token, which is added to a ``hello``
+    that does not carry one (so every test runs unchanged over either transport)."""
 
     def __init__(self, path: Path, *, timeout: float = IO_TIMEOUT_S) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        """``path``: the daemon's socket path (``Daemon.socket_path``); its folder is the home."""
         deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    self.sock.connect(str(path))
-                    break
-                except BlockingIOError:  # the listen backlog is full for a moment: retry, as a client would
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.01)
-        except BaseException:
-            self.sock.close()
-            raise
+        while True:
+            try:
+                self.sock, self.token = connect_api(path.parent, timeout)
+                break
+            except BlockingIOError:  # the listen backlog is full for a moment: retry, as a client would
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         self.buffer = FrameBuffer(1 << 40)
         self.next_id = 1
 
@@ -183,6 +228,9 @@ class RawClient:
         return True
 
     def send_message(self, message: Any) -> None:
+        if (self.token and isinstance(message, dict) and message.get("op") == "hello"
+                and isinstance(message.get("args"), dict) and "token" not in message["args"]):
+            message = {**message, "args": {**message["args"], "token": self.token}}
         self.sock.sendall(encode_frame(message, max_frame_bytes=1 << 40))
 
     def recv_message(self, timeout: float | None = IO_TIMEOUT_S) -> Any:

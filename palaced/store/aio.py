@@ -10,6 +10,7 @@ and nobody is acknowledged before the commit returns. Reads run in worker thread
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -17,6 +18,7 @@ import trio
 
 from palace_proto.errors import ApiError
 
+from .backup import wal_bytes
 from .store import Store, StoreError, WriteContext
 
 __all__ = ["AsyncStore"]
@@ -27,6 +29,16 @@ LOGGER: Final = logging.getLogger("palaced.store")
 MAX_BATCH: Final = 512
 # Why 4: reads are short index lookups; more threads than cores only add contention on 2 cores.
 READ_THREADS: Final = 4
+# The WAL is the daemon's to keep small. SQLite's own automatic checkpoints copy it back into the
+# database but never shrink the file, and a reader that stays inside a transaction stops them
+# from wrapping around, so the file can only grow (p2p-lessons, "WAL pinning"). The writer
+# therefore truncates it itself: when idle this long and the WAL holds more than IDLE_WAL_BYTES,
+# and after a commit that leaves more than BUSY_WAL_BYTES (at most every CHECKPOINT_RETRY_S
+# while a reader keeps blocking it).
+IDLE_CHECKPOINT_S: Final = 5.0
+IDLE_WAL_BYTES: Final = 1 << 20
+BUSY_WAL_BYTES: Final = 64 << 20
+CHECKPOINT_RETRY_S: Final = 5.0
 
 
 class _Pending:
@@ -53,9 +65,26 @@ class AsyncStore:
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self.batches = 0
         self.writes = 0
+        self.checkpoints = 0
+        #: when a WAL truncation was last refused by a reader that stayed in a transaction (None: not now)
+        self.checkpoint_blocked_since: float | None = None
+        self._last_checkpoint_try = 0.0
 
-    def statistics(self) -> dict[str, int]:
-        return {"batches": self.batches, "writes": self.writes, "queued": self._recv.statistics().current_buffer_used}
+    def statistics(self) -> dict[str, Any]:
+        return {"batches": self.batches, "writes": self.writes, "queued": self._recv.statistics().current_buffer_used,
+                "wal_checkpoints": self.checkpoints,
+                "wal_blocked_s": None if self.checkpoint_blocked_since is None
+                else round(time.monotonic() - self.checkpoint_blocked_since, 1)}
+
+    async def _checkpoint(self) -> None:
+        """Truncate the WAL (in the writer's thread slot: never concurrent with a batch)."""
+        self._last_checkpoint_try = time.monotonic()
+        if await trio.to_thread.run_sync(self.store.truncate_wal):
+            self.checkpoints += 1
+            self.checkpoint_blocked_since = None
+        elif self.checkpoint_blocked_since is None:
+            self.checkpoint_blocked_since = time.monotonic()
+            LOGGER.warning("WAL checkpoint blocked by a reader still inside a transaction; retrying")
 
     async def write(self, job: Callable[[WriteContext], Any]) -> Any:
         """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
@@ -90,7 +119,16 @@ class AsyncStore:
         """
         task_status.started()
         try:
-            async for first in self._recv:
+            while True:
+                with trio.move_on_after(IDLE_CHECKPOINT_S) as idle:
+                    try:
+                        first = await self._recv.receive()
+                    except trio.EndOfChannel:
+                        break
+                if idle.cancelled_caught:
+                    if wal_bytes(self.store.path) > IDLE_WAL_BYTES:
+                        await self._checkpoint()
+                    continue
                 batch = [first]
                 while len(batch) < MAX_BATCH:
                     try:
@@ -98,6 +136,9 @@ class AsyncStore:
                     except trio.WouldBlock:
                         break
                 await self._commit(batch)
+                if (time.monotonic() - self._last_checkpoint_try > CHECKPOINT_RETRY_S
+                        and wal_bytes(self.store.path) > BUSY_WAL_BYTES):
+                    await self._checkpoint()
         finally:
             self._send.close()
             while True:

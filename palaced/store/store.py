@@ -562,6 +562,19 @@ class Store:
         self.redactions_pending_checkpoint = False
         return True
 
+    def truncate_wal(self) -> bool:
+        """Writer thread, between batches: copy the WAL into the database file and truncate it.
+        Waits at most 250 ms for readers (not the usual 10 s: the writer must not stall); False
+        if a reader kept it from completing."""
+        self._conn.set_busy_timeout(250)
+        try:
+            self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        except apsw.BusyError:
+            return False
+        finally:
+            self._conn.set_busy_timeout(10_000)
+        return True
+
     # -- reading (any thread) -----------------------------------------------------------------
 
     def _get_event(self, conn: apsw.Connection, event_id: str) -> dict[str, Any] | None:

@@ -236,7 +236,8 @@ def test_a_fork_is_refused_kept_as_evidence_and_reported(fleet, short_tmp):
     ctl_json(a.home, "peers", "add", listen_address(b.home))
     wait_until(lambda: ctl_json(b.home, "status")["network"]["forks"] >= 1, "beta to detect the fork")
     assert "alpha's version of seq 2" not in bodies(b.home)  # the first one stays; the second is refused
-    assert "FORKS" in run_ctl(b.home, "status").stdout
+    unhealthy = run_ctl(b.home, "status")
+    assert "FORKS" in unhealthy.stdout and unhealthy.returncode == 1 and "fork(s) detected" in unhealthy.stdout
     assert "FORK" in run_ctl(b.home, "peers").stdout
     forks = ctl_json(b.home, "peers")["forks"]
     assert forks[0]["origin"] == ctl_json(a.home, "status")["origin"] and forks[0]["origin_seq"] == 2

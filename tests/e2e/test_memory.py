@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fleet import append, ctl_json, wait_converged, wait_until
-from tests.helpers import run_ctl
+from tests.helpers import run_ctl, run_ctl_on_terminal
 
 DECISION = "Decision: the fleet keeps its memory in the replicated log, so every peer can search it.\n"
 
@@ -127,34 +127,6 @@ def test_a_paraphrased_question_finds_its_drawer_by_meaning(ctl, daemon):
                "the redacted drawer to leave vector search")
 
 
-def _run_on_a_terminal(home, *args):
-    """palacectl with its stderr on a pseudo-terminal (where progress bars are drawn); stdout piped."""
-    import os
-    import pty
-    import subprocess
-
-    from tests.helpers import PYTHON
-
-    master, slave = pty.openpty()
-    try:
-        env = {k: v for k, v in os.environ.items() if k != "PALACE_HOME"}
-        proc = subprocess.run([PYTHON, "-m", "palacectl", "--home", str(home), *args], stdout=subprocess.PIPE,
-                              stderr=slave, stdin=subprocess.DEVNULL, timeout=120, env=env)
-    finally:
-        os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the terminal's other side is closed and drained
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    return proc.returncode, proc.stdout.decode(), b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_memory_rebuild_derives_the_views_again_with_a_progress_bar_on_a_terminal(ctl, daemon):
     for text in ("We deploy on Mondays.\n", "The printer lives in room 4.\n", "SQLite runs in WAL mode.\n"):
         assert ctl("remember", "--wing", "wing_palace", "--room", "notes", input=text.encode()).returncode == 0
@@ -168,11 +140,11 @@ def test_memory_rebuild_derives_the_views_again_with_a_progress_bar_on_a_termina
     # piped stderr (scripts): a plain line, no control characters
     piped = ctl("memory", "rebuild")
     assert piped.returncode == 0 and "\r" not in piped.stderr and "Rebuilt from 5 memory event(s)" in piped.stdout
-    code, out, terminal = _run_on_a_terminal(daemon.home, "memory", "rebuild")
+    code, out, terminal = run_ctl_on_terminal(daemon.home, "memory", "rebuild")
     assert code == 0 and "Rebuilt from 5" in out
     assert "memory views [" in terminal and "100%" in terminal and "5/5" in terminal, terminal
     # --vectors: the index is thrown away and every drawer embedded again; the bar follows it
-    code, out, terminal = _run_on_a_terminal(daemon.home, "memory", "rebuild", "--vectors")
+    code, out, terminal = run_ctl_on_terminal(daemon.home, "memory", "rebuild", "--vectors")
     assert code == 0 and "Re-embedding" in out, out
     assert "embedding [" in terminal and "4/4" in terminal, terminal
     embedding = ctl("status", "--json").json()["memory"]["embedding"]

@@ -1,0 +1,56 @@
+"""The WAL stays bounded: the daemon truncates it itself once writes pause (SQLite's automatic
+checkpoints never shrink the file), with watchers connected the whole time; a reader that keeps
+a transaction open blocks that, which ``status`` reports, and once it lets go the WAL shrinks."""
+
+from __future__ import annotations
+
+import apsw
+
+from tests.fleet import ctl_json, seed, wait_until
+from tests.helpers import RawClient
+
+SMALL = 1 << 20
+
+
+def _storage(home):
+    status = ctl_json(home, "status")
+    return status["storage"], status["writer"]
+
+
+def test_the_wal_is_truncated_after_a_burst_while_watchers_stay_connected(daemon):
+    watchers = []
+    try:
+        for k in range(3):
+            client = RawClient(daemon.socket_path)
+            client.call("hello", version=1)
+            client.send_message({"id": 1, "op": "subscribe", "args": {"to_agents": [f"w{k}"], "start": "tip",
+                                                                       "agent": f"w{k}"}})
+            watchers.append(client)
+        seed(daemon, 6_000, padding=4_000)  # ~24 MiB through the WAL
+        storage, writer = _storage(daemon.home)
+        assert storage["database_bytes"] > 20 * SMALL
+        storage, writer = wait_until(lambda: (s := _storage(daemon.home))[0]["wal_bytes"] <= SMALL and s,
+                                     "the idle WAL checkpoint", timeout=60)
+        assert writer["wal_checkpoints"] >= 1 and writer["wal_blocked_s"] is None
+        assert ctl_json(daemon.home, "who")["count"] == 3  # the watchers were never disturbed
+    finally:
+        for client in watchers:
+            client.close()
+
+
+def test_a_reader_holding_a_transaction_blocks_truncation_and_status_says_so(daemon):
+    seed(daemon, 500, padding=4_000)
+    pin = apsw.Connection(str(daemon.home / "palace.sqlite3"))
+    try:
+        pin.execute("BEGIN")
+        assert pin.execute("SELECT count(*) FROM events").fetchone()[0] >= 500  # holds a read snapshot
+        seed(daemon, 500, padding=4_000)
+        writer = wait_until(lambda: (w := _storage(daemon.home)[1])["wal_blocked_s"] is not None and w,
+                            "the blocked checkpoint to be reported", timeout=60)
+        assert _storage(daemon.home)[0]["wal_bytes"] > SMALL
+        assert writer["wal_blocked_s"] >= 0
+    finally:
+        pin.execute("ROLLBACK")
+        pin.close()
+    wait_until(lambda: _storage(daemon.home)[0]["wal_bytes"] <= SMALL, "the WAL to shrink once released", timeout=60)
+    assert _storage(daemon.home)[1]["wal_blocked_s"] is None
