@@ -451,7 +451,8 @@ def join(
         write_stdout(f"Joined palace {result['palace_id']} ({result['palace_name']}) as {result['role']}\n"
                      f"  this daemon: {result['peer_id']} ({result['name']})\n"
                      f"  listening on {', '.join(result['listen']) or '-'}\n")
-    bar = output.ProgressBar("catching up", enabled=False if json_ else None)
+    # A bar on a terminal; without one, --wait prints its own plain lines (see _follow_catch_up).
+    bar = output.ProgressBar("catching up", enabled=sys.stderr.isatty() and not json_)
     if wait or bar.enabled:
         result["events"] = _follow_catch_up(bar, plain=wait and not bar.enabled and not json_)
     elif not json_:
@@ -471,7 +472,8 @@ def _follow_catch_up(bar: output.ProgressBar, *, plain: bool) -> int | None:
             while True:
                 peers = client.call("peers")["peers"]
                 ours = client.call("status")["events"]
-                known = [p["we_lack"] for p in peers if p["we_lack"] is not None and p["state"] != "revoked"]
+                # Only peers whose vector we have heard: a link still "connecting" reports nothing lacking.
+                known = [p["we_lack"] for p in peers if p["we_lack"] is not None and p["state"] in ("live", "catching up")]
                 lacking = sum(known)
                 if known and not lacking:
                     bar.update(ours, ours, force=True)
@@ -855,9 +857,9 @@ def bench_replication(
         emit_json(result)
 
 
-# Command groups in their own modules (memory, backup/restore, service); importing them registers
+# Command groups in their own modules (memory, backup/restore, export/import, service); importing them registers
 # their commands on `app`.
-from . import backup_cli, memory_cli, service_cli  # noqa: E402,F401
+from . import backup_cli, export_cli, memory_cli, service_cli  # noqa: E402,F401
 
 # -- entry point --------------------------------------------------------------------------------
 

@@ -223,7 +223,7 @@ def memory_rebuild(
 def _follow(call: Callable[[], Any], bar: ProgressBar, progress_of: Callable[[dict[str, Any]], Any]) -> Any:
     """Run ``call`` (one request that takes a while) while a second connection polls ``status``
     for its progress and draws it; without a terminal, just run it."""
-    if not bar.enabled:
+    if not bar.active:
         return call()
     outcome: dict[str, Any] = {}
 
@@ -251,7 +251,7 @@ def _follow_embedding() -> None:
     """On a terminal, draw the background re-embedding until it is done (Ctrl-C stops watching
     only; the daemon carries on)."""
     bar = ProgressBar("embedding")
-    if not bar.enabled:
+    if not bar.enabled:  # a script gets its answer at once; re-embedding goes on in the background
         return
     try:
         with Client(_home()) as poller:

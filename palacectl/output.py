@@ -112,22 +112,46 @@ def render_bar(label: str, done: int, total: int, width: int = 30) -> str:
 
 
 class ProgressBar:
-    """One line on stderr redrawn in place, for long operations; silent unless stderr is a terminal
-    (scripts and ``--json`` callers get no control characters), at most ~10 redraws per second."""
+    """Progress of a long operation, on stderr: on a terminal one line redrawn in place (at most
+    ~10 times a second); otherwise a plain line every ``LINE_EVERY_S`` seconds once the operation
+    has run that long (short runs print nothing, so scripts see no noise). ``enabled=False``
+    silences it (``--json`` callers); ``enabled=True`` forces the terminal bar."""
+
+    LINE_EVERY_S = 5.0
 
     def __init__(self, label: str, *, enabled: bool | None = None) -> None:
         self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.terminal = sys.stderr.isatty() if enabled is None else enabled
+        self.lines = enabled is None and not self.terminal
+        self._started = time.monotonic()
         self._drawn_at = 0.0
+        self._line_at = self._started
         self._drawn = False
 
+    @property
+    def enabled(self) -> bool:
+        """Drawn as a bar (on a terminal)."""
+        return self.terminal
+
+    @property
+    def active(self) -> bool:
+        """Shows anything at all (a bar, or plain lines)."""
+        return self.terminal or self.lines
+
     def update(self, done: int, total: int, *, force: bool = False) -> None:
-        if not self.enabled or (not force and time.monotonic() - self._drawn_at < 0.1):
-            return
-        sys.stderr.write("\r\x1b[K" + render_bar(self.label, done, total))
-        sys.stderr.flush()
-        self._drawn_at = time.monotonic()
-        self._drawn = True
+        now = time.monotonic()
+        if self.terminal:
+            if not force and now - self._drawn_at < 0.1:
+                return
+            sys.stderr.write("\r\x1b[K" + render_bar(self.label, done, total))
+            sys.stderr.flush()
+            self._drawn_at = now
+            self._drawn = True
+        elif self.lines and now - self._line_at >= self.LINE_EVERY_S:
+            percent = 100 if total <= 0 else min(100, done * 100 // total)
+            sys.stderr.write(f"{self.label}: {done:,}/{total:,} ({percent}%)\n")
+            sys.stderr.flush()
+            self._line_at = now
 
     def close(self) -> None:
         if self._drawn:

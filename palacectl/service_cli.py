@@ -398,9 +398,12 @@ def daemon_status(home: Path) -> dict[str, Any]:
     """Whether palaced answers a ping on this home's socket (and if not, why)."""
     from palace_proto.errors import ApiError
 
-    from .client import Client, DaemonUnreachable, socket_for
+    from .client import Client, DaemonUnreachable, endpoint_for, socket_for
 
-    socket = str(socket_for(home))
+    try:  # where it listens: the Unix socket, or the TCP address its api.json names
+        socket = endpoint_for(home).describe()
+    except DaemonUnreachable:
+        socket = str(socket_for(home))
     try:
         with Client(home) as client:
             client.call("ping")

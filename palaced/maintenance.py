@@ -10,6 +10,7 @@ reachable. Restoring is not here: it needs the daemon stopped, so ``palacectl re
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import time
@@ -20,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from palace_proto.errors import ValidationError
+from palace_proto.export import ExportError, event_from_export, event_to_export
 from palace_proto.validation import clean_required
 
+from .store import StoreError
 from .store.backup import backup_database, wal_bytes
 
 if TYPE_CHECKING:
@@ -63,8 +66,92 @@ class RecentErrors(logging.Handler):
 RECENT_ERRORS = RecentErrors()
 
 
+MAX_EXPORT_PAGE = 1000
+MAX_IMPORT_EVENTS = 1000
+
+
+def _streams(args: Mapping[str, Any]) -> list[str] | None:
+    streams = args.get("streams")
+    if streams is None:
+        return None
+    if not isinstance(streams, list) or not all(isinstance(x, str) and x for x in streams):
+        raise ValidationError("streams must be a list of stream names", field="streams")
+    return streams
+
+
 class MaintenanceOps:
-    """Mixin for ``Service``: backups and health."""
+    """Mixin for ``Service``: backups, export and import, and health."""
+
+    async def op_export_page(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        """One page of ``palacectl export``: signed events after a local seq, with their origins' keys."""
+        after = args.get("after_seq", 0)
+        if type(after) is not int or after < 0:
+            raise ValidationError("after_seq must be a non-negative integer", field="after_seq")
+        limit = args.get("limit", 500)
+        if type(limit) is not int or not 1 <= limit <= MAX_EXPORT_PAGE:
+            raise ValidationError(f"limit must be an integer from 1 to {MAX_EXPORT_PAGE}", field="limit")
+        since = args.get("since_event_id")
+        if since is not None:
+            since_id = clean_required("since_event_id", since)
+            after = await self.astore.read(self.store.resolve_seq, "since_event_id", since_id)
+        streams = _streams(args)
+        events, keys = await self.astore.read(self.store.export_page, after, limit, streams)
+        page: dict[str, Any] = {
+            "events": [{"seq": seq, **event_to_export(event)} for seq, event in events],
+            "origins": {origin: key.hex() for origin, key in keys.items()},
+            "next_after_seq": events[-1][0] if events else after, "done": len(events) < limit,
+        }
+        if args.get("with_total"):
+            page["total"] = await self.astore.read(self.store.count_events, after, streams)
+        return page
+
+    async def op_import_events(self: Service, args: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
+        """Verify and store events from an export as history (``palacectl import``)."""
+        self.require_writer()
+        raw_events, raw_origins = args.get("events"), args.get("origins", {})
+        if not isinstance(raw_events, list) or len(raw_events) > MAX_IMPORT_EVENTS:
+            raise ValidationError(f"events must be a list of at most {MAX_IMPORT_EVENTS}", field="events")
+        if not isinstance(raw_origins, dict):
+            raise ValidationError("origins must map origin ids to public keys (hex)", field="origins")
+        keys: dict[str, bytes] = {}
+        for origin, key in raw_origins.items():
+            try:
+                keys[str(origin)] = bytes.fromhex(key) if isinstance(key, str) else b""
+            except ValueError:
+                keys[str(origin)] = b""
+        refused: list[dict[str, str]] = []
+        events = []
+        for index, raw in enumerate(raw_events):
+            try:
+                events.append(event_from_export(raw))
+            except ExportError as exc:
+                ident = raw.get("id") if isinstance(raw, dict) else None
+                refused.append({"id": str(ident or f"#{index}"), "reason": str(exc)})
+        artifacts = args.get("artifacts") or []
+        if not isinstance(artifacts, list):
+            raise ValidationError("artifacts must be a list", field="artifacts")
+
+        def job(ctx: Any) -> dict[str, Any]:
+            stored_artifacts = 0
+            for record in artifacts:
+                content = record.get("content") if isinstance(record, dict) else None
+                if not isinstance(content, bytes) or not isinstance(record.get("sha256"), str):
+                    continue
+                try:
+                    ctx.put_verified_artifact(sha256=record["sha256"], kind=str(record.get("kind", "file")),
+                                              created_by=str(record.get("created_by", "import")),
+                                              created_at=str(record.get("created_at", "")),
+                                              metadata_json=json.dumps(record.get("metadata") or {}, sort_keys=True),
+                                              content=content)
+                    stored_artifacts += 1
+                except StoreError:
+                    refused.append({"id": str(record.get("id")),
+                                    "reason": "artifact content does not match its sha256"})
+            return {**ctx.import_history(events, keys), "artifacts": stored_artifacts}
+
+        result = await self.astore.write(job)
+        result["refused"] = refused + result["refused"]
+        return result
 
     async def health(self: Service, status: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[misc]
         """What needs attention (``problems``: status exits 1) and what is worth knowing (``notes``)."""

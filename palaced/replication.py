@@ -108,6 +108,11 @@ class _Fetch:
         self.origins: set[str] = set()
 
 
+class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"peer {self.extra['peer']}: {msg}", kwargs  # type: ignore[index]
+
+
 class PeerLink:
     """Replicates with one connected peer until the stream closes."""
 
@@ -160,6 +165,12 @@ class PeerLink:
     @property
     def peer_id(self) -> str | None:
         return self.session.their_hello.peer_id if self.session.their_hello else self.expected_peer_id
+
+    @property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """The replication log, every line prefixed with the peer's short id (Syncthing-style: the
+        first group of the fingerprint), so one peer's story can be grepped out of the log."""
+        return _PeerLog(LOGGER, {"peer": (self.peer_id or "unknown").split("-")[0]})
 
     @property
     def fetching(self) -> bool:
@@ -236,8 +247,7 @@ class PeerLink:
                 self.last_contact = _utc_now()
                 if isinstance(message, ConnectionClosed):
                     if message.goodbye is not None and message.goodbye.code != "shutting_down":
-                        LOGGER.info("peer %s said goodbye: %s (%s)", self.peer_id, message.goodbye.reason,
-                                    message.goodbye.code)
+                        self.log.info("said goodbye: %s (%s)", message.goodbye.reason, message.goodbye.code)
                     return
                 await self._handle(message)
 
@@ -292,7 +302,7 @@ class PeerLink:
             try:
                 self.directory.bind(origin, certificate)
             except BindingError as exc:
-                LOGGER.warning("ignored a binding from %s: %s", self.peer_id, exc)
+                self.log.warning("ignored a binding it relayed: %s", exc)
         await self._persist_bindings()
 
     def _confirm(self, entries: Any) -> None:
@@ -317,7 +327,7 @@ class PeerLink:
         for origin in forks:
             if origin not in self.forks:
                 self.forks.append(origin)
-                LOGGER.error("peer %s holds a different history of origin %s (fork)", self.peer_id, origin)
+                self.log.error("holds a different history of origin %s (fork)", origin)
                 # Pull their differing event once, so the store keeps it as evidence of the fork.
                 await self.send(Want(origin, theirs[origin] - 1))
         for want in plan_wants(heads, vector):
@@ -393,10 +403,10 @@ class PeerLink:
         self.received_events += len(report.applied)
         if report.rejected:
             self.rejected_events += len(report.rejected)
-            LOGGER.warning("rejected %d event(s) from %s (not from a member in good standing, or bad signature)",
-                           len(report.rejected), self.peer_id)
+            self.log.warning("rejected %d event(s) it sent (not from a member in good standing, or bad signature)",
+                             len(report.rejected))
         if report.forks:
-            LOGGER.error("refused %d forked event(s) from %s", len(report.forks), self.peer_id)
+            self.log.error("refused %d forked event(s) it sent", len(report.forks))
         heads = await self._heads()
         # Receipt: what we now hold durably of every origin in the batch (the write was fsynced).
         touched = sorted({e.origin for e in events})
@@ -457,7 +467,7 @@ class PeerLink:
         if fetch is None:
             return  # not asked for (or already given up): ignore
         if chunk.size < 0:
-            LOGGER.warning("peer %s does not have artifact %s", self.peer_id, chunk.artifact_id)
+            self.log.warning("does not have artifact %s", chunk.artifact_id)
             del self._fetches[chunk.artifact_id]
             return
         if chunk.size > self.max_artifact_bytes:
@@ -477,7 +487,7 @@ class PeerLink:
         await self.astore.write(lambda ctx: ctx.put_verified_artifact(
             sha256=chunk.sha256, kind=chunk.kind, created_by=chunk.created_by, created_at=chunk.created_at,
             metadata_json=chunk.metadata_json, content=content))
-        LOGGER.info("received artifact %s (%d bytes) from %s", chunk.artifact_id, len(content), self.peer_id)
+        self.log.info("sent artifact %s (%d bytes)", chunk.artifact_id, len(content))
         heads = await self._heads()
         for origin in sorted(fetch.origins):
             if not any(origin in f.origins for f in self._fetches.values()):

@@ -38,7 +38,8 @@ OPS: Final = frozenset({
     "artifact_put", "artifact_get", "patch_submit", "task_create", "task_show", "task_list", "who",
     "get_event", "digest", "init", "invite", "join", "revoke", "peers", "peers_add",
     "peers_remove", "replicated", "doctor", "memory_add", "search", "drawer_get", "kg_add", "kg_invalidate",
-    "kg_query", "diary_write", "diary_read", "agents", "tunnels", "memory_rebuild", "backup",
+    "kg_query", "diary_write", "diary_read", "agents", "tunnels", "memory_rebuild", "backup", "export_page",
+    "import_events",
 })
 
 

@@ -39,6 +39,7 @@ API_ERROR_CODES: dict[str, str] = {
     "not_member": "this daemon has not joined a palace (init or join first)",
     "not_permitted": "only the daemon holding the palace key (the one that ran init) may do this",
     "enrolment_failed": "joining failed: inviter unreachable, invite refused, or not the palace the invite names",
+    "unauthorized": "the TCP API's hello did not carry the token from the home's api.json; the connection is closed",
     "internal": "the daemon failed unexpectedly; see its log",
 }
 

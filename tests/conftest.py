@@ -3,10 +3,17 @@
 Homes live under a short /tmp directory because a Unix socket path is limited to ~107 bytes and
 pytest's tmp_path can be longer. Daemons run in the root network namespace unless a test puts them
 in namespaces it created, so by default they run with mDNS off and listen on loopback only.
+
+Every test that starts daemons through ``daemon_factory`` (and so ``daemon``, ``ctl``, ``fleet``)
+runs twice: with the local API on the Unix socket, and over loopback TCP with a token (how
+Windows runs: README "Windows"). ``PALACE_TEST_API=unix`` or ``=tcp`` runs one of them only; a
+test marked ``transport_fixed`` (about the Unix socket itself, or choosing its transport itself)
+runs once, on the Unix socket unless it passes ``api=``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -33,11 +40,22 @@ def home(short_tmp: Path) -> Path:
     return short_tmp / "home"
 
 
+API_TRANSPORTS = [os.environ["PALACE_TEST_API"]] if os.environ.get("PALACE_TEST_API") else ["unix", "tcp"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "api_transport" in metafunc.fixturenames:
+        fixed = metafunc.definition.get_closest_marker("transport_fixed") is not None
+        modes = ["unix"] if fixed else API_TRANSPORTS
+        metafunc.parametrize("api_transport", modes, ids=[f"api-{m}" for m in modes])
+
+
 @pytest.fixture
-def daemon_factory(short_tmp: Path) -> Iterator[Any]:
+def daemon_factory(short_tmp: Path, api_transport: str) -> Iterator[Any]:
     started: list[Daemon] = []
 
     def make(home: Path | None = None, *, extra_args: Sequence[str] = (), start: bool = True, **kwargs: Any) -> Daemon:
+        kwargs.setdefault("api", api_transport)
         d = Daemon(home or short_tmp / f"home{len(started)}", extra_args=extra_args, **kwargs)
         started.append(d)
         return d.start() if start else d

@@ -54,12 +54,12 @@ def connect_api(home: Path, timeout: float = IO_TIMEOUT_S) -> tuple[socket.socke
         endpoint = parse_api_file(api_file(home).read_text())
     except FileNotFoundError:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
         try:
-            sock.connect(str(home / "palaced.sock"))
+            sock.connect(str(home / "palaced.sock"))  # blocking: waits while the listen backlog is full
         except BaseException:
             sock.close()
             raise
+        sock.settimeout(timeout)
         return sock, None
     sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
     return sock, endpoint.token
@@ -74,7 +74,9 @@ class Daemon:
         #: a command the daemon runs under, e.g. ``ip netns exec NS`` (tests that create namespaces)
         self.prefix = list(prefix)
         # Daemons in the root network namespace never multicast and listen on loopback only.
-        self.api = api or TEST_API
+        # A daemon in another network namespace has its own loopback: the test reaches it through
+        # its Unix socket, which lives in the (shared) file system.
+        self.api = "unix" if prefix else (api or TEST_API)
         self.extra_args = [*network_args, *API_ARGS[self.api], *extra_args]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = home.parent / f"{home.name}.log"
@@ -82,6 +84,11 @@ class Daemon:
     @property
     def socket_path(self) -> Path:
         return self.home / "palaced.sock"
+
+    @property
+    def api_path(self) -> Path:
+        """The file that exists while the local API is up: the socket, or api.json over TCP."""
+        return self.home / ("api.json" if self.api == "tcp" else "palaced.sock")
 
     def start(self, *, wait: bool = True) -> Daemon:
         self._log = open(self.log_path, "ab")

@@ -157,6 +157,12 @@ class WriteContext:
     def save_bindings(self, bindings: Sequence[tuple[str, bytes]]) -> None:
         self.conn.executemany("INSERT INTO bindings VALUES (?, ?) ON CONFLICT(origin) DO NOTHING", bindings)
 
+    def import_history(self, events: Sequence[SignedEvent], keys: Mapping[str, bytes]) -> dict[str, Any]:
+        """Store verified events of other palaces (or of this one's past) as history."""
+        result = self._store._import_locked(events, keys)
+        self.new_events.extend(result.pop("stored"))
+        return result
+
     def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
                      source: str | None = None, on_applied: Callable[[SignedEvent], None] | None = None,
                      preverified: Mapping[bytes, bytes] | None = None) -> ApplyReport:
@@ -413,6 +419,61 @@ class Store:
         if changed:
             self.redactions_pending_checkpoint = True
 
+    def _import_locked(self, events: Sequence[SignedEvent], keys: Mapping[str, bytes]) -> dict[str, Any]:
+        """Verify each event against its origin's key and store it as history.
+
+        History, not replication: an imported origin keeps ``max_seq`` 0, so it never enters the
+        version vector (peers are neither offered its events nor asked for them), and its events
+        may have gaps (a filtered export). Refused: our own origin, and an origin this palace
+        replicates (its events come from peers or a backup, never from a file: an import must
+        not be able to put words in a member's mouth that the member's chain does not hold).
+        """
+        conn = self._conn
+        stored: list[dict[str, Any]] = []
+        duplicates = 0
+        refused: list[dict[str, str]] = []
+        known: dict[str, tuple[bytes, int] | None] = {}
+        members = {origin for (origin,) in conn.execute("SELECT origin FROM bindings")}
+        for event in events:
+            key = keys.get(event.origin)
+            if event.origin not in known:
+                row = conn.execute("SELECT public_key, max_seq FROM origins WHERE origin=?", (event.origin,)).fetchone()
+                known[event.origin] = (bytes(row[0]), row[1]) if row else None
+            here = known[event.origin]
+            if conn.execute("SELECT 1 FROM events WHERE id=?", (event.id,)).fetchone():
+                duplicates += 1
+                continue
+            if event.origin == self.origin_id:
+                refused.append({"id": event.id, "reason": "this replica's own origin (only it writes there)"})
+                continue
+            if event.origin in members or (here is not None and here[1] > 0):
+                refused.append({"id": event.id, "reason": f"origin {event.origin} is replicated in this palace: its "
+                                "events come from peers, not from a file"})
+                continue
+            if key is None:
+                refused.append({"id": event.id, "reason": f"no public key for origin {event.origin} in the file"})
+                continue
+            if here is not None and here[0] != key:
+                refused.append({"id": event.id, "reason": f"origin {event.origin} is known here with another key"})
+                continue
+            try:
+                verify_incoming(event, key)
+            except SignatureError as exc:
+                refused.append({"id": event.id, "reason": f"does not verify: {exc}"})
+                continue
+            if conn.execute("SELECT 1 FROM events WHERE origin=? AND origin_seq=?",
+                            (event.origin, event.origin_seq)).fetchone():
+                refused.append({"id": event.id, "reason": f"another event already holds {event.origin} "
+                                f"#{event.origin_seq} here (a fork in the imported history)"})
+                continue
+            if here is None:
+                conn.execute("INSERT INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
+                             (event.origin, key, GENESIS_HASH))
+                known[event.origin] = (key, 0)
+            seq = self._insert_event(event)  # a body redacted before the export stays absent
+            stored.append(event.to_public(seq))
+        return {"stored": stored, "imported": len(stored), "duplicates": duplicates, "refused": refused}
+
     def _head(self, origin: str) -> OriginHead | None:
         row = self._conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
         return OriginHead(row[0], bytes(row[1])) if row and row[0] > 0 else None
@@ -455,6 +516,16 @@ class Store:
             if self._stored_hash(event.origin, event.origin_seq) == event.event_hash:
                 # We hold this exact event already: nothing is stored, so nothing needs verifying
                 # (a catch-up that overlaps what we have costs a lookup per event, not a signature).
+                if not own:
+                    if event.origin not in heads:
+                        heads[event.origin] = self._head(event.origin)
+                    head = heads[event.origin]
+                    if event.origin_seq == (head.max_seq if head else 0) + 1:
+                        # Held as imported history until now: the chain reaches it, so it joins
+                        # the vector (the head moves on, as if it had just been applied).
+                        conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
+                                     (event.origin_seq, event.event_hash, event.origin))
+                        heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
                 report.duplicates.append(event)
                 continue
             if preverified is None or preverified.get(event.event_hash) != key:
@@ -674,6 +745,31 @@ class Store:
         row = conn.execute(f"SELECT {_SIGNED_COLUMNS} FROM events WHERE origin=? AND origin_seq=?",
                            (origin, origin_seq)).fetchone()
         return _signed_from_row(row)
+
+    def export_page(self, after_seq: int, limit: int, streams: Sequence[str] | None = None,
+                    ) -> tuple[list[tuple[int, SignedEvent]], dict[str, bytes]]:
+        """Signed events after local ``seq`` (in arrival order, optionally of ``streams`` only),
+        with the public keys of their origins: a page of ``palacectl export``."""
+        where, args = "seq > ?", [after_seq]
+        if streams:
+            where += f" AND stream IN ({','.join('?' * len(streams))})"
+            args += list(streams)
+        conn = self._reader()
+        rows = conn.execute(f"SELECT seq, {_SIGNED_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT ?",
+                            (*args, limit)).fetchall()
+        events = [(r[0], _signed_from_row(r[1:])) for r in rows]
+        origins = sorted({e.origin for _, e in events})
+        keys = {o: bytes(k) for o, k in conn.execute(
+            f"SELECT origin, public_key FROM origins WHERE origin IN ({','.join('?' * len(origins))})", origins)}
+        return events, keys
+
+    def count_events(self, after_seq: int = 0, streams: Sequence[str] | None = None) -> int:
+        where, args = "seq > ?", [after_seq]
+        if streams:
+            where += f" AND stream IN ({','.join('?' * len(streams))})"
+            args += list(streams)
+        (count,) = self._reader().execute(f"SELECT count(*) FROM events WHERE {where}", args).fetchone()
+        return count
 
     def version_vector(self) -> dict[str, int]:
         """{origin: highest contiguous origin_seq held} — the replication cursor."""

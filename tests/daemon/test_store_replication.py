@@ -167,3 +167,43 @@ def test_an_origin_never_changes_keys(pair, tmp_path):
     intruder_key = intruder.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     report, _ = apply(b, [forged], lambda origin, seq: intruder_key)
     assert report.rejected == [forged] and b.version_vector()[a.origin_id] == 1
+
+
+def _import(store, events, keys):
+    ok, result = store.write_batch([lambda ctx: ctx.import_history(events, keys)]).outcomes[0]
+    assert ok, result
+    return result
+
+
+def test_imported_history_stays_out_of_the_vector_and_joins_it_when_replication_reaches_it(pair):
+    """Regression guard: events held as imported history must neither be offered to peers nor
+    stall replication of the same origin later (a duplicate next in the chain moves the head)."""
+    a, b = pair
+    for i in range(4):
+        append(a, body=f"a{i}")
+    events = a.signed_events_of_origin(a.origin_id, 0, 10)
+    result = _import(b, [events[1], events[2]], {a.origin_id: a.public_key})  # a gap: history may have them
+    assert (result["imported"], result["refused"]) == (2, [])
+    assert a.origin_id not in b.version_vector() and a.origin_id not in b.heads()
+    assert _import(b, [events[1]], {a.origin_id: a.public_key})["duplicates"] == 1
+    report, _ = apply(b, events, keys_of(a))
+    assert [e["body"] for e in report.applied] == ["a0", "a3"] and len(report.duplicates) == 2
+    assert b.version_vector()[a.origin_id] == 4 and b.heads()[a.origin_id].head_hash == events[-1].event_hash
+
+
+def test_import_refuses_own_origin_replicated_origins_wrong_keys_and_altered_events(pair):
+    a, b = pair
+    append(a, body="a0")
+    append(b, body="b0")
+    a_events = a.signed_events_of_origin(a.origin_id, 0, 10)
+    b_events = b.signed_events_of_origin(b.origin_id, 0, 10)
+    altered = dataclasses.replace(a_events[0], body="not what was signed")
+    result = _import(b, [altered], {a.origin_id: a.public_key})
+    assert result["imported"] == 0 and "does not verify" in result["refused"][0]["reason"]
+    result = _import(b, [a_events[0]], {a.origin_id: b.public_key})
+    assert "does not verify" in result["refused"][0]["reason"]
+    assert _import(b, b_events, {b.origin_id: b.public_key})["duplicates"] == 1  # its own, already held
+    append(a, body="a1")
+    apply(b, a.signed_events_of_origin(a.origin_id, 0, 1), keys_of(a))  # a is now replicated on b
+    result = _import(b, a.signed_events_of_origin(a.origin_id, 1, 10), {a.origin_id: a.public_key})
+    assert "is replicated in this palace" in result["refused"][0]["reason"]

@@ -18,6 +18,7 @@ from tests.e2e.test_daemon_lifecycle import run_palaced
 from tests.helpers import PeerClosed, RawClient, run_ctl
 
 TCP = "tcp"
+pytestmark = pytest.mark.transport_fixed  # each test picks its transport itself
 
 
 def test_palacectl_finds_a_tcp_daemon_through_api_json(daemon_factory, home):

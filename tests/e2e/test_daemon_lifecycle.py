@@ -126,6 +126,7 @@ def read_all_events(home: Path) -> list[dict[str, Any]]:
 # -- the home ----------------------------------------------------------------------------------
 
 
+@pytest.mark.transport_fixed
 def test_first_start_creates_a_private_home_and_a_wal_database(daemon):
     home = daemon.home
     assert mode(home) == 0o700
@@ -202,11 +203,12 @@ def test_second_daemon_on_the_same_home_is_refused(daemon):
     assert str(daemon.proc.pid) in message  # names the holder
     # The first one is untouched: its socket is still there and it still serves.
     assert daemon.running
-    assert (daemon.home / "palaced.sock").exists()
+    assert daemon.api_path.exists()
     assert append(daemon.home, "after").returncode == 0
     assert status(daemon.home)["events"] == 2
 
 
+@pytest.mark.transport_fixed
 def test_stale_socket_from_a_killed_daemon_is_cleaned_up(daemon_factory, home):
     first = daemon_factory(home)
     event = append(home, "survives").json()
@@ -230,7 +232,7 @@ def test_signal_stops_cleanly(daemon, sig):
         assert watcher.sock.recv(65536)  # the "started" push
         assert daemon.stop(sig) == 0, daemon.log()
         assert idle.sock.recv(65536) == b""  # connections are closed, not left hanging
-    assert not daemon.socket_path.exists()
+    assert not daemon.api_path.exists()
     log = daemon.log()
     assert f"received {signal.Signals(sig).name}; stopping" in log
     assert "stopped; database closed" in log
@@ -296,7 +298,7 @@ def _sigterm_under_load(daemon_factory: Any, home: Path) -> None:
     assert code == 0, daemon.log()
     assert "Traceback" not in daemon.log()
     assert all(r["error"]["code"] == "shutting_down" for r in refused), refused
-    assert not daemon.socket_path.exists()
+    assert not daemon.api_path.exists()
 
     restarted = daemon_factory(home)
     events = read_all_events(home)

@@ -35,7 +35,7 @@ from palace_proto.envelope import GENESIS_HASH
 from palace_proto.errors import API_ERROR_CODES, ProtocolError
 from palace_proto.framing import encode_frame
 
-from tests.helpers import IO_TIMEOUT_S, PYTHON, Daemon, PeerClosed, RawClient, run_ctl
+from tests.helpers import IO_TIMEOUT_S, PYTHON, Daemon, PeerClosed, RawClient, connect_api, run_ctl
 
 HEADER = struct.Struct(">I")
 
@@ -401,7 +401,7 @@ def test_ack_with_unencodable_metadata_keeps_the_daemon_serving(daemon_factory, 
                                  "args": {"event_id": target["id"], "from_agent": "acker", "metadata": {"k": LONE}}})
             reply = client.recv_message(timeout=5.0)
             assert reply["id"] == 70 and (reply["ok"] or reply["error"]["code"] != "internal"), reply
-        assert daemon.running and daemon.socket_path.exists()
+        assert daemon.running and daemon.api_path.exists()
         with greeted(daemon) as probe:
             assert probe.call("append", **note_args(body="after"))["origin_seq"] >= 2
         healthy = True
@@ -665,7 +665,7 @@ def test_kill9_during_append_storm_loses_no_acknowledged_append(daemon_factory, 
             t.join(IO_TIMEOUT_S + 5)
     assert not any(t.is_alive() for t in threads)
     assert not refused, refused[:3]
-    assert daemon.socket_path.exists(), "a SIGKILLed daemon cannot have removed its socket"
+    assert daemon.api_path.exists(), "a SIGKILLed daemon cannot have removed its socket (or api.json)"
 
     restarted = daemon_factory(home)
     events = read_all_events(restarted)
@@ -744,12 +744,11 @@ def test_connection_flood_without_a_byte(daemon):
     socks = []
     try:
         for _ in range(200):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s, _ = connect_api(daemon.home)
             socks.append(s)
-            s.connect(str(daemon.socket_path))
     finally:
         for s in socks:
             s.close()
     assert_serving(daemon)
-    assert os.stat(daemon.socket_path).st_mode & 0o777 == 0o600
+    assert os.stat(daemon.api_path).st_mode & 0o777 == 0o600  # the socket, or api.json with its token
     assert daemon.stop(signal.SIGTERM) == 0, daemon.log()

@@ -1,0 +1,38 @@
+"""Progress on stderr: a bar on a terminal, plain lines for long runs elsewhere, nothing when
+silenced or when the run is short."""
+
+from __future__ import annotations
+
+from palacectl.output import ProgressBar, render_bar
+
+
+def test_render_bar_shows_fraction_and_counts():
+    assert render_bar("x", 5, 10, width=10) == "x [#####.....]  50%  5/10"
+    assert render_bar("x", 0, 0, width=4) == "x [####] 100%  0/0"
+    assert render_bar("x", 12, 10, width=4).startswith("x [####] 100%")
+
+
+def test_without_a_terminal_long_runs_print_plain_lines_and_short_ones_nothing(capsys, monkeypatch):
+    quick = ProgressBar("importing")
+    quick.update(1, 10)
+    quick.close()
+    assert capsys.readouterr().err == ""  # under LINE_EVERY_S: no noise for scripts
+    monkeypatch.setattr(ProgressBar, "LINE_EVERY_S", 0.0)
+    slow = ProgressBar("importing")
+    slow.update(2_500, 10_000)
+    slow.close()
+    err = capsys.readouterr().err
+    assert err == "importing: 2,500/10,000 (25%)\n" and "\r" not in err
+
+
+def test_silenced_and_forced_terminal_modes(capsys, monkeypatch):
+    monkeypatch.setattr(ProgressBar, "LINE_EVERY_S", 0.0)
+    silent = ProgressBar("x", enabled=False)
+    silent.update(1, 2, force=True)
+    silent.close()
+    assert capsys.readouterr().err == "" and not silent.active
+    bar = ProgressBar("x", enabled=True)
+    bar.update(1, 2, force=True)
+    bar.close()
+    err = capsys.readouterr().err
+    assert err.startswith("\r\x1b[K") and err.endswith("\n") and "50%" in err
