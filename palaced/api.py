@@ -28,7 +28,7 @@ import trio
 from palace_proto.control import OPS, Request, check_hello, error_reply, ok_reply, parse_request
 from palace_proto.errors import ApiError, FrameTooLarge, LocalProtocolError, ProtocolError, VersionMismatch
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
-from palace_proto.paths import ApiEndpoint, api_file_text
+from palace_proto.paths import ApiEndpoint, api_file, api_file_text, socket_path
 
 from .service import Service, api_error_for, op_table
 
@@ -288,8 +288,6 @@ async def serve_api(
 ) -> NoReturn:
     """Serve the control API until cancelled (a Unix socket in ``home``, or loopback TCP with a
     token published in ``home/api.json``); reports where it listens once it does."""
-    from palace_proto.paths import api_file, socket_path
-
     token: str | None = None
     if endpoint.transport == "unix":
         published = socket_path(home)

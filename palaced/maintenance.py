@@ -1,7 +1,9 @@
-"""Operations that look after the replica itself: backups and health.
+"""Operations that look after the replica itself: backups, export and import, and health.
 
 Owns: the local-API handlers an operator uses on a running daemon (mixed into ``Service``):
-``backup`` writes a consistent copy of the live database to a path the client names; ``health``
+``backup`` writes a consistent copy of the live database to a path the client names;
+``export_page`` / ``import_events`` move signed events in and out as NDJSON lines
+(``palace_proto.export``; imported events are history, never replicated); ``health``
 (part of ``status``) judges what needs attention — a WAL that stopped being truncated, forks, an
 embedding model that failed, a recent error in the log, a certificate about to expire, no peer
 reachable. Restoring is not here: it needs the daemon stopped, so ``palacectl restore`` does it.
