@@ -22,16 +22,15 @@ from typing import Annotated, Any
 
 import typer
 
+from palace_proto.paths import DATABASE_FILENAME as DATABASE_FILE
+from palace_proto.paths import LOCK_FILENAME as LOCK_FILE
+
 from .cli import JsonOpt, _call, _home, app
 from .client import Client, DaemonUnreachable
 from .output import emit_json, fail, write_stdout
 
 __all__ = ["backup", "restore"]
 
-# The daemon's file names in a home (palaced/config.py, palaced/store): the daemon owns them,
-# palacectl only needs them here, to work on a stopped home.
-DATABASE_FILE = "palace.sqlite3"
-LOCK_FILE = "palaced.lock"
 # What tells a palace database apart from any SQLite file.
 REQUIRED_TABLES = frozenset({"_migrations", "meta", "origins", "events", "artifacts"})
 

@@ -22,7 +22,7 @@ from palace_proto.validation import Limits
 __all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "default_home", "load_config"]
 
 CONFIG_FILENAME: Final = "config.toml"
-LOCK_FILENAME: Final = "palaced.lock"
+LOCK_FILENAME: Final = paths.LOCK_FILENAME
 KEY_FILENAME: Final = "identity.key"
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 DEFAULT_LISTEN: Final = f"0.0.0.0:{DEFAULT_PEER_PORT}"

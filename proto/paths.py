@@ -18,11 +18,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
 
-__all__ = ["API_FILENAME", "SOCKET_FILENAME", "ApiEndpoint", "api_file", "api_file_text", "default_home",
-           "parse_api_file", "parse_api_listen", "socket_path"]
+__all__ = ["API_FILENAME", "DATABASE_FILENAME", "LOCK_FILENAME", "SOCKET_FILENAME", "ApiEndpoint", "api_file",
+           "api_file_text", "default_home", "host_port", "parse_api_file", "parse_api_listen", "socket_path"]
 
 SOCKET_FILENAME: Final = "palaced.sock"
 API_FILENAME: Final = "api.json"
+#: the replica's database; palacectl restore works on it while the daemon is stopped
+DATABASE_FILENAME: Final = "palace.sqlite3"
+#: held (flock) by the running daemon, and by palacectl restore while it replaces the database
+LOCK_FILENAME: Final = "palaced.lock"
 
 
 def default_home(environ: Mapping[str, str], user_home: Path, system: str = "posix") -> Path:
@@ -56,10 +60,11 @@ class ApiEndpoint(NamedTuple):
     path: Path | None = None
 
     def describe(self) -> str:
-        return str(self.path) if self.transport == "unix" else f"tcp://{_host_port(self.host or '', self.port or 0)}"
+        return str(self.path) if self.transport == "unix" else f"tcp://{host_port(self.host or '', self.port or 0)}"
 
 
-def _host_port(host: str, port: int) -> str:
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT``, with an IPv6 host in brackets (the peer protocol's address form too)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -104,4 +109,4 @@ def parse_api_file(text: str) -> ApiEndpoint:
 def api_file_text(host: str, port: int, token: str, pid: int) -> str:
     """What the daemon writes to ``api.json``."""
     return json.dumps({"transport": "tcp", "host": host, "port": port, "token": token, "pid": pid,
-                       "address": f"tcp://{_host_port(host, port)}"}) + "\n"
+                       "address": f"tcp://{host_port(host, port)}"}) + "\n"

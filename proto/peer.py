@@ -21,6 +21,7 @@ import msgpack
 
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
+from .paths import host_port
 
 __all__ = [
     "DEFAULT_PEER_PORT",
@@ -464,4 +465,4 @@ def parse_peer_address(text: str, *, default_port: int | None = None) -> tuple[s
 
 
 def format_peer_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return host_port(host, port)

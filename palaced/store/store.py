@@ -40,13 +40,14 @@ from palace_proto.peer import event_to_wire
 from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
 from palace_proto.errors import ApiError, NotFound, SignatureError, ValidationError
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256, origin_id_from_random
+from palace_proto.paths import DATABASE_FILENAME
 from palace_proto.validation import AppendRequest, Limits, ListQuery
 
 from . import memory_views
 
 __all__ = ["DB_FILENAME", "ApplyReport", "Store", "StoreError", "WriteBatchResult", "utc_now"]
 
-DB_FILENAME: Final = "palace.sqlite3"
+DB_FILENAME: Final = DATABASE_FILENAME
 _LOGGER: Final = logging.getLogger("palaced.store")
 
 _EVENT_COLUMNS: Final = (
