@@ -30,6 +30,7 @@ from palace_proto.errors import ApiError, FrameTooLarge, LocalProtocolError, Pro
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import ApiEndpoint, api_file, api_file_text, socket_path
 
+from .files import write_atomically
 from .service import Service, api_error_for, op_table
 
 __all__ = ["ApiListenError", "SocketPathTooLong", "serve_api"]
@@ -265,19 +266,6 @@ async def _bind_tcp(endpoint: ApiEndpoint) -> trio.socket.SocketType:
     return sock
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by the user only, atomically (no moment where another
-    user could read it, no half-written file a client could trip over)."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.unlink(missing_ok=True)
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(partial, path)
-
-
 async def serve_api(
     endpoint: ApiEndpoint,
     home: Path,
@@ -298,7 +286,9 @@ async def serve_api(
         host, port = sock.getsockname()[:2]
         token = secrets.token_urlsafe(32)
         published = api_file(home)
-        await trio.to_thread.run_sync(_write_private, published, api_file_text(host, port, token, os.getpid()))
+        # Readable by this user only: the token is what makes the loopback port theirs.
+        text = api_file_text(host, port, token, os.getpid())
+        await trio.to_thread.run_sync(write_atomically, published, text.encode("utf-8"), 0o600)
         where = ApiEndpoint("tcp", host, port).describe()
     listener = trio.SocketListener(sock)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 from pathlib import Path
 from typing import Any, Final
 
@@ -25,6 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError
 from palace_proto.ids import fingerprint
 from palace_proto.pki import MemberCertificate, issue_certificate, new_palace, verify_member_certificate
+
+from .files import write_atomically
 
 __all__ = ["Membership", "MembershipError", "create_palace", "load_membership", "save_joined"]
 
@@ -55,17 +56,6 @@ class Membership:
         return {"palace_id": self.palace_id, "palace_name": self.palace_name, "name": self.name, "role": self.role,
                 "peer_id": self.peer_id, "since": self.since, "can_invite": self.can_invite,
                 "certificate_expires": self.member.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")}
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Atomically write a file with ``mode`` (tmp file in the same directory, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def load_membership(home: Path, identity: Ed25519PrivateKey, now: datetime.datetime) -> Membership | None:
@@ -111,12 +101,12 @@ def _own_key(identity: Ed25519PrivateKey) -> bytes:
 def _save(home: Path, identity: Ed25519PrivateKey, *, palace_id: str, palace_name: str, name: str, role: str,
           ca_pem: bytes, member_pem: bytes, now: datetime.datetime) -> Membership:
     folder = home / PALACE_DIR
-    _write(folder / "ca.crt", ca_pem, 0o644)
-    _write(folder / "member.crt", member_pem, 0o644)
+    write_atomically(folder / "ca.crt", ca_pem, 0o644)
+    write_atomically(folder / "member.crt", member_pem, 0o644)
     # palace.json last: its presence is what marks the membership complete.
     info = {"palace_id": palace_id, "palace_name": palace_name, "name": name, "role": role,
             "peer_id": fingerprint(_own_key(identity)), "since": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    _write(folder / "palace.json", (json.dumps(info, indent=2) + "\n").encode(), 0o600)
+    write_atomically(folder / "palace.json", (json.dumps(info, indent=2) + "\n").encode(), 0o600)
     membership = load_membership(home, identity, now)
     assert membership is not None
     return membership
@@ -134,7 +124,7 @@ def create_palace(home: Path, identity: Ed25519PrivateKey, palace_name: str, nam
     folder.mkdir(mode=0o700, exist_ok=True)
     ca_key, ca_pem, palace_id = new_palace(palace_name, now)
     member_pem = issue_certificate(ca_key, ca_pem, _own_key(identity), role="member", name=name, now=now)
-    _write(folder / "ca.key", ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    write_atomically(folder / "ca.key", ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                    serialization.NoEncryption()), 0o600)
     return _save(home, identity, palace_id=palace_id, palace_name=palace_name, name=name, role="member",
                  ca_pem=ca_pem, member_pem=member_pem, now=now)
