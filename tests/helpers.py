@@ -16,7 +16,7 @@ from typing import Any, Final, Self
 
 from palace_proto.errors import ProtocolError
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
-from palace_proto.paths import api_file, parse_api_file
+from palacectl.client import endpoint_for, open_socket
 
 PYTHON = sys.executable
 # Why 10 s: every reply in these tests comes in milliseconds; the timeout only bounds a hang.
@@ -48,20 +48,12 @@ API_ARGS: Final = {"unix": (), "tcp": ("--api", "tcp://127.0.0.1:0")}
 
 
 def connect_api(home: Path, timeout: float = IO_TIMEOUT_S) -> tuple[socket.socket, str | None]:
-    """A socket connected to the daemon on ``home`` (its api.json's TCP port if it has one, else
-    its Unix socket), and the token its hello must carry (None for the Unix socket)."""
-    try:
-        endpoint = parse_api_file(api_file(home).read_text())
-    except FileNotFoundError:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(str(home / "palaced.sock"))  # blocking: waits while the listen backlog is full
-        except BaseException:
-            sock.close()
-            raise
-        sock.settimeout(timeout)
-        return sock, None
-    sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    """A socket connected to the daemon on ``home``, found as palacectl finds it (its api.json's
+    TCP port if it has one, else its Unix socket), and the token its hello must carry (None for
+    the Unix socket)."""
+    endpoint = endpoint_for(home)
+    sock = open_socket(endpoint)
+    sock.settimeout(timeout)
     return sock, endpoint.token
 
 
