@@ -27,6 +27,7 @@ from palace_proto.paths import LOCK_FILENAME as LOCK_FILE
 
 from .cli import JsonOpt, _call, _home, app
 from .client import Client, DaemonUnreachable
+from .files import replacing
 from .output import emit_json, fail, write_stdout
 
 __all__ = ["backup", "restore"]
@@ -105,13 +106,6 @@ def _describe(path: Path) -> dict[str, Any]:
         conn.close()
     return {"events": events, "origin": origin[0] if origin else None}
 
-def _fsync(path: Path, *, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 @app.command()
 def restore(
     file: Annotated[Path, typer.Argument(help="A backup made by `palacectl backup`.")],
@@ -131,32 +125,32 @@ def restore(
             # Not opened: even a read-only open of a WAL database creates files beside it.
             fail(f"{home} already holds a log ({database.stat().st_size / (1 << 20):.1f} MiB); pass --force to "
                  "replace it (the current database is kept beside it)", code="exists")
-        partial = home / f".{DATABASE_FILE}.restoring"
-        partial.unlink(missing_ok=True)
         try:
-            shutil.copyfile(source, partial)
-            os.chmod(partial, 0o600)
-            conn = apsw.Connection(str(partial))
-            try:
-                # No origin recorded: palaced mints a fresh one at start (store._ensure_origin). The
-                # old origin row, its key and its events stay: signed history, verifiable forever.
-                conn.execute("DELETE FROM meta WHERE key='origin'")
-            finally:
-                conn.close()
-            _fsync(partial)
+            # 0600 from the first byte (the whole log), fsynced, renamed, the folder fsynced: palacectl.files.
+            # A fixed temporary name: we hold the home's lock, and a crash's leftover is removed next time.
+            with replacing(database, 0o600, temporary_name=f".{DATABASE_FILE}.restoring") as pending:
+                with open(source, "rb") as copy_from:
+                    shutil.copyfileobj(copy_from, pending.file, 1 << 20)
+                pending.file.flush()
+                conn = apsw.Connection(str(pending.path))
+                try:
+                    # No origin recorded: palaced mints a fresh one at start (store._ensure_origin). The
+                    # old origin row, its key and its events stay: signed history, verifiable forever.
+                    conn.execute("DELETE FROM meta WHERE key='origin'")
+                finally:
+                    conn.close()
+                os.fsync(pending.file.fileno())  # the copy is durable before the current database moves aside
+                if database.exists():
+                    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+                    kept = f"{DATABASE_FILE}.replaced-{stamp}"
+                    # The database and its WAL move together: the WAL may hold its latest commits.
+                    for suffix in ("", "-wal", "-shm"):
+                        old = home / f"{DATABASE_FILE}{suffix}"
+                        if old.exists():
+                            old.rename(home / f"{kept}{suffix}")
         except (OSError, apsw.Error) as exc:
-            partial.unlink(missing_ok=True)
-            fail(f"cannot restore into {home}: {getattr(exc, 'strerror', None) or exc}")
-        if database.exists():
-            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-            kept = f"{DATABASE_FILE}.replaced-{stamp}"
-            # The database and its WAL move together: the WAL may hold its latest commits.
-            for suffix in ("", "-wal", "-shm"):
-                old = home / f"{DATABASE_FILE}{suffix}"
-                if old.exists():
-                    old.rename(home / f"{kept}{suffix}")
-        os.replace(partial, database)
-        _fsync(home, directory=True)
+            fail(f"cannot restore into {home}: {getattr(exc, 'strerror', None) or exc}"
+                 + (f" (the database it would have replaced is kept as {home / kept})" if kept else ""))
     result = {"home": str(home), "restored_from": str(source), "events": backup_info["events"],
               "retired_origin": backup_info["origin"], "kept_previous": str(home / kept) if kept else None}
     if json_:

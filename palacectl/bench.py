@@ -111,7 +111,8 @@ def _wake_latency(home: Path, samples: int) -> dict[str, float]:
             t_wake = time.perf_counter()
             reply = writer.receive(timeout=10)
             t_ack = time.perf_counter()
-            assert push.get("push") == "batch" and reply.get("id") == rid and reply.get("ok"), (push, reply)
+            if not (push.get("push") == "batch" and reply.get("id") == rid and reply.get("ok")):
+                raise RuntimeError(f"the benchmark's append or wake went wrong: {push!r} {reply!r}")
             after_send.append((t_wake - t_send) * 1000)
             commit.append((t_ack - t_send) * 1000)
             after_ack.append((t_wake - t_ack) * 1000)  # negative: the watcher heard first
@@ -132,7 +133,8 @@ def _list_latency(home: Path, queries: int) -> dict[str, float]:
             t0 = time.perf_counter()
             result = client.call("list", to_agents=[agent], limit=50)
             samples.append((time.perf_counter() - t0) * 1000)
-            assert result["count"] == 50
+            if result["count"] != 50:
+                raise RuntimeError(f"list returned {result['count']} events, expected 50")
     return {"list_p50_ms": percentile(samples, 50), "list_p99_ms": percentile(samples, 99)}
 
 
@@ -160,7 +162,8 @@ def _rss_with_watchers(daemon: BenchDaemon, watchers: int) -> float:
             c.receive()
             clients.append(c)
         with Client(daemon.home) as probe:
-            assert probe.call("who")["count"] >= watchers
+            if probe.call("who")["count"] < watchers:
+                raise RuntimeError(f"fewer than {watchers} watchers are connected")
         time.sleep(1.0)
         return daemon.rss_mb()
     finally:

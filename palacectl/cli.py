@@ -382,14 +382,23 @@ def redact(
     event_id: Annotated[str, typer.Argument(help="The event whose body is purged.")],
     from_agent: Annotated[str, typer.Option("--from-agent")],
     reason: Annotated[Optional[str], typer.Option(help="Why (kept in the event.redact event).")] = None,
+    operator: Annotated[bool, typer.Option("--operator", help="You are this daemon's operator (not the event's "
+                                                              "author agent).")] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Purge an event's body (a secret pasted by mistake); the signed chain still verifies."""
-    event = _call("redact", event_id=event_id, from_agent=from_agent, reason=reason)
+    """Purge an event's body (a secret pasted by mistake) on every replica; the signed chain still
+    verifies. The author agent may redact its events, or the operator with --operator; an event
+    written on another daemon only there or on the palace owner's machine."""
+    event = _call("redact", event_id=event_id, from_agent=from_agent, reason=reason, operator=operator)
     if json_:
         emit_json(event)
-    else:
-        write_stdout(f"Redacted {event_id}:\n" + output.event_line(event) + "\n")
+        return
+    write_stdout(f"Redacted {event_id}:\n" + output.event_line(event) + "\n")
+    if event.get("also_redacted"):
+        write_stdout(f"Also redacted (the same fact): {', '.join(event['also_redacted'])}\n")
+    if event.get("purge") == "pending":
+        write_stdout("The body is gone from every view and index; old database pages still hold it until a reader "
+                     "lets go of the WAL — palaced finishes by itself (`palacectl status` shows it until done).\n")
 
 
 @app.command()
@@ -437,15 +446,70 @@ def invite(
         note(f"Single use, {result['role']}, valid until {result['expires_at']}; the joiner dials {result['address']}.")
 
 
+# Why 4 KiB: an invite code is ~100 characters; more than this is not a code (a wrong file).
+MAX_INVITE_CODE_BYTES = 4096
+
+
+def _invite_code(code: str | None, code_file: Path | None) -> str:
+    """The invite code from the argument, stdin (``-``) or ``--code-file``: one line, stripped.
+
+    The code is a secret until used: read from stdin or a file it stays out of `ps` and of the
+    shell's history. A code file others can read is refused (as ssh refuses a readable key).
+    """
+    if (code is None) == (code_file is None):
+        raise UsageProblem("give the invite code as CODE, as - (read from stdin), or with --code-file PATH: one of them")
+    if code_file is not None:
+        what = f"--code-file {code_file}"
+        try:
+            with open(code_file, "rb") as fh:
+                mode = os.fstat(fh.fileno()).st_mode & 0o777
+                if os.name != "nt" and mode & 0o077:
+                    raise UsageProblem(f"{what} is accessible by other users (mode {mode:04o}); the code is a secret "
+                                       f"until used: chmod 600 {code_file}")
+                data = fh.read(MAX_INVITE_CODE_BYTES + 1)
+        except UsageProblem:
+            raise
+        except OSError as exc:
+            raise UsageProblem(f"cannot read {what}: {exc.strerror or exc}") from None
+    elif code == "-":
+        what = "standard input"
+        if sys.stdin.isatty():
+            note("Paste the invite code, then press Enter:")
+        data = sys.stdin.buffer.readline(MAX_INVITE_CODE_BYTES + 1)
+    else:
+        return code.strip()
+    if len(data) > MAX_INVITE_CODE_BYTES:
+        raise UsageProblem(f"{what} holds more than {MAX_INVITE_CODE_BYTES} bytes: not an invite code")
+    try:
+        lines = data.decode("utf-8").strip().splitlines()
+    except UnicodeDecodeError:
+        raise UsageProblem(f"{what} is not text: not an invite code") from None
+    if not lines:
+        raise UsageProblem(f"{what} is empty; it must hold the invite code printed by `palacectl invite`")
+    if len(lines) > 1:
+        raise UsageProblem(f"{what} holds {len(lines)} lines; it must hold only the invite code")
+    return lines[0].strip()
+
+
 @app.command()
 def join(
-    code: Annotated[str, typer.Argument(help="The invite code printed by `palacectl invite`.")],
+    code: Annotated[Optional[str], typer.Argument(
+        help="The invite code printed by `palacectl invite`, or - to read it from stdin (keeps it out of `ps` "
+             "and shell history).")] = None,
+    code_file: Annotated[Optional[Path], typer.Option(
+        "--code-file", help="Read the invite code from this file (mode 600: the code is a secret).")] = None,
     name: Annotated[Optional[str], typer.Option(help="This daemon's name (default: host name).")] = None,
     address: Annotated[Optional[str], typer.Option(help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Return only once caught up with the palace's log.")] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Join a palace with an invite code: this daemon gets its certificate and starts replicating."""
+    """Join a palace with an invite code: this daemon gets its certificate and starts replicating.
+
+    Pass the code as `-` (one line on stdin) or with --code-file to keep it out of `ps` and shell history.
+    """
+    code = _invite_code(code, code_file)
+    if not code:
+        raise UsageProblem("the invite code is empty; pass the code printed by `palacectl invite`")
     result = _call("join", code=code, name=name, address=address)
     if not json_:
         write_stdout(f"Joined palace {result['palace_id']} ({result['palace_name']}) as {result['role']}\n"
@@ -644,10 +708,11 @@ def artifact_get(
     if hashlib.sha256(content).hexdigest() != record["sha256"]:
         fail(f"artifact {record['id']} failed hash verification; nothing written", code="integrity")
     if out is not None:
-        tmp = out.with_name(f".{out.name}.palace-tmp")
+        from .files import new_file_mode, write_atomically
+
         try:
-            tmp.write_bytes(content)
-            os.replace(tmp, out)
+            # The user's usual mode for a new file (umask), as `cp` would give it.
+            write_atomically(out, content, new_file_mode())
         except OSError as exc:
             fail(f"cannot write {out}: {exc.strerror or exc}")
     if json_:

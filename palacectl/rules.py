@@ -17,12 +17,13 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Final, Literal
 
 from palace_proto.validation import validate_agent_token
+
+from .files import new_file_mode, write_atomically
 
 __all__ = [
     "END_MARKER",
@@ -122,10 +123,11 @@ def install_rules(path: Path, block: str) -> InstallResult:
     A missing file (and its parent directories) is created. Installing the same block twice
     leaves the file alone the second time.
 
-    Resource handling: the new content goes to a temporary file in the same directory, gets the
-    original file's mode, is fsynced, then ``os.replace``s the old file, so a crash leaves
-    either the old or the new file, never half of one. A symlinked instruction file (dotfile
-    repos) is followed, and its target is rewritten rather than the link.
+    Resource handling: the new content goes to a temporary file in the same directory that has
+    the original file's mode before its first byte, is fsynced, then ``os.replace``s the old file
+    and the folder is fsynced (palacectl.files), so a crash leaves either the old or the new
+    file, never half of one. A symlinked instruction file (dotfile repos) is followed, and its
+    target is rewritten rather than the link.
 
     Args:
         path: the instruction file, already ``~``-expanded.
@@ -194,25 +196,7 @@ def _separated(data: bytes) -> bytes:
 def _write_atomically(target: Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = stat.S_IMODE(target.stat().st_mode)
+        mode = stat.S_IMODE(target.stat().st_mode)  # keep what the user had
     except FileNotFoundError:
-        mode = 0o666 & ~_current_umask()
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.chmod(tmp_name, mode)  # mkstemp creates 0600; keep what the user had
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
-def _current_umask() -> int:
-    # Why set-and-restore: there is no read-only umask call. palacectl is a single-threaded CLI,
-    # so the brief window where the umask is 0 cannot affect another thread's file creation.
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        mode = new_file_mode()
+    write_atomically(target, data, mode)

@@ -35,6 +35,7 @@ from typing import Annotated, Any, Final, Literal, NamedTuple, Optional, cast
 import typer
 
 from .cli import JsonOpt, UsageProblem, _home, app
+from .files import write_atomically
 from .output import CommandFailed, emit_json, fail, note, write_stdout
 
 __all__ = [
@@ -435,15 +436,13 @@ def existing_file(path: Path, content: str) -> Existing:
 
 
 def write_file(path: Path, content: str) -> None:
-    """Write atomically (temporary file, then rename): the manager never reads half a file."""
-    temporary = path.with_name(f".{path.name}.tmp")
+    """Write atomically (palacectl.files: temporary file, fsync, rename, fsync the folder): the
+    manager never reads half a file, and a power cut never leaves an empty one."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(content, encoding="utf-8")
-        temporary.chmod(0o644)  # no secrets inside; the usual mode for unit files and plists
-        os.replace(temporary, path)
+        # 0644: no secrets inside; the usual mode for unit files and plists
+        write_atomically(path, content.encode("utf-8"), 0o644)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
         fail(f"cannot write {path}: {exc.strerror or exc}")
 
 

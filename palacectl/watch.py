@@ -28,6 +28,7 @@ from palace_proto.control import api_error_from_wire
 from palace_proto.errors import ApiError
 
 from .client import Client, DaemonUnreachable, IdleTimeout
+from .files import write_atomically
 from .output import (
     EXIT_FAILED, EXIT_IDLE, EXIT_OK, CommandFailed, emit_json, events_block, note, warn, write_stdout,
 )
@@ -79,17 +80,12 @@ def read_state(path: Path | None) -> tuple[str | None, str]:
 
 
 def write_state(path: Path, cursor: str | None, agent: str | None) -> None:
-    """Atomically write the checkpoint (tmp file, fsync, rename)."""
+    """Atomically write the checkpoint (palacectl.files: tmp file 0600, fsync, rename, fsync folder)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {"cursor": cursor, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if agent:
         data["agent"] = agent
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(data) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, (json.dumps(data) + "\n").encode("utf-8"))
 
 
 @dataclass(slots=True)

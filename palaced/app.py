@@ -18,6 +18,7 @@ import trio
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from palace_proto.bindings import OriginBinding, legacy_binding_signature
 from palace_proto.ids import fingerprint
 from palace_proto.peer import parse_peer_address
 from palace_proto.pki import REVOKE_EVENT_TYPE
@@ -97,12 +98,22 @@ async def _network_for(config: Config, membership: Membership, key: Ed25519Priva
     """The member directory (bindings and revocations from the log) and the network for a palace."""
     store = astore.store
     directory = MemberDirectory(membership.ca_cert_pem, lambda: datetime.datetime.now(datetime.UTC))
-    directory.bind(store.origin_id, membership.member_pem, persisted=True)
-    for origin, certificate in await astore.read(store.bindings):
+    # Our own origins first, each with its proof: a key-derived origin's nonce, or for a legacy one
+    # a signature made now (only we can); they are relayed to every peer that lacks them.
+    for origin, nonce in await astore.read(store.own_origins):
+        proof = nonce if nonce is not None else legacy_binding_signature(key, directory.palace_id, origin)
         try:
-            directory.bind(origin, certificate, persisted=True)
+            directory.bind(OriginBinding(origin, membership.member_pem, proof))
+        except BindingError as exc:
+            LOGGER.warning("cannot bind this daemon's own origin %s: %s", origin, exc)
+    for origin, certificate, proof in await astore.read(store.bindings):
+        try:
+            directory.bind(OriginBinding(origin, certificate, proof or b""), stored=True)
         except BindingError as exc:
             LOGGER.warning("dropped a stored binding: %s", exc)
+    unsaved = directory.take_unsaved()
+    if unsaved:
+        await astore.write(lambda ctx: ctx.save_bindings(unsaved))
     for event in await astore.read(store.signed_events_of_type, REVOKE_EVENT_TYPE):
         directory.observe(event)
     host, port = parse_peer_address(config.listen)
@@ -131,7 +142,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
                 LOGGER.info("new origin %s for %s", store.origin_id, store.path)
             latest_seq, _ = store.latest()
             bus = EventBus(latest_seq)
-            astore = AsyncStore(store, bus.publish)
+            astore = AsyncStore(store, bus.publish, on_purged=bus.scrub)
             membership = load_membership(config.home, key, datetime.datetime.now(datetime.UTC))
             service = Service(config, astore, bus, identity=key, membership=membership)
             # The network runs in the API nursery, so shutdown stops it before the writer drains.

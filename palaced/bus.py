@@ -10,6 +10,7 @@ store by seq (Syncthing lib/events: bounded buffers, resume by sequence). Must n
 from __future__ import annotations
 
 import bisect
+import hashlib
 from typing import Any, Final
 
 import trio
@@ -44,6 +45,20 @@ class EventBus:
         self.published += len(events)
         changed, self._changed = self._changed, trio.Event()
         changed.set()
+
+    def scrub(self, event_ids: list[str]) -> None:
+        """Redacted events leave the ring body-less: a watcher replaying from the ring (subscribe
+        from the beginning, a catch-up) must never see what the database no longer holds."""
+        targets = set(event_ids)
+        for index, event in enumerate(self._ring):
+            if event["id"] in targets and not event.get("body_redacted"):
+                # What a redacted event reads as from the store: no body, and the hash of the one it had.
+                digest = hashlib.sha256(event.get("body", "").encode("utf-8", "surrogatepass")).hexdigest()
+                scrubbed = {**event, "body": "", "body_redacted": True, "body_sha256": digest}
+                scrubbed.pop("body_truncated", None)
+                scrubbed.pop("body_length", None)
+                self._ring[index] = scrubbed
+                event["body"] = ""  # and in place too: a reference someone still holds loses it
 
     async def wait_beyond(self, seq: int) -> None:
         """Return once an event with a seq greater than ``seq`` has been committed."""

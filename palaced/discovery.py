@@ -33,6 +33,8 @@ from zeroconf import (
     Zeroconf,
 )
 
+from palace_proto.text import printable
+
 from .interfaces import local_ipv4_addresses
 
 __all__ = ["SERVICE_TYPE", "Sighting", "run_discovery", "sighting_from_record"]
@@ -45,6 +47,11 @@ RESOLVE_TIMEOUT_MS: Final = 3000
 # Why 256: events are a handful per peer; a full buffer drops one (logged) rather than block
 # zeroconf's thread, and the next "Updated" re-resolves.
 EVENT_BUFFER: Final = 256
+# Why 512 instances and 8 resolves at once: mDNS is open to anyone on the LAN. A palace has a
+# handful of daemons; beyond these, new instance names are ignored (logged once) rather than
+# tracked, and resolves queue for a slot rather than each holding a worker thread for 3 s.
+MAX_INSTANCES: Final = 512
+MAX_RESOLVING: Final = 8
 # What "zeroconf could not start" looks like: sockets, no interfaces, zeroconf's own errors.
 START_ERRORS: Final = (OSError, RuntimeError, ZeroconfError)
 # Linux's <linux/sockios.h> and <net/if.h>: read an interface's flags, to skip addresses on an
@@ -69,17 +76,17 @@ def sighting_from_record(name: str, properties: Mapping[bytes, bytes | None], ad
     try:
         txt = {k.decode(): v.decode() for k, v in properties.items() if v is not None}
     except UnicodeDecodeError:
-        LOGGER.debug("ignoring %s: TXT is not UTF-8", name)
+        LOGGER.debug("ignoring %s: TXT is not UTF-8", printable(name))
         return None
     palace, peer, version = txt.get("palace", ""), txt.get("peer", ""), txt.get("v", "")
     if not (palace and peer and version.isascii() and version.isdigit()):
-        LOGGER.debug("ignoring %s: malformed TXT %r", name, txt)
+        LOGGER.debug("ignoring %s: malformed TXT %s", printable(name), printable(repr(txt), 300))
         return None
     if palace != palace_id:
-        LOGGER.debug("ignoring %s: another palace (%s)", name, palace)
+        LOGGER.debug("ignoring %s: another palace (%s)", printable(name), printable(palace))
         return None
     if peer == peer_id:
-        LOGGER.debug("ignoring %s: ourselves", name)
+        LOGGER.debug("ignoring %s: ourselves", printable(name))
         return None
     addresses, hosts = list(addresses), []
     for address in addresses:
@@ -89,7 +96,7 @@ def sighting_from_record(name: str, properties: Mapping[bytes, bytes | None], ad
             continue
         hosts.append(f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}")
     if not hosts or not port:
-        LOGGER.debug("ignoring %s: no usable address (%s, port %s)", name, addresses, port)
+        LOGGER.debug("ignoring %s: no usable address (%s, port %s)", printable(name), printable(repr(addresses), 200), port)
         return None
     return Sighting(peer_id=peer, palace_id=palace, version=int(version), addresses=tuple(hosts), name=name)
 
@@ -156,7 +163,9 @@ async def run_discovery(*, palace_id: str, peer_id: str, name: str, port: int, v
         try:
             trio.from_thread.run_sync(send.send_nowait, (state_change, name), trio_token=token)
         except trio.WouldBlock:
-            LOGGER.warning("mDNS event for %s dropped: discovery is %d events behind", name, EVENT_BUFFER)
+            if not dropped["events"]:
+                dropped["events"] = True
+                LOGGER.warning("mDNS events dropped: discovery is %d events behind (logged once)", EVENT_BUFFER)
         except (trio.RunFinishedError, trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # shutting down
 
@@ -165,6 +174,8 @@ async def run_discovery(*, palace_id: str, peer_id: str, name: str, port: int, v
     mdns = _Mdns(instance, f"palace-{short}.local.", port, {"palace": palace_id, "peer": peer_id, "v": str(version)})
     known: dict[str, str] = {}  # instance name -> peer id we reported through on_seen
     generation: dict[str, int] = {}  # instance name -> newest event, so a stale resolve is dropped
+    resolving = trio.CapacityLimiter(MAX_RESOLVING)
+    dropped = {"instances": False, "events": False}
 
     def forget(instance_name: str) -> None:
         gone = known.pop(instance_name, None)
@@ -173,14 +184,18 @@ async def run_discovery(*, palace_id: str, peer_id: str, name: str, port: int, v
 
     async def resolve(instance_name: str, gen: int, zc: Zeroconf) -> None:
         try:
-            info = await trio.to_thread.run_sync(zc.get_service_info, SERVICE_TYPE, instance_name, RESOLVE_TIMEOUT_MS)
+            async with resolving:
+                if generation.get(instance_name) != gen:
+                    return  # superseded while it waited for a slot
+                info = await trio.to_thread.run_sync(zc.get_service_info, SERVICE_TYPE, instance_name,
+                                                     RESOLVE_TIMEOUT_MS)
         except START_ERRORS as exc:
-            LOGGER.debug("could not resolve %s: %s", instance_name, exc)
+            LOGGER.debug("could not resolve %s: %s", printable(instance_name), exc)
             return
         if generation.get(instance_name) != gen:
             return  # removed or updated meanwhile; the newer event decides
         if info is None:
-            LOGGER.debug("could not resolve %s in %d ms", instance_name, RESOLVE_TIMEOUT_MS)
+            LOGGER.debug("could not resolve %s in %d ms", printable(instance_name), RESOLVE_TIMEOUT_MS)
             return
         sighting = sighting_from_record(instance_name, info.properties, info.parsed_addresses(), info.port,
                                         palace_id=palace_id, peer_id=peer_id)
@@ -205,9 +220,16 @@ async def run_discovery(*, palace_id: str, peer_id: str, name: str, port: int, v
         task_status.started(True)
         async with trio.open_nursery() as nursery:
             async for state_change, instance_name in receive:
+                if instance_name not in generation and len(generation) >= MAX_INSTANCES:
+                    if not dropped["instances"]:
+                        dropped["instances"] = True
+                        LOGGER.warning("mDNS: ignoring new services beyond %d (logged once); someone on this network "
+                                       "announces a great many", MAX_INSTANCES)
+                    continue
                 gen = generation[instance_name] = generation.get(instance_name, 0) + 1
                 if state_change is ServiceStateChange.Removed:
                     forget(instance_name)
+                    del generation[instance_name]
                 else:  # Added or Updated: (re-)resolve
                     nursery.start_soon(resolve, instance_name, gen, mdns.zc)
     finally:

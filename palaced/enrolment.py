@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError, ProtocolError
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.peer import Enrol, Enrolled, Goodbye, from_wire, parse_peer_address, to_wire
+from palace_proto.text import printable
 from palace_proto.pki import (
     CertificateError,
     Invite,
@@ -77,12 +78,16 @@ async def serve_enrolment(stream: trio.SSLStream, astore: AsyncStore, *, ca_key:
         try:
             message = await _read_message(stream)
         except (ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            LOGGER.warning("connection from %s without a certificate sent no enrolment: %s", remote, exc)
+            LOGGER.warning("connection from %s without a certificate sent no enrolment: %s", remote,
+                           printable(str(exc), 200))
             return
         if not isinstance(message, Enrol):
             # Anything but enrolment from a peer without a member certificate: learn nothing.
             LOGGER.warning("refused %s: no member certificate (it is not a member of this palace)", remote)
             return
+        if not message.name.strip() or printable(message.name, len(message.name)) != message.name:
+            return await refuse("the daemon name must be visible text (no control or invisible characters); "
+                                "join again with --name NAME")
         store = astore.store
         invite = await astore.read(store.invite, message.invite_id)
         current = now()
@@ -110,7 +115,7 @@ async def serve_enrolment(stream: trio.SSLStream, astore: AsyncStore, *, ca_key:
         if not await astore.write(mark_used):
             return await refuse("this invite was already used; each invite admits one daemon — ask for a new one")
         await stream.send_all(encode_frame(to_wire(Enrolled(palace_name, ca_pem, certificate))))
-        LOGGER.info("enrolled %s (%s, %s) from %s", joined.peer_id, message.name, role, remote)
+        LOGGER.info("enrolled %s (%s, %s) from %s", joined.peer_id, printable(message.name, 64), role, remote)
 
 
 async def enrol(invite: Invite, public_key: bytes, name: str,
@@ -151,7 +156,7 @@ async def enrol(invite: Invite, public_key: bytes, name: str,
         raise EnrolmentError(f"cannot enrol with the inviter at {target}: {exc}; is its palaced running and "
                              "reachable from here? (give another address with --address HOST:PORT)") from None
     if isinstance(reply, Goodbye):
-        raise EnrolmentError(f"the inviter refused: {reply.reason}")
+        raise EnrolmentError(f"the inviter refused: {printable(reply.reason, 300)}")
     if not isinstance(reply, Enrolled):
         raise EnrolmentError(f"the daemon at {target} did not answer the enrolment; it may not be a palace inviter")
     # Authenticate the inviter now that we have its CA: the CA must be the one the invite pins,

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
@@ -28,7 +27,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from .enrolment import enrol
 from .interfaces import interface_ipv4_addresses
-from .membership import Membership, create_palace, save_joined
+from .membership import Membership, create_palace, load_ca_key, save_joined
 from .network import ListenError
 from .store import WriteContext
 
@@ -97,9 +96,7 @@ class FleetOps:
         return membership
 
     def _ca_key(self: Service) -> Ed25519PrivateKey:  # type: ignore[misc]
-        key = serialization.load_pem_private_key((self.config.home / "palace" / "ca.key").read_bytes(), password=None)
-        assert isinstance(key, Ed25519PrivateKey)
-        return key
+        return load_ca_key(self.config.home)
 
     async def _joined(self: Service, membership: Membership) -> None:  # type: ignore[misc]
         self.membership = membership

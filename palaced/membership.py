@@ -148,3 +148,22 @@ def save_joined(home: Path, identity: Ed25519PrivateKey, *, palace_name: str, ca
     folder.mkdir(mode=0o700, exist_ok=True)
     return _save(home, identity, palace_id=cert.palace_id, palace_name=palace_name, name=cert.name, role=cert.role,
                  ca_pem=ca_pem, member_pem=member_pem, now=now)
+
+
+def load_ca_key(home: Path) -> Ed25519PrivateKey:
+    """The palace CA's private key (only on the daemon that ran ``init``).
+
+    Raises:
+        MembershipError: the file is missing, unreadable or not an Ed25519 key (one line saying so).
+    """
+    path = home / "palace" / "ca.key"
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except OSError as exc:
+        raise MembershipError(f"cannot read the palace key {path}: {exc.strerror or exc}") from None
+    except (ValueError, TypeError):
+        raise MembershipError(f"the palace key {path} is damaged (not a PEM private key); restore it from a "
+                              "backup of this home") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise MembershipError(f"the palace key {path} is not an Ed25519 key; restore it from a backup of this home")
+    return key

@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import trio
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from palace_proto.errors import ApiError, ProtocolError
 from palace_proto.peer import (
+    MAX_PRESENCE_FILTER_CHARS,
+    MAX_WATCHERS_PER_PRESENCE,
     PEER_PROTOCOL_VERSION,
     Hello,
     Presence,
@@ -40,14 +41,17 @@ from palace_proto.peer import (
     parse_peer_address,
     presence_signing_bytes,
 )
+from palace_proto.ids import fingerprint_is_valid
 from palace_proto.pki import CertificateError, MemberCertificate, Revocation
+from palace_proto.text import printable
 
 from .bus import EventBus
 from .enrolment import serve_enrolment
+from .limits import LimitLog
 from .members import MemberDirectory
-from .membership import Membership
+from .membership import Membership, load_ca_key
 from .replication import PeerLink
-from .store import WriteContext
+from .store import StoreError, WriteContext
 from .store.aio import AsyncStore
 from .tls import client_context, peer_certificate, server_context
 
@@ -69,6 +73,19 @@ PRESENCE_SILENT_S: Final = 3 * PRESENCE_HEARTBEAT_S
 MDNS_DEFER_S: Final = 2.0
 # Remember at most this many addresses per peer (the most recently working ones).
 REMEMBERED_PER_PEER: Final = 3
+# Bounds on what strangers can make us hold before they prove anything (each hit is logged once,
+# see limits.py). Why 256 / 32: a palace is a handful of machines, each with a link or two; a LAN
+# host holding 32 connections at once is not one daemon. Why 64 per 10 s: an honest peer redials
+# with back-off (0.5 s doubling); a host dialling faster is storming, and each TLS handshake
+# costs us CPU. Why 1024 hosts: the accounting itself must not grow without bound.
+MAX_INBOUND: Final = 256
+MAX_INBOUND_PER_HOST: Final = 32
+ACCEPT_WINDOW_S: Final = 10.0
+MAX_ACCEPTS_PER_HOST: Final = 64
+MAX_TRACKED_HOSTS: Final = 1024
+# Why 256: addresses we dial (static, remembered, mDNS). mDNS is open to anyone on the LAN, and the
+# palace id in its records is public: beyond this, new mDNS sightings are ignored.
+MAX_TARGETS: Final = 256
 
 
 def _utc(epoch: float | None = None) -> str:
@@ -111,6 +128,22 @@ class _PeerRecord:
     connected_since: str | None = None
 
 
+class _Outbox:
+    """Presence records waiting to go to one link: the newest per daemon only, so a flood of
+    presence relays costs one send per daemon and link, never a task or a queue entry each."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, Presence] = {}
+        self.kick = trio.Event()
+        self.scope = trio.CancelScope()
+
+    def put(self, presence: Presence) -> None:
+        known = self.pending.get(presence.peer_id)
+        if known is None or known.serial < presence.serial:
+            self.pending[presence.peer_id] = presence
+        self.kick.set()
+
+
 class ListenError(ApiError):
     """The peer port cannot be opened (in use, or an address this machine does not have)."""
 
@@ -141,8 +174,12 @@ class Network:
         self._enrol_ctx: ssl.SSLContext | None = (
             server_context(self._member_cert_path, identity_path, membership.ca_cert_pem, allow_enrolment=True)
             if membership.can_invite else None)
+        own = directory.binding(self.store.origin_id)
+        if own is None:
+            raise ValueError(f"this daemon's own origin {self.store.origin_id} has no proven binding")
         self.hello = Hello(PEER_PROTOCOL_VERSION, membership.palace_id, membership.peer_id, membership.name,
-                           membership.role, origin=self.store.origin_id, certificate=membership.member_pem)
+                           membership.role, origin=self.store.origin_id, certificate=membership.member_pem,
+                           origin_proof=own.proof)
         self.listen_addresses: list[str] = []
         self.mdns_state = "off" if not settings.mdns else "starting"
         self._targets: dict[str, _Target] = {}
@@ -155,9 +192,16 @@ class Network:
         self._presences: dict[str, tuple[Presence, float, str]] = {}
         self._presence_due = trio.Event()
         self._skews: dict[str, float] = {}
+        self._outboxes: dict[int, _Outbox] = {}
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self.invites_pending = False
+        self.limits = LimitLog(LOGGER)
+        self._inbound = 0
+        self._inbound_by_host: dict[str, int] = {}
+        self._accepts_by_host: dict[str, list[float]] = {}
+        #: links that ended on an unexpected error (logged with a traceback each), since start
+        self.link_failures = 0
 
     def __repr__(self) -> str:
         return f"<Network {self.peer_id[:7]} links={sum(1 for r in self._records.values() if r.link)}>"
@@ -212,9 +256,15 @@ class Network:
         from .discovery import Sighting, run_discovery  # zeroconf is imported only when mDNS is on
 
         def seen(sighting: Sighting) -> None:
+            # Anyone on the LAN may announce anything with our (public) palace id: a peer id must at
+            # least be a well-formed fingerprint before it becomes a record or a dial target.
+            if not fingerprint_is_valid(sighting.peer_id):
+                self.limits.hit("mdns_malformed", "mDNS: ignoring a record whose peer id is not a fingerprint (%s)",
+                                printable(sighting.peer_id, 80))
+                return
             if sighting.version != PEER_PROTOCOL_VERSION:
-                LOGGER.warning("mDNS: peer %s speaks protocol %s, we speak %s; upgrade both", sighting.peer_id,
-                               sighting.version, PEER_PROTOCOL_VERSION)
+                self.limits.hit(f"mdns_version_{sighting.version}", "mDNS: peer %s speaks protocol %s, we speak %s; "
+                                "upgrade both", sighting.peer_id, sighting.version, PEER_PROTOCOL_VERSION)
                 return
             defer = MDNS_DEFER_S if self.peer_id > sighting.peer_id else 0.0
             for address in sighting.addresses:
@@ -245,6 +295,10 @@ class Network:
             if peer_id and not target.peer_id:
                 target.peer_id = peer_id
             return
+        if len(self._targets) >= MAX_TARGETS and source == "mdns":
+            self.limits.hit("dial_targets", "ignoring mDNS sightings: %d addresses are dialled already (the limit)",
+                            MAX_TARGETS)
+            return
         target = self._targets[address] = _Target(address, {source}, peer_id=peer_id, defer_s=defer_s)
         if peer_id:
             self._record(peer_id)
@@ -253,8 +307,17 @@ class Network:
 
     def _drop_target(self, address: str) -> None:
         target = self._targets.pop(address, None)
-        if target is not None and target.scope is not None:
+        if target is None:
+            return
+        if target.scope is not None:
             target.scope.cancel()
+        # A record made only because mDNS named a peer id goes with its last address (mDNS is open
+        # to anyone on the LAN: its peer ids must not pile up).
+        peer_id = target.peer_id
+        record = self._records.get(peer_id) if peer_id else None
+        if (record is not None and record.link is None and self.directory.certificate_of_peer(peer_id) is None
+                and not any(t.peer_id == peer_id for t in self._targets.values())):
+            del self._records[peer_id]
 
     async def add_static(self, address: str) -> str:
         host, port = parse_peer_address(address)
@@ -311,8 +374,11 @@ class Network:
                     return
                 if trio.current_time() - started >= STABLE_LINK_S:
                     backoff = BACKOFF_FIRST_S
-                if outcome in ("linked", "duplicate"):
-                    continue
+                    if outcome in ("linked", "duplicate"):
+                        continue  # a link that lived: redial at once
+                elif outcome == "duplicate" and target.peer_id and getattr(
+                        self._records.get(target.peer_id), "link", None) is not None:
+                    continue  # the other direction is up: wait on it (top of the loop)
                 target.state = f"retrying in {backoff:.0f} s" if backoff >= 1 else "retrying"
                 await trio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
@@ -366,16 +432,64 @@ class Network:
                 "DELETE FROM peer_addresses WHERE peer_id=? AND address NOT IN (SELECT address FROM peer_addresses "
                 "WHERE peer_id=? ORDER BY last_ok DESC LIMIT ?)", (peer_id, peer_id, REMEMBERED_PER_PEER))
 
-        await self.astore.write(job)
+        try:
+            await self.astore.write(job)
+        except (StoreError, ApiError) as exc:  # remembering is a convenience: a full disk must not stop the link
+            self.limits.hit("remember_address", "could not remember the address of %s: %s", peer_id, exc)
 
     # -- accepting -----------------------------------------------------------------------------
 
+    def _admit(self, host: str) -> bool:
+        """May a new connection from ``host`` proceed to the TLS handshake? (Bounds: total, per host
+        at once, per host per window; refusals are logged once per limit and counted.)"""
+        if self._inbound >= MAX_INBOUND:
+            self.limits.hit("inbound_total", "refusing peer connections: %d are open (the limit)", MAX_INBOUND)
+            return False
+        if self._inbound_by_host.get(host, 0) >= MAX_INBOUND_PER_HOST:
+            self.limits.hit("inbound_per_host", "refusing peer connections from %s: %d are open from there (the "
+                            "limit)", host, MAX_INBOUND_PER_HOST)
+            return False
+        now = trio.current_time()
+        recent = [t for t in self._accepts_by_host.get(host, ()) if now - t < ACCEPT_WINDOW_S]
+        if len(recent) >= MAX_ACCEPTS_PER_HOST:
+            self._accepts_by_host[host] = recent
+            self.limits.hit("accept_rate", "refusing peer connections from %s: more than %d in %.0f s (a reconnect "
+                            "storm)", host, MAX_ACCEPTS_PER_HOST, ACCEPT_WINDOW_S)
+            return False
+        if host not in self._accepts_by_host and len(self._accepts_by_host) >= MAX_TRACKED_HOSTS:
+            self._accepts_by_host = {h: ts for h, ts in self._accepts_by_host.items()
+                                     if ts and now - ts[-1] < ACCEPT_WINDOW_S or self._inbound_by_host.get(h)}
+            if len(self._accepts_by_host) >= MAX_TRACKED_HOSTS:
+                self.limits.hit("tracked_hosts", "refusing peer connections: %d hosts connected within %.0f s (the "
+                                "limit)", MAX_TRACKED_HOSTS, ACCEPT_WINDOW_S)
+                return False
+        recent.append(now)
+        self._accepts_by_host[host] = recent
+        return True
+
     async def _on_tcp(self, tcp: trio.SocketStream) -> None:
+        try:
+            host = str(tcp.socket.getpeername()[0])
+        except OSError:
+            host = "?"
+        if not self._admit(host):
+            await trio.aclose_forcefully(tcp)
+            return
+        self._inbound += 1
+        self._inbound_by_host[host] = self._inbound_by_host.get(host, 0) + 1
         try:
             await self._accept(tcp)
         except Exception:
             # A bug in one connection must not take the daemon down: log it, drop the connection.
-            LOGGER.exception("unexpected error on an incoming peer connection")
+            self.link_failures += 1
+            LOGGER.exception("unexpected error on an incoming peer connection from %s", host)
+        finally:
+            self._inbound -= 1
+            left = self._inbound_by_host.get(host, 1) - 1
+            if left > 0:
+                self._inbound_by_host[host] = left
+            else:
+                self._inbound_by_host.pop(host, None)
             await trio.aclose_forcefully(tcp)
 
     async def _accept(self, tcp: trio.SocketStream) -> None:
@@ -408,9 +522,7 @@ class Network:
         await self._run_connection(stream, cert, dialer=cert.peer_id, remote=remote)
 
     def _load_ca_key(self) -> Ed25519PrivateKey:
-        key = serialization.load_pem_private_key(self._ca_key_path.read_bytes(), password=None)
-        assert isinstance(key, Ed25519PrivateKey)
-        return key
+        return load_ca_key(self._ca_key_path.parent.parent)
 
     # -- links ---------------------------------------------------------------------------------
 
@@ -439,57 +551,92 @@ class Network:
 
     async def _run_connection(self, stream: trio.SSLStream, cert: MemberCertificate, *, dialer: str,
                               remote: str) -> str:
+        """Run one authenticated connection as the peer's link until it ends, however it ends.
+
+        Returns "linked" (it ran and ended), "failed" (it ended on an error: the dialler backs
+        off), "duplicate", "self" or "revoked". Every way out — EOF, a protocol error, a failure of
+        our own (disk full, a bug), cancellation — releases the link in ``finally``: a link left
+        marked live would make the dialler spin and refuse the peer's own dials as duplicates.
+        """
         peer_id = cert.peer_id
+        name = printable(cert.name, 64)
         record = self._record(peer_id)
-        record.name, record.role = cert.name, cert.role
+        record.name, record.role = name, cert.role
         if peer_id == self.peer_id:
             await trio.aclose_forcefully(stream)
             return "self"
         if self.directory.is_revoked(peer_id):
-            LOGGER.warning("refused revoked peer %s (%s) from %s", peer_id, cert.name, remote)
+            LOGGER.warning("refused revoked peer %s (%s) from %s", peer_id, name, remote)
             record.state, record.last_error, record.last_error_at = "revoked", "revoked", _utc()
             await trio.aclose_forcefully(stream)
             return "revoked"
         link = PeerLink(stream, self.hello, self.astore, self.bus, directory=self.directory,
                         expected_peer_id=peer_id, hooks=self, max_artifact_bytes=self.max_artifact_bytes,
-                        dialer=dialer)
+                        dialer=dialer, limits=self.limits)
         if not self._register(link, peer_id):
             LOGGER.debug("closing a second connection with %s (the other direction is kept)", peer_id)
             await trio.aclose_forcefully(stream)
             return "duplicate"
         record.state, record.connected_since, record.last_contact = "connected", _utc(), _utc()
-        LOGGER.info("connected to %s (%s, %s) %s %s", peer_id, cert.name, cert.role,
+        LOGGER.info("connected to %s (%s, %s) %s %s", peer_id, name, cert.role,
                     "at" if dialer == self.peer_id else "from", remote)
         outcome = "linked"
-        with trio.CancelScope() as scope:
-            self._link_scopes[id(link)] = scope
-            try:
-                await link.run()
-            except ProtocolError as exc:
-                record.last_error, record.last_error_at = f"protocol error: {exc.message}", _utc()
-                LOGGER.warning("link with %s failed: %s", peer_id, exc.message)
+        try:
+            with trio.CancelScope() as scope:
+                self._link_scopes[id(link)] = scope
                 try:
+                    await link.run()
+                except ProtocolError as exc:
+                    outcome = "failed"
+                    message = printable(exc.message, 300)
+                    record.last_error, record.last_error_at = f"protocol error: {message}", _utc()
+                    LOGGER.warning("link with %s failed: %s", peer_id, message)
                     with trio.move_on_after(1):
-                        await link.close("protocol_error", exc.message[:200])
-                except Exception:
-                    pass
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                record.last_error, record.last_error_at = f"connection lost: {exc}", _utc()
-        self._link_scopes.pop(id(link), None)
-        await trio.aclose_forcefully(stream)
-        if record.link is link:
-            record.link = None
-            record.direction = None
-            record.last_contact = link.last_contact
-            record.state = "revoked" if self.directory.is_revoked(peer_id) else "disconnected"
-            LOGGER.info("disconnected from %s (%s)", peer_id, cert.name)
+                        await link.close("protocol_error", message[:200])
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    record.last_error, record.last_error_at = f"connection lost: {exc}", _utc()
+                except (StoreError, ApiError) as exc:
+                    # This daemon cannot take what the peer sends now (a full disk, shutting down):
+                    # not a bug, so no traceback; the link ends and is dialled again with back-off.
+                    outcome = "failed"
+                    record.last_error, record.last_error_at = f"this daemon could not store its events: {exc}", _utc()
+                    self.limits.hit(f"link_store_error/{peer_id}", "link with %s ended: %s (it reconnects with "
+                                    "back-off)", peer_id, exc)
+                    with trio.move_on_after(1):
+                        await link.close("internal", "the other side cannot store events now; it will reconnect")
+                except Exception as exc:
+                    # Our own failure while serving this peer (the disk, a bug): this link ends,
+                    # logged once with its traceback; the daemon and every other link go on.
+                    outcome = "failed"
+                    self.link_failures += 1
+                    record.last_error, record.last_error_at = f"internal error: {type(exc).__name__}: {exc}", _utc()
+                    LOGGER.exception("link with %s ended on an unexpected error", peer_id)
+                    with trio.move_on_after(1):
+                        await link.close("internal", "the other side failed; it will reconnect")
+        finally:
+            self._link_scopes.pop(id(link), None)
+            outbox = self._outboxes.pop(id(link), None)
+            if outbox is not None:
+                outbox.scope.cancel()
+            if record.link is link:
+                record.link = None
+                record.direction = None
+                record.last_contact = link.last_contact
+                record.state = "revoked" if self.directory.is_revoked(peer_id) else "disconnected"
+                LOGGER.info("disconnected from %s (%s)", peer_id, name)
+            await trio.aclose_forcefully(stream)
         return outcome
 
     # -- LinkHooks -----------------------------------------------------------------------------
 
     def link_ready(self, link: PeerLink) -> None:
-        if self._nursery is not None:
-            self._nursery.start_soon(self._send_presences, link, None)
+        if self._nursery is None or id(link) in self._outboxes:
+            return
+        outbox = self._outboxes[id(link)] = _Outbox()
+        outbox.put(self._own_presence())
+        for presence, _, _ in self._presences.values():
+            outbox.put(presence)
+        self._nursery.start_soon(self._send_presences, link, outbox)
 
     def link_progress(self, link: PeerLink) -> None:
         if link.peer_id is None:
@@ -515,8 +662,8 @@ class Network:
                 presence.signature,
                 presence_signing_bytes(presence.peer_id, presence.name, presence.serial, presence.watchers))
         except Exception:
-            LOGGER.warning("ignored a presence record for %s relayed by %s: bad signature", presence.peer_id,
-                           link.peer_id)
+            self.limits.hit("bad_presence", "ignored a presence record for %s relayed by %s: bad signature",
+                            presence.peer_id, link.peer_id)
             return
         if self.directory.is_revoked(presence.peer_id):
             return
@@ -524,10 +671,10 @@ class Network:
         if presence.peer_id == link.peer_id:
             # Direct from its daemon: the serial is that daemon's clock (µs), good to a few ms.
             self._skews[presence.peer_id] = presence.serial / 1e6 - time.time()
-        if self._nursery is not None:
-            for record in self._records.values():
-                if record.link is not None and record.link is not link and record.link.their_hello is not None:
-                    self._nursery.start_soon(self._send_presences, record.link, presence)
+        # Relayed to every other link through its outbox: newest per daemon, one sender per link.
+        for link_id, outbox in self._outboxes.items():
+            if link_id != id(link):
+                outbox.put(presence)
 
     # -- presence ------------------------------------------------------------------------------
 
@@ -536,18 +683,28 @@ class Network:
 
     def _own_presence(self) -> Presence:
         self._presence_serial = max(self._presence_serial + 1, time.time_ns() // 1000)
-        watchers = tuple(self._watchers())
+        local = self._watchers()
+        if len(local) > MAX_WATCHERS_PER_PRESENCE:
+            self.limits.hit("presence_watchers", "announcing the first %d of %d watchers to peers (the limit of one "
+                            "presence record)", MAX_WATCHERS_PER_PRESENCE, len(local))
+        watchers = tuple((agent[:256], filters[:MAX_PRESENCE_FILTER_CHARS], since[:64])
+                         for agent, filters, since in local[:MAX_WATCHERS_PER_PRESENCE])
         signature = self.identity.sign(presence_signing_bytes(self.peer_id, self.membership.name,
                                                               self._presence_serial, watchers))
         return Presence(self.peer_id, self.membership.name, self._presence_serial, watchers, signature)
 
-    async def _send_presences(self, link: PeerLink, only: Presence | None) -> None:
-        records = [only] if only is not None else [self._own_presence()] + [p for p, _, _ in self._presences.values()]
-        try:
-            for presence in records:
-                await link.send(presence)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError):
-            pass
+    async def _send_presences(self, link: PeerLink, outbox: _Outbox) -> None:
+        """The one task that sends presence records to ``link``, from its outbox, until it ends."""
+        with outbox.scope:
+            try:
+                while True:
+                    await outbox.kick.wait()
+                    outbox.kick = trio.Event()
+                    batch, outbox.pending = list(outbox.pending.values()), {}
+                    for presence in batch:
+                        await link.send(presence)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError):
+                pass  # the link is ending; _run_connection cleans up
 
     async def _presence_loop(self) -> None:
         while True:
@@ -555,10 +712,8 @@ class Network:
                 await self._presence_due.wait()
             self._presence_due = trio.Event()
             own = self._own_presence()
-            for record in list(self._records.values()):
-                if record.link is not None and record.link.their_hello is not None:
-                    assert self._nursery is not None
-                    self._nursery.start_soon(self._send_presences, record.link, own)
+            for outbox in self._outboxes.values():
+                outbox.put(own)
             await trio.sleep(0.05)  # coalesce bursts of watcher changes
 
     def remote_watchers(self) -> list[dict[str, Any]]:
@@ -567,8 +722,10 @@ class Network:
         for presence, heard, heard_utc in self._presences.values():
             silent = now - heard > PRESENCE_SILENT_S
             for agent, filters, since in presence.watchers:
-                out.append({"agent": agent or None, "filters": filters, "since": since,
-                            "daemon": {"peer_id": presence.peer_id, "name": presence.name},
+                # Another daemon's words: shown as visible text only (no terminal escapes, no line breaks).
+                out.append({"agent": printable(agent, 256) or None, "filters": printable(filters, 512),
+                            "since": printable(since, 64),
+                            "daemon": {"peer_id": presence.peer_id, "name": printable(presence.name, 64)},
                             "daemon_last_heard": heard_utc, "daemon_silent": silent})
         return out
 
@@ -652,7 +809,7 @@ class Network:
             if not found_by:
                 found_by.add("relay")  # known only from certificates relayed by other peers
             peers[peer_id] = {
-                "peer_id": peer_id, "name": record.name or (cert.name if cert else ""),
+                "peer_id": peer_id, "name": record.name or (printable(cert.name, 64) if cert else ""),
                 "role": record.role or (cert.role if cert else ""), "state": state, "revoked": revoked,
                 "direction": record.direction, "found_by": sorted(found_by),
                 "addresses": addresses, "connected_since": record.connected_since if link else None,
@@ -662,6 +819,8 @@ class Network:
                 "forks": list(link.forks) if link else [],
                 "sent_events": link.sent_events if link else 0, "received_events": link.received_events if link else 0,
                 "rejected_events": link.rejected_events if link else 0,
+                "refused_events": link.refused_events if link else 0,
+                "refused_bindings": link.refused_bindings if link else 0,
             }
         unresolved = [{"peer_id": None, "name": "", "role": "", "state": t.state, "revoked": False, "direction": None,
                        "found_by": sorted(t.sources), "addresses": [{"address": t.address,
@@ -669,7 +828,8 @@ class Network:
                                                                        "state": t.state}],
                        "connected_since": None, "last_contact": None, "last_error": t.last_error,
                        "last_error_at": t.last_error_at, "we_lack": 0, "they_lack": 0, "vector": [], "forks": [],
-                       "sent_events": 0, "received_events": 0, "rejected_events": 0}
+                       "sent_events": 0, "received_events": 0, "rejected_events": 0,
+                       "refused_events": 0, "refused_bindings": 0}
                       for t in self._targets.values() if t.peer_id is None]
         return list(peers.values()) + unresolved
 

@@ -25,11 +25,13 @@ from typing import Any, Final, Protocol
 import trio
 
 from palace_proto.envelope import SignedEvent
-from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError
+from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError, ValidationError
 from palace_proto.framing import NEED_DATA
+from palace_proto.bindings import OriginBinding
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES,
+    MAX_BINDINGS_PER_MESSAGE,
     ArtifactChunk,
     ArtifactWant,
     Events,
@@ -44,8 +46,11 @@ from palace_proto.peer import (
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession
 from palace_proto.sync import OriginHead, batch_events, plan_wants, vector_forks, verify_batch
+from palace_proto.text import printable
+from palace_proto.validation import Limits, check_replicated_artifact
 
 from .bus import EventBus
+from .limits import LimitLog
 from .members import BindingError, MemberDirectory
 from .store import WriteContext
 from .store.aio import AsyncStore
@@ -56,6 +61,22 @@ LOGGER: Final = logging.getLogger("palaced.replication")
 # Why 500: one read of the store per page when serving a want; batches are then bounded by bytes.
 SERVE_PAGE: Final = 500
 RECEIVE_CHUNK: Final = 1 << 16
+# Why 10 s: an authenticated peer that does not say hello within the TLS handshake's own limit is
+# stuck or stalling on purpose; its link would block the real one (one link per peer).
+HELLO_TIMEOUT_S: Final = 10.0
+# Why 16 and max_artifact_bytes + 16 MiB: artifacts being received are held in memory until their
+# sha256 is checked; a peer must not make us hold more than about one maximal artifact at a time.
+MAX_FETCHES: Final = 16
+FETCH_SLACK_BYTES: Final = 16 << 20
+# Why 30 s: one frame is at most ~1 MiB of events or one artifact chunk; a peer that has not taken
+# it in 30 s (under ~35 KB/s) has stopped reading — on purpose or not — and would hold this link's
+# sender, and everything queued behind it, forever. The link ends and is dialled again.
+SEND_STALL_S: Final = 30.0
+# Why 250,000 events at once and 25,000/s after: a fresh peer's whole catch-up of a large palace
+# is served at full speed, while a peer that pulls the log again and again (endless wants) gets
+# at most this rate from us — throttled, never refused, so an honest re-ask is only delayed.
+SERVE_BURST_EVENTS: Final = 250_000
+SERVE_RATE_EVENTS_S: Final = 25_000.0
 
 
 # Why 512: the fixed fields (hashes, signature, ids, names) of an event on the wire stay below it.
@@ -72,19 +93,38 @@ def _utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def artifact_record_from_peer(chunk: ArtifactChunk, limits: Limits) -> dict[str, str] | None:
+    """The descriptive fields of a received artifact, if they obey the local rules (else None)."""
+    try:
+        check_replicated_artifact(kind=chunk.kind, created_by=chunk.created_by, created_at=chunk.created_at,
+                                  metadata_json=chunk.metadata_json, limits=limits)
+    except ValidationError:
+        return None
+    return {"sha256": chunk.sha256, "kind": chunk.kind, "created_by": chunk.created_by,
+            "created_at": chunk.created_at, "metadata_json": chunk.metadata_json}
+
+
+def _first_leaf(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
+
+
 def _raise_link_outcome(group: BaseExceptionGroup) -> None:
     """Unwrap what the link's tasks raised: transport errors end the link quietly, a protocol
-    error is re-raised alone (the caller reports it), anything else propagates as it is."""
+    error is re-raised alone (the caller reports it), anything else is re-raised as its first
+    exception (a full disk, a bug: the caller ends the link, logs it and dials again later)."""
     protocol, rest = group.split(ProtocolError)
     if rest is not None:
         _, other = rest.split((trio.BrokenResourceError, trio.ClosedResourceError))
         if other is not None:
-            raise other
+            cancelled, failures = other.split(trio.Cancelled)
+            if failures is not None:
+                raise _first_leaf(failures)
+            if cancelled is not None:
+                raise other
     if protocol is not None:
-        first: BaseException = protocol
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise first
+        raise _first_leaf(protocol)
 
 
 class LinkHooks(Protocol):
@@ -119,7 +159,8 @@ class PeerLink:
     def __init__(self, stream: trio.abc.Stream, hello: Hello, astore: AsyncStore, bus: EventBus,
                  key_for: Callable[[str], bytes | None] | None = None, directory: MemberDirectory | None = None, *,
                  expected_peer_id: str | None = None, hooks: LinkHooks | None = None,
-                 max_artifact_bytes: int = 64 * 1024 * 1024, dialer: str | None = None) -> None:
+                 max_artifact_bytes: int = 64 * 1024 * 1024, dialer: str | None = None,
+                 limits: LimitLog | None = None) -> None:
         self.stream = stream
         self.session = PeerSession(hello)
         self.astore = astore
@@ -129,15 +170,19 @@ class PeerLink:
         self.directory = directory
         if directory is not None:
             self.key_for: Callable[[str, int], bytes | None] = directory.key_for
-        else:
-            assert key_for is not None
+        elif key_for is not None:
             self.key_for = lambda origin, origin_seq: key_for(origin)
+        else:
+            raise TypeError("a PeerLink needs a member directory or a key_for function")
         self.expected_peer_id = expected_peer_id
         self.hooks = hooks
+        #: refusals of what the peer sends are logged sparingly (a flood must not flood the log)
+        self.limits = limits if limits is not None else LimitLog(LOGGER)
         self.max_artifact_bytes = max_artifact_bytes
         #: peer id of the side that dialled (tie-break between two connections of one pair)
         self.dialer = dialer
-        #: what we believe the peer holds, per origin (its vectors and what we sent: push planning)
+        #: what we believe the peer holds, per origin (its vectors and what we sent: push planning);
+        #: only origins we can verify are kept, so a peer cannot grow these maps with invented ids
         self.peer_has: dict[str, int] = {}
         #: what the peer confirmed holding durably, per origin (its vectors and haves)
         self.confirmed: dict[str, int] = {}
@@ -146,16 +191,24 @@ class PeerLink:
         self._fetches: dict[str, _Fetch] = {}
         #: origins we are pulling, with our head when we last (re)asked or saw progress
         self._pulling: dict[str, int] = {}
+        #: origins whose next event this peer sent us and we rejected (bad signature, no key), with
+        #: our head then: not asked of this peer again until our head moves (never re-pulled forever)
+        self._rejected_at: dict[str, int] = {}
+        #: events this peer may still be sent in answer to wants, and when that was reckoned
+        self._serve_budget = (float(SERVE_BURST_EVENTS), 0.0)
         self.sent_events = 0
         self.received_events = 0
         self.rejected_events = 0
+        self.refused_events = 0
+        self.refused_bindings = 0
         self.connected_at = _utc_now()
         self.last_contact = self.connected_at
         self._send_lock = trio.Lock()
         self._vector_known = trio.Event()
+        self._hello_known = trio.Event()
         # Verified batches waiting for the writer (one in hand, one queued: bounded memory).
         self._to_apply_send, self._to_apply_recv = trio.open_memory_channel[
-            tuple[list[SignedEvent], dict[bytes, bytes]]](1)
+            tuple[list[SignedEvent], list[bytes | None]]](1)
         self._applier_done = trio.Event()
         self.closed = trio.Event()
 
@@ -170,7 +223,11 @@ class PeerLink:
     def log(self) -> logging.LoggerAdapter[logging.Logger]:
         """The replication log, every line prefixed with the peer's short id (Syncthing-style: the
         first group of the fingerprint), so one peer's story can be grepped out of the log."""
-        return _PeerLog(LOGGER, {"peer": (self.peer_id or "unknown").split("-")[0]})
+        return _PeerLog(LOGGER, {"peer": printable((self.peer_id or "unknown").split("-")[0], 16)})
+
+    @property
+    def _short(self) -> str:
+        return printable((self.peer_id or "unknown").split("-")[0], 16)
 
     @property
     def fetching(self) -> bool:
@@ -184,7 +241,10 @@ class PeerLink:
     async def send(self, message: Any) -> None:
         async with self._send_lock:
             data = self.session.send(message, now=trio.current_time())
-            await self.stream.send_all(data)
+            with trio.move_on_after(SEND_STALL_S) as stalled:
+                await self.stream.send_all(data)
+            if stalled.cancelled_caught:
+                raise RemoteProtocolError(f"it took nothing we sent for {SEND_STALL_S:.0f} s (it stopped reading)")
 
     async def _heads(self) -> dict[str, OriginHead]:
         return await self.astore.read(self.store.heads)
@@ -192,6 +252,11 @@ class PeerLink:
     async def _our_vector(self) -> Vector:
         heads = await self._heads()
         return Vector(tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(heads.items())))
+
+    def _verifiable(self, origin: str) -> bool:
+        """Is ``origin`` one we could verify events of (bound here)? Bookkeeping fed by the peer's
+        vectors and receipts keeps only such origins: its size is bounded by our bindings."""
+        return self.directory is None or self.directory.is_bound(origin)
 
     async def run(self) -> None:
         """Handshake, then replicate both ways until the peer closes the stream.
@@ -201,11 +266,16 @@ class PeerLink:
         """
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._hello_deadline)
                 await self.send(self.session.our_hello)
                 if self.directory is not None:
                     entries = self.directory.entries()
-                    await self.send(Members(entries))
-                    self._bindings_sent.update(origin for origin, _ in entries)
+                    # In chunks: however many origins a palace has seen, no message outgrows a frame.
+                    for start in range(0, len(entries), MAX_BINDINGS_PER_MESSAGE):
+                        await self.send(Members(entries[start:start + MAX_BINDINGS_PER_MESSAGE]))
+                    if not entries:
+                        await self.send(Members(()))
+                    self._bindings_sent.update(b.origin for b in entries)
                 await self.send(await self._our_vector())
                 nursery.start_soon(self._push_new_events)
                 nursery.start_soon(self._anti_entropy)
@@ -223,11 +293,17 @@ class PeerLink:
         finally:
             self.closed.set()
 
+    async def _hello_deadline(self) -> None:
+        with trio.move_on_after(HELLO_TIMEOUT_S):
+            await self._hello_known.wait()
+            return
+        raise RemoteProtocolError(f"no hello within {HELLO_TIMEOUT_S:.0f} s")
+
     async def close(self, code: str = "shutting_down", reason: str = "palaced is stopping") -> None:
         try:
             with trio.move_on_after(1):
                 await self.send(Goodbye(code, reason))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError, Exception):
+        except Exception:  # the link is going anyway: whatever the last goodbye meets does not matter
             pass
         await trio.aclose_forcefully(self.stream)
 
@@ -247,7 +323,8 @@ class PeerLink:
                 self.last_contact = _utc_now()
                 if isinstance(message, ConnectionClosed):
                     if message.goodbye is not None and message.goodbye.code != "shutting_down":
-                        self.log.info("said goodbye: %s (%s)", message.goodbye.reason, message.goodbye.code)
+                        self.log.info("said goodbye: %s (%s)", printable(message.goodbye.reason, 200),
+                                      printable(message.goodbye.code, 40))
                     return
                 await self._handle(message)
 
@@ -272,7 +349,8 @@ class PeerLink:
             self.hooks.link_presence(self, message)
 
     async def _persist_bindings(self) -> None:
-        assert self.directory is not None
+        if self.directory is None:
+            return
         unsaved = self.directory.take_unsaved()
         if unsaved:
             await self.astore.write(lambda ctx: ctx.save_bindings(unsaved))
@@ -280,40 +358,73 @@ class PeerLink:
     async def _on_hello(self, hello: Hello) -> None:
         if self.expected_peer_id is not None and hello.peer_id != self.expected_peer_id:
             raise RemoteProtocolError(
-                f"peer's hello names {hello.peer_id} but its TLS certificate is {self.expected_peer_id}")
-        if self.directory is None:
-            return
-        try:
-            cert = self.directory.bind(hello.origin, hello.certificate)
-        except BindingError as exc:
-            raise RemoteProtocolError(f"peer {hello.peer_id}: {exc}") from None
-        if cert.peer_id != hello.peer_id:
-            raise RemoteProtocolError(f"peer {hello.peer_id} presented the certificate of {cert.peer_id}")
-        if cert.role != hello.role:
-            raise RemoteProtocolError(f"peer {hello.peer_id} claims role {hello.role} but is certified {cert.role}")
-        await self._persist_bindings()
+                f"peer's hello names {printable(hello.peer_id)} but its TLS certificate is {self.expected_peer_id}")
+        if self.directory is not None:
+            # The hello binds the peer's own origin: only with the certificate it authenticated
+            # with over TLS, checked before anything is bound.
+            try:
+                cert = self.directory.verify_certificate(hello.certificate)
+            except BindingError as exc:
+                raise RemoteProtocolError(f"its hello certificate is not acceptable: {exc}") from None
+            if cert.peer_id != hello.peer_id:
+                raise RemoteProtocolError(f"its hello carries the certificate of {cert.peer_id}, not its own")
+            if cert.role != hello.role:
+                raise RemoteProtocolError(f"it claims role {printable(hello.role)} but is certified {cert.role}")
+            try:
+                self.directory.bind(OriginBinding(hello.origin, hello.certificate, hello.origin_proof))
+            except BindingError as exc:
+                raise RemoteProtocolError(f"its own origin binding is refused: {exc}") from None
+            await self._persist_bindings()
+        self._hello_known.set()
         if self.hooks is not None:
             self.hooks.link_ready(self)
 
     async def _on_members(self, members: Members) -> None:
         if self.directory is None:
             return
-        for origin, certificate in members.entries:
+        refused: list[str] = []
+        for binding in members.entries:
             try:
-                self.directory.bind(origin, certificate)
+                self.directory.bind(binding)
             except BindingError as exc:
-                self.log.warning("ignored a binding it relayed: %s", exc)
+                refused.append(str(exc))
+        if refused:
+            self.refused_bindings += len(refused)
+            self.limits.hit(f"bindings_refused/{self.peer_id}", "peer %s: refused %d binding(s) it relayed (%s)",
+                            self._short, len(refused), printable(refused[0], 200))
         await self._persist_bindings()
 
     def _confirm(self, entries: Any) -> None:
         changed = False
         for origin, max_seq in entries:
+            if not self._verifiable(origin):
+                continue
             if max_seq > self.confirmed.get(origin, 0):
                 self.confirmed[origin] = max_seq
                 changed = True
             self.peer_has[origin] = max(self.peer_has.get(origin, 0), max_seq)
         if changed and self.hooks is not None:
             self.hooks.link_progress(self)
+
+    def _not_to_ask(self, heads: dict[str, OriginHead], vector: Vector) -> set[str]:
+        """Origins not worth a want: unbound (what came would be rejected), an origin whose next
+        event this replica refused for breaking a rule, or one whose next event this very peer sent
+        us and we rejected — unless our head moved since (another peer filled it)."""
+        skip: set[str] = set()
+        refused = self.store.refused_next
+        for entry in vector.entries:
+            origin = entry.origin
+            ours = heads[origin].max_seq if origin in heads else 0
+            if self.key_for(origin, ours + 1) is None:
+                skip.add(origin)
+            elif origin in refused and refused[origin][0] == ours + 1:
+                skip.add(origin)
+            elif self._rejected_at.get(origin) == ours:
+                skip.add(origin)
+        for origin, at in list(self._rejected_at.items()):
+            if (heads[origin].max_seq if origin in heads else 0) != at:
+                del self._rejected_at[origin]
+        return skip
 
     async def _on_vector(self, vector: Vector) -> None:
         self._confirm((e.origin, e.max_seq) for e in vector.entries)
@@ -330,7 +441,8 @@ class PeerLink:
                 self.log.error("holds a different history of origin %s (fork)", origin)
                 # Pull their differing event once, so the store keeps it as evidence of the fork.
                 await self.send(Want(origin, theirs[origin] - 1))
-        for want in plan_wants(heads, vector):
+        skip = self._not_to_ask(heads, vector)
+        for want in plan_wants(heads, vector, skip):
             if want.origin in forks:
                 continue
             asked = self._pulling.get(want.origin)
@@ -346,22 +458,39 @@ class PeerLink:
                 del self._pulling[origin]  # caught up with what that vector showed
         self._vector_known.set()
 
+    async def _spend_serve_budget(self, events: int) -> None:
+        """Wait until ``events`` more may be served to this peer (token bucket, see SERVE_RATE_EVENTS_S)."""
+        budget, at = self._serve_budget
+        now = trio.current_time()
+        budget = min(float(SERVE_BURST_EVENTS), budget + (now - at) * SERVE_RATE_EVENTS_S if at else budget)
+        if budget < events:
+            self.limits.hit(f"serve_rate/{self.peer_id}", "peer %s: pulls more than %d events/s; serving it at that "
+                            "rate", self._short, int(SERVE_RATE_EVENTS_S))
+            await trio.sleep((events - budget) / SERVE_RATE_EVENTS_S)
+            now, budget = trio.current_time(), float(events)
+        self._serve_budget = (budget - events, now)
+
     async def _serve_want(self, want: Want) -> None:
+        heads = await self._heads()
+        head = heads.get(want.origin)
+        if head is None:
+            return  # not an origin we replicate (unknown, or history only): nothing to offer
         after = want.after_seq
-        while True:
-            page = await self.astore.read(self.store.signed_events_of_origin, want.origin, after, SERVE_PAGE)
-            await self._send_events(page)
-            if len(page) < SERVE_PAGE:
+        while after < head.max_seq:
+            page = await self.astore.read(self.store.signed_events_of_origin, want.origin, after,
+                                          min(SERVE_PAGE, head.max_seq - after))
+            if not page:
                 return
+            await self._spend_serve_budget(len(page))
+            await self._send_events(page)
             after = page[-1].origin_seq
 
     async def _send_events(self, events: list[SignedEvent]) -> None:
         if self.directory is not None:
             # Certificates travel ahead of the events that need them: a peer that never met an
             # origin (a relay) can then verify its events on arrival.
-            entries = dict(self.directory.entries())
             missing = sorted({e.origin for e in events} - self._bindings_sent)
-            bindings = tuple((o, entries[o]) for o in missing if o in entries)
+            bindings = tuple(b for b in (self.directory.binding(o) for o in missing) if b is not None)
             if bindings:
                 await self.send(Members(bindings))
             self._bindings_sent.update(missing)
@@ -378,36 +507,44 @@ class PeerLink:
         Two stages run side by side: while the writer commits batch N, this side already reads
         and verifies batch N+1. Order is kept (one applier, FIFO)."""
         events = list(message.events)
-        # The sender holds what it sends (it stores before it serves): that counts as confirmed.
-        self._confirm([(e.origin, e.origin_seq) for e in events])
         # Signatures are checked here, on a worker thread, one per chained run (verify_batch):
-        # the single writer thread then only stores.
-        preverified = await trio.to_thread.run_sync(verify_batch, events, self.key_for)
-        await self._to_apply_send.send((events, preverified))
+        # the single writer thread then recomputes the hashes of exactly these objects and stores.
+        verified_keys = await trio.to_thread.run_sync(verify_batch, events, self.key_for)
+        # What the sender could prove it holds counts as held by it (it stores before it serves).
+        self._confirm([(e.origin, e.origin_seq) for e, k in zip(events, verified_keys, strict=True) if k is not None])
+        await self._to_apply_send.send((events, verified_keys))
 
     async def _apply_loop(self) -> None:
         try:
-            async for events, preverified in self._to_apply_recv:
-                await self._apply(events, preverified)
+            async for events, verified_keys in self._to_apply_recv:
+                await self._apply(events, verified_keys)
         finally:
             self._applier_done.set()
 
-    async def _apply(self, events: list[SignedEvent], preverified: dict[bytes, bytes]) -> None:
+    async def _apply(self, events: list[SignedEvent], verified_keys: list[bytes | None]) -> None:
         observe = self.directory.observe if self.directory is not None else None
+        may_redact = self.directory.redaction_authorized if self.directory is not None else None
 
         def job(ctx: WriteContext) -> Any:
             return ctx.apply_remote(events, self.key_for, source=self.peer_id, on_applied=observe,
-                                    preverified=preverified)
+                                    verified_keys=verified_keys, may_redact=may_redact)
 
         report = await self.astore.write(job)
         self.received_events += len(report.applied)
+        heads = await self._heads()
         if report.rejected:
             self.rejected_events += len(report.rejected)
-            self.log.warning("rejected %d event(s) it sent (not from a member in good standing, or bad signature)",
-                             len(report.rejected))
+            for event in report.rejected:
+                self._rejected_at.setdefault(event.origin, heads[event.origin].max_seq if event.origin in heads else 0)
+            self.limits.hit(f"events_rejected/{self.peer_id}", "peer %s: rejected %d event(s) it sent (not from a "
+                            "member in good standing, or a bad hash or signature)", self._short, len(report.rejected))
+        if report.refused:
+            self.refused_events += len(report.refused)
+            self.limits.hit(f"events_refused/{self.peer_id}", "peer %s: refused %d authentic event(s) it sent for "
+                            "breaking a rule (%s)", self._short, len(report.refused),
+                            printable(report.refused[0][1], 200))
         if report.forks:
             self.log.error("refused %d forked event(s) it sent", len(report.forks))
-        heads = await self._heads()
         # Receipt: what we now hold durably of every origin in the batch (the write was fsynced).
         touched = sorted({e.origin for e in events})
         held = tuple((o, heads[o].max_seq) for o in touched if o in heads)
@@ -415,10 +552,14 @@ class PeerLink:
             await self.send(Have(held))
         for event in report.missing_artifacts:
             await self._fetch_artifacts(event)
-        # A gap means we missed something: pull again from our head.
+        # A gap means we missed something: pull again from our head (not what we cannot accept).
+        refused = self.store.refused_next
         for origin in sorted({e.origin for e in report.gaps}):
+            ours = heads[origin].max_seq if origin in heads else 0
+            if origin in refused and refused[origin][0] == ours + 1 or self._rejected_at.get(origin) == ours:
+                continue
             if not any(origin in f.origins for f in self._fetches.values()):
-                await self.send(Want(origin, heads[origin].max_seq if origin in heads else 0))
+                await self.send(Want(origin, ours))
 
     # -- artifacts -----------------------------------------------------------------------------
 
@@ -429,6 +570,8 @@ class PeerLink:
                 continue
             fetch = self._fetches.get(artifact_id)
             if fetch is None:
+                if len(self._fetches) >= MAX_FETCHES:
+                    return  # the rest is asked for once these arrive (the origin is pulled again then)
                 fetch = self._fetches[artifact_id] = _Fetch()
                 await self.send(ArtifactWant(artifact_id, 0))
             fetch.origins.add(event.origin)
@@ -467,7 +610,7 @@ class PeerLink:
         if fetch is None:
             return  # not asked for (or already given up): ignore
         if chunk.size < 0:
-            self.log.warning("does not have artifact %s", chunk.artifact_id)
+            self.log.warning("does not have artifact %s", printable(chunk.artifact_id))
             del self._fetches[chunk.artifact_id]
             return
         if chunk.size > self.max_artifact_bytes:
@@ -476,7 +619,10 @@ class PeerLink:
                 f"artifact {chunk.artifact_id} is {chunk.size} bytes, over this daemon's limit of "
                 f"{self.max_artifact_bytes} (raise limits.max_artifact_bytes to accept it)")
         if chunk.offset != len(fetch.buffer) or artifact_id_for_sha256(chunk.sha256) != chunk.artifact_id:
-            raise RemoteProtocolError(f"artifact {chunk.artifact_id}: chunk out of order or for another artifact")
+            raise RemoteProtocolError(f"artifact {printable(chunk.artifact_id)}: chunk out of order or for another "
+                                      "artifact")
+        if sum(len(f.buffer) for f in self._fetches.values()) + len(chunk.data) > self.max_artifact_bytes + FETCH_SLACK_BYTES:
+            raise RemoteProtocolError("artifacts in flight exceed what one link may hold in memory")
         fetch.buffer += chunk.data
         if len(fetch.buffer) < chunk.size:
             return
@@ -484,9 +630,11 @@ class PeerLink:
         content = bytes(fetch.buffer)
         if hashlib.sha256(content).hexdigest() != chunk.sha256:
             raise RemoteProtocolError(f"artifact {chunk.artifact_id} does not match its sha256")
-        await self.astore.write(lambda ctx: ctx.put_verified_artifact(
-            sha256=chunk.sha256, kind=chunk.kind, created_by=chunk.created_by, created_at=chunk.created_at,
-            metadata_json=chunk.metadata_json, content=content))
+        record = artifact_record_from_peer(chunk, self.store.limits)
+        if record is None:
+            raise RemoteProtocolError(f"artifact {chunk.artifact_id}: its descriptive fields break the rules "
+                                      "(kind, created_by, created_at or metadata)")
+        await self.astore.write(lambda ctx: ctx.put_verified_artifact(content=content, **record))
         self.log.info("sent artifact %s (%d bytes)", chunk.artifact_id, len(content))
         heads = await self._heads()
         for origin in sorted(fetch.origins):
@@ -517,7 +665,8 @@ class PeerLink:
                 head = heads.get(origin)
                 if head is None or head.max_seq <= known:
                     continue
-                page = await self.astore.read(self.store.signed_events_of_origin, origin, known, SERVE_PAGE)
+                page = await self.astore.read(self.store.signed_events_of_origin, origin, known,
+                                              min(SERVE_PAGE, head.max_seq - known))
                 await self._send_events(page)
 
     async def _anti_entropy(self) -> None:

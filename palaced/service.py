@@ -26,7 +26,7 @@ from palace_proto.envelope import preview_event
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.ids import fingerprint
 from palace_proto.memory import DIARY_EVENT, DRAWER_EVENT, KG_ADD_EVENT, KG_INVALIDATE_EVENT
-from palace_proto.pki import REVOKE_EVENT_TYPE
+from palace_proto.pki import REVOKE_EVENT_TYPE, sign_redaction
 from palace_proto.validation import (
     AppendRequest,
     Limits,
@@ -49,6 +49,7 @@ from .memory_ops import MemoryOps
 from .members import MemberDirectory
 from .membership import Membership
 from .store import WriteContext
+from .store import memory_views as views
 from .store.aio import AsyncStore
 
 if TYPE_CHECKING:
@@ -139,6 +140,8 @@ class Service(FleetOps, MemoryOps, MaintenanceOps):
         self.api_address: str | None = None
         #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)
         self.memory_rebuild_progress: dict[str, Any] | None = None
+        #: the local API's connection statistics (set by ``api.serve_api`` once it listens)
+        self.api_statistics: Callable[[], dict[str, Any]] | None = None
 
     def __repr__(self) -> str:
         return f"<Service origin={self.store.origin_id} watchers={len(self.watchers)}>"
@@ -184,6 +187,10 @@ class Service(FleetOps, MemoryOps, MaintenanceOps):
             "storage": await trio.to_thread.run_sync(self.storage_sizes),
             "palace": self.membership.to_wire() if self.membership else None,
             "network": await self._network_status(),
+            # The local API's connections: open, accepted, refused by its limits, failed (set by palaced/api.py)
+            "api_connections": self.api_statistics() if self.api_statistics is not None else None,
+            "redactions": {"purge_pending": self.store.redactions_pending_checkpoint,
+                           "refused_from_peers": self.store.refused_redactions},
         }
         status["peers"] = await self._peer_counts() if self.network else {"live": 0, "total": 0}
         status["health"] = await self.health(status)
@@ -200,7 +207,9 @@ class Service(FleetOps, MemoryOps, MaintenanceOps):
             return None
         forks = await self.astore.read(self.store.forks)
         return {"listen": self.network.listen_addresses, "mdns": self.network.mdns_state,
-                "connected": self.network.connected_peers(), "forks": len(forks)}
+                "connected": self.network.connected_peers(), "forks": len(forks),
+                "limits": self.network.limits.statistics(), "link_failures": self.network.link_failures,
+                "refused_next": len(self.store.refused_next), "refused_redactions": self.store.refused_redactions}
 
     async def op_digest(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Per origin: the highest contiguous origin_seq and its event hash, plus one fingerprint of
@@ -384,10 +393,43 @@ class Service(FleetOps, MemoryOps, MaintenanceOps):
         return await self.astore.write(job)
 
     async def op_redact(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Purge an event's body everywhere it is kept (proto/PROTOCOL.md, "Who may redact").
+
+        Locally the event's author agent may redact it, or this daemon's operator (``operator``:
+        the human at this machine; the local API belongs to one user, so this is a statement of
+        intent, not a password). Peers honour the redaction when it comes from the event's own
+        origin, or carries the palace CA's signature: so an event written on another daemon can be
+        redacted here only by the daemon holding the palace key. A memory fact's other events (its
+        invalidations, the same fact filed again) carry the same words and are redacted with it.
+        """
         self.require_writer()
         target_id = clean_required("event_id", args.get("event_id"))
         from_agent = clean_required("from_agent", args.get("from_agent"))
         reason = validate_body(args.get("reason"), self.limits)
+        operator = args.get("operator", False)
+        if not isinstance(operator, bool):
+            raise ValidationError("operator must be true or false", field="operator")
+        target = await self._get_event_or_404(target_id)
+        if target.get("body_redacted"):
+            raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
+        if not operator and from_agent != target["from_agent"]:
+            raise ApiError(f"only the event's author ({target['from_agent']}) or this daemon's operator may redact "
+                           f"{target_id}; if you are the operator, say so: palacectl redact {target_id} "
+                           "--from-agent … --operator", code="not_permitted")
+        ca_key = self._ca_key() if self.membership is not None and self.membership.can_invite else None
+        palace_id = self.membership.palace_id if self.membership is not None else ""
+        own_origin = self.store.origin_id
+
+        def signer_for(ctx: WriteContext, event: Mapping[str, Any]) -> tuple[bool, str | None]:
+            """(may we redact it on every replica that holds it, the CA signature that makes it so)."""
+            if event["origin"] == own_origin:
+                return True, None
+            row = ctx.conn.execute("SELECT max_seq FROM origins WHERE origin=?", (event["origin"],)).fetchone()
+            if row is None or row[0] == 0:
+                return True, None  # imported history: it never leaves this replica
+            if ca_key is None:
+                return False, None
+            return True, sign_redaction(ca_key, palace_id, event["id"])
 
         def job(ctx: WriteContext) -> dict[str, Any]:
             target = ctx.get_event(target_id)
@@ -395,19 +437,48 @@ class Service(FleetOps, MemoryOps, MaintenanceOps):
                 raise NotFound(f"event {target_id!r} not found")
             if target.get("body_redacted"):
                 raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
-            req = AppendRequest.from_wire(
-                {"type": "event.redact", "stream": target["stream"], "room": target["room"],
-                 "from_agent": from_agent, "correlation_id": target["correlation_id"] or target["id"],
-                 "body": reason, "metadata": {"redacts": target["id"]}},
-                self.limits,
-            )
-            event = ctx.append(req)
-            ctx.redact(target["id"], event["id"])
-            return event
+            allowed, _ = signer_for(ctx, target)
+            if not allowed:
+                raise ApiError(f"event {target_id} was written on another daemon (origin {target['origin']}): only "
+                               "that daemon, or the palace owner's (the one that ran `palacectl init`), can redact "
+                               "it on every replica — run the redact there", code="not_permitted")
+            # In the same transaction as the redactions: what else carries the same words (a fact's
+            # invalidations, the same drawer or fact filed again), found before the target's link goes.
+            related = views.related_memory_events(ctx.conn, target_id)
+            first: dict[str, Any] | None = None
+            also: list[str] = []
+            for event_id in [target_id, *related]:
+                event = ctx.get_event(event_id)
+                if event is None or event.get("body_redacted"):
+                    continue
+                allowed, signature = signer_for(ctx, event)
+                if not allowed:
+                    continue  # written elsewhere, and we hold no palace key: its own daemon must redact it
+                metadata: dict[str, Any] = {"redacts": event_id}
+                if signature is not None:
+                    metadata["ca_signature"] = signature
+                req = AppendRequest.from_wire(
+                    {"type": "event.redact", "stream": event["stream"], "room": event["room"],
+                     "from_agent": from_agent, "correlation_id": event["correlation_id"] or event["id"],
+                     "body": reason, "metadata": metadata},
+                    self.limits,
+                )
+                appended = ctx.append(req)
+                ctx.redact(event_id, appended["id"])
+                if first is None:
+                    first = appended
+                else:
+                    also.append(event_id)
+            if first is None:  # pragma: no cover - the target was checked above, in this transaction
+                raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
+            return {**first, "also_redacted": also}
 
         event = await self.astore.write(job)
-        LOGGER.warning("event %s redacted by %s", target_id, from_agent)
-        return event
+        LOGGER.warning("event %s redacted by %s%s", target_id, from_agent, " (operator)" if operator else "")
+        # Said only once it is true: a reader holding an old snapshot keeps the WAL (and the old
+        # page images in it) until it lets go; the writer retries, and `status` shows it meanwhile.
+        pending = self.store.redactions_pending_checkpoint
+        return {**event, "purge": "pending" if pending else "done"}
 
     # -- artifacts and patches -----------------------------------------------------------------
 

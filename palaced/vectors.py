@@ -28,6 +28,7 @@ from palace_proto.memory import MEMORY_TYPES
 
 from .bus import EventBus
 from .embedding import Embedder, EmbeddingError
+from .files import fsync_directory
 from .store import Store
 
 __all__ = ["MemoryIndexer", "VectorIndex", "vector_key"]
@@ -41,6 +42,9 @@ EMBED_BATCH: Final = 64
 IDLE_CHECK_S: Final = 2.0
 # Why 30 s: writing the index file costs ~1.5 KB per drawer; after a crash the rest is re-embedded.
 SAVE_EVERY_S: Final = 30.0
+# Why 60 s: a save that failed (a full disk) is retried this much later, not at every step of the
+# worker; the index stays in memory meanwhile, so search is unaffected.
+SAVE_RETRY_S: Final = 60.0
 #: drawers up to which the index stays exact (``[memory] exact_index_max``)
 DEFAULT_EXACT_MAX: Final = 50_000
 REBALANCE_GROWTH: Final = 4
@@ -185,16 +189,33 @@ class VectorIndex:
         return np.concatenate(id_parts).astype(np.int64), np.concatenate(vector_parts)
 
     def save(self) -> None:
+        """Write the index and its description, each to a temporary file first, then renamed.
+
+        Raises:
+            OSError: a file could not be written (a full disk): the saved files are the previous
+                ones, no temporary file is left behind, and the index stays ``dirty``.
+        """
         data = self._faiss.serialize_index(self.index)
+        meta = json.dumps({"model": self.model, "dim": self.dim, "count": len(self), "kind": self.kind,
+                           "trained_on": self.trained_on}).encode()
+        staged = [(self.folder / f".{INDEX_FILE}.tmp", self.folder / INDEX_FILE, data.tobytes()),
+                  (self.folder / f".{META_FILE}.tmp", self.folder / META_FILE, meta)]
+        try:
+            for tmp, _, content in staged:
+                tmp.unlink(missing_ok=True)  # a leftover keeps its old mode: start afresh
+                # 0600 like everything in the home: vectors are derived from what agents wrote.
+                with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+                    fh.write(content)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            for tmp, final, _ in staged:
+                os.replace(tmp, final)
+            fsync_directory(self.folder)  # the renames themselves survive a power cut
+        except OSError:
+            for tmp, _, _ in staged:
+                tmp.unlink(missing_ok=True)  # a half-written file would only hold on to the space
+            raise
         self.dirty = False
-        tmp = self.folder / f".{INDEX_FILE}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data.tobytes())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.folder / INDEX_FILE)
-        (self.folder / META_FILE).write_text(json.dumps({"model": self.model, "dim": self.dim, "count": len(self),
-                                                         "kind": self.kind, "trained_on": self.trained_on}))
 
 
 def discard_index_files(folder: Path) -> None:
@@ -249,6 +270,10 @@ class MemoryIndexer:
         self.maintenance: str | None = None
         self.last_index_build: dict[str, Any] | None = None
         self._ready = trio.Event()
+        #: why the index could not be saved (a full disk), until a save succeeds (None: fine)
+        self.save_error: str | None = None
+        #: vectors of redacted drawers left the index in memory but not yet its file on disk
+        self.purge_pending = False
 
     def __repr__(self) -> str:
         return f"<MemoryIndexer pending={self.pending} indexed={len(self.index) if self.index else 0}>"
@@ -261,7 +286,8 @@ class MemoryIndexer:
         return {"model": self.embedder.name, "model_loads": getattr(self.embedder, "loads", None),
                 "indexed": len(self.index) if self.index else 0, "pending": self.pending, "error": self.last_error,
                 "index": self.index.kind if self.index else None, "maintenance": self.maintenance,
-                "last_index_build": self.last_index_build}
+                "last_index_build": self.last_index_build, "save_error": self.save_error,
+                "vector_purge_pending": self.purge_pending}
 
     async def run(self) -> None:
         cursor = self.bus.latest_seq
@@ -275,13 +301,8 @@ class MemoryIndexer:
                     if self.last_error != str(exc):
                         LOGGER.error("memory search falls back to keywords: %s", exc)
                     self.last_error = str(exc)
-                if self.index is not None and self.index.dirty and (
-                        self.pending == 0 or trio.current_time() - last_save > SAVE_EVERY_S):
-                    self.maintenance = "saving the index"
-                    try:
-                        await trio.to_thread.run_sync(self.index.save)
-                    finally:
-                        self.maintenance = None
+                if self._save_due(trio.current_time() - last_save):
+                    await self._save()
                     last_save = trio.current_time()
                 if self.pending:
                     continue  # more to embed: next batch at once (each batch yields to the loop)
@@ -292,7 +313,38 @@ class MemoryIndexer:
                     # is not worth listing every drawer id again (100k ids: ~50 ms of CPU).
                     if await trio.to_thread.run_sync(self._fingerprint) != self._synced_fingerprint:
                         break
+                    if self._save_due(trio.current_time() - last_save):
+                        break  # a failed save is retried even when no drawer changes
                 self._changed = trio.Event()
+
+    def _save_due(self, since_save: float) -> bool:
+        if self.index is None or not self.index.dirty:
+            return False
+        if self.purge_pending and self.save_error is None:
+            return True  # a redacted drawer's vector must leave the file now, not after the backlog
+        if self.save_error is not None:
+            return since_save > SAVE_RETRY_S
+        return self.pending == 0 or since_save > SAVE_EVERY_S
+
+    async def _save(self) -> None:
+        """Save the index; a failure (a full disk) is logged once and retried later, never raised:
+        this task runs in the daemon's nursery, and the index is derived state anyway."""
+        assert self.index is not None
+        self.maintenance = "saving the index"
+        try:
+            await trio.to_thread.run_sync(self.index.save)
+        except OSError as exc:
+            message = f"cannot save the vector index in {self.folder}: {exc.strerror or exc}"
+            if self.save_error != message:
+                LOGGER.warning("%s; retrying every %.0f s (search is unaffected)", message, SAVE_RETRY_S)
+            self.save_error = message
+        else:
+            if self.save_error is not None:
+                LOGGER.info("vector index saved again")
+            self.save_error = None
+            self.purge_pending = False
+        finally:
+            self.maintenance = None
 
     async def reset(self) -> dict[str, Any]:
         """Throw the vector index away (files too); the worker re-embeds every drawer. Done by the
@@ -344,6 +396,7 @@ class MemoryIndexer:
         stale = sorted(have - self._keys_to_ids.keys())
         if stale:
             await trio.to_thread.run_sync(self.index.remove, stale)
+            self.purge_pending = True
         missing = [(d, k) for d, k in ((d, vector_key(d)) for d, _ in drawers) if k not in have]
         self.pending = len(missing)
         if reset_done is not None:

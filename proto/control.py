@@ -13,13 +13,16 @@ Pure: no trio, no sockets.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from typing import Any, Final
 
 from .errors import ApiError, RemoteProtocolError, VersionMismatch
 
 __all__ = [
+    "HELLO_TIMEOUT_S",
     "OPS",
+    "PRE_HELLO_MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "Request",
     "check_hello",
@@ -27,10 +30,22 @@ __all__ = [
     "ok_reply",
     "parse_request",
     "request",
+    "token_matches",
 ]
 
 #: Version of the local API; the hello must name it exactly (there is only one so far).
 PROTOCOL_VERSION: Final = 1
+
+#: Until a connection's hello has succeeded, no frame may be larger than this (the daemon answers
+#: ``frame_too_large`` and closes). Why 4 KiB: a hello is a version, a client name, a pid and, over
+#: TCP, a 43-character token (under 200 bytes); before it nothing bigger has a reason to arrive, and
+#: over TCP the sender may be another user of the machine.
+PRE_HELLO_MAX_FRAME_BYTES: Final = 4096
+
+#: A connection whose hello has not succeeded this many seconds after it was accepted is closed
+#: (``hello_timeout``). Why 10 s: palacectl says hello in its first round trip (milliseconds); a
+#: client that has not done so by then is stuck, or holding a connection slot on purpose.
+HELLO_TIMEOUT_S: Final = 10.0
 
 #: Every operation the daemon serves. A request naming another op gets ``unknown_op``.
 OPS: Final = frozenset({
@@ -96,6 +111,18 @@ def check_hello(args: Mapping[str, Any]) -> None:
             f"client speaks protocol version {version!r}, this daemon speaks {PROTOCOL_VERSION}; "
             "upgrade palacectl and palaced to the same release"
         )
+
+
+def token_matches(offered: object, expected: str) -> bool:
+    """Whether a hello's ``token`` is the daemon's, compared in constant time.
+
+    Never raises, whatever the client sent: a non-string is simply wrong (the token in ``api.json``
+    is a string, so ``bin`` does not match either), and a string with a lone surrogate (the framing
+    decodes strings with ``surrogatepass``) is compared as the bytes it arrived as.
+    """
+    if not isinstance(offered, str):
+        return False
+    return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 
 def api_error_from_wire(error: Any) -> ApiError:

@@ -182,9 +182,16 @@ def verify_hashes(event: SignedEvent) -> None:
     Raises:
         SignatureError: naming which check failed.
     """
-    if event.body is not None and body_sha256(event.body) != event.body_sha256:
+    try:
+        body_ok = event.body is None or body_sha256(event.body) == event.body_sha256
+        canonical = _canonical(event)
+    except (ValueError, TypeError, OverflowError):
+        # A string no UTF-8 encoder accepts (a lone surrogate from a hostile peer), or a value
+        # msgpack cannot pack: no honest origin can have signed it.
+        raise SignatureError(f"event {event.id}: a field cannot be canonically encoded") from None
+    if not body_ok:
         raise SignatureError(f"event {event.id}: body does not match its sha256")
-    if _hash(_canonical(event)) != event.event_hash:
+    if _hash(canonical) != event.event_hash:
         raise SignatureError(f"event {event.id}: hash does not match the canonical encoding")
 
 

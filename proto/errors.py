@@ -15,6 +15,7 @@ from __future__ import annotations
 __all__ = [
     "API_ERROR_CODES",
     "ApiError",
+    "DiskFull",
     "FrameTooLarge",
     "LocalProtocolError",
     "NotFound",
@@ -40,6 +41,11 @@ API_ERROR_CODES: dict[str, str] = {
     "not_permitted": "only the daemon holding the palace key (the one that ran init) may do this",
     "enrolment_failed": "joining failed: inviter unreachable, invite refused, or not the palace the invite names",
     "unauthorized": "the TCP API's hello did not carry the token from the home's api.json; the connection is closed",
+    "disk_full": "the disk holding the daemon's database is full; nothing was written. Free some space and retry: "
+                 "the daemon resumes writing by itself",
+    "too_many_connections": "the daemon's connection limit, or this client's limit of connections not yet greeted, "
+                            "is reached; the connection is closed: retry in a moment",
+    "hello_timeout": "no successful hello within 10 s of connecting; the connection is closed",
     "internal": "the daemon failed unexpectedly; see its log",
 }
 
@@ -107,6 +113,13 @@ class NotFound(ApiError, LookupError):
     """An id named by the request does not exist on this replica."""
 
     code = "not_found"
+
+
+class DiskFull(ApiError):
+    """A write failed because the disk holding the database is full; nothing of it was written.
+    Not a bug and not permanent: reads keep working, and writes succeed again once space is freed."""
+
+    code = "disk_full"
 
 
 class SignatureError(Exception):

@@ -15,21 +15,29 @@ files. One JSON object per line, in this order:
 Events keep their origin and signatures, so an importer verifies each one; a filtered export
 (streams, a starting event) leaves gaps in an origin's sequence, which is why imported events
 are history, not replication (see palaced/store: imported origins never enter the vector).
+
+``verify_export_event`` and ``verify_export_artifact`` are the one definition of "this line
+verifies": palacectl runs them over a whole file before it sends anything, and the daemon runs
+them again over every ``import_events`` request (it must hold the rule for any client).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 from .envelope import SignedEvent
-from .errors import RemoteProtocolError
+from .errors import RemoteProtocolError, SignatureError
+from .ids import artifact_id_for_sha256
 from .peer import event_from_wire, event_to_wire
+from .sync import verify_incoming
 
 __all__ = ["EXPORT_VERSION", "ExportError", "artifact_line", "event_from_export", "event_line", "header_line",
-           "origin_line", "parse_line"]
+           "origin_line", "parse_line", "verify_export_artifact", "verify_export_event"]
 
 EXPORT_VERSION: Final = 1
 _BYTES_FIELDS: Final = ("prev_hash", "body_sha256", "event_hash", "signature")
@@ -85,6 +93,53 @@ def event_from_export(data: Any) -> SignedEvent:
     if "id" in data and data["id"] != event.id:
         raise ExportError(f"event {data['id']!r}: its id does not match its content (it was altered)")
     return event
+
+
+def verify_export_event(data: Any, keys: Mapping[str, bytes]) -> SignedEvent:
+    """The signed event an ``event`` line carries, verified: its shape, its id, its hash, its body
+    hash (unless redacted) and its signature against ``keys[origin]``, the key the file gives.
+
+    Raises:
+        ExportError: naming the first check that failed (without repeating the event id).
+    """
+    event = event_from_export(data)
+    key = keys.get(event.origin)
+    if key is None:
+        raise ExportError(f"no public key for its origin {event.origin} (an origin line must come before its events)")
+    try:
+        verify_incoming(event, key)
+    except SignatureError as exc:
+        reason = str(exc).removeprefix(f"event {event.id}: ")
+        raise ExportError(f"does not verify: {reason}") from None
+    return event
+
+
+_ARTIFACT_TEXT_FIELDS: Final = ("kind", "created_by", "created_at")
+
+
+def verify_export_artifact(record: Any, content: bytes) -> None:
+    """Check an ``artifact`` line: a record of the right shape whose bytes hash to its ``sha256``
+    (and whose ``id`` and ``size_bytes``, when present, agree with them).
+
+    Raises:
+        ExportError: naming what does not match.
+    """
+    if not isinstance(record, Mapping):
+        raise ExportError("an artifact record must be an object")
+    digest = record.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        raise ExportError("artifact sha256 must be 64 lowercase hex digits")
+    for name in _ARTIFACT_TEXT_FIELDS:
+        if name in record and not isinstance(record[name], str):
+            raise ExportError(f"artifact field {name!r} must be a string")
+    if "metadata" in record and record["metadata"] is not None and not isinstance(record["metadata"], dict):
+        raise ExportError("artifact field 'metadata' must be an object")
+    if "id" in record and record["id"] != artifact_id_for_sha256(digest):
+        raise ExportError("artifact id does not match its sha256")
+    if "size_bytes" in record and record["size_bytes"] != len(content):
+        raise ExportError(f"artifact size_bytes {record['size_bytes']!r} is not the {len(content)} bytes it carries")
+    if hashlib.sha256(content).hexdigest() != digest:
+        raise ExportError("artifact content does not match its sha256 (it was altered)")
 
 
 def parse_line(text: str) -> tuple[str, Any]:

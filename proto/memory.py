@@ -4,19 +4,28 @@ Owns: the reserved event types that carry memory writes, the validation of what 
 (MemPalace wording where MemPalace has it, reference §5), and the pure derivations the daemon's
 materialised views rely on: content-derived drawer ids (filing the same content twice in one
 wing and room yields the same drawer), triple ids, the diary wing of an agent, and the
-temporal classification of facts (``as_of``). Every memory write is an ordinary signed event in
-the replicated log, so memory reaches every peer; the views are derived state, rebuilt from the
-log at will. Pure: no clock (dates come in), no IO.
+temporal classification of facts (``as_of``), and the reading of memory events back from the log
+(``read_memory_event``: the shape rules that local writes obey, applied to whatever a peer sent).
+Every memory write is an ordinary signed event in the replicated log, so memory reaches every
+peer; the views are derived state, rebuilt from the log at will. Pure: no clock (dates come in),
+no IO.
+
+What is remembered travels in the event's *body* only: a redaction can remove a body from every
+replica, but never signed metadata. Metadata holds routing that is no secret (wing, room, a format
+marker), never the remembered words nor a hash of them (a short secret is found again from its
+hash by guessing).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final, final
 
+from .canonical import canonical_json
 from .errors import ValidationError
 from .validation import Limits, clean_optional, clean_required, validate_body
 
@@ -24,6 +33,7 @@ __all__ = [
     "DIARY_EVENT",
     "DIARY_ROOM",
     "DRAWER_EVENT",
+    "FACT_FORMAT",
     "KG_ADD_EVENT",
     "KG_INVALIDATE_EVENT",
     "MEMORY_STREAM",
@@ -31,12 +41,19 @@ __all__ = [
     "DiaryEntry",
     "Drawer",
     "FactAdd",
+    "FactAdded",
+    "FactEnded",
     "FactInvalidate",
+    "FiledText",
+    "MemoryRecord",
+    "check_memory_event",
     "diary_entry_id",
     "diary_wing",
     "drawer_id",
+    "fact_key",
     "fact_state",
     "hybrid_score",
+    "read_memory_event",
     "triple_id",
     "validate_date",
 ]
@@ -52,7 +69,19 @@ DIARY_ROOM: Final = "diary"
 DEFAULT_DIARY_TOPIC: Final = "general"
 MAX_NAME_CHARS: Final = 128
 MAX_FACT_PART_CHARS: Final = 512
+_SURROGATE_RE: Final = re.compile(r"[\ud800-\udfff]")
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z)?$")
+#: The format of knowledge-graph events written since schema 5: the fact is the body (canonical
+#: JSON) and the metadata is exactly ``{"format": FACT_FORMAT}``. Events without the marker are
+#: format 1 (before schema 5): the fact in the metadata, the body a readable line. Both are read.
+FACT_FORMAT: Final = "fact/2"
+_FACT_FIELDS: Final = ("subject", "predicate", "object")
+_FACT_ADD_KEYS: Final = frozenset({*_FACT_FIELDS, "valid_from", "valid_to", "source_drawer_id", "source_file"})
+_FACT_END_KEYS: Final = frozenset({*_FACT_FIELDS, "ended"})
+# Metadata keys each event type may carry (format 1 kg events: the fact, and its triple id).
+_DRAWER_META: Final = frozenset({"wing", "room", "source_file", "drawer_id"})  # drawer_id: before schema 5, unread
+_DIARY_META: Final = frozenset({"agent", "wing", "room", "topic"})
+_LEGACY_FACT_ADD_META: Final = _FACT_ADD_KEYS | {"triple_id"}
 
 
 def diary_wing(agent: str) -> str:
@@ -68,12 +97,23 @@ def drawer_id(wing: str, room: str, content: str) -> str:
 
 def diary_entry_id(event_id: str) -> str:
     """A diary entry is identified by the event that wrote it (entries are never merged)."""
-    return "dry_" + hashlib.sha256(b"palace/diary/v1\n" + event_id.encode("ascii")).hexdigest()[:32]
+    # Event ids are ASCII (ids.EVENT_ID_RE), where UTF-8 is the same bytes; surrogatepass: never raise.
+    return "dry_" + hashlib.sha256(b"palace/diary/v1\n" + event_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def triple_id(subject: str, predicate: str, obj: str, valid_from: str | None) -> str:
     key = "\n".join([subject.lower(), predicate.lower(), obj.lower(), valid_from or ""])
     return "kg_" + hashlib.sha256(b"palace/kg/v1\n" + key.encode("utf-8")).hexdigest()[:24]
+
+
+def fact_key(subject: str, predicate: str, obj: str) -> str:
+    """One key for every event about a fact, whatever its dates: its additions and invalidations.
+
+    Lower-cased like ``triple_id``, so it groups at least what the views compare equal (SQLite's
+    NOCASE folds ASCII letters only; two texts equal under it are equal lower-cased too).
+    """
+    key = "\n".join([subject.lower(), predicate.lower(), obj.lower()])
+    return "fct_" + hashlib.sha256(b"palace/fact/v1\n" + key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def validate_date(field: str, value: Any) -> str | None:
@@ -125,10 +165,11 @@ class Drawer:
                    source_file=clean_optional("source_file", args.get("source_file")))
 
     def event(self) -> dict[str, Any]:
-        """The append request (wire form) that files this drawer."""
+        """The append request (wire form) that files this drawer. No drawer id in the metadata: it
+        is a hash of the content, and the views derive it again from the body anyway."""
         return {"type": DRAWER_EVENT, "stream": MEMORY_STREAM, "room": self.room, "from_agent": self.added_by,
                 "body": self.content,
-                "metadata": {"drawer_id": self.id, "wing": self.wing, "room": self.room,
+                "metadata": {"wing": self.wing, "room": self.room,
                              **({"source_file": self.source_file} if self.source_file else {})}}
 
 
@@ -192,13 +233,18 @@ class FactAdd:
             raise ValidationError("valid_to must not be before valid_from", field="valid_to")
         return fact
 
-    def event(self) -> dict[str, Any]:
-        metadata = {"triple_id": self.id, "subject": self.subject, "predicate": self.predicate, "object": self.object}
+    def fields(self) -> dict[str, str]:
+        """The fact as its event's body carries it (parts left empty are left out)."""
+        fields = {"subject": self.subject, "predicate": self.predicate, "object": self.object}
         for key in ("valid_from", "valid_to", "source_drawer_id", "source_file"):
             if getattr(self, key):
-                metadata[key] = getattr(self, key)
+                fields[key] = getattr(self, key)
+        return fields
+
+    def event(self) -> dict[str, Any]:
+        """The append request: the fact in the body only (``FACT_FORMAT``), so a redaction removes it."""
         return {"type": KG_ADD_EVENT, "stream": MEMORY_STREAM, "room": "knowledge", "from_agent": self.added_by,
-                "body": self.text, "metadata": metadata}
+                "body": canonical_json(self.fields()), "metadata": {"format": FACT_FORMAT}}
 
 
 @final
@@ -225,10 +271,206 @@ class FactInvalidate:
         return f"{self.subject} → {self.predicate} → {self.object}"
 
     def event(self) -> dict[str, Any]:
+        """The append request: like ``FactAdd.event``, the fact in the body only."""
+        body = {"subject": self.subject, "predicate": self.predicate, "object": self.object, "ended": self.ended}
         return {"type": KG_INVALIDATE_EVENT, "stream": MEMORY_STREAM, "room": "knowledge",
-                "from_agent": self.added_by, "body": f"ended {self.ended}: {self.text}",
-                "metadata": {"subject": self.subject, "predicate": self.predicate, "object": self.object,
-                             "ended": self.ended}}
+                "from_agent": self.added_by, "body": canonical_json(body), "metadata": {"format": FACT_FORMAT}}
+
+
+# -- reading memory events back from the log ------------------------------------------------------
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class FiledText:
+    """What a ``memory.drawer`` (kind ``drawer``) or ``memory.diary`` (kind ``diary``) event files."""
+
+    kind: str
+    wing: str
+    room: str
+    content: str
+    topic: str | None = None
+    agent: str | None = None
+    source_file: str | None = None
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class FactAdded:
+    """What a ``memory.kg.add`` event states."""
+
+    subject: str
+    predicate: str
+    object: str
+    valid_from: str | None = None
+    valid_to: str | None = None
+    source_drawer_id: str | None = None
+    source_file: str | None = None
+
+    @property
+    def id(self) -> str:
+        return triple_id(self.subject, self.predicate, self.object, self.valid_from)
+
+    @property
+    def key(self) -> str:
+        return fact_key(self.subject, self.predicate, self.object)
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class FactEnded:
+    """What a ``memory.kg.invalidate`` event states: the fact's validity ends on ``ended``."""
+
+    subject: str
+    predicate: str
+    object: str
+    ended: str
+
+    @property
+    def key(self) -> str:
+        return fact_key(self.subject, self.predicate, self.object)
+
+
+MemoryRecord = FiledText | FactAdded | FactEnded
+
+
+def check_memory_event(type: str, body: str | None, metadata_json: str) -> None:  # noqa: A002 (the event's field)
+    """Refuse a signed memory event (from a peer, or a file) that a daemon would not have written.
+
+    The same shape rules local writes obey, on the metadata and the body. Other event types pass
+    (their rules live in ``validation``); a body of None (redacted) passes, its metadata is still
+    checked.
+
+    Raises:
+        ValidationError: naming the part that is wrong (``metadata.wing``, ``body.subject``, ...).
+    """
+    read_memory_event(type, body, metadata_json)
+
+
+def read_memory_event(type: str, body: str | None, metadata_json: str) -> MemoryRecord | None:  # noqa: A002
+    """What a memory event files or states, checked as ``check_memory_event`` does.
+
+    None for other event types and for a redacted event (body None): nothing to show. Both fact
+    formats are read (``FACT_FORMAT``).
+
+    Raises:
+        ValidationError: naming the part that is wrong.
+    """
+    if not isinstance(type, str) or type not in MEMORY_TYPES:
+        return None
+    meta = _json_object("metadata", metadata_json)
+    if type == DRAWER_EVENT:
+        _only_keys("metadata", meta, _DRAWER_META)
+        wing, room = _stored_name("metadata.wing", meta.get("wing")), _stored_name("metadata.room", meta.get("room"))
+        source_file = _stored_optional("metadata.source_file", meta.get("source_file"))
+        if "drawer_id" in meta and not isinstance(meta["drawer_id"], str):
+            raise ValidationError("metadata.drawer_id must be a string", field="metadata.drawer_id")
+        if body is None:
+            return None
+        return FiledText("drawer", wing, room, _stored_content(body), source_file=source_file)
+    if type == DIARY_EVENT:
+        _only_keys("metadata", meta, _DIARY_META)
+        agent = _stored_name("metadata.agent", meta.get("agent"))
+        if agent != agent.lower():
+            raise ValidationError("metadata.agent must be lower-case (as a daemon stores it)", field="metadata.agent")
+        wing, topic = _stored_name("metadata.wing", meta.get("wing")), _stored_name("metadata.topic", meta.get("topic"))
+        if meta.get("room") != DIARY_ROOM:
+            raise ValidationError(f"metadata.room of a diary entry must be {DIARY_ROOM!r}", field="metadata.room")
+        if body is None:
+            return None
+        return FiledText("diary", wing, DIARY_ROOM, _stored_content(body), topic=topic, agent=agent)
+    adding = type == KG_ADD_EVENT
+    if "format" in meta:
+        if meta != {"format": FACT_FORMAT}:
+            raise ValidationError(f"metadata of a {type} event must be exactly {{\"format\": \"{FACT_FORMAT}\"}} "
+                                  "(the fact travels in the body)", field="metadata")
+        if body is None:
+            return None
+        fields, where = _json_object("body", body, canonical=True), "body"
+        _only_keys(where, fields, _FACT_ADD_KEYS if adding else _FACT_END_KEYS)
+    else:  # format 1: the fact in the metadata (written before schema 5; redaction cannot remove it)
+        _only_keys("metadata", meta, _LEGACY_FACT_ADD_META if adding else _FACT_END_KEYS)
+        if "triple_id" in meta and not isinstance(meta["triple_id"], str):
+            raise ValidationError("metadata.triple_id must be a string", field="metadata.triple_id")
+        fields, where = meta, "metadata"
+        if body is not None and not isinstance(body, str):
+            raise ValidationError("body must be a string", field="body")
+    parts = [_stored_name(f"{where}.{name}", fields.get(name), max_chars=MAX_FACT_PART_CHARS) for name in _FACT_FIELDS]
+    if adding:
+        fact = FactAdded(*parts, valid_from=_stored_date(f"{where}.valid_from", fields.get("valid_from")),
+                         valid_to=_stored_date(f"{where}.valid_to", fields.get("valid_to")),
+                         source_drawer_id=_stored_optional(f"{where}.source_drawer_id", fields.get("source_drawer_id")),
+                         source_file=_stored_optional(f"{where}.source_file", fields.get("source_file")))
+        if fact.valid_from and fact.valid_to and fact.valid_to < fact.valid_from:
+            raise ValidationError(f"{where}.valid_to must not be before valid_from", field=f"{where}.valid_to")
+        result: MemoryRecord = fact
+    else:
+        ended = _stored_date(f"{where}.ended", fields.get("ended"))
+        if ended is None:
+            raise ValidationError(f"{where}.ended must be a date", field=f"{where}.ended")
+        result = FactEnded(*parts, ended=ended)
+    return None if body is None else result
+
+
+def _json_object(field: str, text: Any, *, canonical: bool = False) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise ValidationError(f"{field} must be JSON text", field=field)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: deep nesting fits in a body
+        raise ValidationError(f"{field} is not JSON", field=field) from None
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field} must be a JSON object", field=field)
+    # canonical: the form a daemon writes (and the only one two daemons agree on byte for byte). A
+    # lone surrogate escaped in the text fails here too (it cannot be written back as UTF-8), and so
+    # does NaN (json.loads accepts it; canonical JSON does not).
+    try:
+        same = not canonical or canonical_json(value) == text
+    except (ValueError, RecursionError):
+        same = False
+    if not same:
+        raise ValidationError(f"{field} is not canonical JSON (sorted keys, no spaces, no escapes)", field=field)
+    return value
+
+
+def _only_keys(field: str, value: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    extra = sorted(k for k in value if k not in allowed)
+    if extra:
+        raise ValidationError(f"{field} has unknown key(s) {', '.join(repr(k)[:40] for k in extra[:5])}", field=field)
+
+
+def _stored_name(field: str, value: Any, *, max_chars: int = MAX_NAME_CHARS) -> str:
+    """A name exactly as ``_name`` returns it (so as a daemon stores it)."""
+    if _name(field, value, max_chars=max_chars) != value:
+        raise ValidationError(f"{field} is not in the form a daemon stores (surrounding blanks or a lone surrogate)",
+                              field=field)
+    return value
+
+
+def _stored_optional(field: str, value: Any) -> str | None:
+    """Absent, or a non-empty routing string exactly as ``clean_optional`` returns it."""
+    if value is None:
+        return None
+    if clean_optional(field, value) != value:
+        raise ValidationError(f"{field} is not in the form a daemon stores (empty, surrounding blanks or a lone "
+                              "surrogate)", field=field)
+    return value
+
+
+def _stored_date(field: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if validate_date(field, value) != value:
+        raise ValidationError(f"{field} is not in the form a daemon stores (a date without blanks)", field=field)
+    return value
+
+
+def _stored_content(body: Any) -> str:
+    if not isinstance(body, str) or not body.strip():
+        raise ValidationError("body must be a non-empty string", field="body")
+    if "\x00" in body or _SURROGATE_RE.search(body):
+        raise ValidationError("body contains null bytes or a lone surrogate", field="body")
+    return body
 
 
 def fact_state(valid_from: str | None, valid_to: str | None, as_of: str) -> str:

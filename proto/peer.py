@@ -19,8 +19,10 @@ from typing import Any, Final, final
 
 import msgpack
 
+from .bindings import OriginBinding
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
+from .ids import ORIGIN_ID_RE
 from .paths import host_port
 
 __all__ = [
@@ -50,13 +52,26 @@ __all__ = [
     "to_wire",
 ]
 
-PEER_PROTOCOL_VERSION: Final = 1
+# Version 2: origin bindings carry proofs (hello ``origin_proof``, three-element ``members`` entries).
+PEER_PROTOCOL_VERSION: Final = 2
 #: the TCP port palaced listens on for peers unless told otherwise (``--listen``, config)
 DEFAULT_PEER_PORT: Final = 7437
 ROLES: Final = frozenset({"member", "observer"})
 # Why 4096: a vector entry is ~80 bytes, so a vector stays far below any frame limit, and no
 # honest palace has thousands of origins (one per database ever created).
 MAX_VECTOR_ENTRIES: Final = 4096
+# Why 256: the bindings a link sends at its start travel in chunks of this many (~300 KiB), so the
+# members message can never outgrow a frame however many origins a palace has seen.
+MAX_BINDINGS_PER_MESSAGE: Final = 256
+# Why 2**62: every integer a peer sends ends up in SQLite (signed 64-bit) or in arithmetic on it;
+# anything larger is hostile, and refusing it in the codec keeps OverflowError out of the store.
+MAX_WIRE_INT: Final = 2**62
+# Why these: protocol-wide sanity bounds on what one event may carry, far above any daemon's
+# configured limits. The configured limits (body, metadata) and the data-model rules are checked
+# per event by the receiver (validation.check_replicated_event), which refuses that event alone:
+# an honest relay forwards events its own, larger, limits allowed, and must not lose its link.
+MAX_EVENT_STRING_CHARS: Final = 4096
+MAX_EVENT_ARTIFACT_IDS: Final = 4096
 # Why 1000: replication batches are bounded by count (and by bytes, see sync.batch_events) so a
 # catch-up never becomes one giant message that freezes the receiver (p2p-lessons complaint 9).
 MAX_EVENTS_PER_MESSAGE: Final = 1000
@@ -65,7 +80,10 @@ MAX_CERTIFICATE_BYTES: Final = 8192
 # Why 1 MiB: artifacts move in chunks far below the 16 MiB peer frame limit, so a 64 MiB artifact
 # never becomes one frame, and other messages interleave between its chunks.
 ARTIFACT_CHUNK_BYTES: Final = 1 << 20
-MAX_WATCHERS_PER_PRESENCE: Final = 1024
+# Why 512 watchers of at most 512 filter characters: a presence record stays below ~450 KiB, and it
+# is relayed to every link; a daemon with more watchers announces the first 512.
+MAX_WATCHERS_PER_PRESENCE: Final = 512
+MAX_PRESENCE_FILTER_CHARS: Final = 512
 
 _EVENT_STR_FIELDS: Final = ("origin", "created_at", "type", "stream", "room", "from_agent", "metadata_json")
 _EVENT_OPT_FIELDS: Final = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "status", "ack_of")
@@ -82,9 +100,11 @@ class Hello:
     name: str
     role: str
     #: the sender's own origin id (the log it writes) and its member certificate (PEM), which
-    #: binds that origin to the sender's key for everyone the binding is relayed to
+    #: bind that origin to the sender's key for everyone the binding is relayed to, with the proof
+    #: that the origin belongs to that key (bindings.py: the nonce, or a legacy signature)
     origin: str = ""
     certificate: bytes = b""
+    origin_proof: bytes = b""
 
 
 @final
@@ -108,10 +128,10 @@ class Vector:
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
 class Members:
-    """Origin → member certificate bindings the sender knows, so receivers can verify relayed
-    events of origins they never met (each certificate is checked against the palace CA)."""
+    """Origin bindings the sender knows, so receivers can verify relayed events of origins they never
+    met (each certificate is checked against the palace CA, each proof against its key)."""
 
-    entries: tuple[tuple[str, bytes], ...]
+    entries: tuple[OriginBinding, ...]
 
 
 @final
@@ -230,8 +250,15 @@ def _str(d: Mapping[str, Any], key: str, *, max_len: int = 256, optional: bool =
 
 def _int(d: Mapping[str, Any], key: str) -> int:
     value = d.get(key)
-    if type(value) is not int or value < 0:
-        raise RemoteProtocolError(f"peer message field {key!r} must be a non-negative integer")
+    if type(value) is not int or not 0 <= value <= MAX_WIRE_INT:
+        raise RemoteProtocolError(f"peer message field {key!r} must be an integer from 0 to 2**62")
+    return value
+
+
+def _origin(d: Mapping[str, Any], key: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not ORIGIN_ID_RE.match(value):
+        raise RemoteProtocolError(f"peer message field {key!r} must be an origin id (ori2_… or ori_…)")
     return value
 
 
@@ -260,9 +287,10 @@ def event_from_wire(d: Any) -> SignedEvent:
         raise RemoteProtocolError("an event must be a map")
     fields: dict[str, Any] = {}
     for key in _EVENT_STR_FIELDS:
-        fields[key] = _str(d, key, max_len=65_536 if key == "metadata_json" else 256)
+        # metadata_json is bounded by the frame; its configured limit is a per-event rule
+        fields[key] = _str(d, key, max_len=1 << 62 if key == "metadata_json" else MAX_EVENT_STRING_CHARS)
     for key in _EVENT_OPT_FIELDS:
-        fields[key] = _str(d, key, optional=True)
+        fields[key] = _str(d, key, max_len=MAX_EVENT_STRING_CHARS, optional=True)
     fields["origin_seq"] = _int(d, "origin_seq")
     if fields["origin_seq"] < 1:
         raise RemoteProtocolError("peer message field 'origin_seq' must be at least 1")
@@ -271,8 +299,10 @@ def event_from_wire(d: Any) -> SignedEvent:
     fields["event_hash"] = _bytes(d, "event_hash", 32)
     fields["signature"] = _bytes(d, "signature", 64)
     artifact_ids = d.get("artifact_ids")
-    if not isinstance(artifact_ids, list) or not all(isinstance(a, str) and len(a) <= 256 for a in artifact_ids):
-        raise RemoteProtocolError("peer message field 'artifact_ids' must be a list of strings")
+    if (not isinstance(artifact_ids, list) or len(artifact_ids) > MAX_EVENT_ARTIFACT_IDS
+            or not all(isinstance(a, str) and len(a) <= MAX_EVENT_STRING_CHARS for a in artifact_ids)):
+        raise RemoteProtocolError(f"peer message field 'artifact_ids' must be a list of at most "
+                                  f"{MAX_EVENT_ARTIFACT_IDS} strings")
     fields["artifact_ids"] = tuple(artifact_ids)
     body = d.get("body")
     if body is not None and not isinstance(body, str):
@@ -286,9 +316,9 @@ def to_wire(message: PeerMessage) -> dict[str, Any]:
     if isinstance(message, Hello):
         return {"t": "hello", "version": message.version, "palace_id": message.palace_id,
                 "peer_id": message.peer_id, "name": message.name, "role": message.role,
-                "origin": message.origin, "certificate": message.certificate}
+                "origin": message.origin, "certificate": message.certificate, "origin_proof": message.origin_proof}
     if isinstance(message, Members):
-        return {"t": "members", "entries": [[origin, cert] for origin, cert in message.entries]}
+        return {"t": "members", "entries": [[b.origin, b.certificate, b.proof] for b in message.entries]}
     if isinstance(message, Vector):
         return {"t": "vector", "entries": [[e.origin, e.max_seq, e.head_hash] for e in message.entries]}
     if isinstance(message, Want):
@@ -340,19 +370,23 @@ def from_wire(d: Any) -> PeerMessage | None:
         certificate = d.get("certificate", b"")
         if not isinstance(certificate, bytes) or len(certificate) > MAX_CERTIFICATE_BYTES:
             raise RemoteProtocolError(f"hello 'certificate' must be at most {MAX_CERTIFICATE_BYTES} bytes")
+        proof = d.get("origin_proof")
+        if not isinstance(proof, bytes) or len(proof) > 64:
+            raise RemoteProtocolError("hello 'origin_proof' must be at most 64 bytes")
         return Hello(version=version, palace_id=_str(d, "palace_id"), peer_id=_str(d, "peer_id"),
-                     name=_str(d, "name"), role=role, origin=_str(d, "origin") if "origin" in d else "",
-                     certificate=certificate)
+                     name=_str(d, "name"), role=role, origin=_origin(d, "origin"), certificate=certificate,
+                     origin_proof=proof)
     if tag == "members":
         raw = d.get("entries")
-        if not isinstance(raw, list) or len(raw) > MAX_VECTOR_ENTRIES:
-            raise RemoteProtocolError(f"members 'entries' must be a list of at most {MAX_VECTOR_ENTRIES} entries")
+        if not isinstance(raw, list) or len(raw) > MAX_BINDINGS_PER_MESSAGE:
+            raise RemoteProtocolError(f"members 'entries' must be a list of at most {MAX_BINDINGS_PER_MESSAGE} entries")
         members = []
         for item in raw:
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and len(item[0]) <= 256
-                    and isinstance(item[1], bytes) and len(item[1]) <= MAX_CERTIFICATE_BYTES):
-                raise RemoteProtocolError("a members entry must be [origin, certificate]")
-            members.append((item[0], item[1]))
+            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                    and ORIGIN_ID_RE.match(item[0]) and isinstance(item[1], bytes)
+                    and len(item[1]) <= MAX_CERTIFICATE_BYTES and isinstance(item[2], bytes) and len(item[2]) <= 64):
+                raise RemoteProtocolError("a members entry must be [origin id, certificate, proof of at most 64 bytes]")
+            members.append(OriginBinding(item[0], item[1], item[2]))
         return Members(tuple(members))
     if tag == "vector":
         raw = d.get("entries")
@@ -364,12 +398,12 @@ def from_wire(d: Any) -> PeerMessage | None:
                 raise RemoteProtocolError("a vector entry must be [origin, max_seq, head_hash]")
             origin, max_seq, head = item
             entry = {"origin": origin, "max_seq": max_seq, "head_hash": head}
-            entries.append(VectorEntry(_str(entry, "origin"), _int(entry, "max_seq"), _bytes(entry, "head_hash", 32)))
+            entries.append(VectorEntry(_origin(entry, "origin"), _int(entry, "max_seq"), _bytes(entry, "head_hash", 32)))
         if len({e.origin for e in entries}) != len(entries):
             raise RemoteProtocolError("a vector names an origin twice")
         return Vector(tuple(entries))
     if tag == "want":
-        return Want(origin=_str(d, "origin"), after_seq=_int(d, "after_seq"))
+        return Want(origin=_origin(d, "origin"), after_seq=_int(d, "after_seq"))
     if tag == "events":
         raw = d.get("events")
         if not isinstance(raw, list) or len(raw) > MAX_EVENTS_PER_MESSAGE:
@@ -386,14 +420,14 @@ def from_wire(d: Any) -> PeerMessage | None:
             if not (isinstance(item, list) and len(item) == 2):
                 raise RemoteProtocolError("a have entry must be [origin, max_seq]")
             pair = {"origin": item[0], "max_seq": item[1]}
-            entries.append((_str(pair, "origin"), _int(pair, "max_seq")))
+            entries.append((_origin(pair, "origin"), _int(pair, "max_seq")))
         return Have(tuple(entries))
     if tag == "artifact_want":
         return ArtifactWant(artifact_id=_str(d, "artifact_id"), offset=_int(d, "offset"))
     if tag == "artifact_chunk":
         size = d.get("size")
-        if type(size) is not int or size < -1:
-            raise RemoteProtocolError("artifact_chunk 'size' must be an integer >= -1")
+        if type(size) is not int or not -1 <= size <= MAX_WIRE_INT:
+            raise RemoteProtocolError("artifact_chunk 'size' must be an integer from -1 to 2**62")
         data = d.get("data")
         if not isinstance(data, bytes) or len(data) > ARTIFACT_CHUNK_BYTES:
             raise RemoteProtocolError(f"artifact_chunk 'data' must be at most {ARTIFACT_CHUNK_BYTES} bytes")
@@ -410,7 +444,7 @@ def from_wire(d: Any) -> PeerMessage | None:
         watchers = []
         for item in raw:
             if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)
-                    and len(item[0]) <= 256 and len(item[1]) <= 4096 and len(item[2]) <= 64):
+                    and len(item[0]) <= 256 and len(item[1]) <= MAX_PRESENCE_FILTER_CHARS and len(item[2]) <= 64):
                 raise RemoteProtocolError("a presence watcher must be [agent, filters_json, since]")
             watchers.append((item[0], item[1], item[2]))
         return Presence(peer_id=_str(d, "peer_id"), name=_str(d, "name"), serial=_int(d, "serial"),

@@ -47,7 +47,9 @@ __all__ = [
     "issue_certificate",
     "new_palace",
     "palace_id_for",
+    "sign_redaction",
     "verify_enrolment_proof",
+    "verify_redaction_signature",
     "verify_member_certificate",
 ]
 
@@ -267,6 +269,9 @@ def verify_enrolment_proof(secret: bytes, public_key: bytes, name: str, palace_i
         raise InviteError("enrolment proof does not match the invite")
 
 
+_REVOCATION_TEXT_FIELDS: Final = ("palace_id", "peer_id", "public_key", "revoked_at", "ca_signature")
+
+
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
 class Revocation:
@@ -309,17 +314,24 @@ class Revocation:
         Raises:
             RevocationError: malformed, for another palace, or not signed by the CA.
         """
+        # Explicit checks, never ``assert``: asserts vanish under ``python -O``, and this is a
+        # peer's input (tests/proto/test_pki_revocation_metadata.py runs it under -O).
+        if not isinstance(metadata, dict):
+            raise RevocationError("revocation metadata is malformed (not an object)")
+        fields = {name: metadata.get(name) for name in _REVOCATION_TEXT_FIELDS}
+        cutoffs = metadata.get("cutoffs")
+        if not all(isinstance(value, str) for value in fields.values()):
+            raise RevocationError("revocation metadata is malformed (a field is missing or not a string)")
+        if not isinstance(cutoffs, dict) or not all(
+                isinstance(o, str) and type(n) is int and 0 <= n < 2**63 for o, n in cutoffs.items()):
+            raise RevocationError("revocation metadata is malformed (cutoffs must map origins to sequence numbers)")
         try:
-            assert isinstance(metadata, dict)
-            cutoffs = metadata["cutoffs"]
-            assert isinstance(cutoffs, dict) and all(
-                isinstance(o, str) and type(n) is int and n >= 0 for o, n in cutoffs.items())
-            revocation = cls(palace_id=str(metadata["palace_id"]), peer_id=str(metadata["peer_id"]),
-                             public_key=bytes.fromhex(str(metadata["public_key"])),
-                             cutoffs=tuple(sorted(cutoffs.items())), revoked_at=str(metadata["revoked_at"]),
-                             ca_signature=bytes.fromhex(str(metadata["ca_signature"])))
-        except (AssertionError, KeyError, ValueError, TypeError):
-            raise RevocationError("revocation metadata is malformed") from None
+            public_key, ca_signature = bytes.fromhex(fields["public_key"]), bytes.fromhex(fields["ca_signature"])
+        except ValueError:
+            raise RevocationError("revocation metadata is malformed (a key or signature is not hex)") from None
+        revocation = cls(palace_id=fields["palace_id"], peer_id=fields["peer_id"], public_key=public_key,
+                         cutoffs=tuple(sorted(cutoffs.items())), revoked_at=fields["revoked_at"],
+                         ca_signature=ca_signature)
         ca_key = x509.load_pem_x509_certificate(ca_cert_pem).public_key()
         if not isinstance(ca_key, Ed25519PublicKey) or revocation.palace_id != palace_id_for(_raw_public(ca_key)):
             raise RevocationError("revocation names another palace")
@@ -330,3 +342,27 @@ class Revocation:
         except InvalidSignature:
             raise RevocationError("revocation is not signed by the palace CA") from None
         return revocation
+
+
+def _redaction_message(palace_id: str, target_event_id: str) -> bytes:
+    return b"palace/redact/v1\n" + palace_id.encode("utf-8") + b"\n" + target_event_id.encode("utf-8")
+
+
+def sign_redaction(ca_key: Ed25519PrivateKey, palace_id: str, target_event_id: str) -> str:
+    """The palace CA's word that ``target_event_id`` is redacted (hex), carried in the metadata of
+    an ``event.redact`` (``ca_signature``) when the palace owner redacts an event written by
+    another daemon: every replica then honours it (proto/PROTOCOL.md §4, "Who may redact")."""
+    return ca_key.sign(_redaction_message(palace_id, target_event_id)).hex()
+
+
+def verify_redaction_signature(ca_cert_pem: bytes, palace_id: str, target_event_id: str, signature_hex: str) -> bool:
+    """True when ``signature_hex`` is the palace CA's redaction signature for that event."""
+    try:
+        signature = bytes.fromhex(signature_hex)
+        ca_key = x509.load_pem_x509_certificate(ca_cert_pem).public_key()
+        if not isinstance(ca_key, Ed25519PublicKey) or len(signature) != 64:
+            return False
+        ca_key.verify(signature, _redaction_message(palace_id, target_event_id))
+    except (ValueError, InvalidSignature):
+        return False
+    return True

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Final, final
 
 from cryptography.exceptions import InvalidSignature
@@ -54,10 +54,16 @@ class Verdict(enum.Enum):
     FORK = "fork"
 
 
-def plan_wants(local: Mapping[str, OriginHead], remote: Vector) -> list[Want]:
-    """Wants for every origin where ``remote`` holds more than we do, in a stable order."""
+def plan_wants(local: Mapping[str, OriginHead], remote: Vector, skip: Container[str] = ()) -> list[Want]:
+    """Wants for every origin where ``remote`` holds more than we do, in a stable order.
+
+    ``skip``: origins not to ask for (we could not accept what would come: no binding for the
+    origin, or its next event was already refused — asking again would only repeat the refusal).
+    """
     wants = []
     for entry in sorted(remote.entries, key=lambda e: e.origin):
+        if entry.origin in skip:
+            continue
         have = local.get(entry.origin)
         have_seq = have.max_seq if have else 0
         if entry.max_seq > have_seq:
@@ -120,7 +126,7 @@ def _signature_ok(event: SignedEvent, key: Ed25519PublicKey) -> bool:
     return True
 
 
-def verify_batch(events: Iterable[SignedEvent], key_for: Callable[[str, int], bytes | None]) -> dict[bytes, bytes]:
+def verify_batch(events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None]) -> list[bytes | None]:
     """Authenticate a batch with one signature check per run of chained events.
 
     A run is consecutive events of one origin under one key, each naming the previous one's hash
@@ -131,11 +137,14 @@ def verify_batch(events: Iterable[SignedEvent], key_for: Callable[[str, int], by
     event is checked on its own, so a valid prefix is still recognised.
 
     Returns:
-        {event_hash: key} for the events found authentic. Anything else (no key, bad hash, bad
-        signature) is simply absent; the store checks or refuses it on its own.
+        For each event **by position**, the key it was verified with, or None (no key, bad hash,
+        bad signature). The answer is bound to the event objects given, never to a value they
+        claim: an event that *claims* another event's ``event_hash`` and ``signature`` is not
+        authenticated by the other one's verification. Whoever applies the events must still
+        recompute their hashes (``envelope.verify_hashes``) where it applies them.
     """
-    verified: dict[bytes, bytes] = {}
-    run: list[SignedEvent] = []
+    verified: list[bytes | None] = [None] * len(events)
+    run: list[int] = []
     run_key = b""
 
     def close_run() -> None:
@@ -145,11 +154,11 @@ def verify_batch(events: Iterable[SignedEvent], key_for: Callable[[str, int], by
             key = Ed25519PublicKey.from_public_bytes(run_key)
         except ValueError:
             return
-        authentic = run if _signature_ok(run[-1], key) else [e for e in run if _signature_ok(e, key)]
-        for event in authentic:
-            verified[event.event_hash] = run_key
+        authentic = run if _signature_ok(events[run[-1]], key) else [i for i in run if _signature_ok(events[i], key)]
+        for index in authentic:
+            verified[index] = run_key
 
-    for event in events:
+    for index, event in enumerate(events):
         key = key_for(event.origin, event.origin_seq)
         try:
             verify_hashes(event)
@@ -159,11 +168,13 @@ def verify_batch(events: Iterable[SignedEvent], key_for: Callable[[str, int], by
             close_run()
             run = []
             continue
-        if run and not (event.origin == run[-1].origin and event.origin_seq == run[-1].origin_seq + 1
-                        and event.prev_hash == run[-1].event_hash and key == run_key):
-            close_run()
-            run = []
-        run.append(event)
+        if run:
+            last = events[run[-1]]
+            if not (event.origin == last.origin and event.origin_seq == last.origin_seq + 1
+                    and event.prev_hash == last.event_hash and key == run_key):
+                close_run()
+                run = []
+        run.append(index)
         run_key = key
     close_run()
     return verified

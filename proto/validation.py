@@ -28,6 +28,8 @@ __all__ = [
     "ListQuery",
     "clean_optional",
     "clean_required",
+    "check_replicated_artifact",
+    "check_replicated_event",
     "validate_agent_token",
     "validate_artifact_kind",
     "validate_body",
@@ -167,6 +169,8 @@ def validate_artifact_ids(value: Any) -> tuple[str, ...]:
         return ()
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in value):
         raise ValidationError("artifact_ids must be a list of artifact id strings", field="artifact_ids")
+    if len(value) > MAX_ARTIFACT_IDS:
+        raise ValidationError(f"artifact_ids names more than {MAX_ARTIFACT_IDS} artifacts", field="artifact_ids")
     return tuple(dict.fromkeys(_check_routing("artifact_ids", _strip(v)) for v in value))
 
 
@@ -258,6 +262,110 @@ class AppendRequest:
             body=validate_body(args.get("body"), limits),
             metadata_json=validate_metadata(args.get("metadata"), limits),
         )
+
+
+# created_at exactly as a daemon writes it (store.utc_now): microseconds, UTC.
+_CREATED_AT_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$", re.ASCII)
+_ARTIFACT_ID_RE: Final = re.compile(r"^art_[0-9a-f]{32}$")
+_ORIGIN_RE: Final = re.compile(r"^ori2?_[a-z2-7]{26}$")
+# Why 256: far more artifacts than one event ever names (a patch names one); a cap keeps an event's
+# artifact fetches bounded on every receiver.
+MAX_ARTIFACT_IDS: Final = 256
+_REQUIRED_ROUTING: Final = ("stream", "room", "from_agent")
+_OPTIONAL_ROUTING: Final = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "ack_of")
+
+
+def _stored_routing(field: str, value: Any, *, required: bool) -> None:
+    """A routing field as an honest daemon stores it: what clean_required/clean_optional return."""
+    if value is None and not required:
+        return
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{field} must be a non-empty string", field=field)
+    if _SURROGATE_RE.search(value) or value != value.strip():
+        raise ValidationError(f"{field} is not in the form a daemon stores (surrounding blanks or a lone "
+                              "surrogate)", field=field)
+    _check_routing(field, value)
+
+
+def check_replicated_event(event: Any, limits: Limits) -> None:
+    """The data-model rules for an event that arrives already signed (from a peer or a file).
+
+    A local append is validated by ``AppendRequest.from_wire`` before it is signed; an event that
+    arrives signed must obey the same rules — the receiver's configured size limits included —
+    or it is refused on its own (its signature proves only who wrote it, not that it is sound).
+    ``event`` is a ``palace_proto.envelope.SignedEvent`` (duck-typed here: validation must not
+    import the signature library).
+
+    Raises:
+        ValidationError: naming the first broken rule.
+    """
+    if not isinstance(event.origin, str) or not _ORIGIN_RE.match(event.origin):
+        raise ValidationError("origin is not an origin id", field="origin")
+    if not isinstance(event.type, str) or not _TYPE_RE.match(event.type):
+        raise ValidationError(f"type={str(event.type)[:80]!r} is not a valid event type", field="type")
+    for name in _REQUIRED_ROUTING:
+        _stored_routing(name, getattr(event, name), required=True)
+    for name in _OPTIONAL_ROUTING:
+        _stored_routing(name, getattr(event, name), required=False)
+    if event.status is not None and event.status not in EVENT_STATUSES:
+        raise ValidationError(f"status={str(event.status)[:80]!r} is not one of: {', '.join(sorted(EVENT_STATUSES))}",
+                              field="status")
+    if not isinstance(event.created_at, str) or not _CREATED_AT_RE.match(event.created_at):
+        raise ValidationError("created_at is not a UTC timestamp with microseconds (YYYY-MM-DDTHH:MM:SS.ffffffZ)",
+                              field="created_at")
+    ids = event.artifact_ids
+    if len(ids) > MAX_ARTIFACT_IDS or len(set(ids)) != len(ids) or not all(
+            isinstance(a, str) and _ARTIFACT_ID_RE.match(a) for a in ids):
+        raise ValidationError(f"artifact_ids must be at most {MAX_ARTIFACT_IDS} distinct artifact ids",
+                              field="artifact_ids")
+    body = event.body
+    if body is not None:
+        if not isinstance(body, str) or "\x00" in body or _SURROGATE_RE.search(body):
+            raise ValidationError("body contains null bytes or a lone surrogate", field="body")
+        size = len(body.encode("utf-8"))
+        if size > limits.max_body_bytes:
+            raise ValidationError(f"body is {size} bytes; this daemon's maximum is {limits.max_body_bytes} bytes",
+                                  field="body")
+    text = event.metadata_json
+    if not isinstance(text, str) or _SURROGATE_RE.search(text):
+        raise ValidationError("metadata contains a lone surrogate", field="metadata")
+    size = len(text.encode("utf-8"))
+    if size > limits.max_metadata_bytes:
+        raise ValidationError(f"metadata is {size} bytes; this daemon's maximum is {limits.max_metadata_bytes} bytes",
+                              field="metadata")
+    try:
+        value = json.loads(text)
+        canonical = canonical_json(value)
+    except (ValueError, TypeError, RecursionError):
+        raise ValidationError("metadata is not JSON", field="metadata") from None
+    if not isinstance(value, dict) or canonical != text:
+        raise ValidationError("metadata is not a JSON object in canonical form", field="metadata")
+
+
+def check_replicated_artifact(*, kind: Any, created_by: Any, created_at: Any, metadata_json: Any,
+                              limits: Limits) -> None:
+    """The descriptive fields of an artifact that arrives from a peer or a file (its bytes are
+    checked against the sha256 elsewhere): the rules ``artifact_put`` enforces locally.
+
+    Raises:
+        ValidationError: naming the first broken rule.
+    """
+    if kind not in ARTIFACT_KINDS:
+        raise ValidationError(f"kind={str(kind)[:40]!r} is not one of: {', '.join(sorted(ARTIFACT_KINDS))}",
+                              field="kind")
+    _stored_routing("created_by", created_by, required=True)
+    if not isinstance(created_at, str) or not _CREATED_AT_RE.match(created_at):
+        raise ValidationError("created_at is not a UTC timestamp with microseconds", field="created_at")
+    if not isinstance(metadata_json, str) or _SURROGATE_RE.search(metadata_json):
+        raise ValidationError("metadata is not text", field="metadata")
+    if len(metadata_json.encode("utf-8")) > limits.max_metadata_bytes:
+        raise ValidationError(f"metadata exceeds maximum size of {limits.max_metadata_bytes} bytes", field="metadata")
+    try:
+        value = json.loads(metadata_json)
+    except (ValueError, RecursionError):
+        raise ValidationError("metadata is not JSON", field="metadata") from None
+    if not isinstance(value, dict):
+        raise ValidationError("metadata is not a JSON object", field="metadata")
 
 
 def _filter_values(field: str, value: Any) -> frozenset[str] | None:

@@ -2,9 +2,10 @@
 
 Owns: writing a self-contained copy of the database while the daemon keeps writing. SQLite's
 online backup copies every page from one read snapshot (in WAL mode a reader never blocks the
-writer, and the writer never disturbs the snapshot), into a file beside the target that takes
-the target's name only once complete and fsynced: a crash or a full disk never leaves half a
-backup under the name the user asked for. Synchronous apsw, like the rest of the store.
+writer, and the writer never disturbs the snapshot), into a file beside the target — created
+0600, so the copy of the log is never readable by others — that takes the target's name only
+once complete and fsynced (then the folder is fsynced): a crash or a full disk never leaves half
+a backup under the name the user asked for. Synchronous apsw, like the rest of the store.
 """
 
 from __future__ import annotations
@@ -40,13 +41,17 @@ def backup_database(db_path: Path, target: Path) -> dict[str, Any]:
     """Copy the database at ``db_path`` to ``target`` (replacing it); returns what was copied."""
     started = time.monotonic()
     partial = target.with_name(f".{target.name}.partial")
-    partial.unlink(missing_ok=True)
+    partial.unlink(missing_ok=True)  # a crash's leftover: removed, never reused (it may have another mode)
     # Read-write flags but query_only, like the store's readers: a WAL reader writes read marks
     # into the -shm file, so a read-only open could fail while the daemon runs.
     source = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READWRITE)
     try:
         source.set_busy_timeout(10_000)
         source.execute("PRAGMA query_only=ON")
+        # Created here, empty and 0600, before SQLite opens it: the whole log is never readable by
+        # others, not even for the moment between a default-mode create and a chmod. SQLite takes
+        # an empty file as a new database, and gives its journal the database file's mode.
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         copy = apsw.Connection(str(partial))
         try:
             with copy.backup("main", source, "main") as backup:
@@ -64,13 +69,16 @@ def backup_database(db_path: Path, target: Path) -> dict[str, Any]:
         raise
     finally:
         source.close()
-    os.chmod(partial, 0o600)  # the whole log: as private as the database itself
-    _fsync_path(partial)
-    digest = hashlib.sha256()
-    with open(partial, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    os.replace(partial, target)
-    _fsync_path(target.parent, directory=True)
+    try:
+        _fsync_path(partial)
+        digest = hashlib.sha256()
+        with open(partial, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    _fsync_path(target.parent, directory=True)  # the rename itself survives a power cut
     return {"path": str(target), "bytes": target.stat().st_size, "sha256": digest.hexdigest(), "events": events,
             "origin": origin[0] if origin else None, "seconds": round(time.monotonic() - started, 3)}

@@ -1,41 +1,60 @@
 """The memory views: drawers, diary entries and knowledge-graph facts, derived from the log.
 
-Owns: turning ``memory.*`` events into rows of the schema-0004 tables (called by the store in
-the same transaction that stores the event, whether appended here or arrived from a peer),
-undoing that for a redacted event, rebuilding everything from the log, and the read queries
-(keyword search, facts as of a date, diary pages, agents, tunnels). Synchronous apsw, like the
-store: every function takes the connection it works on.
+Owns: turning ``memory.*`` events into rows of the schema-0004/0005 tables (called by the store
+in the same transaction that stores the event, whether appended here or arrived from a peer),
+undoing that for a redacted event without leaving its words anywhere in the database (the keyword
+index included: ``unmaterialise``), finding the other events that carry the same drawer or fact
+(``related_memory_events``), rebuilding everything from the log, and the read queries (keyword
+search, facts as of a date, diary pages, agents, tunnels). Synchronous apsw, like the store: every
+function takes the connection it works on.
+
+An event that breaks the memory rules (from a peer: ``palace_proto.memory.read_memory_event``
+says what is wrong) is left out of the views and logged once; it never fails the transaction
+that stores it.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import re
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import apsw
 
 from palace_proto.envelope import SignedEvent
+from palace_proto.errors import ValidationError
 from palace_proto.memory import (
-    DIARY_EVENT,
     DIARY_ROOM,
-    DRAWER_EVENT,
-    KG_ADD_EVENT,
-    KG_INVALIDATE_EVENT,
     MEMORY_TYPES,
+    FactAdded,
+    FactEnded,
+    FiledText,
     diary_entry_id,
     diary_wing,
     drawer_id,
     fact_state,
-    triple_id,
+    read_memory_event,
 )
+from palace_proto.text import printable
 
 __all__ = ["VIEWS_VERSION", "agents", "diary_page", "drawers_by_id", "facts_about", "keyword_search", "materialise",
-           "passes", "rebuild", "tunnels", "unmaterialise"]
+           "passes", "rebuild", "related_memory_events", "tunnels", "unmaterialise"]
 
-#: bump when the views' shape or derivation changes: the daemon then rebuilds them from the log
-VIEWS_VERSION: Final = "1"
+#: bump when the views' shape or derivation changes: the daemon then rebuilds them from the log.
+#: 2: external-content keyword index with secure-delete, memory_keys, fact format 2, strict reading.
+VIEWS_VERSION: Final = "2"
+_LOGGER: Final = logging.getLogger("palaced.store.memory")
+#: Loads signed events by (origin, origin_seq), in the order given (the store's reader of the log).
+Loader = Callable[[Sequence[tuple[str, int]]], list[SignedEvent]]
+# Why 1024: "logged once per event" needs memory of what was logged; a hostile member can send
+# any number of malformed events, so the memory is bounded (an event beyond it may be logged again
+# by a later rebuild, which is harmless).
+MAX_REMEMBERED_SKIPS: Final = 1024
+_skipped: OrderedDict[str, None] = OrderedDict()
+#: the tokenizer drawers_fts is created with (schema 0005): the trace check splits text the same way
+FTS_TOKENIZER: Final = ("porter", ["unicode61"])
 _WORD_RE: Final = re.compile(r"\w+", re.UNICODE)
 DRAWER_COLUMNS: Final = "d.id, d.kind, d.wing, d.room, d.topic, d.agent, d.content, d.source_file, d.added_by, d.filed_at"
 
@@ -46,59 +65,192 @@ def drawer_from_row(row: Sequence[Any]) -> dict[str, Any]:
 
 
 def materialise(conn: apsw.Connection, event: SignedEvent) -> None:
-    """Update the views for one stored event (no-op for other types and redacted bodies)."""
-    if event.type not in MEMORY_TYPES:
+    """Update the views for one stored event.
+
+    Other types and redacted bodies change nothing; so does a memory event that breaks the rules
+    (logged once): what a peer sent never fails the transaction that stores it.
+    """
+    if event.type not in MEMORY_TYPES or event.body is None:
+        return  # not memory, or redacted (before it reached us, or since): nothing to show
+    try:
+        record = read_memory_event(event.type, event.body, event.metadata_json)
+    except ValidationError as exc:
+        _note_skipped(event, exc)
         return
-    meta = json.loads(event.metadata_json)
-    if event.type in (DRAWER_EVENT, DIARY_EVENT):
-        if event.body is None:
-            return  # redacted before it reached us: nothing to show
-        wing, room = str(meta.get("wing", "")), str(meta.get("room", event.room))
-        if event.type == DIARY_EVENT:
-            wing = wing or diary_wing(str(meta.get("agent", event.from_agent)))
-            room = DIARY_ROOM
+    if isinstance(record, FiledText):
         # The id is recomputed, never trusted from metadata. A drawer is its content (filing it
         # again is the same drawer); a diary entry is its event (writing the same line on two days
         # is two entries).
-        did = diary_entry_id(event.id) if event.type == DIARY_EVENT else drawer_id(wing, room, event.body)
+        diary = record.kind == "diary"
+        did = diary_entry_id(event.id) if diary else drawer_id(record.wing, record.room, record.content)
         inserted = conn.execute(
             "INSERT INTO drawers (id, event_id, kind, wing, room, topic, agent, content, source_file, added_by, "
             "filed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING RETURNING rowid",
-            (did, event.id, "diary" if event.type == DIARY_EVENT else "drawer", wing, room,
-             meta.get("topic"), meta.get("agent"), event.body, meta.get("source_file"), event.from_agent,
-             event.created_at)).fetchall()
+            (did, event.id, record.kind, record.wing, record.room, record.topic, record.agent, record.content,
+             record.source_file, event.from_agent, event.created_at)).fetchall()
         if inserted:
-            conn.execute("INSERT INTO drawers_fts (rowid, content) VALUES (?, ?)", (inserted[0][0], event.body))
-    elif event.type == KG_ADD_EVENT:
-        subject, predicate, obj = str(meta["subject"]), str(meta["predicate"]), str(meta["object"])
-        valid_from = meta.get("valid_from")
+            # External content: the index keeps no copy of the text, only its terms.
+            conn.execute("INSERT INTO drawers_fts (rowid, content) VALUES (?, ?)", (inserted[0][0], record.content))
+        if not diary:  # a diary entry is never filed twice: nothing shares it
+            _remember_key(conn, event.id, did)
+    elif isinstance(record, FactAdded):
         conn.execute(
             "INSERT INTO kg_facts (id, subject, predicate, object, valid_from, valid_to, source_drawer_id, "
             "source_file, added_by, added_at, event_id) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING",
-            (triple_id(subject, predicate, obj, valid_from), subject, predicate, obj, valid_from, meta.get("valid_to"),
-             meta.get("source_drawer_id"), meta.get("source_file"), event.from_agent, event.created_at, event.id))
-    elif event.type == KG_INVALIDATE_EVENT:
+            (record.id, record.subject, record.predicate, record.object, record.valid_from, record.valid_to,
+             record.source_drawer_id, record.source_file, event.from_agent, event.created_at, event.id))
+        _remember_key(conn, event.id, record.key)
+    elif isinstance(record, FactEnded):
         # Ends every open fact with that subject, predicate and object (append-only: rows stay).
         conn.execute(
             "UPDATE kg_facts SET valid_to=?, ended_by=? WHERE subject=? AND predicate=? AND object=? "
             "AND (valid_to IS NULL OR valid_to > ?)",
-            (meta["ended"], event.id, meta["subject"], meta["predicate"], meta["object"], meta["ended"]))
+            (record.ended, event.id, record.subject, record.predicate, record.object, record.ended))
+        _remember_key(conn, event.id, record.key)
 
 
-def unmaterialise(conn: apsw.Connection, event_id: str) -> None:
-    """A redacted memory event leaves the views (its drawer is no longer searchable anywhere)."""
-    for (rowid,) in conn.execute("SELECT rowid FROM drawers WHERE event_id=?", (event_id,)).fetchall():
-        conn.execute("DELETE FROM drawers_fts WHERE rowid=?", (rowid,))
+def _remember_key(conn: apsw.Connection, event_id: str, key: str) -> None:
+    conn.execute("INSERT OR REPLACE INTO memory_keys (event_id, key) VALUES (?, ?)", (event_id, key))
+
+
+def _note_skipped(event: SignedEvent, exc: ValidationError) -> None:
+    if event.id in _skipped:
+        return
+    _skipped[event.id] = None
+    if len(_skipped) > MAX_REMEMBERED_SKIPS:
+        _skipped.popitem(last=False)
+    # The event's id and what is wrong, never its content; everything made printable (a peer's
+    # values may hold newlines or escapes, and the message quotes them).
+    _LOGGER.warning("memory event %s (%s from %s) left out of the memory views: %s", printable(event.id),
+                    printable(event.type), printable(event.origin), printable(str(exc), 200))
+
+
+def related_memory_events(conn: apsw.Connection, event_id: str) -> list[str]:
+    """The other memory events, not redacted, that carry what ``event_id`` carries, in log order.
+
+    For a drawer: the other events that filed the same content in the same wing and room (two
+    replicas filing it at once). For a fact (its ``memory.kg.add`` or a ``memory.kg.invalidate``):
+    every other addition and invalidation of the same subject, predicate and object, compared
+    case-insensitively, whatever the dates. Redacting a drawer or a fact removes its words only if
+    these are redacted too. Empty for a diary entry, another type, or an unknown event.
+
+    Call it before redacting ``event_id``: its redaction removes the link it has to the others.
+    """
+    rows = conn.execute(
+        "SELECT e.id FROM memory_keys mine JOIN memory_keys other ON other.key = mine.key "
+        "JOIN events e ON e.id = other.event_id "
+        "WHERE mine.event_id = ? AND other.event_id != mine.event_id AND e.body IS NOT NULL ORDER BY e.seq",
+        (event_id,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def unmaterialise(conn: apsw.Connection, event_id: str, load: Loader) -> None:
+    """A redacted memory event leaves the views, and its words leave the keyword index.
+
+    Call it once the event's body is gone from the log. What the event shared with others (the
+    same drawer filed again, the same fact added again or invalidated) is derived again from those
+    events, in log order, so the views stay what a rebuild from the log would make.
+    """
+    row = conn.execute("SELECT key FROM memory_keys WHERE event_id=?", (event_id,)).fetchone()
+    group: list[tuple[str, int, str]] = []
+    if row is not None:
+        group = conn.execute(
+            "SELECT e.origin, e.origin_seq, e.id FROM memory_keys k JOIN events e ON e.id = k.event_id "
+            "WHERE k.key = ? ORDER BY e.seq", (row[0],)).fetchall()
+    removed: list[str] = []
+    for eid in {event_id, *(g[2] for g in group)}:
+        removed += _drop_drawers_of(conn, eid)
+        conn.execute("DELETE FROM kg_facts WHERE event_id=?", (eid,))
+        conn.execute("DELETE FROM memory_keys WHERE event_id=?", (eid,))
+    others = [(origin, seq) for origin, seq, eid in group if eid != event_id]
+    if others:
+        # An invalidation only ever ends facts of its own key, so re-applying the key's events
+        # (the redacted one now has no body: skipped) restores every row it touched.
+        for event in load(others):
+            materialise(conn, event)
+    purge_index_traces(conn, removed)
+
+
+def _drop_drawers_of(conn: apsw.Connection, event_id: str) -> list[str]:
+    contents = []
+    for rowid, content in conn.execute("SELECT rowid, content FROM drawers WHERE event_id=?", (event_id,)).fetchall():
+        # External content: FTS5 removes exactly the terms of the text it is given (the text indexed).
+        conn.execute("INSERT INTO drawers_fts (drawers_fts, rowid, content) VALUES ('delete', ?, ?)", (rowid, content))
         conn.execute("DELETE FROM drawers WHERE rowid=?", (rowid,))
-    conn.execute("DELETE FROM kg_facts WHERE event_id=?", (event_id,))
+        contents.append(content)
+    return contents
 
 
-def rebuild(conn: apsw.Connection, load: Callable[[Sequence[tuple[str, int]]], list[SignedEvent]],
-            progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+def purge_index_traces(conn: apsw.Connection, texts: Iterable[str]) -> str | None:
+    """Make sure no trace of the terms of ``texts`` (just deleted) is left in the keyword index.
+
+    FTS5's secure-delete removes a deleted document's entries and terms from the index pages. One
+    trace survives it: the segment b-tree (``drawers_fts_idx``) keys each leaf page by a prefix of
+    the page's first term, one character longer than what that term shares with the term before
+    it. When the deleted term was first on its page, the key keeps its first characters (measured
+    at 100k drawers: 3-5 characters, for ~2-6% of rare words deleted) until the segment is written
+    again. Then 'optimize' merges every segment into a new one, its keys made from the terms left
+    (~0.4 s at 100k drawers); 'rebuild' (~4-6 s there) only if that did not do it.
+
+    Returns what was done: None (nothing left), "optimize" or "rebuild".
+    """
+    terms = _terms(conn, texts)
+    if not terms or not _stale_separators(conn, terms):
+        return None
+    # 'optimize' leaves an index of one segment as it is: a scratch document (removed at once) makes
+    # a second segment, so that the merge writes every page again.
+    conn.execute("INSERT INTO drawers_fts (rowid, content) VALUES (?, ?)", (_SCRATCH_ROWID, _SCRATCH_TEXT))
+    conn.execute("INSERT INTO drawers_fts (drawers_fts) VALUES ('optimize')")
+    conn.execute("INSERT INTO drawers_fts (drawers_fts, rowid, content) VALUES ('delete', ?, ?)",
+                 (_SCRATCH_ROWID, _SCRATCH_TEXT))
+    if not _stale_separators(conn, terms):
+        return "optimize"
+    conn.execute("INSERT INTO drawers_fts (drawers_fts) VALUES ('rebuild')")
+    return "rebuild"
+
+
+# A rowid no drawer has (SQLite gives rowids from 1 up), and a word that is no secret.
+_SCRATCH_ROWID: Final = -1
+_SCRATCH_TEXT: Final = "palace"
+
+
+def _terms(conn: apsw.Connection, texts: Iterable[str]) -> set[bytes]:
+    tokenizer = conn.fts5_tokenizer(*FTS_TOKENIZER)
+    terms: set[bytes] = set()
+    for text in texts:
+        for token in tokenizer(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False,
+                               include_colocated=False):
+            terms.add(token.encode("utf-8"))
+    return terms
+
+
+def _stale_separators(conn: apsw.Connection, terms: set[bytes]) -> bool:
+    """Whether a separator key of the index is a prefix of one of ``terms`` and of no term the
+    index still holds (so it can only be a trace of a deleted one)."""
+    # Keys are b"" (a segment's first page) or b"0" (the main index) followed by the term prefix.
+    keys = {bytes(k) for (k,) in conn.execute("SELECT term FROM drawers_fts_idx")}
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.drawers_terms USING fts5vocab(main, drawers_fts, 'row')")
+    for term in terms:
+        for end in range(1, len(term) + 1):
+            prefix = term[:end]
+            if b"0" + prefix not in keys:
+                continue
+            # CAST: a byte prefix may end inside a character; compared as text, byte by byte.
+            row = conn.execute("SELECT term FROM temp.drawers_terms WHERE term >= CAST(? AS TEXT) ORDER BY term "
+                               "LIMIT 1", (prefix,)).fetchone()
+            if row is None or not row[0].encode("utf-8").startswith(prefix):
+                return True
+    return False
+
+
+def rebuild(conn: apsw.Connection, load: Loader, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Throw the views away and derive them again from every memory event, in log order."""
     conn.execute("DELETE FROM drawers")
-    conn.execute("DELETE FROM drawers_fts")
+    # 'delete-all' empties the whole index (secure_delete zeroes its pages): no old segment, and
+    # so no trace of an earlier redaction, survives a rebuild.
+    conn.execute("INSERT INTO drawers_fts (drawers_fts) VALUES ('delete-all')")
     conn.execute("DELETE FROM kg_facts")
+    conn.execute("DELETE FROM memory_keys")
     placeholders = ",".join("?" * len(MEMORY_TYPES))
     keys = conn.execute(f"SELECT origin, origin_seq FROM events WHERE type IN ({placeholders}) ORDER BY seq",
                         tuple(sorted(MEMORY_TYPES))).fetchall()

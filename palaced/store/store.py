@@ -10,15 +10,17 @@ Each reader thread gets its own read-only connection (``threading.local``), so r
 a cursor and never block the writer (WAL). Readers hold a transaction only for one query, never
 while a client waits (p2p-lessons complaint 8: long-lived readers pin the WAL).
 
-Error handling: rule violations raise ``ValidationError`` / ``NotFound`` (palace_proto.errors) and
-roll back only the job that raised (a savepoint); apsw errors on commit fail the whole batch and
-are raised as ``StoreError``. Anything else is a bug and propagates.
+Error handling: a write job that raises — a rule violation (``ValidationError`` / ``NotFound``),
+an apsw error, a full disk — is rolled back alone (a savepoint) and fails alone; an apsw error on
+commit fails the whole batch as ``StoreError`` (``DiskFullError``, answered ``disk_full``, when the
+disk is full). Nothing is acknowledged before the commit returns.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import hashlib
 import json
 import logging
@@ -35,13 +37,22 @@ import msgpack
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from palace_proto.envelope import GENESIS_HASH, SignedEvent, preview_event, seal_event
+from palace_proto.envelope import GENESIS_HASH, SignedEvent, preview_event, seal_event, verify_hashes
+from palace_proto.memory import MEMORY_TYPES, check_memory_event
 from palace_proto.peer import event_to_wire
 from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
-from palace_proto.errors import ApiError, NotFound, SignatureError, ValidationError
-from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256, origin_id_from_random
+from palace_proto.text import printable
+from palace_proto.errors import ApiError, DiskFull, NotFound, SignatureError, ValidationError
+from palace_proto.ids import (
+    ARTIFACT_ID_RE,
+    ORIGIN_NONCE_BYTES,
+    SHA256_HEX_RE,
+    artifact_id_for_sha256,
+    is_key_derived_origin,
+    origin_id_for_key,
+)
 from palace_proto.paths import DATABASE_FILENAME
-from palace_proto.validation import AppendRequest, Limits, ListQuery
+from palace_proto.validation import AppendRequest, Limits, ListQuery, check_replicated_event
 
 from . import memory_views
 
@@ -55,10 +66,47 @@ _EVENT_COLUMNS: Final = (
     "branch, base_commit, status, ack_of, artifact_ids, body, metadata, created_at, body_sha256"
 )
 _CHAIN_COLUMNS: Final = "prev_hash, event_hash, signature"
+#: meta key prefix of the nonce each key-derived origin of this replica was minted with
+_NONCE_KEY: Final = "origin_nonce/"
 
 
 class StoreError(Exception):
     """The database failed (disk full, I/O error, corruption); the batch was not committed."""
+
+
+class DiskFullError(StoreError, DiskFull):
+    """The disk holding the database is full. Answered to clients as ``disk_full`` (an ``ApiError``);
+    not a bug and not lasting: reads go on, and the next write is tried as usual."""
+
+
+# Why these two: what the OS answers when a write finds no room (ENOSPC) or the user's quota spent (EDQUOT).
+_NO_SPACE_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(exc: BaseException, conn: apsw.Connection | None = None) -> bool:
+    """Whether ``exc`` says the disk is full: SQLITE_FULL, or an OS error (raised, or the one behind
+    an SQLite I/O error, e.g. growing the -shm file) of no space left."""
+    if isinstance(exc, apsw.FullError):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in _NO_SPACE_ERRNOS
+    return isinstance(exc, apsw.IOError) and conn is not None and conn.system_errno in _NO_SPACE_ERRNOS
+
+
+class _TransactionLost(Exception):
+    """SQLite rolled the batch's whole transaction back (it does after some errors, e.g. SQLITE_FULL
+    while spilling pages mid-statement) while job ``index`` ran: nothing of the batch exists."""
+
+    def __init__(self, index: int, cause: BaseException | None) -> None:
+        super().__init__(str(cause) if cause else "the transaction was rolled back by SQLite")
+        self.index = index
+        self.cause = cause
+
+
+# Why 3: each re-run drops the job that lost the transaction; more such jobs in one batch means the
+# disk is failing for everyone, and the rest of the batch is better failed than run again and again.
+_MAX_BATCH_RERUNS: Final = 3
+_NOTHING_WRITTEN: Final = "nothing was written; free some space and retry — palaced resumes by itself"
 
 
 def utc_now() -> str:
@@ -109,6 +157,12 @@ class ApplyReport:
     forks: list[SignedEvent] = field(default_factory=list)
     rejected: list[SignedEvent] = field(default_factory=list)
     missing_artifacts: list[SignedEvent] = field(default_factory=list)
+    #: authentic events that break a data-model rule, with the reason (refused alone)
+    refused: list[tuple[SignedEvent, str]] = field(default_factory=list)
+    #: applied ``event.redact`` events whose purge was not honoured (not the target's origin nor the CA)
+    redactions_refused: list[tuple[SignedEvent, str]] = field(default_factory=list)
+    #: ids of events whose bodies were purged by redactions in this batch
+    purged: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -117,6 +171,8 @@ class WriteBatchResult:
 
     outcomes: list[tuple[bool, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: ids of events whose bodies this batch purged (the bus scrubs them from its ring)
+    purged: list[str] = field(default_factory=list)
 
 
 class WriteContext:
@@ -125,6 +181,8 @@ class WriteContext:
     def __init__(self, store: Store) -> None:
         self._store = store
         self.new_events: list[dict[str, Any]] = []
+        #: ids of events whose bodies were purged by this batch's jobs
+        self.purged: list[str] = []
 
     @property
     def conn(self) -> apsw.Connection:
@@ -143,6 +201,7 @@ class WriteContext:
 
     def redact(self, event_id: str, redact_event_id: str) -> None:
         self._store._redact_locked(event_id, redact_event_id)
+        self.purged.append(event_id)
 
     def put_verified_artifact(self, *, sha256: str, kind: str, created_by: str, created_at: str,
                               metadata_json: str, content: bytes) -> None:
@@ -155,8 +214,11 @@ class WriteContext:
             (artifact_id_for_sha256(sha256), sha256, kind, len(content), content, created_by, created_at, metadata_json),
         )
 
-    def save_bindings(self, bindings: Sequence[tuple[str, bytes]]) -> None:
-        self.conn.executemany("INSERT INTO bindings VALUES (?, ?) ON CONFLICT(origin) DO NOTHING", bindings)
+    def save_bindings(self, bindings: Sequence[tuple[str, bytes, bytes | None]]) -> None:
+        """Keep (origin, certificate PEM, proof) bindings; a proof fills in one stored without."""
+        self.conn.executemany(
+            "INSERT INTO bindings (origin, certificate, proof) VALUES (?, ?, ?) ON CONFLICT(origin) DO UPDATE "
+            "SET proof=excluded.proof WHERE bindings.proof IS NULL AND excluded.proof IS NOT NULL", bindings)
 
     def import_history(self, events: Sequence[SignedEvent], keys: Mapping[str, bytes]) -> dict[str, Any]:
         """Store verified events of other palaces (or of this one's past) as history."""
@@ -166,11 +228,13 @@ class WriteContext:
 
     def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
                      source: str | None = None, on_applied: Callable[[SignedEvent], None] | None = None,
-                     preverified: Mapping[bytes, bytes] | None = None) -> ApplyReport:
+                     verified_keys: Sequence[bytes | None] | None = None,
+                     may_redact: Callable[[SignedEvent, str], bool] | None = None) -> ApplyReport:
         """Verify and store peer events; ``on_applied`` sees each stored event before the next is
         judged (a revocation earlier in a batch governs the rest of it)."""
-        report = self._store._apply_remote_locked(events, key_for, source, on_applied, preverified)
+        report = self._store._apply_remote_locked(events, key_for, source, on_applied, verified_keys, may_redact)
         self.new_events.extend(report.applied)
+        self.purged.extend(report.purged)
         return report
 
 
@@ -192,10 +256,24 @@ class Store:
             self.origin_id = self._ensure_origin()
             self._load_chain_head()
             self._ensure_memory_views()
+        except (apsw.Error, OSError) as exc:
+            # Opening is a write too (migrations, a new origin): a full disk or a damaged file says
+            # so in one line (palaced's start-up errors), never with a traceback.
+            full = is_disk_full(exc, self._conn)
+            self._conn.close()
+            if full:
+                raise DiskFullError(f"the disk holding {self.path} is full: palaced cannot open its database; free some "
+                                    "space and start it again") from exc
+            raise StoreError(f"cannot open the database {self.path}: {exc}") from exc
         except Exception:
             self._conn.close()
             raise
         self.redactions_pending_checkpoint = False
+        #: origin -> (origin_seq, event_hash, reason) of its next event, authentic but refused for
+        #: breaking a rule: replication does not ask for that origin again (writer thread writes)
+        self.refused_next: dict[str, tuple[int, bytes, str]] = {}
+        #: peer redactions not honoured since start (their author was neither the origin nor the CA)
+        self.refused_redactions = 0
 
     def __repr__(self) -> str:
         return f"<Store {self.path} origin={self.origin_id} seq={self._origin_seq}>"
@@ -238,6 +316,8 @@ class Store:
         done = {v for (v,) in conn.execute("SELECT version FROM _migrations")}
         schema_dir = resources.files("palaced.store") / "schema"
         scripts = sorted(p.name for p in schema_dir.iterdir() if p.name.endswith(".sql"))
+        # What SQL alone cannot do: a Python step run after a version's script, in its transaction.
+        steps: dict[int, Callable[[apsw.Connection], None]] = {5: self._fork_evidence_without_bodies}
         for name in scripts:
             version = int(name.split("-", 1)[0])
             if version in done:
@@ -245,6 +325,8 @@ class Store:
             sql = (schema_dir / name).read_text(encoding="utf-8")
             with conn:
                 conn.execute(sql)
+                if version in steps:
+                    steps[version](conn)
                 conn.execute("INSERT INTO _migrations VALUES (?, ?, ?)", (version, name, utc_now()))
         newest = max((int(n.split("-", 1)[0]) for n in scripts), default=0)
         if done and max(done) > newest:
@@ -253,12 +335,30 @@ class Store:
                 "upgrade palace before opening it"
             )
 
+    @staticmethod
+    def _fork_evidence_without_bodies(conn: apsw.Connection) -> None:
+        """Schema 5: fork evidence keeps no body (``_record_fork``); rows stored before lose theirs."""
+        for rowid, blob in conn.execute("SELECT rowid, rejected FROM forks").fetchall():
+            try:
+                wire = msgpack.unpackb(bytes(blob), raw=False)
+            except (ValueError, TypeError, msgpack.exceptions.UnpackException):
+                wire = None
+            if isinstance(wire, dict) and wire.get("body") is None:
+                continue
+            # Unreadable evidence proves nothing and may hold a body: an empty map replaces it.
+            stripped = {**wire, "body": None} if isinstance(wire, dict) else {}
+            conn.execute("UPDATE forks SET rejected=? WHERE rowid=?", (msgpack.packb(stripped, use_bin_type=True), rowid))
+
     def _ensure_origin(self) -> str:
-        """The local origin id: minted with the database, and again if the identity key changed.
+        """The local origin id: minted with the database, and again if the identity key changed or
+        the origin is a legacy one.
 
         A new database always gets a fresh origin id (never reused: p2p-lessons, SSB forks). If the
         identity key no longer matches the origin's recorded key, continuing that chain would make
-        it unverifiable, so a new origin is minted and the old one stays as signed history.
+        it unverifiable, so a new origin is minted and the old one stays as signed history. A
+        legacy (random, ``ori_``) origin is retired the same way on the first start of a release
+        that speaks protocol 2: new events go to a key-derived origin (``ori2_``) that no other
+        member can claim for its own key (palace_proto.bindings).
         """
         conn = self._conn
         row = conn.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
@@ -266,16 +366,33 @@ class Store:
             (origin,) = row
             key_row = conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
             if key_row is not None and bytes(key_row[0]) == self.public_key:
-                return origin
-        origin = origin_id_from_random(os.urandom(16))
+                if is_key_derived_origin(origin) and self._nonce(conn, origin) is not None:
+                    return origin
+                _LOGGER.info("retiring legacy origin %s: its events stay as signed history; new events get a "
+                             "key-derived origin", origin)
+        nonce = os.urandom(ORIGIN_NONCE_BYTES)
+        origin = origin_id_for_key(self.public_key, nonce)
         with conn:
             conn.execute("INSERT INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
                          (origin, self.public_key, GENESIS_HASH))
             conn.execute("INSERT INTO meta VALUES ('origin', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                          (origin,))
+            conn.execute("INSERT INTO meta VALUES (?, ?)", (_NONCE_KEY + origin, nonce.hex()))
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (utc_now(),))
         self.minted_origin = True
         return origin
+
+    @staticmethod
+    def _nonce(conn: apsw.Connection, origin: str) -> bytes | None:
+        row = conn.execute("SELECT value FROM meta WHERE key=?", (_NONCE_KEY + origin,)).fetchone()
+        return bytes.fromhex(row[0]) if row else None
+
+    def own_origins(self) -> list[tuple[str, bytes | None]]:
+        """Every origin written with this replica's key, with the nonce it was minted with (its
+        binding proof; None for a legacy origin, whose proof is a signature made on demand)."""
+        conn = self._reader()
+        rows = conn.execute("SELECT origin FROM origins WHERE public_key=? ORDER BY origin", (self.public_key,)).fetchall()
+        return [(origin, self._nonce(conn, origin)) for (origin,) in rows]
 
     def _ensure_memory_views(self) -> None:
         """Rebuild the memory views from the log when they were made by another derivation."""
@@ -314,44 +431,79 @@ class Store:
     def write_batch(self, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
         """Run write jobs in one transaction (group commit): one fsync for the whole batch.
 
-        Each job runs in its own savepoint; a job that raises ``ValidationError``/``NotFound`` is
-        rolled back alone and its exception becomes its outcome. The commit happens once, after
-        every job; nothing is acknowledged before it returns.
+        Each job runs in its own savepoint. A job that raises is rolled back alone and its exception
+        becomes its outcome, while the others commit: a rule it breaks (``ValidationError``,
+        ``NotFound``, any ``ApiError``) as it is, a full disk while its rows are written as
+        ``DiskFullError``, anything else (a constraint error, a bug) as ``internal``, logged. After
+        some errors (SQLITE_FULL while spilling pages, an I/O error) SQLite rolls the whole
+        transaction back by itself: then the batch runs again without that job (jobs must only
+        write through ``ctx``, so running one again after its first run was discarded is the same
+        as running it once). The commit happens once; nothing is acknowledged before it returns.
 
         Raises:
-            StoreError: the commit failed; no job of the batch was written.
+            DiskFullError: the disk is full and the commit failed: no job of the batch was written.
+            StoreError: the same for any other database error.
         """
+        failed: dict[int, tuple[bool, Any]] = {}
+        running = list(range(len(jobs)))
+        for _ in range(_MAX_BATCH_RERUNS + 1):
+            try:
+                result = self._run_batch([jobs[i] for i in running])
+            except _TransactionLost as lost:
+                culprit = running.pop(lost.index)
+                failed[culprit] = (False, self._job_failure(lost.cause or lost))
+                continue
+            outcomes = dict(zip(running, result.outcomes, strict=True)) | failed
+            result.outcomes = [outcomes[i] for i in range(len(jobs))]
+            return result
+        raise StoreError(f"could not commit to {self.path}: the transaction was rolled back "
+                         f"{_MAX_BATCH_RERUNS + 1} times in one batch")
+
+    def _run_batch(self, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
+        """One try of ``write_batch``. Raises ``_TransactionLost`` naming the job after which SQLite
+        had rolled the whole transaction back."""
+        conn = self._conn
         result = WriteBatchResult()
         ctx = WriteContext(self)
         saved_chain = (self._origin_seq, self._head_hash)
         try:
-            with self._conn:
-                for job in jobs:
-                    before = (self._origin_seq, self._head_hash, len(ctx.new_events))
-                    try:
-                        with self._conn:
-                            value = job(ctx)
-                    except (ValidationError, NotFound) as exc:
-                        self._origin_seq, self._head_hash = before[0], before[1]
-                        del ctx.new_events[before[2]:]
-                        result.outcomes.append((False, exc))
-                    except apsw.Error:
-                        raise
-                    except Exception as exc:
-                        # A bug in one job must not take the others (or the writer) down with it.
-                        _LOGGER.exception("write job failed")
-                        self._origin_seq, self._head_hash = before[0], before[1]
-                        del ctx.new_events[before[2]:]
-                        result.outcomes.append((False, ApiError(f"internal error: {type(exc).__name__}: {exc}")))
-                    else:
-                        result.outcomes.append((True, value))
-                if self._origin_seq != saved_chain[0]:
-                    self._conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
-                                       (self._origin_seq, self._head_hash, self.origin_id))
-        except apsw.Error as exc:
+            self._leave_stuck_transaction()
+            conn.execute("SAVEPOINT palace_batch")
+            for index, job in enumerate(jobs):
+                before = (self._origin_seq, self._head_hash, len(ctx.new_events), len(ctx.purged))
+                conn.execute("SAVEPOINT palace_job")
+                try:
+                    value = job(ctx)
+                except Exception as exc:
+                    self._origin_seq, self._head_hash = before[0], before[1]
+                    del ctx.new_events[before[2]:]
+                    del ctx.purged[before[3]:]
+                    # in_transaction is sqlite3_get_autocommit: SQLite's documented (and only) way
+                    # to learn that an error made it roll the whole transaction back.
+                    if not conn.in_transaction:
+                        raise _TransactionLost(index, exc) from exc
+                    conn.execute("ROLLBACK TO palace_job")
+                    conn.execute("RELEASE palace_job")
+                    result.outcomes.append((False, self._job_failure(exc)))
+                    continue
+                if not conn.in_transaction:  # the job swallowed an error after which SQLite rolled back
+                    raise _TransactionLost(index, None)
+                conn.execute("RELEASE palace_job")
+                result.outcomes.append((True, value))
+            if self._origin_seq != saved_chain[0]:
+                conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
+                             (self._origin_seq, self._head_hash, self.origin_id))
+            conn.execute("RELEASE palace_batch")  # the commit, and its fsync
+        except BaseException as exc:
+            # Nothing of the batch is in the database: the chain goes back to what is committed, so
+            # the next append reuses neither a sequence number nor leaves a gap.
             self._origin_seq, self._head_hash = saved_chain
-            raise StoreError(f"could not commit to {self.path}: {exc}") from exc
+            self._leave_stuck_transaction(quiet=True)
+            if isinstance(exc, (apsw.Error, OSError)):
+                raise self._write_error(exc) from exc
+            raise
         result.events = ctx.new_events
+        result.purged = ctx.purged
         return result
 
     def _append_locked(self, req: AppendRequest) -> dict[str, Any]:
@@ -412,11 +564,15 @@ class Store:
         return record
 
     def _redact_locked(self, event_id: str, redact_event_id: str) -> None:
-        self._conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
-        memory_views.unmaterialise(self._conn, event_id)
-        changed = self._conn.execute(
+        conn = self._conn
+        conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
+        changed = conn.execute(
             "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)
         ).fetchall()
+        # After the body is gone: the views derive again what the event shared with others (the
+        # same drawer or fact) from the log, which must no longer show this event's body.
+        memory_views.unmaterialise(
+            conn, event_id, lambda keys: [self._signed_event_at(conn, origin, seq) for origin, seq in keys])
         if changed:
             self.redactions_pending_checkpoint = True
 
@@ -462,6 +618,10 @@ class Store:
             except SignatureError as exc:
                 refused.append({"id": event.id, "reason": f"does not verify: {exc}"})
                 continue
+            broken = self._rule_broken(event)  # a file is as hostile as a peer: the same rules
+            if broken is not None:
+                refused.append({"id": event.id, "reason": f"breaks a rule: {broken}"})
+                continue
             if conn.execute("SELECT 1 FROM events WHERE origin=? AND origin_seq=?",
                             (event.origin, event.origin_seq)).fetchone():
                 refused.append({"id": event.id, "reason": f"another event already holds {event.origin} "
@@ -481,25 +641,40 @@ class Store:
 
     def _apply_remote_locked(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
                              source: str | None, on_applied: Callable[[SignedEvent], None] | None = None,
-                             preverified: Mapping[bytes, bytes] | None = None) -> ApplyReport:
+                             verified_keys: Sequence[bytes | None] | None = None,
+                             may_redact: Callable[[SignedEvent, str], bool] | None = None) -> ApplyReport:
         """Verify and store events from a peer, in the order given (each origin in seq order).
 
         Every event is checked against its origin's key and chain before it is stored; duplicates
         are ignored (idempotent), gaps wait for the missing events, forks are recorded and never
-        applied; an event of our own origin from outside is an echo (ignored) or a fork. Events
-        whose artifacts are missing are held back (and, by the chain rule, everything after them
-        in their origin). Applied events get a new local ``seq`` in arrival order.
+        applied; an event of our own origin from outside is an echo (ignored) or a fork. An
+        authentic event that breaks a data-model rule is refused on its own (``report.refused``)
+        and its origin is not asked for again (``refused_next``). Events whose artifacts are
+        missing are held back (and, by the chain rule, everything after them in their origin).
+        Applied events get a new local ``seq`` in arrival order.
 
-        ``preverified`` maps event hashes to the key their signature was already checked with
-        (off the writer thread, see replication.py); such events are not verified again here as
-        long as the key still matches what ``key_for`` says now.
+        ``verified_keys`` gives, for each event **by position**, the key its signature was
+        already checked with off the writer thread (sync.verify_batch); the hashes are still
+        recomputed here, on the exact object stored, so a verification can never be borrowed by an
+        event that merely claims another one's hash. ``may_redact(redaction, target_origin)``
+        says whether an ``event.redact`` may purge an event of ``target_origin`` (its own origin,
+        or signed by the palace CA: members.MemberDirectory.redaction_authorized); without it only
+        an origin's own redactions are honoured.
         """
+        if verified_keys is not None and len(verified_keys) != len(events):
+            raise ValueError("verified_keys must give one key (or None) per event")
         report = ApplyReport()
         conn = self._conn
         heads: dict[str, OriginHead | None] = {}
         bound_keys: dict[str, bytes | None] = {}
         forked: set[str] = set()
-        for event in events:
+
+        def head_of(origin: str) -> OriginHead | None:
+            if origin not in heads:
+                heads[origin] = self._head(origin)
+            return heads[origin]
+
+        for index, event in enumerate(events):
             own = event.origin == self.origin_id
             # key_for answers for this exact event: a revoked member's origin stays valid up to its
             # cutoff only, so the key depends on origin_seq too.
@@ -515,39 +690,28 @@ class Store:
                 report.rejected.append(event)
                 continue
             if self._stored_hash(event.origin, event.origin_seq) == event.event_hash:
-                # We hold this exact event already: nothing is stored, so nothing needs verifying
-                # (a catch-up that overlaps what we have costs a lookup per event, not a signature).
+                # We hold this exact event already: nothing of the arriving copy is stored, so nothing
+                # of it needs verifying (a catch-up that overlaps what we have costs a lookup per
+                # event, not a signature).
                 if not own:
-                    if event.origin not in heads:
-                        heads[event.origin] = self._head(event.origin)
-                    head = heads[event.origin]
-                    if event.origin_seq == (head.max_seq if head else 0) + 1:
-                        # Held as imported history until now: the chain reaches it, so it joins
-                        # the vector (the head moves on, as if it had just been applied).
-                        conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
-                                     (event.origin_seq, event.event_hash, event.origin))
-                        heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
+                    self._join_history(event.origin, event.origin_seq, key, head_of(event.origin), heads)
                 report.duplicates.append(event)
                 continue
-            if preverified is None or preverified.get(event.event_hash) != key:
-                try:
+            try:
+                if verified_keys is not None and verified_keys[index] == key:
+                    verify_hashes(event)  # the signature was checked for this very object; its hashes here
+                else:
                     verify_incoming(event, key)
-                except SignatureError:
-                    report.rejected.append(event)
-                    continue
+            except SignatureError:
+                report.rejected.append(event)
+                continue
             if own:
                 # Only we write our origin: a validly signed event we did not write means our key
                 # and origin run somewhere else too (a copied home or a restored backup) — a fork.
-                stored = self._stored_hash(event.origin, event.origin_seq)
-                if stored == event.event_hash:
-                    report.duplicates.append(event)
-                else:
-                    self._record_fork(event, stored, source)
-                    report.forks.append(event)
+                self._record_fork(event, self._stored_hash(event.origin, event.origin_seq), source)
+                report.forks.append(event)
                 continue
-            if event.origin not in heads:
-                heads[event.origin] = self._head(event.origin)
-            head = heads[event.origin]
+            head = head_of(event.origin)
             stored = self._stored_hash(event.origin, event.origin_seq) if head and event.origin_seq <= head.max_seq else None
             verdict = classify(event, head, stored)
             if verdict is Verdict.DUPLICATE:
@@ -561,12 +725,17 @@ class Store:
                     forked.add(event.origin)
                 report.forks.append(event)
             else:
+                reason = self._rule_broken(event)
+                if reason is not None:
+                    self._refuse(event, reason, source)
+                    report.refused.append((event, reason))
+                    continue
                 missing = [a for a in event.artifact_ids
                            if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (a,)).fetchone() is None]
                 if missing:
                     report.missing_artifacts.append(event)
                     continue
-                if conn.execute("SELECT 1 FROM redactions WHERE target_id=?", (event.id,)).fetchone():
+                if self._redacted_on_arrival(event, may_redact):
                     event = dataclasses.replace(event, body=None)  # redacted elsewhere first: never store the body
                 conn.execute("INSERT OR IGNORE INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
                              (event.origin, key, GENESIS_HASH))
@@ -575,14 +744,89 @@ class Store:
                 conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                              (event.origin_seq, event.event_hash, event.origin))
                 heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
+                self.refused_next.pop(event.origin, None)
                 if event.type == "event.redact":
-                    target = json.loads(event.metadata_json).get("redacts")
-                    if isinstance(target, str):
-                        self._redact_locked(target, event.id)
+                    self._apply_redaction(event, may_redact, report, source)
                 report.applied.append(event.to_public(local_seq))
                 if on_applied is not None:
                     on_applied(event)
         return report
+
+    def _join_history(self, origin: str, origin_seq: int, key: bytes, head: OriginHead | None,
+                      heads: dict[str, OriginHead | None]) -> None:
+        """Replication reached an event we hold as imported history: the head moves on over it —
+        but only if the stored event itself is the next link of the chain and verifies with the
+        origin's key (the arriving copy only *claims* its hash; what we keep is the stored one)."""
+        if origin_seq != (head.max_seq if head else 0) + 1:
+            return
+        stored = self._signed_event_at(self._conn, origin, origin_seq)
+        if stored.prev_hash != (head.head_hash if head else GENESIS_HASH):
+            return
+        try:
+            verify_incoming(stored, key)
+        except SignatureError:
+            return
+        self._conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
+                           (origin_seq, stored.event_hash, origin))
+        heads[origin] = OriginHead(origin_seq, stored.event_hash)
+
+    def _rule_broken(self, event: SignedEvent) -> str | None:
+        """Why an authentic event from outside breaks the data model (None: it does not)."""
+        try:
+            check_replicated_event(event, self.limits)
+            if event.type in MEMORY_TYPES:
+                check_memory_event(event.type, event.body, event.metadata_json)
+        except ValidationError as exc:
+            return exc.message
+        return None
+
+    def _refuse(self, event: SignedEvent, reason: str, source: str | None) -> None:
+        """Remember (once per origin and sequence) that this origin's next event breaks a rule, so
+        nobody asks for it again until something changes (a restart, or the chain moving on)."""
+        known = self.refused_next.get(event.origin)
+        if known is not None and known[0] == event.origin_seq:
+            return
+        self.refused_next[event.origin] = (event.origin_seq, event.event_hash, reason)
+        _LOGGER.warning("refused event %s (origin %s #%d, from %s): %s; that origin stops here on this replica",
+                        event.id, event.origin, event.origin_seq, printable(source or "?"), printable(reason, 200))
+
+    def _redacted_on_arrival(self, event: SignedEvent, may_redact: Callable[[SignedEvent, str], bool] | None) -> bool:
+        """Whether an arriving event was already redacted here (an authorised redaction came first)."""
+        conn = self._conn
+        if conn.execute("SELECT 1 FROM redactions WHERE target_id=?", (event.id,)).fetchone():
+            return True
+        for redact_event, redact_origin, by_ca in conn.execute(
+                "SELECT redact_event, redact_origin, by_ca FROM redaction_claims WHERE target_id=?",
+                (event.id,)).fetchall():
+            if by_ca or redact_origin == event.origin:
+                conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event.id, redact_event))
+                self.redactions_pending_checkpoint = True
+                return True
+        return False
+
+    def _apply_redaction(self, redaction: SignedEvent, may_redact: Callable[[SignedEvent, str], bool] | None,
+                         report: ApplyReport, source: str | None) -> None:
+        """An ``event.redact`` from a peer purges its target only if its author may (its own origin's
+        event, or with the palace CA's signature); otherwise it stays in the log, unhonoured."""
+        target_id = json.loads(redaction.metadata_json).get("redacts")
+        if not isinstance(target_id, str):
+            return
+        authorised = may_redact if may_redact is not None else (lambda r, origin: r.origin == origin)
+        row = self._conn.execute("SELECT origin FROM events WHERE id=?", (target_id,)).fetchone()
+        if row is None:
+            # The target has not arrived yet: keep the claim, judged when it does.
+            self._conn.execute("INSERT OR IGNORE INTO redaction_claims VALUES (?, ?, ?, ?)",
+                               (target_id, redaction.id, redaction.origin, int(authorised(redaction, ""))))
+            return
+        if authorised(redaction, row[0]):
+            self._redact_locked(target_id, redaction.id)
+            report.purged.append(target_id)
+            return
+        self.refused_redactions += 1
+        report.redactions_refused.append((redaction, target_id))
+        _LOGGER.warning("did not honour redaction %s of %s (from %s): written by origin %s, not by the event's own "
+                        "origin %s nor signed by the palace CA", redaction.id, printable(target_id),
+                        printable(source or "?"), redaction.origin, row[0])
 
     def _record_fork(self, event: SignedEvent, kept_hash: bytes | None, source: str | None) -> None:
         _LOGGER.error("fork: origin %s seq %d has two different events (kept %s, rejected %s from %s)",
@@ -590,8 +834,10 @@ class Store:
                       event.event_hash.hex()[:16], source or "?")
         self._conn.execute(
             "INSERT OR IGNORE INTO forks VALUES (?,?,?,?,?,?,?)",
+            # Without the body: the signed part holds its sha256, so the evidence still proves the
+            # fork, and a body kept here would outlive its redaction (a fork is never applied).
             (event.origin, event.origin_seq, kept_hash, event.event_hash,
-             msgpack.packb(event_to_wire(event), use_bin_type=True), utc_now(), source),
+             msgpack.packb(event_to_wire(event, with_body=False), use_bin_type=True), utc_now(), source),
         )
 
     def _origin_key(self, origin: str) -> bytes | None:
@@ -625,27 +871,82 @@ class Store:
     def checkpoint_after_redaction(self) -> bool:
         """Copy the WAL into the database file and truncate it, so no old page image holding
         redacted bytes survives in the WAL. Returns False (and stays pending, to be retried after
-        the next batch) if a reader kept the checkpoint from completing."""
+        the next batch) if a reader kept the checkpoint from completing.
+
+        Raises:
+            DiskFullError, StoreError: the checkpoint failed (it stays pending, as above).
+        """
         try:
             self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         except apsw.BusyError:
             _LOGGER.warning("redaction checkpoint blocked by a reader; retrying after the next write")
             return False
+        except apsw.Error as exc:
+            raise self._checkpoint_error(exc) from exc
         self.redactions_pending_checkpoint = False
         return True
 
     def truncate_wal(self) -> bool:
         """Writer thread, between batches: copy the WAL into the database file and truncate it.
         Waits at most 250 ms for readers (not the usual 10 s: the writer must not stall); False
-        if a reader kept it from completing."""
+        if a reader kept it from completing.
+
+        Raises:
+            DiskFullError, StoreError: the checkpoint failed. Nothing is lost (the WAL keeps every
+                committed page and a later checkpoint copies them); the caller retries later.
+        """
         self._conn.set_busy_timeout(250)
         try:
             self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         except apsw.BusyError:
             return False
+        except apsw.Error as exc:
+            raise self._checkpoint_error(exc) from exc
         finally:
             self._conn.set_busy_timeout(10_000)
         return True
+
+    # Helpers of write_batch and the checkpoints: errors translated for the client and the log.
+
+    def _leave_stuck_transaction(self, *, quiet: bool = False) -> None:
+        """Make sure the writer connection is outside any transaction. A failed COMMIT (e.g.
+        SQLITE_FULL while writing the WAL) leaves the transaction open; a batch begun inside it
+        would commit the failed batch's rows along with its own."""
+        if not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("ROLLBACK")
+        except apsw.Error as exc:
+            if not quiet:
+                raise self._write_error(exc) from exc
+            _LOGGER.warning("could not roll back a failed write batch: %s (retried before the next batch)", exc)
+
+    def _disk_full_error(self, what: str, exc: BaseException) -> DiskFullError:
+        filename = getattr(exc, "filename", None)  # an OSError may name another file than the database
+        where = filename if isinstance(filename, str) and filename else str(self.path)
+        return DiskFullError(f"the disk holding {where} is full: {what}")
+
+    def _write_error(self, exc: BaseException) -> StoreError:
+        """What every job of a batch that could not be committed is told."""
+        if is_disk_full(exc, self._conn):
+            return self._disk_full_error(_NOTHING_WRITTEN, exc)
+        return StoreError(f"could not commit to {self.path}: {exc}")
+
+    def _checkpoint_error(self, exc: BaseException) -> StoreError:
+        if is_disk_full(exc, self._conn):
+            return self._disk_full_error("the WAL cannot be copied back into the database (nothing is lost); "
+                                         "free some space — palaced retries by itself", exc)
+        return StoreError(f"could not checkpoint the WAL of {self.path}: {exc}")
+
+    def _job_failure(self, exc: Exception) -> ApiError:
+        """The outcome of one job that raised (its savepoint already rolled back)."""
+        if isinstance(exc, ApiError):  # ValidationError, NotFound, a refusal: a deliberate answer
+            return exc
+        if is_disk_full(exc, self._conn):
+            return self._disk_full_error(_NOTHING_WRITTEN, exc)
+        # A bug in one job (or a constraint it broke) must not take the others, or the writer, down.
+        _LOGGER.error("write job failed", exc_info=exc)
+        return ApiError(f"internal error: {type(exc).__name__}: {exc}", code="internal")
 
     # -- reading (any thread) -----------------------------------------------------------------
 
@@ -804,8 +1105,10 @@ class Store:
 
     # -- network bookkeeping (small tables of schema 0003) -------------------------------------
 
-    def bindings(self) -> list[tuple[str, bytes]]:
-        return [(o, bytes(c)) for o, c in self._reader().execute("SELECT origin, certificate FROM bindings")]
+    def bindings(self) -> list[tuple[str, bytes, bytes | None]]:
+        """(origin, certificate PEM, proof or None) of every binding this replica accepted."""
+        return [(o, bytes(c), bytes(p) if p is not None else None)
+                for o, c, p in self._reader().execute("SELECT origin, certificate, proof FROM bindings")]
 
     def signed_events_of_type(self, event_type: str) -> list[SignedEvent]:
         """Every event of one type, in local order (revocations are read back at start-up)."""

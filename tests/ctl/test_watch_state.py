@@ -177,7 +177,7 @@ def test_write_is_tmp_then_replace(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     write_state(path, "evt_new", "bob")
     assert len(seen) == 1
     tmp_name, tmp_cursor, target_cursor_before = seen[0]
-    assert tmp_name != "bob.json" and tmp_name.startswith("bob.json")
+    assert tmp_name != "bob.json" and tmp_name.startswith(".bob.json.")  # hidden, beside the target
     assert tmp_cursor == "evt_new"
     assert target_cursor_before == "evt_old"
     assert read_state(path) == ("evt_new", "ok")

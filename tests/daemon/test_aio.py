@@ -1,6 +1,9 @@
-"""The group-commit writer: concurrent writes share batches; one failure never affects the others."""
+"""The group-commit writer: concurrent writes share batches; one failure (a broken rule, a full
+database) never affects the others."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import trio
@@ -43,4 +46,48 @@ async def test_concurrent_writes_are_group_committed(tmp_path):
     assert bus.latest_seq == 63
     with pytest.raises(ApiError, match="shutting down"):
         await astore.write(lambda ctx: ctx.append(req("late")))
+    store.close()
+
+
+async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writes_resume(tmp_path):
+    """Guards finding 7 of issue 11 (one bad write aborted the whole group commit): in one batch,
+    a 1 MiB artifact that does not fit (SQLITE_FULL, made real with ``max_page_count``) fails
+    alone with ``disk_full``; the twenty appends batched with it commit, numbered 1..20; status
+    shows the full disk until a write succeeds again, with no restart."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    (pages,) = store._conn.execute("PRAGMA page_count").fetchone()
+    store._conn.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small appends, not for 1 MiB
+    astore = AsyncStore(store, EventBus().publish)
+    started, gate = threading.Event(), threading.Event()
+    appended, failures = [], []
+
+    async def one(job):
+        try:
+            appended.append(await astore.write(job))
+        except ApiError as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as n:
+        await n.start(astore.serve_writer)
+        async with trio.open_nursery() as clients:
+            # The writer is held inside a first batch while the others queue: they form the next one.
+            clients.start_soon(astore.write, lambda ctx: (started.set(), gate.wait(10)))
+            await trio.to_thread.run_sync(started.wait)
+            for i in range(10):
+                clients.start_soon(one, lambda ctx, i=i: ctx.append(req(f"a{i}")))
+            clients.start_soon(one, lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"x" * (1 << 20)))
+            for i in range(10, 20):
+                clients.start_soon(one, lambda ctx, i=i: ctx.append(req(f"a{i}")))
+            with trio.fail_after(10):
+                while astore.statistics()["queued"] < 21:
+                    await trio.sleep(0.01)
+            gate.set()
+        assert astore.batches == 2
+        assert len(failures) == 1 and failures[0].code == "disk_full" and str(store.path) in failures[0].message
+        assert sorted(e["origin_seq"] for e in appended) == list(range(1, 21))
+        assert astore.statistics()["disk_full"]["path"] == str(store.path)
+        store._conn.execute("PRAGMA max_page_count=1073741823")  # the disk has room again
+        await astore.write(lambda ctx: ctx.append(req("resumed")))
+        assert astore.statistics()["disk_full"] is None
+        astore.close_writes()
     store.close()

@@ -1,12 +1,26 @@
 """The memory views in the store: drawers (dedup, FTS5 search, verbatim), diaries (newest first,
-totals), facts (add, invalidate, as_of), redaction, rebuild, and events that arrive from a peer."""
+totals), facts (add, invalidate, as_of), redaction (no trace left in the database files, what it
+shared with other events derived again), rebuild, malformed events, fork evidence without bodies,
+the schema-5 migration, and events that arrive from a peer."""
 
 from __future__ import annotations
 
+import json
+import logging
+import random
+import string
+from importlib import resources
+from pathlib import Path
+
+import apsw
+import msgpack
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.memory import DiaryEntry, Drawer, FactAdd, FactInvalidate
+from palace_proto.envelope import seal_event
+from palace_proto.errors import ValidationError
+from palace_proto.memory import FACT_FORMAT, DiaryEntry, Drawer, FactAdd, FactInvalidate
+from palace_proto.peer import event_to_wire
 from palace_proto.validation import AppendRequest, Limits
 from palaced.store import Store
 from palaced.store import memory_views as views
@@ -143,3 +157,265 @@ def test_keyword_search_narrowed_to_rare_words_ranks_like_the_full_query(store, 
     assert ranking("kappa zeta", 15) == ranking("kappa zeta", 10**9) and len(ranking("kappa zeta", 15)) == 5
     assert ranking("gamma alpha", 30, room="r") == ranking("gamma alpha", 10**9, room="r")
     assert ranking("gamma alpha", 30, room="elsewhere") == []
+
+
+# -- redaction leaves no trace (issue 11, finding 4) ------------------------------------------------
+
+
+def database_bytes(store):
+    """Every byte of the store's files (database, WAL, shm), once the WAL is checkpointed."""
+    assert store.checkpoint_after_redaction()
+    return b"".join(p.read_bytes() for p in store.path.parent.iterdir() if p.name.startswith(store.path.name))
+
+
+def traces(data, secret):
+    """Where a secret word could still be read: whole, lower-cased (FTS5 terms), or its tail
+    (FTS5 stores a term after the prefix it shares with the term before it)."""
+    word = secret.lower()
+    return [form for form in (secret, word, word[-9:]) if form.encode() in data]
+
+
+def filler(rng, count):
+    """Drawers of ordinary-looking words, so that the index has many terms and pages."""
+    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9))) for _ in range(3000)]
+    return [" ".join(rng.choice(words) for _ in range(40)) for _ in range(count)]
+
+
+def test_a_redacted_drawer_leaves_no_byte_of_its_words_in_the_database_files(store):
+    """Guards finding 4: a redacted drawer's words stayed in the FTS5 index (its tombstoned terms,
+    prefix-compressed, and FTS5's own copy of the text) inside palace.sqlite3."""
+    rng = random.Random(4)
+    jobs = [lambda ctx, req=AppendRequest.from_wire(Drawer("wing_p", "r", text, "a").event(), LIMITS): ctx.append(req)
+            for text in filler(rng, 300)]
+    assert all(ok for ok, _ in store.write_batch(jobs).outcomes)
+    secrets = ["Qzvrkplmwx" + "".join(rng.choice("bcdfghjk") for _ in range(8)) + "7" for _ in range(20)]
+    events = [write(store, Drawer("wing_p", "r", f"the deploy token is {s} for now", "a").event()) for s in secrets]
+    assert search(store, secrets[0])[0]["content"].startswith("the deploy token")
+    assert all(traces(database_bytes(store), s) for s in secrets)  # the test can see them
+    query = " ".join(filler(random.Random(4), 1)[0].split()[:10])
+    before = {h["drawer_id"] for h in search(store, query, limit=500)}
+    for event in events:
+        assert store.write_batch([lambda ctx, e=event: ctx.redact(e["id"], "evt_redactor")]).outcomes[0][0]
+    data = database_bytes(store)
+    assert [s for s in secrets if traces(data, s)] == []
+    assert search(store, secrets[0]) == [] and search(store, "deploy token") == []
+    assert {h["drawer_id"] for h in search(store, query, limit=500)} == before != set()  # the rest, as before
+
+
+def test_a_separator_key_left_by_secure_delete_is_purged(store, monkeypatch):
+    """Guards the one trace FTS5's secure-delete leaves: the segment b-tree keys each leaf page by a
+    prefix of its first term (drawers_fts_idx); when a deleted word was first on its page, that
+    prefix stays. purge_index_traces finds such a key and writes the index anew."""
+    rng = random.Random(9)
+    secrets = ["".join(rng.choice("bcdfghjkmnpqrstvwxz") for _ in range(12)) + "7" for _ in range(150)]
+    texts = [*filler(rng, 1500), *(f"{s} is a code" for s in secrets)]
+    rng.shuffle(texts)
+    events = {}
+    for start in range(0, len(texts), 100):
+        reqs = [AppendRequest.from_wire(Drawer("w", "r", t, "a").event(), LIMITS) for t in texts[start:start + 100]]
+        outcomes = store.write_batch([lambda ctx, req=req: ctx.append(req) for req in reqs]).outcomes
+        events.update({req.body.split()[0]: value["id"] for req, (_, value) in zip(reqs, outcomes, strict=True)})
+    conn = store._conn  # the writer's connection: this test looks inside the index
+    conn.execute("INSERT INTO drawers_fts (drawers_fts) VALUES ('optimize')")  # one segment, keys made afresh
+    conn.execute("CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, drawers_fts, 'row')")
+    terms = [t.encode() for (t,) in conn.execute("SELECT term FROM temp.terms")]
+    keys = [bytes(k)[1:] for (k,) in conn.execute("SELECT term FROM drawers_fts_idx") if len(bytes(k)) > 1]
+    exposed = [s for s in secrets if any(s.encode().startswith(k) and sum(t.startswith(k) for t in terms) == 1
+                                         for k in keys)]
+    assert exposed, "no secret was first on a page (change the seed)"
+    secret = exposed[0]
+    seen: list[bool] = []
+
+    def secure_delete_alone(ctx):
+        (rowid, content), = ctx.conn.execute("SELECT rowid, content FROM drawers WHERE event_id=?", (events[secret],))
+        ctx.conn.execute("INSERT INTO drawers_fts (drawers_fts, rowid, content) VALUES ('delete', ?, ?)",
+                         (rowid, content))
+        seen.append(views._stale_separators(ctx.conn, {secret.encode()}))
+        raise ValidationError("roll this job back")
+
+    store.write_batch([secure_delete_alone])
+    assert seen == [True]  # secure-delete alone leaves the key
+    done = []
+    real = views.purge_index_traces
+    monkeypatch.setattr(views, "purge_index_traces", lambda conn, texts: done.append(real(conn, texts)) or done[-1])
+    for s in exposed:
+        assert store.write_batch([lambda ctx, s=s: ctx.redact(events[s], "evt_r")]).outcomes[0][0]
+    assert "optimize" in done and "rebuild" not in done  # even an index of one segment is merged anew
+    assert not views._stale_separators(conn, {s.encode() for s in exposed})
+    data = database_bytes(store)
+    assert [s for s in exposed if traces(data, s)] == []
+    assert [h["drawer_id"] for h in search(store, secrets[-1])] or secrets[-1] in exposed  # the rest still found
+
+
+def test_redacting_a_fact_and_the_events_related_to_it_removes_it_entirely(store):
+    """Guards finding 4 for facts: memory.kg.add metadata kept the fact (signed, so redaction could
+    not remove it); now the fact is in the body only, and related_memory_events finds the other
+    events that carry the same words (duplicates, invalidations) for the redact operation."""
+    secret = "Vault-Passphrase-Xq7Zt"
+    first = write(store, FactAdd("deploy", "uses passphrase", secret, "a", valid_from="2026-01-01").event())
+    again = write(store, FactAdd("Deploy", "USES passphrase", secret.lower(), "b").event())  # same fact, other case
+    ended = write(store, FactInvalidate("deploy", "uses passphrase", secret, "2026-06-01", "a").event())
+    other = write(store, FactAdd("deploy", "uses", "sqlite", "a").event())
+    diary = write(store, DiaryEntry(agent="a", entry="a diary line", wing="wing_a").event("a"))
+    for event in (first, again, ended):
+        assert event["metadata"] == {"format": FACT_FORMAT} and secret.lower() in event["body"].lower()
+    assert store.memory_read(views.facts_about, "deploy", "2026-03-01")["count"] == 3
+
+    def related(event_id):
+        return store.memory_read(views.related_memory_events, event_id)
+
+    assert related(first["id"]) == [again["id"], ended["id"]] and related(ended["id"]) == [first["id"], again["id"]]
+    assert related(other["id"]) == [] and related(diary["id"]) == [] and related("evt_unknown") == []
+    for event in (first, again, ended):
+        assert store.write_batch([lambda ctx, e=event: ctx.redact(e["id"], "evt_r")]).outcomes[0][0]
+    facts = store.memory_read(views.facts_about, "deploy", "2026-03-01")
+    assert [f["object"] for f in facts["facts"]] == ["sqlite"]
+    assert not traces(database_bytes(store), secret) and not traces(database_bytes(store), secret.lower())
+    assert related(other["id"]) == []
+    assert store.write_batch([lambda ctx: store.rebuild_memory(ctx)]).outcomes[0][1]["facts"] == 1
+
+
+def test_redacting_one_copy_derives_again_what_the_others_still_carry(store, tmp_path):
+    """A drawer filed on two replicas at once, or a fact ended by an invalidation that is then
+    redacted: the views after a redaction are what a rebuild from the log makes."""
+    other = Store(tmp_path / "o.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    try:
+        drawer = Drawer("wing_p", "r", "filed on both replicas at once", "a")
+        mine = write(store, drawer.event())
+        theirs = write(other, drawer.event())
+        key = other.public_key
+        events = other.signed_events_of_origin(other.origin_id, 0, 10)
+        assert store.write_batch([lambda ctx: ctx.apply_remote(events, lambda o, s: key)]).outcomes[0][0]
+    finally:
+        other.close()
+    assert store.memory_read(views.related_memory_events, mine["id"]) == [theirs["id"]]
+    assert store.write_batch([lambda ctx: ctx.redact(mine["id"], "evt_r")]).outcomes[0][0]
+    assert store.drawer(drawer.id)["content"] == drawer.content  # still in the log, in their event
+    assert [h["drawer_id"] for h in search(store, "replicas")] == [drawer.id]
+
+    added = write(store, FactAdd("palace", "uses", "sqlite", "a", valid_from="2026-01-01").event())
+    ended = write(store, FactInvalidate("palace", "uses", "sqlite", "2026-06-01", "a").event())
+    assert store.memory_read(views.facts_about, "palace", "2026-07-01")["historical_facts"]
+    assert store.write_batch([lambda ctx: ctx.redact(ended["id"], "evt_r")]).outcomes[0][0]
+    now = store.memory_read(views.facts_about, "palace", "2026-07-01")
+    assert [f["object"] for f in now["active_facts"]] == ["sqlite"] and now["facts"][0]["valid_to"] is None
+    assert store.memory_read(views.related_memory_events, added["id"]) == []
+    rebuilt = store.write_batch([lambda ctx: store.rebuild_memory(ctx)]).outcomes[0][1]
+    assert rebuilt == {"events": 4, "drawers": 1, "facts": 1}
+    assert store.memory_read(views.facts_about, "palace", "2026-07-01") == now
+
+
+LEGACY_FACT = {"triple_id": "kg_0", "subject": "palace", "predicate": "stores", "object": "legacy facts"}
+
+
+def test_facts_written_before_schema_5_are_still_read_and_a_redacted_one_stays_out(store):
+    """Format 1 (the fact in the metadata) is read; once redacted, a rebuild must not bring it back
+    from its metadata (it did: materialise read the metadata whatever the body)."""
+    legacy = write(store, {"type": "memory.kg.add", "stream": "memory", "room": "knowledge", "from_agent": "a",
+                           "body": "palace → stores → legacy facts", "metadata": LEGACY_FACT})
+    write(store, {"type": "memory.kg.invalidate", "stream": "memory", "room": "knowledge", "from_agent": "a",
+                  "body": "ended 2026-02-01: palace → stores → legacy facts",
+                  "metadata": {"subject": "palace", "predicate": "stores", "object": "legacy facts",
+                               "ended": "2026-02-01"}})
+    facts = store.memory_read(views.facts_about, "palace", "2026-03-01")
+    assert [(f["object"], f["state"], f["valid_to"]) for f in facts["facts"]] == [("legacy facts", "historical",
+                                                                                   "2026-02-01")]
+    assert store.write_batch([lambda ctx: ctx.redact(legacy["id"], "evt_r")]).outcomes[0][0]
+    assert store.memory_read(views.facts_about, "palace", "2026-03-01")["count"] == 0
+    store.write_batch([lambda ctx: store.rebuild_memory(ctx)])
+    assert store.memory_read(views.facts_about, "palace", "2026-03-01")["count"] == 0
+
+
+MALFORMED = [
+    ("memory.drawer", "text", {"room": "r"}),                                  # no wing
+    ("memory.drawer", "text", {"wing": 7, "room": "r"}),                       # ill-typed
+    ("memory.drawer", "   ", {"wing": "w", "room": "r"}),                      # blank content
+    ("memory.diary", "entry", {"agent": "a", "wing": "w", "room": "notes", "topic": "t"}),
+    ("memory.kg.add", "not json", {"format": FACT_FORMAT}),
+    ("memory.kg.add", '["a","b","c"]', {"format": FACT_FORMAT}),
+    ("memory.kg.add", '{"object":"c","predicate":"b"}', {"format": FACT_FORMAT}),
+    ("memory.kg.add", '{"object":"c","predicate":"b","subject":"\\ud800"}', {"format": FACT_FORMAT}),
+    ("memory.kg.add", "x", {"subject": ["a"], "predicate": "b", "object": "c"}),
+    ("memory.kg.add", "x", {"format": "fact/9"}),
+    ("memory.kg.invalidate", '{"object":"c","predicate":"b","subject":"a"}', {"format": FACT_FORMAT}),
+    ("memory.kg.invalidate", "x", {"subject": "a", "predicate": "b", "object": "c", "ended": "someday"}),
+]
+
+
+def test_malformed_memory_events_are_left_out_of_the_views_and_logged_once(store, caplog):
+    """Guards finding 4/9: materialise raised (KeyError, TypeError, a lone surrogate at the insert)
+    on a memory event a peer made up, failing the whole transaction that stored it."""
+    caplog.set_level(logging.WARNING, logger="palaced.store.memory")
+    good = file_drawer(store, "a sound drawer among bad ones")
+    ids = [write(store, {"type": t, "stream": "memory", "room": "r", "from_agent": "peer", "body": body,
+                         "metadata": meta})["id"] for t, body, meta in MALFORMED]
+    rebuilt = store.write_batch([lambda ctx: store.rebuild_memory(ctx)]).outcomes[0][1]
+    assert rebuilt == {"events": len(MALFORMED) + 1, "drawers": 1, "facts": 0}
+    assert store.drawer(good.id) is not None
+    logged = [r.getMessage() for r in caplog.records if "left out of the memory views" in r.getMessage()]
+    assert sorted(m.split()[2] for m in logged) == sorted(ids)  # once each, though materialised twice
+
+
+def test_fork_evidence_keeps_no_body(store):
+    """Guards finding 4: the forks table kept the full body of every rejected event."""
+    secret = "fork-secret-Zq81x"
+    forged = seal_event(store._key, origin=store.origin_id, origin_seq=1, prev_hash=b"\0" * 32,
+                        created_at="2026-01-01T00:00:00.000000Z", type="note", stream="s", room="r",
+                        from_agent="a", body=f"the body says {secret}", metadata_json="{}")
+    write(store, {"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": "the real first event"})
+    report = store.write_batch([lambda ctx: ctx.apply_remote([forged], lambda o, s: None, "peer")]).outcomes[0][1]
+    assert report.forks == [forged]
+    (blob,) = store._conn.execute("SELECT rejected FROM forks").fetchone()
+    evidence = msgpack.unpackb(bytes(blob), raw=False)
+    assert evidence["body"] is None and evidence["body_sha256"] == forged.body_sha256
+    assert not traces(database_bytes(store), secret)
+
+
+def legacy_schema_4(path: Path) -> apsw.Connection:
+    """A database as the release before schema 5 left it (scripts 0001-0004, no daemon data)."""
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA journal_mode=WAL").fetchall()
+    conn.execute("CREATE TABLE _migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                 "applied_at TEXT NOT NULL) STRICT")
+    folder = resources.files("palaced.store") / "schema"
+    for name in sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))[:4]:
+        conn.execute((folder / name).read_text(encoding="utf-8"))
+        conn.execute("INSERT INTO _migrations VALUES (?, ?, '2026-01-01T00:00:00Z')", (int(name[:4]), name))
+    return conn
+
+
+def test_upgrading_to_schema_5_removes_traces_left_by_earlier_releases(tmp_path):
+    """Guards the upgrade: redactions before this release left words in old FTS5 segments, and fork
+    evidence with bodies; opening the home with this release removes both."""
+    path = tmp_path / "legacy.sqlite3"
+    conn = legacy_schema_4(path)
+    secret = "Zorblaxquint7"
+    rng = random.Random(1)
+    with conn:
+        for i, text in enumerate([*filler(rng, 50), f"old drawer with {secret} inside"], start=1):
+            conn.execute("INSERT INTO drawers VALUES (?, ?, 'drawer', 'w', 'r', NULL, NULL, ?, NULL, 'a', "
+                         "'2026-01-01T00:00:00.000000Z')", (f"drw_{i}", f"evt_{i}", text))
+            conn.execute("INSERT INTO drawers_fts (rowid, content) VALUES (?, ?)", (i, text))
+    with conn:  # redacted the old way: a tombstone, the terms stay in the older segment
+        conn.execute("DELETE FROM drawers_fts WHERE rowid=51")
+        conn.execute("DELETE FROM drawers WHERE rowid=51")
+    forged = seal_event(Ed25519PrivateKey.generate(), origin="ori_" + "a" * 26, origin_seq=1, prev_hash=b"\0" * 32,
+                        created_at="2026-01-01T00:00:00.000000Z", type="note", stream="s", room="r",
+                        from_agent="a", body=f"fork body {secret}", metadata_json="{}")
+    with conn:
+        conn.execute("INSERT INTO forks VALUES (?, 1, NULL, ?, ?, '2026-01-01T00:00:00Z', 'peer')",
+                     (forged.origin, forged.event_hash, msgpack.packb(event_to_wire(forged), use_bin_type=True)))
+        conn.execute("INSERT INTO forks VALUES ('ori_bbbbbbbbbbbbbbbbbbbbbbbbbb', 1, NULL, ?, ?, "
+                     "'2026-01-01T00:00:00Z', 'peer')", (b"\1" * 32, f"garbage {secret}".encode()))
+    conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+    conn.close()
+    assert traces(path.read_bytes(), secret)  # the traces this upgrade must remove
+    store = Store(path, Ed25519PrivateKey.generate(), LIMITS)
+    try:
+        assert not traces(database_bytes(store), secret)
+        evidence = [msgpack.unpackb(bytes(b), raw=False) for (b,) in store._conn.execute("SELECT rejected FROM forks")]
+        assert sorted(e.get("body", "absent") or "none" for e in evidence) == ["absent", "none"]
+        assert [f["rejected_hash"] for f in store.forks() if f["origin"] == forged.origin] == [forged.event_hash.hex()]
+        assert store.counts()["drawers"] == 0  # the views are the log's (which holds no drawer here)
+    finally:
+        store.close()

@@ -29,7 +29,7 @@ class Replica:
         self.astore = AsyncStore(self.store, self.bus.publish)
 
     def hello(self):
-        return Hello(PEER_PROTOCOL_VERSION, "pal_test", self.name, self.name, "member")
+        return Hello(PEER_PROTOCOL_VERSION, "pal_test", self.name, self.name, "member", origin=self.store.origin_id)
 
     async def append(self, body):
         req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": self.name,

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 from cryptography.hazmat.primitives import serialization
 
+from palace_proto.bindings import OriginBinding
 from palace_proto.ids import fingerprint
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello
 from palace_proto.pki import issue_certificate, new_palace
@@ -27,7 +28,8 @@ class Member(Replica):
         super().__init__(path, name)
         self.cert = issue_certificate(ca_key, ca_pem, self.store.public_key, role=role, name=name, now=NOW)
         self.directory = MemberDirectory(ca_pem, lambda: datetime.datetime.now(datetime.UTC))
-        self.directory.bind(self.store.origin_id, self.cert)
+        (self.nonce,) = [nonce for origin, nonce in self.store.own_origins() if origin == self.store.origin_id]
+        self.directory.bind(OriginBinding(self.store.origin_id, self.cert, self.nonce))
         self.role = role
         (path.parent / f"{name}.crt").write_bytes(self.cert)
         (path.parent / f"{name}.key").write_bytes(self.store._key.private_bytes(
@@ -37,7 +39,7 @@ class Member(Replica):
 
     def hello(self):
         return Hello(PEER_PROTOCOL_VERSION, "pal_test", fingerprint(self.store.public_key), self.name, self.role,
-                     origin=self.store.origin_id, certificate=self.cert)
+                     origin=self.store.origin_id, certificate=self.cert, origin_proof=self.nonce)
 
     def tls(self, server_side):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import apsw
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.envelope import verify_chain_link, verify_event
+from palace_proto.envelope import GENESIS_HASH, seal_event, verify_chain_link, verify_event
+from palace_proto.ids import origin_id_for_key, origin_id_from_random
 from palace_proto.errors import NotFound, ValidationError
 from palace_proto.validation import AppendRequest, Limits, ListQuery
 from palaced.store import Store, StoreError
@@ -40,11 +42,49 @@ def append(store, **fields):
 def test_new_database_mints_an_origin_and_reopening_keeps_it(tmp_path, key):
     s = Store(tmp_path / "p.sqlite3", key, LIMITS)
     origin = s.origin_id
-    assert s.minted_origin and origin.startswith("ori_")
+    assert s.minted_origin and origin.startswith("ori2_")  # key-derived (palace_proto.bindings)
+    (nonce,) = [n for o, n in s.own_origins() if o == origin]
+    assert origin_id_for_key(s.public_key, nonce) == origin
     s.close()
     again = Store(tmp_path / "p.sqlite3", key, LIMITS)
     assert again.origin_id == origin and not again.minted_origin
     again.close()
+
+
+def test_a_legacy_origin_is_retired_on_upgrade_and_keeps_its_history(tmp_path, key):
+    """A home made before protocol 2 writes a random (legacy) origin that another member could
+    claim at a replica that never saw it: the first start of this release retires it and writes
+    under a key-derived origin from then on; the legacy events stay, signed, as they were."""
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    derived = s.origin_id
+    s.close()
+    legacy = origin_id_from_random(b"\x05" * 16)
+    old = seal_event(key, origin=legacy, origin_seq=1, prev_hash=GENESIS_HASH, created_at="2026-01-02T03:04:05.000006Z",
+                     type="note", stream="s", room="r", from_agent="a", body="written under the legacy origin")
+    conn = apsw.Connection(str(tmp_path / "p.sqlite3"))
+    with conn:  # what an older release left: a random origin of this key with an event, and no nonce
+        conn.execute("UPDATE origins SET origin=?, max_seq=1, head_hash=? WHERE origin=?", (legacy, old.event_hash,
+                                                                                           derived))
+        conn.execute("UPDATE meta SET value=? WHERE key='origin'", (legacy,))
+        conn.execute("DELETE FROM meta WHERE key LIKE 'origin_nonce/%'")
+        conn.execute("INSERT INTO events (id, origin, origin_seq, prev_hash, event_hash, signature, type, stream, room, "
+                     "from_agent, body, body_sha256, metadata, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     (old.id, legacy, 1, old.prev_hash, old.event_hash, old.signature, "note", "s", "r", "a", old.body,
+                      old.body_sha256, "{}", old.created_at))
+    conn.close()
+    upgraded = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    try:
+        assert upgraded.minted_origin and upgraded.origin_id.startswith("ori2_") and upgraded.origin_id != legacy
+        after = append(upgraded, body="written after the upgrade")
+        assert after["origin"] == upgraded.origin_id and after["origin_seq"] == 1
+        assert upgraded.version_vector() == {legacy: 1, upgraded.origin_id: 1}
+        assert upgraded.get_event(old.id)["body"] == "written under the legacy origin"
+        verify_event(upgraded.signed_events_of_origin(legacy, 0, 10)[0], upgraded.public_key)
+        nonces = dict(upgraded.own_origins())
+        assert nonces[legacy] is None and origin_id_for_key(upgraded.public_key, nonces[upgraded.origin_id]) == after[
+            "origin"]
+    finally:
+        upgraded.close()
 
 
 def test_recreated_database_never_reuses_an_origin(tmp_path, key):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import seal_event, verify_chain_link, verify_event
+from palace_proto.sync import verify_batch
 from palace_proto.validation import AppendRequest, Limits
 from palaced.store import Store
 
@@ -207,3 +209,102 @@ def test_import_refuses_own_origin_replicated_origins_wrong_keys_and_altered_eve
     apply(b, a.signed_events_of_origin(a.origin_id, 0, 1), keys_of(a))  # a is now replicated on b
     result = _import(b, a.signed_events_of_origin(a.origin_id, 1, 10), {a.origin_id: a.public_key})
     assert "is replicated in this palace" in result["refused"][0]["reason"]
+
+
+def apply_verified(store, events, key_for, **kwargs):
+    """As replication applies a batch: signatures checked first (verify_batch), by position."""
+    verified = verify_batch(events, key_for)
+    result = store.write_batch([lambda ctx: ctx.apply_remote(events, key_for, source="test", verified_keys=verified,
+                                                             **kwargs)])
+    ok, report = result.outcomes[0]
+    assert ok, report
+    return report
+
+
+def test_a_forged_event_cannot_borrow_a_genuine_events_verification(pair):
+    """Regression (issue 11, finding 1): a member sent, in one batch, a genuine event E of origin X
+    and a forged E' of origin X claiming E's event_hash and signature (its own content, the next
+    origin_seq, X's head as prev_hash). Verification was looked up by the claimed hash, so E' was
+    stored, published and relayed, and X's real next event then looked like a fork."""
+    a, b = pair
+    append(a, body="a1")
+    append(a, body="a2")
+    first, second = a.signed_events_of_origin(a.origin_id, 0, 10)
+    forged = dataclasses.replace(second, origin_seq=3, prev_hash=second.event_hash, body="forged by mallory",
+                                 body_sha256=hashlib.sha256(b"forged by mallory").digest(), from_agent="mallory",
+                                 created_at="2031-01-01T00:00:00.000000Z")  # another id, so it is not a duplicate
+    report = apply_verified(b, [first, second, forged], keys_of(a))
+    assert [e["body"] for e in report.applied] == ["a1", "a2"] and report.rejected == [forged]
+    assert b.version_vector()[a.origin_id] == 2
+    # The genuine third event then applies as the next one, not as a fork.
+    append(a, body="a3")
+    third = a.signed_events_of_origin(a.origin_id, 2, 10)
+    report = apply_verified(b, third, keys_of(a))
+    assert [e["body"] for e in report.applied] == ["a3"] and not report.forks and b.forks() == []
+    # Verification handed in for the wrong objects is never trusted: hashes are recomputed here.
+    report = apply_verified(b, [forged], keys_of(a))
+    assert report.rejected == [forged] or report.duplicates == [forged]
+    swapped = b.write_batch([lambda ctx: ctx.apply_remote([forged], keys_of(a), verified_keys=[a.public_key])])
+    ok, swapped_report = swapped.outcomes[0]
+    assert ok and swapped_report.rejected == [forged] and not swapped_report.applied
+
+
+def test_an_authentic_event_that_breaks_a_rule_is_refused_alone_and_not_asked_for_again(pair):
+    """Regression (issue 11, finding 9): events from peers skipped the rules local appends obey."""
+    a, b = pair
+    append(a, body="fine")
+    (good,) = a.signed_events_of_origin(a.origin_id, 0, 10)
+    bad = seal_event(a._key, origin=a.origin_id, origin_seq=2, prev_hash=good.event_hash, created_at="last tuesday",
+                     type="NOT A TYPE", stream="s", room="r", from_agent="a", body="x")
+    report = apply_verified(b, [good, bad], keys_of(a))
+    assert [e["body"] for e in report.applied] == ["fine"]
+    assert [(e, "type" in reason) for e, reason in report.refused] == [(bad, True)]
+    assert b.refused_next[a.origin_id][0] == 2
+    assert b.counts()["events"] == 1
+
+
+def test_a_redaction_is_honoured_only_from_the_targets_origin(pair, tmp_path):
+    """Regression (issue 11, finding 5): an event.redact from any member purged any event."""
+    a, b = pair
+    c = Store(tmp_path / "c.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    try:
+        secret = append(a, body="a's words")
+        append(c, type="event.redact", metadata={"redacts": secret["id"]}, body="c tries")
+        report = apply_verified(b, a.signed_events_of_origin(a.origin_id, 0, 10), keys_of(a, c))
+        assert len(report.applied) == 1
+        report = apply_verified(b, c.signed_events_of_origin(c.origin_id, 0, 10), keys_of(a, c))
+        assert len(report.applied) == 1 and [t for _, t in report.redactions_refused] == [secret["id"]]
+        assert b.get_event(secret["id"])["body"] == "a's words"
+        # Before its target arrives, a foreign redaction is only a claim, judged on arrival.
+        late = append(a, body="more of a's words")
+        append(c, type="event.redact", metadata={"redacts": late["id"]}, body="c again")
+        apply_verified(b, c.signed_events_of_origin(c.origin_id, 1, 10), keys_of(a, c))
+        apply_verified(b, a.signed_events_of_origin(a.origin_id, 1, 10), keys_of(a, c))
+        assert b.get_event(late["id"])["body"] == "more of a's words"
+        # The author's own redaction is honoured, whichever arrives first.
+        own = append(a, body="a's secret")
+        append(a, type="event.redact", metadata={"redacts": own["id"]}, body="a redacts")
+        redaction, target = a.signed_events_of_origin(a.origin_id, 3, 10)[0], a.signed_events_of_origin(
+            a.origin_id, 2, 1)[0]
+        apply_verified(b, [target, redaction], keys_of(a, c))
+        assert b.get_event(own["id"])["body_redacted"] is True
+    finally:
+        c.close()
+
+
+def test_history_joins_the_chain_only_when_the_stored_event_links(pair):
+    """An arriving event only *claims* the hash of what we hold as history: the head moves over
+    the stored event only if that event itself is the next link of the chain."""
+    a, b = pair
+    append(a, body="a0")
+    append(a, body="a1")
+    first, second = a.signed_events_of_origin(a.origin_id, 0, 10)
+    # History for a's origin, signed by a's key, that does not follow a's first event (a fork
+    # someone exported): held as history, never the next link of the replicated chain.
+    stray = seal_event(a._key, origin=a.origin_id, origin_seq=2, prev_hash=b"\x07" * 32,
+                       created_at=second.created_at, type="note", stream="s", room="r", from_agent="a", body="stray")
+    assert _import(b, [stray], {a.origin_id: a.public_key})["imported"] == 1
+    apply_verified(b, [first], keys_of(a))
+    claims = dataclasses.replace(second, event_hash=stray.event_hash)  # claims the history's hash
+    report = apply_verified(b, [claims], keys_of(a))
+    assert report.duplicates == [claims] and b.version_vector()[a.origin_id] == 1  # the head did not move

@@ -83,7 +83,7 @@ def test_append_returns_full_envelope_in_order(ctl):
     event = result.json()
     assert list(event) == ENVELOPE_KEYS
     assert re.fullmatch(r"evt_\d{8}T\d{6}_[0-9a-f]{20}", event["id"])
-    assert event["origin"].startswith("ori_")
+    assert event["origin"].startswith("ori2_")
     assert (event["type"], event["stream"], event["room"], event["from_agent"]) == (
         "note", "project/test", "general", "tester")
     assert (event["topic"], event["to_agent"], event["correlation_id"]) == ("t1", "bob", "c-1")
@@ -716,7 +716,7 @@ def test_redact_bytes_gone_when_redact_returns(daemon):
 
 
 def test_redact_twice_and_unknown(ctl):
-    target = append_event(ctl, body="oops")
+    target = append_event(ctl, from_agent="alice", body="oops")
     assert ctl("redact", target["id"], "--from-agent", "alice").returncode == 0
     again = ctl("redact", target["id"], "--from-agent", "alice")
     assert again.returncode == 1, again
@@ -726,7 +726,7 @@ def test_redact_twice_and_unknown(ctl):
 
 
 def test_redact_human_output(ctl):
-    target = append_event(ctl, body="oops")
+    target = append_event(ctl, from_agent="alice", body="oops")
     result = ctl("redact", target["id"], "--from-agent", "alice")
     assert result.returncode == 0, result
     assert result.stdout.startswith(f"Redacted {target['id']}:\n")
@@ -802,7 +802,7 @@ def test_status_json(ctl, daemon):
     for key in ("version", "home", "origin", "fingerprint", "events", "artifacts", "latest_event_id", "uptime_s"):
         assert key in status, key
     assert status["home"] == str(daemon.home)
-    assert status["origin"].startswith("ori_") and status["origin"] == event["origin"]
+    assert status["origin"].startswith("ori2_") and status["origin"] == event["origin"]
     assert isinstance(status["fingerprint"], str) and status["fingerprint"]
     assert status["events"] == 1 and status["artifacts"] == 0
     assert status["latest_event_id"] == event["id"]

@@ -472,7 +472,6 @@ def test_identity_key_readable_by_others_is_refused_with_a_chmod_hint(daemon_fac
     "content",
     [
         pytest.param(b"not a key at all\n", id="garbage"),
-        pytest.param(b"", id="empty"),
         pytest.param(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", id="bad-pem"),
         pytest.param(ec.generate_private_key(ec.SECP256R1()).private_bytes(
             Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()), id="not-ed25519"),

@@ -5,9 +5,13 @@ replicates itself."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import stat
 import time
+
+import pytest
 
 from tests.fleet import append, ctl_json, digest, wait_converged
 from tests.helpers import run_ctl, run_ctl_on_terminal
@@ -16,7 +20,7 @@ from tests.helpers import run_ctl, run_ctl_on_terminal
 def _fill(home) -> dict:
     events = [append(home, f"history {i}", stream="project/history") for i in range(5)]
     secret = append(home, "token tok_export_secret", stream="project/history")
-    ctl_json(home, "redact", secret["id"], "--from-agent", "tester")
+    ctl_json(home, "redact", secret["id"], "--from-agent", home.name)  # its author
     patch = run_ctl(home, "patch", "submit", "--from-agent", "a", "--to-agent", "b", "--correlation-id", "task_x",
                     "--stream", "project/history", "--json", input=b"--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n")
     assert patch.returncode == 0, patch
@@ -78,22 +82,146 @@ def test_import_verifies_and_stores_history_that_lists_and_searches_but_never_re
     assert all(p["rejected_events"] == 0 for p in ctl_json(beta.home, "peers")["peers"])
 
 
-def test_import_refuses_altered_events_and_what_this_palace_replicates(fleet, tmp_path):
+def _damaged(clean, tmp_path, name: str = "altered.ndjson"):
+    """``clean`` with the body of "history 2" altered and a line of garbage after "history 3";
+    returns (path, line numbers of the two failures, id of the altered event)."""
+    lines = clean.read_text().splitlines()
+    altered_at = next(i for i, line in enumerate(lines) if '"history 2"' in line)
+    altered_id = json.loads(lines[altered_at])["event"]["id"]
+    lines[altered_at] = lines[altered_at].replace('"history 2"', '"history two"')
+    garbage_at = next(i for i, line in enumerate(lines) if '"history 3"' in line) + 1
+    lines.insert(garbage_at, '{"event": {"id": "evt_truncated", "orig')
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path, (altered_at + 1, garbage_at + 1), altered_id
+
+
+def _source_events_on(home, source_origin: str) -> int:
+    return sum(e["origin"] == source_origin for e in ctl_json(home, "list", "--limit", "500")["events"])
+
+
+def test_a_file_with_altered_events_imports_nothing_and_names_each_failure(fleet, tmp_path):
+    """Finding 10 (issue 11): one altered event used to leave the rest imported and exit 0. Now
+    the whole file is verified first: any failure imports nothing, exits 1 and names each one."""
+    source = fleet.start("source")
+    _fill(source.home)
+    source_origin = ctl_json(source.home, "status")["origin"]
+    clean = tmp_path / "clean.ndjson"
+    ctl_json(source.home, "export", "--output", str(clean))
+    altered, (altered_line, garbage_line), altered_id = _damaged(clean, tmp_path)
+    alpha = fleet.found("alpha")
+    result = run_ctl(alpha.home, "import", str(altered))
+    assert result.returncode == 1, result
+    first, *named = result.stderr.strip().splitlines()
+    assert "2 line(s) fail verification; nothing was imported" in first and "--partial" in first
+    assert named == [f"  line {altered_line} ({altered_id}): does not verify: body does not match its sha256",
+                     f"  line {garbage_line}: not JSON"], result.stderr
+    assert result.stdout == ""
+    as_json = run_ctl(alpha.home, "import", str(altered), "--json")
+    assert as_json.returncode == 1
+    error = json.loads(as_json.stdout)["error"]
+    assert error["code"] == "integrity" and error["failure_count"] == 2
+    assert [(f["line"], f["kind"], f["id"]) for f in error["failures"]] == [
+        (altered_line, "event", altered_id), (garbage_line, "line", None)]
+    assert _source_events_on(alpha.home, source_origin) == 0  # nothing imported, not even the sound events
+
+    # --partial keeps what verifies, lists the failures, exits 0 (the file's failures are in `failed`).
+    partial = run_ctl(alpha.home, "import", str(altered), "--partial", "--json")
+    assert partial.returncode == 0, partial
+    report = partial.json()
+    total = ctl_json(source.home, "status")["events"]
+    assert report["imported"] == total - 1 == _source_events_on(alpha.home, source_origin)
+    assert report["failed_count"] == 2 and [f["line"] for f in report["failed"]] == [altered_line, garbage_line]
+    assert report["refused"] == []
+    human = run_ctl(alpha.home, "import", str(altered), "--partial")
+    assert human.returncode == 0 and "Imported 0 event(s) as history" in human.stdout
+    assert "Skipped 2 line(s)" in human.stderr and f"line {altered_line} ({altered_id})" in human.stderr
+
+
+def test_an_artifact_whose_bytes_were_altered_fails_the_import(fleet, tmp_path):
+    """Artifacts in the file are verified like events: bytes that do not match their sha256 are a
+    failure (nothing imported), and --partial leaves that artifact out."""
+    source = fleet.start("source")
+    filled = _fill(source.home)
+    clean = tmp_path / "clean.ndjson"
+    ctl_json(source.home, "export", "--output", str(clean), "--with-artifacts")
+    lines = clean.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('{"artifact"'))
+    record = json.loads(lines[at])
+    content = base64.b64decode(record["artifact"]["content_base64"])
+    record["artifact"]["content_base64"] = base64.b64encode(content.replace(b"+y", b"+z")).decode()
+    lines[at] = json.dumps(record)
+    altered = tmp_path / "altered.ndjson"
+    altered.write_text("\n".join(lines) + "\n")
+    alpha = fleet.found("alpha")
+    result = run_ctl(alpha.home, "import", str(altered))
+    assert result.returncode == 1, result
+    assert f"line {at + 1} ({filled['patch']['artifact']['id']}): artifact content does not match its sha256" \
+        in result.stderr
+    partial = run_ctl(alpha.home, "import", str(altered), "--partial", "--json")
+    assert partial.returncode == 0 and partial.json()["artifacts"] == 0
+    assert partial.json()["imported"] == ctl_json(source.home, "status")["events"]
+    assert run_ctl(alpha.home, "artifact", "get", filled["patch"]["artifact"]["id"]).returncode == 1
+
+
+def test_import_from_stdin_verifies_all_of_it_before_sending_anything(fleet, tmp_path):
+    """``import -``: the input is buffered (memory, then a private temporary file) so it can be
+    verified whole before the first event is sent."""
+    source = fleet.start("source")
+    _fill(source.home)
+    source_origin = ctl_json(source.home, "status")["origin"]
+    clean = tmp_path / "clean.ndjson"
+    ctl_json(source.home, "export", "--output", str(clean))
+    altered, _lines_, _id = _damaged(clean, tmp_path)
+    alpha = fleet.found("alpha")
+    refused = run_ctl(alpha.home, "import", "-", input=altered.read_bytes())
+    assert refused.returncode == 1 and "standard input: 2 line(s) fail verification" in refused.stderr
+    assert _source_events_on(alpha.home, source_origin) == 0
+    piped = run_ctl(alpha.home, "import", "-", "--json", input=clean.read_bytes())
+    assert piped.returncode == 0 and piped.json()["imported"] == ctl_json(source.home, "status")["events"]
+    assert piped.json()["failed"] == []
+
+
+def test_the_daemon_refuses_a_whole_import_request_holding_one_forged_event(fleet, tmp_path):
+    """The daemon holds the rule for any client, not only palacectl: an ``import_events``
+    request with an event that fails verification stores nothing unless it says ``partial``."""
+    from palace_proto.errors import ApiError
+    from palace_proto.export import parse_line
+    from palacectl.client import Client
+
+    source = fleet.start("source")
+    _fill(source.home)
+    source_origin = ctl_json(source.home, "status")["origin"]
+    clean = tmp_path / "clean.ndjson"
+    ctl_json(source.home, "export", "--output", str(clean))
+    parsed = [parse_line(line) for line in clean.read_text().splitlines()]
+    origins = {payload[0]: payload[1].hex() for kind, payload in parsed if kind == "origin"}
+    events = [payload for kind, payload in parsed if kind == "event"]
+    forged_at = next(i for i, e in enumerate(events) if e["body"] == "history 1")
+    events[forged_at] = {**events[forged_at], "body": "history one"}
+    alpha = fleet.found("alpha")
+    with Client(alpha.home) as client:
+        with pytest.raises(ApiError) as refused:
+            client.call("import_events", events=events, origins=origins, artifacts=[])
+        assert refused.value.code == "invalid_argument"
+        assert [(f["index"], f["id"]) for f in refused.value.detail["failures"]] == [
+            (forged_at, events[forged_at]["id"])]
+        assert _source_events_on(alpha.home, source_origin) == 0
+        kept = client.call("import_events", events=events, origins=origins, artifacts=[], partial=True)
+    assert kept["imported"] == len(events) - 1 == _source_events_on(alpha.home, source_origin)
+    assert [f["index"] for f in kept["failed"]] == [forged_at] and kept["refused"] == []
+
+
+def test_policy_refusals_are_listed_but_do_not_fail_the_import(fleet, tmp_path):
+    """A member's events reach this palace by replication only, never from a file: what beta
+    lacks of alpha's chain is refused (listed, exit 0: the file is sound, this palace declines
+    those events), while the history alpha imported travels on as history."""
     source = fleet.start("source")
     _fill(source.home)
     clean = tmp_path / "clean.ndjson"
     ctl_json(source.home, "export", "--output", str(clean))
-    lines = clean.read_text().splitlines()
-    altered_at = next(i for i, line in enumerate(lines) if '"history 2"' in line)
-    lines[altered_at] = lines[altered_at].replace('"history 2"', '"history two"')
-    altered = tmp_path / "altered.ndjson"
-    altered.write_text("\n".join(lines) + "\n")
     alpha = fleet.found("alpha")
-    result = ctl_json(alpha.home, "import", str(altered))
-    assert len(result["refused"]) == 1 and "does not verify" in result["refused"][0]["reason"]
-    assert result["imported"] == ctl_json(source.home, "status")["events"] - 1
-    # A member's events reach this palace by replication only, never from a file: what beta
-    # lacks of alpha's chain is refused; the history alpha imported travels on as history.
+    result = ctl_json(alpha.home, "import", str(clean))
     beta = fleet.join("beta")
     wait_converged(alpha, beta)
     assert beta.stop() == 0
@@ -102,10 +230,40 @@ def test_import_refuses_altered_events_and_what_this_palace_replicates(fleet, tm
     ctl_json(alpha.home, "export", "--output", str(own))
     assert alpha.stop() == 0
     beta.start()
-    back = ctl_json(beta.home, "import", str(own))
+    back = ctl_json(beta.home, "import", str(own))  # exit 0
     reasons = {r["id"]: r["reason"] for r in back["refused"]}
-    assert "is replicated in this palace" in reasons[unseen["id"]]
+    assert "is replicated in this palace" in reasons[unseen["id"]] and back["failed"] == []
     assert back["imported"] == result["imported"]  # alpha's imported history was never replicated to beta
+    human = run_ctl(beta.home, "import", str(own))
+    assert human.returncode == 0 and f"refused {unseen['id']}" in human.stdout
+
+
+def test_export_writes_its_temporary_file_private_from_the_start(daemon, tmp_path, monkeypatch, capsys):
+    """Finding 11 (issue 11): the partial export was created with the default mode (0644 under the
+    usual umask) and chmod-ed only once complete; it must be 0600 from its creation."""
+    import palace_proto.export
+    from palacectl.cli import main
+
+    for i in range(3):
+        append(daemon.home, f"private {i}")
+    target = tmp_path / "log.ndjson"
+    seen: list[int] = []
+    real_event_line = palace_proto.export.event_line
+
+    def spy(event):  # runs while the export is being written: the temporary file exists
+        seen.extend(stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir() if p.name != target.name)
+        return real_event_line(event)
+
+    monkeypatch.setattr(palace_proto.export, "event_line", spy)
+    old_umask = os.umask(0o022)
+    try:
+        assert main(["--home", str(daemon.home), "export", "--output", str(target)]) == 0
+    finally:
+        os.umask(old_umask)
+    assert seen and set(seen) == {0o600}
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and [p.name for p in tmp_path.iterdir()] == [target.name]
+    missing = run_ctl(daemon.home, "export", "--output", str(tmp_path / "no" / "such" / "dir.ndjson"))
+    assert missing.returncode == 1 and "cannot write" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_import_rejects_files_that_are_not_exports_with_one_line(daemon, tmp_path):
@@ -128,4 +286,4 @@ def test_export_and_import_draw_progress_bars_on_a_terminal(daemon, daemon_facto
     assert code == 0 and "exporting [" in terminal and "100%" in terminal and "Exported 50 events" in out
     other = daemon_factory(short_tmp / "other")
     code, out, terminal = run_ctl_on_terminal(other.home, "import", str(target))
-    assert code == 0 and "importing [" in terminal and "Imported 50 event(s)" in out
+    assert code == 0 and "verifying [" in terminal and "importing [" in terminal and "Imported 50 event(s)" in out

@@ -188,14 +188,15 @@ def test_oversized_header_is_refused_before_the_payload(daemon):
 
 
 def test_frame_limit_is_exact(daemon):
-    """A header of exactly the limit waits for its payload; one byte more is refused at once."""
+    """After hello, a header of exactly the limit waits for its payload; one byte more is refused at
+    once. (Before hello the limit is 4 KiB: tests/e2e/test_api_hostile.py.)"""
     with greeted(daemon) as bystander:
         limit = bystander.hello()["limits"]["max_frame_bytes"]
-        with RawClient(daemon.socket_path) as client:
+        with greeted(daemon) as client:
             client.send_bytes(HEADER.pack(limit + 1))
             assert_error(client.recv_message(timeout=5.0), "frame_too_large", rid=None)
             client.expect_closed(timeout=5.0)
-        with RawClient(daemon.socket_path) as client:
+        with greeted(daemon) as client:
             client.send_bytes(HEADER.pack(limit) + b"\x00" * 1000)
             with pytest.raises(TimeoutError):
                 client.recv_message(timeout=0.5)  # still waiting for the rest of the frame

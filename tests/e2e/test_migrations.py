@@ -1,7 +1,9 @@
 """Upgrades: a home written by the release before each schema change opens under this palace,
 migrates (each script once, in a transaction, recorded in ``_migrations``) and keeps everything:
-the same origin, the same events in the same order with their signatures and chain, redactions,
-acks, artifacts byte for byte, the palace membership; and it takes new writes, memory included.
+the same events in the same order with their signatures and chain, redactions, acks, artifacts
+byte for byte, the palace membership, the memory; and it takes new writes, memory included. Its
+legacy (random) origin is retired on the first start (issue 11: a member could claim such an
+origin for its own key): the old chain stays whole, and new events go to a key-derived origin.
 
 The homes under ``tests/fixtures/legacy/`` were made by those releases themselves
 (``tests/fixtures/legacy/make_legacy_homes.py``); ``expected.json`` records what they held."""
@@ -45,7 +47,10 @@ def test_a_home_from_the_previous_release_migrates_and_keeps_everything(schema, 
     assert _migrations(home / "palace.sqlite3") == list(range(1, schema + 1))
     daemon = daemon_factory(home)
     status = ctl_json(home, "status")
-    assert status["origin"] == expected["origin"] and status["events"] == expected["events"]
+    assert status["origin"].startswith("ori2_") and status["origin"] != expected["origin"]
+    assert status["events"] == expected["events"]
+    heads = {o["origin"]: o for o in ctl_json(home, "digest")["origins"]}
+    assert heads[expected["origin"]]["origin_seq"] == expected["events"]  # the legacy chain, whole
     assert (status["palace"] is not None) == expected["palace"]
     listed = ctl_json(home, "list", "--stream", "project/legacy", "--limit", "100")["events"]
     assert [e["id"] for e in listed] == expected["event_ids"]
@@ -54,17 +59,31 @@ def test_a_home_from_the_previous_release_migrates_and_keeps_everything(schema, 
     assert "ünïcode ✓" in by_id[expected["acked_id"]]["body"]
     artifact = run_ctl(home, "artifact", "get", expected["artifact"]["artifact_id"])
     assert artifact.returncode == 0 and artifact.stdout_bytes == expected["artifact"]["content"].encode()
-    # The chain goes on from the old head, and the new event is signed like the old ones.
+    # New events go on under the key-derived origin, from 1; the legacy head does not move.
     new = ctl_json(home, "append", "--type", "note", "--stream", "project/legacy", "--room", "general",
                    "--from-agent", "new-claude", "--body", "after the upgrade")
+    assert (new["origin"], new["origin_seq"]) == (status["origin"], 1)
     assert ctl_json(home, "digest")["events"] == expected["events"] + 1
+    assert {o["origin"]: o for o in ctl_json(home, "digest")["origins"]}[expected["origin"]] == heads[expected["origin"]]
     assert ctl_json(home, "list", "--stream", "project/legacy", "--limit", "100")["events"][-1]["id"] == new["id"]
     # The memory views exist and are filled from the (migrated) log.
     filed = run_ctl(home, "remember", "--wing", "wing_legacy", "--room", "notes", "--json",
                     input=b"migrated and still fine\n").json()
     assert ctl_json(home, "search", "migrated", "--mode", "keyword")["results"][0]["drawer_id"] == filed["drawer_id"]
+    if "memory" in expected:  # a home of the memory era: its memory survives, its redactions leave no trace
+        memory = expected["memory"]
+        assert [r["drawer_id"] for r in ctl_json(home, "search", "legacy router", "--mode", "keyword")["results"]] \
+            == [memory["kept_drawer"]]
+        assert ctl_json(home, "search", memory["redacted_word"], "--mode", "keyword")["results"] == []
+        facts = ctl_json(home, "kg", "query", "legacybox", "--as-of", "2026-03-01")
+        assert [(f["predicate"], f["object"]) for f in facts["active_facts"]] == [("runs", "debian")]
     daemon.stop()
     assert _migrations(home / "palace.sqlite3") == list(range(1, CURRENT_SCHEMA + 1))
+    if "memory" in expected:
+        # The release before kept a redacted drawer's words in its keyword index; the upgrade drops them.
+        for path in home.rglob("*"):
+            if path.is_file():
+                assert expected["memory"]["redacted_word"].encode() not in path.read_bytes(), path
     # And it opens again (migrations are recorded, not re-run).
     daemon_factory(home)
     assert ctl_json(home, "status")["events"] == expected["events"] + 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -11,8 +12,9 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
 from palace_proto.framing import NEED_DATA, encode_frame
+from palace_proto.bindings import OriginBinding
 from palace_proto.peer import (
-    ARTIFACT_CHUNK_BYTES, PEER_PROTOCOL_VERSION, ArtifactChunk, ArtifactWant, Enrol, Enrolled, Events, Goodbye, Have,
+    ARTIFACT_CHUNK_BYTES, MAX_BINDINGS_PER_MESSAGE, PEER_PROTOCOL_VERSION, ArtifactChunk, ArtifactWant, Enrol, Enrolled, Events, Goodbye, Have,
     Hello, Presence, Vector, VectorEntry, Want, event_from_wire, event_to_wire, format_peer_address, from_wire,
     parse_peer_address, presence_signing_bytes, to_wire,
 )
@@ -23,9 +25,10 @@ from palace_proto.sync import (
 
 KEY = Ed25519PrivateKey.generate()
 PUB = KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+OA, OB = "ori_" + "a" * 26, "ori_" + "b" * 26
 
 
-def chain(n, origin="ori_a", body="b"):
+def chain(n, origin=OA, body="b"):
     events, prev = [], GENESIS_HASH
     for seq in range(1, n + 1):
         ev = seal_event(KEY, origin=origin, origin_seq=seq, prev_hash=prev, created_at="2026-11-30T01:02:03.000004Z",
@@ -36,7 +39,8 @@ def chain(n, origin="ori_a", body="b"):
 
 
 def hello(peer="peer-a", palace="pal_1"):
-    return Hello(version=PEER_PROTOCOL_VERSION, palace_id=palace, peer_id=peer, name=peer, role="member")
+    return Hello(version=PEER_PROTOCOL_VERSION, palace_id=palace, peer_id=peer, name=peer, role="member", origin=OA,
+                 origin_proof=b"n" * 16)
 
 
 # -- codec ---------------------------------------------------------------------------------------
@@ -44,11 +48,11 @@ def hello(peer="peer-a", palace="pal_1"):
 
 @pytest.mark.parametrize("message", [
     hello(),
-    Vector((VectorEntry("ori_a", 3, b"\x01" * 32), VectorEntry("ori_b", 0, GENESIS_HASH))),
-    Want("ori_a", 7),
+    Vector((VectorEntry(OA, 3, b"\x01" * 32), VectorEntry(OB, 0, GENESIS_HASH))),
+    Want(OA, 7),
     Events(tuple(chain(3))),
     Goodbye("bad_request", "bye"),
-    Have((("ori_a", 3), ("ori_b", 9))),
+    Have(((OA, 3), (OB, 9))),
     ArtifactWant("art_" + "0" * 32, 1024),
     ArtifactChunk("art_" + "0" * 32, 0, 3, "ab" * 32, "file", "alice", "2026-11-30T01:02:03Z", "{}", b"abc"),
     ArtifactChunk("art_" + "0" * 32, 0, -1, "", "", "", "", "{}", b""),
@@ -101,6 +105,48 @@ def test_malformed_known_messages_are_remote_errors(bad):
         from_wire(bad)
 
 
+@pytest.mark.parametrize("bad", [
+    {"t": "want", "origin": OA, "after_seq": 2**63},
+    {"t": "want", "origin": OA, "after_seq": 2**64 - 1},
+    {"t": "vector", "entries": [[OA, 2**63 - 1, b"\0" * 32]]},
+    {"t": "have", "entries": [[OA, 2**62 + 1]]},
+    {"t": "presence", "peer_id": "p", "name": "n", "serial": 2**64 - 1, "watchers": [], "signature": b"s" * 64},
+    {"t": "artifact_chunk", "artifact_id": "a", "offset": 2**63, "size": -1, "sha256": "", "kind": "",
+     "created_by": "", "created_at": "", "metadata_json": "{}", "data": b""},
+])
+def test_integers_beyond_what_sqlite_holds_are_refused_at_the_codec(bad):
+    """Regression (issue 11, finding 6): an out-of-range integer from a peer reached the store and
+    raised OverflowError there; the codec now refuses anything above 2**62."""
+    with pytest.raises(RemoteProtocolError, match="2\\*\\*62"):
+        from_wire(bad)
+
+
+def test_origin_ids_in_peer_statements_must_be_well_formed():
+    for bad in ({"t": "want", "origin": "ori_a", "after_seq": 0},
+                {"t": "have", "entries": [["junk", 1]]},
+                {"t": "vector", "entries": [["x" * 300, 1, b"\0" * 32]]},
+                {"t": "members", "entries": [["ori_a", b"cert", b"proof"]]}):
+        with pytest.raises(RemoteProtocolError):
+            from_wire(bad)
+
+
+def test_members_entries_carry_a_proof_and_come_in_chunks():
+    entry = [OA, b"-----CERT-----", b"\x01" * 16]
+    message = from_wire({"t": "members", "entries": [entry] * MAX_BINDINGS_PER_MESSAGE})
+    assert message.entries[0] == OriginBinding(OA, b"-----CERT-----", b"\x01" * 16)
+    with pytest.raises(RemoteProtocolError):
+        from_wire({"t": "members", "entries": [entry] * (MAX_BINDINGS_PER_MESSAGE + 1)})
+    with pytest.raises(RemoteProtocolError):
+        from_wire({"t": "members", "entries": [[OA, b"-----CERT-----"]]})  # protocol 1's two-element entries
+    with pytest.raises(RemoteProtocolError):
+        from_wire({"t": "members", "entries": [[OA, b"-----CERT-----", b"x" * 65]]})
+
+
+def test_a_protocol_1_hello_is_a_version_mismatch_with_advice():
+    with pytest.raises(VersionMismatch, match="upgrade both"):
+        from_wire({**to_wire(hello()), "version": 1})
+
+
 # -- replication rules ---------------------------------------------------------------------------
 
 
@@ -112,14 +158,14 @@ def test_plan_wants_asks_only_where_the_peer_is_ahead():
 
 def test_vector_forks_compare_hashes_at_the_same_seq():
     events = chain(4)
-    local = {"ori_a": OriginHead(4, events[3].event_hash)}
+    local = {OA: OriginHead(4, events[3].event_hash)}
     by_seq = {e.origin_seq: e.event_hash for e in events}
-    same = Vector((VectorEntry("ori_a", 2, events[1].event_hash),))
-    forked = Vector((VectorEntry("ori_a", 2, b"\x09" * 32),))
-    ahead = Vector((VectorEntry("ori_a", 9, b"\x09" * 32),))
+    same = Vector((VectorEntry(OA, 2, events[1].event_hash),))
+    forked = Vector((VectorEntry(OA, 2, b"\x09" * 32),))
+    ahead = Vector((VectorEntry(OA, 9, b"\x09" * 32),))
     hash_at = lambda origin, seq: by_seq.get(seq)  # noqa: E731
     assert vector_forks(local, same, hash_at) == []
-    assert vector_forks(local, forked, hash_at) == ["ori_a"]
+    assert vector_forks(local, forked, hash_at) == [OA]
     assert vector_forks(local, ahead, hash_at) == []
 
 
@@ -175,12 +221,12 @@ def test_handshake_vectors_then_wants_and_events_both_ways():
     assert deliver(a.send(a.our_hello), b) == [a.our_hello]
     assert deliver(b.send(b.our_hello), a) == [b.our_hello]
     assert a.state is b.state is SessionState.SYNCING
-    va = Vector((VectorEntry("ori_a", 3, b"\x01" * 32),))
+    va = Vector((VectorEntry(OA, 3, b"\x01" * 32),))
     vb = Vector(())
     assert deliver(a.send(va, now=100.0), b) == [va]
     assert deliver(b.send(vb, now=100.0), a) == [vb]
     assert a.get_timer() == 100.0 + ANTI_ENTROPY_S
-    want = Want("ori_a", 0)
+    want = Want(OA, 0)
     assert deliver(b.send(want), a) == [want]
     batch = Events(tuple(chain(3)))
     assert deliver(a.send(batch), b) == [batch]
@@ -310,7 +356,7 @@ def test_bad_peer_addresses_say_what_is_wrong(text, message):
 # -- batch verification (one signature per chained run) -------------------------------------------
 
 
-def keys(origin="ori_a"):
+def keys(origin=OA):
     return lambda o, seq: PUB if o == origin else None
 
 
@@ -318,32 +364,59 @@ def test_a_chained_run_is_authenticated_by_its_last_signature():
     events = chain(6)
     unsigned_middle = [dataclasses.replace(e, signature=bytes(64)) if 0 < i < 5 else e for i, e in enumerate(events)]
     # Only the head's signature is checked: the hash chain vouches for the rest.
-    assert set(verify_batch(unsigned_middle, keys())) == {e.event_hash for e in events}
+    assert verify_batch(unsigned_middle, keys()) == [PUB] * 6
 
 
 def test_a_bad_head_signature_falls_back_to_checking_each_event():
     events = chain(4)
     events[-1] = dataclasses.replace(events[-1], signature=bytes(64))
-    assert set(verify_batch(events, keys())) == {e.event_hash for e in events[:3]}
+    assert verify_batch(events, keys()) == [PUB, PUB, PUB, None]
 
 
 def test_a_substituted_event_breaks_the_run_and_is_refused():
     events = chain(5)
     intruder = Ed25519PrivateKey.generate()
-    forged = seal_event(intruder, origin="ori_a", origin_seq=3, prev_hash=events[1].event_hash,
+    forged = seal_event(intruder, origin=OA, origin_seq=3, prev_hash=events[1].event_hash,
                         created_at=events[2].created_at, type="note", stream="s", room="r", from_agent="a", body="evil")
     batch = events[:2] + [forged] + events[3:]
-    verified = verify_batch(batch, keys())
-    assert forged.event_hash not in verified
-    assert set(verified) == {e.event_hash for e in events[:2] + events[3:]}
+    # The run breaks at the intruder (its signature fails, each event is then checked alone); the
+    # genuine events 4-5 name the real event 3 and form a run of their own.
+    assert verify_batch(batch, keys()) == [PUB, PUB, None, PUB, PUB]
 
 
 def test_altered_events_unknown_origins_and_stripped_bodies():
     events = chain(3)
     altered = dataclasses.replace(events[1], from_agent="impostor")  # its hash no longer matches
-    assert set(verify_batch([events[0], altered, events[2]], keys())) == {events[0].event_hash, events[2].event_hash}
-    assert verify_batch(chain(2, origin="ori_b"), keys()) == {}
+    assert verify_batch([events[0], altered, events[2]], keys()) == [PUB, None, PUB]
+    assert verify_batch(chain(2, origin=OB), keys()) == [None, None]
     stripped = [dataclasses.replace(e, body=None) for e in events]
-    assert set(verify_batch(stripped, keys())) == {e.event_hash for e in events}
+    assert verify_batch(stripped, keys()) == [PUB] * 3
     wrong_body = [events[0], dataclasses.replace(events[1], body="not the signed body"), events[2]]
-    assert events[1].event_hash not in verify_batch(wrong_body, keys())
+    assert verify_batch(wrong_body, keys())[1] is None
+
+
+def test_a_borrowed_hash_and_signature_authenticate_nothing():
+    """Regression (issue 11, finding 1): an event claiming a genuine event's ``event_hash`` and
+    ``signature`` but carrying other content is not verified by the genuine one's verification,
+    however the two are placed in one batch."""
+    genuine = chain(2)
+    forged = dataclasses.replace(genuine[1], origin_seq=3, prev_hash=genuine[1].event_hash, body="forged",
+                                 body_sha256=hashlib.sha256(b"forged").digest(), from_agent="mallory",
+                                 created_at="2031-01-01T00:00:00.000000Z")
+    for batch in ([*genuine, forged], [forged, *genuine], [genuine[0], forged, genuine[1]]):
+        keys_by_position = verify_batch(batch, keys())
+        assert keys_by_position[batch.index(forged)] is None
+        assert [k for e, k in zip(batch, keys_by_position) if e is not forged] == [PUB, PUB]
+    with pytest.raises(SignatureError):
+        verify_incoming(forged, PUB)
+
+
+def test_events_with_unencodable_strings_fail_verification_cleanly():
+    """A lone surrogate (which the msgpack decoder lets through) cannot be canonically encoded:
+    verification says so with SignatureError, never UnicodeEncodeError."""
+    (ev,) = chain(1)
+    for field in ("stream", "body", "metadata_json"):
+        bad = dataclasses.replace(ev, **{field: "x\ud800y"})
+        with pytest.raises(SignatureError):
+            verify_incoming(bad, PUB)
+        assert verify_batch([bad], keys()) == [None]

@@ -750,3 +750,77 @@ def test_parse_json_object_refuses_invalid_json():
 def test_parse_json_object_refuses_non_objects(text):
     with refused("--meta must be a JSON object", "metadata"):
         parse_json_object(text, "--meta")
+
+
+# -- events that arrive signed (issue 11, finding 9) ---------------------------------------------
+
+import dataclasses as _dataclasses  # noqa: E402
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey as _Key  # noqa: E402
+
+from palace_proto.envelope import GENESIS_HASH as _GENESIS  # noqa: E402
+from palace_proto.envelope import seal_event as _seal  # noqa: E402
+from palace_proto.validation import check_replicated_artifact, check_replicated_event  # noqa: E402
+
+_SIGNER = _Key.generate()
+
+
+def _signed(**overrides):
+    fields = dict(origin="ori_" + "a" * 26, origin_seq=1, prev_hash=_GENESIS, created_at="2026-12-01T01:02:03.000004Z",
+                  type="note", stream="s", room="r", from_agent="a", body="hello")
+    fields.update(overrides)
+    return _seal(_SIGNER, **fields)
+
+
+def test_a_sound_replicated_event_passes():
+    check_replicated_event(_signed(), LIMITS)
+    check_replicated_event(_dataclasses.replace(_signed(), body=None), LIMITS)  # redacted: no body to check
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"type": "Not A Type"}, "type"),
+    ({"stream": " padded "}, "stream"),
+    ({"room": "tab\there"}, "room"),
+    ({"from_agent": ""}, "from_agent"),
+    ({"to_agent": "x" * 257}, "to_agent"),
+    ({"topic": "bell\x07"}, "topic"),
+    ({"status": "maybe"}, "status"),
+    ({"created_at": "2026-12-01"}, "created_at"),
+    ({"created_at": "yesterday"}, "created_at"),
+    ({"artifact_ids": ("not-an-artifact",)}, "artifact_ids"),
+    ({"artifact_ids": ("art_" + "0" * 32,) * 2}, "artifact_ids"),
+    ({"artifact_ids": tuple(f"art_{i:032x}" for i in range(257))}, "artifact_ids"),
+    ({"body": "nul\x00"}, "body"),
+    ({"body": "x" * (LIMITS.max_body_bytes + 1)}, "body"),
+    ({"metadata_json": "[1, 2]"}, "metadata"),
+    ({"metadata_json": '{"b":1, "a":2}'}, "metadata"),
+    ({"metadata_json": "{not json"}, "metadata"),
+    ({"metadata_json": '{"k":"' + "x" * LIMITS.max_metadata_bytes + '"}'}, "metadata"),
+    ({"origin": "ori_short"}, "origin"),
+])
+def test_a_replicated_event_breaking_a_rule_is_refused_naming_the_field(overrides, field):
+    with pytest.raises(ValidationError) as caught:
+        check_replicated_event(_signed(**overrides), LIMITS)
+    assert caught.value.field == field
+
+
+def test_a_lone_surrogate_in_a_replicated_body_is_refused():
+    event = _dataclasses.replace(_signed(), body="a\ud800b")
+    with pytest.raises(ValidationError):
+        check_replicated_event(event, LIMITS)
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"kind": "virus"}, "kind"),
+    ({"created_by": ""}, "created_by"),
+    ({"created_by": "ctl\x1b"}, "created_by"),
+    ({"created_at": ""}, "created_at"),
+    ({"metadata_json": "not json"}, "metadata"),
+    ({"metadata_json": "[]"}, "metadata"),
+])
+def test_replicated_artifact_records_obey_the_local_rules(fields, field):
+    good = {"kind": "patch", "created_by": "alice", "created_at": "2026-12-01T01:02:03.000004Z", "metadata_json": "{}"}
+    check_replicated_artifact(**good, limits=LIMITS)
+    with pytest.raises(ValidationError) as caught:
+        check_replicated_artifact(**{**good, **fields}, limits=LIMITS)
+    assert caught.value.field == field

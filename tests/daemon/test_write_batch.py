@@ -1,0 +1,150 @@
+"""One group commit, many jobs: a job that fails (a database error included) fails alone and the
+others commit; a batch whose transaction SQLite rolled back fails every job and leaves the local
+chain exactly at what is committed. Real apsw databases; a full database is made real with
+``PRAGMA max_page_count`` (SQLite answers SQLITE_FULL, as on a full disk)."""
+
+from __future__ import annotations
+
+import apsw
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.envelope import GENESIS_HASH
+from palace_proto.errors import ApiError, DiskFull
+from palace_proto.validation import AppendRequest, Limits
+from palaced.store import Store, StoreError
+
+LIMITS = Limits()
+
+
+def req(body: str) -> AppendRequest:
+    return AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": body}, LIMITS)
+
+
+def append(body: str):
+    return lambda ctx: ctx.append(req(body))
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    yield store
+    store.close()
+
+
+def committed_chain(store: Store) -> list[tuple[int, str, bytes, bytes]]:
+    """(origin_seq, body, prev_hash, event_hash) of our origin, read from the file by a new connection."""
+    conn = apsw.Connection(str(store.path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [(s, b, bytes(p), bytes(h)) for s, b, p, h in conn.execute(
+            "SELECT origin_seq, body, prev_hash, event_hash FROM events WHERE origin=? ORDER BY origin_seq",
+            (store.origin_id,))]
+    finally:
+        conn.close()
+
+
+def assert_chain_consistent(store: Store, bodies: list[str]) -> None:
+    """The committed chain holds ``bodies`` at 1..n, each linked to the one before, and the
+    writer's in-memory head and the origins row both say n and the last hash."""
+    chain = committed_chain(store)
+    assert [(s, b) for s, b, _, _ in chain] == list(enumerate(bodies, start=1))
+    prev = GENESIS_HASH
+    for _, _, prev_hash, event_hash in chain:
+        assert prev_hash == prev
+        prev = event_hash
+    conn = apsw.Connection(str(store.path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (store.origin_id,)).fetchone()
+    finally:
+        conn.close()
+    assert (row[0], bytes(row[1])) == (len(bodies), prev)
+    assert (store._origin_seq, store._head_hash) == (len(bodies), prev)
+
+
+def test_a_job_whose_database_error_leaves_the_transaction_usable_fails_alone(store):
+    """Guards finding 7 of issue 11 (one bad write aborted the whole group commit): a job that
+    appends and then breaks a constraint (an apsw error) is rolled back alone, with its event and
+    its place in the chain; the jobs before and after it commit, chained to each other."""
+
+    def append_then_break_a_constraint(ctx):
+        ctx.append(req("rolled back"))
+        ctx.conn.execute("INSERT INTO events (id) VALUES (NULL)")  # NOT NULL: apsw.ConstraintError
+
+    result = store.write_batch([append("one"), append_then_break_a_constraint, append("two")])
+    (ok1, first), (ok2, failure), (ok3, third) = result.outcomes
+    assert ok1 and ok3 and not ok2
+    assert isinstance(failure, ApiError) and failure.code == "internal"
+    assert [e["id"] for e in result.events] == [first["id"], third["id"]]
+    assert (first["origin_seq"], third["origin_seq"]) == (1, 2)
+    assert_chain_consistent(store, ["one", "two"])
+
+
+def test_sqlite_full_while_one_job_writes_fails_that_job_alone_as_disk_full(store):
+    """Guards finding 7 of issue 11: SQLITE_FULL while one job writes its rows (here a big
+    artifact that does not fit) fails that job with ``disk_full`` naming the database, not
+    ``internal`` and not the whole batch; the small appends around it commit."""
+    (pages,) = store._conn.execute("PRAGMA page_count").fetchone()
+    store._conn.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small rows, not for 1 MiB
+    result = store.write_batch([append("before"),
+                                lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"x" * (1 << 20)),
+                                append("after")])
+    (ok1, _), (ok2, failure), (ok3, _) = result.outcomes
+    assert ok1 and ok3 and not ok2
+    assert isinstance(failure, DiskFull) and failure.code == "disk_full"
+    assert str(store.path) in failure.message and "nothing was written" in failure.message
+    assert_chain_consistent(store, ["before", "after"])
+
+
+def test_a_job_after_which_sqlite_rolled_everything_back_fails_alone_and_the_others_run_again(store):
+    """Guards finding 7 of issue 11: after some errors (SQLITE_FULL while spilling pages, an I/O
+    error) SQLite rolls the whole transaction back by itself, taking the jobs before the failing one
+    with it. The batch runs again without that job: it alone fails (``disk_full`` here), the others
+    commit once, and the chain has neither a gap nor a number used twice."""
+    assert store.write_batch([append("kept")]).outcomes[0][0]
+
+    def full_disk_mid_statement(ctx):
+        ctx.append(req("lost with the transaction"))
+        ctx.conn.execute("ROLLBACK")  # what SQLite does itself after SQLITE_FULL mid-statement
+        raise apsw.FullError("database or disk is full")
+
+    def swallows_the_error(ctx):
+        ctx.conn.execute("ROLLBACK")
+        return "looked fine"
+
+    result = store.write_batch([append("one"), full_disk_mid_statement, append("two"), swallows_the_error,
+                                append("three")])
+    oks = [ok for ok, _ in result.outcomes]
+    assert oks == [True, False, True, False, True]
+    assert isinstance(result.outcomes[1][1], DiskFull) and str(store.path) in result.outcomes[1][1].message
+    assert result.outcomes[3][1].code == "internal"
+    assert [e["origin_seq"] for e in result.events] == [2, 3, 4]
+    assert_chain_consistent(store, ["kept", "one", "two", "three"])
+
+
+def test_a_failed_commit_fails_every_job_and_keeps_the_chain_at_what_is_committed(store):
+    """Guards finding 7 of issue 11: when the COMMIT itself fails (on a full disk: SQLITE_FULL
+    writing the WAL; here a commit hook refuses it) nothing of the batch exists, so every job
+    fails (none acknowledged) and the next append takes the next committed number."""
+    assert store.write_batch([append("kept")]).outcomes[0][0]
+    store._conn.set_commit_hook(lambda: True)  # True: turn this commit into a rollback
+    try:
+        with pytest.raises(StoreError, match="could not commit"):
+            store.write_batch([append("lost 1"), append("lost 2")])
+    finally:
+        store._conn.set_commit_hook(None)
+    assert not store._conn.in_transaction
+    assert_chain_consistent(store, ["kept"])
+    assert store.write_batch([append("next")]).outcomes[0][1]["origin_seq"] == 2
+    assert_chain_consistent(store, ["kept", "next"])
+
+
+def test_a_failed_commit_leaves_no_transaction_open_for_the_next_batch(store):
+    """Guards finding 7 of issue 11: a COMMIT that fails (SQLITE_FULL writing the WAL) leaves
+    SQLite's transaction open; the next batch must not begin inside it (it would commit the
+    failed batch's rows with its own, unacknowledged and out of the chain)."""
+    store._conn.execute("BEGIN")
+    store._conn.execute("INSERT INTO meta VALUES ('left-over', 'from a failed commit')")
+    assert store._conn.in_transaction  # as a failed commit leaves it
+    assert store.write_batch([append("fresh")]).outcomes[0][0]
+    assert store._conn.execute("SELECT value FROM meta WHERE key='left-over'").fetchone() is None
+    assert_chain_consistent(store, ["fresh"])

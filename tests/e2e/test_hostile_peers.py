@@ -1,0 +1,430 @@
+"""A hostile member against real daemons (issue 11 §2): every attack of the issue, sent over real
+mutual TLS by an enrolled member that speaks the protocol with the project's own encoders
+(tests/hostile_peer.py). After each attack the victim keeps serving, and honest peers still
+converge to identical digests.
+
+The victim is ``alpha`` (the founder); ``beta`` is an honest member linked to it. Mallory's
+certificate comes from alpha's CA, exactly what ``join`` would have given it. Mallory connects
+from its own loopback address (127.0.0.66 and up), so per-host bounds hit it and not beta.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import socket
+import sqlite3
+import struct
+
+import msgpack
+import pytest
+import trio
+
+from palace_proto.bindings import OriginBinding, legacy_binding_signature
+from palace_proto.envelope import SignedEvent
+from palace_proto.ids import origin_id_from_random
+from palace_proto.peer import (
+    MAX_BINDINGS_PER_MESSAGE,
+    ArtifactWant,
+    Events,
+    Goodbye,
+    Have,
+    Members,
+    Vector,
+    VectorEntry,
+    Want,
+    event_to_wire,
+)
+from palace_proto.session import ConnectionClosed
+from palaced.members import MAX_ORIGINS_PER_KEY
+from palaced.network import ACCEPT_WINDOW_S, MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
+from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S
+from tests.fleet import append, bodies, ctl_json, digest, listen_address, wait_converged, wait_until
+from tests.hostile_peer import HostilePeer, issue_member, sealed
+from tests.helpers import RawClient, run_ctl
+
+pytestmark = pytest.mark.transport_fixed  # about the peer port: the local API's transport plays no part
+
+
+def palace_of(home):
+    return ctl_json(home, "status")["palace"]["palace_id"]
+
+
+def origin_of(home):
+    return ctl_json(home, "status")["origin"]
+
+
+class Scene:
+    """alpha (victim) and beta (honest), linked and converged; mallory's credentials."""
+
+    def __init__(self, fleet, short_tmp):
+        self.alpha = fleet.found("alpha")
+        self.beta = fleet.join("beta")
+        append(self.beta.home, "beta says hello")
+        wait_converged(self.alpha, self.beta)
+        self.mallory = issue_member(self.alpha.home, short_tmp / "creds", "mallory")
+        self.ca_pem = (self.alpha.home / "palace" / "ca.crt").read_bytes()
+        self.palace_id = palace_of(self.alpha.home)
+        self.address = listen_address(self.alpha.home)
+        self._next_host = 66
+
+    async def connect(self, **kwargs) -> HostilePeer:
+        kwargs.setdefault("source_host", "127.0.0.66")
+        return await HostilePeer.connect(self.address, self.mallory, self.ca_pem, palace_id=self.palace_id, **kwargs)
+
+    def fresh_host(self) -> str:
+        """Another loopback address, so per-host rate bounds do not throttle a test's own retries."""
+        self._next_host += 1
+        return f"127.0.{self._next_host // 250}.{self._next_host % 250 + 2}"
+
+    def still_serving_and_converging(self, tag: str) -> None:
+        """The victim answers, both honest daemons still take writes, and they converge."""
+        assert self.alpha.running, self.alpha.log()
+        append(self.alpha.home, f"alpha after {tag}")
+        append(self.beta.home, f"beta after {tag}")
+        wait_converged(self.alpha, self.beta)
+        status = ctl_json(self.alpha.home, "status")
+        assert status["network"]["forks"] == 0, status
+        assert "Traceback" not in self.alpha.log(), self.alpha.log()[-4000:]
+
+
+@pytest.fixture
+def scene(fleet, short_tmp):
+    return Scene(fleet, short_tmp)
+
+
+async def events_of(peer: HostilePeer, origin: str) -> list[SignedEvent]:
+    """Pull every event of ``origin`` from the victim, as any member may."""
+    await peer.send(Want(origin, 0))
+    with trio.fail_after(10):
+        while True:
+            message = await peer.next_message()
+            if isinstance(message, Events) and any(e.origin == origin for e in message.events):
+                return [e for e in message.events if e.origin == origin]
+
+
+# -- forged events -------------------------------------------------------------------------------
+
+
+async def test_a_forgery_cannot_borrow_a_genuine_events_verification(scene):
+    """Finding 1: a genuine event E of beta's origin and a forged E' (beta's origin, the next
+    origin_seq, beta's head as prev_hash, other content) claiming E's event_hash and signature,
+    in one batch. Before the fix E' was stored and relayed, and beta's real next event then
+    looked like a fork everywhere."""
+    beta_origin = origin_of(scene.beta.home)
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        (genuine,) = await events_of(peer, beta_origin)
+        forged = dataclasses.replace(
+            genuine, origin_seq=genuine.origin_seq + 1, prev_hash=genuine.event_hash, body="beta owes mallory 100",
+            body_sha256=hashlib.sha256(b"beta owes mallory 100").digest(), from_agent="beta",
+            created_at="2031-01-01T00:00:00.000000Z")
+        await peer.push(genuine, forged)
+        await peer.push(forged, genuine)
+        await peer.drain(1.0)
+    finally:
+        await peer.aclose()
+    assert "beta owes mallory 100" not in bodies(scene.alpha.home)
+    scene.still_serving_and_converging("a borrowed signature")  # beta's real next event is no fork
+    assert ctl_json(scene.alpha.home, "peers")["forks"] == []
+
+
+async def test_forged_origins_altered_bodies_and_chains_with_gaps(scene):
+    beta_origin = origin_of(scene.beta.home)
+    key, own = scene.mallory.key, scene.mallory.origin
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        (beta_first,) = await events_of(peer, beta_origin)
+        as_beta = sealed(key, beta_origin, seq=2, prev=beta_first.event_hash, body="I am beta")  # mallory's key
+        first = sealed(key, own, body="mallory 1")
+        second = sealed(key, own, seq=2, prev=first.event_hash, body="mallory 2")
+        third = sealed(key, own, seq=3, prev=second.event_hash, body="mallory 3")
+        altered = dataclasses.replace(second, body="mallory 2, altered")
+        await peer.push(as_beta)
+        await peer.push(first, third)  # a gap: 3 waits for 2
+        await peer.push(altered)
+        await peer.drain(1.0)
+        assert "mallory 3" not in bodies(scene.alpha.home) and "I am beta" not in bodies(scene.alpha.home)
+        await peer.push(second, third)  # the honest continuation fills the gap
+        await peer.drain(1.0)
+    finally:
+        await peer.aclose()
+    held = bodies(scene.alpha.home)
+    assert {"mallory 1", "mallory 2", "mallory 3"} <= set(held) and "mallory 2, altered" not in held
+    scene.still_serving_and_converging("forged events")
+
+
+async def test_events_with_lone_surrogates_or_broken_rules_are_refused_without_dropping_the_link(scene):
+    """Findings 6 and 9: a lone surrogate in a peer's event raised deep in the daemon and left the
+    link marked live; an authentic event breaking a rule (type, created_at, sizes) was stored."""
+    key, own = scene.mallory.key, scene.mallory.origin
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        good = sealed(key, own, body="fine")
+        surrogate = event_to_wire(sealed(key, own, seq=2, prev=good.event_hash, body="x"))
+        surrogate["stream"] = "a\ud800b"
+        rule_breaker = sealed(key, own, seq=2, prev=good.event_hash, created_at="2031-01-01 noon", body="bad date")
+        await peer.push(good)
+        await peer.send_frame({"t": "events", "events": [surrogate]})
+        await peer.push(rule_breaker)
+        await peer.drain(1.5)
+        assert not peer.session.state.name == "CLOSED"
+        (seen,) = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
+        assert seen["state"] in ("live", "catching up") and seen["refused_events"] == 1 and seen["rejected_events"] == 1
+    finally:
+        await peer.aclose()
+    held = bodies(scene.alpha.home)
+    assert "fine" in held and "bad date" not in held
+    assert "that origin stops here on this replica" in scene.alpha.log()
+    scene.still_serving_and_converging("rule-breaking events")
+
+
+# -- bindings ------------------------------------------------------------------------------------
+
+
+async def test_a_member_cannot_pre_claim_the_origin_of_a_daemon_that_joins_later(fleet, scene):
+    """Finding 2: any peer bound an origin it had not seen to any valid certificate, first binding
+    won and was persisted — locking the real daemon out everywhere."""
+    gamma = fleet.enrol_offline("gamma")
+    gamma.start()
+    gamma_origin = origin_of(gamma.home)  # known to mallory before gamma ever links (it is not secret)
+    gamma_cert = (gamma.home / "palace" / "member.crt").read_bytes()
+    m = scene.mallory
+    claims = (
+        OriginBinding(gamma_origin, m.cert_pem, m.nonce),
+        OriginBinding(gamma_origin, m.cert_pem, legacy_binding_signature(m.key, scene.palace_id, gamma_origin)),
+        OriginBinding(gamma_origin, gamma_cert, b"\x00" * 16),
+        OriginBinding(gamma_origin, gamma_cert, legacy_binding_signature(m.key, scene.palace_id, gamma_origin)),
+    )
+    peer = await scene.connect()
+    try:
+        await peer.handshake(members=claims)
+        await peer.send(Members(claims))
+        await peer.drain(1.0)
+    finally:
+        await peer.aclose()
+    append(gamma.home, "gamma is here")
+    ctl_json(gamma.home, "peers", "add", scene.address)
+    wait_converged(scene.alpha, scene.beta, gamma)
+    assert "gamma is here" in bodies(scene.beta.home)
+    scene.still_serving_and_converging("a binding hijack")
+
+
+async def test_a_flood_of_bindings_is_capped_and_every_link_still_starts(fleet, scene):
+    """Finding 2: thousands of junk bindings made the members message every link sends at its
+    start exceed the frame limit, so every link of the victim failed — revocations included."""
+    m = scene.mallory
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        for _ in range(12):  # 3072 bindings, each a valid key-derived origin of mallory's own key
+            await peer.send(Members(tuple(m.new_origin() for _ in range(MAX_BINDINGS_PER_MESSAGE))))
+        junk = tuple(OriginBinding(origin_id_from_random(bytes([i % 256]) * 16), m.cert_pem, b"\x01" * 64)
+                     for i in range(MAX_BINDINGS_PER_MESSAGE))
+        await peer.send(Members(junk))
+        await peer.drain(1.5)
+    finally:
+        await peer.aclose()
+    with sqlite3.connect(f"file:{scene.alpha.home / 'palace.sqlite3'}?mode=ro", uri=True) as db:
+        (stored,) = db.execute("SELECT count(*) FROM bindings").fetchone()
+    assert stored <= MAX_ORIGINS_PER_KEY + 3, stored  # mallory's cap, plus alpha's, beta's (and gamma's)
+    assert scene.alpha.log().count("binding(s) it relayed") == 1  # logged once, counted in peers
+    delta = fleet.join("delta")  # a new link starts with alpha's whole members list
+    append(delta.home, "delta joined after the flood")
+    wait_converged(scene.alpha, scene.beta, delta)
+    scene.still_serving_and_converging("a binding flood")
+
+
+# -- malformed, oversized and out-of-order messages -------------------------------------------------
+
+HEADER = struct.Struct(">I")
+
+
+def _frame(obj) -> bytes:
+    payload = msgpack.packb(obj, use_bin_type=True, unicode_errors="surrogatepass")
+    return HEADER.pack(len(payload)) + payload
+
+
+MALFORMED = [
+    pytest.param(HEADER.pack(17 << 20), id="frame-over-16MiB"),
+    pytest.param(HEADER.pack(5) + b"\xc1\xc1\xc1\xc1\xc1", id="not-msgpack"),
+    pytest.param(_frame([1, 2, 3]), id="not-a-map"),
+    pytest.param(_frame({"t": "want", "origin": "ori_" + "a" * 26, "after_seq": -1}), id="negative-int"),
+    pytest.param(_frame({"t": "want", "origin": "ori_" + "a" * 26, "after_seq": 2**64 - 1}), id="huge-int"),
+    pytest.param(_frame({"t": "vector", "entries": [["ori_" + "a" * 26, 1, b"short"]]}), id="bad-vector"),
+    pytest.param(_frame({"t": "events", "events": "nope"}), id="events-not-a-list"),
+    pytest.param(_frame({"t": "hello", "version": 2, "palace_id": "x", "peer_id": "y", "name": "n", "role": "member",
+                         "origin": "ori_" + "a" * 26, "certificate": b"", "origin_proof": b""}), id="second-hello"),
+    pytest.param(_frame({"t": "enrol", "invite_id": "i", "public_key": b"k" * 32, "name": "n", "proof": b"p" * 32}),
+                 id="enrolment-in-a-session"),
+    pytest.param(_frame({"t": "members", "entries": [["ori_" + "a" * 26, b"c"]] * 2}), id="protocol-1-members"),
+    pytest.param(_frame({"t": "presence", "peer_id": "p", "name": "n", "serial": 1,
+                         "watchers": [["a", "f" * 10_000, "s"]], "signature": b"s" * 64}), id="presence-too-big"),
+]
+
+
+@pytest.mark.parametrize("data", MALFORMED)
+async def test_malformed_and_oversized_messages_end_only_that_link(scene, data):
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        await peer.send_raw(data)
+        assert await peer.closed_by_daemon(timeout=10), "the daemon kept a link that broke the protocol"
+    finally:
+        await peer.aclose()
+    again = await scene.connect(source_host=scene.fresh_host())  # the victim takes mallory back: it backed off, not banned
+    try:
+        await again.handshake()
+    finally:
+        await again.aclose()
+    scene.still_serving_and_converging("a malformed message")
+
+
+async def test_unknown_message_types_are_skipped_and_the_link_stays(scene):
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        await peer.send_raw(_frame({"t": "from-the-future", "payload": b"x" * 1000}))
+        await peer.push(sealed(scene.mallory.key, scene.mallory.origin, body="after the unknown message"))
+        wait_until(lambda: "after the unknown message" in bodies(scene.alpha.home), "mallory's event on alpha")
+    finally:
+        await peer.aclose()
+
+
+# -- floods and stalls ---------------------------------------------------------------------------------
+
+
+async def test_endless_pulls_do_not_starve_the_victim(scene):
+    """Mallory asks for alpha's whole log again and again and reads everything as fast as it can:
+    alpha serves it at a bounded rate and goes on with everyone else."""
+    alpha_origin = origin_of(scene.alpha.home)
+    for i in range(3):
+        append(scene.alpha.home, f"alpha {i} " + "x" * 500)
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        async with trio.open_nursery() as nursery:
+            async def read_everything() -> None:
+                with trio.move_on_after(60):
+                    while not isinstance(await peer.next_message(), ConnectionClosed):
+                        pass
+
+            nursery.start_soon(read_everything)
+            for _ in range(2000):
+                await peer.send(Want(alpha_origin, 0))
+            for _ in range(200):
+                await peer.send(ArtifactWant("art_" + "0" * 32, 0))
+            await trio.to_thread.run_sync(scene.still_serving_and_converging, "endless pulls")
+            nursery.cancel_scope.cancel()
+    finally:
+        await peer.aclose()
+
+
+@pytest.mark.slow
+async def test_a_peer_that_stops_reading_loses_its_link(scene):
+    """Mallory asks for far more than a socket buffer holds and never reads: alpha's sender would
+    wait forever. After SEND_STALL_S the link ends; alpha serves on, and mallory may come back."""
+    alpha_origin = origin_of(scene.alpha.home)
+    with RawClient(scene.alpha.socket_path) as client:
+        client.hello()
+        for i in range(40):
+            client.call("append", type="note", stream="s", room="r", from_agent="alpha", body=f"{i} " + "y" * 100_000)
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        for _ in range(20):
+            await peer.send(Want(alpha_origin, 0))
+        with trio.fail_after(SEND_STALL_S + 30):
+            while True:  # never read: only notice when alpha gives up on us
+                await trio.sleep(1)
+                seen = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
+                if seen and seen[0]["state"] not in ("live", "catching up", "connecting"):
+                    break
+        assert "stopped reading" in (seen[0]["last_error"] or ""), seen
+    finally:
+        await peer.aclose()
+    scene.still_serving_and_converging("a peer that stopped reading")
+
+
+async def test_receipts_and_vectors_naming_invented_origins_are_not_kept(scene):
+    """Finding 8: what a peer says it holds (vector, have) grew per-peer tables without bound."""
+    invented = [origin_id_from_random(i.to_bytes(16, "big")) for i in range(3000)]
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        for start in range(0, len(invented), 1000):
+            chunk = invented[start:start + 1000]
+            await peer.send(Vector(tuple(VectorEntry(o, 5, b"\x01" * 32) for o in chunk)))
+            await peer.send(Have(tuple((o, 5) for o in chunk)))
+        wants = [m for m in await peer.drain(1.5) if isinstance(m, Want)]
+        assert wants == []  # nothing asked for origins nobody can vouch for (they would only be rejected)
+        (seen,) = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
+        assert len(seen["vector"]) <= 5  # only the origins alpha can verify
+    finally:
+        await peer.aclose()
+    scene.still_serving_and_converging("invented origins")
+
+
+async def test_a_slowloris_peer_is_closed_and_never_blocks_its_own_reconnection(scene):
+    stalled = await scene.connect()  # TLS done, then silence: no hello
+    host, port = scene.address.rsplit(":", 1)
+    raw = socket.create_connection((host, int(port)))  # and one that never even starts TLS
+    try:
+        assert await stalled.closed_by_daemon(timeout=HELLO_TIMEOUT_S + 10)
+        raw.settimeout(20)
+        assert raw.recv(100) == b""  # a TCP connection that never starts TLS is closed too
+    finally:
+        raw.close()
+        await stalled.aclose()
+    peer = await scene.connect(source_host=scene.fresh_host())
+    try:
+        await peer.handshake()
+        await peer.push(sealed(scene.mallory.key, scene.mallory.origin, body="back after stalling"))
+        wait_until(lambda: "back after stalling" in bodies(scene.alpha.home), "mallory's event")
+    finally:
+        await peer.aclose()
+
+
+async def test_a_reconnect_storm_is_refused_per_host_and_honest_peers_carry_on(scene):
+    refused = 0
+    for _ in range(MAX_ACCEPTS_PER_HOST + 40):
+        try:
+            peer = await scene.connect(source_host="127.0.0.99")
+        except (trio.BrokenResourceError, OSError, trio.TooSlowError):
+            refused += 1
+            continue
+        await peer.aclose()
+    assert refused >= 40, refused
+    assert scene.alpha.log().count("reconnect storm") == 1
+    scene.still_serving_and_converging("a reconnect storm")
+    status = ctl_json(scene.alpha.home, "status")
+    assert status["network"]["limits"]["accept_rate"] >= 40
+
+
+async def test_connections_per_host_are_capped(scene):
+    host, port = scene.address.rsplit(":", 1)
+    held = []
+    try:
+        for _ in range(MAX_INBOUND_PER_HOST + 8):
+            sock = socket.socket()
+            sock.bind(("127.0.0.123", 0))
+            sock.connect((host, int(port)))
+            held.append(sock)
+        await trio.sleep(0.5)
+        closed = 0
+        for sock in held:
+            sock.settimeout(0.2)
+            try:
+                if sock.recv(10) == b"":
+                    closed += 1
+            except (TimeoutError, ConnectionResetError):
+                pass
+        assert closed >= 8, closed
+    finally:
+        for sock in held:
+            sock.close()
+    assert "refusing peer connections from 127.0.0.123" in scene.alpha.log()
+    scene.still_serving_and_converging("too many connections")
