@@ -38,10 +38,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, preview_event, seal_event, verify_hashes
-from palace_proto.memory import MEMORY_TYPES, check_memory_event
-from palace_proto.peer import event_to_wire
-from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
-from palace_proto.text import printable
 from palace_proto.errors import ApiError, DiskFull, NotFound, SignatureError, ValidationError
 from palace_proto.ids import (
     ARTIFACT_ID_RE,
@@ -51,7 +47,11 @@ from palace_proto.ids import (
     is_key_derived_origin,
     origin_id_for_key,
 )
+from palace_proto.memory import MEMORY_TYPES, check_memory_event
 from palace_proto.paths import DATABASE_FILENAME
+from palace_proto.peer import event_to_wire
+from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
+from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, Limits, ListQuery, check_replicated_event
 
 from . import memory_views

@@ -30,10 +30,12 @@ from palace_proto.peer import (
     Goodbye,
     Have,
     Members,
+    Presence,
     Vector,
     VectorEntry,
     Want,
     event_to_wire,
+    presence_signing_bytes,
 )
 from palace_proto.session import ConnectionClosed
 from palaced.members import MAX_ORIGINS_PER_KEY
@@ -91,6 +93,12 @@ class Scene:
 @pytest.fixture
 def scene(fleet, short_tmp):
     return Scene(fleet, short_tmp)
+
+
+def mallory_seen(scene: Scene) -> dict:
+    """How alpha's ``peers`` shows mallory (its link's counters)."""
+    (seen,) = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
+    return seen
 
 
 async def events_of(peer: HostilePeer, origin: str) -> list[SignedEvent]:
@@ -366,6 +374,55 @@ async def test_receipts_and_vectors_naming_invented_origins_are_not_kept(scene):
     finally:
         await peer.aclose()
     scene.still_serving_and_converging("invented origins")
+
+
+async def test_an_origin_whose_events_were_rejected_is_not_pulled_again_and_again(scene):
+    """Finding 8: events a peer sent that failed verification were asked for again on every
+    anti-entropy vector, forever. Mallory shows three events of its origin and serves forgeries."""
+    key, own = scene.mallory.key, scene.mallory.origin
+    genuine = [sealed(key, own, body="first")]
+    for n in (2, 3):
+        genuine.append(sealed(key, own, seq=n, prev=genuine[-1].event_hash, body=f"event {n}"))
+    shown = (VectorEntry(own, 3, genuine[-1].event_hash),)
+    peer = await scene.connect()
+    try:
+        await peer.handshake(vector=shown)
+        wants = 0
+        for _ in range(4):  # as if four anti-entropy rounds passed
+            for message in await peer.drain(0.7):
+                if isinstance(message, Want) and message.origin == own:
+                    wants += 1
+                    await peer.push(*[dataclasses.replace(e, signature=bytes(64)) for e in genuine])
+                    wait_until(lambda: mallory_seen(scene)["rejected_events"] == 3, "the forgeries rejected")
+            await peer.send(Vector(shown))
+        assert wants == 1, f"asked {wants} times for events it had rejected"
+        await peer.push(*genuine)  # the honest events are still welcome, pushed
+        wait_until(lambda: "event 3" in bodies(scene.alpha.home), "mallory's genuine events")
+    finally:
+        await peer.aclose()
+    scene.still_serving_and_converging("rejected events")
+
+
+async def test_a_flood_of_presence_records_is_relayed_newest_only(scene):
+    """Finding 8: every presence record relayed spawned a task per link, without back-pressure."""
+    m = scene.mallory
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        # One event of its own first: its binding then travels to beta, which can verify its presence.
+        await peer.push(sealed(m.key, m.origin, body="mallory is here"))
+        wait_until(lambda: "mallory is here" in bodies(scene.beta.home), "mallory's event at beta")
+        for serial in range(1, 3001):
+            watchers = ((f"agent-{serial}", "to_agents=x", "2026-12-01T00:00:00Z"),)
+            signature = m.key.sign(presence_signing_bytes(m.peer_id, "mallory", serial, watchers))
+            await peer.send(Presence(m.peer_id, "mallory", serial, watchers, signature))
+        wait_until(lambda: "agent-3000" in {w["agent"] for w in ctl_json(scene.beta.home, "who")["watchers"]},
+                   "mallory's newest presence relayed to beta")
+        assert {w["agent"] for w in ctl_json(scene.beta.home, "who")["watchers"]
+                if w["daemon"]["peer_id"] == m.peer_id} == {"agent-3000"}
+    finally:
+        await peer.aclose()
+    scene.still_serving_and_converging("a presence flood")
 
 
 async def test_a_slowloris_peer_is_closed_and_never_blocks_its_own_reconnection(scene):

@@ -166,3 +166,26 @@ def test_redacted_secrets_leave_no_byte_in_any_file_of_any_replica_and_no_api_re
         watched = run_ctl(d.home, "watch", "--from-start", "--state-file", "", "--limit", "500", "--json")
         assert watched.returncode == 0, watched
         assert leaks(replayed + watched.stdout, words) == [], d.home.name
+
+
+def test_a_reader_holding_the_wal_makes_the_purge_pending_until_it_lets_go(daemon):
+    """Finding 4: "say so only once it is true": while a reader keeps an old snapshot, the WAL
+    still holds the pages that had the body — the reply says ``pending`` and ``status`` shows it;
+    once the reader lets go, palaced finishes by itself and no byte of the secret is left."""
+    import apsw
+
+    word = secret("pending")
+    event = append(daemon.home, f"oops {word}", from_agent=AUTHOR)
+    pinned = apsw.Connection(str(daemon.home / "palace.sqlite3"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        pinned.execute("BEGIN")
+        pinned.execute("SELECT count(*) FROM events").fetchall()  # a read snapshot: the WAL cannot be truncated
+        reply = ctl_json(daemon.home, "redact", event["id"], "--from-agent", AUTHOR)
+        assert reply["purge"] == "pending", reply
+        assert ctl_json(daemon.home, "status")["redactions"]["purge_pending"] is True
+        assert word not in json.dumps(ctl_json(daemon.home, "list", "--limit", "500"))  # gone from every API at once
+    finally:
+        pinned.close()
+    wait_until(lambda: ctl_json(daemon.home, "status")["redactions"]["purge_pending"] is False,
+               "the purge to finish once the reader let go")
+    assert files_holding(daemon.home, [word]) == {}
