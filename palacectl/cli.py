@@ -727,8 +727,8 @@ def artifact_get(
 @patch_app.command("submit")
 def patch_submit(
     from_agent: Annotated[str, typer.Option("--from-agent")],
-    to_agent: Annotated[str, typer.Option("--to-agent")],
-    correlation_id: Annotated[str, typer.Option("--correlation-id")],
+    to_agent: Annotated[Optional[str], typer.Option("--to-agent", help="Default: who requested the task.")] = None,
+    correlation_id: Annotated[Optional[str], typer.Option("--correlation-id", help="The task this answers.")] = None,
     file: Annotated[str, typer.Option("--file", help="The diff, or - for stdin (default).")] = "-",
     stream: Annotated[Optional[str], typer.Option(help="Default: the stream of the task on this correlation.")] = None,
     room: Annotated[str, typer.Option()] = "patches",
@@ -739,7 +739,12 @@ def patch_submit(
     metadata: Annotated[Optional[str], typer.Option()] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Store a patch and announce it with patch.ready, in one transaction."""
+    """Store a patch and announce it with patch.ready, in one transaction.
+
+    Give --correlation-id (the task it answers) or --stream: with a correlation, the stream and
+    --to-agent default to its task's."""
+    if stream is None and correlation_id is None:
+        raise UsageProblem("pass --correlation-id (the task this patch answers; its stream is used) or --stream")
     content = _read_bytes(file, "--file")
     result = _call("patch_submit", from_agent=from_agent, to_agent=to_agent, correlation_id=correlation_id,
                    content=content, stream=stream, room=room, topic=topic, branch=branch,

@@ -14,7 +14,9 @@ Rules it enforces on top of the daemon's:
   left out of ``tools/list`` and calling one is a JSON-RPC error -32003, as in MemPalace.
 * **Result shapes.** Mutating tools answer ``{"success": true, …}`` or ``{"success": false,
   "error": "…"}``; read tools answer their data or ``{"error": "…"}``; messages are the
-  daemon's, word for word.
+  daemon's, word for word. ``mempalace_artifact_get`` answers ``{"artifact": {…, "content"}}``.
+  ``tests/e2e/test_mempalace_compat.py`` pins every shape and argument rule of the eight tools;
+  what differs on purpose is listed in README.md, "Differences from MemPalace".
 
 Nothing but protocol messages goes to stdout; logs go to stderr. The SDK (mcp 2.x) runs on trio.
 """
@@ -44,6 +46,9 @@ __all__ = ["MUTATING_TOOLS", "READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
 LOGGER: Final = logging.getLogger("palacectl.mcp")
 #: JSON-RPC error code for a mutating tool called in read-only mode (MemPalace's).
 READ_ONLY_ERROR: Final = -32003
+# JSON-RPC "invalid params": an argument the tool does not have (MemPalace's answer too, -32602
+# "Unknown parameter …"). A misspelt filter must not silently widen a list or a wait.
+INVALID_PARAMS: Final = -32602
 MUTATING_TOOLS: Final = frozenset({
     "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
     "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
@@ -85,6 +90,7 @@ class PalaceMCP(MCPServer):
         self.agent = agent
         self.forced_read_only = read_only
         self._observer: bool | None = None  # learned from the daemon (None: not asked yet)
+        self._arguments: dict[str, set[str]] | None = None  # tool -> argument names, from its schema
         self._register()
 
     def __repr__(self) -> str:
@@ -114,7 +120,19 @@ class PalaceMCP(MCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         if name in MUTATING_TOOLS and await self.read_only():
             raise self._read_only_error(name)
+        known = await self._argument_names(name)
+        unknown = sorted(set(arguments or {}) - known) if known is not None else []
+        if unknown:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown parameter {unknown[0]} for {name} (it takes: "
+                           f"{', '.join(sorted(known))})")
         return await super().call_tool(name, arguments, context)
+
+    async def _argument_names(self, name: str) -> set[str] | None:
+        """The arguments a tool takes (None: no such tool; the SDK answers that itself)."""
+        if self._arguments is None:
+            self._arguments = {t.name: set((t.input_schema or {}).get("properties", {}))
+                               for t in await super().list_tools()}
+        return self._arguments.get(name)
 
     def _read_only_error(self, name: str) -> MCPError:
         why = "--read-only" if self.forced_read_only else "the daemon is a read-only observer"
@@ -155,7 +173,7 @@ class PalaceMCP(MCPServer):
 
         @tool(description="Append an event to the log. from_agent defaults to you. Returns {success, event}.")
         async def mempalace_event_append(
-            type: str, stream: str, room: str, body: str = "", topic: str | None = None,
+            type: str, stream: str, room: str, body: str | None = "", topic: str | None = None,
             to_agent: str | None = None, correlation_id: str | None = None, branch: str | None = None,
             base_commit: str | None = None, status: str | None = None, metadata: dict[str, Any] | None = None,
             artifact_ids: list[str] | None = None, from_agent: str | None = None,
@@ -241,8 +259,9 @@ class PalaceMCP(MCPServer):
             return await self._write("mempalace_artifact_put", call)
 
         @tool(description=(
-            "Get an artifact with its content, sha256 verified. Text comes in content; bytes that are not UTF-8 in "
-            "content_base64 with content_is_base64=true."))
+            "Get an artifact by art_ id or sha256, verified: {artifact: {id, kind, sha256, size_bytes, created_by, "
+            "created_at, metadata, content}}; bytes that are not UTF-8 come as content_base64 with "
+            "content_is_base64=true instead of content."))
         async def mempalace_artifact_get(artifact_id: str) -> Result:
             async def call() -> Result:
                 record = dict(await daemon.call("artifact_get", artifact_id=artifact_id))
@@ -254,17 +273,19 @@ class PalaceMCP(MCPServer):
                 except UnicodeDecodeError:
                     record["content_base64"] = base64.b64encode(raw).decode("ascii")
                     record["content_is_base64"] = True
-                return record
+                return {"artifact": record}  # MemPalace's shape: skills read result["artifact"]["content"]
 
             return await self._read(call)
 
         @tool(description=(
-            "Deliver a patch: stores the diff (byte-exact, keep its final newline) and appends patch.ready to "
-            "to_agent on correlation_id, in one transaction. Returns {success, artifact, event}."))
+            "Deliver a patch: stores the diff (byte-exact, keep its final newline) and appends patch.ready, in one "
+            "transaction. With correlation_id, stream and to_agent default to its task's. Returns {success, "
+            "artifact, event}."))
         async def mempalace_patch_submit(
-            content: str, to_agent: str, correlation_id: str, stream: str | None = None, room: str = "patches",
-            topic: str | None = None, branch: str | None = None, base_commit: str | None = None,
-            body: str | None = None, metadata: dict[str, Any] | None = None, from_agent: str | None = None,
+            content: str, stream: str | None = None, room: str = "patches", to_agent: str | None = None,
+            correlation_id: str | None = None, branch: str | None = None, base_commit: str | None = None,
+            body: str | None = None, metadata: dict[str, Any] | None = None, topic: str | None = None,
+            from_agent: str | None = None,
         ) -> Result:
             async def call() -> Result:
                 return await daemon.call("patch_submit", **_drop_none(

@@ -516,12 +516,29 @@ class Service(FleetOps, MemoryOps, MaintenanceOps):
         return await self.astore.read(self.store.get_artifact, key, with_content=with_content)
 
     async def op_patch_submit(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a patch and append its ``patch.ready`` in one transaction.
+
+        Only ``content`` and ``from_agent`` are required (MemPalace also requires ``stream``;
+        routing is optional there too). What is missing is taken from the work being answered,
+        so that the patch lands beside its task and wakes its requester:
+
+        * ``stream``: the stream of the first event on ``correlation_id``; with no correlation,
+          or none of its events held here, ``stream must be a non-empty string``.
+        * ``to_agent``: the ``from_agent`` of the ``task.request`` on ``correlation_id`` (a
+          ``watch --agent`` of the requester only sees events addressed to it); without such a
+          request the event has no ``to_agent``.
+        """
         self.require_writer()
         from_agent = clean_required("from_agent", args.get("from_agent"))
         fields = self._artifact_args({**args, "created_by": from_agent}, kind="patch")
-        correlation_id = clean_required("correlation_id", args.get("correlation_id"))
+        correlation_id = clean_optional("correlation_id", args.get("correlation_id"))
         stream = clean_optional("stream", args.get("stream"))
+        to_agent = clean_optional("to_agent", args.get("to_agent"))
         if stream is None:
+            if correlation_id is None:
+                raise ValidationError(
+                    "stream must be a non-empty string (or pass the correlation_id of the task this patch answers, "
+                    "to take its stream)", field="stream")
             # Default to the stream of the work being answered, so the patch lands beside its task.
             related = await self.astore.read(self.store.events_by_correlation, correlation_id, 1)
             if not related:
@@ -530,10 +547,15 @@ class Service(FleetOps, MemoryOps, MaintenanceOps):
                     field="stream",
                 )
             stream = related[0]["stream"]
+        if to_agent is None and correlation_id is not None:
+            query = ListQuery.from_wire({"types": ["task.request"], "correlation_ids": [correlation_id], "limit": 1})
+            requests = await self.astore.read(self.store.list_events, query)
+            if requests:
+                to_agent = requests[0]["from_agent"]
         wire = {
             "type": "patch.ready", "stream": stream, "room": args.get("room") or "patches",
             "topic": args.get("topic"), "from_agent": from_agent,
-            "to_agent": clean_required("to_agent", args.get("to_agent")), "correlation_id": correlation_id,
+            "to_agent": to_agent, "correlation_id": correlation_id,
             "branch": args.get("branch"), "base_commit": args.get("base_commit"), "status": "ready",
             "body": args.get("body"), "metadata": args.get("metadata"),
         }

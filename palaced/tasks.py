@@ -15,7 +15,7 @@ from typing import Any, Final
 from palace_proto.errors import ValidationError
 from palace_proto.validation import TERMINAL_STATUSES, AppendRequest, Limits
 
-__all__ = ["build_task_request", "derive_task", "slugify"]
+__all__ = ["build_task_request", "delivery_line", "derive_task", "slugify"]
 
 _HEX_COMMIT_RE: Final = re.compile(r"^[0-9a-fA-F]{7,64}$")
 TASK_REQUEST_TYPE: Final = "task.request"
@@ -30,6 +30,20 @@ def _required_text(label: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f"task {label} must not be empty", field=label.replace(" ", "_"))
     return value.strip()
+
+
+def delivery_line(correlation_id: str) -> str:
+    """How the worker closes the loop, in the request's body.
+
+    The requester cannot know whether the worker has the MCP tools (``palacectl mcp``) or a
+    shell, so every step names both: the tool MemPalace's template names, then the command.
+    """
+    return (
+        "Close the loop through palace: claim the request (MCP mempalace_event_ack with status claimed, "
+        "or palacectl ack <event id> --status claimed), then submit a patch (MCP mempalace_patch_submit "
+        f"with correlation_id={correlation_id}, or palacectl patch submit --correlation-id {correlation_id}) "
+        "or reply with status blocked/failed and the evidence, verbatim."
+    )
 
 
 def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits) -> tuple[AppendRequest, str]:
@@ -59,9 +73,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
         f"Goal:\n{goal.strip()}\n\n"
         f"Branch: {branch}\nBase commit: {base_commit.lower()}\n\n"
         f"Definition of done:\n{done.strip()}\n\n"
-        "Delivery:\nClose the loop through palace: claim the request (palacectl ack <event id> "
-        "--status claimed), then submit a patch (palacectl patch submit --correlation-id "
-        f"{correlation_id}) or reply with status blocked/failed and the evidence, verbatim."
+        f"Delivery:\n{delivery_line(correlation_id)}"
     )
     req = AppendRequest.from_wire(
         {
@@ -74,7 +86,8 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     )
     handoff = (
         f"Open palace task {correlation_id} as {to_agent}. Claim it, follow its exact definition of done, "
-        "and deliver through the log (palacectl task show " + correlation_id + ")."
+        f"and deliver through the log (MCP mempalace_task_status with correlation_id={correlation_id}, "
+        f"or palacectl task show {correlation_id})."
     )
     return req, handoff
 

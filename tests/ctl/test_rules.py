@@ -103,6 +103,18 @@ REQUIRED_PHRASES = [
     "user-visible intent",
     "agreed tests",
     "`applied` or `failed`",
+    # where palace differs from MemPalace (README "Differences from MemPalace")
+    "### Where palace differs from MemPalace",
+    "The palace tools speak as you",
+    "another id is refused",
+    "content-addressed (`art_` + sha256)",
+    "takes the id or the sha256",
+    "`content_base64`",
+    "takes the stream and the addressee from the task",
+    "no poll interval",
+    "`palacectl redact <event id> --from-agent <AGENT_ID>`",
+    "exit 3 = palaced is down",
+    "64 = a wrong command line",
     # close every loop
     "append-only and verbatim",
     "superseded",

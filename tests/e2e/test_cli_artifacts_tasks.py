@@ -314,9 +314,9 @@ def test_patch_submit_without_stream_and_no_correlation_event(ctl):
         (["--to-agent", "al\x02ice"], "to_agent contains control characters"),
         (["--branch", "b\x1bx"], "branch contains control characters"),
         (["--metadata", "[]"], "--metadata must be a JSON object"),
-        (["--to-agent", "   "], "to_agent must be a non-empty string"),
+        (["--correlation-id", "c\x01"], "correlation_id contains control characters"),
     ],
-    ids=["topic-too-long", "to-agent-control", "branch-control", "metadata-array", "to-agent-blank"],
+    ids=["topic-too-long", "to-agent-control", "branch-control", "metadata-array", "correlation-control"],
 )
 def test_patch_submit_invalid_event_writes_nothing(ctl, args, message):
     task = create_task(ctl)
@@ -343,8 +343,41 @@ def test_patch_submit_empty_content(ctl):
 
 
 def test_patch_submit_missing_required_is_usage_error(ctl):
-    result = ctl("patch", "submit", "--from-agent", "bob", "--correlation-id", "x", input=CLEAN_PATCH)
+    result = ctl("patch", "submit", "--correlation-id", "x", input=CLEAN_PATCH)
     assert result.returncode == 64, result
+    neither = ctl("patch", "submit", "--from-agent", "bob", "--to-agent", "alice", input=CLEAN_PATCH)
+    assert_fails(neither, "pass --correlation-id (the task this patch answers; its stream is used) or --stream",
+                 exit_code=64)
+    assert counts(ctl) == (0, 0)
+
+
+def test_patch_submit_routing_is_optional(ctl):
+    """Issue 12: MemPalace requires only the content, the author and the stream; to_agent and
+    correlation_id are optional (they were required). Without --to-agent, a patch on a task's
+    correlation goes to whoever requested the task; without a correlation it goes to nobody in
+    particular and is still a patch.ready."""
+    created = create_task(ctl, from_agent="alice", to_agent="bob")
+    cid = created["task"]["correlation_id"]
+    to_requester = ctl("patch", "submit", "--from-agent", "bob", "--correlation-id", cid, "--json", input=CLEAN_PATCH)
+    assert to_requester.returncode == 0, to_requester
+    event = to_requester.json()["event"]
+    assert (event["to_agent"], event["correlation_id"], event["stream"]) == ("alice", cid, "project/palace_core")
+    blank = ctl("patch", "submit", "--from-agent", "bob", "--correlation-id", cid, "--to-agent", "  ", "--json",
+                input=CLEAN_PATCH + b"\n")
+    assert blank.returncode == 0, blank
+    assert blank.json()["event"]["to_agent"] == "alice"
+    unrouted = ctl("patch", "submit", "--from-agent", "bob", "--stream", "project/x", "--json", input=b"+x\n")
+    assert unrouted.returncode == 0, unrouted
+    doc = unrouted.json()
+    assert doc["event"]["type"] == "patch.ready" and doc["event"]["status"] == "ready"
+    assert doc["event"]["to_agent"] is None and doc["event"]["correlation_id"] is None
+    assert doc["event"]["artifact_ids"] == [doc["artifact"]["id"]]
+    # A correlation with no task.request on it gives its stream but no addressee.
+    chat = append_event(ctl, correlation_id="chat-1", stream="project/chat")
+    on_chat = ctl("patch", "submit", "--from-agent", "bob", "--correlation-id", "chat-1", "--json", input=b"+y\n")
+    assert on_chat.returncode == 0, on_chat
+    assert (on_chat.json()["event"]["stream"], on_chat.json()["event"]["to_agent"]) == (chat["stream"], None)
+    assert counts(ctl) == (6, 4)
 
 
 # -- task create --------------------------------------------------------------------------------
@@ -372,6 +405,10 @@ def test_task_create(ctl):
     assert "Definition of done" in body
     assert task["correlation_id"] in doc["handoff"]
     assert "bob" in doc["handoff"]
+    # Issue 12: the worker may have the MCP tools or a shell; the delivery line names both.
+    delivery = body.split("\n\nDelivery:\n", 1)[1]
+    assert "mempalace_patch_submit" in delivery
+    assert f"palacectl patch submit --correlation-id {task['correlation_id']}" in delivery
     listed = ctl("list", "--type", "task.request", "--json").json()
     assert listed["events"] == [task]
 

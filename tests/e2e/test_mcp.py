@@ -150,13 +150,14 @@ async def test_artifacts_text_and_binary_with_their_sha256(daemon):
     async with adapter(daemon.home) as client:
         put = await call(client, "mempalace_artifact_put", kind="file", content=text)
         assert put["success"] is True and put["artifact"]["sha256"] == hashlib.sha256(text.encode()).hexdigest()
-        got = await call(client, "mempalace_artifact_get", artifact_id=put["artifact"]["id"])
+        got = (await call(client, "mempalace_artifact_get", artifact_id=put["artifact"]["id"]))["artifact"]
         assert got["content"] == text and "content_is_base64" not in got
         put_bin = await call(client, "mempalace_artifact_put", kind="file",
                              content_base64=base64.b64encode(blob).decode())
         assert put_bin["artifact"]["sha256"] == hashlib.sha256(blob).hexdigest()
-        got_bin = await call(client, "mempalace_artifact_get", artifact_id=put_bin["artifact"]["sha256"])
-        assert got_bin["content_is_base64"] is True and base64.b64decode(got_bin["content_base64"]) == blob
+        got_bin = (await call(client, "mempalace_artifact_get", artifact_id=put_bin["artifact"]["sha256"]))["artifact"]
+        assert "content" not in got_bin and got_bin["content_is_base64"] is True
+        assert base64.b64decode(got_bin["content_base64"]) == blob
         both = await call(client, "mempalace_artifact_put", kind="file", content="a", content_base64="YQ==")
         assert both["success"] is False and "exactly one" in both["error"]
         bad_kind = await call(client, "mempalace_artifact_put", kind="binary", content="a")
@@ -234,7 +235,8 @@ async def test_the_delegation_loop_of_the_seed_runs_over_mcp(daemon):
         ready = await call(requester, "mempalace_event_wait", correlation_id=cid, type="patch.ready",
                            exclude_from_agent="mac-claude", timeout_ms=30000)
         patch_event = ready["events"][0]
-        artifact = await call(requester, "mempalace_artifact_get", artifact_id=patch_event["artifact_ids"][0])
+        fetched = await call(requester, "mempalace_artifact_get", artifact_id=patch_event["artifact_ids"][0])
+        artifact = fetched["artifact"]
         assert hashlib.sha256(artifact["content"].encode()).hexdigest() == artifact["sha256"]
         assert artifact["content"] == diff
         applied = await call(requester, "mempalace_event_ack", event_id=patch_event["id"], status="applied")

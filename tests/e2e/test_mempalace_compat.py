@@ -1,0 +1,607 @@
+"""MemPalace compatibility of the eight logstream MCP tools, field by field.
+
+Written from the reference (``shared/reference/mempalace-semantics.md``: §1.2-1.7 events and
+their rules, §2 artifacts, §3.1-3.2 list and wait, §4 ack, submit_patch, tasks and the MCP
+surface), and driven the way a MemPalace skill drives MemPalace: the official MCP SDK client
+talking to ``palacectl mcp`` over stdio, against a real palaced. Each test pins one tool's
+arguments, its result shape and its error wording, so that a prompt or skill written for
+MemPalace keeps working unchanged and a shape can never drift again.
+
+Where palace differs on purpose, the test pins palace's behaviour and names the README section
+("Differences from MemPalace") that says so; anything else here is MemPalace's contract.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.fleet import ctl_json
+from tests.helpers import PYTHON, RawClient
+
+ME = "mac-claude"
+# MemPalace's eight logstream tools (reference §4, "MCP tool surface"): each argument, and those
+# MemPalace requires. A call MemPalace accepts must be accepted here: every argument must exist,
+# and palace may require no more than MemPalace does.
+MEMPALACE_ARGUMENTS: dict[str, tuple[set[str], set[str]]] = {
+    "mempalace_event_append": (
+        {"type", "stream", "room", "from_agent"},
+        {"to_agent", "correlation_id", "branch", "base_commit", "status", "body", "metadata", "artifact_ids",
+         "topic"}),
+    "mempalace_event_list": (
+        set(),
+        {"stream", "room", "topic", "type", "to_agent", "from_agent", "correlation_id", "status", "since_event_id",
+         "before_event_id", "since_created_at", "limit", "order", "preview"}),
+    "mempalace_event_wait": (
+        set(),
+        {"stream", "room", "topic", "type", "to_agent", "from_agent", "correlation_id", "status", "since_event_id",
+         "since_created_at", "timeout_ms", "limit"}),
+    "mempalace_event_ack": ({"event_id", "from_agent"}, {"status", "body", "topic"}),
+    "mempalace_artifact_put": ({"kind", "content", "created_by"}, {"metadata"}),
+    "mempalace_artifact_get": ({"artifact_id"}, set()),
+    "mempalace_patch_submit": (
+        {"content", "from_agent", "stream"},
+        {"room", "to_agent", "correlation_id", "branch", "base_commit", "body", "metadata", "topic"}),
+    "mempalace_task_create": ({"project", "from_agent", "to_agent", "goal", "branch", "base_commit", "done"}, set()),
+}
+# What palace requires of them: MemPalace's list without the caller's identity (from_agent,
+# created_by: the adapter's --agent), patch_submit's stream (taken from the task on its
+# correlation_id) and artifact_put's content (or content_base64, for bytes).
+PALACE_REQUIRED: dict[str, set[str]] = {
+    "mempalace_event_append": {"type", "stream", "room"},
+    "mempalace_event_list": set(),
+    "mempalace_event_wait": set(),
+    "mempalace_event_ack": {"event_id"},
+    "mempalace_artifact_put": {"kind"},
+    "mempalace_artifact_get": {"artifact_id"},
+    "mempalace_patch_submit": {"content"},
+    "mempalace_task_create": {"project", "to_agent", "goal", "branch", "base_commit", "done"},
+}
+# Reference §4: exactly these are mutating (hidden and refused, -32003, in read-only mode).
+MEMPALACE_MUTATING = {"mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put",
+                      "mempalace_patch_submit", "mempalace_task_create"}
+# Reference §1.2, minus what palace has instead (README "Differences from MemPalace": the origin is
+# `origin`, a key-derived id, and there is no `hlc`; `ack_of` is palace's link of an ack).
+MEMPALACE_EVENT_KEYS = {"id", "seq", "origin_replica", "origin_seq", "hlc", "type", "stream", "room", "topic",
+                        "from_agent", "to_agent", "correlation_id", "branch", "base_commit", "status",
+                        "artifact_ids", "body", "created_at", "metadata"}
+EVENT_KEYS = (MEMPALACE_EVENT_KEYS - {"origin_replica", "hlc"}) | {"origin", "ack_of"}
+# Reference §2: what put returns (no content, no metadata; warnings only when there are some) and
+# what get returns (origin_replica is optional there; palace has none).
+PUT_KEYS = {"id", "kind", "sha256", "size_bytes", "created_by", "created_at"}
+GET_KEYS = PUT_KEYS | {"content", "metadata"}
+EVENT_ID_RE = re.compile(r"^evt_\d{8}T\d{6}_[0-9a-f]+$")
+# Second precision in MemPalace; palace adds microseconds (README "Differences from MemPalace").
+CREATED_AT_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?Z$")
+STATUS_ERROR = "status='bogus' is not one of: applied, blocked, claimed, failed, open, ready, superseded"
+NO_NEWLINE = ("patch content does not end with a trailing newline; git apply will reject the final hunk as corrupt — "
+              "store the diff byte-exactly including its trailing newline")
+CRLF = ("patch content contains carriage returns (CRLF line endings); git apply often rejects CRLF diffs — generate "
+        "the diff with LF endings")
+# Why 8: appends sent before their replies are read; the daemon refuses more than 16 waiting.
+SEED_WINDOW = 8
+DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
+
+
+@contextlib.asynccontextmanager
+async def adapter(home: Path, agent: str = ME, *extra: str) -> AsyncIterator[Any]:
+    params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "mcp", "--agent", agent, "--home",
+                                                         str(home), *extra])
+    async with Client(params) as client:
+        yield client
+
+
+async def call(client: Any, tool: str, **args: Any) -> dict[str, Any]:
+    """One tool call; MemPalace answers every call with a JSON object, never a protocol error."""
+    with trio.fail_after(60):
+        result = await client.call_tool(tool, args)
+    assert result.is_error is False, result
+    return result.structured_content
+
+
+def counts(home: Path) -> tuple[int, int]:
+    status = ctl_json(home, "status")
+    return status["events"], status["artifacts"]
+
+
+# -- the tool surface ---------------------------------------------------------------------------
+
+
+async def test_every_mempalace_argument_is_accepted_and_none_more_is_required(daemon):
+    """Guards the argument rules of all eight tools: a MemPalace call names only arguments palace
+    knows, and palace requires nothing MemPalace does not (issue 12: patch_submit required
+    to_agent and correlation_id). ``from_agent``/``created_by`` are optional here because the
+    adapter speaks as its ``--agent`` (README "Differences from MemPalace")."""
+    async with adapter(daemon.home) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    for name, (required, optional) in MEMPALACE_ARGUMENTS.items():
+        schema = tools[name].input_schema
+        properties = set(schema.get("properties", {}))
+        assert required | optional <= properties, (name, (required | optional) - properties)
+        assert set(schema.get("required", [])) == PALACE_REQUIRED[name], name
+        assert PALACE_REQUIRED[name] <= required, name
+    props = {name: tools[name].input_schema["properties"] for name in MEMPALACE_ARGUMENTS}
+    assert props["mempalace_event_wait"]["timeout_ms"]["default"] == 60000
+    assert props["mempalace_patch_submit"]["room"]["default"] == "patches"
+    assert props["mempalace_event_list"]["preview"]["default"] is False
+
+
+async def test_read_only_hides_exactly_the_mempalace_mutating_tools(daemon):
+    """Reference §4 and §6.1: a read-only server keeps list, wait and artifact_get, hides the five
+    mutating logstream tools and refuses them with JSON-RPC -32003."""
+    async with adapter(daemon.home, ME, "--read-only") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert set(MEMPALACE_ARGUMENTS) - names == MEMPALACE_MUTATING
+        for tool in sorted(MEMPALACE_MUTATING):
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(tool, {})
+            assert refused.value.code == -32003, tool
+
+
+async def test_an_argument_a_tool_does_not_have_is_refused_not_ignored(daemon):
+    """A misspelt filter (``to_agents`` for ``to_agent``) must not silently widen a list or a wait:
+    like MemPalace (-32602 "Unknown parameter …"), the call is refused, naming the argument."""
+    async with adapter(daemon.home) as client:
+        for tool, unknown, args in (("mempalace_event_list", "to_agents", {"to_agents": "bob"}),
+                                    ("mempalace_event_wait", "writer", {"writer": "bob", "timeout_ms": 0}),
+                                    ("mempalace_event_append", "bogus",
+                                     {"type": "note", "stream": "s", "room": "r", "bogus": 1})):
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(tool, args)
+            assert refused.value.code == -32602 and f"Unknown parameter {unknown} " in str(refused.value), refused.value
+        assert counts(daemon.home)[0] == 0  # nothing was written
+        assert (await call(client, "mempalace_event_list", to_agent="bob"))["count"] == 0  # the right name works
+
+
+# -- mempalace_event_append ---------------------------------------------------------------------
+
+
+async def test_event_append_result_and_fields(daemon):
+    """Reference §1.2-1.6: {success, event}; the event dict's keys; routing values stripped;
+    body and metadata verbatim; None becomes "" and {}; artifact_ids deduplicated in the caller's
+    order; created_at, id and seq set by the server; from_agent accepted when it is the caller."""
+    async with adapter(daemon.home) as client:
+        a = (await call(client, "mempalace_artifact_put", kind="note", content="a\n"))["artifact"]["id"]
+        b = (await call(client, "mempalace_artifact_put", kind="note", content="b\n"))["artifact"]["id"]
+        result = await call(client, "mempalace_event_append", type=" task.request ", stream="  project/x ",
+                            room="delegation", from_agent=ME, to_agent="linux-codex", correlation_id="task_1",
+                            topic="t", branch="feat/x", base_commit="abc1234", status="open",
+                            body="line one\r\nünï 🧠\n", metadata={"k": [1, "v"], "z": None},
+                            artifact_ids=[b, a, b])
+        assert set(result) == {"success", "event"} and result["success"] is True
+        event = result["event"]
+        assert set(event) == EVENT_KEYS
+        assert EVENT_ID_RE.match(event["id"]) and CREATED_AT_RE.match(event["created_at"])
+        assert isinstance(event["seq"], int) and isinstance(event["origin_seq"], int) and event["origin_seq"] >= 1
+        assert (event["type"], event["stream"], event["room"]) == ("task.request", "project/x", "delegation")
+        assert (event["from_agent"], event["to_agent"], event["correlation_id"]) == (ME, "linux-codex", "task_1")
+        assert (event["topic"], event["branch"], event["base_commit"], event["status"]) == (
+            "t", "feat/x", "abc1234", "open")
+        assert event["body"] == "line one\r\nünï 🧠\n" and event["metadata"] == {"k": [1, "v"], "z": None}
+        assert event["artifact_ids"] == [b, a]
+        plain = (await call(client, "mempalace_event_append", type="note", stream="s", room="r", body=None,
+                            metadata=None, artifact_ids=None))["event"]
+        assert (plain["body"], plain["metadata"], plain["artifact_ids"]) == ("", {}, [])
+        assert plain["to_agent"] is plain["correlation_id"] is plain["status"] is plain["topic"] is None
+        # Listed events keep the writer's artifact order: it is part of the signed event (MemPalace sorts them).
+        listed = await call(client, "mempalace_event_list", type="task.request")
+        assert listed["events"] == [event]
+    assert counts(daemon.home) == (2, 2)
+
+
+APPEND_ERRORS: list[tuple[dict[str, Any], str]] = [
+    ({"status": "bogus"}, STATUS_ERROR),
+    ({"type": "Not A Type!"}, "type='Not A Type!' is not a valid event type (lowercase letters, digits, '.', '_', "
+                              "'-'; max 64 chars)"),
+    ({"type": "   "}, "type must be a non-empty string"),
+    ({"stream": ""}, "stream must be a non-empty string"),
+    ({"room": " \t "}, "room must be a non-empty string"),
+    ({"room": "r" * 257}, "room exceeds maximum length of 256 characters"),
+    ({"to_agent": "a\x01b"}, "to_agent contains control characters"),
+    ({"correlation_id": "c\x7f"}, "correlation_id contains control characters"),
+    ({"body": "a\x00b"}, "body contains null bytes"),
+    ({"body": "x" * 262_145}, "body is 262145 bytes; maximum is 262144 bytes"),
+    ({"body": "é" * 131_073}, "body is 262146 bytes; maximum is 262144 bytes"),  # UTF-8 bytes, not characters
+    ({"metadata": {"big": "m" * 65_536}}, "metadata exceeds maximum size of 65536 bytes"),
+    ({"artifact_ids": ["art_x"]}, "artifact_ids references unknown artifact 'art_x'"),
+    ({"artifact_ids": [""]}, "artifact_ids must be a list of artifact id strings"),
+]
+
+
+async def test_event_append_errors(daemon):
+    """Reference §1.4-1.6: every rule's wording, as {success: false, error}; nothing written."""
+    async with adapter(daemon.home) as client:
+        for args, message in APPEND_ERRORS:
+            result = await call(client, "mempalace_event_append", **{"type": "note", "stream": "s", "room": "r", **args})
+            assert result == {"success": False, "error": message}, args
+    assert counts(daemon.home) == (0, 0)
+
+
+async def test_event_append_body_of_exactly_the_limit_and_another_identity(daemon):
+    """Reference §1.6: a body of exactly max_body_bytes is accepted. The adapter speaks only as
+    its --agent: a from_agent naming someone else is refused (README "Differences from MemPalace")."""
+    async with adapter(daemon.home) as client:
+        exact = await call(client, "mempalace_event_append", type="note", stream="s", room="r", body="x" * 262_144)
+        assert exact["success"] is True and len(exact["event"]["body"]) == 262_144
+        other = await call(client, "mempalace_event_append", type="note", stream="s", room="r", from_agent="bob")
+        assert other["success"] is False and "speaks as 'mac-claude'" in other["error"]
+    assert counts(daemon.home) == (1, 0)
+
+
+# -- mempalace_event_list -----------------------------------------------------------------------
+
+
+def seed(home: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Append events straight through the local API, a window of requests at a time (the daemon
+    reads no further while a client leaves its replies unread)."""
+    results: list[dict[str, Any]] = []
+    with RawClient(home / "palaced.sock") as api:
+        api.hello()
+        for start in range(0, len(events), SEED_WINDOW):
+            window = events[start:start + SEED_WINDOW]
+            first = api.next_id
+            api.next_id += len(window)
+            for i, fields in enumerate(window):
+                api.send_message({"id": first + i, "op": "append", "args": {
+                    "type": "note", "stream": "s", "room": "r", "from_agent": "tester", **fields}})
+            replies = sorted((api.recv_message() for _ in window), key=lambda r: r["id"])
+            assert all(r["ok"] for r in replies), [r for r in replies if not r["ok"]][:1]
+            results += [r["result"] for r in replies]
+    return results
+
+
+async def test_event_list_result_order_cursors_and_limits(daemon):
+    """Reference §3.1 and §1.7: {events, count}; newest first without since_event_id, oldest first
+    with it, an explicit order always wins (any case); both cursors exclusive; limit default 50,
+    at least 1, silently capped at 500; every error as {error}, word for word."""
+    events = await trio.to_thread.run_sync(seed, daemon.home, [{"body": str(i)} for i in range(502)])
+    ids = [e["id"] for e in events]
+    async with adapter(daemon.home) as client:
+        newest = await call(client, "mempalace_event_list")
+        assert set(newest) == {"events", "count"} and newest["count"] == 50
+        assert [e["id"] for e in newest["events"]] == ids[::-1][:50]
+        after = await call(client, "mempalace_event_list", since_event_id=ids[9], limit=3)
+        assert [e["id"] for e in after["events"]] == ids[10:13]
+        after_desc = await call(client, "mempalace_event_list", since_event_id=ids[498], order="DESC")
+        assert [e["id"] for e in after_desc["events"]] == ids[:498:-1]
+        asc = await call(client, "mempalace_event_list", order="Asc", limit=2)
+        assert [e["id"] for e in asc["events"]] == ids[:2]
+        before = await call(client, "mempalace_event_list", before_event_id=ids[5], order="asc")
+        assert [e["id"] for e in before["events"]] == ids[:5]
+        capped = await call(client, "mempalace_event_list", limit=1000)
+        assert capped["count"] == 500 and len(capped["events"]) == 500
+        since_date = await call(client, "mempalace_event_list", since_created_at="2000-01-01", limit=1)
+        assert since_date["count"] == 1
+        stamp = events[-1]["created_at"][:19] + "Z"  # second precision, as MemPalace writes it: inclusive
+        assert ids[-1] in [e["id"] for e in (await call(client, "mempalace_event_list", since_created_at=stamp))["events"]]
+        offset = stamp.removesuffix("Z") + "+00:00"
+        assert (await call(client, "mempalace_event_list", since_created_at=offset))["count"] >= 1
+        future = await call(client, "mempalace_event_list", since_created_at="2999-01-01")
+        assert future == {"events": [], "count": 0}
+        errors = {
+            "since_event_id 'evt_nope' not found": {"since_event_id": "evt_nope"},
+            "before_event_id 'evt_nope' not found": {"before_event_id": "evt_nope"},
+            "limit must be a positive integer": {"limit": 0},
+            "order='sideways' must be 'asc' or 'desc'": {"order": "sideways"},
+            "since_created_at='yesterday' is not a valid ISO-8601 date or UTC datetime (expected YYYY-MM-DD or "
+            "YYYY-MM-DDTHH:MM:SSZ)": {"since_created_at": "yesterday"},
+            STATUS_ERROR: {"status": "bogus"},
+        }
+        for message, args in errors.items():
+            assert await call(client, "mempalace_event_list", **args) == {"error": message}, args
+
+
+async def test_event_list_filters_broadcast_and_preview(daemon):
+    """Reference §1.5, §3.1 and §1.7: equality filters; to_agent=X matches X and '*' but never an
+    event without to_agent; preview cuts bodies over 200 characters (not bytes) and marks them,
+    shorter ones come back untouched; preview is off by default."""
+    events = await trio.to_thread.run_sync(seed, daemon.home, [
+        {"to_agent": ME, "type": "task.request", "stream": "project/a", "room": "delegation", "topic": "t1",
+         "correlation_id": "c1", "status": "open", "from_agent": "linux-codex", "body": "é" * 250},
+        {"to_agent": "*", "type": "status", "body": "short"},
+        {"type": "note", "body": "untargeted"},
+        {"to_agent": "linux-codex", "from_agent": ME, "type": "task.reply", "correlation_id": "c1",
+         "status": "blocked"},
+    ])
+    ids = [e["id"] for e in events]
+    async with adapter(daemon.home) as client:
+        async def listed(**args: Any) -> list[str]:
+            return [e["id"] for e in (await call(client, "mempalace_event_list", order="asc", **args))["events"]]
+
+        assert await listed(to_agent=ME) == ids[:2]
+        assert await listed(to_agent="nobody") == [ids[1]]
+        assert await listed(stream="project/a") == await listed(room="delegation") == await listed(topic="t1") == [ids[0]]
+        assert await listed(type="task.reply") == await listed(status="blocked") == [ids[3]]
+        assert await listed(correlation_id="c1") == [ids[0], ids[3]]
+        assert await listed(from_agent="linux-codex") == [ids[0]]
+        assert await listed(type="task.request", status="blocked") == []
+        # palace's extra filter (README "Differences from MemPalace"), and several values mean OR.
+        assert await listed(to_agent=ME, exclude_from_agent="linux-codex") == [ids[1]]
+        assert await listed(type=["status", "note"]) == ids[1:3]
+        full = await call(client, "mempalace_event_list", to_agent=ME, order="asc")
+        assert full["events"][0]["body"] == "é" * 250 and "body_truncated" not in full["events"][0]
+        preview = await call(client, "mempalace_event_list", to_agent=ME, order="asc", preview=True)
+        long, short = preview["events"]
+        assert long["body"] == "é" * 200 and long["body_truncated"] is True and long["body_length"] == 250
+        assert set(long) == EVENT_KEYS | {"body_truncated", "body_length"}
+        assert {k: v for k, v in long.items() if k not in ("body", "body_truncated", "body_length")} == {
+            k: v for k, v in full["events"][0].items() if k != "body"}
+        assert short == full["events"][1]
+
+
+# -- mempalace_event_wait -----------------------------------------------------------------------
+
+
+async def test_event_wait_result_timeout_and_arguments(daemon):
+    """Reference §3.2: {timed_out, events, count} at once when something matches; a timeout is
+    {timed_out: true, events: [], count: 0}, never an error; timeout_ms must be a non-negative
+    number and is clamped (a huge one is no error); wait takes list's limit (MemPalace once
+    rejected it) and its cursor errors word for word."""
+    events = await trio.to_thread.run_sync(seed, daemon.home, [{"to_agent": ME}, {"to_agent": ME}])
+    async with adapter(daemon.home) as client:
+        hit = await call(client, "mempalace_event_wait", to_agent=ME, timeout_ms=10**12)
+        assert set(hit) == {"timed_out", "events", "count"}
+        assert hit["timed_out"] is False and hit["count"] == 2 and hit["events"] == events
+        one = await call(client, "mempalace_event_wait", to_agent=ME, limit=1, timeout_ms=1000)
+        assert one["count"] == 1 and one["events"] == events[:1]
+        after = await call(client, "mempalace_event_wait", to_agent=ME, since_event_id=events[0]["id"], timeout_ms=0)
+        assert after["events"] == events[1:]
+        assert await call(client, "mempalace_event_wait", to_agent=ME, since_event_id=events[1]["id"],
+                          timeout_ms=200) == {"timed_out": True, "events": [], "count": 0}
+        assert await call(client, "mempalace_event_wait", to_agent="nobody", timeout_ms=0) == {
+            "timed_out": True, "events": [], "count": 0}
+        assert await call(client, "mempalace_event_wait", timeout_ms=-1) == {
+            "error": "timeout_ms must be a non-negative number"}
+        assert await call(client, "mempalace_event_wait", since_event_id="evt_nope", timeout_ms=0) == {
+            "error": "since_event_id 'evt_nope' not found"}
+        assert await call(client, "mempalace_event_wait", type="Bad", timeout_ms=0) == {
+            "error": "type='Bad' is not a valid event type (lowercase letters, digits, '.', '_', '-'; max 64 chars)"}
+
+
+# -- mempalace_event_ack ------------------------------------------------------------------------
+
+
+async def test_event_ack_links_a_new_event_and_never_changes_the_target(daemon):
+    """Reference §4 ack_event: a new event.ack with stream and room copied, topic the override or
+    the target's, to_agent the target's author, correlation_id the target's (or the target's id
+    when it has none), metadata {"ack_of": target}; the target is untouched; errors as
+    {success: false, error}."""
+    target, bare = await trio.to_thread.run_sync(seed, daemon.home, [
+        {"from_agent": "linux-codex", "to_agent": ME, "stream": "project/a", "room": "delegation", "topic": "t",
+         "correlation_id": "task_9", "status": "open", "type": "task.request"},
+        {"from_agent": "linux-codex", "type": "note"},
+    ])
+    async with adapter(daemon.home) as client:
+        result = await call(client, "mempalace_event_ack", event_id=target["id"], from_agent=ME, status="claimed",
+                            body="on it")
+        assert set(result) == {"success", "event"} and result["success"] is True
+        ack = result["event"]
+        assert set(ack) == EVENT_KEYS
+        assert (ack["type"], ack["stream"], ack["room"], ack["topic"]) == ("event.ack", "project/a", "delegation", "t")
+        assert (ack["from_agent"], ack["to_agent"], ack["correlation_id"]) == (ME, "linux-codex", "task_9")
+        assert (ack["status"], ack["body"], ack["metadata"], ack["ack_of"]) == ("claimed", "on it",
+                                                                                 {"ack_of": target["id"]}, target["id"])
+        retopic = (await call(client, "mempalace_event_ack", event_id=target["id"], topic="other"))["event"]
+        assert retopic["topic"] == "other" and retopic["status"] is None and retopic["body"] == ""
+        on_bare = (await call(client, "mempalace_event_ack", event_id=bare["id"]))["event"]
+        assert on_bare["correlation_id"] == bare["id"] and on_bare["to_agent"] == "linux-codex"
+        unchanged = await call(client, "mempalace_event_list", type="task.request")
+        assert unchanged["events"] == [target]
+        assert await call(client, "mempalace_event_ack", event_id="evt_nope") == {
+            "success": False, "error": "event 'evt_nope' not found"}
+        assert await call(client, "mempalace_event_ack", event_id=target["id"], status="bogus") == {
+            "success": False, "error": STATUS_ERROR}
+    assert counts(daemon.home) == (5, 0)
+
+
+# -- mempalace_artifact_put / mempalace_artifact_get -------------------------------------------
+
+
+async def test_artifact_put_and_get_shapes(daemon):
+    """Reference §2: put answers {success, artifact} without content or metadata, sha256 and
+    size_bytes of the UTF-8 bytes; get answers {"artifact": {…, content, sha256}} — the shape
+    MemPalace skills read as result["artifact"]["content"] (issue 12: it was flat) — with the
+    exact content and the metadata given at put; an unknown id is {error}, word for word."""
+    text = "crlf\r\nünïcødé 🧠\nno final newline"
+    raw = text.encode()
+    async with adapter(daemon.home) as client:
+        put = await call(client, "mempalace_artifact_put", kind="file", content=text, created_by=ME,
+                         metadata={"path": "a/b.txt"})
+        assert set(put) == {"success", "artifact"} and put["success"] is True
+        record = put["artifact"]
+        assert set(record) == PUT_KEYS
+        assert record["sha256"] == hashlib.sha256(raw).hexdigest() and record["size_bytes"] == len(raw)
+        assert (record["kind"], record["created_by"]) == ("file", ME) and CREATED_AT_RE.match(record["created_at"])
+        got = await call(client, "mempalace_artifact_get", artifact_id=record["id"])
+        assert set(got) == {"artifact"}
+        artifact = got["artifact"]
+        assert set(artifact) == GET_KEYS
+        assert artifact["content"] == text and artifact["metadata"] == {"path": "a/b.txt"}
+        assert {k: artifact[k] for k in PUT_KEYS} == record
+        assert hashlib.sha256(artifact["content"].encode()).hexdigest() == artifact["sha256"]
+        assert await call(client, "mempalace_artifact_get", artifact_id="art_nope") == {
+            "error": "artifact 'art_nope' not found"}
+        # Content addressing (README "Differences from MemPalace"): the same bytes are one artifact,
+        # and its sha256 finds it too.
+        again = await call(client, "mempalace_artifact_put", kind="note", content=text)
+        assert again["artifact"] == record
+        assert (await call(client, "mempalace_artifact_get", artifact_id=record["sha256"]))["artifact"] == artifact
+
+
+async def test_artifact_binary_content_comes_base64_inside_the_artifact(daemon):
+    """palace's binary artifacts (README "Differences from MemPalace"): bytes that are not UTF-8
+    go in as content_base64 and come back, inside "artifact", as content_base64 with
+    content_is_base64 true instead of content."""
+    blob = bytes(range(256)) + b"\x00\xff"
+    async with adapter(daemon.home) as client:
+        put = await call(client, "mempalace_artifact_put", kind="file", content_base64=base64.b64encode(blob).decode())
+        assert put["artifact"]["sha256"] == hashlib.sha256(blob).hexdigest()
+        got = (await call(client, "mempalace_artifact_get", artifact_id=put["artifact"]["id"]))["artifact"]
+        assert set(got) == PUT_KEYS | {"metadata", "content_base64", "content_is_base64"}
+        assert got["content_is_base64"] is True and base64.b64decode(got["content_base64"]) == blob
+
+
+async def test_artifact_put_errors(daemon):
+    """Reference §2: the closed kind set and the other rules, as {success: false, error}; nothing
+    stored. Empty content is refused in palace's words (MemPalace: "content must be a non-empty
+    string"); a created_by naming someone else is refused (the adapter speaks as its --agent)."""
+    errors = [
+        ({"kind": "binary", "content": "x"}, "kind='binary' is not one of: file, json, log, note, patch"),
+        ({"kind": "file", "content": ""}, "content must not be empty"),
+        ({"kind": "file", "content": "x", "metadata": {"m": "m" * 65_536}},
+         "metadata exceeds maximum size of 65536 bytes"),
+    ]
+    async with adapter(daemon.home) as client:
+        for args, message in errors:
+            assert await call(client, "mempalace_artifact_put", **args) == {"success": False, "error": message}, args
+        other = await call(client, "mempalace_artifact_put", kind="file", content="x", created_by="bob")
+        assert other["success"] is False and "speaks as 'mac-claude'" in other["error"]
+    assert counts(daemon.home) == (0, 0)
+
+
+async def test_artifact_size_limit_wording(daemon_factory, short_tmp):
+    """Reference §2: over the artifact limit, "content is N bytes; maximum is M bytes" (palace's
+    default limit is 64 MiB, not 4 MiB: README "Differences from MemPalace")."""
+    home = short_tmp / "limited"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text("[limits]\nmax_artifact_bytes = 1024\n")
+    d = daemon_factory(home)
+    async with adapter(d.home) as client:
+        assert await call(client, "mempalace_artifact_put", kind="log", content="é" * 513) == {
+            "success": False, "error": "content is 1026 bytes; maximum is 1024 bytes"}
+        assert (await call(client, "mempalace_artifact_put", kind="log", content="y" * 1024))["success"] is True
+
+
+async def test_patch_artifacts_warn_and_keep_every_byte(daemon):
+    """Reference §2: kind patch only; a missing final newline and carriage returns each give the
+    advisory warning, word for word, in artifact.warnings; a clean patch has no warnings key; the
+    bytes are stored unchanged."""
+    async with adapter(daemon.home) as client:
+        bad = await call(client, "mempalace_artifact_put", kind="patch", content="-a\r\n+b")
+        assert bad["artifact"]["warnings"] == [NO_NEWLINE, CRLF] and set(bad["artifact"]) == PUT_KEYS | {"warnings"}
+        got = (await call(client, "mempalace_artifact_get", artifact_id=bad["artifact"]["id"]))["artifact"]
+        assert got["content"] == "-a\r\n+b"
+        clean = await call(client, "mempalace_artifact_put", kind="patch", content=DIFF)
+        assert set(clean["artifact"]) == PUT_KEYS
+        note = await call(client, "mempalace_artifact_put", kind="note", content="no newline\r")
+        assert "warnings" not in note["artifact"]
+
+
+# -- mempalace_patch_submit ---------------------------------------------------------------------
+
+
+async def test_patch_submit_with_only_what_mempalace_requires(daemon):
+    """Reference §4 submit_patch and issue 12: content, from_agent and stream are all MemPalace
+    requires — routing is optional, and a patch without to_agent or correlation_id is still a
+    valid patch.ready ({success, artifact, event}; status ready, room patches, the artifact
+    linked, the metadata on both)."""
+    async with adapter(daemon.home) as client:
+        result = await call(client, "mempalace_patch_submit", content=DIFF, from_agent=ME, stream="project/x",
+                            metadata={"tests": "pass"})
+        assert set(result) == {"success", "artifact", "event"} and result["success"] is True
+        artifact, event = result["artifact"], result["event"]
+        assert set(artifact) == PUT_KEYS
+        assert (artifact["kind"], artifact["created_by"]) == ("patch", ME)
+        assert artifact["sha256"] == hashlib.sha256(DIFF.encode()).hexdigest()
+        assert set(event) == EVENT_KEYS
+        assert (event["type"], event["status"], event["stream"], event["room"]) == (
+            "patch.ready", "ready", "project/x", "patches")
+        assert event["to_agent"] is None and event["correlation_id"] is None
+        assert event["artifact_ids"] == [artifact["id"]] and event["from_agent"] == ME
+        assert event["metadata"] == {"tests": "pass"}
+        got = (await call(client, "mempalace_artifact_get", artifact_id=artifact["id"]))["artifact"]
+        assert got["content"] == DIFF and got["metadata"] == {"tests": "pass"}
+        routed = await call(client, "mempalace_patch_submit", content=DIFF + "\n", stream="project/x",
+                            room="review", to_agent="linux-codex", correlation_id="free-form", topic="t",
+                            branch="feat/x", base_commit="abc1234", body="fixed")
+        e = routed["event"]
+        assert (e["room"], e["to_agent"], e["correlation_id"], e["topic"], e["branch"], e["base_commit"],
+                e["body"]) == ("review", "linux-codex", "free-form", "t", "feat/x", "abc1234", "fixed")
+    assert counts(daemon.home) == (2, 2)
+
+
+async def test_patch_submit_takes_missing_routing_from_the_task(daemon):
+    """palace's defaults when routing is missing (README "Differences from MemPalace"): with the
+    task's correlation_id, the stream is the task's and the patch goes to its requester (so the
+    requester's `watch --agent` wakes); with neither stream nor a correlation the error names the
+    missing field and nothing is written; warnings pass through in artifact.warnings."""
+    async with adapter(daemon.home, "linux-codex") as worker, adapter(daemon.home, ME) as requester:
+        task = (await call(requester, "mempalace_task_create", project="Palace", to_agent="linux-codex", goal="Fix",
+                           branch="main", base_commit="abc1234", done="green"))["task"]
+        result = await call(worker, "mempalace_patch_submit", content=DIFF.rstrip("\n"),
+                            correlation_id=task["correlation_id"])
+        assert result["success"] is True and result["artifact"]["warnings"] == [NO_NEWLINE]
+        event = result["event"]
+        assert (event["stream"], event["to_agent"], event["correlation_id"]) == (
+            "project/palace", ME, task["correlation_id"])
+        missing = await call(worker, "mempalace_patch_submit", content="other\n")
+        assert missing["success"] is False and missing["error"].startswith("stream must be a non-empty string")
+        unknown = await call(worker, "mempalace_patch_submit", content="other\n", correlation_id="nothing-here")
+        assert unknown["success"] is False and "nothing-here" in unknown["error"]
+        # Validated as a whole before anything is stored: a bad field leaves no artifact behind.
+        invalid = await call(worker, "mempalace_patch_submit", content="other\n", stream="s", topic="t" * 257)
+        assert invalid == {"success": False, "error": "topic exceeds maximum length of 256 characters"}
+    assert counts(daemon.home) == (2, 1)
+
+
+# -- mempalace_task_create ----------------------------------------------------------------------
+
+
+async def test_task_create_result_request_and_delivery(daemon):
+    """Reference §4 tasks: {success, task, handoff}; the task.request on project/<slug>, room
+    delegation, status open, correlation task_<slug(goal)>_<8 hex>, base commit lower-cased; the
+    body keeps MemPalace's sections (Goal, Definition of done, Delivery) verbatim, and its
+    delivery line names the MCP tool mempalace_patch_submit as well as the command (issue 12: an
+    MCP-only worker was told to run palacectl only)."""
+    goal, done = "Fix: the WATCH   test!\nwith details", "- tests pass\n- bench unchanged"
+    async with adapter(daemon.home) as client:
+        result = await call(client, "mempalace_task_create", project="Palace Core", from_agent=ME,
+                            to_agent="linux-codex", goal=goal, branch="fix/watch", base_commit="ABCDEF1234",
+                            done=done)
+    assert set(result) == {"success", "task", "handoff"} and result["success"] is True
+    task = result["task"]
+    assert set(task) == EVENT_KEYS
+    cid = task["correlation_id"]
+    assert re.fullmatch(r"task_fix_the_watch_test_with_details_[0-9a-f]{8}", cid), cid
+    assert (task["type"], task["stream"], task["room"], task["status"]) == (
+        "task.request", "project/palace_core", "delegation", "open")
+    assert (task["from_agent"], task["to_agent"], task["branch"], task["base_commit"]) == (
+        ME, "linux-codex", "fix/watch", "abcdef1234")
+    body = task["body"]
+    assert body.startswith(f"Goal:\n{goal}\n\n")
+    assert f"\n\nDefinition of done:\n{done}\n\nDelivery:\n" in body
+    delivery = body.split("\n\nDelivery:\n", 1)[1]
+    assert "mempalace_patch_submit" in delivery and "palacectl patch submit" in delivery
+    assert "mempalace_event_ack" in delivery and cid in delivery and "blocked/failed" in delivery
+    assert cid in result["handoff"] and "linux-codex" in result["handoff"]
+    assert "mempalace_task_status" in result["handoff"] and "palacectl task show" in result["handoff"]
+
+
+async def test_task_create_rules(daemon):
+    """Reference §4 create_task: every field required, each with its own wording; the base commit
+    a hex object id; as {success: false, error}, nothing written."""
+    args = {"project": "palace", "to_agent": "linux-codex", "goal": "g", "branch": "main", "base_commit": "abc1234",
+            "done": "d"}
+    empty = {"project": "task project must not be empty", "to_agent": "task destination agent must not be empty",
+             "goal": "task goal must not be empty", "branch": "task branch must not be empty",
+             "base_commit": "task base commit must not be empty", "done": "task definition of done must not be empty"}
+    async with adapter(daemon.home) as client:
+        for field, message in empty.items():
+            assert await call(client, "mempalace_task_create", **{**args, field: "  "}) == {
+                "success": False, "error": message}, field
+        for base in ("main", "abc123", "v1.2.3", "a" * 65):
+            assert await call(client, "mempalace_task_create", **{**args, "base_commit": base}) == {
+                "success": False, "error": "task base commit must be a hexadecimal Git object id (at least 7 "
+                                           "characters), not a branch or tag"}, base
+    assert counts(daemon.home) == (0, 0)
