@@ -1,9 +1,11 @@
-"""A ``palaced`` subprocess for the benchmarks: started, called, measured and stopped.
+"""``palaced`` subprocesses for the benchmarks: started, joined, called, measured and stopped.
 
-Owns: how every ``palacectl bench`` starts its daemons. Each runs on its own home inside the
-benchmark's temporary directory, with ``--no-mdns`` and listening on 127.0.0.1 only (the network
-rule: a benchmark never multicasts nor opens a port beyond loopback), in a session of its own.
-palacectl never imports palaced: the daemon is ``python -m palaced``.
+Owns: how every ``palacectl bench`` (and ``benchmarks/vs_jetstream.py``) starts its daemons, and
+how two of them become one palace (``BenchPalace``: ``init`` on A, ``invite`` there, ``join`` on
+B, the way users do it). Each daemon runs on its own home inside the benchmark's temporary
+directory, with ``--no-mdns`` and listening on 127.0.0.1 only (the network rule: a benchmark
+never multicasts nor opens a port beyond loopback), in a session of its own. palacectl never
+imports palaced: the daemon is ``python -m palaced``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from typing import Any, Final
 
 from .client import Client, DaemonUnreachable
 
-__all__ = ["LOOPBACK_ANY_PORT", "NETWORK_ARGS", "START_TIMEOUT_S", "BenchDaemon"]
+__all__ = ["CONVERGE_TIMEOUT_S", "LOOPBACK_ANY_PORT", "NETWORK_ARGS", "START_TIMEOUT_S", "BenchDaemon", "BenchPalace"]
 
 # Why these flags: the network rule. Nothing the benchmark starts multicasts or listens beyond
 # loopback; peers find each other through the invite address and remembered addresses only.
 NETWORK_ARGS: Final = ("--no-mdns",)
 LOOPBACK_ANY_PORT: Final = "127.0.0.1:0"
 START_TIMEOUT_S: Final = 30.0
+# Why so long: a figure that never converges is a bug to report, not a number; these only bound
+# a hang (a daemon that stopped replicating) so the run ends and the logs are shown.
+CONVERGE_TIMEOUT_S: Final = 600.0
+CONVERGE_TIMEOUT_MS: Final = int(CONVERGE_TIMEOUT_S * 1000)
+# Why 1 s: a link that is serving sends a batch every few milliseconds; a second without one
+# means the serving is over (and is far below the 10 s anti-entropy interval).
+SETTLE_QUIET_S: Final = 1.0
 
 
 class BenchDaemon:
@@ -107,3 +116,85 @@ class BenchDaemon:
         except OSError:
             pass
         return float("nan")
+
+
+class BenchPalace:
+    """Daemons A and B on homes under ``root`` (a directory the caller made and removes), one palace
+    once B has joined: ``found`` A, start B, ``join`` it, ``close`` both."""
+
+    def __init__(self, root: Path, name: str = "bench") -> None:
+        self.root = root
+        self.name = name
+        self.a = BenchDaemon(root, "a")
+        self.b = BenchDaemon(root, "b")
+        self.address_a = ""
+
+    def __repr__(self) -> str:
+        return f"<BenchPalace {self.name} a={self.a!r} b={self.b!r}>"
+
+    @property
+    def daemons(self) -> list[BenchDaemon]:
+        return [self.a, self.b]
+
+    def found(self) -> None:
+        """Start A and make it the first member of a new palace (``init``)."""
+        self.a.start()
+        self.a.call("init", name=self.name, daemon_name="a")
+        status = self.a.call("status")
+        self.address_a = status["network"]["listen"][0]
+        self.a.port = int(self.address_a.rsplit(":", 1)[1])
+
+    def join(self, daemon: BenchDaemon) -> float:
+        """Enrol ``daemon`` (already running) through an invite from A; returns when the join replied."""
+        code = self.a.call("invite", role="member", ttl_s=3600, address=self.address_a)["code"]
+        daemon.call("join", code=code, name=daemon.name)
+        t_joined = time.perf_counter()
+        listen = daemon.call("status")["network"]["listen"][0]
+        daemon.port = int(listen.rsplit(":", 1)[1])
+        return t_joined
+
+    def settle(self) -> int:
+        """Wait until A has stopped sending to B and B has processed everything on the link; returns
+        the events A sent to B.
+
+        Why: A can still be sending events B already holds after the digests match (a catch-up longer
+        than the anti-entropy interval is served again from B's head at each tick), and those queue on
+        the link ahead of new events; live figures are measured once the link is quiet.
+        """
+        peer_b = self.b.call("status")["fingerprint"]
+        sent, quiet_since = self._sent_to_b(peer_b), time.monotonic()
+        deadline = quiet_since + CONVERGE_TIMEOUT_S
+        while time.monotonic() - quiet_since < SETTLE_QUIET_S:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"A kept sending to B for {CONVERGE_TIMEOUT_S:.0f} s after B caught up")
+            time.sleep(0.1)
+            now = self._sent_to_b(peer_b)
+            if now != sent:
+                sent, quiet_since = now, time.monotonic()
+        # B confirms the probe only after it has worked through everything queued ahead of it.
+        probe = self.a.call("append", type="note", stream="bench", room="settle", from_agent="bench-writer",
+                            body="settle probe", replicated=1, timeout_ms=CONVERGE_TIMEOUT_MS)
+        if probe["replication"]["timed_out"]:
+            raise RuntimeError("B did not confirm the settle probe")
+        return sent
+
+    def _sent_to_b(self, peer_id: str) -> int:
+        """Events A has sent on its link to B (0 while there is no link)."""
+        for peer in self.a.call("peers")["peers"]:
+            if peer["peer_id"] == peer_id:
+                return peer["sent_events"]
+        return 0
+
+    def close(self, *, show_logs: bool) -> None:
+        """Stop both daemons (also on a second Ctrl-C); print their logs' tails if ``show_logs``."""
+        for daemon in self.daemons:
+            try:
+                daemon.stop()
+            except (OSError, subprocess.SubprocessError, KeyboardInterrupt):  # stop the rest, even on a 2nd Ctrl-C
+                if daemon.proc is not None and daemon.proc.poll() is None:
+                    daemon.proc.kill()
+                    daemon.proc.wait()
+        if show_logs:
+            for daemon in self.daemons:
+                if daemon.proc is not None:
+                    sys.stderr.write(f"--- palaced {daemon.name} log (last lines) ---\n{daemon.log_tail()}\n")

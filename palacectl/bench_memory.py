@@ -18,14 +18,17 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Any, Final
 
 from .bench import judge, percentile
-from .bench_daemon import BenchDaemon
-from .bench_replication import POLL_S, Say, _Palace
+from .bench_daemon import BenchDaemon, BenchPalace
+from .bench_replication import POLL_S, Say
 
 __all__ = ["run_memory_bench"]
 
@@ -133,7 +136,8 @@ def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int
     say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
     drawers = drawers or (300 if quick else 10_000)
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    palace = _Palace()
+    # A short directory: the Unix socket paths must stay under ~107 bytes.
+    palace = BenchPalace(Path(tempfile.mkdtemp(prefix="palmem", dir="/tmp")), "bench-memory")
     show_logs = False
     try:
         palace.found()
@@ -190,4 +194,5 @@ def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int
         raise
     finally:
         palace.close(show_logs=show_logs)
+        shutil.rmtree(palace.root, ignore_errors=True)
     return judge(results, TARGETS, say if progress else None)

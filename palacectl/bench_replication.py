@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,8 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench import bench_event, judge, percentile
-from .bench_daemon import START_TIMEOUT_S, BenchDaemon
+from .bench import judge, percentile
+from .bench_clients import bench_event
+from .bench_daemon import CONVERGE_TIMEOUT_S, START_TIMEOUT_S, BenchDaemon, BenchPalace
 from .client import Client
 
 __all__ = ["run_replication_bench"]
@@ -53,63 +53,12 @@ SEED_CLIENTS: Final = 8
 # Why 20 ms: convergence polls (a digest read on an idle connection) must not load the 2-core
 # machines this runs on, yet resolve seconds-long figures to a few hundredths.
 POLL_S: Final = 0.02
-# Why so long: a figure that never converges is a bug to report, not a number; these only bound
-# a hang (a daemon that stopped replicating) so the run ends and the logs are shown.
-CONVERGE_TIMEOUT_S: Final = 600.0
-CONVERGE_TIMEOUT_MS: Final = int(CONVERGE_TIMEOUT_S * 1000)
-# Why 1 s: a link that is serving sends a batch every few milliseconds; a second without one
-# means the serving is over (and is far below the 10 s anti-entropy interval).
-SETTLE_QUIET_S: Final = 1.0
 
 Say = Callable[[str], None]
 
 
 def _event(i: int, rng: random.Random) -> dict[str, Any]:
     return bench_event(i, rng, room="replication", label="replication benchmark")
-
-
-class _Palace:
-    """A and B in one palace under a temporary directory; removed by ``close``."""
-
-    def __init__(self) -> None:
-        # A short directory: the Unix socket path must stay under ~107 bytes.
-        self.root = Path(tempfile.mkdtemp(prefix="palrep", dir="/tmp"))
-        self.a = BenchDaemon(self.root, "a")
-        self.b = BenchDaemon(self.root, "b")
-        self.address_a = ""
-
-    @property
-    def daemons(self) -> list[BenchDaemon]:
-        return [self.a, self.b]
-
-    def found(self) -> None:
-        self.a.start()
-        self.a.call("init", name="bench-replication", daemon_name="a")
-        status = self.a.call("status")
-        self.address_a = status["network"]["listen"][0]
-        self.a.port = int(self.address_a.rsplit(":", 1)[1])
-
-    def join(self, daemon: BenchDaemon) -> float:
-        """Enrol ``daemon`` (already running) through an invite from A; returns when the join replied."""
-        code = self.a.call("invite", role="member", ttl_s=3600, address=self.address_a)["code"]
-        daemon.call("join", code=code, name=daemon.name)
-        t_joined = time.perf_counter()
-        listen = daemon.call("status")["network"]["listen"][0]
-        daemon.port = int(listen.rsplit(":", 1)[1])
-        return t_joined
-
-    def close(self, *, show_logs: bool) -> None:
-        for daemon in self.daemons:
-            try:
-                daemon.stop()
-            except (OSError, subprocess.SubprocessError, KeyboardInterrupt):  # stop the rest, even on a 2nd Ctrl-C
-                if daemon.proc is not None and daemon.proc.poll() is None:
-                    daemon.proc.kill()
-        if show_logs:
-            for daemon in self.daemons:
-                if daemon.proc is not None:
-                    sys.stderr.write(f"--- palaced {daemon.name} log (last lines) ---\n{daemon.log_tail()}\n")
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _digest(client: Client) -> dict[str, Any]:
@@ -206,7 +155,7 @@ def _seed(daemon: BenchDaemon, total: int, say: Say) -> tuple[int, float]:
 # -- the measurements ---------------------------------------------------------------------------
 
 
-def _wake_latency(palace: _Palace, samples: int) -> dict[str, float]:
+def _wake_latency(palace: BenchPalace, samples: int) -> dict[str, float]:
     """A watcher on B, request/reply appends on A addressed to its agent: send → push on B."""
     after_send: list[float] = []
     durable: list[float] = []
@@ -240,7 +189,7 @@ def _wake_latency(palace: _Palace, samples: int) -> dict[str, float]:
             "durable_append_on_a_p50_ms": percentile(durable, 50)}
 
 
-def _throughput(palace: _Palace, clients: int, seconds: float) -> dict[str, float]:
+def _throughput(palace: BenchPalace, clients: int, seconds: float) -> dict[str, float]:
     """``clients`` request/reply writers on A for ``seconds``; B's digest sampled until it matches A's."""
     with palace.a.connect() as probe_a, palace.b.connect() as probe_b:
         base_a = _digest(probe_a)["events"]
@@ -301,7 +250,7 @@ def _throughput(palace: _Palace, clients: int, seconds: float) -> dict[str, floa
     }
 
 
-def _heal(palace: _Palace, events: int, say: Say) -> dict[str, float]:
+def _heal(palace: BenchPalace, events: int, say: Say) -> dict[str, float]:
     """Stop B, append on A, restart B on its old port; time from B's start to identical digests."""
     b = palace.b
     assert b.port is not None
@@ -323,42 +272,7 @@ def _heal(palace: _Palace, events: int, say: Say) -> dict[str, float]:
             "heal_after_start_s": t_done - t_ready}
 
 
-def _sent_to(daemon: BenchDaemon, peer_id: str) -> int:
-    """Events ``daemon`` has sent on its link to ``peer_id`` (0 if no link)."""
-    for peer in daemon.call("peers")["peers"]:
-        if peer["peer_id"] == peer_id:
-            return peer["sent_events"]
-    return 0
-
-
-def _settle(palace: _Palace) -> int:
-    """Wait until A has stopped sending to B and B has processed everything on the link; returns the
-    events A sent to B.
-
-    Why: A can still be sending events B already holds after the digests match (a catch-up longer
-    than the anti-entropy interval is served again from B's head at each tick), and those queue on
-    the link ahead of new events; the live figures are measured once the link is quiet, and the
-    redundant events are reported with the catch-up instead.
-    """
-    peer_b = palace.b.call("status")["fingerprint"]
-    sent, quiet_since = _sent_to(palace.a, peer_b), time.monotonic()
-    deadline = quiet_since + CONVERGE_TIMEOUT_S
-    while time.monotonic() - quiet_since < SETTLE_QUIET_S:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"A kept sending to B for {CONVERGE_TIMEOUT_S:.0f} s after B caught up")
-        time.sleep(0.1)
-        now = _sent_to(palace.a, peer_b)
-        if now != sent:
-            sent, quiet_since = now, time.monotonic()
-    # B confirms the probe only after it has worked through everything queued ahead of it.
-    probe = palace.a.call("append", type="note", stream="bench", room="settle", from_agent="bench-writer",
-                          body="settle probe", replicated=1, timeout_ms=CONVERGE_TIMEOUT_MS)
-    if probe["replication"]["timed_out"]:
-        raise RuntimeError("B did not confirm the settle probe")
-    return sent
-
-
-def _catch_up(palace: _Palace, events: int, say: Say) -> dict[str, float]:
+def _catch_up(palace: BenchPalace, events: int, say: Say) -> dict[str, float]:
     """Seed A, then a fresh daemon B joins; time from the join reply until B's digest equals A's."""
     appended, seconds = _seed(palace.a, events, say)
     say(f"  seeding: {appended:,} appends in {seconds:.1f} s ({appended / seconds:,.0f}/s, "
@@ -373,7 +287,7 @@ def _catch_up(palace: _Palace, events: int, say: Say) -> dict[str, float]:
         t_done = _wait_digest(b, want["digest"], "cold catch-up", client)
     finally:
         client.close()
-    sent = _settle(palace)
+    sent = palace.settle()
     t_settled = time.perf_counter()
     elapsed = t_done - t_joined
     return {"seed_events": appended, "seed_seconds": seconds, "seed_appends_per_s": appended / seconds,
@@ -395,7 +309,8 @@ def run_replication_bench(*, quick: bool = False, progress: bool = True) -> dict
     throughput_s = 1.0 if quick else 10.0
     heal_events = 200 if quick else 5_000
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    palace = _Palace()
+    # A short directory: the Unix socket path must stay under ~107 bytes.
+    palace = BenchPalace(Path(tempfile.mkdtemp(prefix="palrep", dir="/tmp")), "bench-replication")
     show_logs = False
     try:
         palace.found()
@@ -432,4 +347,5 @@ def run_replication_bench(*, quick: bool = False, progress: bool = True) -> dict
         raise
     finally:
         palace.close(show_logs=show_logs)
+        shutil.rmtree(palace.root, ignore_errors=True)
     return judge(results, TARGETS, say if progress else None)

@@ -133,7 +133,12 @@ class Client:
             raise self._unreachable(exc.strerror or str(exc)) from None
         self._sock = sock
         token = {"token": endpoint.token} if endpoint.token else {}
-        self.hello = self.call("hello", version=PROTOCOL_VERSION, client=self._client_name, pid=os.getpid(), **token)
+        try:
+            self.hello = self.call("hello", version=PROTOCOL_VERSION, client=self._client_name, pid=os.getpid(),
+                                   **token)
+        except BaseException:
+            self.close()  # refused (a limit, a bad token, another version): no socket left behind
+            raise
         limit = self.hello.get("limits", {}).get("max_frame_bytes")
         if isinstance(limit, int) and limit > 0:
             # Replies can carry an artifact of up to the daemon's limit.

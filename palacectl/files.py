@@ -1,11 +1,12 @@
 """Files palacectl writes: atomically, and private from their first byte unless told otherwise.
 
 Owns: the one way palacectl puts a file in place — watch checkpoints, rules install, ``artifact
-get --out``, service install, ``export --output`` and ``restore``. The new content goes to a
-temporary file beside the target, created with ``O_EXCL`` and mode 0600 (nobody else can open
-it, and a file left by someone else is never reused) and given its final mode before any byte is
-written; it is fsynced, renamed over the target, and the folder is fsynced so the rename itself
-survives a power cut. A crash leaves the old file or the new one, never half of one; a failure
+get --out``, service install, ``export --output`` and ``restore``; no other palacectl module
+renames a temporary file over a target. The new content goes to a temporary file beside the
+target, created with ``O_EXCL`` and mode 0600 (nobody else can open it, and a file left by
+someone else is never reused) and given its final mode before any byte is written; it is
+fsynced, renamed over the target, and the folder is fsynced so the rename itself survives a
+power cut. A crash leaves the old file or the new one, never half of one; a failure
 removes the temporary file and leaves the target as it was.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,8 +97,28 @@ def replacing(target: Path, mode: int = 0o600, *, temporary_name: str | None = N
     fsync_directory(folder)
 
 
-def write_atomically(target: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write ``data`` as ``target`` with ``mode`` (see ``replacing``)."""
+def write_atomically(target: Path, data: bytes, mode: int = 0o600, *, keep_mode: bool = False,
+                     create_folder: bool = False) -> None:
+    """Write ``data`` as ``target`` (see ``replacing``).
+
+    Args:
+        target: the file to create or replace.
+        data: its whole new content.
+        mode: the permissions of a new file (and of a replaced one, unless ``keep_mode``).
+        keep_mode: a file already at ``target`` keeps its permissions (a file of the user's that
+            palacectl rewrites: an agent's instruction file).
+        create_folder: create the missing folders above ``target`` first, as ``mkdir -p`` does.
+
+    Raises:
+        OSError: as ``replacing``; nothing is left behind.
+    """
+    if create_folder:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    if keep_mode:
+        try:
+            mode = stat.S_IMODE(target.stat().st_mode)
+        except FileNotFoundError:
+            pass
     with replacing(target, mode) as pending:
         pending.file.write(data)
 

@@ -1,8 +1,10 @@
 """Rendering for palacectl: JSON documents, NDJSON lines, human lines, and error reporting.
 
-Owns: everything palacectl writes to stdout/stderr, and the exit codes (the contract in README):
+Owns: everything palacectl writes to stdout/stderr, the exit codes (the contract in README):
 0 ok / a wait or watch hit, 1 operation failed, 2 timed out or idle (wait/watch only),
-3 daemon not reachable, 64 usage error, 130 interrupted.
+3 daemon not reachable, 64 usage error, 130 interrupted; and ``utc_now``, the one clock-to-text
+helper for the UTC times palacectl writes itself (export headers, watch checkpoints, the name of
+the database a restore keeps aside).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any, Final, NoReturn
 
 __all__ = [
     "EXIT_FAILED", "EXIT_IDLE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
-    "CommandFailed", "ProgressBar", "emit_json", "event_line", "fail", "render_bar", "warn",
+    "RFC3339_UTC", "STAMP_UTC", "CommandFailed", "ProgressBar", "emit_json", "event_line", "fail", "render_bar",
+    "utc_now", "warn",
 ]
 
 EXIT_OK: Final = 0
@@ -24,6 +27,17 @@ EXIT_IDLE: Final = 2
 EXIT_UNREACHABLE: Final = 3
 EXIT_USAGE: Final = 64
 EXIT_INTERRUPTED: Final = 130
+
+
+# RFC3339 in UTC to the second, the form the daemon gives created_at (STYLE §24).
+RFC3339_UTC: Final = "%Y-%m-%dT%H:%M:%SZ"
+# The same instant without separators, for a file name (sorts by time, no ':' for other systems).
+STAMP_UTC: Final = "%Y%m%dT%H%M%SZ"
+
+
+def utc_now(form: str = RFC3339_UTC) -> str:
+    """The current time in UTC, as ``RFC3339_UTC`` (the default) or ``STAMP_UTC``."""
+    return time.strftime(form, time.gmtime())
 
 
 class CommandFailed(Exception):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from importlib import resources
 from pathlib import Path
 from typing import Final, Literal
@@ -162,7 +161,8 @@ def install_rules(path: Path, block: str) -> InstallResult:
 
     if old is not None and new == old:
         return "unchanged"
-    _write_atomically(target, new)
+    # A new file gets the user's usual mode (umask); an existing one keeps the mode the user gave it.
+    write_atomically(target, new, new_file_mode(), keep_mode=True, create_folder=True)
     return result
 
 
@@ -191,12 +191,3 @@ def _separated(data: bytes) -> bytes:
     if before_last_newline and not before_last_newline.endswith(b"\n"):
         data += b"\n"
     return data
-
-
-def _write_atomically(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode)  # keep what the user had
-    except FileNotFoundError:
-        mode = new_file_mode()
-    write_atomically(target, data, mode)

@@ -30,7 +30,7 @@ from palace_proto.errors import ApiError
 from .client import Client, DaemonUnreachable, IdleTimeout
 from .files import write_atomically
 from .output import (
-    EXIT_FAILED, EXIT_IDLE, EXIT_OK, CommandFailed, emit_json, events_block, note, warn, write_stdout,
+    EXIT_FAILED, EXIT_IDLE, EXIT_OK, CommandFailed, emit_json, events_block, note, utc_now, warn, write_stdout,
 )
 
 __all__ = ["WatchOptions", "default_state_file", "read_state", "run_watch", "sanitise_agent", "write_state"]
@@ -81,11 +81,10 @@ def read_state(path: Path | None) -> tuple[str | None, str]:
 
 def write_state(path: Path, cursor: str | None, agent: str | None) -> None:
     """Atomically write the checkpoint (palacectl.files: tmp file 0600, fsync, rename, fsync folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data: dict[str, Any] = {"cursor": cursor, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    data: dict[str, Any] = {"cursor": cursor, "updated_at": utc_now()}
     if agent:
         data["agent"] = agent
-    write_atomically(path, (json.dumps(data) + "\n").encode("utf-8"))
+    write_atomically(path, (json.dumps(data) + "\n").encode("utf-8"), create_folder=True)
 
 
 @dataclass(slots=True)

@@ -43,7 +43,7 @@ def _setup_logging(level: str) -> None:
     formatter.converter = time.gmtime
     handler.setFormatter(formatter)
     root = logging.getLogger("palaced")
-    from .maintenance import RECENT_ERRORS  # status shows the newest error (health)
+    from .recent_errors import RECENT_ERRORS  # status shows the newest error (health)
 
     root.handlers[:] = [handler, RECENT_ERRORS]
     root.setLevel(level.upper())

@@ -1,7 +1,11 @@
-"""Nursery wiring: home directory, lock, identity, store, bus, writer and API, and clean shutdown.
+"""Nursery wiring: home directory, lock, identity, store, bus, writer, handlers and API, and clean
+shutdown.
 
-Owns: the daemon's lifetime. ``serve(config)`` runs until cancelled (SIGTERM/SIGINT in
-__main__): it stops accepting, lets in-flight writes commit, closes the database and returns.
+Owns: the daemon's lifetime. ``serve(config)`` builds the handlers' ``Context`` and op table once
+(palaced/handlers), runs until cancelled (SIGTERM/SIGINT in __main__), then stops accepting, lets
+in-flight writes commit, closes the database and returns. The parts that come up later fill in
+their slot of the context: the network and member directory when this daemon belongs to a palace
+(at start, or on ``init``/``join`` through ``start_network``), the API's address once it listens.
 """
 
 from __future__ import annotations
@@ -16,8 +20,6 @@ from typing import Final
 
 import trio
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
 from palace_proto.ids import fingerprint
 from palace_proto.peer import parse_peer_address
@@ -26,15 +28,15 @@ from palace_proto.pki import REVOKE_EVENT_TYPE
 from .api import serve_api
 from .bus import EventBus
 from .config import Config
+from .embedding import FastEmbedder
+from .handlers import Context, op_table
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
-from .embedding import FastEmbedder
 from .network import Network, NetworkSettings
-from .vectors import MemoryIndexer
-from .service import Service
 from .store import DB_FILENAME, Store
 from .store.aio import AsyncStore
+from .vectors import MemoryIndexer
 
 __all__ = ["AlreadyRunning", "prepare_home", "serve"]
 
@@ -93,10 +95,10 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-async def _network_for(config: Config, membership: Membership, key: Ed25519PrivateKey, astore: AsyncStore,
-                       bus: EventBus, service: Service) -> Network:
-    """The member directory (bindings and revocations from the log) and the network for a palace."""
-    store = astore.store
+async def _network_for(ctx: Context, membership: Membership) -> Network:
+    """The member directory (bindings and revocations from the log) and the network for a palace,
+    set on ``ctx`` for the handlers."""
+    config, key, astore, bus, store = ctx.config, ctx.identity, ctx.astore, ctx.bus, ctx.store
     directory = MemberDirectory(membership.ca_cert_pem, lambda: datetime.datetime.now(datetime.UTC))
     # Our own origins first, each with its proof: a key-derived origin's nonce, or for a legacy one
     # a signature made now (only we can); they are relayed to every peer that lacks them.
@@ -119,13 +121,14 @@ async def _network_for(config: Config, membership: Membership, key: Ed25519Priva
     host, port = parse_peer_address(config.listen)
     network = Network(settings=NetworkSettings(host, port, config.mdns), home=config.home, membership=membership,
                       identity=key, identity_path=config.key_path, astore=astore, bus=bus, directory=directory,
-                      watchers=service.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes)
-    service.directory, service.network = directory, network
+                      watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes)
+    ctx.directory, ctx.network = directory, network
     return network
 
 
-async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the daemon for ``config`` until cancelled, then shut down cleanly."""
+async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the daemon for ``config`` until cancelled, then shut down cleanly; reports the handlers'
+    context once the API serves."""
     prepare_home(config.home)
     with home_lock(config.lock_path):
         # We hold the lock, so a socket or api.json left behind belongs to a daemon that crashed.
@@ -144,14 +147,22 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
             bus = EventBus(latest_seq)
             astore = AsyncStore(store, bus.publish, on_purged=bus.scrub)
             membership = load_membership(config.home, key, datetime.datetime.now(datetime.UTC))
-            service = Service(config, astore, bus, identity=key, membership=membership)
             # The network runs in the API nursery, so shutdown stops it before the writer drains.
             network_nursery: trio.Nursery | None = None
 
             async def start_network(joined: Membership) -> None:
                 assert network_nursery is not None
-                network = await _network_for(config, joined, key, astore, bus, service)
+                network = await _network_for(ctx, joined)
                 await network_nursery.start(network.run)
+
+            indexer = None
+            if config.memory_embed:
+                # Derived state, off the append path: run in the API nursery, cancelled with it.
+                indexer = MemoryIndexer(store, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
+                                        config.home, exact_max=config.memory_exact_index_max)
+            ctx = Context(config, astore, bus, key, membership=membership, indexer=indexer,
+                          start_network=start_network)
+            ops = op_table(ctx)
 
             LOGGER.info("palaced %s origin=%s fingerprint=%s palace=%s", config.home, store.origin_id,
                         fingerprint(store.public_key), membership.palace_id if membership else "none (not joined)")
@@ -168,19 +179,14 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Service] = trio.
                 try:
                     async with trio.open_nursery() as api_nursery:
                         network_nursery = api_nursery
-                        service.start_network = start_network
                         if membership is not None:
                             # Before init/join a daemon opens no network port at all.
                             await start_network(membership)
-                        service.api_address = await api_nursery.start(serve_api, config.api_endpoint, config.home, service,
-                                                                      config.max_frame_bytes)
-                        if config.memory_embed:
-                            # Derived state, off the append path: cancelled with the API at shutdown.
-                            service.indexer = MemoryIndexer(
-                                store, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
-                                config.home, exact_max=config.memory_exact_index_max)
-                            api_nursery.start_soon(service.indexer.run)
-                        task_status.started(service)
+                        ctx.api_address = await api_nursery.start(serve_api, config.api_endpoint, config.home, ctx,
+                                                                  ops, config.max_frame_bytes)
+                        if indexer is not None:
+                            api_nursery.start_soon(indexer.run)
+                        task_status.started(ctx)
                         await trio.sleep_forever()
                 finally:
                     # Stop taking writes; the writer commits what is queued, then returns.

@@ -20,9 +20,10 @@ import shutil
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["BUILTIN_MODEL", "Embedder", "EmbeddingError", "FastEmbedder"]
 
@@ -122,6 +123,8 @@ class FastEmbedder:
                 raise
             except Exception as exc:  # fastembed raises plain ValueError/RuntimeError for a bad model
                 raise EmbeddingError(f"cannot load the embedding model {self.name!r}: {exc}") from exc
+            import numpy as np  # imported on use: a daemon without drawers never pays for numpy
+
             probe = np.asarray(list(model.embed(["palace"])), dtype=np.float32)
             self._dim = int(probe.shape[1])
             self._model = model
@@ -130,6 +133,8 @@ class FastEmbedder:
             return model
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         model = self._load()
         vectors = np.asarray(list(model.embed(texts, batch_size=32)), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -19,9 +19,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
 import trio
 
 from palace_proto.memory import MEMORY_TYPES
@@ -30,6 +29,9 @@ from .bus import EventBus
 from .embedding import Embedder, EmbeddingError
 from .files import fsync_directory
 from .store import Store
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MemoryIndexer", "VectorIndex", "vector_key"]
 
@@ -111,6 +113,7 @@ class VectorIndex:
             return set(self._keys)
 
     def add(self, keys: list[int], vectors: np.ndarray) -> None:
+        import numpy as np  # imported on use: a daemon without drawers never pays for numpy
         ids = np.asarray(keys, dtype=np.int64)
         with self._lock:
             self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
@@ -118,12 +121,14 @@ class VectorIndex:
             self.dirty = True
 
     def remove(self, keys: list[int]) -> None:
+        import numpy as np  # imported on use: a daemon without drawers never pays for numpy
         with self._lock:
             self.index.remove_ids(np.asarray(keys, dtype=np.int64))
             self._keys.difference_update(keys)
             self.dirty = True
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        import numpy as np  # imported on use: a daemon without drawers never pays for numpy
         with self._lock:
             if self.index.ntotal == 0:
                 return []
@@ -142,6 +147,7 @@ class VectorIndex:
     def rebalance(self) -> str:
         """Rebuild as the kind the current size calls for; returns the kind. Runs in a thread;
         searches keep using the old index until the new one is swapped in."""
+        import numpy as np  # imported on use: a daemon without drawers never pays for numpy
         ids, vectors = self._vectors_of(self.index)
         faiss = self._faiss
         count = len(ids)
@@ -168,6 +174,7 @@ class VectorIndex:
 
     def _vectors_of(self, index: Any) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors) of every entry of an exact or IVF index, copied out of faiss."""
+        import numpy as np  # imported on use: a daemon without drawers never pays for numpy
         faiss = self._faiss
         count = int(index.ntotal)
         if count == 0:

@@ -49,7 +49,7 @@ HELLO_TIMEOUT_S: Final = 10.0
 
 #: Every operation the daemon serves. A request naming another op gets ``unknown_op``.
 OPS: Final = frozenset({
-    "hello", "ping", "status", "append", "list", "wait", "subscribe", "ack", "redact",
+    "hello", "ping", "status", "append", "append_many", "list", "wait", "subscribe", "ack", "redact",
     "artifact_put", "artifact_get", "patch_submit", "task_create", "task_show", "task_list", "who",
     "get_event", "digest", "init", "invite", "join", "revoke", "peers", "peers_add",
     "peers_remove", "replicated", "doctor", "memory_add", "search", "drawer_get", "kg_add", "kg_invalidate",

@@ -4,11 +4,12 @@ Homes live under a short /tmp directory because a Unix socket path is limited to
 pytest's tmp_path can be longer. Daemons run in the root network namespace unless a test puts them
 in namespaces it created, so by default they run with mDNS off and listen on loopback only.
 
-Every test that starts daemons through ``daemon_factory`` (and so ``daemon``, ``ctl``, ``fleet``)
-runs twice: with the local API on the Unix socket, and over loopback TCP with a token (how
-Windows runs: README "Windows"). ``PALACE_TEST_API=unix`` or ``=tcp`` runs one of them only; a
-test marked ``transport_fixed`` (about the Unix socket itself, or choosing its transport itself)
-runs once, on the Unix socket unless it passes ``api=``.
+Every test that starts daemons through ``daemon_factory`` (and so ``daemon`` and ``ctl``) runs
+twice: with the local API on the Unix socket, and over loopback TCP with a token (how Windows
+runs: README "Windows"). ``PALACE_TEST_API=unix`` or ``=tcp`` runs one of them only. A test of a
+palace of several daemons (the ``fleet`` fixture: the peer network, not the local API) and a test
+marked ``transport_fixed`` (about the Unix socket itself, or choosing its transport itself) run
+once, on the Unix socket unless it passes ``api=``.
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ API_TRANSPORTS = [os.environ["PALACE_TEST_API"]] if os.environ.get("PALACE_TEST_
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "api_transport" in metafunc.fixturenames:
-        fixed = metafunc.definition.get_closest_marker("transport_fixed") is not None
-        modes = ["unix"] if fixed else API_TRANSPORTS
+        # A palace of several daemons (the ``fleet`` fixture) is a test of the peer network: its
+        # daemons talk to each other over TLS whatever their local API is, and the local API's
+        # two transports are covered by every single-daemon test. So such tests run once.
+        fixed = (metafunc.definition.get_closest_marker("transport_fixed") is not None
+                 or "fleet" in metafunc.fixturenames)
+        modes = [API_TRANSPORTS[0]] if fixed else API_TRANSPORTS
         metafunc.parametrize("api_transport", modes, ids=[f"api-{m}" for m in modes])
 
 

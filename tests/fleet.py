@@ -42,16 +42,29 @@ def ctl_json(home: Path, *args: str, timeout: float = 60.0) -> Any:
     return json.loads(result.stdout)
 
 
+def api(home: Path, op: str, **args: Any) -> Any:
+    """One call to the daemon on ``home`` in this process (no palacectl process: what the helpers
+    below poll many times a second uses this; the CLI itself is tested through ``ctl_json``)."""
+    try:
+        with RawClient(home / "palaced.sock") as client:
+            client.hello()
+            return client.call(op, **args)
+    except OSError:  # refused, gone: its log says why
+        log = home.parent / f"{home.name}.log"
+        raise AssertionError(f"palaced on {home} is not answering; its log:\n"
+                             + (log.read_text(errors="replace")[-6000:] if log.exists() else "(none)")) from None
+
+
 def listen_address(home: Path) -> str:
-    return ctl_json(home, "status")["network"]["listen"][0]
+    return api(home, "status")["network"]["listen"][0]
 
 
 def digest(home: Path) -> dict[str, Any]:
-    return ctl_json(home, "digest")
+    return api(home, "digest")
 
 
 def event_count(home: Path) -> int:
-    return ctl_json(home, "status")["events"]
+    return api(home, "status")["events"]
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
@@ -76,15 +89,15 @@ def wait_converged(*daemons: Daemon, timeout: float = WAIT_S) -> dict[str, Any]:
 
 def bodies(home: Path) -> list[str]:
     """Every event body on a replica, sorted (what converged means to an agent)."""
-    return sorted(e["body"] for e in ctl_json(home, "list", "--limit", "500")["events"])
+    return sorted(e["body"] for e in api(home, "list", limit=500)["events"])
 
 
 def connected(home: Path) -> list[str]:
-    return ctl_json(home, "status")["network"]["connected"]
+    return api(home, "status")["network"]["connected"]
 
 
 def peer_id(home: Path) -> str:
-    return ctl_json(home, "status")["fingerprint"]
+    return api(home, "status")["fingerprint"]
 
 
 def append(home: Path, body: str, **fields: str) -> dict[str, Any]:

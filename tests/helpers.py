@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,8 +139,55 @@ class Daemon:
         return self.proc is not None and self.proc.poll() is None
 
 
+# How tests run palacectl: in this process by default ("process" runs every call as a real
+# ``python -m palacectl`` process, as CI did before; it is what a test of the process itself
+# asks for with ``run_ctl_process``). In process, the very same ``palacectl.cli.main`` runs with
+# its stdin, stdout and stderr swapped for buffers — what a child process would see through pipes
+# — against the same real daemon over the same socket; only the interpreter start-up (about
+# 0.1 s of CPU each, thousands per run) is saved.
+CTL_MODE: Final = os.environ.get("PALACE_TEST_CTL", "inprocess")
+# Commands that stay real processes: they run until stopped or signalled (watch, mcp), manage
+# processes (service, bench), or read the environment a test gives them.
+_PROCESS_COMMANDS: Final = frozenset({"watch", "mcp", "service", "bench"})
+
+
 def run_ctl(home: Path, *args: str, input: bytes | None = None, timeout: float = 60.0,
             env: dict[str, str] | None = None, cwd: Path | None = None) -> CtlResult:
+    """Run ``palacectl --home HOME ARGS`` (in this process unless it must be a process, see
+    ``CTL_MODE``); same result either way."""
+    command = next((a for a in args if not a.startswith("-")), None)
+    # Off the main thread a test runs palacectl alongside something else: the standard streams
+    # are the process's, so only a process of its own can keep its output apart.
+    elsewhere = threading.current_thread() is not threading.main_thread()
+    if CTL_MODE == "process" or env is not None or cwd is not None or command in _PROCESS_COMMANDS or elsewhere:
+        return run_ctl_process(home, *args, input=input, timeout=timeout, env=env, cwd=cwd)
+    return _run_ctl_in_process(home, args, input)
+
+
+def _run_ctl_in_process(home: Path, args: Sequence[str], input: bytes | None) -> CtlResult:
+    from palacectl.cli import main
+
+    out, err = io.BytesIO(), io.BytesIO()
+    streams = (io.TextIOWrapper(io.BytesIO(input or b""), encoding="utf-8"),
+               io.TextIOWrapper(out, encoding="utf-8", write_through=True),
+               io.TextIOWrapper(err, encoding="utf-8", write_through=True))
+    saved = (sys.stdin, sys.stdout, sys.stderr)
+    palace_home = os.environ.pop("PALACE_HOME", None)
+    sys.stdin, sys.stdout, sys.stderr = streams
+    try:
+        code = main(["--home", str(home), *args])
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdin, sys.stdout, sys.stderr = saved
+        if palace_home is not None:
+            os.environ["PALACE_HOME"] = palace_home
+    data = out.getvalue()
+    return CtlResult(code, data.decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"), data)
+
+
+def run_ctl_process(home: Path, *args: str, input: bytes | None = None, timeout: float = 60.0,
+                    env: dict[str, str] | None = None, cwd: Path | None = None) -> CtlResult:
     """Run ``palacectl --home HOME ARGS`` as a real process."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PALACE_HOME", None)

@@ -55,3 +55,36 @@ def test_proto_never_reads_the_clock():
                 if isinstance(node.value, (ast.Name, ast.Attribute)):
                     owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
                     assert owner not in {"datetime", "date", "time"}, f"{path.name}:{node.lineno} reads the clock"
+
+
+def test_every_package_is_in_the_distribution():
+    """Guards the wheel: setuptools packages only what pyproject.toml lists, so a new sub-package
+    (palacectl/cli, palacectl/service, palaced/handlers, ...) left out of the list works in an
+    editable checkout and is missing from every real install."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {name: Path(folder) for name, folder in setuptools.get("package-dir", {}).items()}
+    listed = set(setuptools["packages"])
+    tops = {name.split(".")[0] for name in listed}
+    for top in sorted(tops):
+        base = ROOT / folders.get(top, Path(top))
+        for init in sorted(base.rglob("__init__.py")):
+            package = ".".join((top, *init.parent.relative_to(base).parts))
+            assert package in listed, (f"{init.parent.relative_to(ROOT)} is not in [tool.setuptools] packages of "
+                                       f"pyproject.toml: add {package!r}")
+
+
+def test_palacectl_command_modules_import_no_other_command_module():
+    """Guards the CLI's shape (issue 13): each command module imports ``cli.common``, never
+    ``cli.root`` (the assembler, which imports them all: a cycle) nor another command module."""
+    shared = {"common"}
+    for path in sorted((ROOT / "palacectl" / "cli").glob("*.py")):
+        if path.stem in {"__init__", "root"}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = {node.module} if node.module else {alias.name for alias in node.names}
+                assert names <= shared, f"palacectl/cli/{path.name}:{node.lineno} imports {sorted(names - shared)}"
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                assert not node.module.startswith("palacectl.cli"), f"palacectl/cli/{path.name}:{node.lineno}"

@@ -1,10 +1,12 @@
 """Trio adapter for the synchronous store: group-commit writer and a bounded pool of readers.
 
-Owns: the only way trio code touches SQLite. Writes are queued to one writer task that drains
-the queue into a batch and runs it in a worker thread as one transaction with one fsync (group
-commit): while one batch commits, the next one gathers, so N concurrent clients share an fsync
-and nobody is acknowledged before the commit returns. Reads run in worker threads under a
-``CapacityLimiter`` with per-thread connections.
+Owns: the only way trio code touches SQLite. Writes are queued to one long-lived writer thread
+that drains the queue into a batch and runs it as one transaction with one fsync (group commit):
+while one batch commits, the next one gathers, so N concurrent clients share an fsync and nobody
+is acknowledged before the commit returns. The thread hands a whole committed batch back to trio
+with one call (``run_sync_soon``), which answers every write of it and publishes its events: a
+write costs one hop into the thread and one back, whatever the batch size. Reads run in worker
+threads under a ``CapacityLimiter`` with per-thread connections.
 
 A failing write never stops the writer: a job that raises fails alone (store.write_batch), a batch
 that cannot commit fails every job in it, and a full disk is answered ``disk_full`` (logged once
@@ -16,7 +18,9 @@ page meanwhile, so nothing acknowledged is lost.
 from __future__ import annotations
 
 import logging
+import queue
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -31,6 +35,9 @@ from .store import DiskFullError, Store, StoreError, WriteContext
 __all__ = ["AsyncStore"]
 
 LOGGER: Final = logging.getLogger("palaced.store")
+# Why 2048: how many writes may wait for the writer before ``write`` itself waits (backpressure
+# on every client at once, instead of an unbounded queue).
+MAX_QUEUED: Final = 2048
 # Why 512: bounds a batch's transaction time (a few ms) so a burst cannot delay the first writer
 # of the next batch by more than one batch.
 MAX_BATCH: Final = 512
@@ -55,6 +62,8 @@ DISK_ROOM_BYTES: Final = 1 << 20
 
 
 class _Pending:
+    """One queued write: its job, and (once its batch is committed) its outcome."""
+
     __slots__ = ("job", "done", "ok", "value")
 
     def __init__(self, job: Callable[[WriteContext], Any]) -> None:
@@ -63,13 +72,28 @@ class _Pending:
         self.ok = False
         self.value: Any = None
 
-    def fail(self, error: BaseException) -> None:
-        self.ok, self.value = False, error
-        self.done.set()
+
+class _Maintenance:
+    """Work for the writer thread between batches (a checkpoint asked for by trio code)."""
+
+    __slots__ = ("fn", "done")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self.done = trio.Event()
+
+
+#: Put on the writer's queue to stop it once everything queued before it is committed.
+_STOP: Final = object()
 
 
 class AsyncStore:
-    """Async facade over ``Store``. Run ``serve_writer`` in a nursery before calling ``write``."""
+    """Async facade over ``Store``. Run ``serve_writer`` in a nursery before calling ``write``.
+
+    Threads: ``write``, ``read``, ``statistics`` and ``close_writes`` are called from trio; the
+    store's write connection, the checkpoints and the disk-full bookkeeping belong to the writer
+    thread (the counters it updates are plain attributes, read by ``statistics``).
+    """
 
     def __init__(self, store: Store, on_committed: Callable[[list[dict[str, Any]]], None],
                  on_purged: Callable[[list[str]], None] | None = None) -> None:
@@ -77,7 +101,12 @@ class AsyncStore:
         self._on_committed = on_committed
         #: told the ids of events whose bodies a committed batch purged (the bus scrubs its ring)
         self._on_purged = on_purged
-        self._send, self._recv = trio.open_memory_channel[_Pending](MAX_BATCH * 4)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._room = trio.Semaphore(MAX_QUEUED)
+        self._closed = False
+        #: set (by the trio side) when queued writes must be failed instead of committed: shutdown cancelled the writer
+        self._abandon = False
+        self._token: trio.lowlevel.TrioToken | None = None
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self.batches = 0
         self.writes = 0
@@ -93,8 +122,11 @@ class AsyncStore:
         self.disk_full_message: str | None = None
         self.disk_full_failures = 0
 
+    def __repr__(self) -> str:
+        return f"<AsyncStore {self.store.path} batches={self.batches} writes={self.writes} closed={self._closed}>"
+
     def statistics(self) -> dict[str, Any]:
-        return {"batches": self.batches, "writes": self.writes, "queued": self._recv.statistics().current_buffer_used,
+        return {"batches": self.batches, "writes": self.writes, "queued": self._queue.qsize(),
                 "wal_checkpoints": self.checkpoints,
                 "wal_blocked_s": None if self.checkpoint_blocked_since is None
                 else round(time.monotonic() - self.checkpoint_blocked_since, 1),
@@ -104,18 +136,208 @@ class AsyncStore:
                     "since_s": round(time.monotonic() - self.disk_full_since, 1),
                     "failed_writes": self.disk_full_failures}}
 
+    # -- the trio side -------------------------------------------------------------------------
+
+    async def write(self, job: Callable[[WriteContext], Any]) -> Any:
+        """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
+
+        Raises:
+            ValidationError, NotFound, ApiError: raised by the job (nothing it did was written).
+            DiskFullError: the disk is full (``disk_full``); nothing of this write was written.
+            StoreError: the batch could not be committed.
+        """
+        if self._closed:
+            raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down")
+        try:
+            self._room.acquire_nowait()  # the usual case: no scheduler pass on the way in
+        except trio.WouldBlock:
+            await self._room.acquire()
+            if self._closed:
+                self._room.release()
+                raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
+        pending = _Pending(job)
+        self._queue.put(pending)
+        # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
+        with trio.CancelScope(shield=True):
+            await pending.done.wait()
+        if pending.ok:
+            return pending.value
+        raise pending.value
+
+    async def checkpoint(self) -> None:
+        """Try to truncate the WAL now, in the writer thread between two batches (as the writer
+        does by itself when the WAL grows); the outcome shows in ``statistics``."""
+        if self._closed:
+            raise ApiError("palaced is shutting down", code="shutting_down")
+        item = _Maintenance(self._checkpoint)
+        self._queue.put(item)
+        with trio.CancelScope(shield=True):
+            await item.done.wait()
+
+    def _complete(self, batch: list[_Pending], outcomes: list[tuple[bool, Any]],
+                  events: list[dict[str, Any]], purged: list[str]) -> None:
+        """In trio, once per batch: answer its writes, then publish its events."""
+        if purged and self._on_purged is not None:
+            self._on_purged(purged)  # before anyone is answered: no ring replays a purged body
+        for p, (ok, value) in zip(batch, outcomes, strict=True):
+            p.ok, p.value = ok, value
+            p.done.set()
+            self._room.release()
+        if events:
+            self._on_committed(events)
+
+    async def serve_writer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the writer thread until ``close_writes`` is called and the queue is empty.
+
+        Every queued write is answered, whatever happens: if this task is cancelled (shutdown ran
+        out of grace) the batch being committed finishes and the writes still queued get
+        ``shutting_down``; if the thread itself fails, every write it holds or that is still
+        queued gets an error, and the failure is raised here.
+        """
+        self._token = trio.lowlevel.current_trio_token()
+        finished = trio.Event()
+        failure: list[BaseException] = []
+
+        def thread_main() -> None:
+            try:
+                self._writer_loop()
+            except BaseException as exc:  # raised in trio by serve_writer, below
+                failure.append(exc)
+            finally:
+                self._run_in_trio(finished.set)
+
+        thread = threading.Thread(target=thread_main, name=f"palaced-writer {self.store.path.name}", daemon=True)
+        thread.start()
+        task_status.started()
+        try:
+            await finished.wait()
+        except trio.Cancelled:
+            self._abandon = self._closed = True
+            self._queue.put(_STOP)
+            with trio.CancelScope(shield=True):
+                await finished.wait()  # a started batch always finishes (clean shutdown)
+            raise
+        finally:
+            self._closed = True
+            thread.join()
+            self._fail_queued()
+            LOGGER.debug("writer stopped")
+        if failure:
+            raise failure[0]
+
+    def close_writes(self) -> None:
+        """Refuse new writes (shutdown); queued ones still commit, then the writer stops."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_STOP)
+
+    def _fail_queued(self) -> None:
+        """Answer whatever is still queued (in trio, once the thread has stopped)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Maintenance):
+                item.done.set()
+            elif item is not _STOP:
+                item.ok, item.value = False, ApiError("palaced is shutting down", code="shutting_down")
+                item.done.set()
+                self._room.release()
+
+    def _run_in_trio(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._token is not None
+        try:
+            self._token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:  # pragma: no cover - the run ended under us; nobody is waiting
+            pass
+
+    # -- the writer thread ---------------------------------------------------------------------
+
+    def _writer_loop(self) -> None:
+        """Commit queued writes in batches (and run queued maintenance between them) until
+        ``_STOP`` comes off the queue."""
+        while True:
+            try:
+                item = self._queue.get(timeout=IDLE_CHECKPOINT_S)
+            except queue.Empty:
+                self._idle()
+                continue
+            batch: list[_Pending] = []
+            while True:
+                if item is _STOP:
+                    self._commit(batch)
+                    return
+                if isinstance(item, _Maintenance):
+                    self._commit(batch)  # what was queued before it goes first
+                    batch = []
+                    self._maintain(item)
+                else:
+                    batch.append(item)
+                if len(batch) >= MAX_BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._commit(batch)
+            if self._checkpoint_due(BUSY_WAL_BYTES, CHECKPOINT_RETRY_S):
+                self._checkpoint()
+
+    def _maintain(self, item: _Maintenance) -> None:
+        try:
+            item.fn()
+        finally:
+            self._run_in_trio(item.done.set)
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        if not batch:
+            return
+        if self._abandon:
+            # Shutdown ran out of grace: these are answered "shutting down" by ``_fail_queued``.
+            for p in batch:
+                self._queue.put(p)
+            return
+        jobs = [p.job for p in batch]
+        try:
+            result = self.store.write_batch(jobs)
+        except DiskFullError as exc:
+            # Nothing of the batch was written; every job is told so, and the next batch tries again.
+            self._note_disk_full(exc, len(batch))
+            self._run_in_trio(self._complete, batch, [(False, exc)] * len(batch), [], [])
+            return
+        except StoreError as exc:
+            LOGGER.error("write batch of %d failed: %s", len(batch), exc)
+            self._run_in_trio(self._complete, batch, [(False, exc)] * len(batch), [], [])
+            return
+        except BaseException:
+            error = ApiError("internal error in the writer; see the palaced log", code="internal")
+            self._run_in_trio(self._complete, batch, [(False, error)] * len(batch), [], [])
+            raise
+        if self.store.redactions_pending_checkpoint:
+            # Before anyone is told "redacted": push the old page images out of the WAL.
+            self._purge_wal()
+        full = [value for ok, value in result.outcomes if not ok and isinstance(value, DiskFullError)]
+        if full:
+            self._note_disk_full(full[0], len(full))
+        elif self.disk_full_since is not None and any(ok for ok, _ in result.outcomes):
+            self._disk_has_room("a write succeeded")
+        self.batches += 1
+        self.writes += len(batch)
+        self._run_in_trio(self._complete, batch, result.outcomes, result.events, result.purged)
+
     def _checkpoint_due(self, wal_limit: int, every_s: float) -> bool:
         now = time.monotonic()
         if self.checkpoint_error is not None and now - self._checkpoint_error_at < CHECKPOINT_ERROR_RETRY_S:
             return False
         return now - self._last_checkpoint_try > every_s and wal_bytes(self.store.path) > wal_limit
 
-    async def _checkpoint(self) -> None:
-        """Truncate the WAL (in the writer's thread slot: never concurrent with a batch). A failure
-        is logged once, shown in ``status`` and retried later: it must never stop the writer."""
+    def _checkpoint(self) -> None:
+        """Truncate the WAL (in the writer thread: never concurrent with a batch). A failure is
+        logged once, shown in ``status`` and retried later: it must never stop the writer."""
         self._last_checkpoint_try = time.monotonic()
         try:
-            done = await trio.to_thread.run_sync(self.store.truncate_wal)
+            done = self.store.truncate_wal()
         except StoreError as exc:
             if self.checkpoint_error != str(exc):
                 LOGGER.warning("WAL checkpoint failed (retried every %.0f s): %s", CHECKPOINT_ERROR_RETRY_S, exc)
@@ -146,132 +368,31 @@ class AsyncStore:
             self.disk_full_failures = 0
             self._checkpoint_error_at = 0.0  # a checkpoint that failed for want of space: retry it now
 
-    async def _purge_wal(self) -> None:
+    def _purge_wal(self) -> None:
         """Checkpoint and truncate the WAL after a redaction, so no old page image holding the
         redacted bytes survives there. The batch is committed whatever happens here: a reader that
         blocks it (or a failure) leaves the purge pending — redact replies and ``status`` say so —
         retried after the next batch and whenever the writer is idle; it never turns committed
         writes into errors."""
         try:
-            if await trio.to_thread.run_sync(self.store.checkpoint_after_redaction):
+            if self.store.checkpoint_after_redaction():
                 self.checkpoint_error = None
         except StoreError as exc:
             if self.checkpoint_error != str(exc):
                 LOGGER.warning("redaction checkpoint failed: %s; retrying", exc)
             self.checkpoint_error, self._checkpoint_error_at = str(exc), time.monotonic()
 
-    async def _idle(self) -> None:
+    def _idle(self) -> None:
         """Between writes: finish a pending redaction purge, checkpoint a WAL worth it, and notice
         that space has returned."""
         if self.store.redactions_pending_checkpoint:
-            await self._purge_wal()
+            self._purge_wal()
         if self.disk_full_since is not None:
-            free = await trio.to_thread.run_sync(lambda: shutil.disk_usage(self.store.path.parent).free)
+            free = shutil.disk_usage(self.store.path.parent).free
             if free >= DISK_ROOM_BYTES:
                 self._disk_has_room(f"{free >> 20} MiB free")
         if self._checkpoint_due(IDLE_WAL_BYTES, 0.0):
-            await self._checkpoint()
-
-    async def write(self, job: Callable[[WriteContext], Any]) -> Any:
-        """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
-
-        Raises:
-            ValidationError, NotFound, ApiError: raised by the job (nothing it did was written).
-            DiskFullError: the disk is full (``disk_full``); nothing of this write was written.
-            StoreError: the batch could not be committed.
-        """
-        pending = _Pending(job)
-        try:
-            try:
-                self._send.send_nowait(pending)
-            except trio.WouldBlock:
-                await self._send.send(pending)
-        except trio.ClosedResourceError:
-            raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
-        # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
-        with trio.CancelScope(shield=True):
-            await pending.done.wait()
-        if pending.ok:
-            return pending.value
-        raise pending.value
+            self._checkpoint()
 
     async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._read_limiter)
-
-    async def serve_writer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Commit queued writes in batches until ``close_writes`` is called and the queue is empty.
-
-        Every queued write is answered, whatever happens: if the writer itself fails, the writes
-        it holds or that are still queued get an error instead of a reply that never comes.
-        """
-        task_status.started()
-        try:
-            while True:
-                with trio.move_on_after(IDLE_CHECKPOINT_S) as idle:
-                    try:
-                        first = await self._recv.receive()
-                    except trio.EndOfChannel:
-                        break
-                if idle.cancelled_caught:
-                    await self._idle()
-                    continue
-                batch = [first]
-                while len(batch) < MAX_BATCH:
-                    try:
-                        batch.append(self._recv.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                await self._commit(batch)
-                if self._checkpoint_due(BUSY_WAL_BYTES, CHECKPOINT_RETRY_S):
-                    await self._checkpoint()
-        finally:
-            self._send.close()
-            while True:
-                try:
-                    self._recv.receive_nowait().fail(ApiError("palaced is shutting down", code="shutting_down"))
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            LOGGER.debug("writer stopped")
-
-    async def _commit(self, batch: list[_Pending]) -> None:
-        jobs = [p.job for p in batch]
-        try:
-            # Never abandoned on cancel: a started batch always finishes (clean shutdown).
-            result = await trio.to_thread.run_sync(self.store.write_batch, jobs)
-        except DiskFullError as exc:
-            # Nothing of the batch was written; every job is told so, and the next batch tries again.
-            self._note_disk_full(exc, len(batch))
-            for p in batch:
-                p.fail(exc)
-            return
-        except StoreError as exc:
-            LOGGER.error("write batch of %d failed: %s", len(batch), exc)
-            for p in batch:
-                p.fail(exc)
-            return
-        except BaseException:
-            for p in batch:
-                p.fail(ApiError("internal error in the writer; see the palaced log", code="internal"))
-            raise
-        if result.purged and self._on_purged is not None:
-            self._on_purged(result.purged)  # before anyone is answered: no ring replays a purged body
-        if self.store.redactions_pending_checkpoint:
-            # Before anyone is told "redacted": push the old page images out of the WAL.
-            await self._purge_wal()
-        full = [value for ok, value in result.outcomes if not ok and isinstance(value, DiskFullError)]
-        if full:
-            self._note_disk_full(full[0], len(full))
-        elif any(ok for ok, _ in result.outcomes):
-            self._disk_has_room("a write succeeded")
-        self.batches += 1
-        self.writes += len(batch)
-        for p, (ok, value) in zip(batch, result.outcomes, strict=True):
-            p.ok, p.value = ok, value
-            p.done.set()
-        if result.events:
-            self._on_committed(result.events)
-
-    def close_writes(self) -> None:
-        """Refuse new writes (shutdown); queued ones still commit."""
-        self._send.close()
-

@@ -106,6 +106,9 @@ class _TransactionLost(Exception):
 # Why 3: each re-run drops the job that lost the transaction; more such jobs in one batch means the
 # disk is failing for everyone, and the rest of the batch is better failed than run again and again.
 _MAX_BATCH_RERUNS: Final = 3
+# Why 8,192: the newest committed events kept as signed, for replication to push them to a peer
+# as they are committed without reading them back (a second of a busy palace; older ones are read).
+RECENT_SIGNED: Final = 8192
 _NOTHING_WRITTEN: Final = "nothing was written; free some space and retry — palaced resumes by itself"
 
 
@@ -269,6 +272,11 @@ class Store:
             self._conn.close()
             raise
         self.redactions_pending_checkpoint = False
+        #: (origin, origin_seq) -> the newest committed events, as signed (written by the writer
+        #: thread after each commit, read by replication in trio: single dict operations only)
+        self._recent: dict[tuple[str, int], SignedEvent] = {}
+        #: events the running batch stored (writer thread), for ``_recent`` once it commits
+        self._batch_signed: list[SignedEvent] = []
         #: origin -> (origin_seq, event_hash, reason) of its next event, authentic but refused for
         #: breaking a rule: replication does not ask for that origin again (writer thread writes)
         self.refused_next: dict[str, tuple[int, bytes, str]] = {}
@@ -469,32 +477,40 @@ class Store:
         try:
             self._leave_stuck_transaction()
             conn.execute("SAVEPOINT palace_batch")
+            # A job alone in its batch needs no savepoint of its own: the batch's is its own.
+            job_savepoint = "palace_job" if len(jobs) > 1 else "palace_batch"
             for index, job in enumerate(jobs):
-                before = (self._origin_seq, self._head_hash, len(ctx.new_events), len(ctx.purged))
-                conn.execute("SAVEPOINT palace_job")
+                before = (self._origin_seq, self._head_hash, len(ctx.new_events), len(ctx.purged),
+                          len(self._batch_signed))
+                if job_savepoint == "palace_job":
+                    conn.execute("SAVEPOINT palace_job")
                 try:
                     value = job(ctx)
                 except Exception as exc:
                     self._origin_seq, self._head_hash = before[0], before[1]
                     del ctx.new_events[before[2]:]
                     del ctx.purged[before[3]:]
+                    del self._batch_signed[before[4]:]
                     # in_transaction is sqlite3_get_autocommit: SQLite's documented (and only) way
                     # to learn that an error made it roll the whole transaction back.
                     if not conn.in_transaction:
                         raise _TransactionLost(index, exc) from exc
-                    conn.execute("ROLLBACK TO palace_job")
-                    conn.execute("RELEASE palace_job")
+                    conn.execute(f"ROLLBACK TO {job_savepoint}")
+                    if job_savepoint == "palace_job":
+                        conn.execute("RELEASE palace_job")
                     result.outcomes.append((False, self._job_failure(exc)))
                     continue
                 if not conn.in_transaction:  # the job swallowed an error after which SQLite rolled back
                     raise _TransactionLost(index, None)
-                conn.execute("RELEASE palace_job")
+                if job_savepoint == "palace_job":
+                    conn.execute("RELEASE palace_job")
                 result.outcomes.append((True, value))
             if self._origin_seq != saved_chain[0]:
                 conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                              (self._origin_seq, self._head_hash, self.origin_id))
             conn.execute("RELEASE palace_batch")  # the commit, and its fsync
         except BaseException as exc:
+            self._batch_signed.clear()
             # Nothing of the batch is in the database: the chain goes back to what is committed, so
             # the next append reuses neither a sequence number nor leaves a gap.
             self._origin_seq, self._head_hash = saved_chain
@@ -504,7 +520,34 @@ class Store:
             raise
         result.events = ctx.new_events
         result.purged = ctx.purged
+        self._remember_committed(bool(ctx.purged))
         return result
+
+    def _remember_committed(self, purged: bool) -> None:
+        """After a commit: keep its events in ``_recent`` (none at all after a batch that purged
+        a body: whatever was kept may hold it, and older events are read back anyway)."""
+        recent, stored = self._recent, self._batch_signed
+        self._batch_signed = []
+        if purged:
+            recent.clear()
+            return
+        for event in stored:
+            recent[(event.origin, event.origin_seq)] = event
+        while len(recent) > RECENT_SIGNED:
+            del recent[next(iter(recent))]
+
+    def committed_signed(self, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent] | None:
+        """The events of ``origin`` after ``after_origin_seq`` (at most ``limit``, in chain order)
+        from the newest committed ones, without reading the database; None if any is not kept
+        (then ``signed_events_of_origin`` reads them). Safe from any thread."""
+        recent = self._recent
+        events = []
+        for seq in range(after_origin_seq + 1, after_origin_seq + 1 + limit):
+            event = recent.get((origin, seq))
+            if event is None:
+                break
+            events.append(event)
+        return events if events else None
 
     def _append_locked(self, req: AppendRequest) -> dict[str, Any]:
         conn = self._conn
@@ -527,7 +570,7 @@ class Store:
         self._origin_seq, self._head_hash = seq, event.event_hash
         return event.to_public(local_seq)
 
-    def _insert_event(self, ev: SignedEvent) -> int:
+    def _insert_event(self, ev: SignedEvent, *, history: bool = False) -> int:
         conn = self._conn
         conn.execute(
             "INSERT INTO events (id, origin, origin_seq, prev_hash, event_hash, signature, type, stream, "
@@ -541,6 +584,8 @@ class Store:
         )
         # The memory views follow the log in the same transaction (local appends and peer events alike).
         memory_views.materialise(conn, ev)
+        if not history:  # imported history is never offered to peers: nothing to keep for them
+            self._batch_signed.append(ev)
         return conn.last_insert_rowid()
 
     def _put_artifact_locked(
@@ -631,7 +676,7 @@ class Store:
                 conn.execute("INSERT INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
                              (event.origin, key, GENESIS_HASH))
                 known[event.origin] = (key, 0)
-            seq = self._insert_event(event)  # a body redacted before the export stays absent
+            seq = self._insert_event(event, history=True)  # a body redacted before the export stays absent
             stored.append(event.to_public(seq))
         return {"stored": stored, "imported": len(stored), "duplicates": duplicates, "refused": refused}
 

@@ -1,7 +1,8 @@
 """palacectl's one atomic writer (palacectl/files.py), used by watch checkpoints, rules install,
 artifact get, service install, export and restore (issue 11, finding 11): the temporary file has
 its mode before its first byte, the target changes only when the content is complete, and the
-folder is fsynced after the rename."""
+folder is fsynced after the rename. Since issue 13 it also creates missing folders and keeps an
+existing file's mode, which callers did in copies of their own."""
 
 from __future__ import annotations
 
@@ -82,6 +83,27 @@ def test_a_fixed_temporary_name_removes_a_crash_leftover(tmp_path: Path) -> None
     assert (tmp_path / "palace.sqlite3").read_bytes() == b"whole" and not leftover.exists()
 
 
+def test_keep_mode_keeps_an_existing_files_permissions(tmp_path: Path) -> None:
+    """A file of the user's that palacectl rewrites (rules install) keeps the mode the user gave
+    it; a new one gets ``mode``."""
+    target = tmp_path / "AGENTS.md"
+    write_atomically(target, b"first", 0o640, keep_mode=True)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    target.chmod(0o604)
+    write_atomically(target, b"second", 0o640, keep_mode=True)
+    assert target.read_bytes() == b"second" and stat.S_IMODE(target.stat().st_mode) == 0o604
+    write_atomically(target, b"third", 0o640)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+
+
+def test_create_folder_makes_the_missing_folders(tmp_path: Path) -> None:
+    target = tmp_path / "watch" / "deep" / "bob.json"
+    with pytest.raises(FileNotFoundError):
+        write_atomically(target, b"{}\n")
+    write_atomically(target, b"{}\n", create_folder=True)
+    assert target.read_bytes() == b"{}\n"
+
+
 def test_new_file_mode_follows_the_umask() -> None:
     old = os.umask(0o027)
     try:
@@ -103,9 +125,9 @@ def _rules(path: Path) -> None:
 
 
 def _service_unit(path: Path) -> None:
-    from palacectl.service_cli import write_file
+    from palacectl.cli.service import write_service_file
 
-    write_file(path, "[Unit]\nDescription=palace\n")
+    write_service_file(path, "[Unit]\nDescription=palace\n")
 
 
 @pytest.mark.parametrize("writer", [_watch_state, _rules, _service_unit], ids=["watch-state", "rules", "service"])
@@ -118,3 +140,21 @@ def test_every_writer_fsyncs_the_folder_after_its_rename(tmp_path: Path, monkeyp
     writer(target)
     assert order[-3:] == ["fsync file", "rename", "fsync folder"] and target.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["target"]
+
+
+def test_no_other_palacectl_module_puts_a_file_in_place_itself() -> None:
+    """Guards the one writer: palacectl once had six copies of "temporary file, fsync, os.replace"
+    (issue 13), each missing a step; only palacectl/files.py may rename a temporary file over a
+    target or create one."""
+    import ast
+
+    package = Path(__file__).resolve().parents[2] / "palacectl"
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "files.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in {"replace", "mkstemp", "NamedTemporaryFile"}:
+                owner = node.value.id if isinstance(node.value, ast.Name) else None
+                assert owner not in {"os", "tempfile"}, (
+                    f"{path.relative_to(package.parent)}:{node.lineno} uses {owner}.{node.attr}: "
+                    "write through palacectl.files instead")

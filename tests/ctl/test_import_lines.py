@@ -1,4 +1,4 @@
-"""How ``palacectl import`` reads a file (palacectl/export_cli.py): one bounded line at a time, so
+"""How ``palacectl import`` reads a file (palacectl/cli/export.py): one bounded line at a time, so
 a hostile or broken file cannot make it hold more than ``MAX_LINE_BYTES`` at once (issue 11,
 finding 10: the whole file is read twice instead of held)."""
 
@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from palacectl import export_cli
+from palacectl.cli import export as export_cli
 
 
 def test_a_line_over_the_bound_is_read_past_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,9 +1,10 @@
-"""palacectl service (palacectl.service_cli): the templates, their rendering, and install /
-uninstall / status, without ever reaching the real user's service manager.
+"""palacectl service (the ``palacectl.service`` package and its commands in ``palacectl.cli.service``):
+the templates, their rendering, and install / uninstall / status, without ever reaching the real
+user's service manager.
 
 Real palacectl processes run with HOME and XDG_CONFIG_HOME in a temporary folder. Where a test
 needs systemd or launchd to answer, it runs palacectl in-process with a fake service manager
-(``FakeManager``) in place of ``run_command``: it records every command and plays systemd or
+(``FakeManager``) in place of ``runner.run_command``: it records every command and plays systemd or
 launchd just far enough. No test starts a service, and nothing touches the network.
 """
 
@@ -22,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from palacectl import service_cli
 from palacectl.cli import main
+from palacectl.cli import service as service_commands
+from palacectl.service import host, managers, runner, templates
 from palacectl.output import CommandFailed
 from tests.helpers import CtlResult, run_ctl
 
@@ -83,7 +85,7 @@ def test_every_sandboxing_line_says_why() -> None:
 
 
 def test_unit_runs_the_installed_palaced_on_the_home() -> None:
-    unit = service_cli.render_systemd_unit([str(VENV_PALACED)], Path("/srv/palace"))
+    unit = templates.render_systemd_unit([str(VENV_PALACED)], Path("/srv/palace"))
     assert f"ExecStart={VENV_PALACED} --home /srv/palace\n" in unit
     assert "\nReadWritePaths=/srv/palace\n" in unit  # the one writable place under the sandbox
     assert "@" not in unit.replace("@system-service", "")  # every placeholder filled
@@ -91,14 +93,14 @@ def test_unit_runs_the_installed_palaced_on_the_home() -> None:
 
 
 def test_unit_quotes_spaces_and_escapes_percent() -> None:
-    unit = service_cli.render_systemd_unit(["/opt/my tools/palaced"], Path("/home/a b/100%"))
+    unit = templates.render_systemd_unit(["/opt/my tools/palaced"], Path("/home/a b/100%"))
     assert 'ExecStart="/opt/my tools/palaced" --home "/home/a b/100%%"\n' in unit
 
 
 @pytest.mark.parametrize("home", ["/home/a$b", '/home/a"b', "/home/a\\b", "/home/a\nb"])
 def test_unit_refuses_paths_it_cannot_carry(home: str) -> None:
     with pytest.raises(CommandFailed, match="cannot carry safely"):
-        service_cli.render_systemd_unit([str(VENV_PALACED)], Path(home))
+        templates.render_systemd_unit([str(VENV_PALACED)], Path(home))
 
 
 def systemd_analyze_verify(unit_text: str, where: Path) -> tuple[int, list[str]]:
@@ -127,7 +129,7 @@ needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is No
 def test_rendered_unit_passes_systemd_analyze_verify(variant: str, tmp_path: Path) -> None:
     assert VENV_PALACED.is_file(), "verify checks that ExecStart exists: the venv must have its palaced script"
     home = tmp_path / ("pal home 100%" if variant == "home with spaces and %" else "pal")
-    unit = service_cli.render_systemd_unit([str(VENV_PALACED)], home,
+    unit = templates.render_systemd_unit([str(VENV_PALACED)], home,
                                            filesystem_sandbox=variant != "filesystem sandbox off")
     if variant == "filesystem sandbox off":
         assert "\n#ProtectSystem=strict\n" in unit and "\nProtectSystem" not in unit
@@ -141,7 +143,7 @@ def test_rendered_unit_passes_systemd_analyze_verify(variant: str, tmp_path: Pat
 @needs_systemd_analyze
 def test_systemd_analyze_verify_would_catch_a_broken_unit(tmp_path: Path) -> None:
     """The control for the test above: verify does complain about our file when it is wrong."""
-    unit = service_cli.render_systemd_unit(["/nonexistent/palaced"], tmp_path / "pal")
+    unit = templates.render_systemd_unit(["/nonexistent/palaced"], tmp_path / "pal")
     returncode, complaints = systemd_analyze_verify(unit.replace("RestartSec=2", "RestartSecs=2"), tmp_path)
     assert returncode != 0
     assert any("RestartSecs" in line for line in complaints)
@@ -151,7 +153,7 @@ def test_systemd_analyze_verify_would_catch_a_broken_unit(tmp_path: Path) -> Non
 @pytest.mark.parametrize("palaced", [[str(VENV_PALACED)], ["/usr/bin/python3", "-m", "palaced"]])
 def test_launchd_plist_renders_and_parses(palaced: list[str]) -> None:
     home, logs = Path("/Users/me/a & <b>"), Path("/Users/me/Library/Logs/palace")
-    plist = plistlib.loads(service_cli.render_launchd_plist(palaced, home, logs).encode())
+    plist = plistlib.loads(templates.render_launchd_plist(palaced, home, logs).encode())
     assert plist["Label"] == "dev.palace.palaced"
     assert plist["ProgramArguments"] == [*palaced, "--home", str(home)]
     assert plist["RunAtLoad"] is True
@@ -165,7 +167,7 @@ def test_palaced_falls_back_to_python_m_palaced(tmp_path: Path, monkeypatch: pyt
     """No console script beside Python and none on PATH: the unit runs `python -m palaced`."""
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python3"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert service_cli.palaced_command() == [str(tmp_path / "python3"), "-m", "palaced"]
+    assert host.palaced_command() == [str(tmp_path / "python3"), "-m", "palaced"]
 
 
 # -- subprocesses -------------------------------------------------------------------------------
@@ -173,12 +175,12 @@ def test_palaced_falls_back_to_python_m_palaced(tmp_path: Path, monkeypatch: pyt
 
 def test_command_timeout_is_one_error_line() -> None:
     with pytest.raises(CommandFailed, match=r"^`sleep 5` did not finish within 0 s$"):
-        service_cli.run_command(["sleep", "5"], timeout=0.2)
+        runner.run_command(["sleep", "5"], timeout=0.2)
 
 
 def test_missing_program_is_one_error_line() -> None:
     with pytest.raises(CommandFailed, match="`no-such-systemctl` is not installed"):
-        service_cli.run_command(["no-such-systemctl", "--user"])
+        runner.run_command(["no-such-systemctl", "--user"])
 
 
 # -- the real CLI, as a process -----------------------------------------------------------------
@@ -203,7 +205,7 @@ def test_dry_run_json_is_the_plan(user_home: Path, tmp_path: Path) -> None:
     assert plan["path"] == str(unit_path(user_home))
     assert plan["commands"] == [{"argv": ["systemctl", "--user", "daemon-reload"], "when": None},
                                 {"argv": ["systemctl", "--user", "enable", "--now", "palaced.service"], "when": None}]
-    assert plan["content"] == service_cli.render_systemd_unit([str(VENV_PALACED)], palace)
+    assert plan["content"] == templates.render_systemd_unit([str(VENV_PALACED)], palace)
     assert files_under(user_home) == []
 
 
@@ -299,7 +301,7 @@ class FakeManager:
     def run(self, argv: Sequence[str], *, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         argv = list(argv)
         if argv[0] == "systemd-run":
-            assert tuple(argv) == service_cli.SANDBOX_PROBE
+            assert tuple(argv) == managers.SANDBOX_PROBE
             self.probes += 1
             return subprocess.CompletedProcess(argv, 0 if self.sandbox_ok else 1, "",
                                                "" if self.sandbox_ok else "Failed to set up user namespacing")
@@ -333,14 +335,30 @@ class FakeManager:
 @pytest.fixture(params=["systemd"])
 def fake(request: pytest.FixtureRequest, user_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeManager]:
     manager = FakeManager()
-    monkeypatch.setattr(service_cli, "detect_platform", lambda: request.param)
-    monkeypatch.setattr(service_cli, "systemd_booted", lambda: True)
-    monkeypatch.setattr(service_cli, "systemd_problem", lambda: None)
-    monkeypatch.setattr(service_cli, "launchd_problem", lambda: None)
-    monkeypatch.setattr(service_cli, "run_command", manager.run)
-    monkeypatch.setattr(service_cli, "daemon_status", manager.daemon)
-    monkeypatch.setattr(service_cli, "wait_for_daemon", manager.daemon)
+    monkeypatch.setattr(host, "detect_platform", lambda: request.param)
+    monkeypatch.setattr(host, "systemd_booted", lambda: True)
+    monkeypatch.setattr(managers, "systemd_problem", lambda: None)
+    monkeypatch.setattr(managers, "launchd_problem", lambda: None)
+    monkeypatch.setattr(runner, "run_command", manager.run)
+    monkeypatch.setattr(service_commands, "daemon_status", manager.daemon)
+    monkeypatch.setattr(service_commands, "wait_for_daemon", manager.daemon)
     yield manager
+
+
+def test_the_fake_replaces_every_way_to_the_service_manager() -> None:
+    """Guards the fixture above: each replaced function is looked up on its module at call time.
+    A ``from .runner import run_command`` in another module would copy the real one past the
+    fake, and a test would drive this machine's own systemctl or launchctl."""
+    replaced = {"detect_platform", "systemd_booted", "systemd_problem", "launchd_problem", "run_command",
+                "daemon_status", "wait_for_daemon"}
+    import ast
+
+    sources = [*sorted((REPO / "palacectl" / "service").glob("*.py")), REPO / "palacectl" / "cli" / "service.py"]
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                copied = {alias.name for alias in node.names} & replaced
+                assert not copied, f"{path.name}:{node.lineno} imports {sorted(copied)} by name"
 
 
 def service(palace: Path, *args: str) -> int:
@@ -356,7 +374,7 @@ def test_install_writes_the_unit_and_starts_it(fake: FakeManager, user_home: Pat
     palace = tmp_path / "palace"
     assert service(palace, "install") == 0
     out = capsys.readouterr().out
-    assert unit_path(user_home).read_text() == service_cli.render_systemd_unit([str(VENV_PALACED)], palace)
+    assert unit_path(user_home).read_text() == templates.render_systemd_unit([str(VENV_PALACED)], palace)
     assert stat.S_IMODE(palace.stat().st_mode) == 0o700
     assert fake.calls == [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "--now", "palaced.service"]]
     assert out == ("Filesystem sandbox: on (ProtectSystem=strict, ProtectHome=read-only, the home writable, "
@@ -397,7 +415,7 @@ def test_install_force_replaces_the_unit_and_restarts(fake: FakeManager, user_ho
     fake.running = True  # the old unit's palaced
     assert service(palace, "install", "--force") == 0
     assert f"Replaced {unit_path(user_home)}\n" in capsys.readouterr().out
-    assert unit_path(user_home).read_text() == service_cli.render_systemd_unit([str(VENV_PALACED)], palace)
+    assert unit_path(user_home).read_text() == templates.render_systemd_unit([str(VENV_PALACED)], palace)
     assert fake.calls == [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "palaced.service"],
                           [*SYSTEMCTL, "restart", "palaced.service"]]
 
@@ -426,7 +444,7 @@ def test_a_failing_systemctl_is_one_line_naming_the_command(fake: FakeManager, u
 def test_install_fails_when_palaced_never_answers(fake: FakeManager, user_home: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(service_cli, "wait_for_daemon", lambda home: {
+    monkeypatch.setattr(service_commands, "wait_for_daemon", lambda home: {
         "answering": False, "socket": str(home / "palaced.sock"), "reason": "no socket"})
     assert service(tmp_path / "palace", "install") == 1
     assert "palaced.service is installed and started, but palaced did not answer on" in capsys.readouterr().err
@@ -452,7 +470,7 @@ def test_dry_runs_run_no_command(fake: FakeManager, user_home: Path, tmp_path: P
     def no_command(argv: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
         raise AssertionError(f"a dry run ran {argv}")
 
-    monkeypatch.setattr(service_cli, "run_command", no_command)
+    monkeypatch.setattr(runner, "run_command", no_command)
     palace = tmp_path / "palace"
     assert service(palace, "install", "--dry-run") == 0
     assert service(palace, "install", "--dry-run", "--platform", "launchd") == 0
@@ -485,7 +503,7 @@ def test_launchd_install_and_uninstall(fake: FakeManager, user_home: Path, tmp_p
 def test_unsupported_platform_says_what_to_do(command: list[str], user_home: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(service_cli, "detect_platform", lambda: None)
+    monkeypatch.setattr(host, "detect_platform", lambda: None)
     assert service(tmp_path / "palace", *command) == 1
     assert "run `palaced` under your own supervisor" in capsys.readouterr().err
     assert service(tmp_path / "palace", "status", "--json") == 0
@@ -510,6 +528,6 @@ def test_install_leaves_the_filesystem_sandbox_off_where_the_user_manager_cannot
     out = capsys.readouterr().out
     assert "Filesystem sandbox: off, because `systemd-run --user" in out and "user namespacing" in out
     unit = unit_path(user_home).read_text()
-    assert unit == service_cli.render_systemd_unit([str(VENV_PALACED)], palace, filesystem_sandbox=False)
+    assert unit == templates.render_systemd_unit([str(VENV_PALACED)], palace, filesystem_sandbox=False)
     assert "\n#ProtectSystem=strict\n" in unit and "\nNoNewPrivileges=yes\n" in unit
     assert fake.probes == 1

@@ -3,8 +3,8 @@
 The bookkeeping of the connection limits (``ApiConnections``), the token check and how a client
 is identified are tested directly. The second wall, "an exception while serving one connection
 ends that connection only", needs an exception no real input raises any more: those tests run the
-real ``serve_api`` over a real Unix socket, store and service, with one fault injected into the
-service, and check that only the faulty connection ends, that it is counted and logged once, that
+real ``serve_api`` over a real Unix socket, store and handlers, with one fault injected into the
+handlers, and check that only the faulty connection ends, that it is counted and logged once, that
 a subscription's watcher is released, and that cancellation and KeyboardInterrupt still propagate.
 (What real clients can send is attacked in tests/e2e/test_api_hostile.py.)
 """
@@ -31,10 +31,11 @@ from hypothesis import strategies as st
 from palace_proto.control import PRE_HELLO_MAX_FRAME_BYTES, token_matches
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import ApiEndpoint
+import palaced.api
 from palaced.api import MAX_CONNECTIONS, ApiConnections, client_of, max_connections_for, serve_api
 from palaced.bus import EventBus
 from palaced.config import Config
-from palaced.service import Service
+from palaced.handlers import BoundHandler, Context, op_table
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
 
@@ -200,14 +201,16 @@ class Client:
 
 
 class Api:
-    """The real API served in-process; ``connect`` opens clients that are closed with it."""
+    """The real API served in-process; ``connect`` opens clients that are closed with it. ``ops``
+    is the op table it dispatches to (a test may replace an entry to inject a fault)."""
 
-    def __init__(self, service: Service, path: Path) -> None:
-        self.service, self.path = service, path
+    def __init__(self, ctx: Context, ops: dict[str, BoundHandler], path: Path) -> None:
+        self.ctx, self.ops, self.path = ctx, ops, path
         self.clients: list[Client] = []
 
     def statistics(self) -> dict[str, Any]:
-        return self.service.api_statistics()  # type: ignore[attr-defined,no-any-return]
+        assert self.ctx.api_statistics is not None
+        return self.ctx.api_statistics()
 
     async def connect(self, *, hello: bool = True) -> Client:
         client = Client(await trio.open_unix_socket(os.fspath(self.path)))
@@ -227,11 +230,12 @@ async def serving(home: Path) -> AsyncIterator[Api]:
     try:
         bus = EventBus(store.latest()[0])
         astore = AsyncStore(store, bus.publish)
-        service = Service(config, astore, bus, identity=key)
+        ctx = Context(config, astore, bus, key)
+        ops = op_table(ctx)
         async with trio.open_nursery() as nursery:
             await nursery.start(astore.serve_writer)
-            where = await nursery.start(serve_api, ApiEndpoint("unix"), home, service, config.max_frame_bytes)
-            api = Api(service, Path(where))
+            where = await nursery.start(serve_api, ApiEndpoint("unix"), home, ctx, ops, config.max_frame_bytes)
+            api = Api(ctx, ops, Path(where))
             yield api
             nursery.cancel_scope.cancel(reason="test done")
     finally:
@@ -244,16 +248,15 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "palaced.api" and r.levelno >= logging.ERROR]
 
 
-async def test_an_exception_while_serving_one_connection_ends_that_connection_only(short_home, caplog):
+async def test_an_exception_while_serving_one_connection_ends_that_connection_only(short_home, caplog, monkeypatch):
     async with serving(short_home) as api:
         bystander = await api.connect()
-        real_hello = api.service.hello_result
-        api.service.hello_result = lambda: _raise(RuntimeError("injected fault"))  # type: ignore[method-assign]
-        for _ in range(3):
-            victim = await api.connect(hello=False)
-            await victim.send(1, "hello", version=1)
-            assert await victim.receive() is None  # closed, nothing half-written
-        api.service.hello_result = real_hello  # type: ignore[method-assign]
+        with monkeypatch.context() as patch:
+            patch.setattr(palaced.api, "hello_result", lambda ctx: _raise(RuntimeError("injected fault")))
+            for _ in range(3):
+                victim = await api.connect(hello=False)
+                await victim.send(1, "hello", version=1)
+                assert await victim.receive() is None  # closed, nothing half-written
         assert await bystander.call("ping") == {"pong": True}
         fresh = await api.connect()
         assert await fresh.call("ping") == {"pong": True}
@@ -264,19 +267,19 @@ async def test_an_exception_while_serving_one_connection_ends_that_connection_on
         assert len(errors) == 1 and errors[0].exc_info and "injected fault" in caplog.text  # once, with its traceback
 
 
-async def test_a_failing_subscription_ends_its_connection_and_releases_its_watcher(short_home, caplog):
+async def test_a_failing_subscription_ends_its_connection_and_releases_its_watcher(short_home, caplog, monkeypatch):
+    real_subscribe = palaced.api.subscribe
+
+    async def subscribe_then_fail(ctx: Context, args: Any, push: Any, conn_id: int) -> None:
+        async def failing_push(message: dict[str, Any]) -> None:
+            if message["push"] != "started":
+                raise RuntimeError("injected fault in a push")
+            await push(message)
+
+        await real_subscribe(ctx, args, failing_push, conn_id)
+
+    monkeypatch.setattr(palaced.api, "subscribe", subscribe_then_fail)
     async with serving(short_home) as api:
-        real_subscribe = api.service.op_subscribe
-
-        async def subscribe_then_fail(args: Any, push: Any, conn_id: int) -> None:
-            async def failing_push(message: dict[str, Any]) -> None:
-                if message["push"] != "started":
-                    raise RuntimeError("injected fault in a push")
-                await push(message)
-
-            await real_subscribe(args, failing_push, conn_id)
-
-        api.service.op_subscribe = subscribe_then_fail  # type: ignore[method-assign]
         bystander = await api.connect()
         watcher = await api.connect()
         await watcher.send(2, "subscribe", start="tip", agent="doomed")
@@ -284,7 +287,7 @@ async def test_a_failing_subscription_ends_its_connection_and_releases_its_watch
         assert [w["agent"] for w in (await bystander.call("who"))["watchers"]] == ["doomed"]
         await bystander.call("append", type="note", stream="s", room="r", from_agent="a", body="wakes the watcher")
         assert await watcher.receive() is None
-        assert api.service.watchers == {} and (await bystander.call("who"))["count"] == 0
+        assert api.ctx.watchers == {} and (await bystander.call("who"))["count"] == 0
         assert api.statistics()["failed"] == 1
         assert len(_errors(caplog)) == 1
 
@@ -294,7 +297,7 @@ async def test_a_reply_that_cannot_be_encoded_is_an_internal_error_and_the_conne
         async def unencodable(args: Any) -> dict[str, Any]:
             return {"too_big": 2**70}  # msgpack has no integer this large
 
-        api.service.op_digest = unencodable  # type: ignore[method-assign]
+        api.ops["digest"] = unencodable
         client = await api.connect()
         await client.send(5, "digest")
         reply = await client.receive()
@@ -303,10 +306,10 @@ async def test_a_reply_that_cannot_be_encoded_is_an_internal_error_and_the_conne
         assert api.statistics()["failed"] == 0
 
 
-async def test_keyboard_interrupt_is_never_swallowed(short_home):
+async def test_keyboard_interrupt_is_never_swallowed(short_home, monkeypatch):
+    monkeypatch.setattr(palaced.api, "hello_result", lambda ctx: _raise(KeyboardInterrupt()))
     with pytest.raises(BaseExceptionGroup) as raised:
         async with serving(short_home) as api:
-            api.service.hello_result = lambda: _raise(KeyboardInterrupt())  # type: ignore[method-assign]
             client = await api.connect(hello=False)
             await client.send(1, "hello", version=1)
             await trio.sleep_forever()
@@ -327,7 +330,7 @@ async def test_cancellation_ends_busy_connections_without_counting_failures(shor
     # connection (a swallowed Cancelled would have hung here or counted a failure).
     stats = api.statistics()
     assert stats["failed"] == 0 and stats["open"] == 0, stats
-    assert api.service.watchers == {}
+    assert api.ctx.watchers == {}
 
 
 async def test_a_frame_before_hello_is_held_to_4_kib(short_home):

@@ -63,8 +63,8 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                 listed = await astore.read(store.list_events, ListQuery.from_wire({"limit": 1000}))
                 assert [e["id"] for e in listed] == [e["id"] for e in acknowledged]
 
-                await astore._checkpoint()  # the WAL cannot be copied into a database that cannot grow
-                await astore._checkpoint()
+                await astore.checkpoint()  # the WAL cannot be copied into a database that cannot grow
+                await astore.checkpoint()
                 assert "full" in astore.checkpoint_error
                 failures = [r for r in caplog.records if "WAL checkpoint failed" in r.getMessage()]
                 assert len(failures) == 1, "a failing checkpoint is logged once, not at every retry"
@@ -74,7 +74,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                 disk.resize("64m")
                 acknowledged.append(await astore.write(lambda ctx: ctx.append(req("space is back"))))
                 assert astore.statistics()["disk_full"] is None
-                await astore._checkpoint()
+                await astore.checkpoint()
                 assert astore.checkpoint_error is None and wal_bytes(store.path) == 0
                 astore.close_writes()
             listed = await astore.read(store.list_events, ListQuery.from_wire({"limit": 1000}))

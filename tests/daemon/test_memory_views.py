@@ -5,7 +5,6 @@ the schema-5 migration, and events that arrive from a peer."""
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import string

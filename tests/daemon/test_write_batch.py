@@ -148,3 +148,76 @@ def test_a_failed_commit_leaves_no_transaction_open_for_the_next_batch(store):
     assert store.write_batch([append("fresh")]).outcomes[0][0]
     assert store._conn.execute("SELECT value FROM meta WHERE key='left-over'").fetchone() is None
     assert_chain_consistent(store, ["fresh"])
+
+
+# -- the newest committed events, kept as signed for replication (issue 13) ---------------------
+
+
+def test_committed_events_are_kept_as_signed_exactly_as_stored(store):
+    """Guards the push path that skips the read: what ``committed_signed`` hands replication is
+    what the database holds, in chain order, and only what is committed."""
+    store.write_batch([append("one"), append("two"), append("three")])
+    kept = store.committed_signed(store.origin_id, 0, 10)
+    assert kept == store.signed_events_of_origin(store.origin_id, 0, 10)
+    assert [e.body for e in kept] == ["one", "two", "three"]
+    assert [e.body for e in store.committed_signed(store.origin_id, 1, 1)] == ["two"]
+    assert store.committed_signed(store.origin_id, 3, 10) is None
+    assert store.committed_signed("ori2_" + "a" * 26, 0, 10) is None
+
+
+def test_a_job_that_fails_leaves_nothing_kept_and_a_batch_that_fails_neither(store):
+    """A job rolled back alone, or a whole batch that cannot commit, must never be pushed to a
+    peer: it is not in the database."""
+
+    def appends_then_fails(ctx):
+        ctx.append(req("rolled back"))
+        raise ApiError("no", code="bad_request")
+
+    store.write_batch([append("kept"), appends_then_fails])
+    assert [e.body for e in store.committed_signed(store.origin_id, 0, 10)] == ["kept"]
+    store._conn.set_commit_hook(lambda: True)  # True: turn this commit into a rollback
+    try:
+        with pytest.raises(StoreError, match="could not commit"):
+            store.write_batch([append(f"lost {i}") for i in range(3)])
+    finally:
+        store._conn.set_commit_hook(None)
+    assert [e.body for e in store.committed_signed(store.origin_id, 0, 10)] == ["kept"]
+    store.write_batch([append("next")])
+    assert store.committed_signed(store.origin_id, 0, 10) == store.signed_events_of_origin(store.origin_id, 0, 10)
+    assert [e.body for e in store.committed_signed(store.origin_id, 0, 10)] == ["kept", "next"]
+
+
+def test_a_batch_that_purges_a_body_forgets_every_kept_event(store):
+    """Guards redaction: no body a redaction purged may be served from memory afterwards."""
+    store.write_batch([append("secret")])
+    [secret] = store.committed_signed(store.origin_id, 0, 1)
+
+    def redact(ctx):
+        event = ctx.append(AppendRequest.from_wire({"type": "event.redact", "stream": "s", "room": "r",
+                                                    "from_agent": "a", "ack_of": secret.id}, LIMITS))
+        ctx.redact(secret.id, event["id"])
+
+    store.write_batch([redact])
+    assert store.committed_signed(store.origin_id, 0, 10) is None
+    assert store.signed_events_of_origin(store.origin_id, 0, 1)[0].body is None
+
+
+def test_kept_events_are_bounded(store, monkeypatch):
+    monkeypatch.setattr("palaced.store.store.RECENT_SIGNED", 5)
+    store.write_batch([append(str(i)) for i in range(8)])
+    assert store.committed_signed(store.origin_id, 0, 10) is None  # 1..3 are no longer kept
+    assert [e.body for e in store.committed_signed(store.origin_id, 3, 10)] == ["3", "4", "5", "6", "7"]
+
+
+def test_imported_history_is_not_kept_for_peers(store, tmp_path):
+    """Guards the push path (issue 13): history is never offered to peers, so none of it may be
+    handed to replication from memory either."""
+    other = Store(tmp_path / "other.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    try:
+        other.write_batch([append("theirs")])
+        [theirs] = other.signed_events_of_origin(other.origin_id, 0, 1)
+    finally:
+        other.close()
+    result = store.write_batch([lambda ctx: ctx.import_history([theirs], {theirs.origin: other.public_key})])
+    assert result.outcomes[0][1]["imported"] == 1
+    assert store.committed_signed(theirs.origin, 0, 1) is None

@@ -570,13 +570,24 @@ def test_wait_zero_timeout(ctl):
     assert hit.json()["events"][0]["id"] == event["id"]
 
 
+def _greeted_connections(home: Path) -> int:
+    """Connections the daemon has greeted, besides the one asking."""
+    with Client(home) as client:
+        return client.call("status")["api_connections"]["greeted"] - 1
+
+
 def test_wait_interrupted_exits_130(daemon):
     proc = subprocess.Popen(
         [PYTHON, "-m", "palacectl", "--home", str(daemon.home), "wait", "--to-agent", "bob", "--timeout-ms", "60000"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(0.8)
+        # Interrupt it while it waits, not while it starts: a loaded machine may take seconds to
+        # import (and an interrupted import is Python's, not palacectl's, to report).
+        deadline = time.monotonic() + 60
+        while _greeted_connections(daemon.home) < 1 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # from hello to the wait request: one round trip
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
@@ -830,3 +841,82 @@ def test_digest_names_every_origin_head_and_changes_with_the_log(ctl):
     assert len(origin["head_hash"]) == 64 and result["digest"] != empty["digest"]
     human = ctl("digest")
     assert human.returncode == 0 and result["digest"] in human.stdout
+
+
+# -- append --ndjson (issue 13: bulk writers) -----------------------------------------------------
+
+ROUTING = ("--type", "note", "--stream", "bulk", "--room", "r", "--from-agent", "loader")
+
+
+def _ndjson(*objects: Any) -> bytes:
+    return "".join(json.dumps(o) + "\n" for o in objects).encode()
+
+
+def _bulk_bodies(ctl) -> list[str]:
+    """Every body on stream "bulk", oldest first (paged: a list returns 500 at most)."""
+    bodies: list[str] = []
+    cursor: list[str] = []
+    while True:
+        page = ctl("list", "--stream", "bulk", "--order", "asc", "--limit", "500", *cursor, "--json").json()["events"]
+        bodies += [e["body"] for e in page]
+        if len(page) < 500:
+            return bodies
+        cursor = ["--since-event-id", page[-1]["id"]]
+
+
+def test_append_ndjson_appends_every_line_in_order_with_options_as_defaults(ctl):
+    lines = [{"body": f"line {i}"} for i in range(2500)]  # three requests of at most 1000
+    lines[7] = {"body": "for bob", "to_agent": "bob", "type": "task.reply", "metadata": {"k": 1}}
+    result = ctl("append", "--ndjson", "-", *ROUTING, "--json", input=_ndjson(*lines[:10], {}, *lines[10:]).replace(
+        b"{}\n", b"\n"))  # a blank line is skipped
+    assert result.returncode == 0, result
+    reply = result.json()
+    assert reply["count"] == 2500 and len(reply["events"]) == 2500
+    seqs = [e["origin_seq"] for e in reply["events"]]
+    assert seqs == list(range(seqs[0], seqs[0] + 2500))
+    assert _bulk_bodies(ctl) == [line["body"] for line in lines]
+    bob = ctl("list", "--to-agent", "bob", "--json").json()["events"]
+    assert [(e["body"], e["type"], e["from_agent"], e["metadata"]) for e in bob] == [("for bob", "task.reply", "loader", {"k": 1})]
+    human = ctl("append", "--ndjson", "-", *ROUTING, input=_ndjson({"body": "one more"}))
+    assert human.returncode == 0 and human.stdout.startswith("Appended 1 events"), human
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b'{"body": "fine"}\nnot json\n', "line 2: not JSON"),
+    (b'{"body": "fine"}\n["a list"]\n', "line 2: must be a JSON object"),
+    (b'{"body": "fine"}\n{"body": 7}\n', "line 2: body"),
+    (b'{"body": "fine"}\n{"type": "event.redact"}\n', "line 2: type 'event.redact' is reserved"),
+    (b'{"body": "fine"}\n{"stream": ""}\n', "line 2: stream"),
+    (b'{"body": "fine"}\n{"replicated": 2}\n', "line 2: replicated"),
+    (b"\n\n", "no events"),
+])
+def test_append_ndjson_checks_every_line_first_and_appends_nothing_if_one_is_bad(ctl, content, message):
+    result = ctl("append", "--ndjson", "-", *ROUTING, input=content)
+    assert result.returncode == 1, result
+    assert message in result.stderr and "nothing was appended" in result.stderr, result
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert _bulk_bodies(ctl) == []
+
+
+def test_append_ndjson_stops_at_a_request_the_daemon_refuses_and_says_where(ctl):
+    """An unknown ack_of is found only by the daemon, while writing: that request (of at most
+    1000 lines) is refused whole; the requests before it stay appended, none after is sent."""
+    lines = [{"body": f"line {i}"} for i in range(1500)]
+    lines[1200] = {"body": "acks nothing", "ack_of": "evt_20260101T000000_00000000000000000000"}
+    result = ctl("append", "--ndjson", "-", *ROUTING, input=_ndjson(*lines))
+    assert result.returncode == 1, result
+    assert "line 1201" in result.stderr and "nothing from line 1001 on was appended" in result.stderr, result
+    assert "lines before 1001 were appended (1000 events)" in result.stderr, result
+    assert _bulk_bodies(ctl) == [f"line {i}" for i in range(1000)]
+
+
+@pytest.mark.parametrize("extra", [("--body", "x"), ("--metadata", "{}"), ("--replicated", "1"), ("--artifact-id", "art_x")])
+def test_append_ndjson_refuses_per_event_options(ctl, extra):
+    result = ctl("append", "--ndjson", "-", *ROUTING, *extra, input=_ndjson({"body": "x"}))
+    assert result.returncode == 64 and "does not go with --ndjson" in result.stderr, result
+    assert _bulk_bodies(ctl) == []
+
+
+def test_append_without_ndjson_still_requires_its_routing(ctl):
+    result = ctl("append", "--type", "note", "--stream", "s", "--room", "r", "--body", "x")
+    assert result.returncode == 64 and "Missing option '--from-agent'" in result.stderr, result

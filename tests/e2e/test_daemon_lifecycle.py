@@ -422,10 +422,21 @@ def test_absent_and_empty_config_are_fine(daemon_factory, short_tmp):
     daemon_factory(short_tmp / "no-config")
     _write_config(short_tmp / "empty-config", "")
     daemon_factory(short_tmp / "empty-config")
-    _write_config(short_tmp / "full-config",
-                  "[limits]\nmax_body_bytes = 1000\nmax_metadata_bytes = 1000\nmax_artifact_bytes = 5000\n"
-                  "[log]\nlevel = 'warning'\n")
-    daemon_factory(short_tmp / "full-config")
+    full = short_tmp / "full-config"
+    _write_config(full, "[limits]\nmax_body_bytes = 1000\nmax_metadata_bytes = 1000\nmax_artifact_bytes = 5000\n"
+                        "[log]\nlevel = 'warning'\n")
+    daemon = daemon_factory(full)
+    # Each setting takes effect: the limits the daemon announces and enforces, and the log level.
+    with RawClient(daemon.socket_path) as client:
+        limits = client.hello()["limits"]
+        assert (limits["max_body_bytes"], limits["max_metadata_bytes"], limits["max_artifact_bytes"]) == (1000, 1000, 5000)
+        note = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
+        assert client.request("append", **note, body="x" * 1001)["error"]["code"] == "invalid_argument"
+        assert client.request("append", **note, metadata={"k": "x" * 1000})["error"]["code"] == "invalid_argument"
+        too_big = client.request("artifact_put", kind="file", created_by="a", content=b"x" * 5001)
+        assert too_big["error"]["message"] == "content is 5001 bytes; maximum is 5000 bytes"
+        assert client.call("append", **note, body="x" * 1000)["origin_seq"] == 1
+    assert " INFO " not in daemon.log()  # level = warning: no info lines, not even the start-up ones
 
 
 def test_max_body_bytes_from_config_is_enforced(daemon_factory, short_tmp):

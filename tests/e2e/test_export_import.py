@@ -222,6 +222,9 @@ def test_policy_refusals_are_listed_but_do_not_fail_the_import(fleet, tmp_path):
     ctl_json(source.home, "export", "--output", str(clean))
     alpha = fleet.found("alpha")
     result = ctl_json(alpha.home, "import", str(clean))
+    # An event of alpha's own before beta joins: converged then means beta stored it, and with
+    # it alpha's origin binding (alpha's imported history alone never replicates).
+    append(alpha.home, "before beta joins")
     beta = fleet.join("beta")
     wait_converged(alpha, beta)
     assert beta.stop() == 0

@@ -27,7 +27,6 @@ from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,
     ArtifactWant,
     Events,
-    Goodbye,
     Have,
     Members,
     Presence,
@@ -39,11 +38,11 @@ from palace_proto.peer import (
 )
 from palace_proto.session import ConnectionClosed
 from palaced.members import MAX_ORIGINS_PER_KEY
-from palaced.network import ACCEPT_WINDOW_S, MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
+from palaced.network import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
 from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S
-from tests.fleet import append, bodies, ctl_json, digest, listen_address, wait_converged, wait_until
+from tests.fleet import append, bodies, ctl_json, listen_address, wait_converged, wait_until
 from tests.hostile_peer import HostilePeer, issue_member, sealed
-from tests.helpers import RawClient, run_ctl
+from tests.helpers import RawClient
 
 pytestmark = pytest.mark.transport_fixed  # about the peer port: the local API's transport plays no part
 

@@ -19,6 +19,14 @@ from palace_proto.pki import (
 NOW = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)
 
 
+def raw_of(cert_path):
+    """The raw public key a PEM certificate file certifies."""
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(cert_path.read_bytes()).public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
 def raw(key):
     return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
@@ -68,11 +76,35 @@ def test_member_certificates_work_for_mutual_tls_with_unique_subjects(palace, tm
         (tmp_path / f"{i}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                               serialization.NoEncryption()))
         paths.append((tmp_path / f"{i}.crt", tmp_path / f"{i}.key"))
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-    ctx.load_cert_chain(*paths[0])
-    ctx.load_verify_locations(cadata=ca_pem.decode())
-    ctx.verify_mode = ssl.CERT_REQUIRED
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    for ctx, (cert, key) in ((server_ctx, paths[0]), (client_ctx, paths[1])):
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx.load_cert_chain(cert, key)
+        ctx.load_verify_locations(cadata=ca_pem.decode())
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    # A real handshake, in memory: each side must accept the other's leaf under the palace CA.
+    pipes = [(ssl.MemoryBIO(), ssl.MemoryBIO()) for _ in range(2)]
+    server = server_ctx.wrap_bio(pipes[0][0], pipes[0][1], server_side=True)
+    client = client_ctx.wrap_bio(pipes[1][0], pipes[1][1], server_hostname=None)
+    done = {"server": False, "client": False}
+    for _ in range(20):
+        for name, side in (("client", client), ("server", server)):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        pipes[0][0].write(pipes[1][1].read())  # client -> server
+        pipes[1][0].write(pipes[0][1].read())  # server -> client
+        if all(done.values()):
+            break
+    assert all(done.values()), "the TLS 1.3 handshake with Ed25519 member certificates did not complete"
+    subjects = [dict(part[0] for part in side.getpeercert()["subject"])["commonName"] for side in (server, client)]
+    assert subjects[0] != subjects[1]  # unique subjects: OpenSSL tells the two certificates apart
+    assert subjects == [fingerprint(raw_key) for raw_key in (raw_of(paths[1][0]), raw_of(paths[0][0]))]
 
 
 def test_invite_codes_round_trip_and_expire():

@@ -1,8 +1,12 @@
-"""palacectl commands for the shared memory: remember, search, kg, diary, agents, tunnels, memory.
+"""palacectl's shared-memory commands: remember, search, agents, tunnels, and the kg, diary and
+memory groups.
 
-Owns: the memory half of the command surface (README "Command reference"); registered on the
-main app by ``cli.py``. Same conventions as every other command: ``--json`` prints one JSON
-document, errors are one line and exit 1, usage errors exit 64.
+Owns: the memory half of the command surface (README "Command reference"): filing drawers
+verbatim, searching them, the knowledge graph (facts with validity over time), each agent's
+diary, and rebuilding the memory views with progress drawn from a second connection. Same
+conventions as every other command: ``--json`` prints one JSON document, errors are one line and
+exit 1, usage errors exit 64. Registered on the root app by ``cli.root``; imports ``cli.common``
+only.
 """
 
 from __future__ import annotations
@@ -14,24 +18,21 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from .cli import JsonOpt, UsageProblem, _call, _decode_utf8, _home, _read_bytes, app
-from .client import Client
-from .output import ProgressBar, emit_json, fail, note, write_stdout
+from ..client import Client
+from ..output import ProgressBar, emit_json, fail, note, write_stdout
+from .common import JsonOpt, UsageProblem, call_daemon, current_home, decode_utf8, read_input
 
-__all__ = ["diary_app", "kg_app", "memory_app"]
+__all__ = ["agents", "diary_app", "kg_app", "memory_app", "remember", "search", "tunnels"]
+
 
 kg_app = typer.Typer(no_args_is_help=True, help="The knowledge graph: facts with validity over time.")
 diary_app = typer.Typer(no_args_is_help=True, help="Each agent's diary (wing_<agent>/diary).")
 memory_app = typer.Typer(no_args_is_help=True, help="Maintain the memory views.")
-app.add_typer(kg_app, name="kg")
-app.add_typer(diary_app, name="diary")
-app.add_typer(memory_app, name="memory")
 
 WingOpt = Annotated[Optional[str], typer.Option("--wing")]
 RoomOpt = Annotated[Optional[str], typer.Option("--room")]
 
 
-@app.command()
 def remember(
     wing: Annotated[str, typer.Option("--wing", help="The wing, e.g. wing_project or wing_mac-claude.")],
     room: Annotated[str, typer.Option("--room", help="The room, e.g. decisions.")],
@@ -41,8 +42,8 @@ def remember(
     json_: JsonOpt = False,
 ) -> None:
     """File a drawer: verbatim content in a wing and room (the same content again is the same drawer)."""
-    content = _decode_utf8(_read_bytes(file, "--file"), f"--file {file}")
-    result = _call("memory_add", wing=wing, room=room, content=content, source_file=source_file, added_by=added_by)
+    content = decode_utf8(read_input(file, "--file"), f"--file {file}")
+    result = call_daemon("memory_add", wing=wing, room=room, content=content, source_file=source_file, added_by=added_by)
     if json_:
         emit_json(result)
     else:
@@ -50,7 +51,6 @@ def remember(
         write_stdout(f"{result['drawer_id']}  {state} in {result['wing']}/{result['room']}\n")
 
 
-@app.command()
 def search(
     query: Annotated[str, typer.Argument(help="Keywords (at most 250 characters).")],
     wing: WingOpt = None, room: RoomOpt = None,
@@ -61,8 +61,8 @@ def search(
     json_: JsonOpt = False,
 ) -> None:
     """Search the drawers by meaning and keywords; every hit is the verbatim content with its place."""
-    result = _call("search", query=query, wing=wing, room=room, since=since, before=before, mode=mode,
-                   limit=None if limit is None else min(limit, 1000))
+    result = call_daemon("search", query=query, wing=wing, room=room, since=since, before=before, mode=mode,
+                         limit=None if limit is None else min(limit, 1000))
     if json_:
         emit_json(result)
         return
@@ -83,8 +83,8 @@ def kg_add(
     json_: JsonOpt = False,
 ) -> None:
     """Record a fact: SUBJECT PREDICATE OBJECT, optionally valid from / to a date."""
-    result = _call("kg_add", subject=subject, predicate=predicate, object=object_, valid_from=valid_from,
-                   valid_to=valid_to, source_drawer_id=source_drawer_id, added_by=added_by)
+    result = call_daemon("kg_add", subject=subject, predicate=predicate, object=object_, valid_from=valid_from,
+                         valid_to=valid_to, source_drawer_id=source_drawer_id, added_by=added_by)
     if json_:
         emit_json(result)
     else:
@@ -99,8 +99,8 @@ def kg_invalidate(
     json_: JsonOpt = False,
 ) -> None:
     """End a fact's validity (the fact stays as history; add the new one after)."""
-    result = _call("kg_invalidate", subject=subject, predicate=predicate, object=object_, ended=ended,
-                   added_by=added_by)
+    result = call_daemon("kg_invalidate", subject=subject, predicate=predicate, object=object_, ended=ended,
+                         added_by=added_by)
     if json_:
         emit_json(result)
     else:
@@ -115,7 +115,7 @@ def kg_query(
     json_: JsonOpt = False,
 ) -> None:
     """What was true about ENTITY as of a date: active, historical and future facts."""
-    result = _call("kg_query", entity=entity, as_of=as_of, direction=direction)
+    result = call_daemon("kg_query", entity=entity, as_of=as_of, direction=direction)
     if json_:
         emit_json(result)
         return
@@ -139,8 +139,8 @@ def diary_write(
     """Write an entry in an agent's diary."""
     if (entry is None) == (file is None):
         raise UsageProblem("pass the entry with --entry TEXT or --file PATH|-, one of them")
-    text = entry if entry is not None else _decode_utf8(_read_bytes(file or "-", "--file"), f"--file {file}")
-    result = _call("diary_write", agent_name=agent, entry=text, topic=topic)
+    text = entry if entry is not None else decode_utf8(read_input(file or "-", "--file"), f"--file {file}")
+    result = call_daemon("diary_write", agent_name=agent, entry=text, topic=topic)
     if json_:
         emit_json(result)
     else:
@@ -154,7 +154,7 @@ def diary_read(
     json_: JsonOpt = False,
 ) -> None:
     """Read an agent's diary, newest first."""
-    result = _call("diary_read", agent_name=agent, last_n=last)
+    result = call_daemon("diary_read", agent_name=agent, last_n=last)
     if json_:
         emit_json(result)
         return
@@ -163,10 +163,9 @@ def diary_read(
         write_stdout(f"{e['timestamp']}  [{e['topic']}]  {e['content'].rstrip()}\n")
 
 
-@app.command()
 def agents(json_: JsonOpt = False) -> None:
     """Every agent the palace has seen: its wing, last activity, and whether it is watching now."""
-    result = _call("agents")
+    result = call_daemon("agents")
     if json_:
         emit_json(result)
         return
@@ -175,14 +174,13 @@ def agents(json_: JsonOpt = False) -> None:
         write_stdout(f"{a['agent']}\t{a['wing']}\t{a['last_activity'] or '-'}\t{watching}\n")
 
 
-@app.command()
 def tunnels(
     wing_a: Annotated[Optional[str], typer.Argument(help="A wing (optional).")] = None,
     wing_b: Annotated[Optional[str], typer.Argument(help="Another wing (optional).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Rooms that two wings share (or that any two wings share)."""
-    result = _call("tunnels", wing_a=wing_a, wing_b=wing_b)
+    result = call_daemon("tunnels", wing_a=wing_a, wing_b=wing_b)
     if json_:
         emit_json(result)
         return
@@ -202,8 +200,8 @@ def memory_rebuild(
     views_bar = ProgressBar("memory views", enabled=None if not json_ else False)
     if not json_ and not views_bar.enabled:
         note("Rebuilding the memory views from the log…")
-    result: dict[str, Any] = _follow(lambda: _call("memory_rebuild", vectors=vectors or None), views_bar,
-                                     lambda status: status["memory"]["rebuild"])
+    result: dict[str, Any] = _follow(lambda: call_daemon("memory_rebuild", vectors=vectors or None), views_bar,
+                                           lambda status: status["memory"]["rebuild"])
     views_bar.update(result["events"], result["events"], force=True)
     views_bar.close()
     if json_:
@@ -235,7 +233,7 @@ def _follow(call: Callable[[], Any], bar: ProgressBar, progress_of: Callable[[di
 
     worker = threading.Thread(target=run, name="palacectl-call", daemon=True)
     worker.start()
-    with Client(_home()) as poller:
+    with Client(current_home()) as poller:
         while worker.is_alive():
             progress = progress_of(poller.call("status"))
             if progress and progress.get("total"):
@@ -254,7 +252,7 @@ def _follow_embedding() -> None:
     if not bar.enabled:  # a script gets its answer at once; re-embedding goes on in the background
         return
     try:
-        with Client(_home()) as poller:
+        with Client(current_home()) as poller:
             while True:
                 embedding = poller.call("status")["memory"]["embedding"] or {}
                 indexed, pending = embedding.get("indexed", 0), embedding.get("pending", 0)

@@ -1,21 +1,32 @@
-"""Tasks: the delegation envelope (task.request) and its lifecycle derived from the log.
+"""Tasks: the delegation envelope (``task.request``) and its lifecycle derived from the log.
 
-Owns: the rules of ``task create`` (MemPalace-compatible validation, reference §4), the request
-body an agent receives, and the derivation of a task's state from the events on its correlation
-id (open → claimed → ready → applied / failed / blocked / superseded). Pure functions over public
-event dicts; the daemon's service layer does the IO.
+Owns: the ``task_create``, ``task_show`` and ``task_list`` operations, the rules of ``task create``
+(MemPalace-compatible validation, reference §4), the request body an agent receives, and the
+derivation of a task's state from the events on its correlation id (open → claimed → ready →
+applied / failed / blocked / superseded). ``build_task_request`` and ``derive_task`` are pure
+functions over public event dicts; the operations at the bottom do the IO.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from palace_proto.errors import ValidationError
-from palace_proto.validation import TERMINAL_STATUSES, AppendRequest, Limits
+from palace_proto.errors import NotFound, ValidationError
+from palace_proto.validation import (
+    TERMINAL_STATUSES,
+    AppendRequest,
+    Limits,
+    ListQuery,
+    clean_optional,
+    clean_required,
+)
 
-__all__ = ["build_task_request", "delivery_line", "derive_task", "slugify"]
+from .context import Context
+
+__all__ = ["OPS", "build_task_request", "delivery_line", "derive_task", "slugify"]
 
 _HEX_COMMIT_RE: Final = re.compile(r"^[0-9a-fA-F]{7,64}$")
 TASK_REQUEST_TYPE: Final = "task.request"
@@ -122,3 +133,49 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]]) -> dic
         "last_activity": last_activity,
         "events": list(events),
     }
+
+
+# -- the operations ------------------------------------------------------------------------------
+
+
+async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    req, handoff = build_task_request(args, os.urandom(4).hex(), ctx.limits)
+    event = await ctx.astore.write(lambda w: w.append(req))
+    return {"task": event, "handoff": handoff}
+
+
+async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    correlation_id = clean_required("correlation_id", args.get("correlation_id"))
+    events = await ctx.astore.read(ctx.store.events_by_correlation, correlation_id)
+    view = derive_task(correlation_id, events)
+    if view is None:
+        raise NotFound(f"task {correlation_id!r} not found")
+    return view
+
+
+async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    agent = clean_optional("agent", args.get("agent"))
+    open_only = args.get("open", False) is True
+    query = ListQuery.from_wire({"types": ["task.request"], "limit": 500, "order": "desc"})
+    requests = await ctx.astore.read(ctx.store.list_events, query)
+    views = []
+    for request in requests:
+        if agent and agent not in (request["from_agent"], request.get("to_agent")) and request.get("to_agent") != "*":
+            continue
+        cid = request["correlation_id"] or request["id"]
+        events = await ctx.astore.read(ctx.store.events_by_correlation, cid)
+        view = derive_task(cid, events)
+        if view is None or (open_only and view["terminal"]):
+            continue
+        view.pop("events")
+        view["role"] = ("requester" if agent == view["requested_by"] else "assignee") if agent else None
+        views.append(view)
+    return {"tasks": views, "count": len(views)}
+
+
+OPS: Final = {
+    "task_create": task_create,
+    "task_show": task_show,
+    "task_list": task_list,
+}

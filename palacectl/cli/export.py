@@ -21,14 +21,14 @@ anything in. Policy refusals (this replica's own origin, origins this palace rep
 key or event already held here) are not failures: the events verify and this palace declines
 them; they are listed under ``refused`` and never change the exit code. Standard input (``-``)
 is buffered in memory up to ``STDIN_SPOOL_MEMORY_BYTES``, then in a private temporary file.
+
+Registered on the root app by ``cli.root``; imports ``cli.common`` only.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +38,9 @@ import typer
 
 from palace_proto.errors import ApiError
 
-from .cli import JsonOpt, _home, app
-from .client import Client
-from .files import replacing
-from .output import EXIT_FAILED, ProgressBar, emit_json, fail, note, write_stdout
+from ..client import Client
+from ..output import EXIT_FAILED, ProgressBar, emit_json, fail, note, utc_now, write_stdout
+from .common import JsonOpt, current_home
 
 __all__ = ["export", "import_"]
 
@@ -71,7 +70,6 @@ def _signed_event(wire: dict[str, Any]) -> Any:
 # only, so every other palacectl command starts without it.
 
 
-@app.command()
 def export(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here (default: stdout).")] = None,
     since_event_id: Annotated[Optional[str], typer.Option("--since-event-id", help="Only events after this one.")] = None,
@@ -85,13 +83,15 @@ def export(
              code="usage", exit_code=64)
     target = output.expanduser().absolute() if output else None
     bar = ProgressBar("exporting")
-    with Client(_home()) as client:
+    with Client(current_home()) as client:
         status = client.call("status")
         try:
             if target is None:
                 counts = _write_export(sys.stdout.buffer, client, status, bar, since_event_id, stream, with_artifacts)
                 sys.stdout.buffer.flush()
             else:
+                from ..files import replacing
+
                 try:
                     with replacing(target, 0o600) as pending:  # a log is private, like the database it came from
                         counts = _write_export(pending.file, client, status, bar, since_event_id, stream,
@@ -118,7 +118,7 @@ def _write_export(sink: BinaryIO, client: Client, status: dict[str, Any], bar: P
         sink.write(line.encode("utf-8"))
 
     put(header_line(
-        datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        utc_now(),
         {"origin": status["origin"], "palace": status.get("palace")},
         {"since_event_id": since_event_id, "streams": stream or None, "with_artifacts": with_artifacts}))
     seen_origins: set[str] = set()
@@ -349,6 +349,8 @@ def _open_source(file: Path) -> tuple[IO[bytes], str, int | None]:
     if str(file) == "-":
         if sys.stdin.isatty():
             note("Reading standard input from the terminal; end with Ctrl-D (or pass a file instead).")
+        import tempfile
+
         spool = tempfile.SpooledTemporaryFile(max_size=STDIN_SPOOL_MEMORY_BYTES)  # noqa: SIM115  (0600, unlinked)
         try:
             while chunk := sys.stdin.buffer.read(1 << 20):
@@ -374,7 +376,6 @@ def _unchanged(source: IO[bytes], before: os.stat_result | None) -> bool:
     return (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
-@app.command("import")
 def import_(
     file: Annotated[Path, typer.Argument(help="An export made by `palacectl export` (- for stdin).")],
     partial: Annotated[bool, typer.Option(
@@ -402,7 +403,7 @@ def import_(
             fail(f"{name} changed while it was being verified; nothing was imported; import it again once it is "
                  "settled", code="integrity")
         source.seek(0)
-        with Client(_home()) as client:
+        with Client(current_home()) as client:
             totals = _send(client, source, scan, size, partial)
     late = totals.pop("late_failures")  # only if the file changed between the passes
     failed = scan.failures + late

@@ -7,13 +7,13 @@ sequence number than the backup, and a second, different event at one (origin, s
 (p2p-lessons, SSB). So restore retires the old origin: its events stay, signed, as history (peers
 send back the ones written after the backup), and palaced mints a new origin at its next start.
 Nothing is half-written: the copy takes the database's name only once complete and fsynced, and
-a replaced database is kept beside it, never deleted.
+a replaced database is kept beside it, never deleted. Registered on the root app by ``cli.root``;
+imports ``cli.common`` only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import shutil
 from collections.abc import Iterator
@@ -25,10 +25,9 @@ import typer
 from palace_proto.paths import DATABASE_FILENAME as DATABASE_FILE
 from palace_proto.paths import LOCK_FILENAME as LOCK_FILE
 
-from .cli import JsonOpt, _call, _home, app
-from .client import Client, DaemonUnreachable
-from .files import replacing
-from .output import emit_json, fail, write_stdout
+from ..client import Client, DaemonUnreachable
+from ..output import STAMP_UTC, emit_json, fail, utc_now, write_stdout
+from .common import JsonOpt, call_daemon, current_home
 
 __all__ = ["backup", "restore"]
 
@@ -37,19 +36,20 @@ REQUIRED_TABLES = frozenset({"_migrations", "meta", "origins", "events", "artifa
 
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace what is there (a replaced database is kept).")]
 
-@app.command()
+
 def backup(
     file: Annotated[Path, typer.Argument(help="Where to write the copy (a file; its folder must exist).")],
     force: ForceOpt = False,
     json_: JsonOpt = False,
 ) -> None:
     """Write a consistent copy of the running daemon's database (writes go on meanwhile)."""
-    result: dict[str, Any] = _call("backup", path=str(file.expanduser().absolute()), overwrite=force or None)
+    result: dict[str, Any] = call_daemon("backup", path=str(file.expanduser().absolute()), overwrite=force or None)
     if json_:
         emit_json(result)
         return
     write_stdout(f"Backed up {result['events']:,} events ({result['bytes']:,} bytes) to {result['path']}\n"
                  f"  sha256 {result['sha256']}\n")
+
 
 @contextlib.contextmanager
 def _stopped_home(home: Path) -> Iterator[None]:
@@ -79,6 +79,7 @@ def _stopped_home(home: Path) -> Iterator[None]:
     finally:
         os.close(fd)
 
+
 def _describe(path: Path) -> dict[str, Any]:
     """Check ``path`` is a sound palace database; returns its event count and origin."""
     import apsw
@@ -106,7 +107,7 @@ def _describe(path: Path) -> dict[str, Any]:
         conn.close()
     return {"events": events, "origin": origin[0] if origin else None}
 
-@app.command()
+
 def restore(
     file: Annotated[Path, typer.Argument(help="A backup made by `palacectl backup`.")],
     force: ForceOpt = False,
@@ -115,7 +116,9 @@ def restore(
     """Put a backup back into a stopped home; the replica then writes as a new origin (no fork)."""
     import apsw  # here, not at the top: every other palacectl command starts without it
 
-    home = _home()
+    from ..files import replacing
+
+    home = current_home()
     source = file.expanduser().absolute()
     backup_info = _describe(source)
     database = home / DATABASE_FILE
@@ -141,8 +144,7 @@ def restore(
                     conn.close()
                 os.fsync(pending.file.fileno())  # the copy is durable before the current database moves aside
                 if database.exists():
-                    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-                    kept = f"{DATABASE_FILE}.replaced-{stamp}"
+                    kept = f"{DATABASE_FILE}.replaced-{utc_now(STAMP_UTC)}"
                     # The database and its WAL move together: the WAL may hold its latest commits.
                     for suffix in ("", "-wal", "-shm"):
                         old = home / f"{DATABASE_FILE}{suffix}"

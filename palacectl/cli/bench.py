@@ -1,0 +1,73 @@
+"""palacectl's ``bench`` group: measure palace on this machine with temporary daemons.
+
+Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory`` and
+``replication`` sub-commands, each a front for ``palacectl.bench*`` (loaded only when the
+command runs; nothing outside their temporary homes is touched). Registered on the root app by
+``cli.root``; imports ``cli.common`` only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ..output import emit_json
+from .common import JsonOpt, UsageProblem
+
+__all__ = ["bench_app"]
+
+bench_app = typer.Typer(help="Measure palace on this machine (temporary daemons; nothing else touched).",
+                        invoke_without_command=True)
+
+
+@bench_app.callback()
+def bench(
+    ctx: typer.Context,
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure a temporary daemon: append throughput, wake latency, list latency, RSS.
+
+    `palacectl bench replication` measures a fleet of local daemons instead."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..bench import run_bench
+
+    result = run_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+@bench_app.command("memory")
+def bench_memory(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    drawers: Annotated[Optional[int], typer.Option("--drawers", help="How many drawers to file (default 10,000).")] = None,
+    peer: Annotated[bool, typer.Option("--peer/--no-peer", help="Also time a fresh peer indexing them all.")] = True,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure the shared memory: retrieval evaluation, embedding, search latency, a fresh peer."""
+    from ..bench_memory import run_memory_bench
+
+    if drawers is not None and drawers < 1:
+        raise UsageProblem("--drawers must be a positive number")
+    result = run_memory_bench(quick=quick, progress=not json_, drawers=drawers, peer=peer)
+    if json_:
+        emit_json(result)
+
+
+@bench_app.command("replication")
+def bench_replication(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure replication between local daemons: cross-peer wake, 100k catch-up, throughput, heal."""
+    from ..bench_replication import run_replication_bench
+
+    result = run_replication_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+# Command groups in their own modules (memory, backup/restore, export/import, service); importing them registers
+# their commands on `app`.

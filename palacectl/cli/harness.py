@@ -1,0 +1,71 @@
+"""palacectl's commands that connect an agent harness to palace: its rules and its MCP server.
+
+Owns: ``rules`` (print the shared-brain rules block for an agent, or install it into a file or a
+known harness's instruction file, through ``palacectl.rules``) and ``mcp`` (serve palace as MCP
+tools on stdio, through ``palacectl.mcp_adapter``). Both load their module only when they run:
+the MCP SDK (anyio, pydantic) would double every other command's start-up. Registered on the
+root app by ``cli.root``; imports ``cli.common`` only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from palace_proto.validation import validate_agent_token
+
+from ..client import home_from
+from ..output import emit_json, fail, note, write_stdout
+from .common import JsonOpt, UsageProblem, current_home
+
+__all__ = ["mcp", "rules"]
+
+
+def rules(
+    agent: Annotated[str, typer.Option("--agent", help="Your agent id, a single token like mac-claude.")],
+    install: Annotated[Optional[Path], typer.Option("--install", help="Write the block into this file.")] = None,
+    harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini or hermes.")] = None,
+    tools: Annotated[str, typer.Option("--tools", help="mcp (the agent uses `palacectl mcp`), cli, or both.")] = "both",
+    json_: JsonOpt = False,
+) -> None:
+    """Print (or install) the shared-brain rules block for an agent."""
+    from ..rules import HARNESS_FILES, RULES_TOOLS, install_rules, render_rules
+
+    if install is not None and harness is not None:
+        raise UsageProblem("pass --install PATH or --harness NAME, not both")
+    if tools not in RULES_TOOLS:
+        raise UsageProblem(f"--tools must be one of: {', '.join(RULES_TOOLS)}")
+    block = render_rules(agent, tools)  # type: ignore[arg-type]
+    target = install
+    if harness is not None:
+        if harness not in HARNESS_FILES:
+            raise UsageProblem(f"--harness must be one of: {', '.join(sorted(HARNESS_FILES))}")
+        target = Path(HARNESS_FILES[harness]).expanduser()
+    if target is None:
+        if json_:
+            emit_json({"agent": agent, "rules": block})
+        else:
+            write_stdout(block)
+        return
+    try:
+        action = install_rules(target, block)
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    if json_:
+        emit_json({"agent": agent, "path": str(target), "action": action})
+    else:
+        note(f"Rules for {agent}: {action} in {target}")
+
+
+def mcp(
+    agent: Annotated[str, typer.Option("--agent", help="The agent identity this adapter speaks as, e.g. mac-claude.")],
+    read_only: Annotated[bool, typer.Option("--read-only", help="Offer only the reading tools.")] = False,
+    home: Annotated[Optional[Path], typer.Option("--home", help="Palace home (same as the global --home).")] = None,
+) -> None:
+    """Serve palace to an agent harness as MCP tools on stdio (MemPalace-compatible names)."""
+    identity = validate_agent_token(agent, "--agent")
+    from ..mcp_adapter import run_mcp
+
+    run_mcp(home_from(home) if home is not None else current_home(), identity, read_only=read_only)

@@ -1,0 +1,347 @@
+"""palacectl's log commands: append, list, wait, watch, ack, redact.
+
+Owns: writing to and reading from the coordination log (README "Command reference"), the event
+filter options they share (``--stream``, ``--room``, … each repeatable for OR), and
+``--replicated`` (wait until K peers hold an event). Thin commands: parse, one request through
+``common.call_daemon``, render. ``watch`` loads ``palacectl.watch`` (its state file and push loop)
+only when it runs. Registered on the root app by ``cli.root``; imports ``cli.common`` only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from palace_proto.errors import ApiError
+from palace_proto.validation import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
+
+from .. import output
+from ..output import EXIT_IDLE, emit_json, fail, note, write_stdout
+from .common import (
+    JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home, event_filters, parse_metadata, print_events,
+    text_or_file,
+)
+
+__all__ = ["ack", "append", "list_", "redact", "wait", "watch"]
+
+ReplicatedOpt = Annotated[Optional[int], typer.Option("--replicated", help="Wait until K peers hold the event (exit 2 on timeout).")]
+StreamOpt = Annotated[Multi, typer.Option("--stream", help="Repeat for OR.")]
+RoomOpt = Annotated[Multi, typer.Option("--room")]
+TopicOpt = Annotated[Multi, typer.Option("--topic")]
+TypeOpt = Annotated[Multi, typer.Option("--type")]
+ToOpt = Annotated[Multi, typer.Option("--to-agent", help="Matches the agent or * (broadcast).")]
+FromOpt = Annotated[Multi, typer.Option("--from-agent")]
+ExcludeOpt = Annotated[Multi, typer.Option("--exclude-from-agent")]
+CorrOpt = Annotated[Multi, typer.Option("--correlation-id")]
+StatusOpt = Annotated[Multi, typer.Option("--status")]
+SinceOpt = Annotated[Optional[str], typer.Option("--since-event-id", help="Exclusive cursor (an event id).")]
+
+
+def append(
+    type_: Annotated[Optional[str], typer.Option("--type", help="Event type, e.g. task.reply (required; with --ndjson a default for lines without one).")] = None,
+    stream: Annotated[Optional[str], typer.Option(help="Stream, e.g. project/palace (required; with --ndjson a default).")] = None,
+    room: Annotated[Optional[str], typer.Option(help="Room, e.g. delegation (required; with --ndjson a default).")] = None,
+    from_agent: Annotated[Optional[str], typer.Option("--from-agent", help="Your agent id (required; with --ndjson a default).")] = None,
+    topic: Annotated[Optional[str], typer.Option()] = None,
+    to_agent: Annotated[Optional[str], typer.Option("--to-agent", help="Addressee, or * to broadcast.")] = None,
+    correlation_id: Annotated[Optional[str], typer.Option("--correlation-id")] = None,
+    branch: Annotated[Optional[str], typer.Option()] = None,
+    base_commit: Annotated[Optional[str], typer.Option("--base-commit")] = None,
+    status_: Annotated[Optional[str], typer.Option("--status")] = None,
+    body: Annotated[Optional[str], typer.Option(help="Body text (verbatim).")] = None,
+    body_file: Annotated[Optional[str], typer.Option("--body-file", help="Read the body from a file, or - for stdin.")] = None,
+    metadata: Annotated[Optional[str], typer.Option(help="A JSON object.")] = None,
+    artifact_id: Annotated[Multi, typer.Option("--artifact-id", help="Attach an artifact (repeatable).")] = None,
+    replicated: ReplicatedOpt = None,
+    timeout_ms: Annotated[Optional[int], typer.Option("--timeout-ms", help="With --replicated: how long to wait (default 30000).")] = None,
+    ndjson: Annotated[Optional[str], typer.Option("--ndjson", help="Append many events from a file (or - for stdin): one JSON object of append's fields per line; the options above are defaults for every line. All lines are checked before any is sent.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Append an event; prints the stored event. With --replicated K, return once K peers hold it.
+    With --ndjson, append every line of a file, in order, in as few commits as fit."""
+    routing = {"type": type_, "stream": stream, "room": room, "from_agent": from_agent, "topic": topic,
+               "to_agent": to_agent, "correlation_id": correlation_id, "branch": branch, "base_commit": base_commit,
+               "status": status_}
+    if ndjson is not None:
+        given = [flag for flag, value in (("--body", body), ("--body-file", body_file), ("--metadata", metadata),
+                                          ("--artifact-id", artifact_id), ("--replicated", replicated),
+                                          ("--timeout-ms", timeout_ms)) if value]
+        if given:
+            raise UsageProblem(f"{given[0]} does not go with --ndjson: each line carries its own body, metadata and "
+                               "artifact_ids (the routing options are defaults for every line)")
+        _append_ndjson(ndjson, {k: v for k, v in routing.items() if v is not None}, as_json=json_)
+        return
+    missing = [flag for flag, value in (("--type", type_), ("--stream", stream), ("--room", room),
+                                        ("--from-agent", from_agent)) if value is None]
+    if missing:
+        raise UsageProblem(f"Missing option '{missing[0]}' (--type, --stream, --room and --from-agent are required, "
+                           "or give --ndjson FILE)")
+    text = text_or_file(body, body_file, "body")
+    _check_replicated(replicated, timeout_ms)
+    event = call_daemon("append", **routing, body=text, metadata=parse_metadata(metadata), artifact_ids=artifact_id,
+                        replicated=replicated, timeout_ms=capped(timeout_ms, 3_600_000))
+    if json_:
+        emit_json(event)
+    else:
+        write_stdout("Appended:\n" + output.event_line(event) + "\n")
+    _replication_outcome(event.get("replication"), replicated)
+
+
+def _ndjson_events(text: str, defaults: dict[str, Any], limits: Any) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, append fields) of every non-blank line, each checked with the daemon's own
+    rules (palace_proto.appends); the first bad line stops everything before anything is sent."""
+    import json
+
+    from palace_proto.appends import append_request
+    from palace_proto.errors import ValidationError
+
+    events = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            fields = json.loads(line)
+        except ValueError as exc:
+            raise ValidationError(f"line {number}: not JSON ({exc.msg} at column {exc.colno}); nothing was appended") from None
+        if not isinstance(fields, dict):
+            raise ValidationError(f"line {number}: must be a JSON object of append's fields; nothing was appended")
+        if "replicated" in fields:
+            raise ValidationError(f"line {number}: replicated is not taken per line; nothing was appended",
+                                  field="replicated")
+        event = {**defaults, **fields}
+        try:
+            append_request(event, limits)
+        except ValidationError as exc:
+            raise ValidationError(f"line {number}: {exc.message}; nothing was appended", field=exc.field) from None
+        events.append((number, event))
+    if not events:
+        raise ValidationError("the file holds no events (one JSON object per line); nothing was appended")
+    return events
+
+
+def _append_ndjson(source: str, defaults: dict[str, Any], *, as_json: bool) -> None:
+    """Send the file's events in order, in requests of at most MAX_APPEND_MANY events and half the
+    daemon's frame limit, one after the other: each request is one commit, all or nothing, so a
+    failure leaves a clean cut (the lines before it appended, none after)."""
+    import json
+    import re
+
+    from palace_proto.appends import MAX_APPEND_MANY
+    from palace_proto.validation import Limits
+
+    from ..client import Client
+    from .common import decode_utf8, read_input
+
+    text = decode_utf8(read_input(source, "--ndjson"), "--ndjson")
+    appended: list[dict[str, Any]] = []
+    with Client(current_home()) as client:
+        limits = client.hello.get("limits", {})
+        checked = _ndjson_events(text, defaults, Limits(
+            max_body_bytes=limits.get("max_body_bytes", Limits.max_body_bytes),
+            max_metadata_bytes=limits.get("max_metadata_bytes", Limits.max_metadata_bytes)))
+        budget = max(1 << 16, int(limits.get("max_frame_bytes", 16 << 20)) // 2)
+        chunk: list[tuple[int, dict[str, Any]]] = []
+        size = 0
+
+        def send() -> None:
+            try:
+                reply = client.call("append_many", events=[event for _, event in chunk])
+            except ApiError as exc:
+                # The daemon names the event by its index in this request: say which line it is.
+                why = re.sub(r"^events\[(\d+)\]", lambda m: f"line {chunk[int(m.group(1))][0]}", exc.message)
+                why = why.removesuffix("; nothing was appended")
+                kept = f"lines before {chunk[0][0]} were appended ({len(appended)} events), " if appended else ""
+                raise ApiError(f"{why}; {kept}nothing from line {chunk[0][0]} on was appended", code=exc.code) from None
+            appended.extend(reply["events"])
+
+        for number, event in checked:
+            weight = len(json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass")) + 64
+            if chunk and (len(chunk) >= MAX_APPEND_MANY or size + weight > budget):
+                send()
+                chunk, size = [], 0
+            chunk.append((number, event))
+            size += weight
+        send()
+    if as_json:
+        emit_json({"events": appended, "count": len(appended)})
+    else:
+        write_stdout(f"Appended {len(appended)} events ({appended[0]['id']} … {appended[-1]['id']})\n")
+
+
+def _check_replicated(replicated: int | None, timeout_ms: int | None) -> None:
+    if replicated is not None and replicated < 0:
+        raise UsageProblem("--replicated must be zero or a positive number of peers")
+    if timeout_ms is not None and timeout_ms < 0:
+        raise UsageProblem("--timeout-ms must be zero or a positive number of milliseconds")
+    if timeout_ms is not None and replicated is None:
+        raise UsageProblem("--timeout-ms applies to --replicated; add --replicated K")
+
+
+def _replication_outcome(replication: dict[str, Any] | None, wanted: int | None) -> None:
+    """Say how far the event got; exit 2 when fewer than K peers confirmed in time."""
+    if not replication:
+        return
+    holders = ", ".join(p[:7] for p in replication["replicated"]) or "none"
+    if replication["timed_out"]:
+        note(f"Stored locally, but only {replication['replicated_count']} of {wanted} peer(s) confirmed it in time "
+             f"({holders}).")
+        raise typer.Exit(EXIT_IDLE)
+    note(f"Held by {replication['replicated_count']} peer(s): {holders}.")
+
+
+def _list_args(stream: Multi, room: Multi, topic: Multi, type_: Multi, to_agent: Multi, from_agent: Multi,
+               exclude_from_agent: Multi, correlation_id: Multi, status_: Multi) -> dict[str, list[str]]:
+    return event_filters(streams=stream, rooms=room, topics=topic, types=type_, to_agents=to_agent,
+                         from_agents=from_agent, exclude_from_agents=exclude_from_agent,
+                         correlation_ids=correlation_id, statuses=status_)
+
+
+def list_(
+    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
+    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
+    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    before_event_id: Annotated[Optional[str], typer.Option("--before-event-id")] = None,
+    since_created_at: Annotated[Optional[str], typer.Option("--since-created-at", help="YYYY-MM-DD or UTC datetime (inclusive); prefer the id cursor.")] = None,
+    order: Annotated[Optional[str], typer.Option(help="asc (default) or desc.")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Default 50, capped at 500.")] = None,
+    preview: Annotated[bool, typer.Option("--preview", help="Cut bodies over 200 characters.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """List events (oldest first by default)."""
+    result = call_daemon("list", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
+                                              correlation_id, status_),
+                         since_event_id=since_event_id, before_event_id=before_event_id,
+                         since_created_at=since_created_at, order=order, limit=capped(limit, MAX_LIST_LIMIT),
+                         preview=preview)
+    print_events(result, json_)
+
+
+def wait(
+    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
+    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
+    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    since_created_at: Annotated[Optional[str], typer.Option("--since-created-at")] = None,
+    limit: Annotated[Optional[int], typer.Option()] = None,
+    preview: Annotated[bool, typer.Option("--preview")] = False,
+    timeout_ms: Annotated[Optional[int], typer.Option("--timeout-ms", help="Default 60000, max 300000.")] = None,
+    replicated: ReplicatedOpt = None,
+    event_id: Annotated[Optional[str], typer.Option("--event-id", help="With --replicated: the event to wait for.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Wait until a matching event exists (at once if one already does); exits 2 on timeout.
+
+    With --replicated K --event-id ID: wait until K peers hold that event instead."""
+    if replicated is not None or event_id is not None:
+        if replicated is None or event_id is None:
+            raise UsageProblem("--replicated K and --event-id ID go together")
+        _check_replicated(replicated, timeout_ms)
+        result = call_daemon("replicated", event_id=event_id, replicated=replicated,
+                             timeout_ms=capped(timeout_ms, 3_600_000))
+        if json_:
+            emit_json(result)
+        else:
+            write_stdout(f"{result['event_id']}\t{result['replicated_count']} peer(s)\t"
+                         f"{' '.join(result['replicated']) or '-'}\n")
+        if result["timed_out"]:
+            raise typer.Exit(EXIT_IDLE)
+        return
+    result = call_daemon("wait", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
+                                              correlation_id, status_),
+                         since_event_id=since_event_id, since_created_at=since_created_at,
+                         limit=capped(limit, MAX_LIST_LIMIT), preview=preview,
+                         timeout_ms=capped(timeout_ms, MAX_WAIT_TIMEOUT_MS))
+    if json_:
+        emit_json(result)
+    elif result["timed_out"]:
+        note("Timed out; no matching events.")
+    else:
+        write_stdout(output.events_block(result["events"]))
+    if result["timed_out"]:
+        raise typer.Exit(EXIT_IDLE)
+
+
+def watch(
+    agent: Annotated[Optional[str], typer.Option("--agent", help="= --to-agent ID --exclude-from-agent ID, with a state file.")] = None,
+    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
+    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
+    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    state_file: Annotated[Optional[str], typer.Option("--state-file", help="Cursor file; '' turns persistence off.")] = None,
+    from_start: Annotated[bool, typer.Option("--from-start", help="Replay from the first event.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep going; one JSON batch per line.")] = False,
+    idle_exit_ms: Annotated[int, typer.Option("--idle-exit-ms", help="Exit 2 after this long without a match (0 = never).")] = 0,
+    announce: Annotated[bool, typer.Option("--announce", help="Post a status event to * saying what you watch.")] = False,
+    limit: Annotated[int, typer.Option(help="Events per batch (max 500).")] = 50,
+    json_: JsonOpt = False,
+) -> None:
+    """Block until matching events arrive (pushed by palaced); exit 0 on a hit, 2 when idle."""
+    from ..watch import WatchOptions, default_state_file, run_watch
+
+    if idle_exit_ms < 0:
+        fail("--idle-exit-ms must be zero (wait forever) or a positive number of milliseconds", code="invalid_argument")
+    if limit < 1:
+        fail("--limit must be a positive integer", code="invalid_argument")
+    to_agents, excluded = list(to_agent or []), list(exclude_from_agent or [])
+    if agent is not None:
+        if not agent.strip():
+            fail("agent identity is required to name a watch state file", code="invalid_argument")
+        to_agents.append(agent.strip())
+        excluded.append(agent.strip())
+    if announce and not agent:
+        raise UsageProblem("--announce needs --agent (the announcement is posted as that agent)")
+    home = current_home()
+    if state_file is None:
+        path = default_state_file(home, agent) if agent else None
+    else:
+        path = Path(state_file).expanduser() if state_file else None
+    filters = event_filters(streams=stream, rooms=room, topics=topic, types=type_, to_agents=to_agents,
+                            from_agents=from_agent, exclude_from_agents=excluded, correlation_ids=correlation_id,
+                            statuses=status_)
+    code = run_watch(WatchOptions(
+        home=home, filters=filters, agent=agent.strip() if agent else None, since_event_id=since_event_id,
+        state_file=path, from_start=from_start, follow=follow, idle_exit_ms=idle_exit_ms, announce=announce,
+        limit=min(limit, 500), as_json=json_,
+    ))
+    raise typer.Exit(code)
+
+
+def ack(
+    event_id: Annotated[str, typer.Argument(help="The event you acknowledge.")],
+    from_agent: Annotated[str, typer.Option("--from-agent")],
+    status_: Annotated[Optional[str], typer.Option("--status", help="e.g. claimed, applied, failed, blocked.")] = None,
+    topic: Annotated[Optional[str], typer.Option()] = None,
+    body: Annotated[Optional[str], typer.Option()] = None,
+    body_file: Annotated[Optional[str], typer.Option("--body-file")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Acknowledge an event with a new event.ack (the target is never modified)."""
+    text = text_or_file(body, body_file, "body")
+    event = call_daemon("ack", event_id=event_id, from_agent=from_agent, status=status_, topic=topic, body=text)
+    if json_:
+        emit_json(event)
+    else:
+        write_stdout("Acknowledged:\n" + output.event_line(event) + "\n")
+
+
+def redact(
+    event_id: Annotated[str, typer.Argument(help="The event whose body is purged.")],
+    from_agent: Annotated[str, typer.Option("--from-agent")],
+    reason: Annotated[Optional[str], typer.Option(help="Why (kept in the event.redact event).")] = None,
+    operator: Annotated[bool, typer.Option("--operator", help="You are this daemon's operator (not the event's "
+                                                              "author agent).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Purge an event's body (a secret pasted by mistake) on every replica; the signed chain still
+    verifies. The author agent may redact its events, or the operator with --operator; an event
+    written on another daemon only there or on the palace owner's machine."""
+    event = call_daemon("redact", event_id=event_id, from_agent=from_agent, reason=reason, operator=operator)
+    if json_:
+        emit_json(event)
+        return
+    write_stdout(f"Redacted {event_id}:\n" + output.event_line(event) + "\n")
+    if event.get("also_redacted"):
+        write_stdout(f"Also redacted (the same fact): {', '.join(event['also_redacted'])}\n")
+    if event.get("purge") == "pending":
+        write_stdout("The body is gone from every view and index; old database pages still hold it until a reader "
+                     "lets go of the WAL — palaced finishes by itself (`palacectl status` shows it until done).\n")

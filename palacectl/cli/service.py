@@ -1,0 +1,299 @@
+"""palacectl's ``service`` group: run palaced under your user's service manager (systemd --user,
+launchd).
+
+Owns: the commands install, uninstall and status (their flags, what they print, the order of
+their checks), asking palaced whether it answers on the home (``daemon_status``,
+``wait_for_daemon``), and the two things install writes: the home folder (0700, only when
+missing) and the unit or plist (through ``palacectl.files``). The rest is ``palacectl.service``:
+``host`` (platform, paths), ``templates``, ``runner`` (subprocesses), ``managers`` (systemctl,
+launchctl) and ``plan``; each command loads those modules when it runs, so other commands start
+without them. Registered on the root app by ``cli.root``; imports ``cli.common`` only.
+
+Must not import palaced: the service runs the installed ``palaced`` console script, found beside
+the running Python. The palace home's data is never touched: install only creates the home
+folder (0700) when it is missing, and uninstall removes only the unit or plist file.
+
+Error handling: every failure is one line through ``fail()`` (exit 1); a service-manager command
+that fails or hangs is named, with its stderr. install checks all it can before it writes
+anything (the service manager is reachable, an installed file that differs needs ``--force``, no
+palaced already runs outside the service), so a failed check leaves no file behind. A manager
+command that fails *after* the file is written leaves the file in place, and the lines printed so
+far say what was done: fix the cause and rerun install (it is idempotent), or uninstall.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final, Optional, cast
+
+import typer
+
+from ..output import emit_json, fail, note, write_stdout
+from .common import JsonOpt, UsageProblem, current_home
+
+if TYPE_CHECKING:
+    from ..service.host import Platform
+    from ..service.plan import InstallPlan
+
+__all__ = ["daemon_status", "service_app", "wait_for_daemon", "write_service_file"]
+
+service_app = typer.Typer(no_args_is_help=True,
+                          help="Run palaced as your user's service (systemd --user on Linux, launchd on macOS).")
+
+# Why 15 s: palaced answers on its socket well under a second after it starts; the margin is for
+# a slow first start (opening a large database).
+START_WAIT_S: Final = 15.0
+# Why 0.1 s: a start is noticed within a tenth of a second, at ten cheap connection attempts a second.
+START_POLL_S: Final = 0.1
+
+
+# -- the daemon, files --------------------------------------------------------------------------
+
+
+def palace_home() -> Path:
+    """The home in use (--home, $PALACE_HOME, ~/.palace), absolute: a service has no working directory of ours."""
+    return current_home().expanduser().absolute()
+
+
+def daemon_status(home: Path) -> dict[str, Any]:
+    """Whether palaced answers a ping on this home's socket (and if not, why)."""
+    from palace_proto.errors import ApiError
+
+    from ..client import Client, DaemonUnreachable, endpoint_for, socket_for
+
+    try:  # where it listens: the Unix socket, or the TCP address its api.json names
+        socket = endpoint_for(home).describe()
+    except DaemonUnreachable:
+        socket = str(socket_for(home))
+    try:
+        with Client(home) as client:
+            client.call("ping")
+    except DaemonUnreachable as exc:
+        return {"answering": False, "socket": socket, "reason": str(exc)}
+    except ApiError as exc:  # it answered, but refused us (e.g. a protocol version mismatch)
+        return {"answering": True, "socket": socket, "reason": exc.message}
+    return {"answering": True, "socket": socket, "reason": None}
+
+
+def wait_for_daemon(home: Path, timeout: float = START_WAIT_S) -> dict[str, Any]:
+    """Poll until palaced answers or ``timeout`` passes; returns the last ``daemon_status``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = daemon_status(home)
+        if status["answering"] or time.monotonic() >= deadline:
+            return status
+        time.sleep(START_POLL_S)
+
+
+def write_service_file(path: Path, content: str) -> None:
+    """Write the unit or plist atomically (palacectl.files: temporary file, fsync, rename, fsync
+    the folder): the manager never reads half a file, and a power cut never leaves an empty one."""
+    from ..files import write_atomically
+
+    try:
+        # 0644: no secrets inside; the usual mode for unit files and plists
+        write_atomically(path, content.encode("utf-8"), 0o644, create_folder=True)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def make_private_dir(path: Path) -> bool:
+    """Create a folder 0700 if it is missing (an existing one is left as it is); True if created."""
+    if path.is_dir():
+        return False
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        fail(f"{path} exists and is not a folder")
+    except OSError as exc:
+        fail(f"cannot create {path}: {exc.strerror or exc}")
+    return True
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+def _this_platform() -> Platform:
+    from ..service import host
+
+    platform = host.detect_platform()
+    if platform is None:
+        fail(f"palacectl service supports systemd (Linux) and launchd (macOS), not {sys.platform}; "
+             "run `palaced` under your own supervisor")
+    return platform
+
+
+def _noun(platform: Platform) -> str:
+    return "unit" if platform == "systemd" else "plist"
+
+
+def _logs_hint(platform: Platform) -> str:
+    from ..service import host
+
+    if platform == "systemd":
+        return "journalctl --user -u palaced -f"
+    return str(host.launchd_log_dir() / "palaced.log")
+
+
+PlatformOpt = Annotated[Optional[str], typer.Option(
+    "--platform", help="With --dry-run: show systemd's or launchd's file instead of this machine's.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the file and the exact commands; change nothing.")]
+
+
+@service_app.command("install")
+def install(
+    dry_run: DryRunOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an installed file that differs.")] = False,
+    platform: PlatformOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Install palaced as your user service and start it (systemd --user, or a launchd LaunchAgent)."""
+    from ..service import host, managers
+    from ..service.plan import plan_install
+
+    if platform is not None:
+        if not dry_run:
+            raise UsageProblem("--platform only previews another system's file; add --dry-run")
+        if platform not in host.PLATFORMS:
+            raise UsageProblem(f"--platform must be one of: {', '.join(host.PLATFORMS)}")
+    kind = _this_platform() if platform is None else cast("Platform", platform)
+    if dry_run:
+        # No probe here (a dry run starts nothing): the unit is shown with its sandbox on.
+        _print_dry_run(plan_install(kind, palace_home()), force=force, preview=platform is not None, as_json=json_)
+        return
+
+    problem = managers.manager_problem(kind)
+    if problem:
+        fail(f"{problem}; use `palacectl service install --dry-run` to see the {_noun(kind)}, "
+             "or run `palaced` directly")
+    sandbox_problem = managers.filesystem_sandbox_problem() if kind == "systemd" else None
+    plan = plan_install(kind, palace_home(), filesystem_sandbox=sandbox_problem is None)
+    if plan.existing == "different" and not force:
+        fail(f"a different {plan.path.name} is already installed at {plan.path}; pass --force to replace it "
+             "(`palacectl service install --dry-run` shows the new one)")
+    if not managers.query_state(kind).running:
+        outside = daemon_status(plan.home)
+        if outside["answering"]:
+            fail(f"a palaced outside the service manager already answers on {outside['socket']}; stop it "
+                 "(Ctrl-C, or SIGTERM to its pid), then rerun install")
+
+    say = (lambda line: None) if json_ else (lambda line: write_stdout(line + "\n"))
+    if kind == "systemd":
+        say("Filesystem sandbox: on (ProtectSystem=strict, ProtectHome=read-only, the home writable, PrivateTmp)"
+            if sandbox_problem is None else
+            f"Filesystem sandbox: off, because {sandbox_problem}; the other restrictions stay on")
+    home_created = make_private_dir(plan.home)
+    if home_created:
+        say(f"Created the palace home {plan.home} (0700)")
+    if plan.log_dir is not None and make_private_dir(plan.log_dir):
+        say(f"Created the log folder {plan.log_dir}")
+    if plan.existing == "identical":
+        say(f"Unchanged {plan.path}")
+    else:
+        write_service_file(plan.path, plan.content)
+        say(f"{'Replaced' if plan.existing == 'different' else 'Wrote'} {plan.path}")
+    ran = managers.run_steps(plan.steps, lambda step: say(f"Ran: {step}"))
+    daemon = wait_for_daemon(plan.home)
+    if not daemon["answering"]:
+        fail(f"{plan.path.name} is installed and started, but palaced did not answer on {daemon['socket']} "
+             f"within {START_WAIT_S:.0f} s; see {_logs_hint(kind)}")
+    if json_:
+        emit_json({**plan.to_json(dry_run=False, steps=ran), "home_created": home_created, "daemon": daemon,
+                   "filesystem_sandbox": None if kind != "systemd" else sandbox_problem is None,
+                   "filesystem_sandbox_problem": sandbox_problem})
+    else:
+        say(f"palaced answers on {daemon['socket']}. Logs: {_logs_hint(kind)}")
+
+
+def _print_dry_run(plan: InstallPlan, *, force: bool, preview: bool, as_json: bool) -> None:
+    from ..service import host, managers, runner
+
+    if plan.existing == "different" and not force:
+        note(f"Note: a different {plan.path.name} is installed at {plan.path}; install would refuse without --force.")
+    if not preview and plan.platform == "systemd" and not host.systemd_booted():
+        note("Note: systemd is not running as the init system here "
+             f"(PID 1 is {host.pid1_name()}), so install would fail.")
+    if plan.platform == "systemd":
+        note("Note: install first checks that this user manager can build the filesystem sandbox "
+             f"(`{runner.command_text(managers.SANDBOX_PROBE)}`) and leaves those lines commented out if it cannot.")
+    if as_json:
+        emit_json(plan.to_json(dry_run=True, steps=plan.steps))
+        return
+    lines = []
+    if not plan.home.is_dir():
+        lines.append(f"Would create the palace home {plan.home} (0700)")
+    if plan.log_dir is not None and not plan.log_dir.is_dir():
+        lines.append(f"Would create the log folder {plan.log_dir}")
+    action = {"absent": "write", "identical": "keep (unchanged)", "different": "replace"}[plan.existing]
+    lines.append(f"Would {action} {plan.path}:\n")
+    write_stdout("\n".join(lines) + "\n" + plan.content + "\nWould run:\n"
+                 + "".join(f"  {step}\n" for step in plan.steps))
+
+
+@service_app.command("uninstall")
+def uninstall(dry_run: DryRunOpt = False, json_: JsonOpt = False) -> None:
+    """Stop and disable the service and remove its file. The palace home and its data are never touched."""
+    from ..service import host, managers
+
+    kind = _this_platform()
+    path, home = host.service_file(kind), palace_home()
+    installed = path.exists() or path.is_symlink()
+    before, after = managers.uninstall_steps(kind) if installed else ([], [])
+    if installed and kind == "systemd" and not host.systemd_booted():
+        # No systemd here, so nothing can be running from this unit: just remove the file.
+        before, after = [], []
+    result: dict[str, Any] = {"platform": kind, "dry_run": dry_run, "path": str(path), "installed": installed,
+                              "removed": False, "home": str(home), "commands": [s.to_json() for s in (*before, *after)]}
+    say = (lambda line: None) if json_ else (lambda line: write_stdout(line + "\n"))
+    if not installed:
+        say(f"Nothing to uninstall: no {path}")
+    elif dry_run:
+        for step in before:
+            say(f"Would run: {step}")
+        say(f"Would remove {path}")
+        for step in after:
+            say(f"Would run: {step}")
+    else:
+        if before or after:
+            problem = managers.manager_problem(kind)
+            if problem:
+                fail(f"{problem}; cannot stop palaced, so {path} stays")
+        ran = managers.run_steps(before, lambda step: say(f"Ran: {step}"))
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            fail(f"cannot remove {path}: {exc.strerror or exc}")
+        say(f"Removed {path}")
+        ran += managers.run_steps(after, lambda step: say(f"Ran: {step}"))
+        result.update(removed=True, commands=[s.to_json() for s in ran])
+    if json_:
+        emit_json(result)
+    elif installed:
+        say(f"The palace home {home} and its data were not touched.")
+
+
+@service_app.command("status")
+def status(json_: JsonOpt = False) -> None:
+    """Is the service installed, what does the service manager say, and does palaced answer?"""
+    from ..service import host, managers
+
+    kind, home = host.detect_platform(), palace_home()
+    path = None if kind is None else host.service_file(kind)
+    installed = path is not None and path.exists()
+    manager = managers.manager_state(kind)
+    daemon = daemon_status(home)
+    if json_:
+        emit_json({"platform": kind, "path": None if path is None else str(path), "installed": installed,
+                   "manager": manager.to_json(), "daemon": daemon, "home": str(home)})
+        return
+    file_line = "-" if path is None else f"{path} ({'installed' if installed else 'not installed'})"
+    manager_line = f"{kind or '-'}: {manager.state}"
+    if manager.enabled:
+        manager_line += f" ({manager.enabled})"
+    if manager.reason:
+        manager_line += f": {manager.reason}"
+    daemon_line = (f"answering on {daemon['socket']}" if daemon["answering"] and not daemon["reason"]
+                   else f"{'answering' if daemon['answering'] else 'not answering'}: {daemon['reason']}")
+    write_stdout(f"file      {file_line}\nmanager   {manager_line}\ndaemon    {daemon_line}\nhome      {home}\n")

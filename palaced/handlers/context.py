@@ -1,0 +1,156 @@
+"""What every operation of the local API works on: one ``Context`` per daemon, built once by
+``palaced/app.py``.
+
+Owns: the state the handler modules share (config, store, bus, identity, the palace membership,
+the live watchers) and the guards several of them apply: an observer daemon writes nothing
+(``require_writer``), palace operations need a membership (``require_member``) or the palace key
+(``require_ca``), and a named event must exist (``event_or_404``). Handlers are plain functions of
+``(ctx, args)`` in the sibling modules and keep no state of their own; what they change lives here.
+
+Most fields are fixed when the daemon starts. A few are filled in as the parts they name come up,
+and each says who sets it: the network and member directory when this daemon joins a palace (at
+start-up, or later by ``init`` / ``join``), the API's address and statistics once it listens.
+Handlers read them at call time, so a ``None`` means "not (yet) there", never "broken".
+
+Must not import: ``palaced.api`` or ``palaced.app`` (both import this package).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.errors import ApiError, NotFound
+from palace_proto.ids import fingerprint
+from palace_proto.validation import Limits, clean_required
+
+from ..bus import EventBus
+from ..config import Config
+from ..membership import Membership, load_ca_key
+from ..store import Store
+from ..store.aio import AsyncStore
+
+if TYPE_CHECKING:
+    from ..members import MemberDirectory
+    from ..network import Network
+    from ..vectors import MemoryIndexer
+
+__all__ = ["Context", "ReadOnly", "Watcher", "utc_stamp"]
+
+
+class ReadOnly(ApiError):
+    code = "read_only"
+
+
+def utc_stamp(epoch: float) -> str:
+    """RFC 3339 UTC to the second, as every timestamp of the API is written."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+@dataclass(slots=True)
+class Watcher:
+    """A live subscription, as the daemon sees it (reported by ``who``)."""
+
+    conn_id: int
+    agent: str | None
+    filters: str
+    cursor: str | None
+    since: str
+    pid: int | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"agent": self.agent, "filters": self.filters, "cursor": self.cursor, "since": self.since,
+                "pid": self.pid, "connection": self.conn_id}
+
+
+@dataclass(eq=False, slots=True, repr=False)
+class Context:
+    """The daemon's state as the handlers see it (one per daemon; see the module docstring)."""
+
+    config: Config
+    astore: AsyncStore
+    bus: EventBus
+    #: this daemon's Ed25519 key (signs its events; its certificate's key once it joins a palace)
+    identity: Ed25519PrivateKey
+    #: the palace this daemon belongs to; None until ``init`` or ``join`` sets it (fleet handlers)
+    membership: Membership | None = None
+    #: the memory's vector worker (None when embedding is off); app.py runs it
+    indexer: MemoryIndexer | None = None
+    #: starts the peer network for a new membership, in app.py's nursery (called by ``init``/``join``)
+    start_network: Callable[[Membership], Awaitable[None]] | None = None
+    #: the peer network and the member directory: set by app.py when the network starts
+    network: Network | None = None
+    directory: MemberDirectory | None = None
+    #: where the local API listens (a socket path or tcp://HOST:PORT): set by app.py once it does
+    api_address: str | None = None
+    #: the local API's connection statistics: set by ``api.serve_api`` once it listens
+    api_statistics: Callable[[], dict[str, Any]] | None = None
+    #: live subscriptions by connection id (added and removed by ``log.subscribe``)
+    watchers: dict[int, Watcher] = field(default_factory=dict)
+    #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)
+    memory_rebuild_progress: dict[str, Any] | None = None
+    started_at: float = field(default_factory=time.time)
+    started_monotonic: float = field(default_factory=time.monotonic)
+    # Derived once from the above (read on every request, so plain attributes rather than properties).
+    store: Store = field(init=False)
+    limits: Limits = field(init=False)
+    fingerprint: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store = self.astore.store
+        self.limits = self.config.limits
+        self.fingerprint = fingerprint(self.store.public_key)
+
+    def __repr__(self) -> str:
+        palace = self.membership.palace_id if self.membership else None
+        return (f"<Context origin={self.store.origin_id} palace={palace} network={self.network is not None} "
+                f"watchers={len(self.watchers)}>")
+
+    # -- watchers --------------------------------------------------------------------------------
+
+    def watcher_tuples(self) -> list[tuple[str, str, str]]:
+        """Our watchers as presence gossip carries them: (agent, filters, since). Read by the network."""
+        return [(w.agent or "", w.filters, w.since) for w in self.watchers.values()]
+
+    def watchers_changed(self) -> None:
+        """Tell the peers (presence gossip) that a watch started or ended."""
+        if self.network is not None:
+            self.network.watchers_changed()
+
+    # -- guards ----------------------------------------------------------------------------------
+
+    def require_writer(self) -> None:
+        """Refuse local writes on an observer daemon (roles are enforced by every receiver too)."""
+        if self.membership is not None and self.membership.role == "observer":
+            raise ReadOnly(f"this daemon is a read-only observer of palace "
+                           f"{self.membership.palace_name or self.membership.palace_id}; "
+                           "it receives everything and writes nothing — append from a member's machine")
+
+    def require_member(self) -> Membership:
+        if self.membership is None:
+            raise ApiError("this daemon has not joined a palace; run `palacectl init` on the first machine, "
+                           "then `palacectl invite` there and `palacectl join CODE` here", code="not_member")
+        return self.membership
+
+    def require_ca(self) -> Membership:
+        """The membership, if this daemon holds the palace CA key (invites and revocations need it)."""
+        membership = self.require_member()
+        if not membership.can_invite:
+            raise ApiError("only the daemon that created the palace (ran `palacectl init`) holds the palace key; "
+                           "run this command there", code="not_permitted")
+        return membership
+
+    def ca_key(self) -> Ed25519PrivateKey:
+        return load_ca_key(self.config.home)
+
+    async def event_or_404(self, event_id: Any, field: str = "event_id") -> dict[str, Any]:
+        """The event named by a request's ``field``, or ``not_found``."""
+        eid = clean_required(field, event_id)
+        event = await self.astore.read(self.store.get_event, eid)
+        if event is None:
+            raise NotFound(f"event {eid!r} not found")
+        return event

@@ -1,0 +1,374 @@
+"""Operations about the palace and the fleet: init, invite, join, revoke, peers, replicated
+waits, ``who`` across the fleet and ``doctor``.
+
+Owns: the local-API handlers that need membership or the network, and the network's part of
+``status`` (``network_status``, ``peer_counts``). Roles are enforced for local writes by
+``Context.require_writer``: an observer daemon refuses every write with ``read_only``. Invites and
+revocations need the palace CA key, which only the daemon that ran ``init`` holds; other members
+get a clear ``not_permitted`` naming that daemon.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import trio
+
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.peer import format_peer_address, parse_peer_address
+from palace_proto.pki import (
+    REVOKE_EVENT_TYPE,
+    Invite,
+    InviteError,
+    Revocation,
+    ca_fingerprint,
+)
+from palace_proto.validation import AppendRequest, clean_optional, clean_required
+
+from ..enrolment import enrol
+from ..interfaces import interface_ipv4_addresses
+from ..membership import Membership, create_palace, save_joined
+from ..network import ListenError
+from ..store import WriteContext
+from .context import Context, utc_stamp
+
+__all__ = ["OPS", "network_status", "peer_counts", "replicated_args", "wait_replicated", "who"]
+
+LOGGER: Final = logging.getLogger("palaced.handlers.fleet")
+DEFAULT_INVITE_TTL_S: Final = 24 * 3600
+MAX_INVITE_TTL_S: Final = 30 * 24 * 3600
+MAX_REPLICATED_TIMEOUT_MS: Final = 3_600_000
+DEFAULT_REPLICATED_TIMEOUT_MS: Final = 30_000
+CERT_EXPIRY_WARNING_DAYS: Final = 30
+CLOCK_SKEW_WARNING_S: Final = 2.0
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+# -- membership ----------------------------------------------------------------------------------
+
+
+async def _joined(ctx: Context, membership: Membership) -> None:
+    ctx.membership = membership
+    if ctx.start_network is not None:
+        try:
+            await ctx.start_network(membership)
+        except ListenError as exc:
+            raise ApiError(f"this daemon is now a member of {membership.palace_id}, but {exc.message}; "
+                           "then restart palaced", code="internal") from None
+
+
+def _membership_view(ctx: Context) -> dict[str, Any]:
+    assert ctx.membership is not None
+    view = ctx.membership.to_wire()
+    view["listen"] = ctx.network.listen_addresses if ctx.network else []
+    return view
+
+
+async def init(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Make this daemon the first member of a new palace (a new CA and our certificate)."""
+    palace_name = clean_optional("name", args.get("name")) or socket.gethostname()
+    name = clean_optional("daemon_name", args.get("daemon_name")) or socket.gethostname()
+    membership = await trio.to_thread.run_sync(create_palace, ctx.config.home, ctx.identity, palace_name, name, _now())
+    LOGGER.info("created palace %s (%s); this daemon is its first member", membership.palace_id, palace_name)
+    await _joined(ctx, membership)
+    return _membership_view(ctx)
+
+
+async def invite(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    membership = ctx.require_ca()
+    role = args.get("role", "member")
+    if role not in ("member", "observer"):
+        raise ValidationError("role must be 'member' or 'observer'", field="role")
+    ttl_s = args.get("ttl_s", DEFAULT_INVITE_TTL_S)
+    if type(ttl_s) is not int or not 60 <= ttl_s <= MAX_INVITE_TTL_S:
+        raise ValidationError(f"ttl must be between 1 minute and {MAX_INVITE_TTL_S // 86400} days", field="ttl_s")
+    address = clean_optional("address", args.get("address"))
+    if address is None:
+        assert ctx.network is not None
+        host, port = parse_peer_address(ctx.network.listen_addresses[0])
+        if host in ("0.0.0.0", "::"):
+            lan = await trio.to_thread.run_sync(lambda: interface_ipv4_addresses(multicast=False))
+            host = lan[0] if lan else "127.0.0.1"
+        address = format_peer_address(host, port)
+    else:
+        try:
+            address = format_peer_address(*parse_peer_address(address))
+        except ValueError as exc:
+            raise ValidationError(f"address: {exc}", field="address") from None
+    secret = os.urandom(24)
+    expires_at = int(time.time()) + ttl_s
+    invitation = Invite(membership.palace_id, address, ca_fingerprint(membership.ca_cert_pem), secret, role,
+                        expires_at)
+
+    def job(w: WriteContext) -> None:
+        w.conn.execute("INSERT INTO invites (invite_id, secret, role, expires_at, created_at) VALUES (?,?,?,?,?)",
+                       (invitation.invite_id, secret, role, expires_at, utc_stamp(time.time())))
+
+    await ctx.astore.write(job)
+    assert ctx.network is not None
+    await ctx.network.refresh_invites()
+    LOGGER.info("issued a %s invite (expires %s) for %s", role, utc_stamp(expires_at), address)
+    return {"code": invitation.encode(), "role": role, "address": address, "palace_id": membership.palace_id,
+            "expires_at": utc_stamp(expires_at)}
+
+
+async def join(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    if ctx.membership is not None:
+        raise ApiError(f"this daemon already belongs to palace {ctx.membership.palace_id} "
+                       f"({ctx.membership.palace_name}); a daemon is a member of one palace", code="invalid_argument")
+    code = clean_required("code", args.get("code"))
+    try:
+        invitation = Invite.decode(code)
+        invitation.check_not_expired(time.time())
+    except InviteError as exc:
+        raise ValidationError(str(exc), field="code") from None
+    address = clean_optional("address", args.get("address"))
+    name = clean_optional("name", args.get("name")) or socket.gethostname()
+    palace_name, ca_pem, cert_pem, used = await enrol(invitation, ctx.store.public_key, name, address, _now())
+    membership = await trio.to_thread.run_sync(lambda: save_joined(
+        ctx.config.home, ctx.identity, palace_name=palace_name, ca_pem=ca_pem, member_pem=cert_pem, now=_now()))
+    LOGGER.info("joined palace %s (%s) as %s via %s", membership.palace_id, palace_name, membership.role, used)
+    await _joined(ctx, membership)
+    assert ctx.network is not None
+    ctx.network.add_target(used, "invite")
+    return _membership_view(ctx)
+
+
+async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    membership = ctx.require_ca()
+    peer_id = clean_required("peer_id", args.get("peer_id")).upper()
+    if peer_id == membership.peer_id:
+        raise ValidationError("a daemon cannot revoke itself", field="peer_id")
+    directory = ctx.directory
+    assert directory is not None
+    cert = directory.certificate_of_peer(peer_id)
+    if cert is None:
+        raise NotFound(f"no member {peer_id!r} is known here (see `palacectl peers` for peer ids)")
+    if directory.is_revoked(peer_id):
+        raise ValidationError(f"peer {peer_id} is already revoked", field="peer_id")
+    cutoffs = await ctx.astore.read(ctx.store.origins_of_key, cert.public_key)
+    revocation = Revocation(membership.palace_id, peer_id, cert.public_key, tuple(sorted(cutoffs.items())),
+                            utc_stamp(time.time())).signed(ctx.ca_key())
+    req = AppendRequest.from_wire(
+        {"type": REVOKE_EVENT_TYPE, "stream": "palace", "room": "members", "from_agent": "palaced",
+         "topic": "revoke", "body": f"revoked {peer_id} ({cert.name})", "metadata": revocation.to_metadata()},
+        ctx.limits)
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        event = w.append(req)
+        directory.revoke(revocation)
+        return event
+
+    event = await ctx.astore.write(job)
+    LOGGER.warning("revoked %s (%s)", peer_id, cert.name)
+    return {"revoked": peer_id, "name": cert.name, "event": event}
+
+
+# -- peers ---------------------------------------------------------------------------------------
+
+
+async def peers(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    membership = ctx.require_member()
+    assert ctx.network is not None
+    heads = await ctx.astore.read(ctx.store.version_vector)
+    forks = await ctx.astore.read(ctx.store.forks)
+    return {"peer_id": membership.peer_id, "listen": ctx.network.listen_addresses,
+            "mdns": ctx.network.mdns_state, "peers": ctx.network.peers_view(heads), "forks": forks}
+
+
+async def peers_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_member()
+    assert ctx.network is not None
+    try:
+        address = await ctx.network.add_static(clean_required("address", args.get("address")))
+    except ValueError as exc:
+        raise ValidationError(f"address: {exc}", field="address") from None
+    return {"added": address}
+
+
+async def peers_remove(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_member()
+    assert ctx.network is not None
+    address = clean_required("address", args.get("address"))
+    try:
+        removed = await ctx.network.remove_static(address)
+    except ValueError as exc:
+        raise ValidationError(f"address: {exc}", field="address") from None
+    if not removed:
+        raise NotFound(f"{address} is not a static peer (see `palacectl peers`)")
+    return {"removed": format_peer_address(*parse_peer_address(address))}
+
+
+async def peer_counts(ctx: Context) -> dict[str, int]:
+    """Peers connected and known (revoked ones left out), for ``status``."""
+    if ctx.network is None:
+        return {"live": 0, "total": 0}
+    heads = await ctx.astore.read(ctx.store.version_vector)
+    known = [p for p in ctx.network.peers_view(heads) if not p["revoked"]]
+    return {"live": sum(p["state"] in ("live", "catching up") for p in known), "total": len(known)}
+
+
+async def network_status(ctx: Context) -> dict[str, Any] | None:
+    """The network's part of ``status`` (None before this daemon joins a palace)."""
+    network = ctx.network
+    if network is None:
+        return None
+    forks = await ctx.astore.read(ctx.store.forks)
+    return {"listen": network.listen_addresses, "mdns": network.mdns_state,
+            "connected": network.connected_peers(), "forks": len(forks),
+            "limits": network.limits.statistics(), "link_failures": network.link_failures,
+            "refused_next": len(ctx.store.refused_next), "refused_redactions": ctx.store.refused_redactions}
+
+
+# -- replicated writes ---------------------------------------------------------------------------
+
+
+def replicated_args(args: Mapping[str, Any]) -> tuple[int, float]:
+    """(how many peers must hold the event, how long to wait for them in seconds), checked."""
+    count = args.get("replicated", 0)
+    if type(count) is not int or count < 0 or count > 1000:
+        raise ValidationError("replicated must be an integer from 0 to 1000 (the number of peers)", field="replicated")
+    timeout_ms = args.get("timeout_ms", DEFAULT_REPLICATED_TIMEOUT_MS)
+    if type(timeout_ms) is not int or not 0 <= timeout_ms <= MAX_REPLICATED_TIMEOUT_MS:
+        raise ValidationError(f"timeout_ms must be an integer from 0 to {MAX_REPLICATED_TIMEOUT_MS}",
+                              field="timeout_ms")
+    return count, timeout_ms / 1000
+
+
+async def wait_replicated(ctx: Context, event: Mapping[str, Any], count: int, timeout_s: float) -> dict[str, Any]:
+    if count == 0:
+        return {"replicated": [], "replicated_count": 0, "timed_out": False}
+    if ctx.network is None:
+        raise ApiError("this daemon has not joined a palace: no peer can hold the event "
+                       "(run `palacectl init` / `palacectl join`)", code="not_member")
+    holders = await ctx.network.wait_replicated(event["origin"], event["origin_seq"], count, timeout_s)
+    return {"replicated": holders, "replicated_count": len(holders), "timed_out": len(holders) < count}
+
+
+async def replicated(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    count, timeout_s = replicated_args(args)
+    event = await ctx.event_or_404(args.get("event_id"))
+    return {"event_id": event["id"], **await wait_replicated(ctx, event, count, timeout_s)}
+
+
+# -- who and doctor ------------------------------------------------------------------------------
+
+
+async def who(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Watchers connected here, and (gossiped) those connected to every other daemon."""
+    local = sorted((w.to_wire() for w in ctx.watchers.values()), key=lambda w: w["since"])
+    me = {"peer_id": ctx.membership.peer_id, "name": ctx.membership.name} if ctx.membership else None
+    for watcher in local:
+        watcher["daemon"] = me
+        watcher["local"] = True
+    remote = sorted(ctx.network.remote_watchers() if ctx.network is not None else [], key=lambda w: w["since"])
+    for watcher in remote:
+        watcher["local"] = False
+    return {"watchers": local + remote, "count": len(local) + len(remote), "local_count": len(local)}
+
+
+async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    checks: list[dict[str, str]] = []
+
+    def check(name: str, status: str, detail: str) -> None:
+        checks.append({"check": name, "status": status, "detail": detail})
+
+    m = ctx.membership
+    if m is None:
+        check("palace", "fail", "this daemon has not joined a palace, so it opens no network port and no peer "
+              "can see it: run `palacectl init` on the first machine, `palacectl invite` there, and "
+              "`palacectl join CODE` here")
+        return {"checks": checks, "ok": False}
+    check("palace", "ok", f"member of {m.palace_name or m.palace_id} ({m.palace_id}) as {m.role}, peer id {m.peer_id}")
+    days_left = (m.member.not_after - _now()).days
+    assert ctx.directory is not None and ctx.network is not None
+    if ctx.directory.is_revoked(m.peer_id):
+        check("certificate", "fail", "this daemon has been revoked by the palace: peers refuse it; ask the palace "
+              "owner for a new invite and join again from a fresh home")
+    elif days_left < 0:
+        check("certificate", "fail", "this daemon's certificate has expired; join again with a new invite")
+    elif days_left < CERT_EXPIRY_WARNING_DAYS:
+        check("certificate", "warn", f"this daemon's certificate expires in {days_left} days; join again soon")
+    else:
+        check("certificate", "ok", f"valid until {m.member.not_after:%Y-%m-%d}")
+    net = ctx.network
+    if not net.listen_addresses:
+        check("listening", "fail", "palaced is not listening for peers (see its log for the bind error)")
+    else:
+        host, port = parse_peer_address(net.listen_addresses[0])
+        probe = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        try:
+            with trio.fail_after(2):
+                conn = await trio.open_tcp_stream(probe, port)
+                await conn.aclose()
+            reach = "accepts connections"
+        except (OSError, trio.TooSlowError) as exc:
+            reach = f"but a test connection failed ({exc})"
+        where = ("on every interface" if host in ("0.0.0.0", "::")
+                 else "on loopback only: other machines cannot reach it (use --listen 0.0.0.0:PORT)"
+                 if host.startswith("127.") or host == "::1" else f"on {host} only")
+        check("listening", "ok" if reach == "accepts connections" and not host.startswith("127.") else "warn",
+              f"port {port} {where}; {reach}; peers need this TCP port open in firewalls")
+    lan = await trio.to_thread.run_sync(lambda: interface_ipv4_addresses(multicast=True))
+    if net.mdns_state == "off":
+        check("mdns", "warn", "mDNS is off (--no-mdns or network.mdns = false): only static and remembered peers "
+              "are dialled; add peers with `palacectl peers add HOST:PORT`")
+    elif not lan:
+        check("mdns", "warn", "no LAN interface with an IPv4 address: mDNS cannot see other machines")
+    else:
+        seen = sum(1 for t in net.targets_view() if "mdns" in t["sources"])
+        check("mdns", "ok" if seen else "warn",
+              f"advertising on {', '.join(lan)}; {seen} peer address(es) seen by mDNS"
+              + ("" if seen else " — if peers run on this LAN, multicast may be blocked (Wi-Fi isolation, "
+                 "VPN, Windows 'Public' network): add them with `palacectl peers add HOST:PORT`"))
+    for target in net.targets_view():
+        if "static" not in target["sources"]:
+            continue
+        if target["last_error"] and target["state"] not in ("connected", "connected (other direction)"):
+            check(f"static peer {target['address']}", "fail", f"unreachable: {target['last_error']}")
+        else:
+            check(f"static peer {target['address']}", "ok", f"{target['state']}"
+                  + (f" ({target['peer_id']})" if target["peer_id"] else ""))
+    heads = await ctx.astore.read(ctx.store.version_vector)
+    known = [p for p in net.peers_view(heads) if p["peer_id"]]
+    live = [p for p in known if p["state"] in ("live", "catching up")]
+    check("peers", "ok" if live else "warn",
+          f"{len(live)} connected of {len(known)} known" + ("" if live else
+                                                            "; nobody connected yet — see the checks above"))
+    for p in known:
+        if p["revoked"]:
+            check(f"peer {p['name'] or p['peer_id'][:7]}", "warn", "revoked: refused on every link")
+        elif p["state"] in ("error", "disconnected") and p["last_error"]:
+            check(f"peer {p['name'] or p['peer_id'][:7]}", "warn", f"{p['state']}: {p['last_error']}")
+    for peer_id, skew in sorted(net.clock_skews().items()):
+        if abs(skew) >= CLOCK_SKEW_WARNING_S:
+            check(f"clock {peer_id[:7]}", "warn", f"clock differs from peer {peer_id[:7]} by {skew:+.1f} s: event "
+                  "timestamps will disagree; enable time sync (NTP) on both machines")
+    forks = await ctx.astore.read(ctx.store.forks)
+    if forks:
+        check("forks", "fail", f"{len(forks)} forked event(s) refused: two daemons write the same origin "
+              "(a copied home or restored backup); see `palacectl peers`")
+    return {"checks": checks, "ok": all(c["status"] != "fail" for c in checks)}
+
+
+OPS: Final = {
+    "init": init,
+    "invite": invite,
+    "join": join,
+    "revoke": revoke,
+    "peers": peers,
+    "peers_add": peers_add,
+    "peers_remove": peers_remove,
+    "replicated": replicated,
+    "who": who,
+    "doctor": doctor,
+}

@@ -1,0 +1,343 @@
+"""Operations on the log itself: append, read, wait, watch, acknowledge, redact, and its digest.
+
+Owns: ``append``, ``get_event``, ``list``, ``wait``, ``ack``, ``redact`` and ``digest``
+(proto/PROTOCOL.md, "Operations"), plus ``subscribe``, which streams rather than replies and is
+called by the API layer directly. Writes go through the group-commit writer (store/aio.py); waits
+and subscriptions are woken by the event bus, never by polling, and hold no read transaction
+while they wait. Types that change how other events are shown (redactions, revocations, memory)
+are written only by the daemon's own operations, never by ``append``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from palace_proto.envelope import preview_event
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request
+from palace_proto.pki import sign_redaction
+from palace_proto.validation import (
+    AppendRequest,
+    ListQuery,
+    clean_optional,
+    clean_required,
+    validate_body,
+    validate_metadata,
+    validate_status,
+    validate_timeout_ms,
+)
+
+from ..store import WriteContext
+from ..store import memory_views as views
+from .context import Context, Watcher, utc_stamp
+from .fleet import replicated_args, wait_replicated
+
+__all__ = ["OPS", "RESERVED_TYPES", "Push", "subscribe"]
+
+LOGGER: Final = logging.getLogger("palaced.handlers.log")
+# Why 1 s: cursor-only progress (events examined, none matched) matters only for checkpoints; a
+# watcher that re-examines up to a second of non-matching events loses nothing.
+CURSOR_PUSH_INTERVAL_S: Final = 1.0
+# Why 500: the page size for catching up from SQLite after a gap (same cap as list).
+CATCH_UP_PAGE: Final = 500
+
+#: how ``subscribe`` sends a push to its client (the API layer adds the request id)
+Push = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    replicated, timeout_s = replicated_args(args)
+    req = append_request(args, ctx.limits)
+    if req.ack_of is not None:
+        await ctx.event_or_404(req.ack_of, "ack_of")
+    event = await ctx.astore.write(lambda w: w.append(req))
+    if replicated:
+        # The event is committed locally whatever happens next; the reply says how far it got.
+        return {**event, "replication": await wait_replicated(ctx, event, replicated, timeout_s)}
+    return event
+
+
+async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Append a list of events in one commit, all or none (bulk writers, ``palacectl append
+    --ndjson``). Each event is what ``append`` takes; the reply is slim — per event its id, seq,
+    origin_seq and created_at, in order — since the caller sent the rest."""
+    ctx.require_writer()
+    requests = append_many_requests(args.get("events"), ctx.limits)
+
+    def job(w: WriteContext) -> list[dict[str, Any]]:
+        appended = []
+        for index, req in enumerate(requests):
+            try:
+                if req.ack_of is not None and w.get_event(req.ack_of) is None:
+                    raise NotFound(f"ack_of names an unknown event {req.ack_of!r}")
+                appended.append(w.append(req))
+            except (ValidationError, NotFound) as exc:
+                # The job fails as a whole: nothing of this request is written.
+                raise type(exc)(f"events[{index}]: {exc.message}; nothing was appended") from None
+        return appended
+
+    events = await ctx.astore.write(job)
+    return {"events": [{"id": e["id"], "seq": e["seq"], "origin_seq": e["origin_seq"], "created_at": e["created_at"]}
+                       for e in events],
+            "count": len(events), "origin": ctx.store.origin_id}
+
+
+async def get_event(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    return await ctx.event_or_404(args.get("event_id"))
+
+
+async def list_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    query = ListQuery.from_wire(args)
+    events = await ctx.astore.read(ctx.store.list_events, query)
+    return {"events": events, "count": len(events)}
+
+
+async def _new_events_after(ctx: Context, seq: int, limit: int) -> list[dict[str, Any]]:
+    """Committed events with seq > ``seq`` (oldest first): from the bus ring, else SQLite."""
+    events = ctx.bus.events_after(seq, limit)
+    if events is None:
+        events = await ctx.astore.read(ctx.store.events_after_seq, seq, min(limit, CATCH_UP_PAGE))
+    return events
+
+
+async def wait(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    query = ListQuery.from_wire({**args, "order": "asc"})
+    timeout_ms = validate_timeout_ms(args.get("timeout_ms"))
+    after = None
+    if query.since_event_id:
+        after = await ctx.astore.read(ctx.store.resolve_seq, "since_event_id", query.since_event_id)
+    if query.before_event_id:
+        await ctx.astore.read(ctx.store.resolve_seq, "before_event_id", query.before_event_id)
+    # Note the tip *before* querying: anything committed later is seen by the bus loop below.
+    mark = ctx.bus.latest_seq
+    events = await ctx.astore.read(ctx.store.list_events, query, after_seq=after)
+    if events or query.before_event_id:
+        return {"timed_out": not events, "events": events, "count": len(events)}
+    cursor = max(mark, after or 0)
+    with trio.move_on_after(timeout_ms / 1000):
+        while True:
+            await ctx.bus.wait_beyond(cursor)
+            new = await _new_events_after(ctx, cursor, CATCH_UP_PAGE)
+            if not new:
+                continue
+            cursor = new[-1]["seq"]
+            matches = [e for e in new if query.matches(e)][: query.limit]
+            if matches:
+                if query.preview:
+                    matches = [preview_event(e) for e in matches]
+                return {"timed_out": False, "events": matches, "count": len(matches)}
+    return {"timed_out": True, "events": [], "count": 0}
+
+
+async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: int) -> None:
+    """Stream matching events to the client until it disconnects (the watch contract).
+
+    The reply names the starting cursor; then ``batch`` pushes carry matches plus the cursor
+    (the last event examined, match or not), and ``cursor`` pushes report progress over
+    non-matching events at most once per second. The watcher is registered in ``ctx.watchers``
+    for as long as this runs, and released however it ends.
+    """
+    query = ListQuery.from_wire({**args, "order": "asc"})
+    start = args.get("start", "tip")
+    if start not in ("tip", "beginning", "cursor"):
+        raise ValidationError("start must be 'tip', 'beginning' or 'cursor'", field="start")
+    agent = clean_optional("agent", args.get("agent"))
+    pid = args.get("pid") if type(args.get("pid")) is int else None  # shown by `who`; optional
+    if start == "cursor":
+        if not query.since_event_id:
+            raise ValidationError("since_event_id is required when start is 'cursor'", field="since_event_id")
+        cursor_seq = await ctx.astore.read(ctx.store.resolve_seq, "since_event_id", query.since_event_id)
+        cursor_id: str | None = query.since_event_id
+    elif start == "beginning":
+        cursor_seq, cursor_id = 0, None
+    else:
+        cursor_seq, cursor_id = await ctx.astore.read(ctx.store.latest)
+    watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
+                      since=utc_stamp(time.time()), pid=pid)
+    ctx.watchers[conn_id] = watcher
+    ctx.watchers_changed()
+    LOGGER.info("watch started: agent=%s filters=%s from=%s", agent or "-", watcher.filters, cursor_id or start)
+    try:
+        await push({"push": "started", "cursor": cursor_id, "start": start})
+        reported_id = cursor_id
+        last_progress = 0.0
+        while True:
+            if cursor_id != reported_id:
+                # Progress over non-matching events is rate-limited; flush the last of it once
+                # the interval has passed, so an idle watch checkpoints the true cursor.
+                flush_at = last_progress + CURSOR_PUSH_INTERVAL_S - time.monotonic()
+                with trio.move_on_after(max(0.0, flush_at)) as flush:
+                    await ctx.bus.wait_beyond(cursor_seq)
+                if flush.cancelled_caught:
+                    await push({"push": "cursor", "cursor": cursor_id})
+                    reported_id, last_progress = cursor_id, time.monotonic()
+                    continue
+            else:
+                await ctx.bus.wait_beyond(cursor_seq)
+            while True:
+                new = await _new_events_after(ctx, cursor_seq, CATCH_UP_PAGE)
+                if not new:
+                    break
+                matches: list[dict[str, Any]] = []
+                for event in new:
+                    if query.matches(event):
+                        matches.append(preview_event(event) if query.preview else event)
+                    cursor_seq, cursor_id = event["seq"], event["id"]
+                    if len(matches) >= query.limit:
+                        break
+                watcher.cursor = cursor_id
+                if matches:
+                    await push({"push": "batch", "events": matches, "count": len(matches), "cursor": cursor_id})
+                    reported_id = cursor_id
+                elif cursor_id != reported_id and time.monotonic() - last_progress >= CURSOR_PUSH_INTERVAL_S:
+                    await push({"push": "cursor", "cursor": cursor_id})
+                    reported_id, last_progress = cursor_id, time.monotonic()
+                if len(new) < CATCH_UP_PAGE and not matches:
+                    break
+    finally:
+        del ctx.watchers[conn_id]
+        ctx.watchers_changed()
+        LOGGER.info("watch ended: agent=%s", agent or "-")
+
+
+async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    target_id = clean_required("event_id", args.get("event_id"))
+    from_agent = clean_required("from_agent", args.get("from_agent"))
+    status = validate_status(args.get("status"))
+    topic = clean_optional("topic", args.get("topic"))
+    body = validate_body(args.get("body"), ctx.limits)
+    metadata = args.get("metadata") or {}
+    validate_metadata(metadata, ctx.limits)  # before queueing: the writer only sees valid jobs
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        target = w.get_event(target_id)
+        if target is None:
+            raise NotFound(f"event {target_id!r} not found")
+        req = AppendRequest.from_wire(
+            {"type": "event.ack", "stream": target["stream"], "room": target["room"],
+             "topic": topic or target["topic"], "from_agent": from_agent, "to_agent": target["from_agent"],
+             "correlation_id": target["correlation_id"] or target["id"], "status": status,
+             "ack_of": target["id"], "body": body, "metadata": {**metadata, "ack_of": target["id"]}},
+            ctx.limits,
+        )
+        return w.append(req)
+
+    return await ctx.astore.write(job)
+
+
+async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Purge an event's body everywhere it is kept (proto/PROTOCOL.md, "Who may redact").
+
+    Locally the event's author agent may redact it, or this daemon's operator (``operator``:
+    the human at this machine; the local API belongs to one user, so this is a statement of
+    intent, not a password). Peers honour the redaction when it comes from the event's own
+    origin, or carries the palace CA's signature: so an event written on another daemon can be
+    redacted here only by the daemon holding the palace key. A memory fact's other events (its
+    invalidations, the same fact filed again) carry the same words and are redacted with it.
+    """
+    ctx.require_writer()
+    target_id = clean_required("event_id", args.get("event_id"))
+    from_agent = clean_required("from_agent", args.get("from_agent"))
+    reason = validate_body(args.get("reason"), ctx.limits)
+    operator = args.get("operator", False)
+    if not isinstance(operator, bool):
+        raise ValidationError("operator must be true or false", field="operator")
+    target = await ctx.event_or_404(target_id)
+    if target.get("body_redacted"):
+        raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
+    if not operator and from_agent != target["from_agent"]:
+        raise ApiError(f"only the event's author ({target['from_agent']}) or this daemon's operator may redact "
+                       f"{target_id}; if you are the operator, say so: palacectl redact {target_id} "
+                       "--from-agent … --operator", code="not_permitted")
+    ca_key = ctx.ca_key() if ctx.membership is not None and ctx.membership.can_invite else None
+    palace_id = ctx.membership.palace_id if ctx.membership is not None else ""
+    own_origin = ctx.store.origin_id
+
+    def signer_for(w: WriteContext, event: Mapping[str, Any]) -> tuple[bool, str | None]:
+        """(may we redact it on every replica that holds it, the CA signature that makes it so)."""
+        if event["origin"] == own_origin:
+            return True, None
+        row = w.conn.execute("SELECT max_seq FROM origins WHERE origin=?", (event["origin"],)).fetchone()
+        if row is None or row[0] == 0:
+            return True, None  # imported history: it never leaves this replica
+        if ca_key is None:
+            return False, None
+        return True, sign_redaction(ca_key, palace_id, event["id"])
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        target = w.get_event(target_id)
+        if target is None:
+            raise NotFound(f"event {target_id!r} not found")
+        if target.get("body_redacted"):
+            raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
+        allowed, _ = signer_for(w, target)
+        if not allowed:
+            raise ApiError(f"event {target_id} was written on another daemon (origin {target['origin']}): only "
+                           "that daemon, or the palace owner's (the one that ran `palacectl init`), can redact "
+                           "it on every replica — run the redact there", code="not_permitted")
+        # In the same transaction as the redactions: what else carries the same words (a fact's
+        # invalidations, the same drawer or fact filed again), found before the target's link goes.
+        related = views.related_memory_events(w.conn, target_id)
+        first: dict[str, Any] | None = None
+        also: list[str] = []
+        for event_id in [target_id, *related]:
+            event = w.get_event(event_id)
+            if event is None or event.get("body_redacted"):
+                continue
+            allowed, signature = signer_for(w, event)
+            if not allowed:
+                continue  # written elsewhere, and we hold no palace key: its own daemon must redact it
+            metadata: dict[str, Any] = {"redacts": event_id}
+            if signature is not None:
+                metadata["ca_signature"] = signature
+            req = AppendRequest.from_wire(
+                {"type": "event.redact", "stream": event["stream"], "room": event["room"],
+                 "from_agent": from_agent, "correlation_id": event["correlation_id"] or event["id"],
+                 "body": reason, "metadata": metadata},
+                ctx.limits,
+            )
+            appended = w.append(req)
+            w.redact(event_id, appended["id"])
+            if first is None:
+                first = appended
+            else:
+                also.append(event_id)
+        if first is None:  # pragma: no cover - the target was checked above, in this transaction
+            raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
+        return {**first, "also_redacted": also}
+
+    event = await ctx.astore.write(job)
+    LOGGER.warning("event %s redacted by %s%s", target_id, from_agent, " (operator)" if operator else "")
+    # Said only once it is true: a reader holding an old snapshot keeps the WAL (and the old
+    # page images in it) until it lets go; the writer retries, and `status` shows it meanwhile.
+    pending = ctx.store.redactions_pending_checkpoint
+    return {**event, "purge": "pending" if pending else "done"}
+
+
+async def digest(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Per origin: the highest contiguous origin_seq and its event hash, plus one fingerprint of
+    the whole vector, so two machines can prove they hold the same log."""
+    heads = await ctx.astore.read(ctx.store.heads)
+    origins = [{"origin": o, "origin_seq": h.max_seq, "head_hash": h.head_hash.hex()} for o, h in sorted(heads.items())]
+    overall = hashlib.sha256(b"".join(f"{o['origin']}:{o['origin_seq']}:{o['head_hash']}\n".encode() for o in origins))
+    return {"origins": origins, "digest": overall.hexdigest(), "events": sum(o["origin_seq"] for o in origins)}
+
+
+OPS: Final = {
+    "append": append,
+    "append_many": append_many,
+    "get_event": get_event,
+    "list": list_events,
+    "wait": wait,
+    "ack": ack,
+    "redact": redact,
+    "digest": digest,
+}

@@ -1,0 +1,264 @@
+"""Operations on the shared memory: file drawers, search, the knowledge graph, diaries, agents.
+
+Owns: the local-API handlers for memory. Every write is a ``memory.*`` event appended to the log
+(so it replicates, is signed, and can be redacted); the store updates the materialised views in
+the same transaction, so a write is readable the moment it returns. Reads go to the views
+(``store/memory_views.py``). Search is hybrid: keyword ranking (FTS5, bm25) and nearest vectors
+(``vectors.py``) combined on one score (``hybrid_score``); while drawers await embedding, or when
+no model can load, keyword ranking alone answers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.memory import (
+    DiaryEntry,
+    Drawer,
+    FactAdd,
+    FactInvalidate,
+    diary_entry_id,
+    diary_wing,
+    hybrid_score,
+    validate_date,
+)
+from palace_proto.validation import AppendRequest, clean_optional, clean_required
+
+from ..store import WriteContext
+from ..store import memory_views as views
+from .context import Context
+from .fleet import who
+
+__all__ = ["OPS"]
+
+DEFAULT_SEARCH_LIMIT: Final = 5
+MAX_SEARCH_LIMIT: Final = 100
+DEFAULT_DIARY_LAST: Final = 10
+MAX_DIARY_LAST: Final = 100
+MAX_QUERY_CHARS: Final = 250
+SEARCH_MODES: Final = ("hybrid", "keyword", "vector")
+# Why 50: each ranking contributes its top 50 to the fusion; far more than any limit asked for.
+CANDIDATES: Final = 50
+# Why 0.1: unrelated sentences score about -0.05 to 0.05 with all-MiniLM-L6-v2 (deps-notes:
+# cat/revenue -0.01, cat/password 0.05; a paraphrase 0.3-0.6). Without a floor, vector search would
+# return the k nearest drawers however unrelated they are.
+DEFAULT_MIN_SIMILARITY: Final = 0.1
+
+
+def _today() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+
+
+def _bounded_int(args: Mapping[str, Any], field: str, default: int, maximum: int) -> int:
+    value = args.get(field, default)
+    if value is None:
+        return default
+    if type(value) is not int or value < 1:
+        raise ValidationError(f"{field} must be a positive integer", field=field)
+    return min(value, maximum)
+
+
+async def memory_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """File a drawer; the same content in the same wing and room returns the existing drawer."""
+    ctx.require_writer()
+    drawer = Drawer.from_wire(args, ctx.limits)
+    existing = await ctx.astore.read(ctx.store.drawer, drawer.id)
+    if existing is not None:
+        return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": True,
+                "filed_at": existing["filed_at"]}
+    req = AppendRequest.from_wire(drawer.event(), ctx.limits)
+    event = await ctx.astore.write(lambda w: w.append(req))
+    return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": False,
+            "filed_at": event["created_at"], "event_id": event["id"]}
+
+
+async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    raw = args.get("query")
+    query = raw.strip() if isinstance(raw, str) else clean_required("query", raw)
+    if not query:
+        raise ValidationError("query must be a non-empty string", field="query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValidationError(f"query must be at most {MAX_QUERY_CHARS} characters (keywords, not a document)",
+                              field="query")
+    limit = _bounded_int(args, "limit", DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)
+    filters = {"wing": clean_optional("wing", args.get("wing")), "room": clean_optional("room", args.get("room")),
+               "since": validate_date("since", args.get("since")),
+               "before": validate_date("before", args.get("before"))}
+    started = time.perf_counter()
+    mode = args.get("mode") or "hybrid"
+    if mode not in SEARCH_MODES:
+        raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}", field="mode")
+    indexer = ctx.indexer
+    if mode != "keyword" and (indexer is None or not indexer.available):
+        if mode == "vector":
+            raise ApiError("vector search is not available on this daemon (see `palacectl status`)",
+                           code="invalid_argument")
+        mode = "keyword"
+    depth = max(CANDIDATES, limit * 4)
+    keyword = [] if mode == "vector" else await ctx.astore.read(
+        ctx.store.memory_read, views.keyword_search, query, limit=depth, **filters)
+    if mode == "keyword":
+        hits = keyword[:limit]
+        return {"query": query, "results": hits, "count": len(hits), "mode": mode}
+    assert indexer is not None
+    timings: dict[str, float] = {}
+    nearest = await indexer.search(query, depth * 2 if any(filters.values()) else depth, timings)
+    drawers = await ctx.astore.read(ctx.store.memory_read, views.drawers_by_id, [d for d, _ in nearest])
+    cosine = {d: s for d, s in nearest}
+    floor = args.get("min_similarity", DEFAULT_MIN_SIMILARITY)
+    if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not -1 <= floor <= 1:
+        raise ValidationError("min_similarity must be a number from -1 to 1", field="min_similarity")
+    vector = [d for d, _ in nearest if d in drawers and views.passes(drawers[d], **filters)][:depth]
+    if mode == "vector":
+        ranked = [(d, cosine[d]) for d in vector if cosine[d] >= floor]
+    else:
+        # Both signals on one scale (palace_proto.memory.hybrid_score); a drawer found by only one
+        # ranking counts the other as zero. Every keyword match stays a candidate (a drawer not
+        # embedded yet is found that way); vector-only candidates must clear the floor.
+        bm25 = {h["drawer_id"]: h["score"] for h in keyword}
+        candidates = dict.fromkeys([*bm25, *(d for d in vector if cosine[d] >= floor)])
+        ranked = sorted(((d, hybrid_score(cosine.get(d), bm25.get(d))) for d in candidates), key=lambda p: -p[1])
+    by_id = {h["drawer_id"]: h for h in keyword} | {d: drawers[d] for d in vector}
+    hits = []
+    for drawer_id, score in ranked[:limit]:
+        hit = dict(by_id[drawer_id])
+        hit["score"] = round(score, 6)
+        hit["similarity"] = round(cosine[drawer_id], 4) if drawer_id in cosine else None
+        hits.append(hit)
+    timings["total_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return {"query": query, "results": hits, "count": len(hits), "mode": mode,
+            "pending_embeddings": indexer.pending, "timings_ms": timings}
+
+
+async def drawer_get(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    drawer_id = clean_required("drawer_id", args.get("drawer_id"))
+    drawer = await ctx.astore.read(ctx.store.drawer, drawer_id)
+    if drawer is None:
+        raise NotFound(f"drawer {drawer_id!r} not found")
+    return drawer
+
+
+# -- knowledge graph -------------------------------------------------------------------------------
+
+
+async def kg_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    fact = FactAdd.from_wire(args)
+    req = AppendRequest.from_wire(fact.event(), ctx.limits)
+    event = await ctx.astore.write(lambda w: w.append(req))
+    return {"triple_id": fact.id, "fact": fact.text, "event_id": event["id"]}
+
+
+async def kg_invalidate(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    change = FactInvalidate.from_wire(args, _today())
+    req = AppendRequest.from_wire(change.event(), ctx.limits)
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        event = w.append(req)
+        (ended,) = w.conn.execute("SELECT count(*) FROM kg_facts WHERE ended_by=?", (event["id"],)).fetchone()
+        return {"event": event, "ended": ended}
+
+    result = await ctx.astore.write(job)
+    return {"fact": change.text, "ended": change.ended, "facts_ended": result["ended"],
+            "event_id": result["event"]["id"]}
+
+
+async def kg_query(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    entity = clean_required("entity", args.get("entity"))
+    as_of = validate_date("as_of", args.get("as_of")) or _today()
+    direction = args.get("direction") or "both"
+    if direction not in ("outgoing", "incoming", "both"):
+        raise ValidationError("direction must be 'outgoing', 'incoming' or 'both'", field="direction")
+    result = await ctx.astore.read(ctx.store.memory_read, views.facts_about, entity, as_of, direction)
+    if not result["count"]:
+        result["candidates"] = await ctx.astore.read(ctx.store.memory_read, views.known_entities, entity)
+    return result
+
+
+# -- diaries, agents, tunnels ----------------------------------------------------------------------
+
+
+async def diary_write(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    entry = DiaryEntry.from_wire(args, ctx.limits)
+    req = AppendRequest.from_wire(entry.event(clean_optional("added_by", args.get("added_by")) or entry.agent),
+                                  ctx.limits)
+    event = await ctx.astore.write(lambda w: w.append(req))
+    return {"entry_id": diary_entry_id(event["id"]), "agent": entry.agent, "wing": entry.wing,
+            "topic": entry.topic, "timestamp": event["created_at"], "event_id": event["id"]}
+
+
+async def diary_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    agent = clean_required("agent_name", args.get("agent_name")).lower()
+    wing = clean_optional("wing", args.get("wing")) or diary_wing(agent)
+    last_n = _bounded_int(args, "last_n", DEFAULT_DIARY_LAST, MAX_DIARY_LAST)
+    page = await ctx.astore.read(ctx.store.memory_read, views.diary_page, wing, last_n)
+    return {"agent": agent, **page}
+
+
+async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Every agent the palace has seen, and whether a watcher of it is live now (anywhere)."""
+    seen = await ctx.astore.read(ctx.store.memory_read, views.agents)
+    live: dict[str, list[str]] = {}
+    for watcher in (await who(ctx, {}))["watchers"]:
+        if watcher.get("agent") and not watcher.get("daemon_silent"):
+            daemon = (watcher.get("daemon") or {}).get("name") or "here"
+            live.setdefault(watcher["agent"], []).append(daemon)
+    for agent in live:
+        seen.setdefault(agent, {"agent": agent, "wing": diary_wing(agent), "last_activity": None,
+                                "diary_entries": 0})
+    out = []
+    for agent, info in sorted(seen.items()):
+        out.append({**info, "watching": agent in live, "watching_on": sorted(set(live.get(agent, [])))})
+    return {"agents": out, "count": len(out)}
+
+
+async def tunnels(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    wing_a = clean_optional("wing_a", args.get("wing_a"))
+    wing_b = clean_optional("wing_b", args.get("wing_b"))
+    found = await ctx.astore.read(ctx.store.memory_read, views.tunnels, wing_a, wing_b)
+    return {"wing_a": wing_a, "wing_b": wing_b, "tunnels": found, "count": len(found)}
+
+
+async def memory_rebuild(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Derive the views again from the log; with ``vectors``, also throw the vector index away
+    (the worker re-embeds every drawer in the background). Progress shows in ``status``."""
+    vectors = args.get("vectors", False)
+    if not isinstance(vectors, bool):
+        raise ValidationError("vectors must be true or false", field="vectors")
+    started = time.monotonic()
+    progress = {"phase": "views", "done": 0, "total": 0}
+
+    def report(done: int, total: int) -> None:  # in the writer thread: plain assignments only
+        progress["done"], progress["total"] = done, total
+
+    ctx.memory_rebuild_progress = progress
+    try:
+        counts = await ctx.astore.write(lambda w: ctx.store.rebuild_memory(w, report))
+    finally:
+        ctx.memory_rebuild_progress = None
+    reembedding = None
+    if vectors and ctx.indexer is not None:
+        reembedding = await ctx.indexer.reset()
+    return {**counts, "seconds": round(time.monotonic() - started, 3), "vectors_reset": reembedding is not None,
+            "embedding": reembedding}
+
+
+OPS: Final = {
+    "memory_add": memory_add,
+    "search": search,
+    "drawer_get": drawer_get,
+    "kg_add": kg_add,
+    "kg_invalidate": kg_invalidate,
+    "kg_query": kg_query,
+    "diary_write": diary_write,
+    "diary_read": diary_read,
+    "agents": agents,
+    "tunnels": tunnels,
+    "memory_rebuild": memory_rebuild,
+}

@@ -1,0 +1,88 @@
+"""The op table (palaced/handlers/__init__.py): every operation of the protocol answered exactly
+once, bound to the daemon's one context, plus what the API layer answers itself (hello) and how
+an unexpected exception becomes a reply."""
+
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+import pytest
+
+from palace_proto.control import OPS
+from palace_proto.errors import ApiError, NotFound
+from palace_proto.validation import Limits
+from palaced import handlers
+from palaced.handlers import API_LAYER_OPS, HANDLERS, api_error_for, hello_result, merge_ops, op_table
+from tests.daemon.handler_context import note, open_context
+
+
+def test_every_protocol_operation_has_exactly_one_handler():
+    assert API_LAYER_OPS == {"hello", "subscribe"}
+    assert set(HANDLERS) == OPS - API_LAYER_OPS
+    names = [name for module in handlers.MODULES for name in module.OPS]
+    assert len(names) == len(set(names))
+
+
+def _module(name: str, **ops: object) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.OPS = ops  # type: ignore[attr-defined]
+    return module
+
+
+def test_an_operation_defined_twice_is_refused():
+    """Guards the explicit table: a second module claiming a name must not silently win."""
+    first, second = _module("first", ping=object()), _module("second", ping=object())
+    with pytest.raises(ValueError, match="'ping' is defined twice: in first and in second"):
+        merge_ops([first, second], frozenset({"ping"}))
+
+
+def test_an_unanswered_or_unknown_operation_is_refused():
+    with pytest.raises(ValueError, match=r"unanswered \['status'\]"):
+        merge_ops([_module("m", ping=object())], frozenset({"ping", "status"}))
+    with pytest.raises(ValueError, match=r"not in the protocol \['pong'\]"):
+        merge_ops([_module("m", ping=object(), pong=object())], frozenset({"ping"}))
+
+
+async def test_the_table_is_bound_to_one_context(tmp_path):
+    async with open_context(tmp_path) as ctx:
+        ops = op_table(ctx)
+        assert set(ops) == set(HANDLERS)
+        assert await ops["ping"]({}) == {"pong": True}
+        event = await ops["append"](note())
+        assert (await ops["get_event"]({"event_id": event["id"]}))["id"] == event["id"]
+        assert (await ops["status"]({}))["events"] == 1
+
+
+async def test_hello_reports_the_versions_origin_and_this_daemons_limits(tmp_path):
+    limits = Limits(max_body_bytes=1000, max_metadata_bytes=2000, max_artifact_bytes=3000)
+    async with open_context(tmp_path, limits=limits) as ctx:
+        hello = hello_result(ctx)
+        assert hello["version"] == 1 and hello["origin"] == ctx.store.origin_id
+        assert hello["limits"] == {"max_body_bytes": 1000, "max_metadata_bytes": 2000, "max_artifact_bytes": 3000,
+                                   "max_frame_bytes": ctx.config.max_frame_bytes}
+
+
+def test_an_unexpected_exception_becomes_an_internal_error_and_an_api_error_stays():
+    error = api_error_for(RuntimeError("boom"))
+    assert (error.code, error.message) == ("internal", "internal error: RuntimeError: boom")
+    not_found = NotFound("event 'x' not found")
+    assert api_error_for(not_found) is not_found
+    assert isinstance(error, ApiError)
+
+
+def test_the_handlers_never_import_the_api_or_the_app():
+    """Guards the one-way layering (palaced/__init__.py): api.py and app.py import the handlers."""
+    for path in Path(handlers.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                package = ["palaced", "handlers"][: 2 - node.level + 1] if node.level else []
+                base = ".".join([*package, *([node.module] if node.module else [])])
+                imported = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            for name in imported:
+                assert name.split(".")[:2] not in (["palaced", "api"], ["palaced", "app"]), f"{path.name}: {name}"
