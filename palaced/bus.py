@@ -15,11 +15,24 @@ from typing import Any, Final
 
 import trio
 
-__all__ = ["EventBus"]
+__all__ = ["EventBus", "TypeWatch"]
 
 # Why 10,000: about a second of peak append rate; watchers further behind than that re-read
 # from SQLite, which is cheap, so a larger ring would only cost memory.
 RING_SIZE: Final = 10_000
+
+
+class TypeWatch:
+    """Woken by committed batches holding an event of one of ``types`` (``EventBus.watch_types``)."""
+
+    def __init__(self, types: frozenset[str]) -> None:
+        self.types = types
+        self.event = trio.Event()
+
+    async def wait(self) -> None:
+        """Return once such a batch has been committed since the last return (or since creation)."""
+        await self.event.wait()
+        self.event = trio.Event()
 
 
 class EventBus:
@@ -32,6 +45,8 @@ class EventBus:
         self.latest_seq = latest_seq
         self._changed = trio.Event()
         self.published = 0
+        # Bounded: one per memory worker (code of this daemon, never a client, registers them).
+        self._type_watches: list[TypeWatch] = []
 
     def __repr__(self) -> str:
         return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)}>"
@@ -45,6 +60,11 @@ class EventBus:
         self.published += len(events)
         changed, self._changed = self._changed, trio.Event()
         changed.set()
+        if self._type_watches:
+            types = {event["type"] for event in events}
+            for watch in self._type_watches:
+                if not types.isdisjoint(watch.types):
+                    watch.event.set()
 
     def scrub(self, event_ids: list[str]) -> None:
         """Redacted events leave the ring body-less: a watcher replaying from the ring (subscribe
@@ -59,6 +79,13 @@ class EventBus:
                 scrubbed.pop("body_length", None)
                 self._ring[index] = scrubbed
                 event["body"] = ""  # and in place too: a reference someone still holds loses it
+
+    def watch_types(self, types: frozenset[str]) -> TypeWatch:
+        """A watch that is woken only by batches holding an event of one of ``types`` (the memory
+        worker: most appends are not memory, and waking it for each would cost every append)."""
+        watch = TypeWatch(types)
+        self._type_watches.append(watch)
+        return watch
 
     async def wait_beyond(self, seq: int) -> None:
         """Return once an event with a seq greater than ``seq`` has been committed."""

@@ -53,7 +53,7 @@ from .bus import EventBus
 from .limits import LimitLog
 from .members import BindingError, MemberDirectory
 from .store import WriteContext
-from .store.aio import AsyncStore
+from .store.aio import HEAVY_ARTIFACT_BYTES, AsyncStore
 
 __all__ = ["LinkHooks", "PeerLink"]
 
@@ -537,7 +537,8 @@ class PeerLink:
             return ctx.apply_remote(events, self.key_for, source=self.peer_id, on_applied=observe,
                                     verified_keys=verified_keys, may_redact=may_redact)
 
-        report = await self.astore.write(job)
+        # A catch-up batch (hundreds of events) commits on a thread; a live push in the loop.
+        report = await self.astore.write(job, heavy=len(events) > INLINE_VERIFY_EVENTS)
         self.received_events += len(report.applied)
         heads = await self._heads()
         if report.rejected:
@@ -642,7 +643,8 @@ class PeerLink:
         if record is None:
             raise RemoteProtocolError(f"artifact {chunk.artifact_id}: its descriptive fields break the rules "
                                       "(kind, created_by, created_at or metadata)")
-        await self.astore.write(lambda ctx: ctx.put_verified_artifact(content=content, **record))
+        await self.astore.write(lambda ctx: ctx.put_verified_artifact(content=content, **record),
+                                heavy=len(content) > HEAVY_ARTIFACT_BYTES)
         self.log.info("sent artifact %s (%d bytes)", chunk.artifact_id, len(content))
         heads = await self._heads()
         for origin in sorted(fetch.origins):

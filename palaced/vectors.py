@@ -25,7 +25,7 @@ import trio
 
 from palace_proto.memory import MEMORY_TYPES
 
-from .bus import EventBus
+from .bus import EventBus, TypeWatch
 from .embedding import Embedder, EmbeddingError
 from .files import fsync_directory
 from .store import Store
@@ -297,10 +297,11 @@ class MemoryIndexer:
                 "vector_purge_pending": self.purge_pending}
 
     async def run(self) -> None:
-        cursor = self.bus.latest_seq
+        # Registered before the first sync: nothing committed after it goes unnoticed.
+        watch = self.bus.watch_types(MEMORY_TYPES | {"event.redact"})
         last_save = trio.current_time()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_bus, cursor)
+            nursery.start_soon(self._watch_bus, watch)
             while True:
                 try:
                     await self._sync()
@@ -364,13 +365,10 @@ class MemoryIndexer:
             await done.wait()
         return self.status()
 
-    async def _watch_bus(self, cursor: int) -> None:
+    async def _watch_bus(self, watch: TypeWatch) -> None:
         while True:
-            await self.bus.wait_beyond(cursor)
-            new = self.bus.events_after(cursor, 10_000)
-            cursor = self.bus.latest_seq if not new else new[-1]["seq"]
-            if new is None or any(e["type"] in MEMORY_TYPES or e["type"] == "event.redact" for e in new):
-                self._changed.set()
+            await watch.wait()
+            self._changed.set()
 
     def _fingerprint(self) -> tuple[int, int]:
         return self.store.memory_read(

@@ -117,7 +117,7 @@ class SignedEvent:
             "base_commit": self.base_commit, "status": self.status, "ack_of": self.ack_of,
             "artifact_ids": list(self.artifact_ids),
             "body": self.body if self.body is not None else "",
-            "metadata": json.loads(self.metadata_json),
+            "metadata": json.loads(self.metadata_json) if self.metadata_json != "{}" else {},
             "created_at": self.created_at,
         }
         if self.body is None:

@@ -22,6 +22,7 @@ from palace_proto.validation import (
 )
 
 from ..store import WriteContext
+from ..store.aio import HEAVY_ARTIFACT_BYTES
 from .context import Context
 
 __all__ = ["OPS"]
@@ -66,7 +67,7 @@ def _artifact_args(ctx: Context, args: Mapping[str, Any], *, kind: str | None = 
 async def artifact_put(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     fields = _artifact_args(ctx, args)
-    record = await ctx.astore.write(lambda w: w.put_artifact(**fields))
+    record = await ctx.astore.write(lambda w: w.put_artifact(**fields), heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
     record.pop("metadata", None)
     if fields["kind"] == "patch" and (warnings := _patch_warnings(fields["content"])):
         record["warnings"] = warnings
@@ -130,7 +131,7 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         event = w.append(AppendRequest.from_wire({**wire, "artifact_ids": [artifact["id"]]}, ctx.limits))
         return {"artifact": artifact, "event": event}
 
-    result = await ctx.astore.write(job)
+    result = await ctx.astore.write(job, heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
     result["artifact"].pop("metadata", None)
     if warnings := _patch_warnings(fields["content"]):
         result["artifact"]["warnings"] = warnings

@@ -207,7 +207,7 @@ async def import_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
                                 "reason": "artifact content does not match its sha256"})
         return {**w.import_history(events, keys), "artifacts": stored_artifacts}
 
-    result = await ctx.astore.write(job)
+    result = await ctx.astore.write(job, heavy=True)
     result["refused"] = refused + result["refused"]
     result["failed"] = failures
     return result

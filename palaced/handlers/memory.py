@@ -239,7 +239,7 @@ async def memory_rebuild(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
 
     ctx.memory_rebuild_progress = progress
     try:
-        counts = await ctx.astore.write(lambda w: ctx.store.rebuild_memory(w, report))
+        counts = await ctx.astore.write(lambda w: ctx.store.rebuild_memory(w, report), heavy=True)
     finally:
         ctx.memory_rebuild_progress = None
     reembedding = None

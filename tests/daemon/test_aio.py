@@ -3,6 +3,7 @@ database) never affects the others."""
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -70,8 +71,9 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
         async with trio.open_nursery() as clients:
-            # The writer is held inside a first batch while the others queue: they form the next one.
-            clients.start_soon(astore.write, lambda ctx: (started.set(), gate.wait(10)))
+            # The writer is held inside a first batch (a heavy one: on a thread, so the loop runs on)
+            # while the others queue: they form the next one.
+            clients.start_soon(functools.partial(astore.write, heavy=True), lambda ctx: (started.set(), gate.wait(10)))
             await trio.to_thread.run_sync(started.wait)
             for i in range(10):
                 clients.start_soon(one, lambda ctx, i=i: ctx.append(req(f"a{i}")))
@@ -90,4 +92,62 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
         await astore.write(lambda ctx: ctx.append(req("resumed")))
         assert astore.statistics()["disk_full"] is None
         astore.close_writes()
+    store.close()
+
+
+async def test_a_slow_commit_sends_the_next_batches_to_a_thread(tmp_path, monkeypatch):
+    """Guards the event loop against a slow disk (issue 13): short batches commit in the loop
+    itself, but after a commit slower than SLOW_COMMIT_S they commit on a worker thread for a
+    while (status shows ``slow_disk``), so a disk that takes long to fsync never holds every
+    connection and peer for that long."""
+    from palaced.store import aio
+
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    astore = AsyncStore(store, EventBus().publish)
+    threads = []
+
+    def job(ctx):
+        threads.append(threading.current_thread())
+        return ctx.append(req("x"))
+
+    async with trio.open_nursery() as n:
+        await n.start(astore.serve_writer)
+        await astore.write(job)
+        assert threads[-1] is threading.main_thread() and astore.statistics()["slow_disk"] is False
+        monkeypatch.setattr(aio, "SLOW_COMMIT_S", 0.0)  # every commit is now "slow"
+        await astore.write(job)
+        assert threads[-1] is threading.main_thread()  # this one ran in the loop, and was slow
+        assert astore.statistics()["slow_disk"] is True
+        await astore.write(job)
+        assert threads[-1] is not threading.main_thread()  # the next one went to a thread
+        astore.close_writes()
+    store.close()
+
+
+async def test_a_heavy_write_commits_on_a_thread_while_the_loop_serves(tmp_path):
+    """Imports, rebuilds and big artifacts (``heavy``) commit on a worker thread: the event loop
+    goes on meanwhile (here: a task runs while the heavy job is held)."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    astore = AsyncStore(store, EventBus().publish)
+    held, release = threading.Event(), threading.Event()
+    ticks = []
+
+    def heavy(ctx):
+        held.set()
+        release.wait(10)
+        return ctx.append(req("heavy"))
+
+    async def tick():
+        await trio.to_thread.run_sync(held.wait)
+        for _ in range(3):
+            ticks.append(1)
+            await trio.sleep(0)
+        release.set()
+
+    async with trio.open_nursery() as n:
+        await n.start(astore.serve_writer)
+        n.start_soon(tick)
+        event = await astore.write(heavy, heavy=True)
+        astore.close_writes()
+    assert event["body"] == "heavy" and ticks == [1, 1, 1]
     store.close()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import trio
+import trio.testing
 
 from palaced.bus import EventBus
 
 
-def ev(seq):
-    return {"seq": seq, "id": f"e{seq}"}
+def ev(seq, type="note"):
+    return {"seq": seq, "id": f"e{seq}", "type": type}
 
 
 async def test_wait_beyond_wakes_on_publish(autojump_clock):
@@ -45,3 +46,29 @@ async def test_ring_after_restart_starts_empty():
     bus = EventBus(latest_seq=100)
     assert bus.events_after(100, 10) == []
     assert bus.events_after(50, 10) is None
+
+
+async def test_a_type_watch_wakes_only_for_its_types():
+    """Guards the memory worker's wake-up (issue 13): it is woken by batches holding a memory or
+    redaction event, and by nothing else (most appends are neither)."""
+    bus = EventBus()
+    watch = bus.watch_types(frozenset({"memory.drawer", "event.redact"}))
+    woke = []
+
+    async def waiter():
+        while True:
+            await watch.wait()
+            woke.append(bus.latest_seq)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        bus.publish([ev(1, type="note"), ev(2, type="task.reply")])
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == []
+        bus.publish([ev(3, type="note"), ev(4, type="memory.drawer")])
+        await trio.testing.wait_all_tasks_blocked()
+        bus.publish([ev(5, type="event.redact")])
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == [4, 5]
+        nursery.cancel_scope.cancel()

@@ -183,3 +183,31 @@ def test_redaction_drops_body_bytes_but_keeps_the_signature_valid(tmp_path, stor
     verify_event(signed, store.public_key)
     for path in tmp_path.glob("p.sqlite3*"):
         assert secret.encode() not in path.read_bytes(), path
+
+
+def test_created_at_stamps_are_utc_microseconds_and_follow_the_clock(tmp_path, key, monkeypatch):
+    """``utc_now`` reuses the formatted second (issue 13): it must still be exactly the daemon's
+    format, and change with the second."""
+    import re
+    import time as time_module
+
+    from palaced.store import store as store_module
+
+    stamp = store_module.utc_now()
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", stamp)
+    for ns, expected in [(1_780_000_000_123_456_789, "2026-05-28T20:26:40.123456Z"),
+                         (1_780_000_000_999_999_000, "2026-05-28T20:26:40.999999Z"),
+                         (1_780_000_001_000_001_000, "2026-05-28T20:26:41.000001Z"),
+                         (1_780_000_000_000_000_000, "2026-05-28T20:26:40.000000Z")]:
+        monkeypatch.setattr(time_module, "time_ns", lambda ns=ns: ns)
+        assert store_module.utc_now() == expected
+
+
+def test_the_writer_checkpoints_every_ten_thousand_pages(tmp_path, key):
+    from palaced.store.store import AUTO_CHECKPOINT_PAGES
+
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    try:
+        assert s._conn.execute("PRAGMA wal_autocheckpoint").fetchone() == (AUTO_CHECKPOINT_PAGES,) == (10_000,)
+    finally:
+        s.close()
