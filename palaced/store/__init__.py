@@ -1,4 +1,5 @@
-"""The replica's storage: synchronous apsw store (store.py) and its trio adapter (aio.py).
+"""The replica's storage: the synchronous apsw store (``store.Store``, a facade over one module per
+responsibility — see store.py) and its trio adapter (aio.py).
 
 Import direction: palace_proto → palaced.store → everything else in palaced.
 """

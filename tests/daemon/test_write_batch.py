@@ -203,7 +203,7 @@ def test_a_batch_that_purges_a_body_forgets_every_kept_event(store):
 
 
 def test_kept_events_are_bounded(store, monkeypatch):
-    monkeypatch.setattr("palaced.store.store.RECENT_SIGNED", 5)
+    monkeypatch.setattr("palaced.store.batch.RECENT_SIGNED", 5)
     store.write_batch([append(str(i)) for i in range(8)])
     assert store.committed_signed(store.origin_id, 0, 10) is None  # 1..3 are no longer kept
     assert [e.body for e in store.committed_signed(store.origin_id, 3, 10)] == ["3", "4", "5", "6", "7"]

@@ -1,0 +1,115 @@
+"""The ``origins`` table: this replica's own origin and every chain's head.
+
+Owns: minting the local origin (with a new database, a changed identity key, or to retire a
+legacy ``ori_`` origin), the nonce each key-derived origin was minted with (its binding proof),
+the chain heads (``max_seq``, ``head_hash``: the version vector) and each origin's key. Minting
+runs when the store opens; the ``*_at``/``head``/``key`` helpers take whichever connection the
+caller is on (the writer's inside a batch, a reader's otherwise); the public reads take the store
+and use the calling thread's reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Final
+
+import apsw
+
+from palace_proto.envelope import GENESIS_HASH
+from palace_proto.ids import ORIGIN_NONCE_BYTES, is_key_derived_origin, origin_id_for_key
+from palace_proto.sync import OriginHead
+
+from .clock import utc_now
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["chain_head", "ensure_origin", "head", "heads", "nonce", "origin_key", "origins_of_key", "own_origins",
+           "version_vector"]
+
+_LOGGER: Final = logging.getLogger("palaced.store")
+#: meta key prefix of the nonce each key-derived origin of this replica was minted with
+_NONCE_KEY: Final = "origin_nonce/"
+
+
+def ensure_origin(conn: apsw.Connection, public_key: bytes) -> tuple[str, bool]:
+    """The local origin id, and whether it was minted now: minted with the database, and again if
+    the identity key changed or the origin is a legacy one.
+
+    A new database always gets a fresh origin id (never reused: p2p-lessons, SSB forks). If the
+    identity key no longer matches the origin's recorded key, continuing that chain would make
+    it unverifiable, so a new origin is minted and the old one stays as signed history. A
+    legacy (random, ``ori_``) origin is retired the same way on the first start of a release
+    that speaks protocol 2: new events go to a key-derived origin (``ori2_``) that no other
+    member can claim for its own key (palace_proto.bindings).
+    """
+    row = conn.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
+    if row is not None:
+        (origin,) = row
+        key_row = conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
+        if key_row is not None and bytes(key_row[0]) == public_key:
+            if is_key_derived_origin(origin) and nonce(conn, origin) is not None:
+                return origin, False
+            _LOGGER.info("retiring legacy origin %s: its events stay as signed history; new events get a "
+                         "key-derived origin", origin)
+    minted_nonce = os.urandom(ORIGIN_NONCE_BYTES)
+    origin = origin_id_for_key(public_key, minted_nonce)
+    with conn:
+        conn.execute("INSERT INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
+                     (origin, public_key, GENESIS_HASH))
+        conn.execute("INSERT INTO meta VALUES ('origin', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                     (origin,))
+        conn.execute("INSERT INTO meta VALUES (?, ?)", (_NONCE_KEY + origin, minted_nonce.hex()))
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (utc_now(),))
+    return origin, True
+
+
+def nonce(conn: apsw.Connection, origin: str) -> bytes | None:
+    """The nonce our key-derived ``origin`` was minted with (None: not one of ours, or legacy)."""
+    row = conn.execute("SELECT value FROM meta WHERE key=?", (_NONCE_KEY + origin,)).fetchone()
+    return bytes.fromhex(row[0]) if row else None
+
+
+def chain_head(conn: apsw.Connection, origin: str) -> tuple[int, bytes]:
+    """(max_seq, head_hash) of an origin we hold a row for (0 and the genesis hash before its first event)."""
+    max_seq, head_hash = conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
+    return max_seq, bytes(head_hash)
+
+
+def head(conn: apsw.Connection, origin: str) -> OriginHead | None:
+    """The replicated head of ``origin`` (None: none of its chain held, or only as history)."""
+    row = conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
+    return OriginHead(row[0], bytes(row[1])) if row and row[0] > 0 else None
+
+
+def origin_key(conn: apsw.Connection, origin: str) -> bytes | None:
+    row = conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
+    return bytes(row[0]) if row else None
+
+
+# -- public reads (bound as Store methods; the calling thread's reader) ---------------------------
+
+
+def own_origins(store: Store) -> list[tuple[str, bytes | None]]:
+    """Every origin written with this replica's key, with the nonce it was minted with (its
+    binding proof; None for a legacy origin, whose proof is a signature made on demand)."""
+    conn = store._reader()
+    rows = conn.execute("SELECT origin FROM origins WHERE public_key=? ORDER BY origin", (store.public_key,)).fetchall()
+    return [(origin, nonce(conn, origin)) for (origin,) in rows]
+
+
+def version_vector(store: Store) -> dict[str, int]:
+    """{origin: highest contiguous origin_seq held} — the replication cursor."""
+    return dict(store._reader().execute("SELECT origin, max_seq FROM origins WHERE max_seq > 0"))
+
+
+def heads(store: Store) -> dict[str, OriginHead]:
+    """Our version vector with head hashes (what a Vector message carries)."""
+    return {o: OriginHead(m, bytes(h)) for o, m, h in
+            store._reader().execute("SELECT origin, max_seq, head_hash FROM origins WHERE max_seq > 0")}
+
+
+def origins_of_key(store: Store, public_key: bytes) -> dict[str, int]:
+    """{origin: max_seq held} for every origin written with ``public_key``."""
+    return dict(store._reader().execute("SELECT origin, max_seq FROM origins WHERE public_key=?", (public_key,)))
