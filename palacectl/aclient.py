@@ -7,30 +7,29 @@ a millisecond). A long ``wait`` is just a request whose reply comes late; cancel
 closes the connection, and the daemon stops the wait when its client goes away.
 
 The plain CLI keeps using the blocking ``client.Client`` (no trio import on its start-up path).
+Both drive the same ``ClientConnection`` state machine (proto/apiconn.py): this module only reads
+and writes the trio stream.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import trio
 
-from palace_proto.control import PROTOCOL_VERSION, api_error_from_wire, request
+from palace_proto.apiconn import NEED_DATA, ClientConnection, MalformedReply, result_of
 from palace_proto.errors import ProtocolError
-from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import default_home
 
 from .client import DaemonUnreachable, endpoint_for, socket_for
 
 __all__ = ["AsyncDaemon"]
 
+# Why 1 MiB: big receive calls keep large artifact replies to a few syscalls.
 RECEIVE_CHUNK: Final = 1 << 20
-HELLO_ID: Final = 1
-CALL_ID: Final = 2
 
 
 class AsyncDaemon:
@@ -70,35 +69,32 @@ class AsyncDaemon:
             raise self._unreachable("connection refused", where) from None
         except OSError as exc:
             raise self._unreachable(exc.strerror or str(exc), where) from None
-        token = {"token": endpoint.token} if endpoint.token else {}
         async with stream:
-            buffer = FrameBuffer(DEFAULT_MAX_FRAME_BYTES)
+            conn = ClientConnection()
             try:
-                await stream.send_all(encode_frame(request(HELLO_ID, "hello", version=PROTOCOL_VERSION,
-                                                           client=self._client_name, pid=os.getpid(), **token)))
-                hello = await self._reply(stream, buffer, HELLO_ID)
-                limit = hello.get("limits", {}).get("max_frame_bytes") if isinstance(hello, Mapping) else None
-                if isinstance(limit, int) and limit > 0:
-                    buffer.max_frame_bytes = limit + (1 << 20)  # replies can carry a whole artifact
-                await stream.send_all(encode_frame(request(CALL_ID, op, **args), max_frame_bytes=1 << 40))
-                return await self._reply(stream, buffer, CALL_ID)
+                hello_id, data = conn.hello(client=self._client_name, pid=os.getpid(), token=endpoint.token)
+                await stream.send_all(data)
+                await self._reply(stream, conn, hello_id)  # the machine raised its receive limit to the daemon's
+                call_id, data = conn.send_request(op, args)
+                await stream.send_all(data)
+                return await self._reply(stream, conn, call_id)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 raise self._unreachable("connection closed by the daemon") from None
 
-    async def _reply(self, stream: trio.abc.Stream, buffer: FrameBuffer, rid: int) -> Any:
+    async def _reply(self, stream: trio.abc.Stream, conn: ClientConnection, rid: int) -> Any:
         while True:
             try:
-                message = buffer.next_frame()
+                event = conn.next_event()
+            except MalformedReply:
+                continue  # not a message map: not ours either (the frame is consumed)
             except ProtocolError as exc:
                 raise DaemonUnreachable(f"palaced sent a malformed reply: {exc.message}") from None
-            if message is NEED_DATA:
+            if event is NEED_DATA:
                 data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     raise self._unreachable("connection closed by the daemon")
-                buffer.feed(data)
+                conn.receive_data(data)
                 continue
-            if not isinstance(message, Mapping) or message.get("id") != rid:
+            if event.id != rid:
                 continue  # not ours (there are no pushes on a plain request connection)
-            if message.get("ok"):
-                return message.get("result")
-            raise api_error_from_wire(message.get("error"))
+            return result_of(event.message)

@@ -1,8 +1,9 @@
 """Synchronous client of palaced's local API (Unix socket, or loopback TCP with a token).
 
 Owns: finding the daemon (its home's ``api.json`` if it listens on TCP, else its Unix socket:
-proto/paths.py), connecting, the hello handshake, request/reply calls and reading subscription
-pushes.
+proto/paths.py), connecting, and the socket IO of request/reply calls and subscription pushes.
+What is sent when (the hello first, request ids, replies paired with requests, pushes told from
+replies, the receive limit) is the ``ClientConnection`` state machine's (proto/apiconn.py).
 Deliberately blocking and trio-free: palacectl runs in agents' loops, so a simple command must
 start fast (stdlib socket + msgpack only). The daemon pushes watch events over the socket; the
 client only blocks in ``recv`` (no polling anywhere).
@@ -13,13 +14,11 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.control import PROTOCOL_VERSION, api_error_from_wire, request
+from palace_proto.apiconn import NEED_DATA, ClientConnection, MalformedReply, Push, Reply, result_of
 from palace_proto.errors import ProtocolError
-from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import ApiEndpoint, api_file, default_home, parse_api_file, socket_path
 
 __all__ = ["Client", "DaemonUnreachable", "IdleTimeout", "endpoint_for", "home_from", "socket_for"]
@@ -91,8 +90,7 @@ class Client:
         self.endpoint: ApiEndpoint | None = None
         self._client_name = client_name
         self._sock: socket.socket | None = None
-        self._buffer = FrameBuffer(DEFAULT_MAX_FRAME_BYTES)
-        self._next_id = 1
+        self._conn = ClientConnection()
         self.hello: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -132,51 +130,51 @@ class Client:
         except OSError as exc:
             raise self._unreachable(exc.strerror or str(exc)) from None
         self._sock = sock
-        token = {"token": endpoint.token} if endpoint.token else {}
+        self._conn = ClientConnection()
         try:
-            self.hello = self.call("hello", version=PROTOCOL_VERSION, client=self._client_name, pid=os.getpid(),
-                                   **token)
+            rid, data = self._conn.hello(client=self._client_name, pid=os.getpid(), token=endpoint.token)
+            self._sendall(data)
+            self.hello = self._result(rid)  # the machine raised its receive limit to the daemon's
         except BaseException:
             self.close()  # refused (a limit, a bad token, another version): no socket left behind
             raise
-        limit = self.hello.get("limits", {}).get("max_frame_bytes")
-        if isinstance(limit, int) and limit > 0:
-            # Replies can carry an artifact of up to the daemon's limit.
-            self._buffer.max_frame_bytes = limit + (1 << 20)
 
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
 
-    def send(self, op: str, **args: Any) -> int:
-        """Send one request without waiting; returns its id."""
+    def _sendall(self, data: bytes) -> None:
         assert self._sock is not None, "not connected"
-        rid = self._next_id
-        self._next_id += 1
         try:
-            self._sock.sendall(encode_frame(request(rid, op, **args), max_frame_bytes=1 << 40))
+            self._sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError):
             raise self._unreachable("connection closed by the daemon") from None
-        return rid
 
-    def receive(self, timeout: float | None = None) -> dict[str, Any]:
-        """Read the next message (reply or push).
+    def send(self, op: str, **args: Any) -> int:
+        """Send one request without waiting; returns its id.
 
         Raises:
-            IdleTimeout: nothing arrived within ``timeout`` seconds.
-            DaemonUnreachable: the daemon closed the connection.
+            LocalProtocolError: ``args`` is not encodable as msgpack.
         """
         assert self._sock is not None, "not connected"
+        rid, data = self._conn.send_request(op, args)
+        self._sendall(data)
+        return rid
+
+    def _next_event(self, timeout: float | None) -> Reply | Push:
+        """The next reply or push, reading as needed (see ``receive`` for the errors)."""
+        assert self._sock is not None, "not connected"
+        conn = self._conn
         while True:
             try:
-                message = self._buffer.next_frame()
+                event = conn.next_event()
+            except MalformedReply:
+                raise DaemonUnreachable("palaced sent a malformed reply") from None
             except ProtocolError as exc:
                 raise DaemonUnreachable(f"palaced sent a malformed reply: {exc.message}") from None
-            if message is not NEED_DATA:
-                if not isinstance(message, Mapping):
-                    raise DaemonUnreachable("palaced sent a malformed reply")
-                return dict(message)
+            if event is not NEED_DATA:
+                return event
             self._sock.settimeout(timeout)
             try:
                 data = self._sock.recv(RECEIVE_CHUNK)
@@ -186,7 +184,23 @@ class Client:
                 data = b""
             if not data:
                 raise self._unreachable("connection closed by the daemon")
-            self._buffer.feed(data)
+            conn.receive_data(data)
+
+    def receive(self, timeout: float | None = None) -> dict[str, Any]:
+        """Read the next message (reply or push).
+
+        Raises:
+            IdleTimeout: nothing arrived within ``timeout`` seconds.
+            DaemonUnreachable: the daemon closed the connection.
+        """
+        return dict(self._next_event(timeout).message)
+
+    def _result(self, rid: int) -> Any:
+        """Read until the reply to ``rid`` (or a connection-level error, id null); its result."""
+        while True:
+            event = self._next_event(None)
+            if event.id == rid or event.id is None:
+                return result_of(event.message)
 
     def call(self, op: str, **args: Any) -> Any:
         """Send a request and return its result.
@@ -195,11 +209,4 @@ class Client:
             ApiError: the daemon answered with an error (``code`` says which).
             DaemonUnreachable: the connection failed.
         """
-        rid = self.send(op, **args)
-        while True:
-            reply = self.receive()
-            if reply.get("id") == rid or reply.get("id") is None:
-                break
-        if reply.get("ok"):
-            return reply.get("result")
-        raise api_error_from_wire(reply.get("error"))
+        return self._result(self.send(op, **args))

@@ -1,9 +1,12 @@
 """The local control API: a Unix socket (mode 0600), or loopback TCP with a bearer token,
 speaking framed msgpack requests.
 
-Owns: accepting connections, framing, the hello handshake (which, over TCP, must carry the token
-this daemon wrote to ``api.json``: proto/paths.py), dispatching requests to palaced/handlers,
-writing replies, and streaming subscriptions (proto/PROTOCOL.md, "Local API"). One task reads
+Owns: accepting connections and each connection's IO: reading, queueing, timeouts, refusals,
+dispatching requests to palaced/handlers, writing replies, and streaming subscriptions
+(proto/PROTOCOL.md, "Local API"). What may be sent when is not decided here: framing, the hello
+handshake (which, over TCP, must carry the token this daemon wrote to ``api.json``:
+proto/paths.py), the frame limits and the streaming rule are the ``ServerConnection`` state
+machine's (proto/apiconn.py), one per connection. One task reads
 each connection (so a disconnect is noticed at once, even mid-wait) and one processes its
 requests in order. Garbage never takes the daemon down: a malformed request gets an error reply,
 an undecodable or oversized frame gets an error reply and the connection is closed, and every
@@ -39,24 +42,22 @@ from typing import Any, Final, NoReturn
 
 import trio
 
-from palace_proto.control import (
-    HELLO_TIMEOUT_S,
-    OPS,
-    PRE_HELLO_MAX_FRAME_BYTES,
+from palace_proto.apiconn import (
+    NEED_DATA,
+    ConnectionClosed,
+    HelloRequest,
+    ProtocolViolation,
     Request,
-    check_hello,
-    error_reply,
-    ok_reply,
-    parse_request,
-    token_matches,
+    ServerConnection,
+    error_frame,
 )
-from palace_proto.errors import ApiError, FrameTooLarge, LocalProtocolError, ProtocolError, VersionMismatch
-from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
+from palace_proto.control import HELLO_TIMEOUT_S, OPS, PRE_HELLO_MAX_FRAME_BYTES
+from palace_proto.errors import ApiError, LocalProtocolError
 from palace_proto.paths import ApiEndpoint, api_file, api_file_text, socket_path
 
 from .files import write_atomically
-from .limits import LimitLog
 from .handlers import BoundHandler, Context, api_error_for, hello_result, subscribe
+from .limits import LimitLog
 
 __all__ = ["ApiConnections", "ApiListenError", "SocketPathTooLong", "serve_api"]
 
@@ -258,46 +259,42 @@ class ApiConnections:
 
 
 class _Connection:
-    """One client connection: a reader task and a request processor sharing a send lock, plus a
-    watchdog that closes it if no hello succeeds in time."""
+    """One client connection's IO: a reader task and a request processor sharing a send lock,
+    plus a watchdog that closes it if no hello succeeds in time. What may be sent when, the frame
+    limits and the hello's verdict are the ``ServerConnection`` state machine's (proto/apiconn.py);
+    this class reads, writes, times out, queues and keeps the books."""
 
     def __init__(self, stream: trio.SocketStream, ctx: Context, ops: dict[str, BoundHandler], max_frame_bytes: int,
                  token: str | None = None, *, client: str = "unknown",
                  connections: ApiConnections | None = None) -> None:
         self.id = next(_connection_ids)
-        self.token = token  # over TCP: what hello must carry
         self.stream = stream
         self.ctx = ctx
         self.client = client
         self.connections = connections if connections is not None else ApiConnections()
         self.ops = ops
-        self.max_frame_bytes = max_frame_bytes
-        # Before hello a frame is a hello, or garbage: the limit rises once a hello succeeds.
-        self.buffer = FrameBuffer(min(PRE_HELLO_MAX_FRAME_BYTES, max_frame_bytes))
+        self.conn = ServerConnection(max_frame_bytes, token=token)
         self.send_lock = trio.Lock()
         self.greeted_event = trio.Event()
         # Set by the processor when the hello the reader handed it has been answered.
         self._hello_answered: trio.Event | None = None
-        self.streaming = False
         self.requests = 0
         #: requests handed to the processor and not yet answered
         self._queued = 0
 
     @property
     def greeted(self) -> bool:
-        return self.greeted_event.is_set()
+        return self.conn.greeted
 
     def __repr__(self) -> str:
-        return f"<Connection #{self.id} {self.client} greeted={self.greeted} requests={self.requests}>"
+        return f"<Connection #{self.id} {self.client} {self.conn.state.name} requests={self.requests}>"
 
-    async def send(self, message: dict[str, Any], *, timeout: float = SEND_TIMEOUT_S) -> None:
+    async def send(self, data: bytes, *, timeout: float = SEND_TIMEOUT_S) -> None:
         """Write one whole frame; shielded so a cancel cannot leave half a frame on the socket.
 
         Raises:
-            LocalProtocolError: the message cannot be encoded (a bug in a handler's result).
             trio.BrokenResourceError: the client is gone or stopped reading for ``timeout`` s.
         """
-        data = encode_frame(message, max_frame_bytes=1 << 40)
         async with self.send_lock:
             # Fast path: a reply nearly always fits in the socket buffer, and writing it directly
             # skips two scheduler passes per reply (a third of the per-request cost under load).
@@ -317,7 +314,7 @@ class _Connection:
                 raise trio.BrokenResourceError("client stopped reading")
 
     async def run(self) -> None:
-        send_req, recv_req = trio.open_memory_channel[Request](REQUEST_QUEUE)
+        send_req, recv_req = trio.open_memory_channel[Request | HelloRequest](REQUEST_QUEUE)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._hello_deadline, nursery.cancel_scope)
             nursery.start_soon(self._process, recv_req, nursery.cancel_scope)
@@ -336,183 +333,161 @@ class _Connection:
                                         "(send hello with the protocol version first)", code="hello_timeout"))
         scope.cancel(reason="no hello in time")
 
-    async def _read(self, send_req: trio.MemorySendChannel[Request]) -> None:
+    async def _read(self, send_req: trio.MemorySendChannel[Request | HelloRequest]) -> None:
+        conn = self.conn
         async with send_req:
             while True:
                 try:
                     data = await self.stream.receive_some(RECEIVE_CHUNK)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
-                self.buffer.feed(data)
+                conn.receive_data(data)
                 while True:
-                    try:
-                        message = self.buffer.next_frame()
-                    except FrameTooLarge as exc:
-                        await self._frame_too_large(exc)
-                        return
-                    except ProtocolError as exc:
-                        if data:
-                            if self.greeted:
-                                LOGGER.warning("connection #%d: %s; closing", self.id, exc.message)
-                            else:
-                                self.connections.refused("pre_hello_garbage", f"local API: closed a connection from "
-                                                           f"{self.client} that sent undecodable bytes before hello "
-                                                           f"({exc.message})")
-                            await self._send_error(None, ApiError(exc.message, code="bad_request"))
-                        return
-                    if message is NEED_DATA:
+                    event = conn.next_event()
+                    if event is NEED_DATA:
                         break
-                    try:
-                        request = parse_request(message)
-                    except ProtocolError as exc:
-                        rid = message.get("id") if isinstance(message, dict) else None
-                        await self._send_error(rid if type(rid) is int else None, ApiError(exc.message, code="bad_request"))
+                    if type(event) is Request:
+                        if self._queued == 0 and event.op in INLINE_OPS and not event.args.get("replicated"):
+                            # Short, and nothing queued for the processor before it (replies keep
+                            # their order): answered here, one scheduler pass sooner than through
+                            # the processor (most requests of an agent's loop). Only ops that
+                            # cannot wait long: the reader must get back to reading soon, to
+                            # notice a client that leaves.
+                            self.requests += 1
+                            try:
+                                await self._handle(event)
+                            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                                return
+                            continue
+                    elif type(event) is ProtocolViolation:
+                        if event.fatal:
+                            await self._fatal(event)
+                            return
+                        await self._send_error(event.id, event.error)
                         continue
+                    elif type(event) is ConnectionClosed:
+                        return
                     # Never block here: the reader must keep reading to notice EOF (a client that
                     # leaves mid-watch), so a request that cannot be queued is refused instead.
-                    if self.streaming:
-                        await self._send_error(request.id, ApiError(
-                            "this connection is streaming a subscription; open another connection for requests",
-                            code="bad_request"))
-                        continue
-                    if self._answer_inline(request):
-                        # Short and nothing queued before it: answered here, one scheduler pass
-                        # sooner than through the processor (most requests of an agent's loop).
-                        self.requests += 1
-                        try:
-                            await self._handle(request)
-                        except (trio.BrokenResourceError, trio.ClosedResourceError):
-                            return
-                        continue
                     try:
                         self._queued += 1
-                        send_req.send_nowait(request)
+                        send_req.send_nowait(event)
                     except trio.WouldBlock:
                         self._queued -= 1
-                        await self._send_error(request.id, ApiError(
+                        await self._send_error(event.id, ApiError(
                             f"too many pipelined requests (at most {REQUEST_QUEUE} waiting); wait for replies",
                             code="bad_request"))
                         continue
-                    if request.op == "hello" and not self.greeted:
+                    if type(event) is HelloRequest and not conn.greeted:
                         # The one wait of the reader, for microseconds: frames after a hello are
                         # judged by its outcome (their size limit rises only once it succeeded), so
                         # a client that pipelines after its hello is not at the mercy of a race.
                         # (send_nowait did not yield: the processor cannot have answered it yet.)
                         self._hello_answered = trio.Event()
                         await self._hello_answered.wait()
-                if not data:
-                    return
 
-    async def _frame_too_large(self, exc: FrameTooLarge) -> None:
-        if self.greeted:
-            LOGGER.warning("connection #%d: %s; closing", self.id, exc)
-            await self._send_error(None, ApiError(exc.message, code=exc.code))
+    async def _fatal(self, violation: ProtocolViolation) -> None:
+        """An oversized or undecodable frame: answer it (the stream is out of sync) and close."""
+        if violation.limit == "pre_hello_frame_bytes":
+            self.connections.refused("pre_hello_frame_bytes", f"local API: closed a connection from {self.client} "
+                                     f"that sent a frame over {PRE_HELLO_MAX_FRAME_BYTES} bytes before hello "
+                                     f"({violation.reason})")
+            await self._send_final(violation.error)
             return
-        self.connections.refused("pre_hello_frame_bytes", f"local API: closed a connection from {self.client} that "
-                                 f"sent a frame over {PRE_HELLO_MAX_FRAME_BYTES} bytes before hello ({exc.message})")
-        await self._send_final(ApiError(
-            f"{exc.message} before hello: until a hello succeeds a frame may be at most {PRE_HELLO_MAX_FRAME_BYTES} "
-            "bytes; send hello first and wait for its reply", code=exc.code))
+        if violation.limit == "pre_hello_garbage":
+            self.connections.refused("pre_hello_garbage", f"local API: closed a connection from {self.client} that "
+                                     f"sent undecodable bytes before hello ({violation.reason})")
+        else:
+            LOGGER.warning("connection #%d: %s; closing", self.id, violation.reason)
+        await self._send_error(None, violation.error)
 
     async def _send_error(self, rid: int | None, error: ApiError) -> None:
         try:
-            await self.send(error_reply(rid, error))
+            await self.send(self.conn.error(rid, error))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
     async def _send_final(self, error: ApiError, rid: int | None = None) -> None:
         """The last frame before the daemon closes the connection: tried briefly, never waited on."""
         try:
-            await self.send(error_reply(rid, error), timeout=REFUSAL_SEND_TIMEOUT_S)
+            await self.send(self.conn.error(rid, error), timeout=REFUSAL_SEND_TIMEOUT_S)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    def _answer_inline(self, request: Request) -> bool:
-        """Whether the reader may answer ``request`` itself: a greeted connection, nothing queued
-        for the processor (replies keep their order), and an op that cannot wait long (the reader
-        must get back to reading soon, to notice a client that leaves)."""
-        return (self.greeted and self._queued == 0 and request.op in INLINE_OPS
-                and not request.args.get("replicated"))
-
-    async def _process(self, recv_req: trio.MemoryReceiveChannel[Request], scope: trio.CancelScope) -> None:
-        async for request in recv_req:
+    async def _process(self, recv_req: trio.MemoryReceiveChannel[Request | HelloRequest],
+                       scope: trio.CancelScope) -> None:
+        async for event in recv_req:
             self.requests += 1
             try:
-                await self._handle(request)
+                if type(event) is HelloRequest:
+                    await self._hello(event)
+                else:
+                    await self._handle(event)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 # Nothing more can be answered: end the connection (the reader too).
                 scope.cancel(reason="cannot write to the client")
                 return
             finally:
                 self._queued -= 1
-                if request.op == "hello" and self._hello_answered is not None:
+                if type(event) is HelloRequest and self._hello_answered is not None:
                     self._hello_answered.set()
 
-    async def _hello(self, request: Request) -> None:
-        try:
-            check_hello(request.args)
-        except VersionMismatch as exc:
-            await self.send(error_reply(request.id, ApiError(exc.message, code=exc.code)))
-            return
-        if self.token is not None and not token_matches(request.args.get("token"), self.token):
+    async def _hello(self, hello: HelloRequest) -> None:
+        error = self.conn.accept_hello(hello)
+        if error is None:
+            if not self.greeted_event.is_set():
+                self.connections.greeted(self.client)
+                self.greeted_event.set()
+            await self.send(self.conn.reply(hello.id, hello_result(self.ctx)))
+        elif error.code == "unauthorized":
             self.connections.refused("unauthorized", f"local API: refused a connection from {self.client}: its hello "
                                      "carried no valid token")
-            await self._send_final(ApiError(
-                "this palaced's TCP API needs the token from its home's api.json (palacectl reads it "
-                "by itself: is --home right?)", code="unauthorized"), request.id)
+            await self._send_final(error, hello.id)
             # Close it: the reader task then stops, and nothing more is answered.
             await trio.aclose_forcefully(self.stream)
-            return
-        if not self.greeted:
-            self.buffer.max_frame_bytes = self.max_frame_bytes
-            self.connections.greeted(self.client)
-            self.greeted_event.set()
-        await self.send(ok_reply(request.id, hello_result(self.ctx)))
+        else:
+            await self.send(self.conn.error(hello.id, error))
 
     async def _handle(self, request: Request) -> None:
-        if request.op == "hello":
-            await self._hello(request)
-            return
-        if not self.greeted:
-            await self.send(error_reply(request.id, ApiError(
-                "the first request on a connection must be 'hello' with the protocol version", code="bad_request")))
-            return
         if request.op == "subscribe":
             await self._subscribe(request)
             return
         handler = self.ops.get(request.op)
         if handler is None:
-            await self.send(error_reply(request.id, ApiError(
+            await self.send(self.conn.error(request.id, ApiError(
                 f"unknown operation {request.op!r} (known: {', '.join(sorted(OPS))})", code="unknown_op")))
             return
+        result: Any = None
+        error: ApiError | None = None
         try:
             result = await handler(request.args)
         except ApiError as exc:
-            reply = error_reply(request.id, exc)
+            error = exc
         except LocalProtocolError:
             raise
         except Exception as exc:  # a bug in a handler: log it loudly, answer, keep serving others
             LOGGER.exception("connection #%d: %s failed", self.id, request.op)
-            reply = error_reply(request.id, api_error_for(exc))
-        else:
-            reply = ok_reply(request.id, result)
+            error = api_error_for(exc)
         try:
-            await self.send(reply)
+            data = self.conn.reply(request.id, result) if error is None else self.conn.error(request.id, error)
         except LocalProtocolError as exc:  # a result msgpack cannot encode: a bug, never fatal
             LOGGER.exception("connection #%d: the reply to %s could not be encoded", self.id, request.op)
-            await self.send(error_reply(request.id, api_error_for(exc)))
+            data = self.conn.error(request.id, api_error_for(exc))
+        await self.send(data)
 
     async def _subscribe(self, request: Request) -> None:
-        async def push(message: dict[str, Any]) -> None:
-            await self.send({"id": request.id, **message})
+        conn = self.conn
 
-        self.streaming = True
+        async def push(message: dict[str, Any]) -> None:
+            await self.send(conn.push(request.id, message))
+
+        conn.start_stream()
         try:
             await subscribe(self.ctx, request.args, push, self.id)
         except ApiError as exc:
-            await self.send(error_reply(request.id, exc))
+            await self.send(conn.error(request.id, exc))
         finally:
-            self.streaming = False
+            conn.end_stream()
 
 
 def _is_disconnect(exc: BaseException) -> bool:
@@ -539,7 +514,7 @@ async def _refuse(stream: trio.SocketStream, error: ApiError, connections: ApiCo
     """Send a refused client its error frame, give it a moment to send its hello, and close."""
     try:
         with trio.move_on_after(REFUSAL_SEND_TIMEOUT_S):
-            await stream.send_all(encode_frame(error_reply(None, error)))
+            await stream.send_all(error_frame(None, error))
         if connections.lingering < MAX_LINGERING_REFUSALS:
             connections.lingering += 1
             try:
