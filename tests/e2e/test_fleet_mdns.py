@@ -34,8 +34,9 @@ def test_daemons_find_each_other_by_mdns_and_replicate(daemon_factory, short_tmp
             append(b.home, "and you")
             wait_converged(a, b)
             assert ctl_json(b.home, "list")["events"][0]["id"] == sent["id"]
+            # Beta may still be announcing itself (mDNS "starting") when alpha has already heard it.
+            wait_until(lambda: ctl_json(b.home, "peers")["mdns"] == "on", "beta's mDNS to be on")
             view = ctl_json(b.home, "peers")
-            assert view["mdns"] == "on"
             # Found by mDNS (and, when alpha's dial won the tie-break, also seen as incoming).
             assert [(p["name"], "mdns" in p["found_by"], p["addresses"][0]["address"]) for p in view["peers"]] == [
                 ("alpha", True, f"{SUBNET}.1:7437")]
