@@ -157,6 +157,9 @@ class AsyncStore:
             self._room.acquire_nowait()  # the usual case: no scheduler pass on the way in
         except trio.WouldBlock:
             await self._room.acquire()
+            if self._closed:  # shutdown began while this write waited for room
+                self._room.release()
+                raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
         pending = _Pending(job, heavy)
         self._queue.append(pending)
         # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
