@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import signal
 import sys
 import time
@@ -125,4 +126,11 @@ def _find_startup_error(exc: BaseException) -> BaseException | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # Stopped: the database is closed. Exit now rather than at the interpreter's pace, which waits
+    # for every executor thread — the embedding model's may still be loading the model (seconds on
+    # a busy machine), and a service manager would see a daemon that does not stop on SIGTERM.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
