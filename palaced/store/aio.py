@@ -9,8 +9,10 @@ appends) commits in the event loop itself: no thread hop on the way in or out, w
 lone append's latency; while it commits, new requests gather in their sockets and form the next
 batch. Heavy writes (imports, memory rebuilds, big artifacts, catch-up batches from peers) and
 WAL checkpoints run on a worker thread, so the loop keeps serving meanwhile; so does every batch
-for a while after a commit that took longer than ``SLOW_COMMIT_S`` (a slow disk). Reads run in
-worker threads under a ``CapacityLimiter`` with per-thread connections.
+for a while once commits keep taking longer than ``SLOW_COMMIT_S`` (a slow disk; one slow commit,
+a hiccup of a virtual disk, is not one). The WAL is copied back into the database file in the
+background while commits go on (``_copy_back``), never inside a commit. Reads run in worker
+threads under a ``CapacityLimiter`` with per-thread connections.
 
 A failing write never stops the writer: a job that raises fails alone (store.write_batch), a batch
 that cannot commit fails every job in it, and a full disk is answered ``disk_full`` (logged once
@@ -34,6 +36,7 @@ from palace_proto.errors import ApiError
 
 from .backup import wal_bytes
 from .store import DiskFullError, Store, StoreError, WriteBatchResult, WriteContext
+from .wal import COPY_BACK_PAGES
 
 __all__ = ["HEAVY_ARTIFACT_BYTES", "AsyncStore"]
 
@@ -51,7 +54,14 @@ HEAVY_ARTIFACT_BYTES: Final = 1 << 20
 # spinning disk under load), and would hold the event loop (every connection, every peer) for as
 # long each time, so batches go to a thread...
 SLOW_COMMIT_S: Final = 0.02
-# ...for this long after a slow one (then the loop tries again: the disk may have been busy).
+# ...once this many commits within SLOW_WINDOW_S were that slow. Why 3 in 2 s: a virtual disk
+# stalls a single fsync now and then (seen here: 20-40 ms, every few seconds under load), which
+# says nothing about the next one, and a lone slow commit used to send every batch to a thread
+# for seconds (a thread hop per batch: a lone append's latency doubled). A disk that is slow
+# takes three slow commits in well under a second...
+SLOW_COMMITS: Final = 3
+SLOW_WINDOW_S: Final = 2.0
+# ...for this long (then the loop tries again: the disk may have been busy).
 SLOW_DISK_BACKOFF_S: Final = 10.0
 # Why 4: reads are short index lookups; more threads than cores only add contention on 2 cores.
 READ_THREADS: Final = 4
@@ -106,6 +116,14 @@ class AsyncStore:
         self._closed = False
         #: until when batches commit on a thread because the disk was slow (monotonic seconds)
         self._slow_until = 0.0
+        #: when the last few slow commits ended (monotonic seconds)
+        self._slow_commits: collections.deque[float] = collections.deque(maxlen=SLOW_COMMITS)
+        #: set when the WAL has grown enough to be copied back (``_copy_back`` waits for it)
+        self._copy_wanted = trio.Event()
+        #: a copy is under way: its bulk on a thread, or its tail still due (``_copy_tail_due``)
+        self._copying = False
+        self._copy_tail_due = False
+        self.wal_copies = 0
         self._last_write = time.monotonic()
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self.batches = 0
@@ -128,7 +146,7 @@ class AsyncStore:
 
     def statistics(self) -> dict[str, Any]:
         return {"batches": self.batches, "writes": self.writes, "queued": len(self._queue),
-                "wal_checkpoints": self.checkpoints,
+                "wal_checkpoints": self.checkpoints, "wal_copies": self.wal_copies,
                 "wal_blocked_s": None if self.checkpoint_blocked_since is None
                 else round(time.monotonic() - self.checkpoint_blocked_since, 1),
                 "checkpoint_error": self.checkpoint_error,
@@ -186,6 +204,8 @@ class AsyncStore:
             await trio.lowlevel.cancel_shielded_checkpoint()
             while self._queue:
                 await self._commit(self._take_batch())
+                if self._copy_tail_due:
+                    await self._copy_tail()
                 if self._checkpoint_due(BUSY_WAL_BYTES, CHECKPOINT_RETRY_S):
                     await self._checkpoint()
         finally:
@@ -229,10 +249,7 @@ class AsyncStore:
                 result = self.store.write_batch(jobs)
                 took = time.perf_counter() - started
                 if took > SLOW_COMMIT_S:
-                    if time.monotonic() >= self._slow_until:
-                        LOGGER.info("a commit took %.0f ms (a slow or busy disk): writes commit on a thread for %.0f s",
-                                    took * 1000, SLOW_DISK_BACKOFF_S)
-                    self._slow_until = time.monotonic() + SLOW_DISK_BACKOFF_S
+                    self._note_slow_commit(took)
         except DiskFullError as exc:
             # Nothing of the batch was written; every job is told so, and the next batch tries again.
             self._note_disk_full(exc, len(batch))
@@ -247,6 +264,18 @@ class AsyncStore:
             self._answer(batch, [(False, error)] * len(batch))
             raise
         await self._committed(batch, result)
+
+    def _note_slow_commit(self, took: float) -> None:
+        now = time.monotonic()
+        self._slow_commits.append(now)
+        if len(self._slow_commits) < SLOW_COMMITS or now - self._slow_commits[0] > SLOW_WINDOW_S:
+            return
+        self._slow_commits.clear()
+        if now >= self._slow_until:
+            LOGGER.info("%d commits within %.0f s took over %.0f ms, the last %.0f ms (a slow or busy disk): "
+                        "writes commit on a thread for %.0f s", SLOW_COMMITS, SLOW_WINDOW_S, SLOW_COMMIT_S * 1000,
+                        took * 1000, SLOW_DISK_BACKOFF_S)
+        self._slow_until = now + SLOW_DISK_BACKOFF_S
 
     async def _committed(self, batch: list[_Pending], result: WriteBatchResult) -> None:
         if result.purged and self._on_purged is not None:
@@ -265,6 +294,8 @@ class AsyncStore:
         self._answer(batch, result.outcomes)
         if result.events:
             self._on_committed(result.events)
+        if self.store.wal_pages >= COPY_BACK_PAGES and not self._copying:
+            self._copy_wanted.set()
 
     def _answer(self, batch: list[_Pending], outcomes: list[tuple[bool, Any]]) -> None:
         for p, (ok, value) in zip(batch, outcomes, strict=True):
@@ -286,12 +317,15 @@ class AsyncStore:
         """
         task_status.started()
         try:
-            while not self._closed:
-                await trio.sleep(IDLE_CHECKPOINT_S / 5)
-                if not self._leading and time.monotonic() - self._last_write >= IDLE_CHECKPOINT_S:
-                    await self._maintain(self._idle)
-            while self._leading:  # the last leader answers what it took
-                await self._not_leading.wait()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._copy_back)
+                while not self._closed:
+                    await trio.sleep(IDLE_CHECKPOINT_S / 5)
+                    if not self._leading and time.monotonic() - self._last_write >= IDLE_CHECKPOINT_S:
+                        await self._maintain(self._idle)
+                while self._leading:  # the last leader answers what it took
+                    await self._not_leading.wait()
+                nursery.cancel_scope.cancel()  # a copy under way finishes first (its thread is waited for)
         finally:
             self._closed = True
             self._fail_queued(ApiError("palaced is shutting down", code="shutting_down"))
@@ -303,8 +337,44 @@ class AsyncStore:
 
     # -- maintenance (under the writer lock) -----------------------------------------------------
 
+    async def _copy_back(self) -> None:
+        """Whenever a commit left COPY_BACK_PAGES in the WAL: copy them back into the database
+        file on a worker thread, while batches go on committing in the loop (no writer lock).
+        What the batches committed meanwhile is copied by the leader between two batches
+        (``_copy_tail``): only then has every page been copied with no commit in between, which
+        is what lets the next commit start the WAL over instead of growing it."""
+        while True:
+            await self._copy_wanted.wait()
+            self._copy_wanted = trio.Event()
+            self._copying = True
+            if await self._run_copy():
+                self._copy_tail_due = True
+            else:
+                self._copying = False
+
+    async def _copy_tail(self) -> None:
+        """The leader, between two batches: copy what the WAL gained during the bulk copy."""
+        self._copy_tail_due = False
+        try:
+            if await self._run_copy():
+                self.wal_copies += 1
+        finally:
+            self._copying = False
+
+    async def _run_copy(self) -> bool:
+        try:
+            await trio.to_thread.run_sync(self.store.copy_back)
+        except StoreError as exc:
+            # Nothing is lost (the WAL keeps every page); the next big WAL tries again, and the
+            # writer's own truncation (``_checkpoint``) reports a lasting failure in ``status``.
+            LOGGER.warning("copying the WAL back into the database failed: %s", exc)
+            return False
+        return True
+
     def _checkpoint_due(self, wal_limit: int, every_s: float) -> bool:
         now = time.monotonic()
+        if self._copying:  # a copy is under way (it would only make this one wait): later
+            return False
         if self.checkpoint_error is not None and now - self._checkpoint_error_at < CHECKPOINT_ERROR_RETRY_S:
             return False
         if now - self._last_checkpoint_try <= every_s or now - self._wal_checked_at < WAL_CHECK_S:
@@ -368,6 +438,8 @@ class AsyncStore:
         that space has returned."""
         if self.store.redactions_pending_checkpoint:
             await self._purge_wal()
+        if self._copy_tail_due:
+            await self._copy_tail()
         if self.disk_full_since is not None:
             free = await trio.to_thread.run_sync(lambda: shutil.disk_usage(self.store.path.parent).free)
             if free >= DISK_ROOM_BYTES:

@@ -1,7 +1,7 @@
 """Opening the database: its connections, its migrations, and the memory views kept in step.
 
-Owns: how a connection is configured (the writer's WAL, ``synchronous=FULL``, ``secure_delete``
-and checkpoint interval; a reader's ``query_only``), the numbered scripts of ``schema/`` applied
+Owns: how a connection is configured (the writer's WAL, ``synchronous=FULL`` and
+``secure_delete``; a reader's ``query_only``), the numbered scripts of ``schema/`` applied
 in order (each in its own transaction, with the Python step SQL alone cannot do), refusing a
 database written by a newer palace, and deriving the memory views again when their derivation
 changed. Runs on the thread that opens the store, or as a writer job (``rebuild_memory``).
@@ -24,7 +24,6 @@ from . import memory_views
 from .clock import utc_now
 from .errors import StoreError
 from .queries import signed_event_at
-from .wal import AUTO_CHECKPOINT_PAGES
 
 __all__ = ["connect", "ensure_memory_views", "migrate", "rebuild_memory"]
 
@@ -46,7 +45,6 @@ def connect(path: Path, *, write: bool) -> apsw.Connection:
             # Redaction must leave no bytes behind in freed space of the database file.
             conn.execute("PRAGMA secure_delete=ON")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA wal_autocheckpoint={AUTO_CHECKPOINT_PAGES}")
         else:
             conn.execute("PRAGMA query_only=ON")
     except apsw.Error as exc:

@@ -30,6 +30,7 @@ disk is full). Nothing is acknowledged before the commit returns.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -48,9 +49,8 @@ from .apply import ApplyReport
 from .batch import WriteBatchResult, WriteContext
 from .clock import utc_now
 from .errors import DiskFullError, StoreError, is_disk_full
-from .wal import AUTO_CHECKPOINT_PAGES
 
-__all__ = ["AUTO_CHECKPOINT_PAGES", "DB_FILENAME", "ApplyReport", "DiskFullError", "Store", "StoreError",
+__all__ = ["DB_FILENAME", "ApplyReport", "DiskFullError", "Store", "StoreError",
            "WriteBatchResult", "WriteContext", "utc_now"]
 
 DB_FILENAME: Final = DATABASE_FILENAME
@@ -73,6 +73,11 @@ class Store:
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
         self._conn = schema.connect(path, write=True)
+        #: pages in the WAL after the last commit (the writer's WAL hook counts them)
+        self.wal_pages = 0
+        self._conn.set_wal_hook(functools.partial(wal.note_wal_pages, self))
+        #: the connection background WAL copies run on (``checkpointer``), opened on first use
+        self._checkpointer: apsw.Connection | None = None
         self.minted_origin = False
         try:
             schema.migrate(self._conn, path)
@@ -116,11 +121,20 @@ class Store:
                 self._readers.append(conn)
         return conn
 
+    def checkpointer(self) -> apsw.Connection:
+        """The connection ``copy_back`` runs on (one worker thread at a time; store/aio.py sees
+        to it), opened on first use."""
+        if self._checkpointer is None:
+            self._checkpointer = schema.connect(self.path, write=True)
+        return self._checkpointer
+
     def close(self) -> None:
         with self._readers_lock:
             readers, self._readers = self._readers, []
         for conn in readers:
             conn.close()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._conn.close()
 
     # -- writing (writer thread only) ---------------------------------------------------------
@@ -129,6 +143,7 @@ class Store:
     committed_signed = batch.committed_signed  # any thread
     checkpoint_after_redaction = wal.checkpoint_after_redaction
     truncate_wal = wal.truncate_wal
+    copy_back = wal.copy_back  # a worker thread, concurrently with the writer
 
     def rebuild_memory(self, ctx: WriteContext, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
         """Writer job: derive the memory views again from the log."""

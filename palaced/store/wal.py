@@ -1,9 +1,14 @@
-"""The write-ahead log's upkeep on the writer connection: SQLite's automatic checkpoint interval,
+"""The write-ahead log's upkeep: copying it back into the database file off the commit path,
 the checkpoint that follows a redaction, and the writer's own truncation between batches.
 
-Owns: when the WAL is copied back into the database file and truncated. Writer thread only
-(store/aio.py decides when; these do it). A checkpoint that fails loses nothing: the WAL keeps
-every committed page, and a later checkpoint copies them.
+Owns: when the WAL is copied back into the database file and truncated. No commit ever
+checkpoints (SQLite's automatic checkpoint is off: it ran inside the commit that crossed its
+threshold, two more fsyncs and a copy of the WAL, tens of milliseconds for one unlucky append).
+Instead a commit only counts the WAL's pages (``note_wal_pages``, SQLite's WAL hook), and
+store/aio.py decides when: ``copy_back`` on a connection of its own, concurrently with commits
+(SQLite's passive checkpoint takes no writer lock), and the truncations on the writer connection
+between batches. A checkpoint that fails loses nothing: the WAL keeps every committed page, and a
+later checkpoint copies them.
 """
 
 from __future__ import annotations
@@ -18,19 +23,45 @@ from .errors import checkpoint_error
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["AUTO_CHECKPOINT_PAGES", "checkpoint_after_redaction", "truncate_wal"]
+__all__ = ["COPY_BACK_PAGES", "checkpoint_after_redaction", "copy_back", "note_wal_pages", "truncate_wal"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 
-# SQLite checkpoints inside the commit that takes the WAL past this many pages: two more fsyncs
-# and a copy of every page changed since the last one. Why 10,000 (40 MiB, about 1,200 appends)
-# rather than SQLite's 1,000: a tenth as many such commits (one append in a thousand, not one in a
-# hundred, outside an append's p99), and a page written again meanwhile is copied once, not ten
-# times. The writer's own truncation (store/aio.py) still keeps the file from growing beyond it.
-AUTO_CHECKPOINT_PAGES: Final = 10_000
+# Why 2,000 pages (8 MiB, a few hundred appends): once the WAL holds this many, a background copy
+# starts. Small enough that the copy takes milliseconds and, once it has caught up with every
+# reader, the next commit starts the WAL over from its beginning (the file stays this size);
+# large enough that a page written again meanwhile is copied once, not at every commit.
+COPY_BACK_PAGES: Final = 2_000
 # Why 250 ms (not the usual 10 s busy timeout): the writer must not stall waiting for readers.
 _TRUNCATE_BUSY_MS: Final = 250
 _BUSY_MS: Final = 10_000
+
+
+def note_wal_pages(store: Store, conn: apsw.Connection, name: str, pages: int) -> int:
+    """SQLite's WAL hook on the writer connection, after each commit: how many pages the WAL
+    holds now. Installing a hook also turns SQLite's automatic checkpoint off (one replaces the
+    other), which is the point."""
+    store.wal_pages = pages
+    return apsw.SQLITE_OK
+
+
+def copy_back(store: Store) -> bool:
+    """A worker thread, while commits go on: copy what the WAL holds into the database file (a
+    passive checkpoint, on the checkpointer connection: it waits for no lock and blocks no
+    writer). True if it copied every page, so the next commit starts the WAL over; False if a
+    reader still needs some, or another checkpoint was running (the next one copies them).
+
+    Raises:
+        DiskFullError, StoreError: the copy failed; the WAL still holds every page.
+    """
+    conn = store.checkpointer()
+    try:
+        in_wal, copied = conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+    except apsw.BusyError:
+        return False
+    except apsw.Error as exc:
+        raise checkpoint_error(store.path, conn, exc) from exc
+    return copied >= in_wal
 
 
 def checkpoint_after_redaction(store: Store) -> bool:
