@@ -30,6 +30,7 @@ from .bus import EventBus
 from .config import Config
 from .embedding import FastEmbedder
 from .handlers import Context, op_table
+from .handlers.leases import LeaseReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
@@ -186,6 +187,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                                                                   ops, config.max_frame_bytes)
                         if indexer is not None:
                             api_nursery.start_soon(indexer.run)
+                        api_nursery.start_soon(LeaseReconciler(ctx).run)
                         task_status.started(ctx)
                         await trio.sleep_forever()
                 finally:

@@ -46,6 +46,8 @@ API_ERROR_CODES: dict[str, str] = {
     "too_many_connections": "the daemon's connection limit, or this client's limit of connections not yet greeted, "
                             "is reached; the connection is closed: retry in a moment",
     "hello_timeout": "no successful hello within 10 s of connecting; the connection is closed",
+    "lease_conflict": "another agent holds an overlapping lease; nothing was written (force takes it anyway, "
+                      "and its holder is told)",
     "internal": "the daemon failed unexpectedly; see its log",
 }
 

@@ -5,11 +5,14 @@ pytest's tmp_path can be longer. Daemons run in the root network namespace unles
 in namespaces it created, so by default they run with mDNS off and listen on loopback only.
 
 Every test that starts daemons through ``daemon_factory`` (and so ``daemon`` and ``ctl``) runs
-twice: with the local API on the Unix socket, and over loopback TCP with a token (how Windows
-runs: README "Windows"). ``PALACE_TEST_API=unix`` or ``=tcp`` runs one of them only. A test of a
-palace of several daemons (the ``fleet`` fixture: the peer network, not the local API) and a test
-marked ``transport_fixed`` (about the Unix socket itself, or choosing its transport itself) run
-once, on the Unix socket unless it passes ``api=``.
+with the local API on the Unix socket or over loopback TCP with a token (how Windows runs): the
+tests of the local API itself (``BOTH_TRANSPORTS``) run in both modes, every other test in one,
+chosen by a stable hash of its name, so about half the suite exercises each transport on every
+run at the cost of one. ``PALACE_TEST_API=both`` runs every such test in both modes;
+``PALACE_TEST_API=unix`` or ``=tcp`` runs them all in that one. A test of a palace of several
+daemons (the ``fleet`` fixture: the peer network, not the local API) and a test marked
+``transport_fixed`` (about the Unix socket itself, or choosing its transport itself) run once,
+on the Unix socket unless it passes ``api=``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -41,17 +45,34 @@ def home(short_tmp: Path) -> Path:
     return short_tmp / "home"
 
 
-API_TRANSPORTS = [os.environ["PALACE_TEST_API"]] if os.environ.get("PALACE_TEST_API") else ["unix", "tcp"]
+API_TRANSPORTS: Final = ("unix", "tcp")
+TEST_API: Final = os.environ.get("PALACE_TEST_API", "")
+# The modules about the local API and the daemon's life as a process: every test in both modes.
+BOTH_TRANSPORTS: Final = frozenset({
+    "tests.e2e.test_api_hostile", "tests.e2e.test_api_pipelining", "tests.e2e.test_api_tcp",
+    "tests.e2e.test_daemon_lifecycle", "tests.e2e.test_mcp", "tests.e2e.test_smoke",
+})
+
+
+def transports_for(module: str, test_name: str, *, fixed: bool, choice: str = TEST_API) -> list[str]:
+    """The local API modes one test runs in (see the module docstring)."""
+    if choice in API_TRANSPORTS:
+        return [choice]
+    if fixed:
+        return ["unix"]
+    if choice == "both" or module in BOTH_TRANSPORTS:
+        return list(API_TRANSPORTS)
+    # Stable across runs and machines (not Python's salted hash): a failure reproduces.
+    return [API_TRANSPORTS[zlib.crc32(f"{module}::{test_name}".encode()) % 2]]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "api_transport" in metafunc.fixturenames:
         # A palace of several daemons (the ``fleet`` fixture) is a test of the peer network: its
-        # daemons talk to each other over TLS whatever their local API is, and the local API's
-        # two transports are covered by every single-daemon test. So such tests run once.
+        # daemons talk to each other over TLS whatever their local API is. So such tests run once.
         fixed = (metafunc.definition.get_closest_marker("transport_fixed") is not None
                  or "fleet" in metafunc.fixturenames)
-        modes = [API_TRANSPORTS[0]] if fixed else API_TRANSPORTS
+        modes = transports_for(metafunc.module.__name__, metafunc.definition.originalname, fixed=fixed)
         metafunc.parametrize("api_transport", modes, ids=[f"api-{m}" for m in modes])
 
 

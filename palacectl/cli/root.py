@@ -23,7 +23,7 @@ from palace_proto.errors import ApiError, ProtocolError, ValidationError
 from .. import output
 from ..client import DaemonUnreachable
 from ..output import EXIT_OK, EXIT_USAGE, CommandFailed
-from . import artifacts, backup, bench, common, export, harness, log, memory, palace, service, tasks
+from . import artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace, service, tasks
 
 __all__ = ["app", "main"]
 
@@ -72,6 +72,8 @@ GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("artifact", artifacts.artifact_app),
     ("patch", artifacts.patch_app),
     ("task", tasks.task_app),
+    ("lease", leases.lease_app),
+    ("guard", guard.guard_app),
     ("peers", palace.peers_app),
     ("bench", bench.bench_app),
     ("kg", memory.kg_app),

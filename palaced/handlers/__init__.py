@@ -14,6 +14,7 @@ pushes: ``log.subscribe``, which api.py calls with its push callback).
     log          append, get_event, list, wait, ack, redact, digest (and subscribe)
     artifacts    artifact_put, artifact_get, patch_submit
     tasks        task_create, task_show, task_list
+    leases       lease_acquire, lease_renew, lease_release, lease_list, lease_check
     memory       memory_add, search, drawer_get, kg_*, diary_*, agents, tunnels, memory_rebuild
     fleet        init, invite, join, revoke, peers*, replicated, who, doctor
     maintenance  ping, status, backup, export_page, import_events
@@ -32,7 +33,7 @@ from palace_proto import __version__
 from palace_proto.control import OPS, PROTOCOL_VERSION
 from palace_proto.errors import ApiError
 
-from . import artifacts, fleet, log, maintenance, memory, tasks
+from . import artifacts, fleet, leases, log, maintenance, memory, tasks
 from .context import Context, ReadOnly, Watcher
 from .log import Push, subscribe
 
@@ -49,7 +50,7 @@ BoundHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 # Answered by the API layer itself (a handshake, and a stream rather than one reply).
 API_LAYER_OPS: Final = frozenset({"hello", "subscribe"})
 # The capabilities, in the order the table lists them.
-MODULES: Final = (log, artifacts, tasks, memory, fleet, maintenance)
+MODULES: Final = (log, artifacts, tasks, leases, memory, fleet, maintenance)
 
 
 def merge_ops(modules: Iterable[ModuleType], expected: frozenset[str] = OPS - API_LAYER_OPS) -> dict[str, Handler]:

@@ -146,6 +146,21 @@ def events_by_correlation(store: Store, correlation_id: str, limit: int = 10_000
     return [row_to_public(r) for r in rows]
 
 
+def lease_events(store: Store, types: Sequence[str], since_created_at: str, stream: str | None,
+                 limit: int) -> list[dict[str, Any]]:
+    """Events of ``types`` created since ``since_created_at`` (of one stream, or all), the newest
+    ``limit`` of them, oldest first (what palace_proto.leases derives leases from)."""
+    where = f"type IN ({','.join('?' * len(types))}) AND created_at >= ?"
+    params: list[Any] = [*types, since_created_at]
+    if stream is not None:
+        where += " AND stream = ?"
+        params.append(stream)
+    rows = store._reader().execute(
+        f"SELECT {PUBLIC_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC LIMIT ?", [*params, limit]
+    ).fetchall()
+    return [row_to_public(r) for r in reversed(rows)]
+
+
 def signed_events_of_origin(store: Store, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent]:
     """Events of one origin after ``after_origin_seq``, in chain order (what replication sends)."""
     rows = store._reader().execute(

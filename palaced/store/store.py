@@ -152,6 +152,7 @@ class Store:
     # -- reading (any thread, on its own reader connection) -----------------------------------
 
     get_event = queries.get_event
+    lease_events = queries.lease_events
     resolve_seq = queries.resolve_seq
     latest = queries.latest
     list_events = queries.list_events

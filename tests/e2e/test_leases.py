@@ -1,0 +1,222 @@
+"""Leases end to end on real daemons: refusal and force, shared and exclusive, renewal and expiry,
+the git guard in a real repository, and a partition that heals to one winner on every replica."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fleet import api, ctl_json, listen_address, wait_converged, wait_until
+from tests.helpers import run_ctl, run_ctl_process
+
+
+def acquire(home, agent, *patterns, **flags):
+    args = ["lease", "acquire", *patterns, "--agent", agent, "--project", flags.pop("project", "demo")]
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return run_ctl(home, *args)
+
+
+def conflicts_for(home, agent):
+    return api(home, "list", types=["lease.conflict"], to_agents=[agent], limit=50)
+
+
+def test_an_overlapping_lease_is_refused_naming_its_holder_and_force_tells_the_holder(ctl, daemon):
+    taken = acquire(daemon.home, "alice", "src/api/**", reason="refactoring the API", ttl="2h", json=True)
+    assert taken.returncode == 0, taken
+    alice_lease = taken.json()["lease"]
+    assert (alice_lease["state"], alice_lease["mode"], alice_lease["patterns"]) == ("active", "exclusive", ["src/api/**"])
+
+    refused = acquire(daemon.home, "bob", "src/api/handlers.py")
+    assert refused.returncode == 1
+    assert "alice holds src/api/** exclusively (refactoring the API)" in refused.stderr
+    assert "--force" in refused.stderr and refused.stderr.count("\n") == 1  # one line
+    assert acquire(daemon.home, "bob", "src/web/**").returncode == 0  # no overlap, no problem
+    assert acquire(daemon.home, "alice", "src/api/x.py").returncode == 0  # her own leases never collide
+
+    forced = acquire(daemon.home, "bob", "src/api/handlers.py", force=True)
+    assert forced.returncode == 0 and "Forced out" in forced.stderr and "alice" in forced.stderr
+    # The holder is told, once, by an event addressed to her (it wakes her watcher).
+    told = wait_until(lambda: conflicts_for(daemon.home, "alice")["events"], "alice to be told")
+    assert len(told) == 1 and told[0]["correlation_id"] == alice_lease["id"]
+    assert "forced out" in told[0]["body"] and "bob" in told[0]["body"]
+    states = {lease["id"]: lease["state"] for lease in ctl_json(daemon.home, "lease", "list", "--all")["leases"]}
+    assert states[alice_lease["id"]] == "forced"
+    time.sleep(0.5)
+    assert len(conflicts_for(daemon.home, "alice")["events"]) == 1  # and only once
+
+
+def test_shared_leases_coexist_and_an_exclusive_one_over_them_is_refused(ctl, daemon):
+    assert acquire(daemon.home, "alice", "res:staging-db", shared=True).returncode == 0
+    assert acquire(daemon.home, "bob", "res:staging-db", shared=True).returncode == 0
+    refused = acquire(daemon.home, "carol", "res:staging-db")
+    assert refused.returncode == 1 and "alice" in refused.stderr and "bob" in refused.stderr
+    check = run_ctl(daemon.home, "lease", "check", "res:staging-db", "--agent", "carol")
+    assert check.returncode == 0  # shared leases block no one's work
+
+
+def test_renew_release_check_and_list(ctl, daemon):
+    lease = acquire(daemon.home, "alice", "docs/", ttl="30m", json=True).json()["lease"]
+    renewed = ctl_json(daemon.home, "lease", "renew", lease["id"], "--ttl", "2h")["lease"]
+    assert renewed["expires_at"] > lease["expires_at"] and renewed["renewals"] == 1
+    blocked = run_ctl(daemon.home, "lease", "check", "docs/guide.md", "README.md", "--agent", "bob")
+    assert blocked.returncode == 1 and blocked.stdout.startswith("docs/guide.md: " + lease["id"])
+    assert run_ctl(daemon.home, "lease", "check", "docs/guide.md", "--agent", "alice").returncode == 0
+    assert [x["id"] for x in ctl_json(daemon.home, "lease", "list", "--path", "docs/a/b.md")["leases"]] == [lease["id"]]
+    assert ctl_json(daemon.home, "lease", "list", "--agent", "bob")["count"] == 0
+    refused = run_ctl(daemon.home, "lease", "release", lease["id"], "--agent", "bob")
+    assert refused.returncode == 1 and "held by alice" in refused.stderr
+    assert ctl_json(daemon.home, "lease", "release", "--all", "--agent", "alice")["released"] == [lease["id"]]
+    assert run_ctl(daemon.home, "lease", "check", "docs/guide.md", "--agent", "bob").returncode == 0
+    assert ctl_json(daemon.home, "lease", "list")["count"] == 0
+    assert ctl_json(daemon.home, "lease", "list", "--all")["leases"][0]["state"] == "released"
+
+
+def test_a_lease_nobody_renews_expires(ctl, daemon):
+    lease = acquire(daemon.home, "alice", "res:gpu0", ttl="10s", json=True).json()["lease"]
+    assert acquire(daemon.home, "bob", "res:gpu0").returncode == 1
+    wait_until(lambda: acquire(daemon.home, "bob", "res:gpu0").returncode == 0, "alice's lease to expire", timeout=30)
+    assert {x["id"]: x["state"] for x in ctl_json(daemon.home, "lease", "list", "--all")["leases"]}[lease["id"]] == "expired"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["lease", "acquire", "../etc", "--agent", "a", "--project", "p"], "leaves the repository"),
+    (["lease", "acquire", "src", "--agent", "a", "--project", "p", "--ttl", "1w"], "is not a duration"),
+    (["lease", "acquire", "src", "--agent", "a", "--project", "p", "--ttl", "90d"], "between 10s and 30d"),
+    (["lease", "acquire", "src\\api", "--agent", "a", "--project", "p"], "use / between directories"),
+    (["lease", "renew", "lease_0000000000000000"], "no lease"),
+    (["lease", "release", "--agent", "a"], "name one lease id"),
+])
+def test_bad_lease_input_is_one_clear_line(ctl, daemon, args, message):
+    result = run_ctl(daemon.home, *args)
+    assert result.returncode in (1, 64) and message in result.stderr and result.stderr.count("\n") == 1, result
+
+
+# -- the git guard ------------------------------------------------------------------------------
+
+
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False, timeout=60,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@x", **(env or {})})
+
+
+@pytest.fixture
+def repo(short_tmp: Path) -> Path:
+    path = short_tmp / "repo"
+    path.mkdir()
+    assert git(path, "init", "-q", "-b", "main").returncode == 0
+    (path / "README.md").write_text("hello\n")
+    git(path, "add", "README.md")
+    assert git(path, "commit", "-q", "-m", "first").returncode == 0
+    return path
+
+
+def commit(repo: Path, relative: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    target = repo / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(f"{time.time()}\n")
+    git(repo, "add", relative)
+    return git(repo, "commit", "-q", "-m", f"change {relative}", env=env)
+
+
+@pytest.mark.transport_fixed
+def test_the_guard_refuses_commits_under_another_agents_lease_and_passes_its_own(daemon, repo):
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho existing-hook-ran >&2\n")
+    hook.chmod(0o755)
+    installed = run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "alice",
+                                "--project", "demo")
+    assert installed.returncode == 0 and "still runs first" in installed.stderr, installed
+    again = run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "alice", "--project", "demo")
+    assert again.returncode == 0  # idempotent: the chained hook is kept, not chained twice
+    bob = acquire(daemon.home, "bob", "src/**", reason="moving files", json=True).json()["lease"]
+
+    refused = commit(repo, "src/app.py")
+    assert refused.returncode != 0
+    assert "existing-hook-ran" in refused.stderr  # the hook that was there still runs
+    assert "src/app.py" in refused.stderr and "bob" in refused.stderr and bob["id"] in refused.stderr
+    assert "moving files" in refused.stderr and "PALACE_GUARD=warn" in refused.stderr
+    git(repo, "reset", "-q", "src/app.py")  # still staged after the refusal: set it aside
+
+    assert commit(repo, "docs/notes.md").returncode == 0  # not under anyone's lease
+    warned = commit(repo, "src/app.py", env={"PALACE_GUARD": "warn"})
+    assert warned.returncode == 0 and "would be refused" in warned.stderr
+
+    # The holder herself commits freely under her own lease.
+    run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "bob", "--project", "demo")
+    assert commit(repo, "src/other.py").returncode == 0
+
+    # A daemon that is down never blocks a commit.
+    run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "alice", "--project", "demo")
+    assert daemon.stop() == 0
+    down = commit(repo, "src/third.py")
+    assert down.returncode == 0 and "leases not checked" in down.stderr
+
+    removed = run_ctl_process(daemon.home, "guard", "uninstall", "--repo", str(repo), "--json")
+    assert removed.returncode == 0 and sorted(removed.json()["removed"]) == ["pre-commit", "pre-push"]
+    assert hook.read_text() == "#!/bin/sh\necho existing-hook-ran >&2\n"  # put back as it was
+    assert not (repo / ".git" / "hooks" / "pre-push").exists()
+
+
+@pytest.mark.transport_fixed
+def test_the_pre_push_guard_checks_what_the_push_would_change(daemon, repo, short_tmp):
+    remote = short_tmp / "remote.git"
+    assert subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=False).returncode == 0
+    git(repo, "remote", "add", "origin", str(remote))
+    assert git(repo, "push", "-q", "origin", "main").returncode == 0
+    commit(repo, "lib/core.py")  # committed before any guard or lease
+    run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "alice")
+    acquire(daemon.home, "bob", "lib/")
+    pushed = git(repo, "push", "-q", "origin", "main")
+    assert pushed.returncode != 0 and "lib/core.py" in pushed.stderr and "bob" in pushed.stderr
+    assert git(repo, "push", "-q", "origin", "main", env={"PALACE_GUARD": "off"}).returncode == 0
+
+
+def test_guard_install_outside_a_repository_says_so(ctl, daemon, short_tmp):
+    result = run_ctl(daemon.home, "guard", "install", "--repo", str(short_tmp), "--agent", "a")
+    assert result.returncode == 1 and "not inside a git repository" in result.stderr
+
+
+# -- a partition --------------------------------------------------------------------------------
+
+
+def test_colliding_leases_taken_across_a_partition_heal_to_one_winner_told_once(fleet):
+    a = fleet.found("alpha")
+    b = fleet.enrol_offline("beta").start()
+    c = fleet.enrol_offline("gamma").start()
+    ctl_json(a.home, "peers", "add", listen_address(b.home))
+    ctl_json(c.home, "peers", "add", listen_address(b.home))
+    wait_converged(a, b, c)
+    b_address = listen_address(b.home)
+    assert b.stop() == 0  # alpha and gamma cannot see each other now
+    first = acquire(a.home, "alice", "src/**", json=True).json()["lease"]
+    time.sleep(0.01)
+    second = acquire(c.home, "carol", "src/core/*.py", json=True).json()["lease"]
+    assert first["state"] == second["state"] == "active"  # each side saw no rival
+    b.extra_args[b.extra_args.index("127.0.0.1:0")] = b_address
+    b.start()
+
+    def verdicts(home):
+        return {x["id"]: (x["state"], x["ended_by"]) for x in ctl_json(home, "lease", "list", "--all")["leases"]}
+
+    expected = {first["id"]: ("active", None), second["id"]: ("lost", first["id"])}
+    for d in (a, b, c):
+        wait_until(lambda d=d: verdicts(d.home) == expected, f"{d.home.name} to agree on the winner")
+    # Carol is told by her own daemon, exactly once, and every replica holds that one event.
+    told = wait_until(lambda: conflicts_for(c.home, "carol")["events"], "carol to be told")
+    wait_converged(a, b, c)
+    for d in (a, b, c):
+        events = conflicts_for(d.home, "carol")["events"]
+        assert len(events) == 1 and events[0]["correlation_id"] == second["id"], d.home
+        assert conflicts_for(d.home, "alice")["events"] == []
+    assert json.loads(json.dumps(told[0]["metadata"]))["winner_agent"] == "alice"
+    # Carol now sees who holds the path.
+    check = run_ctl(c.home, "lease", "check", "src/core/x.py", "--agent", "carol")
+    assert check.returncode == 1 and "alice" in check.stdout
