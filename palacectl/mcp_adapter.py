@@ -2,7 +2,7 @@
 
 Owns: the tool surface an agent harness sees — the eight MemPalace logstream tools with the
 same names, inputs and result shapes (reference §4), plus palace's ``task_status``,
-``task_list``, ``who`` and ``peers`` — translated onto the daemon's API. The adapter is a client
+``task_list``, ``who``, ``peers`` and the ``lease_*`` tools — translated onto the daemon's API. The adapter is a client
 of the local palaced like the CLI and keeps no state: every tool call is one request on a fresh
 connection (``aclient.py``), so it survives the daemon restarting under it.
 
@@ -52,7 +52,8 @@ INVALID_PARAMS: Final = -32602
 MUTATING_TOOLS: Final = frozenset({
     "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
     "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
-    "mempalace_diary_write",
+    "mempalace_diary_write", "mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign",
+    "mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release",
 })
 INSTRUCTIONS: Final = (
     "palace: the shared coordination log of this agent fleet (MemPalace-compatible). Cursor = event id "
@@ -300,12 +301,14 @@ class PalaceMCP(MCPServer):
             "definition of done. Returns {success, task, handoff}; wait on task.correlation_id."))
         async def mempalace_task_create(
             project: str, to_agent: str, goal: str, branch: str, base_commit: str, done: str,
-            from_agent: str | None = None,
+            from_agent: str | None = None, blocked_by: list[str] | None = None, priority: int | None = None,
+            stall_after: str | None = None,
         ) -> Result:
             async def call() -> Result:
-                return await daemon.call("task_create", project=project, to_agent=to_agent, goal=goal, branch=branch,
-                                         base_commit=base_commit, done=done,
-                                         from_agent=self._speaks_as("from_agent", from_agent))
+                return await daemon.call("task_create", **_drop_none(
+                    project=project, to_agent=to_agent, goal=goal, branch=branch, base_commit=base_commit, done=done,
+                    from_agent=self._speaks_as("from_agent", from_agent), blocked_by=blocked_by or None,
+                    priority=priority, stall_after=stall_after))
 
             return await self._write("mempalace_task_create", call)
 
@@ -316,6 +319,37 @@ class PalaceMCP(MCPServer):
         @tool(description="Tasks you requested or were asked to do; open_only=true (default): loops not yet closed.")
         async def mempalace_task_list(open_only: bool = True) -> Result:
             return await self._read(lambda: daemon.call("task_list", agent=self.agent, open=open_only))
+
+        @tool(description=(
+            "Work you can take now: tasks for you (or *) that are open, unclaimed and whose blockers are applied, "
+            "urgent and oldest first. Take one with mempalace_task_claim."))
+        async def mempalace_task_ready() -> Result:
+            return await self._read(lambda: daemon.call("task_ready", agent=self.agent))
+
+        @tool(description=(
+            "Claim a task by correlation id; refused if someone else holds it, it is blocked or closed. A later "
+            "task.conflict addressed to you means another claim came first: stop."))
+        async def mempalace_task_claim(correlation_id: str) -> Result:
+            async def call() -> Result:
+                return await daemon.call("task_claim", correlation_id=correlation_id, agent=self.agent)
+
+            return await self._write("mempalace_task_claim", call)
+
+        @tool(description="Give back a task you claimed (it is open again); say why in reason.")
+        async def mempalace_task_release(correlation_id: str, reason: str | None = None) -> Result:
+            async def call() -> Result:
+                return await daemon.call("task_release", **_drop_none(correlation_id=correlation_id, reason=reason,
+                                                                      agent=self.agent))
+
+            return await self._write("mempalace_task_release", call)
+
+        @tool(description="As a task's requester, hand it to another agent (or *): open again, it wakes them.")
+        async def mempalace_task_reassign(correlation_id: str, to_agent: str) -> Result:
+            async def call() -> Result:
+                return await daemon.call("task_reassign", correlation_id=correlation_id, to_agent=to_agent,
+                                         agent=self.agent)
+
+            return await self._write("mempalace_task_reassign", call)
 
         @tool(description="Watchers connected now on every daemon of the palace: who is really listening.")
         async def mempalace_who() -> Result:
@@ -400,11 +434,63 @@ class PalaceMCP(MCPServer):
         async def mempalace_find_tunnels(wing_a: str | None = None, wing_b: str | None = None) -> Result:
             return await self._read(lambda: daemon.call("tunnels", **_drop_none(wing_a=wing_a, wing_b=wing_b)))
 
+        # -- leases --------------------------------------------------------------------------
+
+        @tool(description=(
+            "Lease paths before editing shared files: globs from the repository root (src/api/**) or res:NAME. "
+            "Exclusive unless shared; ttl 90s/30m/2h/7d (default 1h). Refused, naming the holder, if it overlaps "
+            "another agent's lease; force=true takes it (they are told)."))
+        async def mempalace_lease_acquire(
+            patterns: list[str], project: str, ttl: str | None = None, shared: bool = False,
+            reason: str | None = None, force: bool = False, agent: str | None = None,
+        ) -> Result:
+            async def call() -> Result:
+                return await daemon.call("lease_acquire", **_drop_none(
+                    patterns=patterns, project=project, ttl_s=ttl, shared=shared or None, reason=reason,
+                    force=force or None, agent=self._speaks_as("agent", agent)))
+
+            return await self._write("mempalace_lease_acquire", call)
+
+        @tool(description="Extend your lease (by ttl, or as long as it was taken for). Returns {success, lease}.")
+        async def mempalace_lease_renew(lease_id: str, ttl: str | None = None) -> Result:
+            async def call() -> Result:
+                return await daemon.call("lease_renew", **_drop_none(lease_id=lease_id, ttl_s=ttl, agent=self.agent))
+
+            return await self._write("mempalace_lease_renew", call)
+
+        @tool(description="Release your lease by id, or all=true for every lease you hold (optionally in one project).")
+        async def mempalace_lease_release(lease_id: str | None = None, all: bool = False,
+                                          project: str | None = None) -> Result:
+            async def call() -> Result:
+                if all == (lease_id is not None):
+                    raise ApiError("pass a lease_id, or all=true", code="invalid_argument")
+                return await daemon.call("lease_release", **_drop_none(
+                    lease_id=lease_id, all=all or None, project=project, agent=self.agent))
+
+            return await self._write("mempalace_lease_release", call)
+
+        @tool(description=(
+            "Active leases (all=true: also ended ones), optionally of one project, one agent, or covering a path."))
+        async def mempalace_lease_list(project: str | None = None, agent: str | None = None, path: str | None = None,
+                                       all: bool = False) -> Result:
+            return await self._read(lambda: daemon.call("lease_list", **_drop_none(
+                project=project, agent=agent, path=path, all=all or None)))
+
+        @tool(description=(
+            "Before editing: are these paths under another agent's exclusive lease? Returns {ok, blocked: "
+            "[{path, leases}]}; ok=false means do not edit them (ask the holder or wait)."))
+        async def mempalace_lease_check(paths: list[str], project: str | None = None) -> Result:
+            return await self._read(lambda: daemon.call("lease_check", **_drop_none(
+                paths=paths, project=project, agent=self.agent)))
+
         del (mempalace_search, mempalace_add_drawer, mempalace_kg_query, mempalace_kg_add, mempalace_kg_invalidate,
              mempalace_diary_write, mempalace_diary_read, mempalace_list_agents, mempalace_find_tunnels)
         del (mempalace_event_append, mempalace_event_list, mempalace_event_wait, mempalace_event_ack,
              mempalace_artifact_put, mempalace_artifact_get, mempalace_patch_submit, mempalace_task_create,
              mempalace_task_status, mempalace_task_list, mempalace_who, mempalace_peers)
+        del mempalace_task_ready, mempalace_task_claim, mempalace_task_release, mempalace_task_reassign
+        del (mempalace_lease_acquire, mempalace_lease_renew, mempalace_lease_release, mempalace_lease_list,
+             mempalace_lease_check)
 
 
 def _compact(schema: Any) -> Any:

@@ -31,6 +31,7 @@ from .config import Config
 from .embedding import FastEmbedder
 from .handlers import Context, op_table
 from .handlers.leases import LeaseReconciler
+from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
@@ -188,6 +189,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                         if indexer is not None:
                             api_nursery.start_soon(indexer.run)
                         api_nursery.start_soon(LeaseReconciler(ctx).run)
+                        api_nursery.start_soon(TaskReconciler(ctx).run)
                         task_status.started(ctx)
                         await trio.sleep_forever()
                 finally:

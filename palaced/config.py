@@ -17,6 +17,9 @@ from typing import Any, Final
 from palace_proto import paths
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
 from palace_proto.peer import DEFAULT_PEER_PORT, parse_peer_address
+from palace_proto.errors import ValidationError
+from palace_proto.leases import parse_duration
+from palace_proto.tasks import DEFAULT_STALL_AFTER_S, check_stall_after
 from palace_proto.validation import Limits
 
 __all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "default_home", "load_config"]
@@ -57,6 +60,8 @@ class Config:
     memory_embed: bool = True
     #: drawers up to which vector search is exact; above, an IVF index (~1-2 ms instead of ~17 ms at 100k)
     memory_exact_index_max: int = 50_000
+    #: a claimed task with no word from its claimant for this long is stalled ([tasks] stall_after)
+    tasks_stall_after_s: int = DEFAULT_STALL_AFTER_S
 
     @property
     def socket_path(self) -> Path:
@@ -90,6 +95,7 @@ _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "api": {"listen": str},
     "network": {"listen": str, "mdns": bool},
     "memory": {"model": str, "embed": bool, "exact_index_max": int},
+    "tasks": {"stall_after": str},
 }
 
 
@@ -145,7 +151,14 @@ def load_config(home: Path) -> Config:
     if memory.get("exact_index_max", 50_000) < 1_000:
         raise ConfigError(f"{path}: memory.exact_index_max must be at least 1000 (an approximate index only pays "
                           "off for large palaces)")
+    stall_after = values.get("tasks", {}).get("stall_after")
+    try:
+        stall_after_s = (check_stall_after(parse_duration(stall_after, field="tasks.stall_after"))
+                         if stall_after is not None else DEFAULT_STALL_AFTER_S)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: tasks.stall_after: {exc.message}") from None
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen, api=api,
+                  tasks_stall_after_s=stall_after_s,
                   mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
                   memory_exact_index_max=memory.get("exact_index_max", 50_000))

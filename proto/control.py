@@ -54,7 +54,7 @@ OPS: Final = frozenset({
     "get_event", "digest", "init", "invite", "join", "revoke", "peers", "peers_add",
     "peers_remove", "replicated", "doctor", "memory_add", "search", "drawer_get", "kg_add", "kg_invalidate",
     "kg_query", "diary_write", "diary_read", "agents", "tunnels", "memory_rebuild", "backup", "export_page",
-    "import_events", "lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check",
+    "import_events", "task_ready", "task_claim", "task_release", "task_reassign", "lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check",
 })
 
 

@@ -1,8 +1,9 @@
 """palacectl's task commands: delegate work and follow its lifecycle.
 
 Owns: the ``task`` group (create: a ``task.request`` with goal, branch, base commit and definition
-of done, printed with its hand-off text; show: one task's events and state; list: tasks and their
-state). Thin commands over ``common.call_daemon``. Registered on the root app by ``cli.root``;
+of done — and the queue's blockers, priority and stall time — printed with its hand-off text;
+show: one task's events, state, claims and blockers; list: tasks and their state; ready, claim,
+release, reassign: the queue). Thin commands over ``common.call_daemon``. Registered on the root app by ``cli.root``;
 imports ``cli.common`` only.
 """
 
@@ -33,13 +34,19 @@ def task_create(
     goal_file: Annotated[Optional[str], typer.Option("--goal-file")] = None,
     done: Annotated[Optional[str], typer.Option(help="Definition of done.")] = None,
     done_file: Annotated[Optional[str], typer.Option("--done-file")] = None,
+    blocked_by: Annotated[Optional[list[str]], typer.Option(
+        "--blocked-by", help="A task (correlation id) that must be applied first; repeatable.")] = None,
+    priority: Annotated[Optional[int], typer.Option(help="0 (urgent) to 3 (low); default 2.")] = None,
+    stall_after: Annotated[Optional[str], typer.Option(
+        "--stall-after", help="Stalled when its claimant says nothing this long (90s, 30m, 2h, 7d).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Delegate work: a task.request with goal, branch, base commit and definition of done."""
     goal_text = text_or_file(goal, goal_file, "goal")
     done_text = text_or_file(done, done_file, "done")
     result = call_daemon("task_create", project=project, from_agent=from_agent, to_agent=to_agent, goal=goal_text or "",
-                         branch=branch, base_commit=base_commit, done=done_text or "")
+                         branch=branch, base_commit=base_commit, done=done_text or "", blocked_by=blocked_by or None,
+                         priority=priority, stall_after=stall_after)
     if json_:
         emit_json(result)
         return
@@ -58,20 +65,28 @@ def task_show(
     if json_:
         emit_json(view)
         return
-    write_stdout(f"Task {view['correlation_id']}: {view['state']}"
-                 f"{' (claimed by ' + view['claimed_by'] + ')' if view['claimed_by'] else ''}\n"
-                 f"  requested by {view['requested_by']} for {view['assigned_to'] or '*'}\n"
-                 + output.events_block(view["events"]))
+    lines = [f"Task {view['correlation_id']}: {view['state']}"
+             f"{' (claimed by ' + view['claimed_by'] + ')' if view['claimed_by'] else ''}",
+             f"  requested by {view['requested_by']} for {view['assigned_to'] or '*'}, priority {view['priority']}"]
+    if view["blocked_by"]:
+        waiting = set(view.get("waiting_on", []))
+        lines.append("  blocked by " + ", ".join(f"{b} ({'waiting' if b in waiting else 'applied'})"
+                                                 for b in view["blocked_by"]))
+    for conflict in view["conflicts"]:
+        lines.append(f"  double claim: {conflict['agent']} claimed too ({conflict['event_id']}); the first claim, "
+                     f"{conflict['claimant']}'s, holds")
+    write_stdout("\n".join(lines) + "\n" + output.events_block(view["events"]))
 
 
 @task_app.command("list")
 def task_list(
     agent: Annotated[Optional[str], typer.Option("--agent", help="Tasks this agent requested or was asked to do.")] = None,
     open_: Annotated[bool, typer.Option("--open", help="Only tasks without a terminal state.")] = False,
+    stalled: Annotated[bool, typer.Option("--stalled", help="Only claimed tasks whose claimant went quiet.")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Tasks and their state (with --open: the loops still to close)."""
-    result = call_daemon("task_list", agent=agent, open=open_)
+    result = call_daemon("task_list", agent=agent, open=open_, stalled=stalled or None)
     if json_:
         emit_json(result)
         return
@@ -80,3 +95,63 @@ def task_list(
     for t in result["tasks"]:
         write_stdout(f"{t['correlation_id']}\t{t['state']}\t{t['requested_by']}->{t['assigned_to'] or '*'}\t"
                      f"{t['claimed_by'] or '-'}\t{t['last_activity']}\n")
+
+
+@task_app.command("ready")
+def task_ready(
+    agent: Annotated[str, typer.Option("--agent", help="The agent looking for work.")],
+    json_: JsonOpt = False,
+) -> None:
+    """Tasks the agent can take now: for it (or *), open, unclaimed, blockers applied; urgent and oldest first."""
+    result = call_daemon("task_ready", agent=agent)
+    if json_:
+        emit_json(result)
+        return
+    if not result["tasks"] and sys.stderr.isatty():
+        note("Nothing ready.")
+    for t in result["tasks"]:
+        write_stdout(f"{t['correlation_id']}\tP{t['priority']}\tfrom {t['requested_by']}\t{t['request']['created_at']}\n")
+
+
+@task_app.command("claim")
+def task_claim(
+    correlation_id: Annotated[str, typer.Argument()],
+    agent: Annotated[str, typer.Option("--agent", help="The agent taking the task.")],
+    json_: JsonOpt = False,
+) -> None:
+    """Claim a task; refused if someone else holds it, it is blocked, or it is closed."""
+    result = call_daemon("task_claim", correlation_id=correlation_id, agent=agent)
+    if json_:
+        emit_json(result)
+        return
+    write_stdout(f"{'Already yours' if result['already'] else 'Claimed'}: {correlation_id} ({agent})\n")
+
+
+@task_app.command("release")
+def task_release(
+    correlation_id: Annotated[str, typer.Argument()],
+    agent: Annotated[str, typer.Option("--agent", help="Its claimant.")],
+    reason: Annotated[Optional[str], typer.Option(help="Why (the requester reads it).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Give a claimed task back: it is open again for anyone it is addressed to."""
+    result = call_daemon("task_release", correlation_id=correlation_id, agent=agent, reason=reason)
+    if json_:
+        emit_json(result)
+        return
+    write_stdout(f"Released: {correlation_id} is open again\n")
+
+
+@task_app.command("reassign")
+def task_reassign(
+    correlation_id: Annotated[str, typer.Argument()],
+    to_agent: Annotated[str, typer.Option("--to-agent", help="Who should do it now (or *).")],
+    agent: Annotated[Optional[str], typer.Option("--agent", help="The requester (default: the task's).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """The requester hands a task to another agent: open again, addressed to them (it wakes them)."""
+    result = call_daemon("task_reassign", correlation_id=correlation_id, to_agent=to_agent, agent=agent)
+    if json_:
+        emit_json(result)
+        return
+    write_stdout(f"Reassigned: {correlation_id} to {to_agent}\n")

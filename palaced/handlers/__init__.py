@@ -13,7 +13,7 @@ pushes: ``log.subscribe``, which api.py calls with its push callback).
 
     log          append, get_event, list, wait, ack, redact, digest (and subscribe)
     artifacts    artifact_put, artifact_get, patch_submit
-    tasks        task_create, task_show, task_list
+    tasks        task_create, task_show, task_list, task_ready, task_claim, task_release, task_reassign
     leases       lease_acquire, lease_renew, lease_release, lease_list, lease_check
     memory       memory_add, search, drawer_get, kg_*, diary_*, agents, tunnels, memory_rebuild
     fleet        init, invite, join, revoke, peers*, replicated, who, doctor

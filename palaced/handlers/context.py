@@ -91,6 +91,8 @@ class Context:
     api_statistics: Callable[[], dict[str, Any]] | None = None
     #: live subscriptions by connection id (added and removed by ``log.subscribe``)
     watchers: dict[int, Watcher] = field(default_factory=dict)
+    #: correlation ids of the stalled tasks among the recent ones (the task reconciler's last look)
+    stalled_tasks: list[str] = field(default_factory=list)
     #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)
     memory_rebuild_progress: dict[str, Any] | None = None
     started_at: float = field(default_factory=time.time)

@@ -37,6 +37,8 @@ from ..store import WriteContext
 from ..store import memory_views as views
 from .context import Context, Watcher, utc_stamp
 from .fleet import replicated_args, wait_replicated
+from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
+from .tasks import check_claim, view_of
 
 __all__ = ["OPS", "RESERVED_TYPES", "Push", "subscribe"]
 
@@ -221,6 +223,10 @@ async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         target = w.get_event(target_id)
         if target is None:
             raise NotFound(f"event {target_id!r} not found")
+        if status == "claimed" and target["type"] == TASK_REQUEST and target["correlation_id"]:
+            # A claim by ack is a claim: the queue's rules hold (checked in the writing transaction).
+            cid = target["correlation_id"]
+            check_claim(view_of(ctx, cid, w.correlation_events(cid)), cid, from_agent)
         req = AppendRequest.from_wire(
             {"type": "event.ack", "stream": target["stream"], "room": target["room"],
              "topic": topic or target["topic"], "from_agent": from_agent, "to_agent": target["from_agent"],

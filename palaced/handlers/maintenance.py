@@ -82,6 +82,8 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "api_connections": ctx.api_statistics() if ctx.api_statistics is not None else None,
         "redactions": {"purge_pending": ctx.store.redactions_pending_checkpoint,
                        "refused_from_peers": ctx.store.refused_redactions},
+        # A note, not a health problem: a stalled task needs a person or its requester, not a fix here.
+        "tasks": {"stalled": len(ctx.stalled_tasks), "stalled_ids": ctx.stalled_tasks[:20]},
     }
     result["peers"] = await peer_counts(ctx)
     result["health"] = await health(ctx, result)

@@ -1,35 +1,54 @@
-"""Tasks: the delegation envelope (``task.request``) and its lifecycle derived from the log.
+"""Tasks: the delegation envelope (``task.request``), the queue over it, and its lifecycle.
 
-Owns: the ``task_create``, ``task_show`` and ``task_list`` operations, the rules of ``task create``
-(MemPalace-compatible validation, reference §4), the request body an agent receives, and the
-derivation of a task's state from the events on its correlation id (open → claimed → ready →
-applied / failed / blocked / superseded). ``build_task_request`` and ``derive_task`` are pure
-functions over public event dicts; the operations at the bottom do the IO.
+Owns: the ``task_create``, ``task_show``, ``task_list``, ``task_ready``, ``task_claim``,
+``task_release`` and ``task_reassign`` operations, the rules of ``task create`` (MemPalace-compatible
+validation, reference §4, plus the queue's ``blocked_by``, ``priority`` and ``stall_after``), the
+request body an agent receives, the local refusal of a claim (``check_claim``: claimed by another,
+blocked, closed; also for a plain ``ack --status claimed``), and ``TaskReconciler``: the task that
+tells a second claimant once (``task.conflict``, from the daemon that wrote its claim) and a
+requester once per stall (``task.stalled``, from the daemon that wrote the request). The lifecycle
+itself is palace_proto.tasks (the same on every replica).
 """
 
 from __future__ import annotations
 
+import datetime
+import logging
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from palace_proto.errors import NotFound, ValidationError
-from palace_proto.validation import (
-    TERMINAL_STATUSES,
-    AppendRequest,
-    Limits,
-    ListQuery,
-    clean_optional,
-    clean_required,
-)
+import trio
 
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.leases import parse_duration
+from palace_proto.tasks import (
+    CONFLICT,
+    REASSIGN,
+    RELEASE,
+    REQUEST,
+    STALLED,
+    check_blocked_by,
+    check_priority,
+    check_stall_after,
+    derive_task,
+    ready_order,
+)
+from palace_proto.validation import AppendRequest, Limits, ListQuery, clean_optional, clean_required
+
+from ..store import WriteContext
 from .context import Context
 
-__all__ = ["OPS", "build_task_request", "delivery_line", "derive_task", "slugify"]
+__all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "slugify"]
+
+LOGGER: Final = logging.getLogger("palaced.handlers.tasks")
+# Why 500: the tasks a listing, a ready queue or the reconciler looks at (the newest requests).
+MAX_TASKS: Final = 500
 
 _HEX_COMMIT_RE: Final = re.compile(r"^[0-9a-fA-F]{7,64}$")
-TASK_REQUEST_TYPE: Final = "task.request"
+TASK_REQUEST_TYPE: Final = REQUEST
 
 
 def slugify(text: str, *, max_len: int = 40, empty: str = "work") -> str:
@@ -79,6 +98,16 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
             "task base commit must be a hexadecimal Git object id (at least 7 characters), not a branch or tag",
             field="base_commit",
         )
+    metadata: dict[str, Any] = {}
+    blocked_by = check_blocked_by(args.get("blocked_by"))
+    if blocked_by:
+        metadata["blocked_by"] = blocked_by
+    if args.get("priority") is not None:
+        metadata["priority"] = check_priority(args.get("priority"))
+    stall = args.get("stall_after")
+    if stall is not None:
+        seconds = parse_duration(stall, field="stall_after") if isinstance(stall, str) else stall
+        metadata["stall_after_s"] = check_stall_after(seconds)
     correlation_id = f"task_{slugify(goal)}_{random_hex8}"
     body = (
         f"Goal:\n{goal.strip()}\n\n"
@@ -92,6 +121,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
             "room": "delegation", "from_agent": from_agent,
             "to_agent": to_agent, "correlation_id": correlation_id, "branch": branch,
             "base_commit": base_commit.lower(), "status": "open", "topic": args.get("topic"), "body": body,
+            "metadata": metadata,
         },
         limits,
     )
@@ -103,70 +133,105 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     return req, handoff
 
 
-def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The lifecycle view of one task from every event on its correlation id (seq order).
-
-    ``state`` is the status of the latest event carrying one; ``claimed_by`` is the earliest
-    claimant (the convention when two agents claim during a partition), ``claims`` lists all.
-    """
-    request = next((e for e in events if e["type"] == TASK_REQUEST_TYPE), None)
-    if request is None:
-        return None
-    state = "open"
-    claims: list[str] = []
-    last_activity = request["created_at"]
-    for event in events:
-        last_activity = max(last_activity, event["created_at"])
-        if event.get("status"):
-            state = event["status"]
-        if event.get("status") == "claimed" and event["from_agent"] not in claims:
-            claims.append(event["from_agent"])
-    return {
-        "correlation_id": correlation_id,
-        "request": request,
-        "state": state,
-        "terminal": state in TERMINAL_STATUSES,
-        "requested_by": request["from_agent"],
-        "assigned_to": request.get("to_agent"),
-        "claimed_by": claims[0] if claims else None,
-        "claims": claims,
-        "last_activity": last_activity,
-        "events": list(events),
-    }
-
-
 # -- the operations ------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _seconds_until(now: str, later: str) -> float:
+    def parse(stamp: str) -> datetime.datetime:
+        return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+    return (parse(later) - parse(now)).total_seconds()
+
+
+def view_of(ctx: Context, correlation_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    return derive_task(correlation_id, events, now=_now(), stall_after_s=ctx.config.tasks_stall_after_s)
+
+
+async def task_view(ctx: Context, correlation_id: str) -> dict[str, Any] | None:
+    events = await ctx.astore.read(ctx.store.events_by_correlation, correlation_id)
+    return view_of(ctx, correlation_id, events)
+
+
+async def _blockers_open(ctx: Context, view: Mapping[str, Any]) -> list[str]:
+    """The tasks ``view`` is blocked by that are not applied yet (unknown ones count as open)."""
+    waiting = []
+    for blocker in view["blocked_by"]:
+        other = await task_view(ctx, blocker)
+        if other is None or other["state"] != "applied":
+            waiting.append(blocker)
+    return waiting
+
+
+def check_claim(view: Mapping[str, Any] | None, correlation_id: str, agent: str, *, waiting: Sequence[str] = ()) -> None:
+    """Refuse a claim the queue forbids (the caller then writes nothing).
+
+    Raises:
+        NotFound: no such task.
+        ValidationError: closed, claimed by another agent, addressed to another, or blocked.
+    """
+    if view is None:
+        raise NotFound(f"task {correlation_id!r} not found")
+    if view["terminal"]:
+        raise ValidationError(f"task {correlation_id} is closed ({view['state']}): nothing to claim",
+                              field="correlation_id")
+    if view["claimed_by"] not in (None, agent):
+        raise ValidationError(f"task {correlation_id} is already claimed by {view['claimed_by']}; ask them, or the "
+                              f"requester ({view['requested_by']}) to reassign it", field="correlation_id")
+    if view["assigned_to"] not in ("*", agent, None):
+        raise ValidationError(f"task {correlation_id} is addressed to {view['assigned_to']}, not {agent}; the "
+                              f"requester ({view['requested_by']}) can reassign it", field="agent")
+    if waiting:
+        raise ValidationError(f"task {correlation_id} is blocked by {', '.join(waiting)} (not applied yet)",
+                              field="correlation_id")
 
 
 async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     req, handoff = build_task_request(args, os.urandom(4).hex(), ctx.limits)
+    for blocker in check_blocked_by(args.get("blocked_by")):
+        if await task_view(ctx, blocker) is None:
+            raise NotFound(f"blocked_by names an unknown task {blocker!r}")
     event = await ctx.astore.write(lambda w: w.append(req))
     return {"task": event, "handoff": handoff}
 
 
 async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     correlation_id = clean_required("correlation_id", args.get("correlation_id"))
-    events = await ctx.astore.read(ctx.store.events_by_correlation, correlation_id)
-    view = derive_task(correlation_id, events)
+    view = await task_view(ctx, correlation_id)
     if view is None:
         raise NotFound(f"task {correlation_id!r} not found")
+    view["waiting_on"] = await _blockers_open(ctx, view)
     return view
+
+
+async def _recent_views(ctx: Context) -> list[dict[str, Any]]:
+    """The newest MAX_TASKS tasks, derived."""
+    wire: dict[str, Any] = {"types": [REQUEST], "limit": MAX_TASKS, "order": "desc"}
+    requests = await ctx.astore.read(ctx.store.list_events, ListQuery.from_wire(wire))
+    views = []
+    for request in requests:
+        cid = request["correlation_id"] or request["id"]
+        events = await ctx.astore.read(ctx.store.events_by_correlation, cid)
+        view = view_of(ctx, cid, events)
+        if view is not None:
+            views.append(view)
+    return views
 
 
 async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     agent = clean_optional("agent", args.get("agent"))
     open_only = args.get("open", False) is True
-    query = ListQuery.from_wire({"types": ["task.request"], "limit": 500, "order": "desc"})
-    requests = await ctx.astore.read(ctx.store.list_events, query)
+    stalled_only = args.get("stalled", False) is True
     views = []
-    for request in requests:
-        if agent and agent not in (request["from_agent"], request.get("to_agent")) and request.get("to_agent") != "*":
+    for view in await _recent_views(ctx):
+        if agent and agent not in (view["requested_by"], view["assigned_to"], view["claimed_by"]) \
+                and view["assigned_to"] != "*":
             continue
-        cid = request["correlation_id"] or request["id"]
-        events = await ctx.astore.read(ctx.store.events_by_correlation, cid)
-        view = derive_task(cid, events)
-        if view is None or (open_only and view["terminal"]):
+        if (open_only and view["terminal"]) or (stalled_only and not view["stalled"]):
             continue
         view.pop("events")
         view["role"] = ("requester" if agent == view["requested_by"] else "assignee") if agent else None
@@ -174,8 +239,183 @@ async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return {"tasks": views, "count": len(views)}
 
 
+async def task_ready(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Tasks the agent may take now: addressed to it or to ``*``, open, unclaimed, every blocker applied."""
+    agent = clean_required("agent", args.get("agent"))
+    ready = []
+    # Every recent request, not only those addressed to the agent: a reassign readdresses a task.
+    for view in await _recent_views(ctx):
+        if view["state"] != "open" or view["assigned_to"] not in (agent, "*") or view["requested_by"] == agent:
+            continue
+        if await _blockers_open(ctx, view):
+            continue
+        view.pop("events")
+        ready.append(view)
+    ordered = ready_order(ready)
+    return {"tasks": ordered, "count": len(ordered)}
+
+
+async def task_claim(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    cid = clean_required("correlation_id", args.get("correlation_id"))
+    agent = clean_required("agent", args.get("agent"))
+    before = await task_view(ctx, cid)
+    check_claim(before, cid, agent, waiting=await _blockers_open(ctx, before) if before else ())
+    assert before is not None
+    if before["claimed_by"] == agent:
+        return {"task": _public(before), "event": None, "already": True}
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        # Checked again in the transaction that writes the claim: two claims on this daemon never both pass.
+        view = view_of(ctx, cid, w.correlation_events(cid))
+        check_claim(view, cid, agent)
+        assert view is not None
+        request = view["request"]
+        return w.append(AppendRequest.from_wire(
+            {"type": "event.ack", "stream": request["stream"], "room": request["room"], "topic": request["topic"],
+             "from_agent": agent, "to_agent": request["from_agent"], "correlation_id": cid, "status": "claimed",
+             "ack_of": request["id"], "body": f"{agent} claims {cid}", "metadata": {"ack_of": request["id"]}},
+            ctx.limits))
+
+    event = await ctx.astore.write(job)
+    after = await task_view(ctx, cid)
+    return {"task": _public(after), "event": event, "already": False}
+
+
+async def task_release(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    cid = clean_required("correlation_id", args.get("correlation_id"))
+    agent = clean_required("agent", args.get("agent"))
+    view = await task_view(ctx, cid)
+    if view is None:
+        raise NotFound(f"task {cid!r} not found")
+    if view["claimed_by"] != agent or view["terminal"]:
+        raise ValidationError(f"task {cid} is not claimed by {agent} (claimant: {view['claimed_by'] or 'nobody'}, "
+                              f"state {view['state']}); only its claimant releases it", field="agent")
+    reason = clean_optional("reason", args.get("reason"))
+    event = await _task_event(ctx, view, RELEASE, agent, view["requested_by"],
+                              f"{agent} releases {cid}" + (f": {reason}" if reason else ""))
+    return {"task": _public(await task_view(ctx, cid)), "event": event}
+
+
+async def task_reassign(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    cid = clean_required("correlation_id", args.get("correlation_id"))
+    to_agent = clean_required("to_agent", args.get("to_agent"))
+    view = await task_view(ctx, cid)
+    if view is None:
+        raise NotFound(f"task {cid!r} not found")
+    agent = clean_optional("agent", args.get("agent")) or view["requested_by"]
+    if agent != view["requested_by"] or view["terminal"]:
+        raise ValidationError(f"only the requester ({view['requested_by']}) reassigns task {cid}, and only while "
+                              f"it is open (state {view['state']})", field="agent")
+    event = await _task_event(ctx, view, REASSIGN, agent, to_agent,
+                              f"{agent} reassigns {cid} to {to_agent}" +
+                              (f" (was claimed by {view['claimed_by']})" if view["claimed_by"] else ""))
+    return {"task": _public(await task_view(ctx, cid)), "event": event}
+
+
+async def _task_event(ctx: Context, view: Mapping[str, Any], kind: str, agent: str, to_agent: str | None,
+                      body: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    request = view["request"]
+    req = AppendRequest.from_wire(
+        {"type": kind, "stream": request["stream"], "room": request["room"], "topic": request["topic"],
+         "from_agent": agent, "to_agent": to_agent, "correlation_id": view["correlation_id"],
+         # A release or reassign opens the task again; palace's notices move nothing.
+         "status": "open" if kind in (RELEASE, REASSIGN) else None, "body": body, "metadata": metadata or {}},
+        ctx.limits)
+    return await ctx.astore.write(lambda w: w.append(req))
+
+
+def _public(view: dict[str, Any] | None) -> dict[str, Any] | None:
+    if view is None:
+        return None
+    return {k: v for k, v in view.items() if k != "events"}
+
+
 OPS: Final = {
     "task_create": task_create,
     "task_show": task_show,
     "task_list": task_list,
+    "task_ready": task_ready,
+    "task_claim": task_claim,
+    "task_release": task_release,
+    "task_reassign": task_reassign,
 }
+
+
+# Why 2 s: conflicts and stalls are told within seconds, without deriving every task per event.
+RECONCILE_MIN_INTERVAL_S: Final = 2.0
+# Why 60 s: a stall is measured in minutes; a look a minute notices it in time.
+STALL_SCAN_S: Final = 60.0
+
+
+class TaskReconciler:
+    """Tells a second claimant once (its own daemon writes it) and a requester once per stall
+    (the requester's daemon writes it); see the module docstring."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.conflicts_told = 0
+        self.stalls_told = 0
+        #: seconds until the next claimed task would stall (as of the last look)
+        self.next_stall_in = STALL_SCAN_S
+
+    def __repr__(self) -> str:
+        return f"<TaskReconciler conflicts={self.conflicts_told} stalls={self.stalls_told}>"
+
+    async def run(self) -> None:
+        watch = self.ctx.bus.watch_types(frozenset({"event.ack", REQUEST, RELEASE, REASSIGN, CONFLICT, STALLED}))
+        while True:
+            started = time.monotonic()
+            try:
+                await self.reconcile()
+            except ApiError as exc:  # a full disk, shutting down: tried again later
+                LOGGER.warning("could not tell agents about task conflicts or stalls: %s", exc.message)
+            # Until a task event, or until the next claimed task would stall (at most STALL_SCAN_S).
+            with trio.move_on_after(max(RECONCILE_MIN_INTERVAL_S, min(STALL_SCAN_S, self.next_stall_in))):
+                await watch.wait()
+            await trio.sleep(max(0.0, RECONCILE_MIN_INTERVAL_S - (time.monotonic() - started)))
+
+    async def reconcile(self) -> int:
+        ctx = self.ctx
+        views = await _recent_views(ctx)
+        ctx.stalled_tasks = [v["correlation_id"] for v in views if v["stalled"]]
+        now = _now()
+        upcoming = [v["stalls_at"] for v in views if v["stalls_at"] is not None and v["stalls_at"] > now]
+        self.next_stall_in = (min(_seconds_until(now, at) for at in upcoming) + 0.5) if upcoming else STALL_SCAN_S
+        if ctx.membership is not None and ctx.membership.role == "observer":
+            return 0
+        own = ctx.store.origin_id
+        written = 0
+        for view in views:
+            events = view["events"]
+            by_id = {e["id"]: e for e in events}
+            noticed = {(e["type"], (e.get("metadata") or {}).get("claim_event_id")) for e in events
+                       if e["type"] in (CONFLICT, STALLED) and isinstance(e.get("metadata"), dict)}
+            for conflict in view["conflicts"]:
+                claim = by_id.get(conflict["event_id"])
+                if claim is None or claim.get("origin") != own or (CONFLICT, conflict["event_id"]) in noticed:
+                    continue
+                await _task_event(
+                    ctx, view, CONFLICT, "palaced", conflict["agent"],
+                    f"Task {view['correlation_id']} is claimed by {conflict['claimant']} (the first claim); your claim "
+                    f"came second (claims on both sides of a partition). Stop working on it; "
+                    f"`palacectl task show {view['correlation_id']}` shows both claims.",
+                    {"claim_event_id": conflict["event_id"], "claimant": conflict["claimant"],
+                     "claimant_event_id": conflict["claim_event_id"]})
+                noticed.add((CONFLICT, conflict["event_id"]))
+                self.conflicts_told += 1
+                written += 1
+            if view["stalled"] and view["request"].get("origin") == own \
+                    and (STALLED, view["claim_event_id"]) not in noticed:
+                await _task_event(
+                    ctx, view, STALLED, "palaced", view["requested_by"],
+                    f"Task {view['correlation_id']} is stalled: {view['claimed_by']} claimed it and has said nothing "
+                    f"on it since {view['claimant_last_activity'][:19]}Z. Ask them, or reassign it "
+                    f"(`palacectl task reassign {view['correlation_id']} --to-agent AGENT`).",
+                    {"claim_event_id": view["claim_event_id"], "claimant": view["claimed_by"]})
+                self.stalls_told += 1
+                written += 1
+        return written
+

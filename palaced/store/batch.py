@@ -28,7 +28,7 @@ from palace_proto.validation import AppendRequest
 from .apply import ApplyReport, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
 from .imports import import_history
-from .queries import event_by_id
+from .queries import correlation_events, event_by_id
 from .writes import append_event, put_artifact, redact
 
 if TYPE_CHECKING:
@@ -79,6 +79,9 @@ class WriteContext:
 
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         return event_by_id(self.conn, event_id)
+
+    def correlation_events(self, correlation_id: str) -> list[dict[str, Any]]:
+        return correlation_events(self.conn, correlation_id)
 
     def redact(self, event_id: str, redact_event_id: str) -> None:
         redact(self._store, event_id, redact_event_id)

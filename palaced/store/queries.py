@@ -139,7 +139,13 @@ def events_after_seq(store: Store, after_seq: int, limit: int) -> list[dict[str,
 
 
 def events_by_correlation(store: Store, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
-    rows = store._reader().execute(
+    return correlation_events(store._reader(), correlation_id, limit)
+
+
+def correlation_events(conn: apsw.Connection, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+    """Every event on a correlation id (and the event with that id), in local order; on ``conn``
+    (the writer's inside a write job: what a claim must check in the transaction that writes it)."""
+    rows = conn.execute(
         f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? OR id=? ORDER BY seq LIMIT ?",
         (correlation_id, correlation_id, limit),
     ).fetchall()

@@ -26,11 +26,15 @@ from tests.helpers import PYTHON, append_event, run_ctl
 MEMPALACE_TOOLS = ["mempalace_event_append", "mempalace_event_list", "mempalace_event_wait", "mempalace_event_ack",
                    "mempalace_artifact_put", "mempalace_artifact_get", "mempalace_patch_submit",
                    "mempalace_task_create"]
-PALACE_TOOLS = ["mempalace_task_status", "mempalace_task_list", "mempalace_who", "mempalace_peers"]
+PALACE_TOOLS = ["mempalace_task_status", "mempalace_task_list", "mempalace_task_ready", "mempalace_task_claim",
+                "mempalace_task_release", "mempalace_task_reassign", "mempalace_who", "mempalace_peers"]
 MEMORY_TOOLS = ["mempalace_search", "mempalace_add_drawer", "mempalace_kg_query", "mempalace_kg_add",
                 "mempalace_kg_invalidate", "mempalace_diary_write", "mempalace_diary_read", "mempalace_list_agents",
                 "mempalace_find_tunnels"]
-MUTATING = {"mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
+LEASE_TOOLS = ["mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release", "mempalace_lease_list",
+               "mempalace_lease_check"]
+MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_lease_acquire",
+            "mempalace_lease_renew", "mempalace_lease_release", "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
             "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
             "mempalace_diary_write"}
 
@@ -54,7 +58,7 @@ async def test_tools_are_listed_with_their_inputs(daemon):
     async with adapter(daemon.home) as client:
         listed = await client.list_tools()
     names = [t.name for t in listed.tools]
-    assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS
+    assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS
     schemas = {t.name: t.input_schema for t in listed.tools}
     assert set(schemas["mempalace_event_append"]["required"]) == {"type", "stream", "room"}
     assert "since_event_id" in schemas["mempalace_event_list"]["properties"]
@@ -256,7 +260,7 @@ async def test_the_adapter_starts_without_a_daemon_and_connects_once_it_runs(dae
     d = daemon_factory(home, start=False)
     async with adapter(home) as client:
         names = [t.name for t in (await client.list_tools()).tools]
-        assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS
+        assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS
         down = await call(client, "mempalace_event_wait", timeout_ms=100)
         assert "palaced is not running" in down["error"]
         await trio.to_thread.run_sync(d.start)
@@ -329,3 +333,52 @@ async def test_memory_filed_over_mcp_on_one_daemon_is_found_over_mcp_on_another(
                                                                                      "moved releases to thursday"]
         agents = {a["agent"] for a in (await call(client, "mempalace_list_agents"))["agents"]}
         assert "mac-claude" in agents
+
+
+async def test_lease_tools_acquire_check_renew_release_with_one_identity(daemon):
+    async with adapter(daemon.home, "mac-claude") as mine, adapter(daemon.home, "linux-codex") as theirs:
+        taken = await call(mine, "mempalace_lease_acquire", patterns=["src/api/**"], project="demo", ttl="30m",
+                           reason="refactor")
+        assert taken["success"] is True and taken["lease"]["agent"] == "mac-claude"
+        lease_id = taken["lease"]["id"]
+        refused = await call(theirs, "mempalace_lease_acquire", patterns=["src/api/x.py"], project="demo")
+        assert refused["success"] is False and "mac-claude holds src/api/** exclusively (refactor)" in refused["error"]
+        blocked = await call(theirs, "mempalace_lease_check", paths=["src/api/x.py", "docs/a.md"], project="demo")
+        assert blocked["ok"] is False and [b["path"] for b in blocked["blocked"]] == ["src/api/x.py"]
+        assert (await call(mine, "mempalace_lease_check", paths=["src/api/x.py"]))["ok"] is True
+        impostor = await call(theirs, "mempalace_lease_acquire", patterns=["x"], project="demo", agent="mac-claude")
+        assert impostor["success"] is False and "would impersonate" in impostor["error"]
+        not_theirs = await call(theirs, "mempalace_lease_release", lease_id=lease_id)
+        assert not_theirs["success"] is False and "held by mac-claude" in not_theirs["error"]
+        renewed = await call(mine, "mempalace_lease_renew", lease_id=lease_id, ttl="2h")
+        assert renewed["success"] is True and renewed["lease"]["renewals"] == 1
+        listed = await call(theirs, "mempalace_lease_list", project="demo")
+        assert [x["id"] for x in listed["leases"]] == [lease_id]
+        released = await call(mine, "mempalace_lease_release", all=True)
+        assert released["success"] is True and released["released"] == [lease_id]
+        assert (await call(theirs, "mempalace_lease_check", paths=["src/api/x.py"]))["ok"] is True
+
+
+async def test_queue_tools_ready_claim_release_reassign_with_one_identity(daemon):
+    async with adapter(daemon.home, "mac-claude") as requester, adapter(daemon.home, "linux-codex") as worker, \
+            adapter(daemon.home, "win-codex") as other:
+        first = await call(requester, "mempalace_task_create", project="shop", to_agent="linux-codex", goal="base",
+                           branch="main", base_commit="0123abc", done="tests pass", priority=1)
+        cid = first["task"]["correlation_id"]
+        second = await call(requester, "mempalace_task_create", project="shop", to_agent="linux-codex", goal="next",
+                            branch="main", base_commit="0123abc", done="tests pass", blocked_by=[cid], priority=0,
+                            stall_after="2h")
+        assert second["success"] is True and second["task"]["metadata"]["blocked_by"] == [cid]
+        queue = await call(worker, "mempalace_task_ready")
+        assert [t["correlation_id"] for t in queue["tasks"]] == [cid]  # the other waits for its blocker
+        claimed = await call(worker, "mempalace_task_claim", correlation_id=cid)
+        assert claimed["success"] is True and claimed["task"]["claimed_by"] == "linux-codex"
+        refused = await call(other, "mempalace_task_claim", correlation_id=cid)
+        assert refused["success"] is False and "already claimed by linux-codex" in refused["error"]
+        released = await call(worker, "mempalace_task_release", correlation_id=cid, reason="wrong machine")
+        assert released["success"] is True and released["task"]["state"] == "open"
+        moved = await call(requester, "mempalace_task_reassign", correlation_id=cid, to_agent="win-codex")
+        assert moved["success"] is True and moved["task"]["assigned_to"] == "win-codex"
+        not_requester = await call(worker, "mempalace_task_reassign", correlation_id=cid, to_agent="linux-codex")
+        assert not_requester["success"] is False and "only the requester" in not_requester["error"]
+        assert [t["correlation_id"] for t in (await call(other, "mempalace_task_ready"))["tasks"]] == [cid]

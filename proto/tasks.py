@@ -1,0 +1,214 @@
+"""Tasks: a delegated piece of work and its lifecycle, derived from the events on its correlation id.
+
+Owns: the queue fields of a ``task.request`` (``blocked_by``, ``priority``, ``stall_after_s`` in its
+metadata), the task events palace adds to MemPalace's (``task.release``, ``task.reassign``,
+``task.conflict``, ``task.stalled``), and ``derive_task``: a task's state, claimant, claims and
+stall from its events, the same on every replica that holds the same events (the events are
+ordered by ``created_at`` and id, never by a replica's local seq; ``now`` is the caller's).
+
+States and what moves between them:
+
+    open       the request (``task.request``), a ``task.release`` by the claimant, or a
+               ``task.reassign`` by the requester (which also changes the addressee)
+    claimed    the first claim (an event with status ``claimed``, e.g. ``event.ack``) since the
+               request, release or reassign — by ``created_at``, then event id, so every
+               replica names the same claimant; a later claim by another agent in the same
+               round is a *conflict*: its agent is told once (``task.conflict``) and stops
+    stalled    claimed, with no event from the claimant on the task for ``stall_after_s``
+               (derived: it moves back to claimed with the claimant's next event)
+    ready      a patch delivered (status ``ready``): ready for review
+    applied, failed, blocked, superseded
+               the terminal statuses (an ack or reply carrying one)
+
+A task is *ready to take* when it is open, addressed to the agent or to ``*``, and every task it is
+blocked by is applied. Pure: stdlib only, no clock, no IO.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from .errors import ValidationError
+
+__all__ = [
+    "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
+    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "derive_task", "queue_fields", "ready_order",
+]
+
+REQUEST: Final = "task.request"
+RELEASE: Final = "task.release"
+REASSIGN: Final = "task.reassign"
+CONFLICT: Final = "task.conflict"
+STALLED: Final = "task.stalled"
+TERMINAL: Final = frozenset({"applied", "failed", "blocked", "superseded"})
+# Why 0 (urgent) .. 3 (low), default 2: the scale issue trackers for agents use; 0 sorts first.
+MIN_PRIORITY: Final = 0
+MAX_PRIORITY: Final = 3
+DEFAULT_PRIORITY: Final = 2
+# Why 30 min: long enough for a build and a test run without a word; short enough that a crashed
+# agent's task is noticed the same hour.
+DEFAULT_STALL_AFTER_S: Final = 30 * 60
+MIN_STALL_AFTER_S: Final = 10
+MAX_STALL_AFTER_S: Final = 30 * 86400
+# Why 32: a task waits on a few others; a longer list is a plan, which belongs in a parent task.
+MAX_BLOCKED_BY: Final = 32
+_CORRELATION_RE: Final = re.compile(r"^task_[A-Za-z0-9_.-]{1,200}$")
+_TIME_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
+
+
+def check_priority(value: Any) -> int:
+    if value is None:
+        return DEFAULT_PRIORITY
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValidationError(f"priority must be an integer from {MIN_PRIORITY} (urgent) to {MAX_PRIORITY} (low)",
+                              field="priority")
+    return value
+
+
+def check_blocked_by(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or len(value) > MAX_BLOCKED_BY:
+        raise ValidationError(f"blocked_by must be a list of at most {MAX_BLOCKED_BY} task correlation ids",
+                              field="blocked_by")
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not _CORRELATION_RE.match(item.strip()):
+            raise ValidationError(f"blocked_by {str(item)[:80]!r} is not a task correlation id (task_…)",
+                                  field="blocked_by")
+        if item.strip() not in out:
+            out.append(item.strip())
+    return out
+
+
+def check_stall_after(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_STALL_AFTER_S <= value <= MAX_STALL_AFTER_S:
+        raise ValidationError("stall_after must be between 10s and 30d", field="stall_after")
+    return value
+
+
+def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
+    """(blocked_by, priority, stall_after_s or None) of a request's metadata; hostile or
+    malformed values fall back to the defaults (a peer's event must not break the queue)."""
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            metadata = {}
+    if not isinstance(metadata, dict):
+        metadata = {}
+    try:
+        blocked_by = check_blocked_by(metadata.get("blocked_by"))
+    except ValidationError:
+        blocked_by = []
+    try:
+        priority = check_priority(metadata.get("priority"))
+    except ValidationError:
+        priority = DEFAULT_PRIORITY
+    stall = metadata.get("stall_after_s")
+    try:
+        stall_after = check_stall_after(stall) if stall is not None else None
+    except ValidationError:
+        stall_after = None
+    return blocked_by, priority, stall_after
+
+
+def _parse(stamp: str) -> datetime.datetime:
+    if "." not in stamp:
+        stamp = stamp[:-1] + ".0Z"
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _seconds_between(earlier: str, later: str) -> float:
+    return (_parse(later) - _parse(earlier)).total_seconds()
+
+
+def _shift(stamp: str, seconds: int) -> str:
+    return (_parse(stamp) + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _order(event: Mapping[str, Any]) -> tuple[str, str]:
+    return str(event.get("created_at")), str(event.get("id"))
+
+
+def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now: str | None = None,
+                stall_after_s: int = DEFAULT_STALL_AFTER_S) -> dict[str, Any] | None:
+    """The lifecycle view of one task from every event on its correlation id (any order), or
+    None without a request. ``now`` (the caller's clock) decides ``stalled``; ``stall_after_s``
+    is the default when the request names none. See the module docstring for the rules."""
+    requests = sorted((e for e in events if e.get("type") == REQUEST), key=_order)
+    if not requests:
+        return None
+    request = requests[0]
+    blocked_by, priority, own_stall = queue_fields(request.get("metadata"))
+    stall_after = own_stall or stall_after_s
+    requester, assigned = request.get("from_agent"), request.get("to_agent")
+    ordered = sorted((e for e in events if isinstance(e.get("created_at"), str) and _TIME_RE.match(e["created_at"])),
+                     key=_order)
+    state, claimant, claim_event = "open", None, None
+    claims: list[dict[str, Any]] = []
+    conflicts: list[dict[str, Any]] = []
+    last_activity = request["created_at"]
+    claimant_last = None
+    for event in ordered:
+        last_activity = max(last_activity, event["created_at"])
+        kind, who, status = event.get("type"), event.get("from_agent"), event.get("status")
+        if kind == RELEASE:
+            if who == claimant and claimant is not None and state not in TERMINAL:
+                state, claimant, claim_event, claimant_last = "open", None, None, None
+            continue  # by anyone else: it moves nothing
+        if kind == REASSIGN:
+            if who == requester and state not in TERMINAL:
+                target = event.get("to_agent")
+                if isinstance(target, str) and target:
+                    assigned = target
+                state, claimant, claim_event, claimant_last = "open", None, None, None
+            continue
+        if kind in (CONFLICT, STALLED):
+            continue  # palace's own notices: they move nothing
+        if who == claimant and claimant is not None:
+            claimant_last = event["created_at"]
+        if status == "claimed":
+            claims.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"]})
+            if claimant is None and state not in TERMINAL:
+                state, claimant, claim_event, claimant_last = "claimed", who, event.get("id"), event["created_at"]
+            elif claimant is not None and who != claimant:
+                conflicts.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"],
+                                  "claimant": claimant, "claim_event_id": claim_event})
+            continue
+        if status:
+            state = status  # the latest status says where the task is (MemPalace's rule)
+    stalled = (state == "claimed" and now is not None and claimant_last is not None
+               and _seconds_between(claimant_last, now) >= stall_after)
+    return {
+        "correlation_id": correlation_id,
+        "request": dict(request),
+        "state": "stalled" if stalled else state,
+        "terminal": state in TERMINAL,
+        "requested_by": requester,
+        "assigned_to": assigned,
+        "claimed_by": claimant,
+        "claim_event_id": claim_event,
+        "claims": [c["agent"] for c in claims],
+        "claim_events": claims,
+        "conflicts": conflicts,
+        "blocked_by": blocked_by,
+        "priority": priority,
+        "stall_after_s": stall_after,
+        "stalled": stalled,
+        "stalls_at": (_shift(claimant_last, stall_after) if state == "claimed" and claimant_last is not None else None),
+        "claimant_last_activity": claimant_last,
+        "last_activity": last_activity,
+        "events": sorted((dict(e) for e in events), key=_order),
+    }
+
+
+def ready_order(views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Highest priority first (0 before 3), then oldest first, then by correlation id."""
+    return sorted(views, key=lambda v: (v["priority"], v["request"]["created_at"], v["correlation_id"]))

@@ -1,0 +1,134 @@
+"""The task queue end to end on real daemons: ready work in order, blockers, claims refused locally,
+release and reassign, a stall told once, and two claims across a partition healing to one claimant
+with exactly one conflict event for the other."""
+
+from __future__ import annotations
+
+import time
+
+from tests.fleet import api, ctl_json, listen_address, wait_converged, wait_until
+from tests.helpers import run_ctl
+
+BASE = "0123abc"
+
+
+def create(home, goal, *, to="bob", frm="alice", **flags):
+    args = ["task", "create", "--project", "shop", "--from-agent", frm, "--to-agent", to, "--goal", goal,
+            "--branch", "main", "--base-commit", BASE, "--done", "tests pass", "--json"]
+    for name, value in flags.items():
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            args += ["--" + name.replace("_", "-"), str(v)]
+    result = run_ctl(home, *args)
+    assert result.returncode == 0, result
+    return result.json()["task"]
+
+
+def ready(home, agent):
+    return [t["correlation_id"] for t in ctl_json(home, "task", "ready", "--agent", agent)["tasks"]]
+
+
+def notices(home, kind, agent):
+    return api(home, "list", types=[kind], to_agents=[agent], limit=50)["events"]
+
+
+def test_ready_work_comes_urgent_first_and_blocked_tasks_wait_for_their_blockers(ctl, daemon):
+    home = daemon.home
+    base = create(home, "schema migration", priority=1)
+    later = create(home, "use the new schema", blocked_by=base["correlation_id"], priority=0)
+    low = create(home, "polish docs", priority=3)
+    anyone = create(home, "triage the flaky test", to="*")
+    assert ready(home, "bob") == [base["correlation_id"], anyone["correlation_id"], low["correlation_id"]]
+    assert ready(home, "alice") == []  # her own requests are not work for her
+    shown = ctl_json(home, "task", "show", later["correlation_id"])
+    assert shown["blocked_by"] == [base["correlation_id"]] and shown["waiting_on"] == [base["correlation_id"]]
+    blocked = run_ctl(home, "task", "claim", later["correlation_id"], "--agent", "bob")
+    assert blocked.returncode == 1 and f"is blocked by {base['correlation_id']}" in blocked.stderr
+
+    ctl_json(home, "task", "claim", base["correlation_id"], "--agent", "bob")
+    assert base["correlation_id"] not in ready(home, "bob")
+    ctl_json(home, "ack", base["id"], "--from-agent", "alice", "--status", "applied")
+    assert ready(home, "bob")[0] == later["correlation_id"]  # priority 0, unblocked now
+    unknown = run_ctl(home, "task", "create", "--project", "shop", "--from-agent", "a", "--to-agent", "b", "--goal", "g",
+                      "--branch", "main", "--base-commit", BASE, "--done", "d", "--blocked-by", "task_nope_1")
+    assert unknown.returncode == 1 and "unknown task 'task_nope_1'" in unknown.stderr
+    bad = run_ctl(home, "task", "create", "--project", "shop", "--from-agent", "a", "--to-agent", "b", "--goal", "g",
+                  "--branch", "main", "--base-commit", BASE, "--done", "d", "--priority", "7")
+    assert bad.returncode == 1 and "priority must be an integer from 0 (urgent) to 3 (low)" in bad.stderr
+
+
+def test_claims_are_refused_locally_when_taken_closed_or_not_yours_and_release_reassign_reopen(ctl, daemon):
+    home = daemon.home
+    task = create(home, "fix the login bug")
+    cid = task["correlation_id"]
+    assert ctl_json(home, "task", "claim", cid, "--agent", "bob")["already"] is False
+    assert ctl_json(home, "task", "claim", cid, "--agent", "bob")["already"] is True  # idempotent
+    taken = run_ctl(home, "task", "claim", cid, "--agent", "carol")
+    assert taken.returncode == 1 and "already claimed by bob" in taken.stderr
+    # A claim by plain ack is a claim too: same rule.
+    by_ack = run_ctl(home, "ack", task["id"], "--from-agent", "carol", "--status", "claimed")
+    assert by_ack.returncode == 1 and "already claimed by bob" in by_ack.stderr
+    not_yours = run_ctl(home, "task", "release", cid, "--agent", "carol")
+    assert not_yours.returncode == 1 and "only its claimant" in not_yours.stderr
+
+    ctl_json(home, "task", "release", cid, "--agent", "bob", "--reason", "out of time")
+    assert ctl_json(home, "task", "show", cid)["state"] == "open"
+    addressed = run_ctl(home, "task", "claim", cid, "--agent", "carol")
+    assert addressed.returncode == 1 and "addressed to bob" in addressed.stderr
+    assert run_ctl(home, "task", "reassign", cid, "--to-agent", "carol", "--agent", "bob").returncode == 1
+    ctl_json(home, "task", "reassign", cid, "--to-agent", "carol")
+    assert ready(home, "carol") == [cid]
+    ctl_json(home, "task", "claim", cid, "--agent", "carol")
+    ctl_json(home, "ack", task["id"], "--from-agent", "alice", "--status", "superseded")
+    closed = run_ctl(home, "task", "claim", cid, "--agent", "carol")
+    assert closed.returncode == 1 and "is closed (superseded)" in closed.stderr
+    view = ctl_json(home, "task", "show", cid)
+    assert view["claims"] == ["bob", "carol"] and view["conflicts"] == []
+
+
+def test_a_stalled_task_is_listed_noted_in_status_and_its_requester_told_once(ctl, daemon):
+    home = daemon.home
+    task = create(home, "long job", stall_after="10s")
+    cid = task["correlation_id"]
+    ctl_json(home, "task", "claim", cid, "--agent", "bob")
+    assert ctl_json(home, "task", "list", "--stalled")["count"] == 0
+    told = wait_until(lambda: notices(home, "task.stalled", "alice"), "alice to be told of the stall", timeout=45)
+    assert len(told) == 1 and told[0]["correlation_id"] == cid and "bob claimed it" in told[0]["body"]
+    assert [t["correlation_id"] for t in ctl_json(home, "task", "list", "--stalled")["tasks"]] == [cid]
+    status = run_ctl(home, "status", "--json").json()
+    assert status["tasks"]["stalled"] == 1 and status["tasks"]["stalled_ids"] == [cid]
+    time.sleep(3)
+    assert len(notices(home, "task.stalled", "alice")) == 1  # once per stall, not once per look
+    ctl_json(home, "append", "--type", "task.reply", "--stream", "project/shop", "--room", "delegation",
+             "--from-agent", "bob", "--correlation-id", cid, "--body", "still on it")
+    assert ctl_json(home, "task", "show", cid)["state"] == "claimed"
+
+
+def test_two_claims_across_a_partition_heal_to_the_first_and_one_conflict_for_the_other(fleet):
+    a = fleet.found("alpha")
+    b = fleet.enrol_offline("beta").start()
+    c = fleet.enrol_offline("gamma").start()
+    ctl_json(a.home, "peers", "add", listen_address(b.home))
+    ctl_json(c.home, "peers", "add", listen_address(b.home))
+    task = create(a.home, "one job, two takers", to="*")
+    wait_converged(a, b, c)
+    b_address = listen_address(b.home)
+    assert b.stop() == 0
+    ctl_json(a.home, "task", "claim", task["correlation_id"], "--agent", "alice-worker")
+    time.sleep(0.01)
+    ctl_json(c.home, "task", "claim", task["correlation_id"], "--agent", "gamma-worker")
+    b.extra_args[b.extra_args.index("127.0.0.1:0")] = b_address
+    b.start()
+    for d in (a, b, c):
+        wait_until(lambda d=d: ctl_json(d.home, "task", "show", task["correlation_id"])["conflicts"],
+                   f"{d.home.name} to see both claims")
+    wait_until(lambda: notices(c.home, "task.conflict", "gamma-worker"), "gamma-worker to be told")
+    wait_converged(a, b, c)
+    for d in (a, b, c):
+        view = ctl_json(d.home, "task", "show", task["correlation_id"])
+        assert (view["claimed_by"], [x["agent"] for x in view["conflicts"]]) == ("alice-worker", ["gamma-worker"])
+        told = notices(d.home, "task.conflict", "gamma-worker")
+        assert len(told) == 1 and "claimed by alice-worker" in told[0]["body"], d.home
+        assert notices(d.home, "task.conflict", "alice-worker") == []
+    human = run_ctl(c.home, "task", "show", task["correlation_id"])
+    assert "double claim: gamma-worker claimed too" in human.stdout
