@@ -36,7 +36,8 @@ from .errors import ValidationError
 
 __all__ = [
     "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
-    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "derive_task", "queue_fields", "ready_order",
+    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "queue_fields",
+    "ready_order", "seconds_between",
 ]
 
 REQUEST: Final = "task.request"
@@ -125,7 +126,8 @@ def _parse(stamp: str) -> datetime.datetime:
     return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _seconds_between(earlier: str, later: str) -> float:
+def seconds_between(earlier: str, later: str) -> float:
+    """Seconds from one event timestamp to another (negative if ``later`` is earlier)."""
     return (_parse(later) - _parse(earlier)).total_seconds()
 
 
@@ -185,7 +187,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         if status:
             state = status  # the latest status says where the task is (MemPalace's rule)
     stalled = (state == "claimed" and now is not None and claimant_last is not None
-               and _seconds_between(claimant_last, now) >= stall_after)
+               and seconds_between(claimant_last, now) >= stall_after)
     return {
         "correlation_id": correlation_id,
         "request": dict(request),

@@ -76,6 +76,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("api_transport", modes, ids=[f"api-{m}" for m in modes])
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first (a stable sort: the same order in every xdist worker): they
+    then run alongside the quick ones instead of forming the tail of the run, which, on two
+    cores, was a minute of one worker busy and three idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def daemon_factory(short_tmp: Path, api_transport: str) -> Iterator[Any]:
     started: list[Daemon] = []

@@ -10,7 +10,6 @@ number of replicas; it runs when lease events arrive and at start.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from palace_proto.leases import (
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from ..store import WriteContext
+from ..store.clock import utc_now as _now
 from .context import Context
 from .tasks import slugify
 
@@ -56,11 +56,6 @@ MAX_CHECK_PATHS: Final = 500
 
 class LeaseConflict(ApiError):
     code = "lease_conflict"
-
-
-def _now() -> str:
-    """Now, as event timestamps are written (to the microsecond: a lease taken this second counts)."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def project_stream(project: str) -> str:
@@ -122,7 +117,23 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         {"type": ACQUIRE, "stream": stream, "room": LEASE_ROOM, "topic": project, "from_agent": agent,
          "correlation_id": lease_id, "body": body, "metadata": request.metadata([r.id for r in rivals])},
         ctx.limits)
-    event = await ctx.astore.write(lambda w: w.append(req))
+    since = add_seconds(_now(), -(MAX_TTL_S + WINDOW_SLACK_S))
+    revoked = _revoked_origins(ctx)
+    forced_ids = {r.id for r in rivals}
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        # Checked again in the transaction that writes it: two acquires on this daemon never both pass.
+        now = _now()
+        events = w.lease_events(sorted(LEASE_TYPES), since, stream, MAX_LEASE_EVENTS)
+        fresh = [r for r in lease_conflicts(derive_leases(events, revoked=revoked), request, agent, now)
+                 if r.id not in forced_ids]
+        if fresh:
+            raise LeaseConflict("lease refused: " + "; ".join(_describe(r) for r in fresh)
+                                + ". Wait for it, ask its holder, or take it anyway with --force (they are told)",
+                                detail={"holders": [r.to_wire(now) for r in fresh]})
+        return w.append(req)
+
+    event = await ctx.astore.write(job)
     leases, _ = await current_leases(ctx, stream)
     mine = next((lease for lease in leases if lease.id == lease_id), None)
     return {"lease": mine.to_wire(_now()) if mine else None, "event": event,

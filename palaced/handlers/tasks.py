@@ -12,7 +12,6 @@ itself is palace_proto.tasks (the same on every replica).
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import re
@@ -35,10 +34,12 @@ from palace_proto.tasks import (
     check_stall_after,
     derive_task,
     ready_order,
+    seconds_between,
 )
 from palace_proto.validation import AppendRequest, Limits, ListQuery, clean_optional, clean_required
 
 from ..store import WriteContext
+from ..store.clock import utc_now as _now
 from .context import Context
 
 __all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "slugify"]
@@ -136,15 +137,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
 # -- the operations ------------------------------------------------------------------------------
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
-
-def _seconds_until(now: str, later: str) -> float:
-    def parse(stamp: str) -> datetime.datetime:
-        return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
-
-    return (parse(later) - parse(now)).total_seconds()
 
 
 def view_of(ctx: Context, correlation_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -383,7 +376,7 @@ class TaskReconciler:
         ctx.stalled_tasks = [v["correlation_id"] for v in views if v["stalled"]]
         now = _now()
         upcoming = [v["stalls_at"] for v in views if v["stalls_at"] is not None and v["stalls_at"] > now]
-        self.next_stall_in = (min(_seconds_until(now, at) for at in upcoming) + 0.5) if upcoming else STALL_SCAN_S
+        self.next_stall_in = (min(seconds_between(now, at) for at in upcoming) + 0.5) if upcoming else STALL_SCAN_S
         if ctx.membership is not None and ctx.membership.role == "observer":
             return 0
         own = ctx.store.origin_id

@@ -28,7 +28,7 @@ from palace_proto.validation import AppendRequest
 from .apply import ApplyReport, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
 from .imports import import_history
-from .queries import correlation_events, event_by_id
+from .queries import correlation_events, event_by_id, events_of_types_since
 from .writes import append_event, put_artifact, redact
 
 if TYPE_CHECKING:
@@ -82,6 +82,10 @@ class WriteContext:
 
     def correlation_events(self, correlation_id: str) -> list[dict[str, Any]]:
         return correlation_events(self.conn, correlation_id)
+
+    def lease_events(self, types: Sequence[str], since_created_at: str, stream: str | None,
+                     limit: int) -> list[dict[str, Any]]:
+        return events_of_types_since(self.conn, types, since_created_at, stream, limit)
 
     def redact(self, event_id: str, redact_event_id: str) -> None:
         redact(self._store, event_id, redact_event_id)

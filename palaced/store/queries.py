@@ -154,14 +154,19 @@ def correlation_events(conn: apsw.Connection, correlation_id: str, limit: int = 
 
 def lease_events(store: Store, types: Sequence[str], since_created_at: str, stream: str | None,
                  limit: int) -> list[dict[str, Any]]:
+    return events_of_types_since(store._reader(), types, since_created_at, stream, limit)
+
+
+def events_of_types_since(conn: apsw.Connection, types: Sequence[str], since_created_at: str, stream: str | None,
+                          limit: int) -> list[dict[str, Any]]:
     """Events of ``types`` created since ``since_created_at`` (of one stream, or all), the newest
-    ``limit`` of them, oldest first (what palace_proto.leases derives leases from)."""
+    ``limit`` of them, oldest first (what palace_proto.leases derives leases from); on ``conn``."""
     where = f"type IN ({','.join('?' * len(types))}) AND created_at >= ?"
     params: list[Any] = [*types, since_created_at]
     if stream is not None:
         where += " AND stream = ?"
         params.append(stream)
-    rows = store._reader().execute(
+    rows = conn.execute(
         f"SELECT {PUBLIC_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC LIMIT ?", [*params, limit]
     ).fetchall()
     return [row_to_public(r) for r in reversed(rows)]

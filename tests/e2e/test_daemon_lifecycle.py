@@ -310,6 +310,7 @@ def _sigterm_under_load(daemon_factory: Any, home: Path) -> None:
     assert restarted.stop() == 0
 
 
+@pytest.mark.slow
 def test_inflight_writes_finish_on_sigterm(daemon_factory, short_tmp):
     for attempt in range(SIGTERM_ATTEMPTS):
         _sigterm_under_load(daemon_factory, short_tmp / f"load{attempt}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.fleet import ctl_json, wait_until
 from tests.helpers import Daemon, RawClient, run_ctl
 from tests.tmpfs import needs_tmpfs, small_tmpfs
@@ -25,6 +27,7 @@ def note(body: str) -> dict[str, str]:
     return {"type": "note", "stream": STREAM, "room": "general", "from_agent": "filler", "body": body}
 
 
+@pytest.mark.slow
 def test_a_full_disk_answers_disk_full_keeps_reads_and_resumes_with_nothing_acknowledged_lost(api_transport):
     """Guards finding 7 of issue 11 (on a full disk, appends failed as "internal error" and a
     failing WAL checkpoint stopped the writer and the daemon)."""

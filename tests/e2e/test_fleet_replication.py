@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 
+import pytest
 
 from tests.fleet import (
     append,
@@ -114,6 +115,7 @@ def test_a_partition_heals_to_identical_digests(fleet):
     assert final["events"] == 41
 
 
+@pytest.mark.slow
 def test_a_receiver_killed_mid_catch_up_loses_and_duplicates_nothing(fleet):
     total = 20_000
     a = fleet.found("alpha")

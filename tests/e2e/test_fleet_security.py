@@ -105,6 +105,7 @@ async def test_a_stranger_without_a_certificate_learns_nothing(fleet):
     wait_until(lambda: "refused a connection" in a.log(), "the refusal in alpha's log", timeout=10)
 
 
+@pytest.mark.slow
 def test_daemons_of_another_palace_cannot_connect(fleet):
     a = fleet.found("alpha")
     append(a.home, "private")

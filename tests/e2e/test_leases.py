@@ -78,6 +78,7 @@ def test_renew_release_check_and_list(ctl, daemon):
     assert ctl_json(daemon.home, "lease", "list", "--all")["leases"][0]["state"] == "released"
 
 
+@pytest.mark.slow
 def test_a_lease_nobody_renews_expires(ctl, daemon):
     lease = acquire(daemon.home, "alice", "res:gpu0", ttl="10s", json=True).json()["lease"]
     assert acquire(daemon.home, "bob", "res:gpu0").returncode == 1

@@ -296,6 +296,7 @@ async def test_memory_tools_round_trip_with_one_identity(daemon):
         assert bad_date["success"] is False and "not a valid ISO-8601 date" in bad_date["error"]
 
 
+@pytest.mark.slow
 async def test_memory_filed_over_mcp_on_one_daemon_is_found_over_mcp_on_another(fleet):
     """The issue's "done when", through the agents' own interface: an agent on machine A files a
     decision, a fact and a diary entry; an agent on machine B finds the decision by meaning, quotes

@@ -168,6 +168,7 @@ def test_redacted_secrets_leave_no_byte_in_any_file_of_any_replica_and_no_api_re
         assert leaks(replayed + watched.stdout, words) == [], d.home.name
 
 
+@pytest.mark.slow
 def test_a_reader_holding_the_wal_makes_the_purge_pending_until_it_lets_go(daemon):
     """Finding 4: "say so only once it is true": while a reader keeps an old snapshot, the WAL
     still holds the pages that had the body — the reply says ``pending`` and ``status`` shows it;

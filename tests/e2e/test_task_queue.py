@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.fleet import api, ctl_json, listen_address, wait_converged, wait_until
 from tests.helpers import run_ctl
 
@@ -86,6 +88,7 @@ def test_claims_are_refused_locally_when_taken_closed_or_not_yours_and_release_r
     assert view["claims"] == ["bob", "carol"] and view["conflicts"] == []
 
 
+@pytest.mark.slow
 def test_a_stalled_task_is_listed_noted_in_status_and_its_requester_told_once(ctl, daemon):
     home = daemon.home
     task = create(home, "long job", stall_after="10s")

@@ -5,6 +5,7 @@ a transaction open blocks that, which ``status`` reports, and once it lets go th
 from __future__ import annotations
 
 import apsw
+import pytest
 
 from tests.fleet import ctl_json, seed, wait_until
 from tests.helpers import RawClient
@@ -17,6 +18,7 @@ def _storage(home):
     return status["storage"], status["writer"]
 
 
+@pytest.mark.slow
 def test_the_wal_is_truncated_after_a_burst_while_watchers_stay_connected(daemon):
     watchers = []
     try:
