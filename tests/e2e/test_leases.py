@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet import api, ctl_json, listen_address, wait_converged, wait_until
+from tests.fleet import api, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.helpers import run_ctl, run_ctl_process
 
 
@@ -221,3 +221,16 @@ def test_colliding_leases_taken_across_a_partition_heal_to_one_winner_told_once(
     # Carol now sees who holds the path.
     check = run_ctl(c.home, "lease", "check", "src/core/x.py", "--agent", "carol")
     assert check.returncode == 1 and "alice" in check.stdout
+
+
+def test_the_leases_of_a_revoked_daemon_end_with_it(fleet):
+    a = fleet.found("alpha")
+    b = fleet.join("beta")
+    held = acquire(b.home, "beta-agent", "src/**", json=True).json()["lease"]
+    wait_until(lambda: any(x["id"] == held["id"] for x in ctl_json(a.home, "lease", "list")["leases"]),
+               "beta's lease at alpha")
+    assert acquire(a.home, "alpha-agent", "src/x.py").returncode == 1
+    ctl_json(a.home, "revoke", peer_id(b.home))
+    states = {x["id"]: x["state"] for x in ctl_json(a.home, "lease", "list", "--all")["leases"]}
+    assert states[held["id"]] == "revoked"
+    assert acquire(a.home, "alpha-agent", "src/x.py").returncode == 0  # the path is free again
