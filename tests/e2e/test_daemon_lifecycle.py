@@ -398,6 +398,8 @@ def _write_config(home: Path, text: str | bytes) -> Path:
         pytest.param("[limits]\nmax_body_bytes = 1.5\n", ["limits.max_body_bytes"], id="float-for-int"),
         pytest.param("[limits]\nmax_body_bytes = 0\n", ["limits.max_body_bytes", "positive"], id="zero"),
         pytest.param("[memory]\nexact_index_max = 10\n", ["memory.exact_index_max", "1000"], id="tiny-exact-index"),
+        pytest.param("[tasks]\nstall_after = 'soon'\n", ["tasks.stall_after", "is not a duration"], id="bad-stall"),
+        pytest.param("[tasks]\nstall_after = '90d'\n", ["tasks.stall_after", "between 10s and 30d"], id="long-stall"),
         pytest.param("[log]\nlevel = 5\n", ["log.level"], id="int-for-str"),
         pytest.param("[log]\nlevel = 'loud'\n", ["log.level"], id="unknown-level"),
         pytest.param(b"[log]\nlevel = '\xff'\n", ["config.toml"], id="not-utf8"),

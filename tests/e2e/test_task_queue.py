@@ -135,3 +135,14 @@ def test_two_claims_across_a_partition_heal_to_the_first_and_one_conflict_for_th
         assert notices(d.home, "task.conflict", "alice-worker") == []
     human = run_ctl(c.home, "task", "show", task["correlation_id"])
     assert "double claim: gamma-worker claimed too" in human.stdout
+
+
+def test_the_configured_stall_time_is_every_tasks_default(daemon_factory, short_tmp):
+    home = short_tmp / "home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text('[tasks]\nstall_after = "45m"\n')
+    daemon = daemon_factory(home)
+    default = create(daemon.home, "uses the default")
+    own = create(daemon.home, "names its own", stall_after="2h")
+    assert ctl_json(home, "task", "show", default["correlation_id"])["stall_after_s"] == 45 * 60
+    assert ctl_json(home, "task", "show", own["correlation_id"])["stall_after_s"] == 2 * 3600
