@@ -24,7 +24,7 @@ from palace_proto.validation import Limits
 
 __all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "default_home", "load_config"]
 
-CONFIG_FILENAME: Final = "config.toml"
+CONFIG_FILENAME: Final = paths.CONFIG_FILENAME
 LOCK_FILENAME: Final = paths.LOCK_FILENAME
 KEY_FILENAME: Final = "identity.key"
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
@@ -116,6 +116,8 @@ def load_config(home: Path) -> Config:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     values: dict[str, dict[str, Any]] = {}
     for section, table in raw.items():
+        if section == "runners":
+            continue  # palacectl's (`task launch` runners): it checks them when it uses one
         if section not in _SCHEMA or not isinstance(table, dict):
             raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted(_SCHEMA))})")
         for key, value in table.items():

@@ -18,13 +18,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
 
-__all__ = ["API_FILENAME", "DATABASE_FILENAME", "LOCK_FILENAME", "SOCKET_FILENAME", "ApiEndpoint", "api_file",
+__all__ = ["API_FILENAME", "CONFIG_FILENAME", "DATABASE_FILENAME", "LOCK_FILENAME", "SOCKET_FILENAME", "ApiEndpoint", "api_file",
            "api_file_text", "default_home", "host_port", "parse_api_file", "parse_api_listen", "socket_path"]
 
 SOCKET_FILENAME: Final = "palaced.sock"
 API_FILENAME: Final = "api.json"
 #: the replica's database; palacectl restore works on it while the daemon is stopped
 DATABASE_FILENAME: Final = "palace.sqlite3"
+#: the optional settings file in the home (palaced reads it; palacectl reads its [runners])
+CONFIG_FILENAME: Final = "config.toml"
 #: held (flock) by the running daemon, and by palacectl restore while it replaces the database
 LOCK_FILENAME: Final = "palaced.lock"
 

@@ -10,13 +10,17 @@ imports ``cli.common`` only.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from palace_proto.errors import ValidationError
+from palace_proto.leases import parse_duration
+
 from .. import output
 from ..output import emit_json, note, write_stdout
-from .common import JsonOpt, call_daemon, text_or_file
+from .common import JsonOpt, UsageProblem, call_daemon, current_home, text_or_file
 
 __all__ = ["task_app"]
 
@@ -155,3 +159,39 @@ def task_reassign(
         emit_json(result)
         return
     write_stdout(f"Reassigned: {correlation_id} to {to_agent}\n")
+
+
+@task_app.command("launch")
+def task_launch(
+    correlation_id: Annotated[str, typer.Argument()],
+    runner: Annotated[str, typer.Option("--runner", help="claude, codex, gemini, opencode, or [runners.NAME].")],
+    workspace: Annotated[Path, typer.Option("--workspace", help="The git repository to work in.")],
+    agent: Annotated[Optional[str], typer.Option("--agent", help="Who runs it (default: its addressee).")] = None,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Work in the workspace itself, on the task's branch "
+                                                             "(default: a fresh worktree at the base commit).")] = False,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Stop a run that takes longer: 90s, 30m, 2h.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Run a headless agent harness on a task: claim, run in its own worktree, deliver the patch or reply."""
+    from ..launch import Launch, LaunchRefused
+
+    timeout_s = None
+    if timeout is not None:
+        try:
+            timeout_s = float(parse_duration(timeout, field="--timeout"))
+        except ValidationError as exc:
+            raise UsageProblem(exc.message) from None
+    launch = Launch(current_home(), correlation_id, runner=runner, workspace=workspace.resolve(), agent=agent,
+                    in_place=in_place, timeout_s=timeout_s, say=note)
+    try:
+        result = launch.run()
+    except LaunchRefused as exc:
+        output.fail(str(exc), code="refused")
+    if json_:
+        emit_json(result.to_wire())
+    else:
+        write_stdout(f"{result.outcome}: {correlation_id} — {result.reason}\n"
+                     f"  worktree {result.worktree}, log {result.log_artifact or '-'}"
+                     f"{', patch ' + result.patch_event if result.patch_event else ''}\n")
+    if result.outcome != "delivered":
+        raise typer.Exit(output.EXIT_FAILED)

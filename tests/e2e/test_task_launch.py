@@ -1,0 +1,194 @@
+"""`palacectl task launch` end to end: a real daemon, a real git repository, and stand-in runners
+(scripts that behave like a harness: one edits a file, one fails, one changes nothing, one hangs)
+— every refusal, the worktree per task, the bookkeeping, the patch applied on the requester's side."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fleet import api, ctl_json, wait_until
+from tests.helpers import PYTHON, run_ctl_process
+
+pytestmark = pytest.mark.transport_fixed
+
+EDITOR = """#!{python}
+import pathlib, re, sys
+args = sys.argv[1:]
+assert args[:3] == ["--print", "--permission-mode", "acceptEdits"], args  # the documented headless call
+prompt = args[-1]
+cid = re.search(r"palace task (task_\\S+)", prompt).group(1)
+pathlib.Path("feature.txt").write_text("done for " + cid + "\\n")
+print("edited feature.txt for", cid)
+"""
+FAILER = "import sys\nprint('compiling...')\nprint('boom: the build broke at step 3', flush=True)\nsys.exit(1)\n"
+NOOP = "print('nothing to do here')\n"
+HANGER = "import time\nprint('working forever', flush=True)\ntime.sleep(600)\n"
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=60,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"})
+    return done.stdout
+
+
+@pytest.fixture
+def scene(daemon, short_tmp):
+    repo = short_tmp / "shop"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("shop\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "-q", "-m", "first")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    bin_dir = short_tmp / "bin"
+    bin_dir.mkdir()
+    claude = bin_dir / "claude"
+    claude.write_text(EDITOR.format(python=sys.executable))
+    claude.chmod(0o755)
+    for name, body in (("fail", FAILER), ("noop", NOOP), ("hang", HANGER)):
+        (bin_dir / f"{name}.py").write_text(body)
+    (daemon.home / "config.toml").write_text(
+        "".join(f'[runners.{n}]\ncommand = ["{PYTHON}", "{bin_dir / (n + ".py")}", "{{handoff}}"]\n'
+                for n in ("fail", "noop", "hang")))
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    def task(to="worker", **flags):
+        args = ["task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", to, "--goal",
+                "Add feature.txt", "--branch", "main", "--base-commit", base, "--done", "feature.txt exists"]
+        for k, v in flags.items():
+            args += [f"--{k.replace('_', '-')}", v]
+        return ctl_json(daemon.home, *args)["task"]["correlation_id"]
+
+    def launch(cid, runner="claude", *extra, workspace=repo):
+        return run_ctl_process(daemon.home, "task", "launch", cid, "--runner", runner, "--workspace", str(workspace),
+                               *extra, env=env, timeout=120)
+
+    class Scene:
+        pass
+
+    s = Scene()
+    s.repo, s.base, s.home, s.task, s.launch, s.env = repo, base, daemon.home, task, launch, env
+    return s
+
+
+def events(home, cid, kind=None):
+    found = api(home, "list", correlation_ids=[cid], limit=200)["events"]
+    return [e for e in found if kind is None or e["type"] == kind]
+
+
+def test_a_run_claims_reports_and_delivers_a_patch_that_applies_on_the_requesters_side(scene):
+    cid = scene.task()
+    result = scene.launch(cid, "claude", "--json")
+    assert result.returncode == 0, result
+    outcome = result.json()
+    assert outcome["outcome"] == "delivered" and outcome["patch_event"] and outcome["log_artifact"]
+    worktree = Path(outcome["worktree"])
+    assert worktree != scene.repo and (worktree / "feature.txt").exists()
+    assert git(worktree, "rev-parse", "HEAD").strip() == scene.base  # a fresh worktree at the base commit
+    assert not (scene.repo / "feature.txt").exists()  # the workspace itself is untouched
+    view = ctl_json(scene.home, "task", "show", cid)
+    assert view["claimed_by"] == "worker" and view["state"] == "ready"
+    status = events(scene.home, cid, "task.status")[0]
+    assert status["metadata"]["runner"] == "claude" and status["metadata"]["pid"] > 0
+    log = api(scene.home, "artifact_get", artifact_id=outcome["log_artifact"])
+    assert log["kind"] == "log" and b"edited feature.txt for " + cid.encode() in log["content"]
+    patch_event = events(scene.home, cid, "patch.ready")[0]
+    patch = api(scene.home, "artifact_get", artifact_id=patch_event["artifact_ids"][0])["content"]
+    # The requester applies it on its own checkout.
+    subprocess.run(["git", "-C", str(scene.repo), "apply", "-"], input=patch, check=True)
+    assert (scene.repo / "feature.txt").read_text() == f"done for {cid}\n"
+
+
+@pytest.mark.parametrize(("runner", "outcome", "words"), [
+    ("fail", "failed", "boom: the build broke at step 3"),
+    ("noop", "blocked", "changed nothing"),
+])
+def test_a_failing_or_idle_run_replies_with_the_tail_of_its_log(scene, runner, outcome, words):
+    cid = scene.task()
+    result = scene.launch(cid, runner)
+    assert result.returncode == 1 and result.stdout.startswith(f"{outcome}: {cid}")
+    reply = events(scene.home, cid, "task.reply")[-1]
+    assert reply["status"] == outcome and reply["to_agent"] == "boss"
+    log_tail_words = "boom: the build broke at step 3" if runner == "fail" else "nothing to do here"
+    assert log_tail_words in reply["body"] and words in reply["body"]
+    assert ctl_json(scene.home, "task", "show", cid)["state"] == outcome
+
+
+@pytest.mark.slow
+def test_a_hanging_run_is_stopped_by_the_timeout_and_its_claim_never_looked_stalled(scene):
+    cid = scene.task(stall_after="10s")
+    started = time.monotonic()
+    result = scene.launch(cid, "hang", "--timeout", "15s")
+    assert result.returncode == 1 and time.monotonic() - started < 60
+    reply = events(scene.home, cid, "task.reply")[-1]
+    assert reply["status"] == "failed" and "timed out after 15 s" in reply["body"]
+    assert len(events(scene.home, cid, "task.status")) >= 3  # the start, then heartbeats every 5 s
+    assert events(scene.home, cid, "task.stalled") == []
+
+
+def test_sigterm_stops_the_runner_and_reports_blocked(scene):
+    cid = scene.task()
+    proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(scene.home), "task", "launch", cid, "--runner",
+                             "hang", "--workspace", str(scene.repo)], env={**os.environ, **scene.env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_until(lambda: events(scene.home, cid, "task.status"), "the run to start")
+    pid = events(scene.home, cid, "task.status")[0]["metadata"]["pid"]
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, (out, err)
+    assert out.startswith(b"blocked: " + cid.encode()) and b"Traceback" not in err
+    reply = events(scene.home, cid, "task.reply")[-1]
+    assert reply["status"] == "blocked" and "stopped by SIGTERM" in reply["body"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the runner is gone too
+
+
+def test_every_refusal_is_one_line_and_starts_nothing(scene, short_tmp):
+    mine = scene.task()
+    broadcast = scene.task(to="*")
+    (short_tmp / "plain").mkdir()
+    cases = [
+        (("task_nope_1", "claude"), {}, "not found"),
+        ((broadcast, "claude"), {}, "is a broadcast: say which agent runs it with --agent"),
+        ((mine, "claude", "--agent", "someone-else"), {}, "addressed to worker, not someone-else"),
+        ((mine, "claude"), {"workspace": short_tmp / "plain"}, "is not a git repository"),
+        ((mine, "nosuch"), {}, "unknown runner 'nosuch'"),
+        ((mine, "claude", "--in-place"), {}, None),  # placeholder: replaced below (branch mismatch)
+    ]
+    git(scene.repo, "checkout", "-q", "-b", "elsewhere")
+    cases[-1] = ((mine, "claude", "--in-place"), {}, "is on branch elsewhere, the task is for main")
+    for args, kwargs, message in cases:
+        result = scene.launch(*args, **kwargs)
+        assert result.returncode == 1 and message in result.stderr and result.stderr.count("\n") == 1, (args, result)
+    git(scene.repo, "checkout", "-q", "main")
+    (scene.repo / "README.md").write_text("dirty\n")
+    dirty = scene.launch(mine)
+    assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr
+    git(scene.repo, "checkout", "-q", "README.md")
+    other = short_tmp / "other"
+    other.mkdir()
+    git(other, "init", "-q", "-b", "main")
+    missing_base = scene.launch(mine, workspace=other)
+    assert missing_base.returncode == 1 and f"base commit {scene.base}" in missing_base.stderr
+    ctl_json(scene.home, "task", "claim", mine, "--agent", "worker")
+    ctl_json(scene.home, "task", "release", mine, "--agent", "worker")
+    ctl_json(scene.home, "task", "reassign", mine, "--to-agent", "other-worker")
+    taken = scene.task()
+    ctl_json(scene.home, "task", "claim", taken, "--agent", "worker")
+    ctl_json(scene.home, "task", "release", taken, "--agent", "worker")
+    ctl_json(scene.home, "task", "reassign", taken, "--to-agent", "*")
+    ctl_json(scene.home, "task", "claim", taken, "--agent", "rival")
+    claimed = scene.launch(taken, "claude", "--agent", "worker")
+    assert claimed.returncode == 1 and "already claimed by rival" in claimed.stderr
+    # Nothing was started by any refusal: no run events, no worktree.
+    for cid in (broadcast, taken):
+        assert events(scene.home, cid, "task.status") == []
+    assert not (scene.home / "worktrees").exists() or not any((scene.home / "worktrees").rglob("task_*"))
