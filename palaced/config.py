@@ -18,7 +18,6 @@ from palace_proto import paths
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
 from palace_proto.peer import DEFAULT_PEER_PORT, parse_peer_address
 from palace_proto.errors import ValidationError
-from palace_proto.leases import parse_duration
 from palace_proto.tasks import DEFAULT_STALL_AFTER_S, check_stall_after
 from palace_proto.validation import Limits
 
@@ -155,7 +154,7 @@ def load_config(home: Path) -> Config:
                           "off for large palaces)")
     stall_after = values.get("tasks", {}).get("stall_after")
     try:
-        stall_after_s = (check_stall_after(parse_duration(stall_after, field="tasks.stall_after"))
+        stall_after_s = (check_stall_after(stall_after, field="tasks.stall_after")
                          if stall_after is not None else DEFAULT_STALL_AFTER_S)
     except ValidationError as exc:
         raise ConfigError(f"{path}: tasks.stall_after: {exc.message}") from None

@@ -22,7 +22,6 @@ Pure: stdlib only, no clock, no IO.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,11 +29,12 @@ from functools import lru_cache
 from typing import Any, Final
 
 from .errors import ValidationError
+from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check_duration, parse_duration
 
 __all__ = [
     "ACQUIRE", "CONFLICT", "DEFAULT_TTL_S", "LEASE_ROOM", "LEASE_TYPES", "MAX_PATTERNS", "MAX_TTL_S", "RELEASE",
-    "RENEW", "Lease", "LeaseRequest", "add_seconds", "covers_path", "derive_leases", "format_duration",
-    "lease_conflicts", "normalize_path", "normalize_pattern", "parse_duration", "patterns_overlap",
+    "RENEW", "Lease", "LeaseRequest", "check_ttl", "covers_path", "derive_leases", "lease_conflicts",
+    "normalize_path", "normalize_pattern", "patterns_overlap",
 ]
 
 ACQUIRE: Final = "lease.acquire"
@@ -46,10 +46,9 @@ LEASE_ROOM: Final = "leases"
 RESOURCE_PREFIX: Final = "res:"
 # Why 1 h: long enough for a piece of work, short enough that a crashed agent's lease frees itself.
 DEFAULT_TTL_S: Final = 3600
-# Why 10 s .. 30 d: shorter cannot outlive the gossip that carries it; a lease nobody renews for a
-# month is forgotten, and the derivation only looks that far back.
-MIN_TTL_S: Final = 10
-MAX_TTL_S: Final = 30 * 86400
+# Why 10 s .. 30 d: palace_proto.stamps's one range of durations (the derivation looks back 30 d).
+MIN_TTL_S: Final = MIN_DURATION_S
+MAX_TTL_S: Final = MAX_DURATION_S
 # Why 32 patterns of 256 characters: a lease names a few directories, not a file list; the overlap
 # test is quadratic in pattern length, so a peer's pattern must stay small...
 MAX_PATTERNS: Final = 32
@@ -60,54 +59,17 @@ MAX_CELLS: Final = 4096
 MAX_REASON_CHARS: Final = 500
 MAX_FORCED: Final = 256
 
-_DURATION_RE: Final = re.compile(r"^\s*(\d{1,9})\s*([smhd]?)\s*$")
-_UNIT_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _LEASE_ID_RE: Final = re.compile(r"^lease_[0-9a-f]{16}$")
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
-_TIME_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 
 
-# -- durations ----------------------------------------------------------------------------------
-
-
-def parse_duration(text: str, *, field: str = "ttl") -> int:
-    """``90s``, ``30m``, ``2h``, ``7d`` (or plain seconds) → seconds, within MIN_TTL_S..MAX_TTL_S.
+def check_ttl(seconds: Any, *, field: str = "ttl") -> int:
+    """A lease's TTL in seconds, or ``90s``/``30m``/``2h``/``7d``.
 
     Raises:
         ValidationError: not a duration, or out of range.
     """
-    match = _DURATION_RE.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise ValidationError(f"{field} {str(text)[:40]!r} is not a duration: write a number and a unit, "
-                              "e.g. 90s, 30m, 2h or 7d", field=field)
-    seconds = int(match.group(1)) * _UNIT_S[match.group(2) or "s"]
-    return check_ttl(seconds, field=field)
-
-
-def check_ttl(seconds: Any, *, field: str = "ttl") -> int:
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or not MIN_TTL_S <= seconds <= MAX_TTL_S:
-        raise ValidationError(f"{field} must be between {format_duration(MIN_TTL_S)} and {format_duration(MAX_TTL_S)}",
-                              field=field)
-    return seconds
-
-
-def format_duration(seconds: int) -> str:
-    """The largest whole unit: 90 → ``90s``, 1800 → ``30m``, 7200 → ``2h``, 86400 → ``1d``."""
-    for unit in ("d", "h", "m"):
-        if seconds and seconds % _UNIT_S[unit] == 0:
-            return f"{seconds // _UNIT_S[unit]}{unit}"
-    return f"{seconds}s"
-
-
-def _parse_time(stamp: str) -> datetime.datetime:
-    return datetime.datetime.strptime(stamp.replace("Z", "+0000") if "." in stamp else stamp[:-1] + ".0+0000",
-                                      "%Y-%m-%dT%H:%M:%S.%f%z")
-
-
-def add_seconds(stamp: str, seconds: int) -> str:
-    """An event timestamp plus ``seconds``, in the log's format (microseconds, ``Z``)."""
-    moved = _parse_time(stamp) + datetime.timedelta(seconds=seconds)
-    return moved.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return parse_duration(seconds, field=field) if isinstance(seconds, str) else check_duration(seconds, field=field)
 
 
 # -- patterns -----------------------------------------------------------------------------------
@@ -339,8 +301,7 @@ class LeaseRequest:
         if len(raw) > MAX_PATTERNS:
             raise ValidationError(f"a lease takes at most {MAX_PATTERNS} patterns", field="patterns")
         patterns = tuple(dict.fromkeys(normalize_pattern(p) for p in raw))
-        ttl = args.get("ttl_s", DEFAULT_TTL_S)
-        ttl_s = parse_duration(ttl) if isinstance(ttl, str) else check_ttl(ttl)
+        ttl_s = check_ttl(args.get("ttl_s", DEFAULT_TTL_S))
         shared = args.get("shared", False)
         if not isinstance(shared, bool):
             raise ValidationError("shared must be true or false", field="shared")
@@ -431,7 +392,7 @@ def _lease_from(event: Mapping[str, Any]) -> Lease | None:
     meta = _metadata(event)
     lease_id, created = event.get("correlation_id"), event.get("created_at")
     if not isinstance(lease_id, str) or not _LEASE_ID_RE.match(lease_id) or not isinstance(created, str) \
-            or not _TIME_RE.match(created):
+            or not STAMP_RE.match(created):
         return None
     try:
         request = LeaseRequest.from_wire({"patterns": meta.get("patterns"), "ttl_s": meta.get("ttl_s"),
@@ -456,7 +417,7 @@ def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, 
     replica holding the same events derives the same leases (see the module docstring).
     """
     revoked = {origin: add_seconds(when, 0) for origin, when in (revoked or {}).items()
-               if isinstance(when, str) and _TIME_RE.match(when)}
+               if isinstance(when, str) and STAMP_RE.match(when)}
     acquires: dict[str, Lease] = {}
     changes: list[Mapping[str, Any]] = []
     for event in events:
@@ -481,7 +442,7 @@ def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, 
             continue
         ttl = _metadata(event).get("ttl_s")
         try:
-            ttl_s = check_ttl(ttl)
+            ttl_s = check_duration(ttl, field="ttl")  # as written: an integer, never a text to parse
         except ValidationError:
             continue
         lease.expires_at = max(lease.expires_at, add_seconds(stamp, ttl_s))

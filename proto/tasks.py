@@ -26,18 +26,18 @@ blocked by is applied. Pure: stdlib only, no clock, no IO.
 
 from __future__ import annotations
 
-import datetime
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from .errors import ValidationError
+from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
 __all__ = [
     "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
     "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "queue_fields",
-    "ready_order", "seconds_between",
+    "ready_order",
 ]
 
 REQUEST: Final = "task.request"
@@ -53,12 +53,9 @@ DEFAULT_PRIORITY: Final = 2
 # Why 30 min: long enough for a build and a test run without a word; short enough that a crashed
 # agent's task is noticed the same hour.
 DEFAULT_STALL_AFTER_S: Final = 30 * 60
-MIN_STALL_AFTER_S: Final = 10
-MAX_STALL_AFTER_S: Final = 30 * 86400
 # Why 32: a task waits on a few others; a longer list is a plan, which belongs in a parent task.
 MAX_BLOCKED_BY: Final = 32
 _CORRELATION_RE: Final = re.compile(r"^task_[A-Za-z0-9_.-]{1,200}$")
-_TIME_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 
 
 def check_priority(value: Any) -> int:
@@ -88,10 +85,13 @@ def check_blocked_by(value: Any) -> list[str]:
     return out
 
 
-def check_stall_after(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not MIN_STALL_AFTER_S <= value <= MAX_STALL_AFTER_S:
-        raise ValidationError("stall_after must be between 10s and 30d", field="stall_after")
-    return value
+def check_stall_after(value: Any, *, field: str = "stall_after") -> int:
+    """A stall time in seconds, or ``90s``/``30m``/``2h``/``7d`` (palace_proto.stamps's range).
+
+    Raises:
+        ValidationError: not a duration, or out of range.
+    """
+    return parse_duration(value, field=field) if isinstance(value, str) else check_duration(value, field=field)
 
 
 def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
@@ -114,25 +114,10 @@ def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
         priority = DEFAULT_PRIORITY
     stall = metadata.get("stall_after_s")
     try:
-        stall_after = check_stall_after(stall) if stall is not None else None
+        stall_after = check_duration(stall, field="stall_after") if stall is not None else None
     except ValidationError:
         stall_after = None
     return blocked_by, priority, stall_after
-
-
-def _parse(stamp: str) -> datetime.datetime:
-    if "." not in stamp:
-        stamp = stamp[:-1] + ".0Z"
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def seconds_between(earlier: str, later: str) -> float:
-    """Seconds from one event timestamp to another (negative if ``later`` is earlier)."""
-    return (_parse(later) - _parse(earlier)).total_seconds()
-
-
-def _shift(stamp: str, seconds: int) -> str:
-    return (_parse(stamp) + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _order(event: Mapping[str, Any]) -> tuple[str, str]:
@@ -151,7 +136,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
     blocked_by, priority, own_stall = queue_fields(request.get("metadata"))
     stall_after = own_stall or stall_after_s
     requester, assigned = request.get("from_agent"), request.get("to_agent")
-    ordered = sorted((e for e in events if isinstance(e.get("created_at"), str) and _TIME_RE.match(e["created_at"])),
+    ordered = sorted((e for e in events if isinstance(e.get("created_at"), str) and STAMP_RE.match(e["created_at"])),
                      key=_order)
     state, claimant, claim_event = "open", None, None
     claims: list[dict[str, Any]] = []
@@ -204,7 +189,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         "priority": priority,
         "stall_after_s": stall_after,
         "stalled": stalled,
-        "stalls_at": (_shift(claimant_last, stall_after) if state == "claimed" and claimant_last is not None else None),
+        "stalls_at": (add_seconds(claimant_last, stall_after) if state == "claimed" and claimant_last is not None else None),
         "claimant_last_activity": claimant_last,
         "last_activity": last_activity,
         "events": sorted((dict(e) for e in events), key=_order),

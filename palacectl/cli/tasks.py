@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from palace_proto.errors import ValidationError
-from palace_proto.leases import parse_duration
+from palace_proto.stamps import parse_duration
 
 from .. import output
 from ..output import emit_json, note, write_stdout

@@ -26,15 +26,13 @@ from palace_proto.leases import (
     RENEW,
     Lease,
     LeaseRequest,
-    add_seconds,
     check_ttl,
     covers_path,
     derive_leases,
-    format_duration,
     lease_conflicts,
     normalize_path,
-    parse_duration,
 )
+from palace_proto.stamps import add_seconds, format_duration
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from ..store import WriteContext
@@ -171,7 +169,7 @@ async def lease_renew(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if ttl is None:
         ttl_s = lease.ttl_s  # as long again as it was taken for
     else:
-        ttl_s = parse_duration(ttl) if isinstance(ttl, str) else check_ttl(ttl)
+        ttl_s = check_ttl(ttl)
     event = await _write_change(ctx, RENEW, lease, agent, f"{agent} renews {lease.id} for {format_duration(ttl_s)}",
                                 {"ttl_s": ttl_s})
     leases, _ = await current_leases(ctx, lease.stream)

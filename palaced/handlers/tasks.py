@@ -22,7 +22,7 @@ from typing import Any, Final
 import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
-from palace_proto.leases import parse_duration
+from palace_proto.stamps import seconds_between
 from palace_proto.tasks import (
     CONFLICT,
     REASSIGN,
@@ -34,7 +34,6 @@ from palace_proto.tasks import (
     check_stall_after,
     derive_task,
     ready_order,
-    seconds_between,
 )
 from palace_proto.validation import AppendRequest, Limits, ListQuery, clean_optional, clean_required
 
@@ -107,8 +106,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
         metadata["priority"] = check_priority(args.get("priority"))
     stall = args.get("stall_after")
     if stall is not None:
-        seconds = parse_duration(stall, field="stall_after") if isinstance(stall, str) else stall
-        metadata["stall_after_s"] = check_stall_after(seconds)
+        metadata["stall_after_s"] = check_stall_after(stall)
     correlation_id = f"task_{slugify(goal)}_{random_hex8}"
     body = (
         f"Goal:\n{goal.strip()}\n\n"

@@ -16,16 +16,14 @@ from palace_proto.leases import (
     RELEASE,
     RENEW,
     LeaseRequest,
-    add_seconds,
     covers_path,
     derive_leases,
-    format_duration,
     lease_conflicts,
     normalize_path,
     normalize_pattern,
-    parse_duration,
     patterns_overlap,
 )
+from palace_proto.stamps import add_seconds, format_duration, parse_duration
 
 T0 = "2026-12-01T10:00:00.000000Z"
 
@@ -57,13 +55,13 @@ def lid(n: int) -> str:
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200), ("7d", 604800), ("600", 600)])
 def test_durations_take_seconds_minutes_hours_and_days(text, seconds):
-    assert parse_duration(text) == seconds
+    assert parse_duration(text, field="ttl") == seconds
 
 
 @pytest.mark.parametrize("text", ["", "1w", "h", "-5m", "5", "31d", "1.5h"])
 def test_bad_or_out_of_range_durations_are_refused_with_an_example(text):
     with pytest.raises(ValidationError, match="duration|between"):
-        parse_duration(text)
+        parse_duration(text, field="ttl")
 
 
 def test_durations_print_in_their_largest_whole_unit():
