@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .files import write_atomically
+from .git import run_git
 
 __all__ = ["CHECK_TIMEOUT_S", "HOOKS", "MARKER", "GuardError", "Installed", "guard_mode", "install", "paths_for_hook",
            "run_hook", "uninstall"]
@@ -49,18 +49,8 @@ class Installed:
     chained: list[str]
 
 
-def _git(repo: Path, *args: str, input_: bytes | None = None) -> bytes:
-    try:
-        done = subprocess.run(["git", "-C", str(repo), *args], input=input_, capture_output=True, check=False,
-                              timeout=60)
-    except FileNotFoundError:
-        raise GuardError("git is not installed (or not on PATH)") from None
-    except subprocess.TimeoutExpired:
-        raise GuardError(f"git {' '.join(args)} took over a minute in {repo}") from None
-    if done.returncode != 0:
-        message = done.stderr.decode(errors="replace").strip().splitlines()
-        raise GuardError(f"git {' '.join(args[:2])} failed in {repo}: {message[-1] if message else 'exit ' + str(done.returncode)}")
-    return done.stdout
+def _git(repo: Path, *args: str) -> bytes:
+    return run_git(repo, *args, error=GuardError)
 
 
 def hooks_dir(repo: Path) -> Path:

@@ -29,6 +29,7 @@ from typing import Any, Final
 from palace_proto.paths import CONFIG_FILENAME
 
 from .client import Client
+from .git import run_git
 from .rules import render_rules
 
 __all__ = ["BUILTIN_RUNNERS", "LaunchRefused", "Launch", "LaunchResult", "runner_command"]
@@ -101,16 +102,8 @@ def fill(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> str:
-    try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False, timeout=120)
-    except FileNotFoundError:
-        raise LaunchRefused("git is not installed (or not on PATH)") from None
-    except subprocess.TimeoutExpired:
-        raise LaunchRefused(f"git {' '.join(args[:2])} took over two minutes in {repo}") from None
-    if check and done.returncode != 0:
-        message = done.stderr.decode(errors="replace").strip().splitlines()
-        raise LaunchRefused(f"git {' '.join(args[:2])} failed in {repo}: {message[-1] if message else done.returncode}")
-    return done.stdout.decode(errors="replace")
+    # Why 120 s: a worktree of a big repository takes a while to check out.
+    return run_git(repo, *args, error=LaunchRefused, check=check, timeout_s=120.0, text=True)
 
 
 @dataclass
