@@ -9,11 +9,12 @@ would have written, and then connected with ``peers add``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,26 @@ class Fleet:
         daemon = self.start(name)
         ctl_json(daemon.home, "join", self.invite(role), "--name", name)
         return daemon
+
+    def ends_through_middle(self) -> tuple[Daemon, Daemon, Daemon]:
+        """alpha — beta — gamma: the ends are linked only through beta, so stopping beta
+        (``partitioned``) splits them."""
+        a = self.found("alpha")
+        b = self.enrol_offline("beta").start()
+        c = self.enrol_offline("gamma").start()
+        ctl_json(a.home, "peers", "add", listen_address(b.home))
+        ctl_json(c.home, "peers", "add", listen_address(b.home))
+        return a, b, c
+
+    @contextlib.contextmanager
+    def partitioned(self, middle: Daemon) -> Iterator[None]:
+        """``middle`` is stopped for the with-block, then started again on the same port (the
+        daemons that knew it redial it, as static peers, with back-off): the partition heals."""
+        address = listen_address(middle.home)
+        assert middle.stop() == 0
+        yield
+        middle.extra_args[middle.extra_args.index("127.0.0.1:0")] = address
+        middle.start()
 
     def enrol_offline(self, name: str, role: str = "member") -> Daemon:
         """Write what ``join`` would (identity key, CA, certificate) without starting the daemon."""

@@ -338,3 +338,21 @@ class RawClient:
                 raise AssertionError(f"daemon sent a truncated frame after {frames!r}") from None
             except TimeoutError:
                 continue
+
+
+def run_git(repo: Path, *args: str, env: dict[str, str] | None = None,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``git -C repo ARGS`` with a fixed author (commits need one; CI has no git identity)."""
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=check, timeout=60,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x", **(env or {})})
+
+
+def init_repo(path: Path) -> str:
+    """A new git repository at ``path`` on branch main with one commit (a README); that commit's id."""
+    path.mkdir(parents=True, exist_ok=True)
+    run_git(path, "init", "-q", "-b", "main", check=True)
+    (path / "README.md").write_text("hello\n")
+    run_git(path, "add", "README.md", check=True)
+    run_git(path, "commit", "-q", "-m", "first", check=True)
+    return run_git(path, "rev-parse", "HEAD", check=True).stdout.strip()

@@ -4,15 +4,14 @@ the git guard in a real repository, and a partition that heals to one winner on 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.fleet import api, ctl_json, listen_address, peer_id, wait_converged, wait_until
-from tests.helpers import run_ctl, run_ctl_process
+from tests.fleet import api, ctl_json, peer_id, wait_converged, wait_until
+from tests.helpers import init_repo, run_ctl, run_ctl_process, run_git
 
 
 def acquire(home, agent, *patterns, **flags):
@@ -102,20 +101,10 @@ def test_bad_lease_input_is_one_clear_line(ctl, daemon, args, message):
 # -- the git guard ------------------------------------------------------------------------------
 
 
-def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False, timeout=60,
-                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@x", **(env or {})})
-
-
 @pytest.fixture
 def repo(short_tmp: Path) -> Path:
     path = short_tmp / "repo"
-    path.mkdir()
-    assert git(path, "init", "-q", "-b", "main").returncode == 0
-    (path / "README.md").write_text("hello\n")
-    git(path, "add", "README.md")
-    assert git(path, "commit", "-q", "-m", "first").returncode == 0
+    init_repo(path)
     return path
 
 
@@ -123,8 +112,8 @@ def commit(repo: Path, relative: str, env: dict[str, str] | None = None) -> subp
     target = repo / relative
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(f"{time.time()}\n")
-    git(repo, "add", relative)
-    return git(repo, "commit", "-q", "-m", f"change {relative}", env=env)
+    run_git(repo, "add", relative)
+    return run_git(repo, "commit", "-q", "-m", f"change {relative}", env=env)
 
 
 @pytest.mark.transport_fixed
@@ -144,7 +133,7 @@ def test_the_guard_refuses_commits_under_another_agents_lease_and_passes_its_own
     assert "existing-hook-ran" in refused.stderr  # the hook that was there still runs
     assert "src/app.py" in refused.stderr and "bob" in refused.stderr and bob["id"] in refused.stderr
     assert "moving files" in refused.stderr and "PALACE_GUARD=warn" in refused.stderr
-    git(repo, "reset", "-q", "src/app.py")  # still staged after the refusal: set it aside
+    run_git(repo, "reset", "-q", "src/app.py")  # still staged after the refusal: set it aside
 
     assert commit(repo, "docs/notes.md").returncode == 0  # not under anyone's lease
     warned = commit(repo, "src/app.py", env={"PALACE_GUARD": "warn"})
@@ -170,14 +159,14 @@ def test_the_guard_refuses_commits_under_another_agents_lease_and_passes_its_own
 def test_the_pre_push_guard_checks_what_the_push_would_change(daemon, repo, short_tmp):
     remote = short_tmp / "remote.git"
     assert subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=False).returncode == 0
-    git(repo, "remote", "add", "origin", str(remote))
-    assert git(repo, "push", "-q", "origin", "main").returncode == 0
+    run_git(repo, "remote", "add", "origin", str(remote))
+    assert run_git(repo, "push", "-q", "origin", "main").returncode == 0
     commit(repo, "lib/core.py")  # committed before any guard or lease
     run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "alice")
     acquire(daemon.home, "bob", "lib/")
-    pushed = git(repo, "push", "-q", "origin", "main")
+    pushed = run_git(repo, "push", "-q", "origin", "main")
     assert pushed.returncode != 0 and "lib/core.py" in pushed.stderr and "bob" in pushed.stderr
-    assert git(repo, "push", "-q", "origin", "main", env={"PALACE_GUARD": "off"}).returncode == 0
+    assert run_git(repo, "push", "-q", "origin", "main", env={"PALACE_GUARD": "off"}).returncode == 0
 
 
 def test_guard_install_outside_a_repository_says_so(ctl, daemon, short_tmp):
@@ -189,20 +178,13 @@ def test_guard_install_outside_a_repository_says_so(ctl, daemon, short_tmp):
 
 
 def test_colliding_leases_taken_across_a_partition_heal_to_one_winner_told_once(fleet):
-    a = fleet.found("alpha")
-    b = fleet.enrol_offline("beta").start()
-    c = fleet.enrol_offline("gamma").start()
-    ctl_json(a.home, "peers", "add", listen_address(b.home))
-    ctl_json(c.home, "peers", "add", listen_address(b.home))
+    a, b, c = fleet.ends_through_middle()
     wait_converged(a, b, c)
-    b_address = listen_address(b.home)
-    assert b.stop() == 0  # alpha and gamma cannot see each other now
-    first = acquire(a.home, "alice", "src/**", json=True).json()["lease"]
-    time.sleep(0.01)
-    second = acquire(c.home, "carol", "src/core/*.py", json=True).json()["lease"]
-    assert first["state"] == second["state"] == "active"  # each side saw no rival
-    b.extra_args[b.extra_args.index("127.0.0.1:0")] = b_address
-    b.start()
+    with fleet.partitioned(b):  # alpha and gamma cannot see each other meanwhile
+        first = acquire(a.home, "alice", "src/**", json=True).json()["lease"]
+        time.sleep(0.01)
+        second = acquire(c.home, "carol", "src/core/*.py", json=True).json()["lease"]
+        assert first["state"] == second["state"] == "active"  # each side saw no rival
 
     def verdicts(home):
         return {x["id"]: (x["state"], x["ended_by"]) for x in ctl_json(home, "lease", "list", "--all")["leases"]}

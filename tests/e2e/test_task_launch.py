@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet import api, ctl_json, wait_until
-from tests.helpers import PYTHON, run_ctl_process
+from tests.helpers import PYTHON, init_repo, run_ctl_process, run_git
 
 pytestmark = pytest.mark.transport_fixed
 
@@ -33,21 +33,13 @@ HANGER = "import time\nprint('working forever', flush=True)\ntime.sleep(600)\n"
 
 
 def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=60,
-                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
-                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"})
-    return done.stdout
+    return run_git(repo, *args, check=True).stdout
 
 
 @pytest.fixture
 def scene(daemon, short_tmp):
     repo = short_tmp / "shop"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("shop\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "-q", "-m", "first")
-    base = git(repo, "rev-parse", "HEAD").strip()
+    base = init_repo(repo)
     bin_dir = short_tmp / "bin"
     bin_dir.mkdir()
     claude = bin_dir / "claude"

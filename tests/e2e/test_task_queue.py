@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.fleet import api, ctl_json, listen_address, wait_converged, wait_until
+from tests.fleet import api, ctl_json, wait_converged, wait_until
 from tests.helpers import run_ctl
 
 BASE = "0123abc"
@@ -108,20 +108,13 @@ def test_a_stalled_task_is_listed_noted_in_status_and_its_requester_told_once(ct
 
 
 def test_two_claims_across_a_partition_heal_to_the_first_and_one_conflict_for_the_other(fleet):
-    a = fleet.found("alpha")
-    b = fleet.enrol_offline("beta").start()
-    c = fleet.enrol_offline("gamma").start()
-    ctl_json(a.home, "peers", "add", listen_address(b.home))
-    ctl_json(c.home, "peers", "add", listen_address(b.home))
+    a, b, c = fleet.ends_through_middle()
     task = create(a.home, "one job, two takers", to="*")
     wait_converged(a, b, c)
-    b_address = listen_address(b.home)
-    assert b.stop() == 0
-    ctl_json(a.home, "task", "claim", task["correlation_id"], "--agent", "alice-worker")
-    time.sleep(0.01)
-    ctl_json(c.home, "task", "claim", task["correlation_id"], "--agent", "gamma-worker")
-    b.extra_args[b.extra_args.index("127.0.0.1:0")] = b_address
-    b.start()
+    with fleet.partitioned(b):
+        ctl_json(a.home, "task", "claim", task["correlation_id"], "--agent", "alice-worker")
+        time.sleep(0.01)
+        ctl_json(c.home, "task", "claim", task["correlation_id"], "--agent", "gamma-worker")
     for d in (a, b, c):
         wait_until(lambda d=d: ctl_json(d.home, "task", "show", task["correlation_id"])["conflicts"],
                    f"{d.home.name} to see both claims")
