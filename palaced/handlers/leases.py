@@ -140,7 +140,10 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
 
 async def _own_lease(ctx: Context, args: Mapping[str, Any]) -> tuple[Lease, str]:
     lease_id = clean_required("lease_id", args.get("lease_id"))
-    leases, _ = await current_leases(ctx)
+    # Only its project's leases decide its state: find its stream first, not every project's leases.
+    own = await ctx.astore.read(ctx.store.events_by_correlation, lease_id)
+    stream = next((e["stream"] for e in own if e["type"] == ACQUIRE), None)
+    leases, _ = await current_leases(ctx, stream) if stream is not None else ([], [])
     lease = next((lease for lease in leases if lease.id == lease_id), None)
     if lease is None:
         raise NotFound(f"no lease {lease_id!r} (see `palacectl lease list --all`)")

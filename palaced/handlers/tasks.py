@@ -147,6 +147,13 @@ async def task_view(ctx: Context, correlation_id: str) -> dict[str, Any] | None:
     return view_of(ctx, correlation_id, events)
 
 
+async def _task_or_404(ctx: Context, correlation_id: str) -> dict[str, Any]:
+    view = await task_view(ctx, correlation_id)
+    if view is None:
+        raise NotFound(f"task {correlation_id!r} not found")
+    return view
+
+
 async def _blockers_open(ctx: Context, view: Mapping[str, Any]) -> list[str]:
     """The tasks ``view`` is blocked by that are not applied yet (unknown ones count as open)."""
     waiting = []
@@ -192,9 +199,7 @@ async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     correlation_id = clean_required("correlation_id", args.get("correlation_id"))
-    view = await task_view(ctx, correlation_id)
-    if view is None:
-        raise NotFound(f"task {correlation_id!r} not found")
+    view = await _task_or_404(ctx, correlation_id)
     view["waiting_on"] = await _blockers_open(ctx, view)
     return view
 
@@ -277,9 +282,7 @@ async def task_release(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     cid = clean_required("correlation_id", args.get("correlation_id"))
     agent = clean_required("agent", args.get("agent"))
-    view = await task_view(ctx, cid)
-    if view is None:
-        raise NotFound(f"task {cid!r} not found")
+    view = await _task_or_404(ctx, cid)
     if view["claimed_by"] != agent or view["terminal"]:
         raise ValidationError(f"task {cid} is not claimed by {agent} (claimant: {view['claimed_by'] or 'nobody'}, "
                               f"state {view['state']}); only its claimant releases it", field="agent")
@@ -293,9 +296,7 @@ async def task_reassign(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     ctx.require_writer()
     cid = clean_required("correlation_id", args.get("correlation_id"))
     to_agent = clean_required("to_agent", args.get("to_agent"))
-    view = await task_view(ctx, cid)
-    if view is None:
-        raise NotFound(f"task {cid!r} not found")
+    view = await _task_or_404(ctx, cid)
     agent = clean_optional("agent", args.get("agent")) or view["requested_by"]
     if agent != view["requested_by"] or view["terminal"]:
         raise ValidationError(f"only the requester ({view['requested_by']}) reassigns task {cid}, and only while "
