@@ -92,6 +92,9 @@ def test_a_lease_nobody_renews_expires(ctl, daemon):
     (["lease", "acquire", "src\\api", "--agent", "a", "--project", "p"], "use / between directories"),
     (["lease", "renew", "lease_0000000000000000"], "no lease"),
     (["lease", "release", "--agent", "a"], "name one lease id"),
+    (["lease", "check", *[f"f{i}" for i in range(501)], "--agent", "a"], "at most 500 paths per call"),
+    (["lease", "acquire", *[f"p{i}" for i in range(33)], "--agent", "a", "--project", "p"], "at most 32 patterns"),
+    (["lease", "acquire", "x" * 300, "--agent", "a", "--project", "p"], "longer than 256 characters"),
 ])
 def test_bad_lease_input_is_one_clear_line(ctl, daemon, args, message):
     result = run_ctl(daemon.home, *args)
