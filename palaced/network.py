@@ -44,6 +44,7 @@ from palace_proto.peer import (
 from palace_proto.ids import fingerprint_is_valid
 from palace_proto.pki import CertificateError, MemberCertificate, Revocation
 from palace_proto.text import printable
+from palace_proto.workers import decode_activity
 
 from .bus import EventBus
 from .enrolment import serve_enrolment
@@ -153,7 +154,7 @@ class ListenError(ApiError):
 class Network:
     def __init__(self, *, settings: NetworkSettings, home: Path, membership: Membership, identity: Ed25519PrivateKey,
                  identity_path: Path, astore: AsyncStore, bus: EventBus, directory: MemberDirectory,
-                 watchers: Callable[[], list[tuple[str, str, str]]], max_artifact_bytes: int) -> None:
+                 watchers: Callable[[], list[tuple[str, ...]]], max_artifact_bytes: int) -> None:
         self.settings = settings
         self.membership = membership
         self.identity = identity
@@ -687,8 +688,8 @@ class Network:
         if len(local) > MAX_WATCHERS_PER_PRESENCE:
             self.limits.hit("presence_watchers", "announcing the first %d of %d watchers to peers (the limit of one "
                             "presence record)", MAX_WATCHERS_PER_PRESENCE, len(local))
-        watchers = tuple((agent[:256], filters[:MAX_PRESENCE_FILTER_CHARS], since[:64])
-                         for agent, filters, since in local[:MAX_WATCHERS_PER_PRESENCE])
+        watchers = tuple((agent[:256], filters[:MAX_PRESENCE_FILTER_CHARS], since[:64], *rest)
+                         for agent, filters, since, *rest in local[:MAX_WATCHERS_PER_PRESENCE])
         signature = self.identity.sign(presence_signing_bytes(self.peer_id, self.membership.name,
                                                               self._presence_serial, watchers))
         return Presence(self.peer_id, self.membership.name, self._presence_serial, watchers, signature)
@@ -721,10 +722,11 @@ class Network:
         out = []
         for presence, heard, heard_utc in self._presences.values():
             silent = now - heard > PRESENCE_SILENT_S
-            for agent, filters, since in presence.watchers:
-                # Another daemon's words: shown as visible text only (no terminal escapes, no line breaks).
+            for agent, filters, since, *rest in presence.watchers:
+                # Another daemon's words: shown as visible text only (no terminal escapes, no line
+                # breaks); a worker's activity only as far as it passes the same check as ours.
                 out.append({"agent": printable(agent, 256) or None, "filters": printable(filters, 512),
-                            "since": printable(since, 64),
+                            "since": printable(since, 64), "worker": decode_activity(rest[0]) if rest else None,
                             "daemon": {"peer_id": presence.peer_id, "name": printable(presence.name, 64)},
                             "daemon_last_heard": heard_utc, "daemon_silent": silent})
         return out

@@ -55,6 +55,7 @@ OPS: Final = frozenset({
     "peers_remove", "replicated", "doctor", "memory_add", "search", "drawer_get", "kg_add", "kg_invalidate",
     "kg_query", "diary_write", "diary_read", "agents", "tunnels", "memory_rebuild", "backup", "export_page",
     "import_events", "task_ready", "task_claim", "task_release", "task_reassign", "lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check",
+    "watch_update",
 })
 
 

@@ -24,6 +24,7 @@ from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
 from .ids import ORIGIN_ID_RE
 from .paths import host_port
+from .workers import MAX_ACTIVITY_CHARS
 
 __all__ = [
     "DEFAULT_PEER_PORT",
@@ -210,7 +211,9 @@ class Presence:
     peer_id: str
     name: str
     serial: int
-    watchers: tuple[tuple[str, str, str], ...]  # (agent, filters as JSON, since)
+    #: (agent, filters, since) or, for a worker, (agent, filters, since, activity): see
+    #: ``palace_proto.workers`` (a fourth element only where there is an activity)
+    watchers: tuple[tuple[str, ...], ...]
     signature: bytes
 
 
@@ -443,10 +446,15 @@ def from_wire(d: Any) -> PeerMessage | None:
             raise RemoteProtocolError(f"presence 'watchers' must be a list of at most {MAX_WATCHERS_PER_PRESENCE}")
         watchers = []
         for item in raw:
-            if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)
-                    and len(item[0]) <= 256 and len(item[1]) <= MAX_PRESENCE_FILTER_CHARS and len(item[2]) <= 64):
-                raise RemoteProtocolError("a presence watcher must be [agent, filters_json, since]")
-            watchers.append((item[0], item[1], item[2]))
+            # Three elements, or four for a worker (its activity). Up to eight are accepted so a
+            # newer peer may add more: they are kept (the signature covers them, and relays pass
+            # records on unaltered) and ignored by what reads them.
+            if not (isinstance(item, list) and 3 <= len(item) <= 8 and all(isinstance(x, str) for x in item)
+                    and len(item[0]) <= 256 and len(item[1]) <= MAX_PRESENCE_FILTER_CHARS and len(item[2]) <= 64
+                    and all(len(x) <= MAX_ACTIVITY_CHARS for x in item[3:])):
+                raise RemoteProtocolError("a presence watcher must be [agent, filters, since] or "
+                                          "[agent, filters, since, activity]")
+            watchers.append(tuple(item))
         return Presence(peer_id=_str(d, "peer_id"), name=_str(d, "name"), serial=_int(d, "serial"),
                         watchers=tuple(watchers), signature=_bytes(d, "signature", 64))
     if tag == "enrol":
@@ -460,7 +468,7 @@ def from_wire(d: Any) -> PeerMessage | None:
     return None
 
 
-def presence_signing_bytes(peer_id: str, name: str, serial: int, watchers: tuple[tuple[str, str, str], ...]) -> bytes:
+def presence_signing_bytes(peer_id: str, name: str, serial: int, watchers: tuple[tuple[str, ...], ...]) -> bytes:
     """What a ``Presence`` signature covers (deterministic msgpack of the fields)."""
     return b"palace/presence/v1\n" + msgpack.packb([peer_id, name, serial, [list(w) for w in watchers]],
                                                    use_bin_type=True)

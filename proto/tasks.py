@@ -36,8 +36,8 @@ from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, secon
 
 __all__ = [
     "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
-    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "queue_fields",
-    "ready_order",
+    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "project_stream", "queue_fields",
+    "ready_order", "slugify",
 ]
 
 REQUEST: Final = "task.request"
@@ -56,6 +56,17 @@ DEFAULT_STALL_AFTER_S: Final = 30 * 60
 # Why 32: a task waits on a few others; a longer list is a plan, which belongs in a parent task.
 MAX_BLOCKED_BY: Final = 32
 _CORRELATION_RE: Final = re.compile(r"^task_[A-Za-z0-9_.-]{1,200}$")
+
+
+def slugify(text: str, *, max_len: int = 40, empty: str = "work") -> str:
+    """Lower-case letters and digits joined by ``_`` (at most ``max_len``), ``empty`` if none."""
+    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
+    return slug or empty
+
+
+def project_stream(project: str) -> str:
+    """The stream a project's tasks and leases live on: ``project/<slug>``."""
+    return f"project/{slugify(project, empty='project')}"
 
 
 def check_priority(value: Any) -> int:

@@ -263,7 +263,8 @@ def digest(json_: JsonOpt = False) -> None:
 
 
 def who(json_: JsonOpt = False) -> None:
-    """Watchers connected anywhere in the palace right now (what daemons see, not what agents claim)."""
+    """Watchers connected anywhere in the palace right now (what daemons see, not what agents claim);
+    a worker shows the tasks it runs."""
     result = call_daemon("who")
     if json_:
         emit_json(result)
@@ -275,7 +276,12 @@ def who(json_: JsonOpt = False) -> None:
         where = "here" if w.get("local") else (daemon.get("name") or (daemon.get("peer_id") or "?")[:7])
         if not w.get("local") and w.get("daemon_silent"):
             where += f" (silent since {w['daemon_last_heard']})"
-        write_stdout(f"{w['agent'] or '-'}\t{where}\t{w['since']}\t{w['filters']}\n")
+        worker = w.get("worker")
+        doing = w["filters"]
+        if worker:  # a `palacectl worker`: what it runs, not what it watches
+            tasks = ", ".join(worker["tasks"]) or "idle"
+            doing = f"worker ({worker['runner']}, {len(worker['tasks'])}/{worker['concurrency']}): {tasks}"
+        write_stdout(f"{w['agent'] or '-'}\t{where}\t{w['since']}\t{doing}\n")
 
 
 @peers_app.callback()

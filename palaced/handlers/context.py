@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.ids import fingerprint
 from palace_proto.validation import Limits, clean_required
+from palace_proto.workers import encode_activity
 
 from ..bus import EventBus
 from ..config import Config
@@ -61,10 +62,14 @@ class Watcher:
     cursor: str | None
     since: str
     pid: int | None
+    #: a ``palacectl worker``'s activity (palace_proto.workers), None for other watchers
+    worker: dict[str, Any] | None = None
+    #: the secret a ``watch_update`` from another of the client's connections names this watch by
+    token: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return {"agent": self.agent, "filters": self.filters, "cursor": self.cursor, "since": self.since,
-                "pid": self.pid, "connection": self.conn_id}
+                "pid": self.pid, "connection": self.conn_id, "worker": self.worker}
 
 
 @dataclass(eq=False, slots=True, repr=False)
@@ -114,9 +119,11 @@ class Context:
 
     # -- watchers --------------------------------------------------------------------------------
 
-    def watcher_tuples(self) -> list[tuple[str, str, str]]:
-        """Our watchers as presence gossip carries them: (agent, filters, since). Read by the network."""
-        return [(w.agent or "", w.filters, w.since) for w in self.watchers.values()]
+    def watcher_tuples(self) -> list[tuple[str, ...]]:
+        """Our watchers as presence gossip carries them: (agent, filters, since), and a worker's
+        activity as a fourth element. Read by the network."""
+        return [(w.agent or "", w.filters, w.since) + ((encode_activity(w.worker),) if w.worker else ())
+                for w in self.watchers.values()]
 
     def watchers_changed(self) -> None:
         """Tell the peers (presence gossip) that a watch started or ended."""

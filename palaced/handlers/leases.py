@@ -33,14 +33,14 @@ from palace_proto.leases import (
     normalize_path,
 )
 from palace_proto.stamps import add_seconds, format_duration
+from palace_proto.tasks import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from ..store import WriteContext
 from ..store.clock import utc_now as _now
 from .context import Context
-from .tasks import slugify
 
-__all__ = ["OPS", "LeaseConflict", "LeaseReconciler", "current_leases", "project_stream"]
+__all__ = ["OPS", "LeaseConflict", "LeaseReconciler", "current_leases"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.leases")
 # Why a day on top of the longest TTL: clocks of the machines that wrote the events may differ.
@@ -54,10 +54,6 @@ MAX_CHECK_PATHS: Final = 500
 
 class LeaseConflict(ApiError):
     code = "lease_conflict"
-
-
-def project_stream(project: str) -> str:
-    return f"project/{slugify(project, empty='project')}"
 
 
 def _revoked_origins(ctx: Context) -> dict[str, str]:

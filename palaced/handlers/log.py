@@ -11,7 +11,9 @@ are written only by the daemon's own operations, never by ``append``.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -22,6 +24,7 @@ from palace_proto.envelope import preview_event
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request
 from palace_proto.pki import sign_redaction
+from palace_proto.workers import check_activity
 from palace_proto.validation import (
     AppendRequest,
     ListQuery,
@@ -152,6 +155,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
         raise ValidationError("start must be 'tip', 'beginning' or 'cursor'", field="start")
     agent = clean_optional("agent", args.get("agent"))
     pid = args.get("pid") if type(args.get("pid")) is int else None  # shown by `who`; optional
+    worker = check_activity(args["worker"]) if args.get("worker") is not None else None
     if start == "cursor":
         if not query.since_event_id:
             raise ValidationError("since_event_id is required when start is 'cursor'", field="since_event_id")
@@ -161,13 +165,16 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
         cursor_seq, cursor_id = 0, None
     else:
         cursor_seq, cursor_id = await ctx.astore.read(ctx.store.latest)
+    if worker is not None and agent is None:
+        raise ValidationError("a worker's watch needs its agent", field="agent")
     watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
-                      since=utc_stamp(time.time()), pid=pid)
+                      since=utc_stamp(time.time()), pid=pid, worker=worker, token=secrets.token_hex(16))
     ctx.watchers[conn_id] = watcher
     ctx.watchers_changed()
-    LOGGER.info("watch started: agent=%s filters=%s from=%s", agent or "-", watcher.filters, cursor_id or start)
+    LOGGER.info("watch started: agent=%s filters=%s from=%s%s", agent or "-", watcher.filters, cursor_id or start,
+                f" (worker, runner {worker['runner']})" if worker else "")
     try:
-        await push({"push": "started", "cursor": cursor_id, "start": start})
+        await push({"push": "started", "cursor": cursor_id, "start": start, "watch_token": watcher.token})
         reported_id = cursor_id
         last_progress = 0.0
         while True:
@@ -207,6 +214,24 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
         del ctx.watchers[conn_id]
         ctx.watchers_changed()
         LOGGER.info("watch ended: agent=%s", agent or "-")
+
+
+async def watch_update(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A worker says what it runs now: its watch (named by the secret ``watch_token`` its
+    ``started`` push carried, so only its own client can change it) takes the new activity,
+    and the peers hear of it with the next presence record."""
+    token = args.get("watch_token")
+    if not isinstance(token, str) or not 0 < len(token) <= 64:
+        raise ValidationError("watch_token must be the token of the watch's started push", field="watch_token")
+    worker = check_activity(args.get("worker"))
+    for watcher in ctx.watchers.values():
+        if hmac.compare_digest(watcher.token, token):
+            if watcher.worker is None:
+                raise ValidationError("this watch is not a worker's (subscribe with worker first)", field="watch_token")
+            watcher.worker = worker
+            ctx.watchers_changed()
+            return {"updated": True, "worker": worker}
+    raise NotFound("no live watch has this watch_token (it ended: subscribe again)")
 
 
 async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -344,6 +369,7 @@ OPS: Final = {
     "list": list_events,
     "wait": wait,
     "ack": ack,
+    "watch_update": watch_update,
     "redact": redact,
     "digest": digest,
 }

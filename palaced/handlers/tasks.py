@@ -24,6 +24,8 @@ import trio
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.stamps import seconds_between
 from palace_proto.tasks import (
+    project_stream,
+    slugify,
     CONFLICT,
     REASSIGN,
     RELEASE,
@@ -41,7 +43,7 @@ from ..store import WriteContext
 from ..store.clock import utc_now as _now
 from .context import Context
 
-__all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "slugify"]
+__all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.tasks")
 # Why 500: the tasks a listing, a ready queue or the reconciler looks at (the newest requests).
@@ -49,11 +51,6 @@ MAX_TASKS: Final = 500
 
 _HEX_COMMIT_RE: Final = re.compile(r"^[0-9a-fA-F]{7,64}$")
 TASK_REQUEST_TYPE: Final = REQUEST
-
-
-def slugify(text: str, *, max_len: int = 40, empty: str = "work") -> str:
-    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
-    return slug or empty
 
 
 def _required_text(label: str, value: Any) -> str:
@@ -116,7 +113,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     )
     req = AppendRequest.from_wire(
         {
-            "type": TASK_REQUEST_TYPE, "stream": f"project/{slugify(project, empty='project')}",
+            "type": TASK_REQUEST_TYPE, "stream": project_stream(project),
             "room": "delegation", "from_agent": from_agent,
             "to_agent": to_agent, "correlation_id": correlation_id, "branch": branch,
             "base_commit": base_commit.lower(), "status": "open", "topic": args.get("topic"), "body": body,
