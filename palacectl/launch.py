@@ -15,10 +15,13 @@ Talks to the daemon through ``palacectl.client`` only (never imports palaced).
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import secrets
 import signal
 import subprocess
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -28,11 +31,44 @@ from typing import Any, Final
 
 from palace_proto.paths import CONFIG_FILENAME
 
-from .client import Client
+from .client import Client, DaemonUnreachable
 from .git import run_git
 from .rules import render_rules
 
-__all__ = ["BUILTIN_RUNNERS", "LaunchRefused", "Launch", "LaunchResult", "runner_command"]
+__all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "remove_worktree",
+           "runner_command", "stop_process_group"]
+
+# Why 60 s: the bookkeeping after a run waits this long for a daemon that is restarting (an
+# upgrade, a crash and its service restart) before `task launch` gives up with exit 3.
+DAEMON_WAIT_S: Final = 60.0
+DAEMON_RETRY_S: Final = 1.0
+# Why 10 s: how long a stopped runner gets to exit on SIGTERM before its process group is killed.
+STOP_GRACE_S: Final = 10.0
+# A runner gets a process group (a session) of its own, so stopping it stops every process it
+# started (a harness runs tools, shells, test runners) and a Ctrl-C in our terminal reaches us only.
+NEW_PROCESS_GROUP: Final[dict[str, Any]] = (
+    {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True})
+
+
+def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a runner and everything it started: SIGTERM to its group, SIGKILL after the grace."""
+    if os.name == "nt":  # no process groups to signal: terminate() is TerminateProcess
+        proc.terminate()
+        proc.wait()
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
 
 #: Each harness's documented headless invocation (README "Let a machine work by itself").
 #: ``{handoff}`` is the prompt, ``{workspace}`` the task's worktree (also the working directory).
@@ -101,6 +137,26 @@ def fill(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
     return out
 
 
+#: held around `git worktree add/remove`: a worker's parallel launches share one repository, and
+#: git's own locks refuse (rather than wait for) a second change of its worktree list
+GIT_WORKTREES_LOCK: Final = threading.Lock()
+
+
+def task_branch(correlation_id: str) -> str:
+    """The branch of a task's own worktree: ``palace/<correlation id>``."""
+    return "palace/" + _BRANCH_SAFE_RE.sub("-", correlation_id)
+
+
+def remove_worktree(repo: Path, worktree: Path, branch: str) -> None:
+    """Remove a task's worktree and its branch (what is missing already is fine). The work is
+    in the palace by then: the patch or the log artifact."""
+    with GIT_WORKTREES_LOCK:
+        if worktree.exists():
+            _git(repo, "worktree", "remove", "--force", str(worktree), check=False)
+        _git(repo, "worktree", "prune", check=False)
+        _git(repo, "branch", "-D", branch, check=False)
+
+
 def _git(repo: Path, *args: str, check: bool = True) -> str:
     # Why 120 s: a worktree of a big repository takes a while to check out.
     return run_git(repo, *args, error=LaunchRefused, check=check, timeout_s=120.0, text=True)
@@ -112,7 +168,9 @@ class LaunchResult:
     agent: str
     runner: str
     worktree: str
-    outcome: str  # delivered, failed, blocked
+    # delivered, failed, blocked; released (a stopping worker gave it back); lost (another
+    # agent's claim holds: nothing reported)
+    outcome: str
     exit_code: int | None
     reason: str
     log_artifact: str | None = None
@@ -128,7 +186,15 @@ class Launch:
     """One run of a runner on one task (see the module docstring)."""
 
     def __init__(self, home: Path, correlation_id: str, *, runner: str, workspace: Path, agent: str | None,
-                 in_place: bool = False, timeout_s: float | None = None, say: Callable[[str], None] = print) -> None:
+                 in_place: bool = False, timeout_s: float | None = None, say: Callable[[str], None] = print,
+                 handle_signals: bool = True, daemon_wait_s: float = DAEMON_WAIT_S,
+                 on_claim: Callable[[Launch], None] | None = None,
+                 on_start: Callable[[Launch], None] | None = None) -> None:
+        """``handle_signals``: SIGINT/SIGTERM stop the run (the main thread only; a worker runs
+        launches on threads and calls ``stop`` instead). ``daemon_wait_s``: how long the
+        bookkeeping after the run waits for a daemon that is restarting (None: until ``stop``).
+        ``on_claim``: called once the claim is recorded (``worktree``, ``repo``, ``log_path`` are
+        known); ``on_start``: once the runner process runs (``proc`` is set)."""
         self.home = home
         self.cid = correlation_id
         self.runner = runner
@@ -137,8 +203,31 @@ class Launch:
         self.in_place = in_place
         self.timeout_s = timeout_s
         self.say = say
+        self.handle_signals = handle_signals
+        self.daemon_wait_s = daemon_wait_s
+        self.on_claim = on_claim
+        self.on_start = on_start
         self._stop_reason: str | None = None
+        self._then = "blocked"
+        self._abandon = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
+        #: names this run in the events that record its outcome (so a retry never records it twice)
+        self.run_id = secrets.token_hex(8)
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self._proc
+
+    def stop(self, reason: str, *, then: str = "blocked", abandon: bool = False) -> None:
+        """Stop the run (from any thread): the runner is stopped, and then the task is replied
+        ``blocked`` with ``reason`` (``then="blocked"``), released with it so it is open again
+        (``"released"``: a worker that stops), or nothing is written (``"lost"``: someone else
+        holds the claim). ``abandon``: also give up waiting for an unreachable daemon (a
+        worker's state file keeps the run, and its next start reports it)."""
+        if self._stop_reason is None:
+            self._stop_reason, self._then = reason, then
+        if abandon:
+            self._abandon.set()
 
     def __repr__(self) -> str:
         return f"<Launch {self.cid} runner={self.runner} workspace={self.workspace}>"
@@ -192,7 +281,7 @@ class Launch:
             self.worktree = self.repo
         else:
             self.worktree = self.home / "worktrees" / self.repo.name / self.cid
-            self.task_branch = "palace/" + _BRANCH_SAFE_RE.sub("-", self.cid)
+            self.task_branch = task_branch(self.cid)
             if self.worktree.exists():
                 raise LaunchRefused(f"a worktree for {self.cid} exists already ({self.worktree}): remove it with "
                                     f"git -C {self.repo} worktree remove --force {self.worktree}")
@@ -200,6 +289,9 @@ class Launch:
                     check=False).strip():
                 raise LaunchRefused(f"branch {self.task_branch} exists already in {self.repo}: delete it "
                                     f"(git branch -D {self.task_branch}) to run the task again")
+        # Beside the worktree, not in it: the log is never part of the patch.
+        self.log_path = (self.home / "worktrees" / f"{self.cid}.log" if self.in_place
+                         else self.worktree.parent / f"{self.worktree.name}.log")
         return view
 
     # -- the run ----------------------------------------------------------------------------------
@@ -209,40 +301,47 @@ class Launch:
         with Client(self.home, client_name="palacectl-launch") as client:
             view = self.check(client)
             claimed = client.call("task_claim", correlation_id=self.cid, agent=self.agent)
-            self.requester = view["requested_by"]
             self.request = view["request"]
             stall = float(claimed["task"]["stall_after_s"])
+        if self.on_claim is not None:
+            self.on_claim(self)
         if not self.in_place:
             try:
                 self.worktree.parent.mkdir(parents=True, exist_ok=True)
-                _git(self.repo, "worktree", "add", "--quiet", "-b", self.task_branch, str(self.worktree), self.base)
+                with GIT_WORKTREES_LOCK:
+                    _git(self.repo, "worktree", "add", "--quiet", "-b", self.task_branch, str(self.worktree), self.base)
             except (LaunchRefused, OSError) as exc:
                 self._event("task.release", f"{self.agent} could not prepare a worktree: {exc}", status="open")
                 raise LaunchRefused(f"cannot create the worktree {self.worktree}: {exc}") from None
         prompt = self._prompt()
         command = fill(self.template, {"handoff": prompt, "workspace": str(self.worktree),
                                        "correlation_id": self.cid})
-        log_path = self.worktree.parent / f"{self.worktree.name}.log" if not self.in_place else \
-            self.home / "worktrees" / f"{self.cid}.log"
+        log_path = self.log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         result = LaunchResult(self.cid, self.agent, self.runner, str(self.worktree), "failed", None, "")
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = ({sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+                    if self.handle_signals else {})
         try:
             for sig in previous:
                 signal.signal(sig, self._on_signal)
             with open(log_path, "wb") as log:
                 try:
                     self._proc = subprocess.Popen(command, cwd=self.worktree, stdout=log, stderr=subprocess.STDOUT,
-                                                  stdin=subprocess.DEVNULL, start_new_session=True)
+                                                  stdin=subprocess.DEVNULL, **NEW_PROCESS_GROUP)
                 except OSError as exc:
                     result.outcome, result.reason = "failed", f"cannot start runner {command[0]!r}: {exc.strerror or exc}"
                     self._finish(result, log_path)
                     return result
-                started = self._event("task.status", f"{self.agent} started {self.runner} on {self.cid} in "
-                                      f"{self.worktree} (pid {self._proc.pid})",
-                                      metadata={"runner": self.runner, "worktree": str(self.worktree),
-                                                "pid": self._proc.pid, "command": command[:1]})
-                result.events.append(started)
+                if self.on_start is not None:
+                    self.on_start(self)
+                try:
+                    started = self._event("task.status", f"{self.agent} started {self.runner} on {self.cid} in "
+                                          f"{self.worktree} (pid {self._proc.pid})",
+                                          metadata={"runner": self.runner, "worktree": str(self.worktree),
+                                                    "pid": self._proc.pid, "command": command[:1]})
+                    result.events.append(started)
+                except DaemonUnreachable as exc:  # restarting: the run goes on, the heartbeats say it lives
+                    self.say(f"palacectl: the start of the run was not recorded ({exc}); the run goes on")
                 result.exit_code = self._wait(max(MIN_HEARTBEAT_S, min(MAX_HEARTBEAT_S, stall / 3)))
         finally:
             for sig, handler in previous.items():
@@ -260,22 +359,13 @@ class Launch:
                 "push, and do not claim, ack or submit yourself.\n\n" + render_rules(self.agent, "cli"))
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._stop_reason = f"stopped by {signal.Signals(signum).name} on the launching machine"
-        self._kill()
+        self.stop(f"stopped by {signal.Signals(signum).name} on the launching machine")
 
     def _kill(self) -> None:
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc)
 
     def _wait(self, heartbeat_s: float) -> int | None:
         assert self._proc is not None
@@ -304,6 +394,9 @@ class Launch:
                     self.say(f"palacectl: heartbeat not recorded ({exc}); the run goes on")
 
     def _judge(self, result: LaunchResult) -> None:
+        if self._stop_reason is not None and self._then != "blocked":
+            result.outcome, result.reason = self._then, self._stop_reason
+            return
         if self._stop_reason is not None:
             timed_out = self._stop_reason.startswith("timed out")
             result.outcome, result.reason = ("failed" if timed_out else "blocked"), self._stop_reason
@@ -319,19 +412,54 @@ class Launch:
         result.outcome, result.reason = "delivered", f"{self.runner} finished; the patch is ready for review"
 
     def _finish(self, result: LaunchResult, log_path: Path) -> None:
+        """Record the run's outcome, waiting for a restarting daemon (``daemon_wait_s``).
+
+        Raises:
+            DaemonUnreachable: the daemon did not come back in time (nothing, or only the log
+                artifact, was recorded).
+        """
         try:
             data = log_path.read_bytes()[-MAX_LOG_BYTES:]
         except OSError:
             data = b""
+        deadline = None if self.daemon_wait_s is None else time.monotonic() + self.daemon_wait_s
+        while True:
+            try:
+                self._record(result, data)
+                return
+            except DaemonUnreachable as exc:
+                if self._abandon.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                    raise
+                self.say(f"palacectl: waiting for palaced to record the outcome of {self.cid} ({exc})")
+                self._abandon.wait(DAEMON_RETRY_S)
+
+    def _record(self, result: LaunchResult, data: bytes) -> None:
+        if result.outcome == "lost":
+            return  # someone else's claim holds: their run reports the task, this one says nothing
         with Client(self.home, client_name="palacectl-launch") as client:
+            view = client.call("task_show", correlation_id=self.cid)
+            if any(_run_of(e) == self.run_id for e in view["events"]):
+                return  # recorded by an attempt whose reply the daemon's restart swallowed
+            if view["claimed_by"] != self.agent:
+                # The claim was lost while the run went on (a double claim across a partition
+                # that healed, a reassign): never deliver over the claimant's work.
+                result.outcome = "lost"
+                result.reason = (f"{view['claimed_by']} holds the claim now" if view["claimed_by"]
+                                 else f"the task is {view['state']} and no longer claimed by {self.agent}")
+                return
             if data:
                 record = client.call("artifact_put", kind="log", created_by=self.agent, content=data,
                                      metadata={"correlation_id": self.cid, "runner": self.runner})
                 result.log_artifact = record["id"]
+            if result.outcome == "released":
+                log = f" Its log so far: {result.log_artifact}." if result.log_artifact else ""
+                result.reply_event = client.call("task_release", correlation_id=self.cid, agent=self.agent,
+                                                 reason=f"{result.reason}; open again for anyone.{log}")["event"]["id"]
+                return
             if result.outcome == "delivered":
                 submitted = client.call(
                     "patch_submit", from_agent=self.agent, correlation_id=self.cid, content=self.diff.encode(),
-                    base_commit=self.base, branch=self.branch,
+                    base_commit=self.base, branch=self.branch, metadata={"run": self.run_id},
                     body=f"{self.agent} ({self.runner}) delivers {self.cid}: git apply it on {self.base[:12]}. "
                          f"Run log: {result.log_artifact}.")
                 result.patch_event = submitted["event"]["id"]
@@ -339,19 +467,39 @@ class Launch:
         tail = data[-LOG_TAIL_BYTES:].decode("utf-8", errors="replace")
         body = (f"{self.agent} ({self.runner}) {result.outcome} on {self.cid}: {result.reason}.\n"
                 f"Log: {result.log_artifact or 'none'}. Its last lines, verbatim:\n{tail}")
-        result.reply_event = self._event("task.reply", body, status=result.outcome,
+        result.reply_event = self._event("task.reply", body, status=result.outcome, metadata={"run": self.run_id},
                                          artifact_ids=[result.log_artifact] if result.log_artifact else None)
 
     def _event(self, kind: str, body: str, *, status: str | None = None, metadata: dict[str, Any] | None = None,
                artifact_ids: list[str] | None = None) -> str:
-        args: dict[str, Any] = {"type": kind, "stream": self.request["stream"], "room": self.request["room"],
-                                "from_agent": self.agent, "to_agent": self.requester, "correlation_id": self.cid,
-                                "body": body}
-        if status is not None:
-            args["status"] = status
-        if metadata:
-            args["metadata"] = metadata
-        if artifact_ids:
-            args["artifact_ids"] = artifact_ids
         with Client(self.home, client_name="palacectl-launch") as client:
-            return client.call("append", **args)["id"]
+            return append_on_task(client, self.request, self.agent, kind, body, status=status, metadata=metadata,
+                                  artifact_ids=artifact_ids)
+
+
+def append_on_task(client: Client, request: Mapping[str, Any], agent: str, kind: str, body: str, *,
+                   status: str | None = None, metadata: dict[str, Any] | None = None,
+                   artifact_ids: list[str] | None = None) -> str:
+    """Append an event from ``agent`` on the task of ``request`` (its stream, room and
+    correlation, to its requester); returns the event id."""
+    args: dict[str, Any] = {"type": kind, "stream": request["stream"], "room": request["room"], "from_agent": agent,
+                            "to_agent": request["from_agent"], "correlation_id": request["correlation_id"],
+                            "body": body}
+    if status is not None:
+        args["status"] = status
+    if metadata:
+        args["metadata"] = metadata
+    if artifact_ids:
+        args["artifact_ids"] = artifact_ids
+    return client.call("append", **args)["id"]
+
+
+def _run_of(event: Mapping[str, Any]) -> Any:
+    """The ``run`` id in an event's metadata (a dict, or its JSON text), if any."""
+    metadata = event.get("metadata")
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return None
+    return metadata.get("run") if isinstance(metadata, dict) else None

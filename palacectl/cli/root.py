@@ -66,6 +66,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("search", memory.search),
     ("agents", memory.agents),
     ("tunnels", memory.tunnels),
+    ("worker", tasks.worker),
 )
 # Groups of sub-commands, each a typer app of its module.
 GROUPS: tuple[tuple[str, typer.Typer], ...] = (

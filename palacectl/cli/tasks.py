@@ -3,8 +3,9 @@
 Owns: the ``task`` group (create: a ``task.request`` with goal, branch, base commit and definition
 of done — and the queue's blockers, priority and stall time — printed with its hand-off text;
 show: one task's events, state, claims and blockers; list: tasks and their state; ready, claim,
-release, reassign: the queue). Thin commands over ``common.call_daemon``. Registered on the root app by ``cli.root``;
-imports ``cli.common`` only.
+release, reassign: the queue; launch: one task run by a headless harness) and the top-level
+``worker`` (``palacectl.worker``: launch after launch, until stopped). Thin commands over
+``common.call_daemon``. Registered on the root app by ``cli.root``; imports ``cli.common`` only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .. import output
 from ..output import emit_json, note, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home, text_or_file
 
-__all__ = ["task_app"]
+__all__ = ["task_app", "worker"]
 
 task_app = typer.Typer(no_args_is_help=True, help="Delegate work and follow its lifecycle.")
 
@@ -195,3 +196,43 @@ def task_launch(
                      f"{', patch ' + result.patch_event if result.patch_event else ''}\n")
     if result.outcome != "delivered":
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def worker(
+    agent: Annotated[str, typer.Option("--agent", help="The agent whose tasks it works (addressed to it, or to *).")],
+    runner: Annotated[str, typer.Option("--runner", help="claude, codex, gemini, opencode, or [runners.NAME].")],
+    workspace: Annotated[Path, typer.Option("--workspace", help="The git repository the tasks are for.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Tasks run at once, each in its own worktree "
+                                                                  "(1-16).")] = 1,
+    project: Annotated[Optional[str], typer.Option("--project", help="Only this project's tasks.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Stop a run that takes longer: 90s, 30m, 2h.")] = None,
+) -> None:
+    """Work tasks by yourself: watch for ready tasks, launch the runner on each, report; until stopped."""
+    import signal
+
+    from palace_proto.workers import MAX_CONCURRENCY
+
+    from ..worker import Worker, WorkerOptions, WorkerRefused
+
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise UsageProblem(f"--concurrency must be from 1 to {MAX_CONCURRENCY}")
+    if not agent.strip():
+        raise UsageProblem("--agent must not be empty")
+    timeout_s = None
+    if timeout is not None:
+        try:
+            timeout_s = float(parse_duration(timeout, field="--timeout"))
+        except ValidationError as exc:
+            raise UsageProblem(exc.message) from None
+    work = Worker(WorkerOptions(current_home(), agent.strip(), runner, workspace.resolve(), concurrency, project,
+                                timeout_s), say=note)
+
+    def on_signal(signum: int, frame: object) -> None:
+        work.stop(f"the worker was stopped by {signal.Signals(signum).name}")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
+        work.run()
+    except WorkerRefused as exc:
+        output.fail(str(exc), code="refused")
