@@ -1,22 +1,27 @@
 """This host, as ``palacectl service`` sees it: its service manager, where that manager looks for
-palaced's file, and which ``palaced`` to run.
+a service's file, and which ``palaced`` or ``palacectl`` to run.
 
 Owns: platform detection (systemd on Linux, launchd on macOS), whether systemd is the init
-system, the per-user install paths, and finding the installed ``palaced``. Reads the file system
-and the environment only; runs no command (that is ``runner``).
+system, the names of the services (``ServiceName``: palaced's, and one per agent for workers), the
+per-user install paths, and finding the installed ``palaced`` and ``palacectl``. Reads the file
+system and the environment only; runs no command (that is ``runner``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Final, Literal
+# NamedTuple rather than dataclasses: a dataclass costs ~0.5 ms to create, and this is a plain value.
+from typing import Final, Literal, NamedTuple
 
 __all__ = [
-    "LAUNCHD_LABEL", "PLATFORMS", "SYSTEMD_UNIT", "Platform", "detect_platform", "launchd_log_dir",
-    "palaced_command", "pid1_name", "service_file", "systemd_booted",
+    "LAUNCHD_LABEL", "PALACED", "PLATFORMS", "SYSTEMD_UNIT", "Platform", "ServiceName", "detect_platform",
+    "launchd_log_dir", "palacectl_command", "palaced_command", "pid1_name", "service_file", "systemd_booted",
+    "worker_service", "worker_slug",
 ]
 
 Platform = Literal["systemd", "launchd"]
@@ -24,6 +29,41 @@ PLATFORMS: Final[tuple[Platform, ...]] = ("systemd", "launchd")
 
 SYSTEMD_UNIT: Final = "palaced.service"
 LAUNCHD_LABEL: Final = "dev.palace.palaced"
+# What a worker's slug keeps of its agent id: characters safe in a unit name, a launchd label and
+# a file name; any other becomes '-'.
+_SLUG_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class ServiceName(NamedTuple):
+    """Which service: its systemd unit (file name) and its launchd label (the plist is ``<label>.plist``)."""
+
+    unit: str
+    label: str
+
+    @property
+    def unit_stem(self) -> str:
+        """The unit without ``.service``, as ``journalctl -u`` and ``systemctl`` accept it."""
+        return self.unit.removesuffix(".service")
+
+
+PALACED: Final = ServiceName(SYSTEMD_UNIT, LAUNCHD_LABEL)
+
+
+def worker_slug(agent: str) -> str:
+    """The agent id as it appears in its worker's unit name, label and log file: every character
+    outside [A-Za-z0-9_.-] replaced by '-', and then, only if one was, '-' and the first 8 hex
+    digits of the id's sha256, so ids that differ only there (``ops:bot``, ``ops/bot``) never
+    share a service."""
+    slug = _SLUG_UNSAFE.sub("-", agent)
+    if slug == agent:
+        return slug
+    return f"{slug}-{hashlib.sha256(agent.encode('utf-8')).hexdigest()[:8]}"
+
+
+def worker_service(agent: str) -> ServiceName:
+    """The worker service of one agent: ``palace-worker-<slug>.service``, ``dev.palace.worker.<slug>``."""
+    slug = worker_slug(agent)
+    return ServiceName(f"palace-worker-{slug}.service", f"dev.palace.worker.{slug}")
 
 
 def detect_platform() -> Platform | None:
@@ -48,28 +88,39 @@ def pid1_name() -> str:
         return "unknown"
 
 
-def service_file(platform: Platform) -> Path:
-    """Where the unit (systemd) or LaunchAgent plist (launchd) is installed for this user."""
+def service_file(platform: Platform, service: ServiceName = PALACED) -> Path:
+    """Where the unit (systemd) or LaunchAgent plist (launchd) of ``service`` (palaced's unless
+    told) is installed for this user."""
     if platform == "systemd":
         # systemd --user reads $XDG_CONFIG_HOME/systemd/user; like the XDG spec, it ignores a
         # relative value. (The manager uses its own environment: we assume it matches ours.)
         config = os.environ.get("XDG_CONFIG_HOME", "")
         base = Path(config) if os.path.isabs(config) else Path.home() / ".config"
-        return base / "systemd" / "user" / SYSTEMD_UNIT
-    return Path.home() / "Library" / "LaunchAgents" / f"{LAUNCHD_LABEL}.plist"
+        return base / "systemd" / "user" / service.unit
+    return Path.home() / "Library" / "LaunchAgents" / f"{service.label}.plist"
 
 
 def launchd_log_dir() -> Path:
     return Path.home() / "Library" / "Logs" / "palace"
 
 
-def palaced_command() -> list[str]:
-    """The installed palaced as an absolute command: the console script beside this Python (the
-    installation this palacectl belongs to), else the one on PATH, else ``python -m palaced``."""
-    beside = Path(sys.executable).parent / "palaced"
+def _installed_command(name: str) -> list[str]:
+    """An installed console script as an absolute command: the one beside this Python (the
+    installation this palacectl belongs to), else the one on PATH, else ``python -m <name>``."""
+    beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return [str(beside.absolute())]
-    found = shutil.which("palaced")
+    found = shutil.which(name)
     if found:
         return [str(Path(found).absolute())]
-    return [str(Path(sys.executable).absolute()), "-m", "palaced"]
+    return [str(Path(sys.executable).absolute()), "-m", name]
+
+
+def palaced_command() -> list[str]:
+    """The installed palaced as an absolute command (see ``_installed_command``)."""
+    return _installed_command("palaced")
+
+
+def palacectl_command() -> list[str]:
+    """The installed palacectl as an absolute command, for a worker service (see ``_installed_command``)."""
+    return _installed_command("palacectl")

@@ -1,10 +1,11 @@
 """What ``palacectl service`` asks systemd (``systemctl --user``) and launchd (``launchctl``).
 
 Owns: whether the user's service manager is reachable here (and why not), whether it can build
-the unit's filesystem sandbox, what it says about palaced (``ManagerState``), and the commands of
-install and uninstall as ``Step`` values, run in order by ``run_steps``. Every command goes
-through ``runner.run_command``, looked up on the module at each call so a test's fake manager
-stands in for all of them.
+the unit's filesystem sandbox, what it says about a service (``ManagerState``), and the commands
+of install and uninstall as ``Step`` values, run in order by ``run_steps``. Each of those takes
+the service (``host.ServiceName``): palaced's unless told, or an agent's worker. Every command
+goes through ``runner.run_command``, looked up on the module at each call so a test's fake
+manager stands in for all of them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from ..output import CommandFailed
 from . import host, runner
-from .host import LAUNCHD_LABEL, SYSTEMD_UNIT, Platform
+from .host import PALACED, Platform, ServiceName
 
 __all__ = [
     "SANDBOX_PROBE", "Existing", "ManagerState", "Step", "filesystem_sandbox_problem", "install_steps",
@@ -103,23 +104,23 @@ def filesystem_sandbox_problem() -> str | None:
     return None
 
 
-# -- what it says about palaced -----------------------------------------------------------------
+# -- what it says about a service ---------------------------------------------------------------
 
 
 def _launchd_domain() -> str:
     return f"gui/{os.getuid()}"
 
 
-def _launchd_service() -> str:
-    return f"{_launchd_domain()}/{LAUNCHD_LABEL}"
+def _launchd_service(service: ServiceName = PALACED) -> str:
+    return f"{_launchd_domain()}/{service.label}"
 
 
-def launchd_loaded() -> bool:
-    return runner.run_command(("launchctl", "print", _launchd_service())).returncode == 0
+def launchd_loaded(service: ServiceName = PALACED) -> bool:
+    return runner.run_command(("launchctl", "print", _launchd_service(service))).returncode == 0
 
 
 class ManagerState(NamedTuple):
-    """What the service manager says about palaced."""
+    """What the service manager says about a service."""
 
     state: str  # systemd: is-active's word; launchd: launchctl's state, or "not loaded"; else "unknown"
     running: bool
@@ -130,17 +131,17 @@ class ManagerState(NamedTuple):
         return {"state": self.state, "running": self.running, "enabled": self.enabled, "reason": self.reason}
 
 
-def query_state(platform: Platform) -> ManagerState:
-    """Ask a reachable service manager about palaced (see ``manager_problem`` first)."""
+def query_state(platform: Platform, service: ServiceName = PALACED) -> ManagerState:
+    """Ask a reachable service manager about ``service`` (see ``manager_problem`` first)."""
     if platform == "systemd":
-        active = runner.run_command(("systemctl", "--user", "is-active", SYSTEMD_UNIT))
+        active = runner.run_command(("systemctl", "--user", "is-active", service.unit))
         word = _first_word(active.stdout)
         if word is None:
-            return ManagerState("unknown", False, reason=f"`systemctl --user is-active {SYSTEMD_UNIT}` failed: "
+            return ManagerState("unknown", False, reason=f"`systemctl --user is-active {service.unit}` failed: "
                                                          f"{runner.one_line(active.stderr) or 'no message'}")
-        enabled = runner.run_command(("systemctl", "--user", "is-enabled", SYSTEMD_UNIT))
+        enabled = runner.run_command(("systemctl", "--user", "is-enabled", service.unit))
         return ManagerState(word, word in SYSTEMD_RUNNING_STATES, enabled=_first_word(enabled.stdout))
-    probe = runner.run_command(("launchctl", "print", _launchd_service()))
+    probe = runner.run_command(("launchctl", "print", _launchd_service(service)))
     if probe.returncode != 0:
         return ManagerState("not loaded", False)
     match = re.search(r"^\s*state = (\S+)", probe.stdout, re.MULTILINE)
@@ -148,26 +149,28 @@ def query_state(platform: Platform) -> ManagerState:
     return ManagerState(state, state == "running")
 
 
-def manager_state(platform: Platform | None) -> ManagerState:
+def manager_state(platform: Platform | None, service: ServiceName = PALACED) -> ManagerState:
     """``query_state`` where a manager is reachable; otherwise "unknown" and why."""
     if platform is None:
         return ManagerState("unknown", False, reason=f"no supported service manager on {sys.platform}")
     problem = manager_problem(platform)
-    return ManagerState("unknown", False, reason=problem) if problem else query_state(platform)
+    return ManagerState("unknown", False, reason=problem) if problem else query_state(platform, service)
 
 
 # -- the steps of install and uninstall ---------------------------------------------------------
 
 
-def run_steps(steps: Sequence[Step], on_ran: Callable[[Step], None] = lambda step: None) -> list[Step]:
-    """Run the steps in order, a conditional one only if its condition held before the first step;
-    ``on_ran`` hears of each as it completes (so a human sees what was done before a failure)."""
+def run_steps(steps: Sequence[Step], on_ran: Callable[[Step], None] = lambda step: None, *,
+              service: ServiceName = PALACED) -> list[Step]:
+    """Run the steps in order, a conditional one only if its condition held before the first step
+    (whether ``service``, the one the steps are about, was loaded); ``on_ran`` hears of each as it
+    completes (so a human sees what was done before a failure)."""
     loaded: bool | None = None
     ran: list[Step] = []
     for step in steps:
         if step.when is not None:
             if loaded is None:
-                loaded = launchd_loaded()
+                loaded = launchd_loaded(service)
             if loaded != (step.when == "loaded"):
                 continue
         runner.run_checked(step.argv)
@@ -176,29 +179,29 @@ def run_steps(steps: Sequence[Step], on_ran: Callable[[Step], None] = lambda ste
     return ran
 
 
-def install_steps(platform: Platform, existing: Existing, path: Path) -> list[Step]:
-    """The commands that load and start the installed file."""
+def install_steps(platform: Platform, existing: Existing, path: Path, service: ServiceName = PALACED) -> list[Step]:
+    """The commands that load and start the installed file of ``service``."""
     if platform == "systemd":
-        ctl = ("systemctl", "--user")
+        ctl, unit = ("systemctl", "--user"), service.unit
         if existing == "different":
-            # `enable --now` would leave a running palaced on the old unit; restart starts the new one.
-            return [Step((*ctl, "daemon-reload")), Step((*ctl, "enable", SYSTEMD_UNIT)),
-                    Step((*ctl, "restart", SYSTEMD_UNIT))]
-        return [Step((*ctl, "daemon-reload")), Step((*ctl, "enable", "--now", SYSTEMD_UNIT))]
-    service, bootstrap = _launchd_service(), ("launchctl", "bootstrap", _launchd_domain(), str(path))
+            # `enable --now` would leave a running palaced (or worker) on the old unit; restart
+            # starts the new one.
+            return [Step((*ctl, "daemon-reload")), Step((*ctl, "enable", unit)), Step((*ctl, "restart", unit))]
+        return [Step((*ctl, "daemon-reload")), Step((*ctl, "enable", "--now", unit))]
+    target, bootstrap = _launchd_service(service), ("launchctl", "bootstrap", _launchd_domain(), str(path))
     if existing == "identical":
         # Already as wanted: load it if it is not, else make sure it runs (kickstart without -k
         # leaves a running palaced alone).
-        return [Step(("launchctl", "enable", service)), Step(bootstrap, "not loaded"),
-                Step(("launchctl", "kickstart", service), "loaded")]
+        return [Step(("launchctl", "enable", target)), Step(bootstrap, "not loaded"),
+                Step(("launchctl", "kickstart", target), "loaded")]
     # A loaded agent keeps its old definition until booted out; `enable` clears an earlier
     # `launchctl disable`, which would make bootstrap fail.
-    return [Step(("launchctl", "bootout", service), "loaded"), Step(("launchctl", "enable", service)), Step(bootstrap)]
+    return [Step(("launchctl", "bootout", target), "loaded"), Step(("launchctl", "enable", target)), Step(bootstrap)]
 
 
-def uninstall_steps(platform: Platform) -> tuple[list[Step], list[Step]]:
-    """The commands to run before and after the file is removed."""
+def uninstall_steps(platform: Platform, service: ServiceName = PALACED) -> tuple[list[Step], list[Step]]:
+    """The commands to run before and after the file of ``service`` is removed."""
     if platform == "systemd":
-        return ([Step(("systemctl", "--user", "disable", "--now", SYSTEMD_UNIT))],
+        return ([Step(("systemctl", "--user", "disable", "--now", service.unit))],
                 [Step(("systemctl", "--user", "daemon-reload"))])
-    return [Step(("launchctl", "bootout", _launchd_service()), "loaded")], []
+    return [Step(("launchctl", "bootout", _launchd_service(service)), "loaded")], []

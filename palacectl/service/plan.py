@@ -1,8 +1,9 @@
 """What ``palacectl service install`` will do, worked out before anything is touched.
 
 Owns: ``InstallPlan`` (the platform, the file and its rendered content, how it compares with what
-is installed, the home, the palaced command, the log folder, and the service-manager steps) and
-``plan_install``, which builds one by reading only: a dry run prints it, install carries it out.
+is installed, the home, the command, the log folder, and the service-manager steps), ``Worker``
+(what an agent's worker service runs) and ``plan_install``, which builds a plan for palaced or for
+a worker by reading only: a dry run prints it, install carries it out.
 """
 
 from __future__ import annotations
@@ -17,26 +18,73 @@ from . import host, managers, templates
 from .host import Platform
 from .managers import Existing, Step
 
-__all__ = ["InstallPlan", "existing_file", "plan_install"]
+__all__ = ["InstallPlan", "Worker", "existing_file", "plan_install", "worker_json"]
+
+
+def worker_json(platform: Platform | None, agent: str) -> dict[str, Any]:
+    """Which worker service (the ``"worker"`` of ``--json``): the agent, its slug, and the unit
+    (systemd) or label (launchd); neither where no service manager is supported."""
+    service = host.worker_service(agent)
+    names = {"systemd": {"unit": service.unit}, "launchd": {"label": service.label}}
+    return {"agent": agent, "slug": host.worker_slug(agent), **names.get(platform or "", {})}
+
+
+class Worker(NamedTuple):
+    """What an agent's worker service runs: ``palacectl worker`` with these options, in
+    ``workspace`` (absolute), with ``path_env`` (the PATH at install) as its PATH."""
+
+    agent: str
+    runner: str
+    workspace: Path
+    path_env: str
+    concurrency: int | None = None
+    project: str | None = None
+    timeout: str | None = None
+
+    @property
+    def service(self) -> host.ServiceName:
+        return host.worker_service(self.agent)
+
+    def args(self) -> list[str]:
+        """The options after ``palacectl --home HOME worker``, as "--flag value" pairs."""
+        words = ["--agent", self.agent, "--runner", self.runner, "--workspace", str(self.workspace)]
+        for flag, value in (("--concurrency", self.concurrency), ("--project", self.project),
+                            ("--timeout", self.timeout)):
+            if value is not None:
+                words += [flag, str(value)]
+        return words
+
+    def to_json(self, platform: Platform) -> dict[str, Any]:
+        return {**worker_json(platform, self.agent), "runner": self.runner, "workspace": str(self.workspace),
+                "concurrency": self.concurrency, "project": self.project, "timeout": self.timeout,
+                "args": self.args(), "env": {"PATH": self.path_env}}
 
 
 class InstallPlan(NamedTuple):
-    """Everything install will do, worked out without touching anything."""
+    """Everything install will do, worked out without touching anything. ``command`` is the
+    program the service runs (palaced's, or palacectl's for a ``worker``)."""
 
     platform: Platform
     path: Path
     content: str
     existing: Existing
     home: Path
-    palaced: list[str]
+    command: list[str]
     log_dir: Path | None
     steps: list[Step]
+    worker: Worker | None = None
+
+    @property
+    def service(self) -> host.ServiceName:
+        return host.PALACED if self.worker is None else self.worker.service
 
     def to_json(self, *, dry_run: bool, steps: Sequence[Step]) -> dict[str, Any]:
+        program = {"palaced": self.command} if self.worker is None else {"palacectl": self.command}
         return {"platform": self.platform, "dry_run": dry_run, "path": str(self.path), "existing": self.existing,
-                "home": str(self.home), "palaced": self.palaced,
+                "home": str(self.home), **program,
                 "log_dir": None if self.log_dir is None else str(self.log_dir),
-                "commands": [s.to_json() for s in steps], "content": self.content}
+                "commands": [s.to_json() for s in steps], "content": self.content,
+                **({} if self.worker is None else {"worker": self.worker.to_json(self.platform)})}
 
 
 def existing_file(path: Path, content: str) -> Existing:
@@ -50,12 +98,22 @@ def existing_file(path: Path, content: str) -> Existing:
     return "identical" if current == content else "different"
 
 
-def plan_install(platform: Platform, home: Path, *, filesystem_sandbox: bool = True) -> InstallPlan:
-    """The plan for running palaced on ``home`` (absolute) under ``platform``'s service manager."""
-    palaced, path = host.palaced_command(), host.service_file(platform)
+def plan_install(platform: Platform, home: Path, *, filesystem_sandbox: bool = True,
+                 worker: Worker | None = None) -> InstallPlan:
+    """The plan for running palaced, or ``worker`` when given, on ``home`` (absolute) under
+    ``platform``'s service manager (``filesystem_sandbox`` concerns palaced's unit only)."""
     log_dir = host.launchd_log_dir() if platform == "launchd" else None
-    content = (templates.render_systemd_unit(palaced, home, filesystem_sandbox=filesystem_sandbox)
-               if log_dir is None else templates.render_launchd_plist(palaced, home, log_dir))
+    if worker is None:
+        command, service = host.palaced_command(), host.PALACED
+        content = (templates.render_systemd_unit(command, home, filesystem_sandbox=filesystem_sandbox)
+                   if log_dir is None else templates.render_launchd_plist(command, home, log_dir))
+    else:
+        command, service = host.palacectl_command(), worker.service
+        options = {"agent": worker.agent, "workspace": worker.workspace, "path_env": worker.path_env}
+        content = (templates.render_worker_unit(command, home, worker.args(), **options)
+                   if log_dir is None else
+                   templates.render_worker_plist(command, home, worker.args(), **options, log_dir=log_dir))
+    path = host.service_file(platform, service)
     existing = existing_file(path, content)
-    return InstallPlan(platform, path, content, existing, home, palaced, log_dir,
-                       managers.install_steps(platform, existing, path))
+    return InstallPlan(platform, path, content, existing, home, command, log_dir,
+                       managers.install_steps(platform, existing, path, service), worker)

@@ -1,6 +1,6 @@
 """palacectl service (the ``palacectl.service`` package and its commands in ``palacectl.cli.service``):
-the templates, their rendering, and install / uninstall / status, without ever reaching the real
-user's service manager.
+the templates, their rendering, and install / uninstall / status, for palaced and for an agent's
+worker (``--worker``), without ever reaching the real user's service manager.
 
 Real palacectl processes run with HOME and XDG_CONFIG_HOME in a temporary folder. Where a test
 needs systemd or launchd to answer, it runs palacectl in-process with a fake service manager
@@ -30,8 +30,9 @@ from palacectl.output import CommandFailed
 from tests.helpers import CtlResult, run_ctl
 
 REPO = Path(__file__).resolve().parents[2]
-# The console script beside the test's Python: what install must put in the unit.
+# The console scripts beside the test's Python: what install must put in the unit.
 VENV_PALACED = Path(sys.executable).parent / "palaced"
+VENV_PALACECTL = Path(sys.executable).parent / "palacectl"
 SYSTEMD_IS_INIT = Path("/run/systemd/system").is_dir()
 needs_no_systemd = pytest.mark.skipif(
     SYSTEMD_IS_INIT, reason="systemd is the init system here: this test would reach the real user manager")
@@ -65,16 +66,37 @@ def files_under(path: Path) -> list[Path]:
 # -- the templates ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("top_level", ["systemd/palaced.service", "launchd/dev.palace.palaced.plist"])
+TEMPLATES = ["systemd/palaced.service", "launchd/dev.palace.palaced.plist", "systemd/palace-worker.service",
+             "launchd/dev.palace.worker.plist"]
+
+
+@pytest.mark.parametrize("top_level", TEMPLATES)
 def test_packaged_templates_are_the_top_level_files(top_level: str) -> None:
     """install renders the copy inside the package; the top-level file is the one people read."""
     packaged = REPO / "palacectl" / "data" / "service" / Path(top_level).name
     assert packaged.read_bytes() == (REPO / top_level).read_bytes()
 
 
-def test_every_sandboxing_line_says_why() -> None:
+def test_every_template_file_is_a_twin() -> None:
+    """A template added to one folder and not the list above (or to the package only) fails here."""
+    shipped = {p.name for p in (REPO / "palacectl" / "data" / "service").iterdir()}
+    readable = {p.name for folder in ("systemd", "launchd") for p in (REPO / folder).iterdir()}
+    assert shipped == readable == {Path(t).name for t in TEMPLATES}
+
+
+@pytest.mark.parametrize("plist", ["dev.palace.palaced.plist", "dev.palace.worker.plist"])
+def test_plist_templates_are_well_formed_xml(plist: str) -> None:
+    """The readable templates parse as they are, notes and placeholders included (an XML comment
+    may not hold "--", so the notes spell no command-line flags)."""
+    import xml.parsers.expat
+
+    xml.parsers.expat.ParserCreate().Parse((REPO / "launchd" / plist).read_bytes(), True)
+
+
+@pytest.mark.parametrize("unit", ["palaced.service", "palace-worker.service"])
+def test_every_sandboxing_line_says_why(unit: str) -> None:
     """Each option of the unit's [Service] section follows a comment line (house rule: say why)."""
-    lines = (REPO / "systemd" / "palaced.service").read_text().splitlines()
+    lines = (REPO / "systemd" / unit).read_text().splitlines()
     service = lines[lines.index("[Service]") + 1: lines.index("[Install]")]
     for i, line in enumerate(service):
         if re.match(r"#?[A-Z][A-Za-z]+=", line) and not service[i - 1].startswith("#"):
@@ -103,20 +125,20 @@ def test_unit_refuses_paths_it_cannot_carry(home: str) -> None:
         templates.render_systemd_unit([str(VENV_PALACED)], Path(home))
 
 
-def systemd_analyze_verify(unit_text: str, where: Path) -> tuple[int, list[str]]:
-    """``systemd-analyze --user verify`` on the text saved as palaced.service; the output lines
-    that concern our file (verify may also grumble about unrelated units of the host)."""
+def systemd_analyze_verify(unit_text: str, where: Path, name: str = "palaced.service") -> tuple[int, list[str]]:
+    """``systemd-analyze --user verify`` on the text saved as ``name``; the output lines that
+    concern our file (verify may also grumble about unrelated units of the host)."""
     folder = where / "verify"
     runtime = folder / "run"
     runtime.mkdir(parents=True, mode=0o700)
-    unit = folder / "palaced.service"
+    unit = folder / name
     unit.write_text(unit_text)
     # A user-mode verify needs XDG_RUNTIME_DIR; everything it creates stays in the tmp folder.
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "XDG_RUNTIME_DIR": str(runtime),
            "XDG_CONFIG_HOME": str(folder / "config"), "LC_ALL": "C"}
     proc = subprocess.run(["systemd-analyze", "--user", "verify", str(unit)], check=False, capture_output=True,
                           text=True, timeout=30, env=env, cwd=folder)
-    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "palaced.service" in line]
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if name in line]
     return proc.returncode, ours
 
 
@@ -286,17 +308,42 @@ def test_a_home_path_the_unit_cannot_carry_is_refused(user_home: Path, tmp_path:
 
 
 class FakeManager:
-    """systemctl --user / launchctl, just far enough: records every command, tracks whether
-    palaced runs, and fails a command on request. ``outside`` is a palaced it did not start."""
+    """systemctl --user / launchctl, just far enough: records every command, tracks which services
+    (units, or launchd labels) run and are loaded, and fails a command on request. ``running`` and
+    ``loaded`` are palaced's; ``outside`` is a palaced it did not start."""
 
-    def __init__(self) -> None:
+    def __init__(self, platform: str = "systemd") -> None:
         self.calls: list[list[str]] = []
-        self.running = False
-        self.loaded = False
+        self.palaced = "palaced.service" if platform == "systemd" else "dev.palace.palaced"
+        self.up: set[str] = set()
+        self.loaded_jobs: set[str] = set()
         self.outside = False
         self.failures: dict[str, tuple[int, str]] = {}  # verb -> (exit code, stderr)
         self.sandbox_ok = True  # whether the filesystem-sandbox probe (systemd-run) succeeds
         self.probes = 0
+
+    @property
+    def running(self) -> bool:
+        return self.palaced in self.up
+
+    @running.setter
+    def running(self, value: bool) -> None:
+        (self.up.add if value else self.up.discard)(self.palaced)
+
+    @property
+    def loaded(self) -> bool:
+        return self.palaced in self.loaded_jobs
+
+    @loaded.setter
+    def loaded(self, value: bool) -> None:
+        (self.loaded_jobs.add if value else self.loaded_jobs.discard)(self.palaced)
+
+    @staticmethod
+    def target(argv: list[str]) -> str:
+        """The unit or launchd label a command is about (bootstrap names the plist file)."""
+        if argv[:2] == ["launchctl", "bootstrap"]:
+            return Path(argv[-1]).name.removesuffix(".plist")
+        return argv[-1].rsplit("/", 1)[-1]
 
     def run(self, argv: Sequence[str], *, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         argv = list(argv)
@@ -305,25 +352,28 @@ class FakeManager:
             self.probes += 1
             return subprocess.CompletedProcess(argv, 0 if self.sandbox_ok else 1, "",
                                                "" if self.sandbox_ok else "Failed to set up user namespacing")
-        verb = argv[2] if argv[:2] == ["systemctl", "--user"] else argv[1]
+        verb, target = argv[2] if argv[:2] == ["systemctl", "--user"] else argv[1], self.target(argv)
         if verb == "is-active":
-            state = "active" if self.running else "inactive"
-            return subprocess.CompletedProcess(argv, 0 if self.running else 3, f"{state}\n", "")
+            state = "active" if target in self.up else "inactive"
+            return subprocess.CompletedProcess(argv, 0 if target in self.up else 3, f"{state}\n", "")
         if verb == "is-enabled":
             return subprocess.CompletedProcess(argv, 0, "enabled\n", "")
         if verb == "print":  # launchctl print gui/UID/LABEL: 0 when loaded
-            state = "running" if self.running else "not running"
-            return subprocess.CompletedProcess(argv, 0 if self.loaded else 113, f"\tstate = {state}\n", "")
+            state = "running" if target in self.up else "not running"
+            return subprocess.CompletedProcess(argv, 0 if target in self.loaded_jobs else 113,
+                                               f"\tstate = {state}\n", "")
         self.calls.append(argv)
         if verb in self.failures:
             code, stderr = self.failures[verb]
             return subprocess.CompletedProcess(argv, code, "", stderr)
-        if verb in ("restart", "kickstart") or argv[-2:] == ["--now", "palaced.service"] and verb == "enable":
-            self.running = True
+        if verb in ("restart", "kickstart") or verb == "enable" and "--now" in argv:
+            self.up.add(target)
         if verb == "bootstrap":
-            self.loaded = self.running = True
+            self.up.add(target)
+            self.loaded_jobs.add(target)
         if verb in ("disable", "bootout"):
-            self.loaded = self.running = False
+            self.up.discard(target)
+            self.loaded_jobs.discard(target)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     def daemon(self, home: Path, timeout: float = 0.0) -> dict[str, Any]:
@@ -334,7 +384,7 @@ class FakeManager:
 
 @pytest.fixture(params=["systemd"])
 def fake(request: pytest.FixtureRequest, user_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeManager]:
-    manager = FakeManager()
+    manager = FakeManager(request.param)
     monkeypatch.setattr(host, "detect_platform", lambda: request.param)
     monkeypatch.setattr(host, "systemd_booted", lambda: True)
     monkeypatch.setattr(managers, "systemd_problem", lambda: None)
@@ -531,3 +581,383 @@ def test_install_leaves_the_filesystem_sandbox_off_where_the_user_manager_cannot
     assert unit == templates.render_systemd_unit([str(VENV_PALACED)], palace, filesystem_sandbox=False)
     assert "\n#ProtectSystem=strict\n" in unit and "\nNoNewPrivileges=yes\n" in unit
     assert fake.probes == 1
+
+
+# -- an agent's worker (install --worker) -------------------------------------------------------
+
+WORKER_SANDBOX_OPTIONS = ("PrivateUsers", "ProtectSystem", "ProtectHome", "ReadWritePaths", "PrivateTmp",
+                          "PrivateDevices", "NoNewPrivileges", "RestrictAddressFamilies", "SystemCallFilter",
+                          "MemoryDenyWriteExecute", "RestrictNamespaces", "LockPersonality", "UMask")
+
+
+def worker_unit_path(user_home: Path, agent: str = "bot") -> Path:
+    return user_home / ".config" / "systemd" / "user" / host.worker_service(agent).unit
+
+
+@pytest.fixture
+def harness_path(tmp_path: Path) -> str:
+    """A PATH whose first folder holds a stand-in `claude` (so install finds the harness), then the system's."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    claude = folder / "claude"
+    claude.write_text("#!/bin/sh\nexit 0\n")
+    claude.chmod(0o755)
+    return f"{folder}:/usr/bin:/bin"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder.resolve()
+
+
+def worker_ctl(user_home: Path, palace: Path, path: str, *args: str) -> CtlResult:
+    """``ctl`` with this PATH (the one install writes into the worker's file)."""
+    return run_ctl(palace, "service", *args, timeout=30,
+                   env={"HOME": str(user_home), "XDG_CONFIG_HOME": str(user_home / ".config"), "PATH": path})
+
+
+def worker_args(workspace: Path, *extra: str, agent: str = "bot") -> list[str]:
+    return ["--agent", agent, "--runner", "claude", "--workspace", str(workspace), *extra]
+
+
+def test_worker_slug_keeps_safe_ids_and_hashes_the_rest() -> None:
+    assert host.worker_slug("mac-claude_2.x") == "mac-claude_2.x"
+    colon, slash = host.worker_slug("ops:bot"), host.worker_slug("ops/bot")
+    assert colon != slash  # the collision the hash suffix exists for
+    assert re.fullmatch(r"ops-bot-[0-9a-f]{8}", colon) and re.fullmatch(r"ops-bot-[0-9a-f]{8}", slash)
+    assert host.worker_slug("ops-bot") == "ops-bot"  # and neither collides with the id that is already safe
+    assert host.worker_service("ops:bot") == (f"palace-worker-{colon}.service", f"dev.palace.worker.{colon}")
+    assert host.worker_service("x" * 200).unit == f"palace-worker-{'x' * 200}.service"
+
+
+def test_worker_unit_renders_each_word_escaped() -> None:
+    args = ["--agent", "a b%", "--runner", "claude", "--workspace", "/w s/100%", "--project", "p"]
+    unit = templates.render_worker_unit(["/opt/bin/palacectl"], Path("/home/me/pal"), args, agent="a b%",
+                                        workspace=Path("/w s/100%"), path_env="/a b:/usr/bin")
+    assert ('ExecStart=/opt/bin/palacectl --home /home/me/pal worker --agent "a b%%" --runner claude '
+            '--workspace "/w s/100%%" --project p\n') in unit
+    assert "\nWorkingDirectory=/w s/100%%\n" in unit  # WorkingDirectory= takes no quotes
+    assert '\nEnvironment="PATH=/a b:/usr/bin"\n' in unit
+    assert "\nDescription=palace worker for agent a b%%\n" in unit
+    assert "@" not in unit and not any(line.startswith("#:") for line in unit.splitlines())
+
+
+@pytest.mark.parametrize(("agent", "path_env", "message"), [
+    ("a$b", "/usr/bin", "the --agent value 'a$b' contains '$', which a systemd unit cannot carry safely; "
+                        "choose another"),
+    ("bot", '/usr/bin:/opt/"x"', "your PATH '/usr/bin:/opt/\"x\"' contains '\"', which a systemd unit cannot "
+                                 "carry safely; remove that folder from PATH, then rerun install"),
+])
+def test_worker_unit_refuses_what_it_cannot_carry(agent: str, path_env: str, message: str) -> None:
+    with pytest.raises(CommandFailed) as caught:
+        templates.render_worker_unit(["/opt/bin/palacectl"], Path("/pal"), ["--agent", agent], agent=agent,
+                                     workspace=Path("/w"), path_env=path_env)
+    assert caught.value.message == message
+
+
+@needs_systemd_analyze
+def test_rendered_worker_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    assert VENV_PALACECTL.is_file(), "verify checks that ExecStart exists: the venv must have its palacectl script"
+    work = tmp_path / "my ws 100%"
+    work.mkdir()
+    agent = "ops:bot 50%"
+    args = ["--agent", agent, "--runner", "claude", "--workspace", str(work), "--concurrency", "2"]
+    unit = templates.render_worker_unit([str(VENV_PALACECTL)], tmp_path / "pal", args, agent=agent, workspace=work,
+                                        path_env="/usr/local/bin:/usr/bin:/bin")
+    returncode, complaints = systemd_analyze_verify(unit, tmp_path, host.worker_service(agent).unit)
+    assert (returncode, complaints) == (0, [])
+
+
+def test_worker_dry_run_prints_its_unit_and_touches_nothing(user_home: Path, tmp_path: Path, workspace: Path,
+                                                            harness_path: str) -> None:
+    palace = tmp_path / "palace"
+    result = worker_ctl(user_home, palace, harness_path, "install", "--worker",
+                        *worker_args(workspace, "--concurrency", "2", "--project", "web", "--timeout", "30m"),
+                        "--dry-run")
+    assert result.returncode == 0, result
+    assert "not on your PATH" not in result.stderr  # the stand-in claude is on this PATH
+    unit = worker_unit_path(user_home)
+    assert unit.name == "palace-worker-bot.service"
+    assert result.stdout.startswith(f"Would write {unit}:\n")  # and no "Would create the palace home"
+    lines = result.stdout.splitlines()
+    assert (f"ExecStart={VENV_PALACECTL} --home {palace} worker --agent bot --runner claude --workspace {workspace} "
+            "--concurrency 2 --project web --timeout 30m") in lines
+    for line in (f"WorkingDirectory={workspace}", f'Environment="PATH={harness_path}"', "After=palaced.service",
+                 "Wants=palaced.service", "Type=exec", "Restart=on-failure", "RestartSec=5", "KillMode=mixed",
+                 "TimeoutStopSec=90", "WantedBy=default.target", "Description=palace worker for agent bot",
+                 "# Logs: journalctl --user -u palace-worker-bot -f"):
+        assert line in lines, line
+    options = {line.split("=", 1)[0].lstrip("#") for line in lines if re.match(r"#?[A-Z][A-Za-z]+=", line)}
+    assert not options & set(WORKER_SANDBOX_OPTIONS)  # no sandbox, not even commented out
+    assert result.stdout.endswith("Would run:\n  systemctl --user daemon-reload\n"
+                                  "  systemctl --user enable --now palace-worker-bot.service\n")
+    assert files_under(user_home) == [] and not palace.exists()
+
+
+def test_worker_dry_run_previews_its_launchd_plist(user_home: Path, tmp_path: Path, workspace: Path,
+                                                   harness_path: str) -> None:
+    palace = tmp_path / "palace"
+    plan = worker_ctl(user_home, palace, harness_path, "install", "--worker", *worker_args(workspace, agent="ops/bot"),
+                      "--dry-run", "--platform", "launchd", "--json").json()
+    slug = host.worker_slug("ops/bot")
+    assert plan["path"] == str(user_home / "Library" / "LaunchAgents" / f"dev.palace.worker.{slug}.plist")
+    assert plan["palacectl"] == [str(VENV_PALACECTL)] and "palaced" not in plan
+    assert plan["worker"] == {"agent": "ops/bot", "slug": slug, "label": f"dev.palace.worker.{slug}",
+                              "runner": "claude", "workspace": str(workspace), "concurrency": None, "project": None,
+                              "timeout": None, "args": worker_args(workspace, agent="ops/bot"),
+                              "env": {"PATH": harness_path}}
+    plist = plistlib.loads(plan["content"].encode())
+    logs = user_home / "Library" / "Logs" / "palace"
+    assert plist["Label"] == f"dev.palace.worker.{slug}"
+    assert plist["ProgramArguments"] == [str(VENV_PALACECTL), "--home", str(palace), "worker",
+                                         *worker_args(workspace, agent="ops/bot")]
+    assert plist["WorkingDirectory"] == str(workspace)
+    assert plist["EnvironmentVariables"] == {"PATH": harness_path}
+    assert plist["RunAtLoad"] is True and plist["KeepAlive"]["SuccessfulExit"] is False
+    assert plist["ExitTimeOut"] == 90
+    assert plist["StandardOutPath"] == plist["StandardErrorPath"] == f"{logs}/worker-{slug}.log"  # its own log
+    assert [c["argv"][1] for c in plan["commands"]] == ["bootout", "enable", "bootstrap"]
+    assert plan["commands"][1]["argv"][-1].endswith(f"/dev.palace.worker.{slug}")
+    assert files_under(user_home) == []
+
+
+def test_agents_that_differ_only_in_unsafe_characters_get_different_services(
+        user_home: Path, tmp_path: Path, workspace: Path, harness_path: str) -> None:
+    paths = {worker_ctl(user_home, tmp_path / "palace", harness_path, "install", "--worker",
+                        *worker_args(workspace, agent=agent), "--dry-run", "--json").json()["path"]
+             for agent in ("a:b", "a/b", "a-b")}
+    assert len(paths) == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["install", "--agent", "bot"], "--agent only works with --worker (an agent's worker service): add --worker, "
+                                    "or leave it out"),
+    (["install", "--runner", "claude", "--concurrency", "2"], "--runner, --concurrency only work with --worker"),
+    (["uninstall", "--agent", "bot"], "--agent only works with --worker"),
+    (["status", "--agent", "bot"], "--agent only works with --worker"),
+    (["install", "--worker", "--runner", "claude"], "--worker needs --agent ID"),
+    (["uninstall", "--worker"], "--worker needs --agent ID (whose worker): palacectl service uninstall --worker"),
+    (["status", "--worker"], "--worker needs --agent ID"),
+    (["install", "--worker", "--agent", "bot"], "--worker needs --runner NAME and --workspace DIR"),
+    (["install", "--worker", "--agent", "", "--runner", "claude", "--workspace", "."], "--agent is empty"),
+    (["status", "--worker", "--agent", "a\tb"], "contains control characters"),
+    (["uninstall", "--worker", "--agent", "x" * 201], "--agent is 201 characters long"),
+    (["install", "--worker", "--agent", "bot", "--runner", "claude", "--workspace", ".", "--timeout", "soon"],
+     "--timeout 'soon' is not a duration"),
+    (["install", "--worker", "--agent", "bot", "--runner", "claude", "--workspace", ".", "--concurrency", "0"],
+     "--concurrency must be from 1 to 16"),
+    (["install", "--worker", "--agent", "bot", "--runner", "claude", "--workspace", ".", "--concurrency", "17"],
+     "--concurrency must be from 1 to 16"),
+    (["install", "--worker", "--agent", "  ", "--runner", "claude", "--workspace", "."], "--agent is empty"),
+])
+def test_worker_usage_errors_are_one_line(args: list[str], message: str, user_home: Path, tmp_path: Path) -> None:
+    result = ctl(user_home, tmp_path / "palace", *args)
+    assert result.returncode == 64, result
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert files_under(user_home) == []
+
+
+@pytest.mark.parametrize("case", ["unknown runner", "bad runner config", "missing workspace", "workspace is a file",
+                                  "agent a unit cannot carry"])
+def test_worker_install_refusals_are_one_line_and_leave_nothing(case: str, user_home: Path, tmp_path: Path,
+                                                                workspace: Path, harness_path: str) -> None:
+    palace = tmp_path / "palace"
+    args, agent, runner = workspace, "bot", "claude"
+    if case == "unknown runner":
+        runner, message = "nope", "unknown runner 'nope': use one of claude, codex, gemini, opencode"
+    elif case == "bad runner config":
+        palace.mkdir()
+        (palace / "config.toml").write_text('[runners.mine]\ncommand = "not a list"\n')
+        runner, message = "mine", "[runners.mine] command must be a non-empty list of strings"
+    elif case == "missing workspace":
+        args, message = tmp_path / "nowhere", f"the workspace {tmp_path / 'nowhere'} does not exist"
+    elif case == "workspace is a file":
+        args = tmp_path / "file"
+        args.write_text("")
+        message = "is not a folder"
+    else:
+        agent, message = "a$b", "contains '$', which a systemd unit cannot carry safely"
+    before = files_under(tmp_path)
+    for dry_run in (["--dry-run"], []):
+        result = worker_ctl(user_home, palace, harness_path, "install", "--worker", "--agent", agent,
+                            "--runner", runner, "--workspace", str(args), *dry_run)
+        assert result.returncode == 1, result
+        assert result.stdout == "" and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert files_under(tmp_path) == before
+
+
+def test_a_custom_runner_from_config_toml_is_accepted(user_home: Path, tmp_path: Path, workspace: Path) -> None:
+    palace = tmp_path / "palace"
+    palace.mkdir()
+    (palace / "config.toml").write_text('[runners.mine]\ncommand = ["my-agent", "--prompt", "{handoff}"]\n')
+    result = worker_ctl(user_home, palace, "/usr/bin:/bin", "install", "--worker", "--agent", "bot",
+                        "--runner", "mine", "--workspace", str(workspace), "--dry-run", "--json")
+    assert result.returncode == 0, result
+    assert result.json()["worker"]["runner"] == "mine"
+    # The harness is not on that PATH: a note, not a refusal (it may be installed later).
+    assert "runner 'mine' runs `my-agent`, which is not on your PATH" in result.stderr
+
+
+@needs_no_systemd
+def test_worker_install_without_systemd_fails_in_one_line_and_leaves_nothing(
+        user_home: Path, tmp_path: Path, workspace: Path, harness_path: str) -> None:
+    result = worker_ctl(user_home, tmp_path / "palace", harness_path, "install", "--worker", *worker_args(workspace))
+    assert result.returncode == 1 and result.stdout == ""
+    assert re.fullmatch(r"palacectl: systemd is not running as the init system here \(PID 1 is .+\); use "
+                        r"`palacectl service install --worker \.\.\. --dry-run` to see the unit, or run "
+                        r"`palacectl worker` directly\n", result.stderr), result.stderr
+    assert files_under(user_home) == []
+
+
+# In-process, against the fake service manager.
+
+
+@pytest.fixture
+def on_harness_path(harness_path: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """This process's PATH is ``harness_path`` (in-process install reads it for the worker's file)."""
+    monkeypatch.setenv("PATH", harness_path)
+    return harness_path
+
+
+def render_worker(palace: Path, workspace: Path, *, agent: str = "bot") -> str:
+    return templates.render_worker_unit([str(VENV_PALACECTL)], palace, worker_args(workspace, agent=agent),
+                                        agent=agent, workspace=workspace, path_env=os.environ["PATH"])
+
+
+@pytest.mark.usefixtures("on_harness_path")
+def test_install_worker_writes_its_unit_and_starts_only_it(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                                           workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 0
+    captured = capsys.readouterr()
+    unit = worker_unit_path(user_home)
+    assert unit.read_text() == render_worker(palace, workspace)
+    assert fake.calls == [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "--now", "palace-worker-bot.service"]]
+    assert fake.up == {"palace-worker-bot.service"} and fake.probes == 0  # no sandbox to probe
+    assert not unit_path(user_home).exists() and not palace.exists()  # palaced's unit and home: not ours to make
+    assert captured.out == (f"Wrote {unit}\nRan: systemctl --user daemon-reload\n"
+                            "Ran: systemctl --user enable --now palace-worker-bot.service\n"
+                            "The worker for bot is running (systemd: active). "
+                            "Logs: journalctl --user -u palace-worker-bot -f\n")
+    # palaced does not answer (the fake runs no palaced): install still succeeds, and says so.
+    assert captured.err == (f"Note: palaced does not answer on {palace / 'palaced.sock'}; the worker waits for it "
+                            "(`palacectl service install` runs palaced as a service too).\n")
+
+
+@pytest.mark.usefixtures("on_harness_path")
+def test_install_worker_again_is_unchanged(fake: FakeManager, user_home: Path, tmp_path: Path, workspace: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    fake.running = True  # palaced runs as a service: no note
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 0
+    fake.calls.clear()
+    capsys.readouterr()
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"Unchanged {worker_unit_path(user_home)}\n") and captured.err == ""
+    assert service(palace, "install", "--worker", *worker_args(workspace), "--json") == 0
+    report = json_out(capsys)
+    assert report["existing"] == "identical" and report["manager"]["state"] == "active"
+    assert report["daemon"]["answering"] is True
+    assert report["worker"]["unit"] == "palace-worker-bot.service" and report["worker"]["agent"] == "bot"
+    start = [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "--now", "palace-worker-bot.service"]]
+    assert fake.calls == 2 * start
+
+
+@pytest.mark.usefixtures("on_harness_path")
+def test_install_worker_needs_force_for_a_different_unit(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                                         workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    unit = worker_unit_path(user_home)
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\nExecStart=/old/palacectl worker\n")
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a different palace-worker-bot.service is already installed" in err
+    assert "pass --force to replace it" in err
+    assert unit.read_text() == "[Service]\nExecStart=/old/palacectl worker\n" and fake.calls == []
+
+    assert service(palace, "install", "--worker", *worker_args(workspace, "--concurrency", "4"), "--force") == 0
+    assert f"Replaced {unit}\n" in capsys.readouterr().out
+    assert " --concurrency 4\n" in unit.read_text()
+    assert fake.calls == [[*SYSTEMCTL, "daemon-reload"], [*SYSTEMCTL, "enable", "palace-worker-bot.service"],
+                          [*SYSTEMCTL, "restart", "palace-worker-bot.service"]]
+
+
+@pytest.mark.usefixtures("on_harness_path")
+def test_install_worker_refuses_when_the_manager_is_unreachable(fake: FakeManager, user_home: Path,
+                                                                tmp_path: Path, workspace: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(managers, "systemd_problem", lambda: "the systemd user manager is not reachable")
+    assert service(tmp_path / "palace", "install", "--worker", *worker_args(workspace)) == 1
+    assert capsys.readouterr().err == ("palacectl: the systemd user manager is not reachable; use `palacectl service "
+                                       "install --worker ... --dry-run` to see the unit, or run `palacectl worker` "
+                                       "directly\n")
+    assert not worker_unit_path(user_home).exists() and fake.calls == []
+
+
+@pytest.mark.usefixtures("on_harness_path")
+def test_uninstall_worker_removes_only_its_unit(fake: FakeManager, user_home: Path, tmp_path: Path, workspace: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    assert service(palace, "install") == 0  # palaced's own service
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 0
+    assert service(palace, "install", "--worker", *worker_args(workspace, agent="other")) == 0
+    fake.calls.clear()
+    capsys.readouterr()
+    assert service(palace, "uninstall", "--worker", "--agent", "bot") == 0
+    assert fake.calls == [[*SYSTEMCTL, "disable", "--now", "palace-worker-bot.service"], [*SYSTEMCTL, "daemon-reload"]]
+    assert not worker_unit_path(user_home).exists()
+    assert unit_path(user_home).exists() and worker_unit_path(user_home, "other").exists()
+    assert fake.up == {"palaced.service", "palace-worker-other.service"}
+    assert capsys.readouterr().out == (
+        f"Ran: systemctl --user disable --now palace-worker-bot.service\nRemoved {worker_unit_path(user_home)}\n"
+        f"Ran: systemctl --user daemon-reload\n"
+        f"The palace home {palace}, its data and the worker's workspace were not touched.\n")
+    assert service(palace, "uninstall", "--worker", "--agent", "bot", "--json") == 0
+    report = json_out(capsys)
+    assert report["installed"] is False and report["worker"] == {"agent": "bot", "slug": "bot",
+                                                                 "unit": "palace-worker-bot.service"}
+
+
+@pytest.mark.usefixtures("on_harness_path")
+def test_status_worker_reports_its_own_service(fake: FakeManager, user_home: Path, tmp_path: Path, workspace: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    assert service(palace, "status", "--worker", "--agent", "bot", "--json") == 0
+    report = json_out(capsys)
+    assert report["installed"] is False and report["path"] == str(worker_unit_path(user_home))
+    assert report["manager"]["state"] == "inactive" and report["worker"]["unit"] == "palace-worker-bot.service"
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 0
+    capsys.readouterr()
+    assert service(palace, "status", "--worker", "--agent", "bot") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("worker    bot (logs: journalctl --user -u palace-worker-bot -f)\n"
+                          f"file      {worker_unit_path(user_home)} (installed)\nmanager   systemd: active (enabled)\n")
+    assert service(palace, "status", "--json") == 0  # palaced's status is palaced's, untouched
+    report = json_out(capsys)
+    assert report["installed"] is False and "worker" not in report and report["manager"]["state"] == "inactive"
+
+
+@pytest.mark.parametrize("fake", ["launchd"], indirect=True)
+@pytest.mark.usefixtures("on_harness_path")
+def test_launchd_worker_install_and_uninstall(fake: FakeManager, user_home: Path, tmp_path: Path,
+                                              workspace: Path) -> None:
+    palace = tmp_path / "palace"
+    plist = user_home / "Library" / "LaunchAgents" / "dev.palace.worker.bot.plist"
+    target = f"gui/{os.getuid()}/dev.palace.worker.bot"
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 0
+    loaded = plistlib.loads(plist.read_bytes())
+    assert loaded["ProgramArguments"] == [str(VENV_PALACECTL), "--home", str(palace), "worker", *worker_args(workspace)]
+    assert loaded["StandardErrorPath"] == str(user_home / "Library" / "Logs" / "palace" / "worker-bot.log")
+    assert (user_home / "Library" / "Logs" / "palace").is_dir()
+    assert fake.calls == [["launchctl", "enable", target], ["launchctl", "bootstrap", f"gui/{os.getuid()}", str(plist)]]
+    fake.calls.clear()
+    assert service(palace, "install", "--worker", *worker_args(workspace)) == 0  # identical and loaded
+    assert fake.calls == [["launchctl", "enable", target], ["launchctl", "kickstart", target]]
+    fake.calls.clear()
+    assert service(palace, "uninstall", "--worker", "--agent", "bot") == 0
+    assert fake.calls == [["launchctl", "bootout", target]] and not plist.exists()
