@@ -133,7 +133,8 @@ async def test_a_subscription_pushes_matches_and_releases_its_watcher(tmp_path):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(log.subscribe, ctx, {"agent": "bob", "to_agents": ["bob"]}, push, 7)
             started = await receive.receive()
-            assert started == {"push": "started", "cursor": None, "start": "tip"}
+            token = started.pop("watch_token")
+            assert started == {"push": "started", "cursor": None, "start": "tip"} and len(token) == 32
             assert ctx.watchers[7].agent == "bob" and ctx.watcher_tuples()[0][0] == "bob"
             other = await log.append(ctx, note(to_agent="carol"))
             wanted = await log.append(ctx, note(to_agent="bob"))
@@ -145,6 +146,47 @@ async def test_a_subscription_pushes_matches_and_releases_its_watcher(tmp_path):
             assert batch["cursor"] == wanted["id"] and ctx.watchers[7].cursor == wanted["id"]
             nursery.cancel_scope.cancel(reason="the client went away")
         assert ctx.watchers == {}
+
+
+async def test_only_the_worker_that_holds_a_watchs_token_changes_its_activity(tmp_path):
+    """Guards watch_update: another client (which sees `who`, never the token) cannot change what
+    a worker says it runs, a plain watch cannot become a worker, bad activity is refused."""
+    activity = {"runner": "claude", "concurrency": 2, "project": None, "tasks": []}
+    async with open_context(tmp_path) as ctx:
+        send, receive = trio.open_memory_channel[dict[str, Any]](10)
+
+        async def push(message: dict[str, Any]) -> None:
+            await send.send(message)
+
+        with pytest.raises(ValidationError, match="needs its agent"):
+            await log.subscribe(ctx, {"worker": activity}, push, 1)
+        with pytest.raises(ValidationError) as bad:
+            await log.subscribe(ctx, {"agent": "bot", "worker": {**activity, "concurrency": 99}}, push, 1)
+        assert bad.value.field == "worker.concurrency" and ctx.watchers == {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(log.subscribe, ctx, {"agent": "bot", "worker": activity}, push, 7)
+            worker_token = (await receive.receive())["watch_token"]
+            nursery.start_soon(log.subscribe, ctx, {"agent": "alice"}, push, 8)
+            plain_token = (await receive.receive())["watch_token"]
+            assert ctx.watchers[7].to_wire()["worker"] == activity and ctx.watchers[8].worker is None
+            assert "token" not in ctx.watchers[7].to_wire()  # `who` never shows it
+            running = {**activity, "tasks": ["task_x_1"]}
+            assert (await log.watch_update(ctx, {"watch_token": worker_token, "worker": running}))["updated"]
+            assert ctx.watchers[7].worker == running
+            assert len(ctx.watcher_tuples()[0]) == 4  # presence carries the activity
+            with pytest.raises(NotFound):
+                await log.watch_update(ctx, {"watch_token": "0" * 32, "worker": activity})
+            with pytest.raises(ValidationError, match="not a worker"):
+                await log.watch_update(ctx, {"watch_token": plain_token, "worker": activity})
+            for token in (None, "", "x" * 65, 5):
+                with pytest.raises(ValidationError):
+                    await log.watch_update(ctx, {"watch_token": token, "worker": activity})
+            with pytest.raises(ValidationError):
+                await log.watch_update(ctx, {"watch_token": worker_token, "worker": {"runner": "a b"}})
+            assert ctx.watchers[7].worker == running and ctx.watchers[8].worker is None
+            nursery.cancel_scope.cancel(reason="the test is over")
+        with pytest.raises(NotFound):  # the watch ended: its token names nothing any more
+            await log.watch_update(ctx, {"watch_token": worker_token, "worker": activity})
 
 
 async def test_a_subscription_that_fails_releases_its_watcher(tmp_path):

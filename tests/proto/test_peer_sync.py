@@ -19,6 +19,7 @@ from palace_proto.peer import (
     parse_peer_address, presence_signing_bytes, to_wire,
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
+from palace_proto.workers import MAX_ACTIVITY_CHARS, encode_activity
 from palace_proto.sync import (
     OriginHead, Verdict, batch_events, classify, plan_wants, vector_forks, verify_batch, verify_incoming,
 )
@@ -323,6 +324,18 @@ def test_receipts_and_artifact_messages_wait_for_the_vectors_presence_does_not()
     b.receive_data(encode_frame(to_wire(ArtifactWant("art_x", 0))))
     with pytest.raises(RemoteProtocolError, match="before the peer's vector"):
         b.next_event()
+
+
+def test_a_presence_watcher_may_carry_a_workers_activity_and_newer_fields():
+    """Three elements, a fourth for a worker's activity, up to eight for a newer peer; each bounded."""
+    base = {"t": "presence", "peer_id": "p", "name": "n", "serial": 1, "signature": b"s" * 64}
+    activity = encode_activity({"runner": "claude", "concurrency": 1, "project": None, "tasks": []})
+    for watchers in ([["a", "f", "s"]], [["a", "f", "s", activity]], [["a", "f", "s", activity, "x", "", "", ""]]):
+        assert from_wire({**base, "watchers": watchers}).watchers == tuple(tuple(w) for w in watchers)
+    for bad in ([["a", "f", "s", "x" * (MAX_ACTIVITY_CHARS + 1)]], [["a", "f", "s", 4]],
+                [["a", "f", "s", "", "", "", "", "", ""]]):
+        with pytest.raises(RemoteProtocolError, match="presence watcher"):
+            from_wire({**base, "watchers": bad})
 
 
 def test_presence_signature_covers_every_field():

@@ -1,0 +1,75 @@
+"""palace_proto.workers: a worker's activity as a local client gives it (checked, one field named
+per refusal) and as a peer's presence carries it (read leniently: a hostile or newer peer's text
+yields what is valid, or nothing, never an exception)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from palace_proto.errors import ValidationError
+from palace_proto.workers import (
+    MAX_ACTIVITY_CHARS,
+    MAX_CONCURRENCY,
+    MAX_REPORTED_TASKS,
+    check_activity,
+    decode_activity,
+    encode_activity,
+)
+
+GOOD = {"runner": "claude", "concurrency": 2, "project": "shop", "tasks": ["task_a_1", "task_b_2"]}
+
+
+def test_an_activity_is_normalised_and_round_trips_through_its_text():
+    assert check_activity({"runner": "codex"}) == {"runner": "codex", "concurrency": 1, "project": None, "tasks": []}
+    checked = check_activity({**GOOD, "tasks": ["task_a_1", "task_a_1", "task_b_2"]})
+    assert checked["tasks"] == ["task_a_1", "task_b_2"]  # duplicates once, order kept
+    text = encode_activity(checked)
+    assert len(text) <= MAX_ACTIVITY_CHARS and decode_activity(text) == checked
+    assert encode_activity(None) == "" and decode_activity("") is None
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"runner": ""}, "worker.runner"),
+    ({"runner": "rm -rf /"}, "worker.runner"),
+    ({"runner": "x" * 65}, "worker.runner"),
+    ({"concurrency": 0}, "worker.concurrency"),
+    ({"concurrency": MAX_CONCURRENCY + 1}, "worker.concurrency"),
+    ({"concurrency": True}, "worker.concurrency"),
+    ({"concurrency": "2"}, "worker.concurrency"),
+    ({"project": ""}, "worker.project"),
+    ({"project": "a\x1b[2Jb"}, "worker.project"),
+    ({"project": "p" * 201}, "worker.project"),
+    ({"tasks": "task_a_1"}, "worker.tasks"),
+    ({"tasks": ["not-a-task"]}, "worker.tasks"),
+    ({"tasks": [f"task_{i}" for i in range(MAX_REPORTED_TASKS + 1)]}, "worker.tasks"),
+    ({"tasks": [7]}, "worker.tasks"),
+])
+def test_a_bad_activity_names_its_field(change, field):
+    with pytest.raises(ValidationError) as refused:
+        check_activity({**GOOD, **change})
+    assert refused.value.field == field
+
+
+def test_an_activity_that_is_not_an_object_is_refused():
+    for bad in (None, [], "claude", 3):
+        with pytest.raises(ValidationError, match="worker must be an object"):
+            check_activity(bad)
+
+
+@pytest.mark.parametrize("text", [
+    "not json", "[1, 2]", '"claude"', json.dumps({**GOOD, "runner": "a b"}), "x" * (MAX_ACTIVITY_CHARS + 1),
+    "[" * 100_000, json.dumps({**GOOD, "tasks": ["task_\x07bell"]}),
+])
+def test_a_hostile_peers_activity_is_read_as_nothing(text):
+    """Guards presence: another daemon's activity text never raises and never passes unchecked."""
+    assert decode_activity(text) is None
+
+
+@given(st.text(max_size=300))
+def test_decoding_any_text_never_raises(text):
+    result = decode_activity(text)
+    assert result is None or check_activity(result) == result
