@@ -164,4 +164,5 @@ def test_no_peer_message_stops_the_daemon_or_the_palace(fleet, short_tmp):
         honest.close()
     # The examples reached the daemon: some links were dropped for what they sent, some survived it.
     assert outcomes["closed"] >= EXAMPLES // 10 and outcomes["open"] >= EXAMPLES // 10, outcomes
-    scene.still_serving_and_converging("fuzzing")
+    # Drawn examples may sign two seq-1 events of mallory's own origin: a fork of its own making.
+    scene.still_serving_and_converging("fuzzing", mallory_may_fork=True)
