@@ -32,6 +32,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Final, Optional, cast
 
 import typer
@@ -41,6 +42,7 @@ from .common import JsonOpt, UsageProblem, current_home
 
 if TYPE_CHECKING:
     from ..service.host import Platform
+    from ..service.managers import Step
     from ..service.plan import InstallPlan, Worker
 
 __all__ = ["daemon_status", "service_app", "wait_for_daemon", "write_service_file"]
@@ -294,14 +296,7 @@ def install(
     home_created = make_private_dir(plan.home)
     if home_created:
         say(f"Created the palace home {plan.home} (0700)")
-    if plan.log_dir is not None and make_private_dir(plan.log_dir):
-        say(f"Created the log folder {plan.log_dir}")
-    if plan.existing == "identical":
-        say(f"Unchanged {plan.path}")
-    else:
-        write_service_file(plan.path, plan.content)
-        say(f"{'Replaced' if plan.existing == 'different' else 'Wrote'} {plan.path}")
-    ran = managers.run_steps(plan.steps, lambda step: say(f"Ran: {step}"))
+    ran = _write_and_start(plan, say)
     daemon = wait_for_daemon(plan.home)
     if not daemon["answering"]:
         fail(f"{plan.path.name} is installed and started, but palaced did not answer on {daemon['socket']} "
@@ -312,6 +307,21 @@ def install(
                    "filesystem_sandbox_problem": sandbox_problem})
     else:
         say(f"palaced answers on {daemon['socket']}. Logs: {_logs_hint(kind)}")
+
+
+def _write_and_start(plan: InstallPlan, say: Callable[[str], None]) -> list[Step]:
+    """What install does once every check passed: the log folder, the file (unless it is already
+    as wanted), then the service manager's steps; each said as it is done."""
+    from ..service import managers
+
+    if plan.log_dir is not None and make_private_dir(plan.log_dir):
+        say(f"Created the log folder {plan.log_dir}")
+    if plan.existing == "identical":
+        say(f"Unchanged {plan.path}")
+    else:
+        write_service_file(plan.path, plan.content)
+        say(f"{'Replaced' if plan.existing == 'different' else 'Wrote'} {plan.path}")
+    return managers.run_steps(plan.steps, lambda step: say(f"Ran: {step}"), service=plan.service)
 
 
 def _install_worker(kind: Platform, spec: Worker, *, dry_run: bool, force: bool, preview: bool,
@@ -333,14 +343,7 @@ def _install_worker(kind: Platform, spec: Worker, *, dry_run: bool, force: bool,
              "(`palacectl service install --worker ... --dry-run` shows the new one)")
 
     say = (lambda line: None) if as_json else (lambda line: write_stdout(line + "\n"))
-    if plan.log_dir is not None and make_private_dir(plan.log_dir):
-        say(f"Created the log folder {plan.log_dir}")
-    if plan.existing == "identical":
-        say(f"Unchanged {plan.path}")
-    else:
-        write_service_file(plan.path, plan.content)
-        say(f"{'Replaced' if plan.existing == 'different' else 'Wrote'} {plan.path}")
-    ran = managers.run_steps(plan.steps, lambda step: say(f"Ran: {step}"), service=plan.service)
+    ran = _write_and_start(plan, say)
     state = managers.query_state(kind, plan.service)
     daemon = daemon_status(plan.home)
     if not daemon["answering"]:

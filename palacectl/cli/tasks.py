@@ -176,12 +176,7 @@ def task_launch(
     """Run a headless agent harness on a task: claim, run in its own worktree, deliver the patch or reply."""
     from ..launch import Launch, LaunchRefused
 
-    timeout_s = None
-    if timeout is not None:
-        try:
-            timeout_s = float(parse_duration(timeout, field="--timeout"))
-        except ValidationError as exc:
-            raise UsageProblem(exc.message) from None
+    timeout_s = _timeout_s(timeout)
     launch = Launch(current_home(), correlation_id, runner=runner, workspace=workspace.resolve(), agent=agent,
                     in_place=in_place, timeout_s=timeout_s, say=note)
     try:
@@ -196,6 +191,16 @@ def task_launch(
                      f"{', patch ' + result.patch_event if result.patch_event else ''}\n")
     if result.outcome != "delivered":
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def _timeout_s(timeout: str | None) -> float | None:
+    """``--timeout`` (90s, 30m, 2h) in seconds; a bad one is a usage error."""
+    if timeout is None:
+        return None
+    try:
+        return float(parse_duration(timeout, field="--timeout"))
+    except ValidationError as exc:
+        raise UsageProblem(exc.message) from None
 
 
 def worker(
@@ -218,12 +223,7 @@ def worker(
         raise UsageProblem(f"--concurrency must be from 1 to {MAX_CONCURRENCY}")
     if not agent.strip():
         raise UsageProblem("--agent must not be empty")
-    timeout_s = None
-    if timeout is not None:
-        try:
-            timeout_s = float(parse_duration(timeout, field="--timeout"))
-        except ValidationError as exc:
-            raise UsageProblem(exc.message) from None
+    timeout_s = _timeout_s(timeout)
     work = Worker(WorkerOptions(current_home(), agent.strip(), runner, workspace.resolve(), concurrency, project,
                                 timeout_s), say=note)
 
