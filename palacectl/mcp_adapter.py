@@ -2,7 +2,10 @@
 
 Owns: the tool surface an agent harness sees — the eight MemPalace logstream tools with the
 same names, inputs and result shapes (reference §4), plus palace's ``task_status``,
-``task_list``, ``who``, ``peers`` and the ``lease_*`` tools — translated onto the daemon's API. The adapter is a client
+``task_list``, ``who``, ``peers``, the ``lease_*``, ``inbox``, ``inbox_mark_read`` and
+``session_start`` tools, and the resources ``palace://inbox/{agent}``, ``palace://tasks/open``,
+``palace://task/{correlation_id}``, ``palace://leases`` and ``palace://who`` — translated onto
+the daemon's API. The adapter is a client
 of the local palaced like the CLI and keeps no state: every tool call is one request on a fresh
 connection (``aclient.py``), so it survives the daemon restarting under it.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -40,6 +44,7 @@ from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .aclient import AsyncDaemon
 from .client import DaemonUnreachable
+from .session_text import render_session
 
 __all__ = ["MUTATING_TOOLS", "READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
 
@@ -49,6 +54,8 @@ READ_ONLY_ERROR: Final = -32003
 # JSON-RPC "invalid params": an argument the tool does not have (MemPalace's answer too, -32602
 # "Unknown parameter …"). A misspelt filter must not silently widen a list or a wait.
 INVALID_PARAMS: Final = -32602
+# A resource read while palaced is down (JSON-RPC's server-error range).
+DAEMON_DOWN: Final = -32001
 MUTATING_TOOLS: Final = frozenset({
     "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
     "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
@@ -191,15 +198,21 @@ class PalaceMCP(MCPServer):
         @tool(description=(
             "List events. Filters (value or list, OR) are exact; to_agent also matches '*'. Cursor: since_event_id "
             "(exclusive). Order: newest first without a cursor, oldest first with one. preview=true cuts bodies "
-            "over 200 chars (body_truncated, body_length). Returns {events, count}."))
+            "over 200 chars. text: words every body must hold, best match first. Returns {events, count}."))
         async def mempalace_event_list(
             stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
             to_agent: Filter = None, from_agent: Filter = None, exclude_from_agent: Filter = None,
             correlation_id: Filter = None, status: Filter = None, since_event_id: str | None = None,
             before_event_id: str | None = None, since_created_at: str | None = None, order: str | None = None,
-            limit: int | None = None, preview: bool = False,
+            limit: int | None = None, preview: bool = False, text: str | None = None,
         ) -> Result:
             async def call() -> Result:
+                if text is not None:  # a text search is ranked, best match first
+                    return await daemon.call("list", **_filter_args(
+                        stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
+                        exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status),
+                        **_drop_none(since_event_id=since_event_id, before_event_id=before_event_id,
+                                     since_created_at=since_created_at, limit=limit, preview=preview, text=text))
                 return await daemon.call("list", **_filter_args(
                     stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
                     exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status),
@@ -483,6 +496,70 @@ class PalaceMCP(MCPServer):
             return await self._read(lambda: daemon.call("lease_check", **_drop_none(
                 paths=paths, project=project, agent=self.agent)))
 
+        # -- inbox and session -----------------------------------------------------------------
+
+        @tool(description=(
+            "Your inbox, kept by the daemon: events for you (or *), not from you, after your read cursor, oldest "
+            "first. Handle them, then mempalace_inbox_mark_read with the last one's id. Returns {events, count, "
+            "more, unread, cursor}."))
+        async def mempalace_inbox(limit: int = 20, preview: bool = True) -> Result:
+            return await self._read(lambda: daemon.call("inbox", agent=self.agent, limit=limit, preview=preview))
+
+        @tool(description=(
+            "Move your inbox read cursor to an event your inbox listed (the last you handled). Never moves "
+            "backwards. Returns {moved, cursor, unread}."))
+        async def mempalace_inbox_mark_read(upto_event_id: str) -> Result:
+            return await self._read(lambda: daemon.call("inbox_mark_read", agent=self.agent,
+                                                         upto_event_id=upto_event_id))
+
+        @tool(description=(
+            "Start (or resume after a compaction) with everything you need in one call: unread inbox, your open "
+            "loops and stalled tasks, leases, last diary entries, who is watching, and what to do next. Returns "
+            "the JSON and the same as text."))
+        async def mempalace_session_start() -> Result:
+            async def call() -> Result:
+                result = await daemon.call("session_start", agent=self.agent)
+                return {**result, "text": render_session(result)}
+
+            return await self._read(call)
+
+        # -- resources, for harnesses that read them ---------------------------------------------
+
+        async def resource(op: str, **args: Any) -> str:
+            try:
+                return json.dumps(await daemon.call(op, **args), ensure_ascii=False)
+            except ApiError as exc:
+                raise MCPError(code=INVALID_PARAMS, message=exc.message) from None
+            except DaemonUnreachable as exc:
+                raise MCPError(code=DAEMON_DOWN, message=str(exc)) from None
+
+        @self.resource("palace://inbox/{agent}", name="inbox", mime_type="application/json",
+                       description="An agent's unread inbox (after its read cursor, oldest first, previews).")
+        async def inbox_resource(agent: str) -> str:
+            return await resource("inbox", agent=agent, limit=50, preview=True)
+
+        @self.resource("palace://tasks/open", name="open tasks", mime_type="application/json",
+                       description="Tasks not closed yet (newest first), each with its state and claimant.")
+        async def open_tasks_resource() -> str:
+            return await resource("task_list", open=True)
+
+        @self.resource("palace://task/{correlation_id}", name="task", mime_type="application/json",
+                       description="One task: its request, every event on it, its state, claims and blockers.")
+        async def task_resource(correlation_id: str) -> str:
+            return await resource("task_show", correlation_id=correlation_id)
+
+        @self.resource("palace://leases", name="leases", mime_type="application/json",
+                       description="Active leases: who holds which paths, exclusive or shared, until when.")
+        async def leases_resource() -> str:
+            return await resource("lease_list")
+
+        @self.resource("palace://who", name="who", mime_type="application/json",
+                       description="Watchers connected now on every daemon of the palace.")
+        async def who_resource() -> str:
+            return await resource("who")
+
+        del (mempalace_inbox, mempalace_inbox_mark_read, mempalace_session_start, inbox_resource, open_tasks_resource,
+             task_resource, leases_resource, who_resource)
         del (mempalace_search, mempalace_add_drawer, mempalace_kg_query, mempalace_kg_add, mempalace_kg_invalidate,
              mempalace_diary_write, mempalace_diary_read, mempalace_list_agents, mempalace_find_tunnels)
         del (mempalace_event_append, mempalace_event_list, mempalace_event_wait, mempalace_event_ack,

@@ -93,10 +93,19 @@ def _one_line(text: str, width: int = 80) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
+def agent_label(agent: str | None) -> str | None:
+    """An agent id as people read it: a person's (``human:alice``) stands out as ``[human alice]``."""
+    if isinstance(agent, str) and agent.startswith("human:"):
+        return f"[human {agent[len('human:'):]}]"
+    return agent
+
+
 def event_line(event: Mapping[str, Any]) -> str:
     """MemPalace-style human line: id, time, type, stream/room, from->to, then the optional parts."""
     line = (f"  {event['id']}  {event['created_at']}  {event['type']}  {event['stream']}/{event['room']}  "
-            f"{event['from_agent']}->{event.get('to_agent') or '*'}")
+            f"{agent_label(event['from_agent'])}->{agent_label(event.get('to_agent')) or '*'}")
+    if event.get("impersonation"):
+        line += f" !! IMPERSONATION: {event['impersonation'].get('reason', '')}"
     if event.get("status"):
         line += f" [{event['status']}]"
     if event.get("topic"):

@@ -30,7 +30,9 @@ from .bus import EventBus
 from .config import Config
 from .embedding import FastEmbedder
 from .handlers import Context, op_table
+from .handlers.agents import ca_checker, daemon_label, register_own_agents
 from .handlers.leases import LeaseReconciler
+from .handlers.log import TextIndexer
 from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
@@ -125,6 +127,12 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
                       identity=key, identity_path=config.key_path, astore=astore, bus=bus, directory=directory,
                       watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes)
     ctx.directory, ctx.network = directory, network
+    # The registry judges palace-CA statements from now on: derive it again with them.
+    store.agents.ca_check = ca_checker(membership)
+    await astore.write(lambda w: store.agents.reload_ca(w.conn), heavy=True)
+    registered = await register_own_agents(ctx)
+    if registered:
+        LOGGER.info("registered %d agent(s) this daemon wrote as to it: %s", len(registered), ", ".join(registered[:20]))
     return network
 
 
@@ -165,6 +173,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
             ctx = Context(config, astore, bus, key, membership=membership, indexer=indexer,
                           start_network=start_network)
             ops = op_table(ctx)
+            store.agents.daemon_label = daemon_label(ctx)
 
             LOGGER.info("palaced %s origin=%s fingerprint=%s palace=%s", config.home, store.origin_id,
                         fingerprint(store.public_key), membership.palace_id if membership else "none (not joined)")
@@ -190,6 +199,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                             api_nursery.start_soon(indexer.run)
                         api_nursery.start_soon(LeaseReconciler(ctx).run)
                         api_nursery.start_soon(TaskReconciler(ctx).run)
+                        api_nursery.start_soon(TextIndexer(ctx).run)
                         task_status.started(ctx)
                         await trio.sleep_forever()
                 finally:

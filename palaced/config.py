@@ -18,6 +18,7 @@ from palace_proto import paths
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
 from palace_proto.peer import DEFAULT_PEER_PORT, parse_peer_address
 from palace_proto.errors import ValidationError
+from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
 from palace_proto.tasks import DEFAULT_STALL_AFTER_S, check_stall_after
 from palace_proto.validation import Limits
 
@@ -61,6 +62,8 @@ class Config:
     memory_exact_index_max: int = 50_000
     #: a claimed task with no word from its claimant for this long is stalled ([tasks] stall_after)
     tasks_stall_after_s: int = DEFAULT_STALL_AFTER_S
+    #: an agent silent for this long is marked stale in `agents` ([agents] stale_after)
+    agents_stale_after_s: int = DEFAULT_STALE_AFTER_S
 
     @property
     def socket_path(self) -> Path:
@@ -95,6 +98,7 @@ _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "network": {"listen": str, "mdns": bool},
     "memory": {"model": str, "embed": bool, "exact_index_max": int},
     "tasks": {"stall_after": str},
+    "agents": {"stale_after": str},
 }
 
 
@@ -158,8 +162,13 @@ def load_config(home: Path) -> Config:
                          if stall_after is not None else DEFAULT_STALL_AFTER_S)
     except ValidationError as exc:
         raise ConfigError(f"{path}: tasks.stall_after: {exc.message}") from None
+    stale_after = values.get("agents", {}).get("stale_after")
+    try:
+        stale_after_s = check_stale_after(stale_after) if stale_after is not None else DEFAULT_STALE_AFTER_S
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {exc.message}") from None
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen, api=api,
-                  tasks_stall_after_s=stall_after_s,
+                  tasks_stall_after_s=stall_after_s, agents_stale_after_s=stale_after_s,
                   mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
                   memory_exact_index_max=memory.get("exact_index_max", 50_000))

@@ -769,6 +769,12 @@ class Network:
 
     # -- views ---------------------------------------------------------------------------------
 
+    def peer_names(self) -> dict[str, str]:
+        """Every member daemon known here (by certificate, or met on a link): peer id -> its name."""
+        names = {cert.peer_id: printable(cert.name, 64) for cert in self.directory.certificates()}
+        names.update((peer_id, printable(record.name, 64)) for peer_id, record in self._records.items() if record.name)
+        return names
+
     def connected_peers(self) -> list[str]:
         return sorted(p for p, r in self._records.items() if r.link is not None)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from .agents import REGISTER, RETIRE, TRANSFER
 from .errors import ValidationError
 from .memory import DIARY_EVENT, DRAWER_EVENT, KG_ADD_EVENT, KG_INVALIDATE_EVENT
 from .pki import REVOKE_EVENT_TYPE
@@ -28,6 +29,12 @@ RESERVED_TYPES: Final = {
     DIARY_EVENT: "use `palacectl diary write`",
     KG_ADD_EVENT: "use `palacectl kg add`",
     KG_INVALIDATE_EVENT: "use `palacectl kg invalidate`",
+    REGISTER: "agents register with their first write, or `palacectl agent register`",
+    TRANSFER: "use `palacectl agent transfer`",
+    RETIRE: "use `palacectl agent retire`",
+    "lease.conflict": "palaced writes it to a lease's loser (`palacectl lease list` shows who holds what)",
+    "task.conflict": "palaced writes it to a claim's loser (`palacectl task show` shows the claims)",
+    "task.stalled": "palaced writes it to a stalled task's requester (`palacectl task list --stalled`)",
 }
 # Why 1,000: one commit of a thousand events takes tens of milliseconds, which bounds how long
 # other writers wait behind a bulk writer; a bigger file is sent as several requests.

@@ -55,7 +55,8 @@ OPS: Final = frozenset({
     "peers_remove", "replicated", "doctor", "memory_add", "search", "drawer_get", "kg_add", "kg_invalidate",
     "kg_query", "diary_write", "diary_read", "agents", "tunnels", "memory_rebuild", "backup", "export_page",
     "import_events", "task_ready", "task_claim", "task_release", "task_reassign", "lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check",
-    "watch_update",
+    "watch_update", "agent_register", "agent_transfer", "agent_retire", "inbox", "inbox_mark_read",
+    "session_start",
 })
 
 

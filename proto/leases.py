@@ -422,6 +422,8 @@ def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, 
     changes: list[Mapping[str, Any]] = []
     for event in events:
         kind = event.get("type")
+        if event.get("impersonation"):
+            continue  # written as its holder by a daemon that did not hold that agent: it takes nothing
         if kind == ACQUIRE:
             lease = _lease_from(event)
             # One acquire per id; a replayed or forged duplicate id keeps the first (by order).

@@ -47,7 +47,9 @@ __all__ = [
     "issue_certificate",
     "new_palace",
     "palace_id_for",
+    "sign_ca_statement",
     "sign_redaction",
+    "verify_ca_statement",
     "verify_enrolment_proof",
     "verify_redaction_signature",
     "verify_member_certificate",
@@ -363,6 +365,25 @@ def verify_redaction_signature(ca_cert_pem: bytes, palace_id: str, target_event_
         if not isinstance(ca_key, Ed25519PublicKey) or len(signature) != 64:
             return False
         ca_key.verify(signature, _redaction_message(palace_id, target_event_id))
+    except (ValueError, InvalidSignature):
+        return False
+    return True
+
+
+def sign_ca_statement(ca_key: Ed25519PrivateKey, statement: bytes) -> str:
+    """The palace CA's signature (hex) over a statement that carries its own domain, such as
+    ``palace_proto.agents.ca_statement`` (an agent moved or retired by the palace owner)."""
+    return ca_key.sign(statement).hex()
+
+
+def verify_ca_statement(ca_cert_pem: bytes, statement: bytes, signature_hex: str) -> bool:
+    """True when ``signature_hex`` is the palace CA's signature over ``statement``."""
+    try:
+        signature = bytes.fromhex(signature_hex)
+        ca_key = x509.load_pem_x509_certificate(ca_cert_pem).public_key()
+        if not isinstance(ca_key, Ed25519PublicKey) or len(signature) != 64:
+            return False
+        ca_key.verify(signature, statement)
     except (ValueError, InvalidSignature):
         return False
     return True

@@ -140,14 +140,17 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
     """The lifecycle view of one task from every event on its correlation id (any order), or
     None without a request. ``now`` (the caller's clock) decides ``stalled``; ``stall_after_s``
     is the default when the request names none. See the module docstring for the rules."""
-    requests = sorted((e for e in events if e.get("type") == REQUEST), key=_order)
+    # An event palace judged an impersonation (palace_proto.agents: written as an agent by a
+    # daemon that did not hold it) moves nothing: it stays in the thread, flagged.
+    genuine = [e for e in events if not e.get("impersonation")]
+    requests = sorted((e for e in genuine if e.get("type") == REQUEST), key=_order)
     if not requests:
         return None
     request = requests[0]
     blocked_by, priority, own_stall = queue_fields(request.get("metadata"))
     stall_after = own_stall or stall_after_s
     requester, assigned = request.get("from_agent"), request.get("to_agent")
-    ordered = sorted((e for e in events if isinstance(e.get("created_at"), str) and STAMP_RE.match(e["created_at"])),
+    ordered = sorted((e for e in genuine if isinstance(e.get("created_at"), str) and STAMP_RE.match(e["created_at"])),
                      key=_order)
     state, claimant, claim_event = "open", None, None
     claims: list[dict[str, Any]] = []
@@ -204,6 +207,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         "claimant_last_activity": claimant_last,
         "last_activity": last_activity,
         "events": sorted((dict(e) for e in events), key=_order),
+        "impersonations": len(events) - len(genuine),
     }
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "AppendRequest",
     "Limits",
     "ListQuery",
+    "MAX_TEXT_QUERY_CHARS",
     "clean_optional",
     "clean_required",
     "check_replicated_artifact",
@@ -37,6 +38,7 @@ __all__ = [
     "validate_status",
     "validate_timeout_ms",
     "validate_type",
+    "text_match_expression",
 ]
 
 EVENT_STATUSES: Final = frozenset({"open", "claimed", "ready", "applied", "blocked", "failed", "superseded"})
@@ -50,6 +52,31 @@ _SURROGATE_RE: Final = re.compile(r"[\ud800-\udfff]")
 MAX_ROUTING_CHARS: Final = 256
 DEFAULT_LIST_LIMIT: Final = 50
 MAX_LIST_LIMIT: Final = 500
+# Why 250 characters and 16 words: a search box's worth (the memory search's own cap); every word
+# is one more term the full-text index intersects.
+MAX_TEXT_QUERY_CHARS: Final = 250
+MAX_TEXT_QUERY_WORDS: Final = 16
+
+
+def _clean_text_query(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("text must be the words to search for", field="text")
+    text = " ".join(value.split())
+    if len(text) > MAX_TEXT_QUERY_CHARS:
+        raise ValidationError(f"text is {len(text)} characters long; at most {MAX_TEXT_QUERY_CHARS}", field="text")
+    if len(text.split()) > MAX_TEXT_QUERY_WORDS:
+        raise ValidationError(f"text has more than {MAX_TEXT_QUERY_WORDS} words", field="text")
+    if not text.isprintable():
+        raise ValidationError("text must be visible characters", field="text")
+    return text
+
+
+def text_match_expression(text: str) -> str:
+    """The full-text (FTS5) expression for a search text: every word must occur (each word quoted,
+    so no character of it is query syntax; punctuation inside a word makes it a phrase)."""
+    return " ".join('"' + word.replace('"', '""') + '"' for word in text.split())
 DEFAULT_WAIT_TIMEOUT_MS: Final = 60_000
 MAX_WAIT_TIMEOUT_MS: Final = 300_000
 
@@ -409,6 +436,8 @@ class ListQuery:
     order: str = "asc"
     limit: int = DEFAULT_LIST_LIMIT
     preview: bool = False
+    #: full-text search over bodies (list only: the results are ranked, best first)
+    text: str | None = None
 
     @classmethod
     def from_wire(cls, args: Mapping[str, Any]) -> ListQuery:
@@ -434,6 +463,7 @@ class ListQuery:
             order=order.strip().lower(),
             limit=min(limit, MAX_LIST_LIMIT),
             preview=preview,
+            text=_clean_text_query(args.get("text")),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -446,6 +476,8 @@ class ListQuery:
             if getattr(self, name):
                 out[name] = getattr(self, name)
         out.update(order=self.order, limit=self.limit, preview=self.preview)
+        if self.text:
+            out["text"] = self.text
         return out
 
     def matches(self, event: Mapping[str, Any]) -> bool:
@@ -470,6 +502,8 @@ class ListQuery:
     def describe(self) -> str:
         """Short human summary of the filters, for logs, ``who`` and watch announcements."""
         parts = [f"{name}={','.join(sorted(v))}" for name in FILTER_FIELDS if (v := getattr(self, name))]
+        if self.text:
+            parts.append(f"text={self.text!r}")
         return " ".join(parts) or "everything"
 
 

@@ -28,6 +28,11 @@ def rules(
     install: Annotated[Optional[Path], typer.Option("--install", help="Write the block into this file.")] = None,
     harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini or hermes.")] = None,
     tools: Annotated[str, typer.Option("--tools", help="mcp (the agent uses `palacectl mcp`), cli, or both.")] = "both",
+    hooks: Annotated[bool, typer.Option("--hooks", help="With --harness: also install its session-start hook "
+                                                       "(runs `palacectl session start` at start and after a "
+                                                       "compaction).")] = False,
+    remove_hooks: Annotated[bool, typer.Option("--remove-hooks", help="With --harness: remove palace's hook "
+                                                                     "(the rules stay).")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Print (or install) the shared-brain rules block for an agent."""
@@ -35,6 +40,14 @@ def rules(
 
     if install is not None and harness is not None:
         raise UsageProblem("pass --install PATH or --harness NAME, not both")
+    if (hooks or remove_hooks) and harness is None:
+        raise UsageProblem("--hooks and --remove-hooks go with --harness NAME (whose settings to change)")
+    if hooks and remove_hooks:
+        raise UsageProblem("pass --hooks or --remove-hooks, not both")
+    if hooks or remove_hooks:
+        _harness_hooks(agent, harness or "", remove=remove_hooks, as_json=json_)
+        if remove_hooks:
+            return
     if tools not in RULES_TOOLS:
         raise UsageProblem(f"--tools must be one of: {', '.join(RULES_TOOLS)}")
     block = render_rules(agent, tools)  # type: ignore[arg-type]
@@ -59,12 +72,40 @@ def rules(
         note(f"Rules for {agent}: {action} in {target}")
 
 
+def _harness_hooks(agent: str, harness: str, *, remove: bool, as_json: bool) -> None:
+    """Install (or remove) palace's session-start hook in the harness's settings."""
+    from ..hooks import HOOK_HARNESSES, HooksError, hook_command, install_hooks, remove_hooks
+    from ..service.host import palacectl_command
+
+    spec = HOOK_HARNESSES.get(harness)
+    if spec is None:
+        fail(f"{harness} offers no session-start hook palace can install (hooks: {', '.join(sorted(HOOK_HARNESSES))}); "
+             "its rules tell the agent to run `palacectl session start` itself", code="invalid_argument")
+    validate_agent_token(agent, "--agent")
+    path = Path(spec.settings).expanduser()
+    try:
+        if remove:
+            action = remove_hooks(spec, path)
+        else:
+            action = install_hooks(spec, path, hook_command(palacectl_command(), current_home(), agent, harness))
+    except (HooksError, OSError) as exc:
+        fail(str(exc))
+    if as_json:
+        emit_json({"agent": agent, "harness": harness, "hooks_path": str(path), "hooks": action})
+    else:
+        note(f"Session-start hook for {agent} ({harness}): {action} in {path}")
+
+
 def mcp(
     agent: Annotated[str, typer.Option("--agent", help="The agent identity this adapter speaks as, e.g. mac-claude.")],
     read_only: Annotated[bool, typer.Option("--read-only", help="Offer only the reading tools.")] = False,
     home: Annotated[Optional[Path], typer.Option("--home", help="Palace home (same as the global --home).")] = None,
 ) -> None:
     """Serve palace to an agent harness as MCP tools on stdio (MemPalace-compatible names)."""
+    if agent.strip().startswith("human:"):
+        # Guards the complaint of agents posting as the human overseer: a harness never speaks as a person.
+        raise UsageProblem(f"--agent {agent.strip()} is a person's id; the MCP adapter speaks for an agent. Send "
+                           "your own messages with `palacectl append --from-agent human:NAME`")
     identity = validate_agent_token(agent, "--agent")
     from ..mcp_adapter import run_mcp
 

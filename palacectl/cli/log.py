@@ -207,14 +207,18 @@ def list_(
     order: Annotated[Optional[str], typer.Option(help="asc (default) or desc.")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Default 50, capped at 500.")] = None,
     preview: Annotated[bool, typer.Option("--preview", help="Cut bodies over 200 characters.")] = False,
+    text: Annotated[Optional[str], typer.Option("--text", help="Only events whose body has every one of these "
+                                                              "words, best match first.")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """List events (oldest first by default)."""
+    """List events (oldest first by default; with --text, best match first)."""
+    if text is not None and order is not None:
+        raise UsageProblem("--text lists the best matches first; leave out --order")
     result = call_daemon("list", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
                                               correlation_id, status_),
                          since_event_id=since_event_id, before_event_id=before_event_id,
                          since_created_at=since_created_at, order=order, limit=capped(limit, MAX_LIST_LIMIT),
-                         preview=preview)
+                         preview=preview, text=text)
     print_events(result, json_)
 
 

@@ -1,5 +1,5 @@
-"""palacectl's shared-memory commands: remember, search, agents, tunnels, and the kg, diary and
-memory groups.
+"""palacectl's shared-memory commands: remember, search, tunnels, and the kg, diary and memory
+groups.
 
 Owns: the memory half of the command surface (README "Command reference"): filing drawers
 verbatim, searching them, the knowledge graph (facts with validity over time), each agent's
@@ -22,7 +22,7 @@ from ..client import Client
 from ..output import ProgressBar, emit_json, fail, note, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home, decode_utf8, read_input
 
-__all__ = ["agents", "diary_app", "kg_app", "memory_app", "remember", "search", "tunnels"]
+__all__ = ["diary_app", "kg_app", "memory_app", "remember", "search", "tunnels"]
 
 
 kg_app = typer.Typer(no_args_is_help=True, help="The knowledge graph: facts with validity over time.")
@@ -161,17 +161,6 @@ def diary_read(
     write_stdout(f"{result['wing']}: showing {result['showing']} of {result['total']}\n")
     for e in result["entries"]:
         write_stdout(f"{e['timestamp']}  [{e['topic']}]  {e['content'].rstrip()}\n")
-
-
-def agents(json_: JsonOpt = False) -> None:
-    """Every agent the palace has seen: its wing, last activity, and whether it is watching now."""
-    result = call_daemon("agents")
-    if json_:
-        emit_json(result)
-        return
-    for a in result["agents"]:
-        watching = f"watching on {', '.join(a['watching_on'])}" if a["watching"] else "not watching"
-        write_stdout(f"{a['agent']}\t{a['wing']}\t{a['last_activity'] or '-'}\t{watching}\n")
 
 
 def tunnels(

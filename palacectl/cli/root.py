@@ -23,7 +23,8 @@ from palace_proto.errors import ApiError, ProtocolError, ValidationError
 from .. import output
 from ..client import DaemonUnreachable
 from ..output import EXIT_OK, EXIT_USAGE, CommandFailed
-from . import artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace, service, tasks
+from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace, service,
+               session, tasks)
 
 __all__ = ["app", "main"]
 
@@ -64,7 +65,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("import", export.import_),
     ("remember", memory.remember),
     ("search", memory.search),
-    ("agents", memory.agents),
+    ("agents", agents.agents),
     ("tunnels", memory.tunnels),
     ("worker", tasks.worker),
 )
@@ -73,6 +74,9 @@ GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("artifact", artifacts.artifact_app),
     ("patch", artifacts.patch_app),
     ("task", tasks.task_app),
+    ("agent", agents.agent_app),
+    ("inbox", session.inbox_app),
+    ("session", session.session_app),
     ("lease", leases.lease_app),
     ("guard", guard.guard_app),
     ("peers", palace.peers_app),

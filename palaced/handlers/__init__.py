@@ -15,7 +15,10 @@ pushes: ``log.subscribe``, which api.py calls with its push callback).
     artifacts    artifact_put, artifact_get, patch_submit
     tasks        task_create, task_show, task_list, task_ready, task_claim, task_release, task_reassign
     leases       lease_acquire, lease_renew, lease_release, lease_list, lease_check
-    memory       memory_add, search, drawer_get, kg_*, diary_*, agents, tunnels, memory_rebuild
+    agents       agent_register, agent_transfer, agent_retire, agents
+    inbox        inbox, inbox_mark_read
+    session      session_start
+    memory       memory_add, search, drawer_get, kg_*, diary_*, tunnels, memory_rebuild
     fleet        init, invite, join, revoke, peers*, replicated, who, doctor
     maintenance  ping, status, backup, export_page, import_events
 
@@ -33,7 +36,7 @@ from palace_proto import __version__
 from palace_proto.control import OPS, PROTOCOL_VERSION
 from palace_proto.errors import ApiError
 
-from . import artifacts, fleet, leases, log, maintenance, memory, tasks
+from . import agents, artifacts, fleet, inbox, leases, log, maintenance, memory, session, tasks
 from .context import Context, ReadOnly, Watcher
 from .log import Push, subscribe
 
@@ -50,7 +53,7 @@ BoundHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 # Answered by the API layer itself (a handshake, and a stream rather than one reply).
 API_LAYER_OPS: Final = frozenset({"hello", "subscribe"})
 # The capabilities, in the order the table lists them.
-MODULES: Final = (log, artifacts, tasks, leases, memory, fleet, maintenance)
+MODULES: Final = (log, artifacts, tasks, leases, agents, inbox, session, memory, fleet, maintenance)
 
 
 def merge_ops(modules: Iterable[ModuleType], expected: frozenset[str] = OPS - API_LAYER_OPS) -> dict[str, Handler]:

@@ -273,6 +273,10 @@ async def who(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     remote = sorted(ctx.network.remote_watchers() if ctx.network is not None else [], key=lambda w: w["since"])
     for watcher in remote:
         watcher["local"] = False
+    # A retired agent is gone from the roster and from here, even while an old watch of it runs.
+    records = ctx.store.agents.records
+    local = [w for w in local if not (w["agent"] in records and records[w["agent"]].retired)]
+    remote = [w for w in remote if not (w["agent"] in records and records[w["agent"]].retired)]
     return {"watchers": local + remote, "count": len(local) + len(remote), "local_count": len(local)}
 
 

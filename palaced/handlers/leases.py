@@ -71,7 +71,7 @@ async def _lease_events(ctx: Context, stream: str | None) -> list[dict[str, Any]
 
 async def current_leases(ctx: Context, stream: str | None = None) -> tuple[list[Lease], list[dict[str, Any]]]:
     """Every lease of the window (of one project's stream, or all), and the raw events."""
-    events = await _lease_events(ctx, stream)
+    events = ctx.store.agents.annotate(await _lease_events(ctx, stream))  # impersonations take nothing
     return derive_leases(events, revoked=_revoked_origins(ctx)), events
 
 
@@ -118,7 +118,7 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     def job(w: WriteContext) -> dict[str, Any]:
         # Checked again in the transaction that writes it: two acquires on this daemon never both pass.
         now = _now()
-        events = w.lease_events(sorted(LEASE_TYPES), since, stream, MAX_LEASE_EVENTS)
+        events = ctx.store.agents.annotate(w.lease_events(sorted(LEASE_TYPES), since, stream, MAX_LEASE_EVENTS))
         fresh = [r for r in lease_conflicts(derive_leases(events, revoked=revoked), request, agent, now)
                  if r.id not in forced_ids]
         if fresh:

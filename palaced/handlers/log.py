@@ -37,13 +37,14 @@ from palace_proto.validation import (
 )
 
 from ..store import WriteContext
+from ..store import event_search
 from ..store import memory_views as views
 from .context import Context, Watcher, utc_stamp
 from .fleet import replicated_args, wait_replicated
 from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
 from .tasks import check_claim, view_of
 
-__all__ = ["OPS", "RESERVED_TYPES", "Push", "subscribe"]
+__all__ = ["OPS", "RESERVED_TYPES", "Push", "TextIndexer", "index_text", "subscribe"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.log")
 # Why 1 s: cursor-only progress (events examined, none matched) matters only for checkpoints; a
@@ -95,13 +96,51 @@ async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def get_event(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
-    return await ctx.event_or_404(args.get("event_id"))
+    return ctx.store.agents.annotate([await ctx.event_or_404(args.get("event_id"))])[0]
 
 
 async def list_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     query = ListQuery.from_wire(args)
-    events = await ctx.astore.read(ctx.store.list_events, query)
+    if query.text is not None:
+        await index_text(ctx)  # a search never misses a committed event the indexer has not reached
+    events = ctx.store.agents.annotate(await ctx.astore.read(ctx.store.list_events, query))
     return {"events": events, "count": len(events)}
+
+
+async def index_text(ctx: Context) -> int:
+    """Index event bodies for text search up to the newest committed event, a chunk per write job
+    (``store/event_search.py``); returns the index's position."""
+    target = ctx.bus.latest_seq
+    while True:
+        position, looked = await ctx.astore.write(lambda w: event_search.index_pending(w.conn))
+        if looked == 0 or position >= target:
+            return position
+
+
+class TextIndexer:
+    """Keeps the full-text index of event bodies up to date in the background, a little after
+    each commit (never inside an append's own transaction: the append path stays as it was)."""
+
+    #: Why 0.2 s: the indexer gathers what a burst committed into few, larger jobs.
+    SETTLE_S: Final = 0.2
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def __repr__(self) -> str:
+        return "<TextIndexer>"
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        seen = 0
+        while True:
+            await ctx.bus.wait_beyond(seen)
+            await trio.sleep(self.SETTLE_S)
+            seen = ctx.bus.latest_seq
+            try:
+                await index_text(ctx)
+            except ApiError as exc:  # a full disk, shutting down: tried again after the next commit
+                LOGGER.warning("could not index event bodies for text search: %s", exc.message)
 
 
 async def _new_events_after(ctx: Context, seq: int, limit: int) -> list[dict[str, Any]]:
@@ -112,8 +151,15 @@ async def _new_events_after(ctx: Context, seq: int, limit: int) -> list[dict[str
     return events
 
 
+def _no_text(query: ListQuery, op: str) -> None:
+    if query.text is not None:
+        raise ValidationError(f"text searches the log as it is (list); {op} takes the exact filters only",
+                              field="text")
+
+
 async def wait(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     query = ListQuery.from_wire({**args, "order": "asc"})
+    _no_text(query, "wait")
     timeout_ms = validate_timeout_ms(args.get("timeout_ms"))
     after = None
     if query.since_event_id:
@@ -122,7 +168,7 @@ async def wait(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         await ctx.astore.read(ctx.store.resolve_seq, "before_event_id", query.before_event_id)
     # Note the tip *before* querying: anything committed later is seen by the bus loop below.
     mark = ctx.bus.latest_seq
-    events = await ctx.astore.read(ctx.store.list_events, query, after_seq=after)
+    events = ctx.store.agents.annotate(await ctx.astore.read(ctx.store.list_events, query, after_seq=after))
     if events or query.before_event_id:
         return {"timed_out": not events, "events": events, "count": len(events)}
     cursor = max(mark, after or 0)
@@ -133,7 +179,7 @@ async def wait(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             if not new:
                 continue
             cursor = new[-1]["seq"]
-            matches = [e for e in new if query.matches(e)][: query.limit]
+            matches = ctx.store.agents.annotate([e for e in new if query.matches(e)][: query.limit])
             if matches:
                 if query.preview:
                     matches = [preview_event(e) for e in matches]
@@ -150,6 +196,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
     for as long as this runs, and released however it ends.
     """
     query = ListQuery.from_wire({**args, "order": "asc"})
+    _no_text(query, "subscribe")
     start = args.get("start", "tip")
     if start not in ("tip", "beginning", "cursor"):
         raise ValidationError("start must be 'tip', 'beginning' or 'cursor'", field="start")
@@ -203,6 +250,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
                         break
                 watcher.cursor = cursor_id
                 if matches:
+                    matches = ctx.store.agents.annotate(matches)
                     await push({"push": "batch", "events": matches, "count": len(matches), "cursor": cursor_id})
                     reported_id = cursor_id
                 elif cursor_id != reported_id and time.monotonic() - last_progress >= CURSOR_PUSH_INTERVAL_S:

@@ -31,7 +31,6 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 from ..store import WriteContext
 from ..store import memory_views as views
 from .context import Context
-from .fleet import who
 
 __all__ = ["OPS"]
 
@@ -201,23 +200,6 @@ async def diary_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return {"agent": agent, **page}
 
 
-async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Every agent the palace has seen, and whether a watcher of it is live now (anywhere)."""
-    seen = await ctx.astore.read(ctx.store.memory_read, views.agents)
-    live: dict[str, list[str]] = {}
-    for watcher in (await who(ctx, {}))["watchers"]:
-        if watcher.get("agent") and not watcher.get("daemon_silent"):
-            daemon = (watcher.get("daemon") or {}).get("name") or "here"
-            live.setdefault(watcher["agent"], []).append(daemon)
-    for agent in live:
-        seen.setdefault(agent, {"agent": agent, "wing": diary_wing(agent), "last_activity": None,
-                                "diary_entries": 0})
-    out = []
-    for agent, info in sorted(seen.items()):
-        out.append({**info, "watching": agent in live, "watching_on": sorted(set(live.get(agent, [])))})
-    return {"agents": out, "count": len(out)}
-
-
 async def tunnels(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     wing_a = clean_optional("wing_a", args.get("wing_a"))
     wing_b = clean_optional("wing_b", args.get("wing_b"))
@@ -258,7 +240,6 @@ OPS: Final = {
     "kg_query": kg_query,
     "diary_write": diary_write,
     "diary_read": diary_read,
-    "agents": agents,
     "tunnels": tunnels,
     "memory_rebuild": memory_rebuild,
 }

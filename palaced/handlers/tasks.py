@@ -43,7 +43,7 @@ from ..store import WriteContext
 from ..store.clock import utc_now as _now
 from .context import Context
 
-__all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line"]
+__all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.tasks")
 # Why 500: the tasks a listing, a ready queue or the reconciler looks at (the newest requests).
@@ -135,8 +135,10 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
 
 
 
-def view_of(ctx: Context, correlation_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    return derive_task(correlation_id, events, now=_now(), stall_after_s=ctx.config.tasks_stall_after_s)
+def view_of(ctx: Context, correlation_id: str, events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The task's view; impersonations (the agent registry's verdict) are flagged and move nothing."""
+    return derive_task(correlation_id, ctx.store.agents.annotate(events), now=_now(),
+                       stall_after_s=ctx.config.tasks_stall_after_s)
 
 
 async def task_view(ctx: Context, correlation_id: str) -> dict[str, Any] | None:
@@ -201,7 +203,7 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
-async def _recent_views(ctx: Context) -> list[dict[str, Any]]:
+async def recent_views(ctx: Context) -> list[dict[str, Any]]:
     """The newest MAX_TASKS tasks, derived."""
     wire: dict[str, Any] = {"types": [REQUEST], "limit": MAX_TASKS, "order": "desc"}
     requests = await ctx.astore.read(ctx.store.list_events, ListQuery.from_wire(wire))
@@ -220,7 +222,7 @@ async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     open_only = args.get("open", False) is True
     stalled_only = args.get("stalled", False) is True
     views = []
-    for view in await _recent_views(ctx):
+    for view in await recent_views(ctx):
         if agent and agent not in (view["requested_by"], view["assigned_to"], view["claimed_by"]) \
                 and view["assigned_to"] != "*":
             continue
@@ -237,7 +239,7 @@ async def task_ready(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     agent = clean_required("agent", args.get("agent"))
     ready = []
     # Every recent request, not only those addressed to the agent: a reassign readdresses a task.
-    for view in await _recent_views(ctx):
+    for view in await recent_views(ctx):
         if view["state"] != "open" or view["assigned_to"] not in (agent, "*") or view["requested_by"] == agent:
             continue
         if await _blockers_open(ctx, view):
@@ -368,7 +370,7 @@ class TaskReconciler:
 
     async def reconcile(self) -> int:
         ctx = self.ctx
-        views = await _recent_views(ctx)
+        views = await recent_views(ctx)
         ctx.stalled_tasks = [v["correlation_id"] for v in views if v["stalled"]]
         now = _now()
         upcoming = [v["stalls_at"] for v in views if v["stalls_at"] is not None and v["stalls_at"] > now]

@@ -2,7 +2,8 @@
 
 Owns: applying a peer's batch (duplicates, gaps, forks, rejections, refusals, events held back for
 missing artifacts), joining imported history when replication reaches it, the data-model rules an
-authentic event from outside must keep (imports.py applies the same ones), fork evidence, and
+authentic event from outside must keep (imports.py applies the same ones; the agent registry's
+own rules, agents.arrival_problem, apply to the replicated chains only), fork evidence, and
 whether an ``event.redact`` from outside may purge its target (on its arrival or the target's).
 Writer thread only, inside a batch's transaction (batch.py, through ``WriteContext.apply_remote``).
 """
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgpack
 
+from palace_proto.agents import REGISTRY_TYPES
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, verify_hashes
 from palace_proto.errors import SignatureError, ValidationError
 from palace_proto.memory import MEMORY_TYPES, check_memory_event
@@ -144,7 +146,7 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
                 forked.add(event.origin)
             report.forks.append(event)
         else:
-            reason = rule_broken(event, store.limits)
+            reason = rule_broken(event, store.limits) or store.agents.arrival_problem(store, event, key)
             if reason is not None:
                 _refuse(store, event, reason, source)
                 report.refused.append((event, reason))
@@ -200,6 +202,8 @@ def _join_history(store: Store, origin: str, origin_seq: int, key: bytes, origin
     store._conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                         (origin_seq, stored.event_hash, origin))
     heads[origin] = OriginHead(origin_seq, stored.event_hash)
+    if stored.type in REGISTRY_TYPES:  # part of the chain now: the registry counts it from here on
+        store._batch_registry.append(stored)
 
 
 def _refuse(store: Store, event: SignedEvent, reason: str, source: str | None) -> None:

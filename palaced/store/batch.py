@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.agents import AgentRecord
 from palace_proto.envelope import SignedEvent
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
@@ -29,7 +30,7 @@ from .apply import ApplyReport, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
 from .imports import import_history
 from .queries import correlation_events, event_by_id, events_of_types_since
-from .writes import append_event, put_artifact, redact
+from .writes import append_event, append_system, put_artifact, redact
 
 if TYPE_CHECKING:
     from .store import Store
@@ -70,9 +71,15 @@ class WriteContext:
         return self._store._conn
 
     def append(self, req: AppendRequest) -> dict[str, Any]:
-        event = append_event(self._store, req)
-        self.new_events.append(event)
-        return event
+        return append_event(self._store, req, self.new_events)
+
+    def append_system(self, req: AppendRequest) -> dict[str, Any]:
+        """A registry event of the daemon's own (``writes.append_system``)."""
+        return append_system(self._store, req, self.new_events)
+
+    def agent_record(self, agent: str) -> AgentRecord | None:
+        """``agent``'s registry record as this transaction sees it."""
+        return self._store.agents.record_of(self._store, agent)
 
     def put_artifact(self, **kwargs: Any) -> dict[str, Any]:
         return put_artifact(self._store, **kwargs)
@@ -172,7 +179,7 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
         job_savepoint = "palace_job" if len(jobs) > 1 else "palace_batch"
         for index, job in enumerate(jobs):
             before = (store._origin_seq, store._head_hash, len(ctx.new_events), len(ctx.purged),
-                      len(store._batch_signed))
+                      len(store._batch_signed), len(store._batch_registry))
             if job_savepoint == "palace_job":
                 conn.execute("SAVEPOINT palace_job")
             try:
@@ -182,6 +189,7 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
                 del ctx.new_events[before[2]:]
                 del ctx.purged[before[3]:]
                 del store._batch_signed[before[4]:]
+                del store._batch_registry[before[5]:]
                 # in_transaction is sqlite3_get_autocommit: SQLite's documented (and only) way
                 # to learn that an error made it roll the whole transaction back.
                 if not conn.in_transaction:
@@ -202,6 +210,7 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
         conn.execute("RELEASE palace_batch")  # the commit, and its fsync
     except BaseException as exc:
         store._batch_signed.clear()
+        store._batch_registry.clear()
         # Nothing of the batch is in the database: the chain goes back to what is committed, so
         # the next append reuses neither a sequence number nor leaves a gap.
         store._origin_seq, store._head_hash = saved_chain
@@ -211,6 +220,8 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
         raise
     result.events = ctx.new_events
     result.purged = ctx.purged
+    registry, store._batch_registry = store._batch_registry, []
+    store.agents.after_commit(conn, ctx.new_events, registry)
     _remember_committed(store, bool(ctx.purged))
     return result
 

@@ -83,6 +83,12 @@ def job_failure(path: Path, conn: apsw.Connection, exc: Exception) -> ApiError:
         return exc
     if is_disk_full(exc, conn):
         return disk_full_error(path, NOTHING_WRITTEN, exc)
+    if isinstance(exc, apsw.BusyError):
+        # Another process holds the database's write lock (a backup tool, a manual checkpoint):
+        # contention, not a bug; this job wrote nothing and may simply be tried again.
+        _LOGGER.warning("a write waited too long for %s: another process holds its lock (%s)", path, exc)
+        return ApiError(f"the database {path} is locked by another process; nothing was written, try again",
+                        code="daemon_busy")
     # A bug in one job (or a constraint it broke) must not take the others, or the writer, down.
     _LOGGER.error("write job failed", exc_info=exc)
     return ApiError(f"internal error: {type(exc).__name__}: {exc}", code="internal")

@@ -19,7 +19,7 @@ from palace_proto.errors import NotFound
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256
 from palace_proto.validation import ListQuery
 
-from . import memory_views
+from . import event_search, memory_views
 from .rows import PUBLIC_COLUMNS, SIGNED_COLUMNS, row_to_public, row_to_signed
 
 if TYPE_CHECKING:
@@ -107,6 +107,8 @@ def list_events(store: Store, query: ListQuery, *, after_seq: int | None = None)
     if query.since_created_at:
         conds.append("created_at >= ?")
         params.append(query.since_created_at)
+    if query.text is not None:
+        return event_search.search_events(store, query, conds, params)
     order = "DESC" if query.order == "desc" else "ASC"
     limit = query.limit
     if query.to_agents:
@@ -300,3 +302,26 @@ def drawer(store: Store, drawer_id: str) -> dict[str, Any] | None:
     row = store._reader().execute(f"SELECT {memory_views.DRAWER_COLUMNS} FROM drawers d WHERE d.id=?",
                                   (drawer_id,)).fetchone()
     return memory_views.drawer_from_row(row) if row else None
+
+
+# -- agents -------------------------------------------------------------------------------------
+
+
+def agent_activity(store: Store) -> list[tuple[str, str, int, str, str]]:
+    """Who wrote what: (from_agent, origin, events, first created_at, last created_at) for every
+    agent and origin that wrote as it (the roster's and the impersonation counts' source)."""
+    return store._reader().execute(
+        "SELECT from_agent, origin, count(*), min(created_at), max(created_at) FROM events "
+        "GROUP BY from_agent, origin").fetchall()
+
+
+def events_written_as(store: Store, agent: str, origins: Sequence[str], limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` of the events written as ``agent`` by ``origins`` (the oldest first), as
+    the verdict needs them: id, origin, from_agent, created_at."""
+    if not origins:
+        return []
+    marks = ",".join("?" * len(origins))
+    rows = store._reader().execute(
+        f"SELECT id, origin, from_agent, created_at FROM events WHERE from_agent=? AND origin IN ({marks}) "
+        f"ORDER BY seq LIMIT ?", (agent, *origins, limit)).fetchall()
+    return [{"id": r[0], "origin": r[1], "from_agent": r[2], "created_at": r[3]} for r in rows]

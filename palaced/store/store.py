@@ -9,6 +9,7 @@ Each responsibility lives in its own module, as functions taking the store (or a
   committed-signed cache replication pushes from;
 - ``writes``: the rows a job adds: local appends, the one event insert, artifacts, redaction;
 - ``apply``: events from peers (verification, chains, forks, rules, redaction authority);
+- ``agents``: the agent registry (which daemon holds each agent id; impersonation verdicts);
 - ``imports``: history from a file;
 - ``queries``: every read; ``rows``: the one event-row mapping; ``wal``: checkpoints;
 - ``errors``: ``StoreError``/``DiskFullError`` and error translation; ``clock``: ``utc_now``.
@@ -41,10 +42,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import SignedEvent
+from palace_proto.ids import fingerprint
 from palace_proto.paths import DATABASE_FILENAME
 from palace_proto.validation import Limits
 
 from . import batch, origins, queries, schema, wal
+from .agents import AgentRegistry
 from .apply import ApplyReport
 from .batch import WriteBatchResult, WriteContext
 from .clock import utc_now
@@ -102,6 +105,11 @@ class Store:
         self._recent: dict[tuple[str, int], SignedEvent] = {}
         #: events the running batch stored (writer thread), for ``_recent`` once it commits
         self._batch_signed: list[SignedEvent] = []
+        #: the registry events among them (agents.py counts them at once, and for good at the commit)
+        self._batch_registry: list[SignedEvent] = []
+        #: which daemon holds each agent id (agents.py)
+        self.agents = AgentRegistry(fingerprint(self.public_key), self.origin_id)
+        self.agents.load(self._conn)
         #: origin -> (origin_seq, event_hash, reason) of its next event, authentic but refused for
         #: breaking a rule: replication does not ask for that origin again (writer thread writes)
         self.refused_next: dict[str, tuple[int, bytes, str]] = {}
@@ -173,6 +181,8 @@ class Store:
     pending_invites = queries.pending_invites
     memory_read = queries.memory_read
     drawer = queries.drawer
+    agent_activity = queries.agent_activity
+    events_written_as = queries.events_written_as
     own_origins = origins.own_origins
     version_vector = origins.version_vector
     heads = origins.heads

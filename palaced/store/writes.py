@@ -12,14 +12,25 @@ hot path: keep it to these few calls.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
+from palace_proto.agents import (
+    AGENT_EVENT_ROOM,
+    AGENT_EVENT_STREAM,
+    REGISTER,
+    REGISTRY_TYPES,
+    SYSTEM_AGENT,
+    SYSTEM_WRITTEN_TYPES,
+    registry_metadata,
+)
+from palace_proto.canonical import canonical_json
 from palace_proto.envelope import SignedEvent, seal_event
 from palace_proto.errors import ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
 
-from . import memory_views
+from . import event_search, memory_views
 from .clock import utc_now
 from .queries import artifact_record, signed_event_at
 from .rows import INSERT_EVENT, insert_params
@@ -27,26 +38,65 @@ from .rows import INSERT_EVENT, insert_params
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["append_event", "insert_event", "put_artifact", "redact"]
+__all__ = ["append_event", "append_system", "insert_event", "put_artifact", "redact"]
 
 
-def append_event(store: Store, req: AppendRequest) -> dict[str, Any]:
-    """Sign ``req`` as the next event of our origin and store it; its public object."""
+def append_event(store: Store, req: AppendRequest, stored: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sign ``req`` as the next event of our origin and store it; its public object, which
+    ``stored`` gets too, after any event stored before it (a registration).
+
+    The agent it is written as must be ours: an agent nobody holds yet is registered to this
+    daemon first, in the same transaction (an ``agent.register`` just before it), and so is one
+    of ours that this origin has not registered yet; one another daemon holds, or a retired one,
+    is refused (``AgentElsewhere``, ``AgentRetired``). ``palaced`` writes only its notices.
+    """
     conn = store._conn
     for artifact_id in req.artifact_ids:
         if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (artifact_id,)).fetchone() is None:
             raise ValidationError(
                 f"artifact_ids references unknown artifact {artifact_id!r}", field="artifact_ids"
             )
-    seq = store._origin_seq + 1
-    event = seal_event(
-        store._key, origin=store.origin_id, origin_seq=seq, prev_hash=store._head_hash,
-        created_at=utc_now(), type=req.type, stream=req.stream, room=req.room,
+    agent = req.from_agent
+    if agent == SYSTEM_AGENT:
+        if req.type not in SYSTEM_WRITTEN_TYPES:
+            raise ValidationError(f"from_agent {SYSTEM_AGENT!r} is the daemon's own id; write as your agent id",
+                                  field="from_agent")
+    elif store.agents.needs_registration(store, agent):
+        store.agents.check_room(store, agent)
+        stored.append(_seal_and_insert(store, type=REGISTER, stream=AGENT_EVENT_STREAM, room=AGENT_EVENT_ROOM, topic=agent,
+                         from_agent=SYSTEM_AGENT, body=f"{agent} is registered to this daemon",
+                         metadata_json=canonical_json(registry_metadata(REGISTER, agent, store.agents.daemon))))
+    event = _seal_and_insert(
+        store, type=req.type, stream=req.stream, room=req.room,
         from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json,
         topic=req.topic, to_agent=req.to_agent, correlation_id=req.correlation_id,
         branch=req.branch, base_commit=req.base_commit, status=req.status, ack_of=req.ack_of,
         artifact_ids=req.artifact_ids,
     )
+    stored.append(event)
+    return event
+
+
+def append_system(store: Store, req: AppendRequest, stored: list[dict[str, Any]]) -> dict[str, Any]:
+    """Store a registry event the daemon writes itself (``agent register``, ``transfer``,
+    ``retire``): as ``palaced``, checked by the handler that built it, never by a client."""
+    if req.type not in REGISTRY_TYPES or req.from_agent != SYSTEM_AGENT:
+        raise ValidationError(f"append_system takes registry events written as {SYSTEM_AGENT}", field="type")
+    if req.type == REGISTER:
+        agent = json.loads(req.metadata_json).get("agent")
+        if agent not in store.agents.registered_by(store, store.origin_id):
+            store.agents.check_room(store, str(agent))
+    event = _seal_and_insert(store, type=req.type, stream=req.stream, room=req.room, topic=req.topic,
+                             from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json)
+    stored.append(event)
+    return event
+
+
+def _seal_and_insert(store: Store, **fields: Any) -> dict[str, Any]:
+    """Sign the fields as the next event of our origin, store it; its public object."""
+    seq = store._origin_seq + 1
+    event = seal_event(store._key, origin=store.origin_id, origin_seq=seq, prev_hash=store._head_hash,
+                       created_at=utc_now(), **fields)
     local_seq = insert_event(store, event)
     # The origins row (the version vector) is written once per batch, in the same transaction.
     store._origin_seq, store._head_hash = seq, event.event_hash
@@ -61,6 +111,8 @@ def insert_event(store: Store, ev: SignedEvent, *, history: bool = False) -> int
     memory_views.materialise(conn, ev)
     if not history:  # imported history is never offered to peers: nothing to keep for them
         store._batch_signed.append(ev)
+        if ev.type in REGISTRY_TYPES:  # history's registry is another palace's: it never counts here
+            store._batch_registry.append(ev)
     return conn.last_insert_rowid()
 
 
@@ -89,6 +141,9 @@ def redact(store: Store, event_id: str, redact_event_id: str) -> None:
     """Purge the body of ``event_id`` (redacted by ``redact_event_id``), and what the views hold of it."""
     conn = store._conn
     conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
+    for seq, body in conn.execute("SELECT seq, body FROM events WHERE id=? AND body IS NOT NULL",
+                                  (event_id,)).fetchall():
+        event_search.forget(conn, seq, body)  # its words leave the full-text index with it
     changed = conn.execute(
         "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)
     ).fetchall()

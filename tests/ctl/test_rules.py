@@ -47,17 +47,26 @@ REQUIRED_PHRASES = [
     "mempalace_kg_add",
     "secrets",
     "tokens",
+    # identity bound to the daemon, session start
+    "other daemons refuse to write as it",
+    "`impersonation`",
+    "`human:<name>` is the operator",
+    "palacectl session start --agent <AGENT_ID>",
+    "mempalace_session_start",
+    "again after every compaction",
     # inbox sweep
+    "palacectl inbox --agent <AGENT_ID>",
+    "mempalace_inbox",
+    "The daemon keeps the cursor",
+    "palacectl inbox mark-read --agent <AGENT_ID> --upto",
+    "mempalace_inbox_mark_read",
+    "never past what the inbox has shown you",
     "palacectl list",
     "mempalace_event_list",
-    "to_agent=<AGENT_ID>",
     "since_event_id",
-    "preview=true",
     "Never resume by",
     "created_at",
-    "`asc`",
-    "shorter than the limit",
-    "Never move your cursor past",
+    "with `text` finds an old message",
     # watcher
     "every session, unconditionally",
     "you must watch the stream actively",
@@ -216,7 +225,7 @@ def test_render_fills_the_placeholder_everywhere() -> None:
     out = render_rules("linux-bob.claude_2")
     assert "<AGENT_ID>" not in out
     assert "palacectl watch --agent linux-bob.claude_2" in out
-    assert "to_agent=linux-bob.claude_2" in out
+    assert "palacectl inbox --agent linux-bob.claude_2" in out
     body = out.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
     assert body == load_template().replace("<AGENT_ID>", "linux-bob.claude_2").rstrip("\n")
 

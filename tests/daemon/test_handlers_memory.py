@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
-from palaced.handlers import Watcher, log, memory
-from tests.daemon.handler_context import note, open_context
+from palaced.handlers import log, memory
+from tests.daemon.handler_context import open_context
 
 DRAWER = {"wing": "palace", "room": "decisions", "content": "We chose SQLite for the replica.", "added_by": "alice"}
 
@@ -56,17 +56,6 @@ async def test_a_diary_is_written_and_read_back(tmp_path):
         assert written["agent"] == "bob" and written["entry_id"]
         page = await memory.diary_read(ctx, {"agent_name": "bob"})
         assert [e["content"] for e in page["entries"]] == ["first day"] and page["agent"] == "bob"
-
-
-async def test_agents_lists_authors_and_who_is_watching_here(tmp_path):
-    async with open_context(tmp_path) as ctx:
-        await log.append(ctx, note(from_agent="alice"))
-        ctx.watchers[3] = Watcher(conn_id=3, agent="carol", filters="all", cursor=None,
-                                  since="2024-01-01T00:00:00Z", pid=None)
-        found = {a["agent"]: a for a in (await memory.agents(ctx, {}))["agents"]}
-        assert set(found) == {"alice", "carol"}
-        assert (found["alice"]["watching"], found["carol"]["watching"], found["carol"]["watching_on"]) == (
-            False, True, ["here"])
 
 
 async def test_a_rebuild_derives_the_views_again(tmp_path):

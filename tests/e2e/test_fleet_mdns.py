@@ -33,7 +33,7 @@ def test_daemons_find_each_other_by_mdns_and_replicate(daemon_factory, short_tmp
             sent = append(a.home, "found you")
             append(b.home, "and you")
             wait_converged(a, b)
-            assert ctl_json(b.home, "list")["events"][0]["id"] == sent["id"]
+            assert ctl_json(b.home, "list", "--type", "note")["events"][0]["id"] == sent["id"]
             # Beta may still be announcing itself (mDNS "starting") when alpha has already heard it.
             wait_until(lambda: ctl_json(b.home, "peers")["mdns"] == "on", "beta's mDNS to be on")
             view = ctl_json(b.home, "peers")

@@ -102,9 +102,10 @@ def test_a_partition_heals_to_identical_digests(fleet):
         for i in range(20):
             append(a.home, f"alpha {i}")
             append(c.home, f"gamma {i}")
-        assert event_count(a.home) == 21 and event_count(c.home) == 21
+        # alpha: its registration of "alpha", "before", 20 more; gamma also registered "gamma".
+        assert event_count(a.home) == 22 and event_count(c.home) == 23
     final = wait_converged(a, b, c)
-    assert final["events"] == 41
+    assert final["events"] == 43
 
 
 @pytest.mark.slow
@@ -120,8 +121,9 @@ def test_a_receiver_killed_mid_catch_up_loses_and_duplicates_nothing(fleet):
     partial = event_count(b.home)
     assert 0 < partial < total, "the kill must land mid catch-up"
     final = wait_converged(a, b, timeout=90)
-    # Same digest and the same number of rows: nothing lost, nothing stored twice.
-    assert final["events"] == total and event_count(b.home) == total
+    # Same digest and the same number of rows: nothing lost, nothing stored twice (the seed, and
+    # the registration of the agent it wrote as).
+    assert final["events"] == total + 1 and event_count(b.home) == total + 1
 
 
 def test_a_20_mb_artifact_arrives_byte_identical(fleet, short_tmp):
@@ -132,8 +134,9 @@ def test_a_20_mb_artifact_arrives_byte_identical(fleet, short_tmp):
     path.write_bytes(content)
     record = ctl_json(a.home, "artifact", "put", "--kind", "file", "--created-by", "alice", "--file", str(path))
     event = append(a.home, "the blob", artifact_id=record["id"])
-    wait_until(lambda: run_ctl(b.home, "list", "--json").json()["count"] == 1, "the event on beta", timeout=60)
-    listed = ctl_json(b.home, "list")["events"][0]
+    wait_until(lambda: run_ctl(b.home, "list", "--type", "note", "--json").json()["count"] == 1, "the event on beta",
+               timeout=60)
+    listed = ctl_json(b.home, "list", "--type", "note")["events"][0]
     assert listed["id"] == event["id"] and listed["artifact_ids"] == [record["id"]]
     out = short_tmp / "copy.bin"
     ctl_json(b.home, "artifact", "get", record["id"], "--out", str(out))
@@ -222,19 +225,20 @@ def test_a_fork_is_refused_kept_as_evidence_and_reported(fleet, short_tmp):
     shutil.copytree(a.home, clone_home, ignore=shutil.ignore_patterns("palaced.sock", "palaced.lock"))
     b.start()
     clone = fleet.start("clone")
-    append(clone.home, "the clone's version of seq 2")
+    append(clone.home, "the clone's version of seq 3")
     ctl_json(clone.home, "peers", "add", listen_address(b.home))
-    wait_until(lambda: "the clone's version of seq 2" in bodies(b.home), "the clone's event at beta")
+    wait_until(lambda: "the clone's version of seq 3" in bodies(b.home), "the clone's event at beta")
     a.start()
-    append(a.home, "alpha's version of seq 2")
+    append(a.home, "alpha's version of seq 3")
     ctl_json(a.home, "peers", "add", listen_address(b.home))
     wait_until(lambda: ctl_json(b.home, "status")["network"]["forks"] >= 1, "beta to detect the fork")
-    assert "alpha's version of seq 2" not in bodies(b.home)  # the first one stays; the second is refused
+    assert "alpha's version of seq 3" not in bodies(b.home)  # the first one stays; the second is refused
     unhealthy = run_ctl(b.home, "status")
     assert "FORKS" in unhealthy.stdout and unhealthy.returncode == 1 and "fork(s) detected" in unhealthy.stdout
     assert "FORK" in run_ctl(b.home, "peers").stdout
     forks = ctl_json(b.home, "peers")["forks"]
-    assert forks[0]["origin"] == ctl_json(a.home, "status")["origin"] and forks[0]["origin_seq"] == 2
+    # seq 1: alpha registering "alpha", 2: the shared history; 3: where the two copies parted
+    assert forks[0]["origin"] == ctl_json(a.home, "status")["origin"] and forks[0]["origin_seq"] == 3
     doctor = run_ctl(b.home, "doctor")
     assert doctor.returncode == 1 and "forked" in doctor.stdout
 

@@ -20,8 +20,10 @@ import msgpack
 import pytest
 import trio
 
+from palace_proto.agents import REGISTER, registry_metadata
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
-from palace_proto.envelope import SignedEvent
+from palace_proto.canonical import canonical_json
+from palace_proto.envelope import GENESIS_HASH, SignedEvent
 from palace_proto.ids import origin_id_from_random
 from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,
@@ -40,7 +42,7 @@ from palace_proto.session import ConnectionClosed
 from palaced.members import MAX_ORIGINS_PER_KEY
 from palaced.network import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
 from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S
-from tests.fleet import append, bodies, ctl_json, listen_address, wait_converged, wait_until
+from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.hostile_peer import HostilePeer, issue_member, sealed
 from tests.helpers import RawClient
 
@@ -125,7 +127,7 @@ async def test_a_forgery_cannot_borrow_a_genuine_events_verification(scene):
     peer = await scene.connect()
     try:
         await peer.handshake()
-        (genuine,) = await events_of(peer, beta_origin)
+        genuine = (await events_of(peer, beta_origin))[-1]  # beta's newest (after registering "beta")
         forged = dataclasses.replace(
             genuine, origin_seq=genuine.origin_seq + 1, prev_hash=genuine.event_hash, body="beta owes mallory 100",
             body_sha256=hashlib.sha256(b"beta owes mallory 100").digest(), from_agent="beta",
@@ -146,8 +148,9 @@ async def test_forged_origins_altered_bodies_and_chains_with_gaps(scene):
     peer = await scene.connect()
     try:
         await peer.handshake()
-        (beta_first,) = await events_of(peer, beta_origin)
-        as_beta = sealed(key, beta_origin, seq=2, prev=beta_first.event_hash, body="I am beta")  # mallory's key
+        beta_last = (await events_of(peer, beta_origin))[-1]
+        as_beta = sealed(key, beta_origin, seq=beta_last.origin_seq + 1, prev=beta_last.event_hash,
+                         body="I am beta")  # mallory's key
         first = sealed(key, own, body="mallory 1")
         second = sealed(key, own, seq=2, prev=first.event_hash, body="mallory 2")
         third = sealed(key, own, seq=3, prev=second.event_hash, body="mallory 3")
@@ -164,6 +167,54 @@ async def test_forged_origins_altered_bodies_and_chains_with_gaps(scene):
     held = bodies(scene.alpha.home)
     assert {"mallory 1", "mallory 2", "mallory 3"} <= set(held) and "mallory 2, altered" not in held
     scene.still_serving_and_converging("forged events")
+
+
+async def test_a_member_cannot_write_as_another_daemons_agent_unnoticed(scene):
+    """Issue 16: mallory, whose origin registers agents, writes as alpha's agent without a
+    registration (refused on arrival), then with one of its own (void: alpha's came first), and
+    every replica flags those events as impersonations."""
+    append(scene.alpha.home, "alpha's own words", from_agent="alpha-bot")
+    wait_converged(scene.alpha, scene.beta)
+    key, own = scene.mallory.key, scene.mallory.origin
+
+    def registration(agent: str, seq: int, prev: bytes):
+        metadata = canonical_json(registry_metadata(REGISTER, agent, scene.mallory.peer_id))
+        return sealed(key, own, seq=seq, prev=prev, type=REGISTER, stream="palace", room="agents",
+                      from_agent="palaced", body=f"{agent} is registered", metadata_json=metadata)
+
+    mine = registration("mallory-bot", 1, GENESIS_HASH)
+    unregistered = sealed(key, own, seq=2, prev=mine.event_hash, from_agent="alpha-bot", body="unregistered")
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        await peer.push(mine, unregistered)
+        await peer.drain(1.0)
+    finally:
+        await peer.aclose()
+    assert "unregistered" not in bodies(scene.alpha.home)
+    assert "without registering it first" in scene.alpha.log()
+    # The refused event stops mallory's chain on alpha; a registered impostor comes from a second
+    # credential of mallory's, a daemon of its own.
+    scene2 = issue_member(scene.alpha.home, scene.alpha.home.parent / "creds2", "mallory2")
+    key2, own2 = scene2.key, scene2.origin
+    claim = sealed(key2, own2, seq=1, prev=GENESIS_HASH, type=REGISTER, stream="palace", room="agents",
+                   from_agent="palaced", body="alpha-bot is mine",
+                   metadata_json=canonical_json(registry_metadata(REGISTER, "alpha-bot", scene2.peer_id)))
+    posing = sealed(key2, own2, seq=2, prev=claim.event_hash, from_agent="alpha-bot", body="pay mallory")
+    peer = await HostilePeer.connect(scene.address, scene2, scene.ca_pem, palace_id=scene.palace_id,
+                                     name="mallory2", source_host=scene.fresh_host())
+    try:
+        await peer.handshake()
+        await peer.push(claim, posing)
+        await peer.drain(1.0)
+    finally:
+        await peer.aclose()
+    wait_converged(scene.alpha, scene.beta)
+    for d in (scene.alpha, scene.beta):
+        (event,) = [e for e in api(d.home, "list", limit=500)["events"] if e["body"] == "pay mallory"]
+        assert event["impersonation"]["holder"] == peer_id(scene.alpha.home)
+        assert event["impersonation"]["written_by"] == scene2.peer_id
+    scene.still_serving_and_converging("an impostor")
 
 
 async def test_events_with_lone_surrogates_or_broken_rules_are_refused_without_dropping_the_link(scene):

@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from tests.fleet import ctl_json
+from tests.fleet import append, ctl_json
 from tests.helpers import PYTHON, append_event, run_ctl
 
 MEMPALACE_TOOLS = ["mempalace_event_append", "mempalace_event_list", "mempalace_event_wait", "mempalace_event_ack",
@@ -33,6 +33,7 @@ MEMORY_TOOLS = ["mempalace_search", "mempalace_add_drawer", "mempalace_kg_query"
                 "mempalace_find_tunnels"]
 LEASE_TOOLS = ["mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release", "mempalace_lease_list",
                "mempalace_lease_check"]
+SESSION_TOOLS = ["mempalace_inbox", "mempalace_inbox_mark_read", "mempalace_session_start"]
 MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_lease_acquire",
             "mempalace_lease_renew", "mempalace_lease_release", "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
             "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
@@ -58,7 +59,7 @@ async def test_tools_are_listed_with_their_inputs(daemon):
     async with adapter(daemon.home) as client:
         listed = await client.list_tools()
     names = [t.name for t in listed.tools]
-    assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS
+    assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS
     schemas = {t.name: t.input_schema for t in listed.tools}
     assert set(schemas["mempalace_event_append"]["required"]) == {"type", "stream", "room"}
     assert "since_event_id" in schemas["mempalace_event_list"]["properties"]
@@ -260,7 +261,7 @@ async def test_the_adapter_starts_without_a_daemon_and_connects_once_it_runs(dae
     d = daemon_factory(home, start=False)
     async with adapter(home) as client:
         names = [t.name for t in (await client.list_tools()).tools]
-        assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS
+        assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS
         down = await call(client, "mempalace_event_wait", timeout_ms=100)
         assert "palaced is not running" in down["error"]
         await trio.to_thread.run_sync(d.start)
@@ -383,3 +384,51 @@ async def test_queue_tools_ready_claim_release_reassign_with_one_identity(daemon
         not_requester = await call(worker, "mempalace_task_reassign", correlation_id=cid, to_agent="linux-codex")
         assert not_requester["success"] is False and "only the requester" in not_requester["error"]
         assert [t["correlation_id"] for t in (await call(other, "mempalace_task_ready"))["tasks"]] == [cid]
+
+
+async def test_the_inbox_and_session_start_over_mcp(daemon):
+    """The daemon keeps the agent's cursor: after a restart of the harness (or a compaction) the
+    inbox starts where it was marked read."""
+    home = daemon.home
+    first = append(home, "first for you", from_agent="boss", to_agent="mac-claude")
+    second = append(home, "for everyone", from_agent="boss", to_agent="*")
+    async with adapter(home) as client:
+        page = await call(client, "mempalace_inbox")
+        assert [e["id"] for e in page["events"]] == [first["id"], second["id"]] and page["unread"] == 2
+        moved = await call(client, "mempalace_inbox_mark_read", upto_event_id=first["id"])
+        assert moved["moved"] is True and moved["unread"] == 1
+    async with adapter(home) as client:  # a new session
+        session = await call(client, "mempalace_session_start")
+        assert [e["id"] for e in session["inbox"]["items"]] == [second["id"]]
+        assert session["text"].startswith("# palace session for mac-claude")
+        refused = await call(client, "mempalace_inbox_mark_read", upto_event_id="evt_nope")
+        assert "unknown event" in refused["error"]
+
+
+async def test_resources_are_read_through_the_official_client(daemon):
+    home = daemon.home
+    task = ctl_json(home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "mac-claude",
+                    "--goal", "Add the orders table", "--branch", "main", "--base-commit", "abc1234", "--done",
+                    "done")["task"]
+    ctl_json(home, "lease", "acquire", "src/**", "--agent", "boss", "--project", "shop")
+    async with adapter(home) as client:
+        listed = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert listed == {"palace://tasks/open", "palace://leases", "palace://who"}
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+        assert templates == {"palace://inbox/{agent}", "palace://task/{correlation_id}"}
+
+        async def read(uri: str) -> Any:
+            with trio.fail_after(30):
+                result = await client.read_resource(uri)
+            (content,) = result.contents
+            assert content.mime_type == "application/json"
+            return json.loads(content.text)
+
+        assert [e["correlation_id"] for e in (await read("palace://inbox/mac-claude"))["events"]] == \
+            [task["correlation_id"]]
+        assert [t["correlation_id"] for t in (await read("palace://tasks/open"))["tasks"]] == [task["correlation_id"]]
+        assert (await read(f"palace://task/{task['correlation_id']}"))["state"] == "open"
+        assert [lease["agent"] for lease in (await read("palace://leases"))["leases"]] == ["boss"]
+        assert (await read("palace://who"))["count"] == 0
+        with pytest.raises(MCPError, match="not found"):
+            await client.read_resource("palace://task/task_nope_1")

@@ -50,9 +50,16 @@ def test_a_home_from_the_previous_release_migrates_and_keeps_everything(schema, 
     assert status["origin"].startswith("ori2_")
     # A legacy (random) origin is retired on upgrade, a key-derived one (schema 5 on) kept.
     assert (status["origin"] != expected["origin"]) == expected["origin"].startswith("ori_")
-    assert status["events"] == expected["events"]
+    # A member daemon registers, on its first start, the agents it wrote as (issue 16).
+    everything = ctl_json(home, "list", "--limit", "500")["events"]
+    registered = [e for e in everything if e["type"] == "agent.register"]
+    authors = {e["from_agent"] for e in everything if e["type"] != "agent.register"} - {"palaced"}
+    assert {e["metadata"]["agent"] for e in registered} == (authors if expected["palace"] else set())
+    assert status["events"] == expected["events"] + len(registered)
+    legacy = expected["origin"].startswith("ori_")
     heads = {o["origin"]: o for o in ctl_json(home, "digest")["origins"]}
-    assert heads[expected["origin"]]["origin_seq"] == expected["events"]  # the legacy chain, whole
+    # The legacy chain, whole (and, for a key-derived origin, the registrations after it).
+    assert heads[expected["origin"]]["origin_seq"] == expected["events"] + (0 if legacy else len(registered))
     assert (status["palace"] is not None) == expected["palace"]
     listed = ctl_json(home, "list", "--stream", "project/legacy", "--limit", "100")["events"]
     assert [e["id"] for e in listed] == expected["event_ids"]
@@ -63,11 +70,12 @@ def test_a_home_from_the_previous_release_migrates_and_keeps_everything(schema, 
     assert artifact.returncode == 0 and artifact.stdout_bytes == expected["artifact"]["content"].encode()
     # New events go on under the key-derived origin: from 1 after a legacy one, whose head then
     # does not move; right after the events already there if the origin was key-derived already.
-    legacy = expected["origin"].startswith("ori_")
     new = ctl_json(home, "append", "--type", "note", "--stream", "project/legacy", "--room", "general",
                    "--from-agent", "new-claude", "--body", "after the upgrade")
-    assert (new["origin"], new["origin_seq"]) == (status["origin"], 1 if legacy else expected["events"] + 1)
-    assert ctl_json(home, "digest")["events"] == expected["events"] + 1
+    before_it = len(registered) + (1 if expected["palace"] else 0)  # and new-claude's own registration
+    assert (new["origin"], new["origin_seq"]) == (status["origin"],
+                                                  before_it + 1 if legacy else expected["events"] + before_it + 1)
+    assert ctl_json(home, "digest")["events"] == expected["events"] + before_it + 1
     if legacy:
         assert {o["origin"]: o for o in ctl_json(home, "digest")["origins"]}[expected["origin"]] \
             == heads[expected["origin"]]
@@ -92,4 +100,6 @@ def test_a_home_from_the_previous_release_migrates_and_keeps_everything(schema, 
                 assert expected["memory"]["redacted_word"].encode() not in path.read_bytes(), path
     # And it opens again (migrations are recorded, not re-run).
     daemon_factory(home)
-    assert ctl_json(home, "status")["events"] == expected["events"] + 2
+    # The note and the drawer, and the registration of the drawer's author (palacectl) if new.
+    newly = 1 if expected["palace"] and "palacectl" not in authors else 0
+    assert ctl_json(home, "status")["events"] == expected["events"] + before_it + newly + 2

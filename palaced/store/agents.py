@@ -1,0 +1,303 @@
+"""The agent registry of one replica: which daemon holds each agent id, as the log says.
+
+Owns: the registry's state derived from the stored registry events (palace_proto.agents) — each
+agent's record, each origin's daemon (the fingerprint of its key), and the agents each origin has
+registered — loaded when the store opens and brought up to date after each commit; the checks a
+local write as an agent must pass (``needs_registration``: held here, free, elsewhere, retired)
+and the one an arriving event must pass (``arrival_problem``); the verdict on any stored event
+(``verdict``), which the handlers attach to what they serve.
+
+Threading: ``records`` and ``origin_daemons`` are replaced whole or only added to, so any thread
+reads them without a lock; everything else is the writer thread's. The registry events of the
+running batch (``store._batch_registry``) count for the checks at once and for ``records`` once
+the batch commits (a rolled-back batch leaves no trace here).
+
+Which registry events count: those of the replicated chains (``origin_seq <= max_seq``), never
+imported history of other palaces (its agents belong to daemons of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Any, Final
+
+import apsw
+
+from palace_proto.agents import (
+    REGISTER,
+    REGISTRY_TYPES,
+    SYSTEM_AGENT,
+    SYSTEM_WRITTEN_TYPES,
+    AgentRecord,
+    Claim,
+    ca_signature_of,
+    claim_from_event,
+    derive_record,
+    judge,
+)
+from palace_proto.envelope import SignedEvent
+from palace_proto.errors import ApiError, ValidationError
+from palace_proto.ids import fingerprint
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["MAX_AGENTS_PER_ORIGIN", "AgentElsewhere", "AgentRegistry", "AgentRetired"]
+
+_LOGGER: Final = logging.getLogger("palaced.store")
+# Why 10,000: the agents one origin may register. Each record stays in memory on every replica, so
+# a member inventing ids without end must hit a bound; a daemon with ten thousand agent ids is
+# not a machine running agents. Counted along the origin's own chain: every replica agrees.
+MAX_AGENTS_PER_ORIGIN: Final = 10_000
+_NONE: Final[frozenset[str]] = frozenset()
+
+
+class AgentElsewhere(ApiError):
+    """A local write as an agent another daemon holds."""
+
+    code = "agent_elsewhere"
+
+
+class AgentRetired(ApiError):
+    """A local write as an agent that was retired."""
+
+    code = "agent_retired"
+
+
+def _metadata(event: SignedEvent) -> dict[str, Any]:
+    try:
+        value = json.loads(event.metadata_json)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _public_view(event: SignedEvent) -> dict[str, Any]:
+    """What ``claim_from_event`` and the CA check read of a signed event."""
+    return {"id": event.id, "type": event.type, "created_at": event.created_at, "metadata": _metadata(event)}
+
+
+class AgentRegistry:
+    """See the module docstring. ``daemon``: this replica's peer id; ``origin``: its origin."""
+
+    def __init__(self, daemon: str, origin: str) -> None:
+        self.daemon = daemon
+        self.origin = origin
+        #: agent -> its record (replaced whole after a commit that changed it; any thread)
+        self.records: Mapping[str, AgentRecord] = {}
+        #: origin -> the daemon (peer id) whose key it is bound to (only added to; any thread)
+        self.origin_daemons: dict[str, str] = {}
+        #: is this registry event's palace-CA statement valid? (set by the app once the palace is known)
+        self.ca_check: Callable[[Mapping[str, Any]], bool] = lambda event: False
+        #: how a daemon is named in messages (set by the app: its name from the palace, if known)
+        self.daemon_label: Callable[[str], str] = lambda peer_id: f"daemon {peer_id[:7]}"
+        #: whether local writes register their agent: from the moment this daemon belongs to a
+        #: palace (a daemon alone has no other daemon to tell apart; app.py switches it on and
+        #: registers what it wrote as before, ``register_own_agents``)
+        self.enforcing = False
+        self._claims: dict[str, list[Claim]] = {}  # writer thread
+        self._origin_agents: dict[str, set[str]] = {}  # writer thread: origin -> agents it registered
+
+    def __repr__(self) -> str:
+        return f"<AgentRegistry {self.daemon[:7]} agents={len(self.records)}>"
+
+    # -- loading and keeping up -----------------------------------------------------------------
+
+    def load(self, conn: apsw.Connection) -> None:
+        """Derive everything from the log (the store opening; a palace joined or founded)."""
+        self.origin_daemons.update((origin, fingerprint(bytes(key)))
+                                   for origin, key in conn.execute("SELECT origin, public_key FROM origins"))
+        self._claims, self._origin_agents = {}, {}
+        placeholders = ",".join("?" * len(REGISTRY_TYPES))
+        rows = conn.execute(
+            f"SELECT e.id, e.origin, e.type, e.created_at, e.metadata FROM events e JOIN origins o "
+            f"ON o.origin = e.origin WHERE e.type IN ({placeholders}) AND e.origin_seq <= o.max_seq "
+            f"ORDER BY e.seq", tuple(sorted(REGISTRY_TYPES))).fetchall()
+        for event_id, origin, kind, created_at, metadata in rows:
+            self._take({"id": event_id, "origin": origin, "type": kind, "created_at": created_at,
+                        "metadata": json.loads(metadata)})
+        self.records = {agent: derive_record(agent, claims) for agent, claims in self._claims.items()}
+
+    def _take(self, event: Mapping[str, Any]) -> str | None:
+        """Add one stored registry event (public view); the agent it is about, if any."""
+        daemon = self.origin_daemons.get(event["origin"])
+        if daemon is None:
+            return None
+        claim = claim_from_event(event, daemon, ca_verified=ca_signature_of(event) is not None
+                                 and self.ca_check(event))
+        if claim is None:
+            return None
+        self._claims.setdefault(claim.agent, []).append(claim)
+        if claim.kind == REGISTER:
+            self._origin_agents.setdefault(event["origin"], set()).add(claim.agent)
+        return claim.agent
+
+    def after_commit(self, conn: apsw.Connection, new_events: Sequence[Mapping[str, Any]],
+                     registry_events: Sequence[SignedEvent]) -> None:
+        """A batch committed: learn the origins of its events and take its registry events."""
+        for event in new_events:
+            origin = event.get("origin")
+            if origin not in self.origin_daemons:
+                row = conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
+                if row is not None:
+                    self.origin_daemons[origin] = fingerprint(bytes(row[0]))
+        if not registry_events:
+            return
+        changed = set()
+        for event in registry_events:
+            agent = self._take({**_public_view(event), "origin": event.origin})
+            if agent is not None:
+                changed.add(agent)
+        if changed:
+            records = dict(self.records)
+            for agent in changed:
+                records[agent] = derive_record(agent, self._claims[agent])
+            self.records = records
+
+    def reload_ca(self, conn: apsw.Connection) -> None:
+        """The CA check changed (a palace founded or joined): derive again."""
+        self.load(conn)
+
+    # -- the checks of a write ------------------------------------------------------------------
+
+    def _daemon_of(self, conn: apsw.Connection, origin: str) -> str | None:
+        daemon = self.origin_daemons.get(origin)
+        if daemon is None:
+            row = conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
+            if row is not None:
+                daemon = self.origin_daemons[origin] = fingerprint(bytes(row[0]))
+        return daemon
+
+    def _pending(self, store: Store, agent: str) -> list[SignedEvent]:
+        return [event for event in store._batch_registry if _metadata(event).get("agent") == agent]
+
+    def record_of(self, store: Store, agent: str) -> AgentRecord | None:
+        """``agent``'s record with the running batch's registry events (writer thread)."""
+        pending = self._pending(store, agent) if store._batch_registry else []
+        if not pending:
+            return self.records.get(agent)
+        claims = list(self._claims.get(agent, ()))
+        for event in pending:
+            daemon = self._daemon_of(store._conn, event.origin)
+            view = {**_public_view(event), "origin": event.origin}
+            claim = (claim_from_event(view, daemon, ca_verified=ca_signature_of(view) is not None
+                                      and self.ca_check(view)) if daemon else None)
+            if claim is not None:
+                claims.append(claim)
+        return derive_record(agent, claims)
+
+    def registered_by(self, store: Store, origin: str) -> AbstractSet[str]:
+        """The agents ``origin`` registered, the running batch included (on the arrival path of
+        every event: no copy unless the batch registered something for that origin)."""
+        committed = self._origin_agents.get(origin, _NONE)
+        pending = [agent for agent in (_metadata(e).get("agent") for e in store._batch_registry
+                                       if e.origin == origin and e.type == REGISTER) if isinstance(agent, str)]
+        return committed | set(pending) if pending else committed
+
+    def needs_registration(self, store: Store, agent: str) -> bool:
+        """Whether a local write as ``agent`` must first register it from our origin (writer thread).
+
+        Raises:
+            AgentElsewhere: another daemon holds it (the message names it, and how to move it).
+            AgentRetired: it was retired.
+        """
+        record = self.record_of(store, agent)
+        current = record.current if record is not None else None
+        if current is None:
+            return self.enforcing
+        if current.daemon is None:
+            raise AgentRetired(f"agent {agent} was retired ({current.since}); register it again with "
+                               f"`palacectl agent register {agent}` to write as it here")
+        if current.daemon != self.daemon:
+            raise AgentElsewhere(
+                f"agent {agent} belongs to {self.daemon_label(current.daemon)} (peer id {current.daemon}), not to "
+                f"this daemon: write as {agent} there, or move it here with `palacectl agent transfer {agent} "
+                f"--to {self.daemon}` on that daemon (or on the daemon holding the palace CA)")
+        if not self.enforcing:
+            return False
+        return agent not in self.registered_by(store, self.origin)
+
+    def check_room(self, store: Store, agent: str) -> None:
+        """Refuse one more registration from our origin past ``MAX_AGENTS_PER_ORIGIN``."""
+        if len(self.registered_by(store, self.origin)) >= MAX_AGENTS_PER_ORIGIN:
+            raise ValidationError(f"this daemon has registered {MAX_AGENTS_PER_ORIGIN} agent ids already, the most "
+                                  f"one daemon may; write as one of them instead of {agent!r}", field="from_agent")
+
+    def unregistered_own_agents(self, store: Store) -> list[str]:
+        """The agents this daemon's origins wrote as that nobody holds yet (writer thread): what
+        joining or founding a palace registers, so that they are this daemon's from then on."""
+        own = [origin for origin, daemon in self.origin_daemons.items() if daemon == self.daemon]
+        if not own:
+            return []
+        marks = ",".join("?" * len(own))
+        rows = store._conn.execute(f"SELECT DISTINCT from_agent FROM events WHERE origin IN ({marks}) AND "
+                                   f"from_agent != ?", (*own, SYSTEM_AGENT)).fetchall()
+        out = []
+        for (agent,) in rows:
+            record = self.record_of(store, agent)
+            if record is None or record.current is None:
+                out.append(agent)
+        return sorted(out)
+
+    def arrival_problem(self, store: Store, event: SignedEvent, key: bytes) -> str | None:
+        """Why an authentic event from outside breaks the registry's rules (None: it does not).
+        Deterministic: it depends only on the event and its own origin's chain before it.
+
+        * Only the daemon's notices are written as ``palaced``.
+        * A registry event is written as ``palaced``, names an agent, and names the daemon of its
+          own origin (a daemon registers, transfers and retires only as itself).
+        * An origin that registers agents writes as an agent only after registering it.
+        """
+        agent = event.from_agent
+        if event.type in REGISTRY_TYPES:
+            if agent != SYSTEM_AGENT:
+                return f"{event.type} must be written as {SYSTEM_AGENT}"
+            view = {**_public_view(event), "origin": event.origin}
+            daemon = fingerprint(key)
+            if claim_from_event(view, daemon, ca_verified=False) is None:
+                return f"{event.type} must name its agent (and, for a transfer, the daemon it goes to)"
+            if view["metadata"].get("daemon") != daemon:
+                return f"{event.type} names another daemon than the one that wrote it"
+            if event.type == REGISTER:
+                registered = self.registered_by(store, event.origin)
+                if view["metadata"]["agent"] not in registered and len(registered) >= MAX_AGENTS_PER_ORIGIN:
+                    return f"origin {event.origin} registers more than {MAX_AGENTS_PER_ORIGIN} agents"
+            return None
+        if agent == SYSTEM_AGENT:
+            if event.type not in SYSTEM_WRITTEN_TYPES:
+                return f"only the daemon's own notices are written as {SYSTEM_AGENT}, not {event.type}"
+            return None
+        registered = self.registered_by(store, event.origin)
+        if registered and agent not in registered:
+            return (f"origin {event.origin} writes as {agent} without registering it first "
+                    f"(an {REGISTER} of {agent} must come before)")
+        return None
+
+    # -- verdicts (any thread) ------------------------------------------------------------------
+
+    def verdict(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The impersonation verdict on a public event object, or None (fine, or not judged)."""
+        record = self.records.get(event.get("from_agent"))  # type: ignore[arg-type]
+        if record is None:
+            return None
+        daemon = self.origin_daemons.get(event.get("origin"))  # type: ignore[arg-type]
+        if daemon is None:
+            return None
+        found = judge(record, daemon, event["created_at"], event["id"])
+        return found.to_wire() if found is not None else None
+
+    def annotate(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The events with ``impersonation`` on those that are one (a copy of each such event:
+        the ones given may be shared, e.g. the bus's ring)."""
+        out = []
+        records = self.records
+        for event in events:
+            if event.get("from_agent") in records:
+                found = self.verdict(event)
+                if found is not None:
+                    event = {**event, "impersonation": found}
+            out.append(event)
+        return out

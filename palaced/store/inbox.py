@@ -1,0 +1,113 @@
+"""Each agent's inbox, kept by the daemon: its cursor, what it lists, and how the cursor moves.
+
+Owns: the ``inbox_cursors`` table (schema 0007): reading an agent's cursor, the page of its inbox
+after it (events addressed to the agent or to ``*``, not written by it, oldest first, through
+``queries.list_events``), remembering how far a page listed (``note_listed``), and moving the
+cursor (``mark_read``: never backwards, never past what was listed). Reads on the caller's reader
+connection; the two writes run as write jobs (writer thread, inside a batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import apsw
+
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.validation import ListQuery
+
+from .clock import utc_now
+from .queries import list_events
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "cursor_of", "inbox_page", "mark_read", "note_listed",
+           "unread_count"]
+
+# Why 10,000: one row per agent whose inbox was read here; a client inventing ids without end
+# must not grow the table without end (a fleet has tens of agents, a busy one hundreds).
+MAX_INBOX_CURSORS: Final = 10_000
+# Why 1,000: how far ``unread_count`` counts (beyond that, "at least 1,000" is all anyone needs).
+UNREAD_COUNT_CAP: Final = 1_000
+
+
+class InboxFull(ApiError):
+    code = "limit_reached"
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    read_seq: int = 0
+    read_event_id: str | None = None
+    listed_seq: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"read_event_id": self.read_event_id, "read_seq": self.read_seq, "listed_seq": self.listed_seq}
+
+
+def _cursor(conn: apsw.Connection, agent: str) -> Cursor:
+    row = conn.execute("SELECT read_seq, read_event_id, listed_seq FROM inbox_cursors WHERE agent=?",
+                       (agent,)).fetchone()
+    return Cursor(*row) if row else Cursor()
+
+
+def cursor_of(store: Store, agent: str) -> Cursor:
+    return _cursor(store._reader(), agent)
+
+
+def _query(agent: str, limit: int, preview: bool) -> ListQuery:
+    return ListQuery.from_wire({"to_agents": [agent], "exclude_from_agents": [agent], "order": "asc",
+                                "limit": limit, "preview": preview})
+
+
+def inbox_page(store: Store, agent: str, limit: int, preview: bool) -> tuple[Cursor, list[dict[str, Any]]]:
+    """The agent's cursor and the first ``limit`` events of its inbox after it."""
+    cursor = cursor_of(store, agent)
+    return cursor, list_events(store, _query(agent, limit, preview), after_seq=cursor.read_seq)
+
+
+def unread_count(store: Store, agent: str, after_seq: int) -> int:
+    """How many inbox events follow ``after_seq`` (counted up to ``UNREAD_COUNT_CAP``)."""
+    return len(list_events(store, _query(agent, UNREAD_COUNT_CAP, True), after_seq=after_seq))
+
+
+def _ensure_row(conn: apsw.Connection, agent: str) -> None:
+    if conn.execute("SELECT 1 FROM inbox_cursors WHERE agent=?", (agent,)).fetchone():
+        return
+    (count,) = conn.execute("SELECT count(*) FROM inbox_cursors").fetchone()
+    if count >= MAX_INBOX_CURSORS:
+        raise InboxFull(f"this daemon keeps inbox cursors for {MAX_INBOX_CURSORS} agents already; retire unused "
+                        "agents (`palacectl agents` lists them) before reading a new agent's inbox")
+    conn.execute("INSERT INTO inbox_cursors (agent, updated_at) VALUES (?, ?)", (agent, utc_now()))
+
+
+def note_listed(conn: apsw.Connection, agent: str, seq: int) -> None:
+    """A page of the inbox showed events up to ``seq`` (writer thread)."""
+    _ensure_row(conn, agent)
+    conn.execute("UPDATE inbox_cursors SET listed_seq=?, updated_at=? WHERE agent=? AND listed_seq < ?",
+                 (seq, utc_now(), agent, seq))
+
+
+def mark_read(conn: apsw.Connection, agent: str, event_id: str) -> tuple[Cursor, bool]:
+    """Move the agent's cursor to ``event_id`` (writer thread): the new cursor, and whether it moved.
+
+    Raises:
+        NotFound: no such event.
+        ValidationError: it lies beyond what the inbox listed.
+    """
+    row = conn.execute("SELECT seq FROM events WHERE id=?", (event_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"upto names an unknown event {event_id!r}")
+    (seq,) = row
+    cursor = _cursor(conn, agent)
+    if seq > cursor.listed_seq:
+        raise ValidationError(f"event {event_id} has not been listed in {agent}'s inbox yet: list it first "
+                              f"(`palacectl inbox --agent {agent}`), so nothing unread is marked read",
+                              field="upto_event_id")
+    if seq <= cursor.read_seq:
+        return cursor, False  # never backwards: already read up to there or further
+    conn.execute("UPDATE inbox_cursors SET read_seq=?, read_event_id=?, updated_at=? WHERE agent=?",
+                 (seq, event_id, utc_now(), agent))
+    return Cursor(seq, event_id, cursor.listed_seq), True
