@@ -50,8 +50,9 @@ from .tasks import recent_views, task_release
 
 __all__ = ["OPS", "ca_checker", "daemon_label", "register_own_agents"]
 
-# Why 10,000: the events of one agent the roster reads to count impersonations from one suspect
-# daemon; a count beyond it is shown as "at least".
+# Why 10,000: the events of one agent the roster reads to count its impersonations (from the
+# daemons that did not hold it all along); the count stops there, so a flood cannot make
+# `agents` read the whole log.
 MAX_SUSPECT_EVENTS: Final = 10_000
 
 
