@@ -17,7 +17,7 @@ import typer
 
 from .. import output
 from ..client import Client
-from ..output import EXIT_OK, emit_json, note, write_stdout
+from ..output import EXIT_OK, agent_label, emit_json, note, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home
 
 __all__ = ["digest", "doctor", "init", "invite", "join", "peers_app", "revoke", "status", "who"]
@@ -281,7 +281,7 @@ def who(json_: JsonOpt = False) -> None:
         if worker:  # a `palacectl worker`: what it runs, not what it watches
             tasks = ", ".join(worker["tasks"]) or "idle"
             doing = f"worker ({worker['runner']}, {len(worker['tasks'])}/{worker['concurrency']}): {tasks}"
-        write_stdout(f"{w['agent'] or '-'}\t{where}\t{w['since']}\t{doing}\n")
+        write_stdout(f"{agent_label(w['agent']) or '-'}\t{where}\t{w['since']}\t{doing}\n")
 
 
 @peers_app.callback()
