@@ -49,6 +49,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from .errors import ValidationError
+from .stamps import duration_seconds
 
 __all__ = [
     "AGENT_EVENT_ROOM", "AGENT_EVENT_STREAM", "DEFAULT_STALE_AFTER_S", "HUMAN_PREFIX", "MAX_AGENT_ID_CHARS",
@@ -116,8 +117,6 @@ def check_agent_id(value: Any, *, field: str = "agent") -> str:
 # as good as never.
 MIN_STALE_AFTER_S: Final = 3600
 MAX_STALE_AFTER_S: Final = 365 * 86400
-_DURATION_RE: Final = re.compile(r"^\s*(\d{1,9})\s*([smhd]?)\s*$")
-_UNIT_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def check_stale_after(value: Any, *, field: str = "agents.stale_after") -> int:
@@ -126,15 +125,10 @@ def check_stale_after(value: Any, *, field: str = "agents.stale_after") -> int:
     Raises:
         ValidationError: not a duration, or out of that range.
     """
-    if isinstance(value, bool):
-        value = None
-    match = _DURATION_RE.match(value) if isinstance(value, str) else None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         seconds = value
-    elif match is not None:
-        seconds = int(match.group(1)) * _UNIT_S[match.group(2) or "s"]
     else:
-        raise ValidationError(f"{field} {str(value)[:40]!r} is not a duration: write e.g. 14d or 72h", field=field)
+        seconds = duration_seconds(value, field=field)
     if not MIN_STALE_AFTER_S <= seconds <= MAX_STALE_AFTER_S:
         raise ValidationError(f"{field} must be from 1h to 365d", field=field)
     return seconds

@@ -16,8 +16,8 @@ from typing import Any, Final
 
 from .errors import ValidationError
 
-__all__ = ["MAX_DURATION_S", "MIN_DURATION_S", "STAMP_RE", "add_seconds", "check_duration", "format_duration",
-           "parse_duration", "seconds_between"]
+__all__ = ["MAX_DURATION_S", "MIN_DURATION_S", "STAMP_RE", "add_seconds", "check_duration", "duration_seconds",
+           "format_duration", "parse_duration", "seconds_between"]
 
 #: an event timestamp (what ``created_at`` holds), with or without microseconds
 STAMP_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
@@ -44,17 +44,27 @@ def seconds_between(earlier: str, later: str) -> float:
     return (_parse(later) - _parse(earlier)).total_seconds()
 
 
+def duration_seconds(text: str, *, field: str) -> int:
+    """``90s``, ``30m``, ``2h``, ``7d`` (or plain seconds) → seconds, whatever the range (the
+    caller checks its own; ``parse_duration`` checks the one most durations share).
+
+    Raises:
+        ValidationError: not a duration (naming ``field``).
+    """
+    match = _DURATION_RE.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValidationError(f"{field} {str(text)[:40]!r} is not a duration: write a number and a unit, "
+                              "e.g. 90s, 30m, 2h or 7d", field=field)
+    return int(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+
+
 def parse_duration(text: str, *, field: str) -> int:
     """``90s``, ``30m``, ``2h``, ``7d`` (or plain seconds) → seconds, within the one range.
 
     Raises:
         ValidationError: not a duration, or out of range (naming ``field``).
     """
-    match = _DURATION_RE.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise ValidationError(f"{field} {str(text)[:40]!r} is not a duration: write a number and a unit, "
-                              "e.g. 90s, 30m, 2h or 7d", field=field)
-    return check_duration(int(match.group(1)) * _UNIT_S[match.group(2) or "s"], field=field)
+    return check_duration(duration_seconds(text, field=field), field=field)
 
 
 def check_duration(seconds: Any, *, field: str) -> int:

@@ -41,7 +41,6 @@ from palace_proto.validation import AppendRequest, clean_optional
 from ..membership import Membership
 from ..store import WriteContext
 from ..store import memory_views as views
-from ..store.agents import AgentElsewhere
 from ..store.clock import utc_now as _now
 from .context import Context
 from .fleet import who
@@ -151,10 +150,7 @@ async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
         current = record.current if record else None
         if current is not None and current.daemon is not None:
             if current.daemon != store.agents.daemon:
-                raise AgentElsewhere(
-                    f"agent {agent} is registered to {store.agents.daemon_label(current.daemon)} (peer id "
-                    f"{current.daemon}) since {current.since}; move it here with `palacectl agent transfer {agent} "
-                    f"--to {store.agents.daemon}` on that daemon (or on the daemon holding the palace CA)")
+                raise store.agents.elsewhere(agent, current.daemon)
             if agent in store.agents.registered_by(store, store.origin_id):
                 return None
         body = f"{agent} is registered to this daemon" + (" again" if record and record.retired else "")
@@ -262,7 +258,8 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     registry = ctx.store.agents
     records = registry.records
     activity = await ctx.astore.read(ctx.store.agent_activity)
-    diaries = await ctx.astore.read(ctx.store.memory_read, views.agents)
+    # Diaries only: the events were counted by agent_activity (one scan of the log, not two).
+    diaries = await ctx.astore.read(ctx.store.memory_read, views.diaries)
     live: dict[str, list[str]] = {}
     for watcher in (await who(ctx, {}))["watchers"]:
         if watcher.get("agent") and not watcher.get("daemon_silent"):
@@ -282,9 +279,6 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     for agent in records:
         if not only or agent == only:
             seen.setdefault(agent, {"events": 0, "last_activity": None})
-    for name, info in diaries.items():
-        if name in seen or name in live:
-            seen.setdefault(name, {"events": 0, "last_activity": None})
     now = _now()
     names = _daemon_names(ctx)
     out = []
@@ -316,7 +310,8 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             "stale": last is not None and seconds_between(last, now) > ctx.config.agents_stale_after_s,
             "watching": agent in live,
             "watching_on": sorted(set(live.get(agent, []))),
-            "wing": diary.get("wing") or diary_wing(agent),
+            # An author's wing is named after it; only a diary with no events of its own has its wing.
+            "wing": diary_wing(agent) if info["events"] else diary.get("wing") or diary_wing(agent),
             "diary_entries": diary.get("diary_entries", 0),
             "impersonations": impersonations,
             "contested": wire["void"],

@@ -45,7 +45,9 @@ async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dic
         last = events[-1]["seq"]
         await ctx.astore.write(lambda w: store_inbox.note_listed(w.conn, agent, last))
         cursor = store_inbox.Cursor(cursor.read_seq, cursor.read_event_id, last)
-    unread = await ctx.astore.read(store_inbox.unread_count, ctx.store, agent, cursor.read_seq)
+    # The page holds every unread event unless there are more: only then count them apart.
+    unread = (await ctx.astore.read(store_inbox.unread_count, ctx.store, agent, cursor.read_seq) if more
+              else len(events))
     return {"agent": agent, "events": events, "count": len(events), "more": more, "unread": unread,
             "unread_capped": unread >= store_inbox.UNREAD_COUNT_CAP, "cursor": cursor.to_wire()}
 

@@ -121,13 +121,15 @@ class AgentRegistry:
                         "metadata": json.loads(metadata)})
         self.records = {agent: derive_record(agent, claims) for agent, claims in self._claims.items()}
 
-    def _take(self, event: Mapping[str, Any]) -> str | None:
-        """Add one stored registry event (public view); the agent it is about, if any."""
-        daemon = self.origin_daemons.get(event["origin"])
+    def _claim(self, event: Mapping[str, Any], daemon: str | None) -> Claim | None:
+        """The claim of a registry event (public view) written by ``daemon``, its CA statement checked."""
         if daemon is None:
             return None
-        claim = claim_from_event(event, daemon, ca_verified=ca_signature_of(event) is not None
-                                 and self.ca_check(event))
+        return claim_from_event(event, daemon, ca_verified=ca_signature_of(event) is not None and self.ca_check(event))
+
+    def _take(self, event: Mapping[str, Any]) -> str | None:
+        """Add one stored registry event (public view); the agent it is about, if any."""
+        claim = self._claim(event, self.origin_daemons.get(event["origin"]))
         if claim is None:
             return None
         self._claims.setdefault(claim.agent, []).append(claim)
@@ -139,11 +141,7 @@ class AgentRegistry:
                      registry_events: Sequence[SignedEvent]) -> None:
         """A batch committed: learn the origins of its events and take its registry events."""
         for event in new_events:
-            origin = event.get("origin")
-            if origin not in self.origin_daemons:
-                row = conn.execute("SELECT public_key FROM origins WHERE origin=?", (origin,)).fetchone()
-                if row is not None:
-                    self.origin_daemons[origin] = fingerprint(bytes(row[0]))
+            self._daemon_of(conn, event["origin"])
         if not registry_events:
             return
         changed = set()
@@ -181,10 +179,8 @@ class AgentRegistry:
             return self.records.get(agent)
         claims = list(self._claims.get(agent, ()))
         for event in pending:
-            daemon = self._daemon_of(store._conn, event.origin)
-            view = {**_public_view(event), "origin": event.origin}
-            claim = (claim_from_event(view, daemon, ca_verified=ca_signature_of(view) is not None
-                                      and self.ca_check(view)) if daemon else None)
+            claim = self._claim({**_public_view(event), "origin": event.origin},
+                                self._daemon_of(store._conn, event.origin))
             if claim is not None:
                 claims.append(claim)
         return derive_record(agent, claims)
@@ -212,13 +208,17 @@ class AgentRegistry:
             raise AgentRetired(f"agent {agent} was retired ({current.since}); register it again with "
                                f"`palacectl agent register {agent}` to write as it here")
         if current.daemon != self.daemon:
-            raise AgentElsewhere(
-                f"agent {agent} belongs to {self.daemon_label(current.daemon)} (peer id {current.daemon}), not to "
-                f"this daemon: write as {agent} there, or move it here with `palacectl agent transfer {agent} "
-                f"--to {self.daemon}` on that daemon (or on the daemon holding the palace CA)")
+            raise self.elsewhere(agent, current.daemon)
         if not self.enforcing:
             return False
         return agent not in self.registered_by(store, self.origin)
+
+    def elsewhere(self, agent: str, holder: str) -> AgentElsewhere:
+        """The refusal of a write as ``agent``, which daemon ``holder`` holds: where it lives, and how to move it."""
+        return AgentElsewhere(
+            f"agent {agent} belongs to {self.daemon_label(holder)} (peer id {holder}), not to this daemon: write "
+            f"as {agent} there, or move it here with `palacectl agent transfer {agent} --to {self.daemon}` on that "
+            "daemon (or on the daemon holding the palace CA)")
 
     def check_room(self, store: Store, agent: str) -> None:
         """Refuse one more registration from our origin past ``MAX_AGENTS_PER_ORIGIN``."""

@@ -420,18 +420,26 @@ def diary_page(conn: apsw.Connection, wing: str, last_n: int) -> dict[str, Any]:
     return {"wing": wing, "entries": entries, "total": total, "showing": len(entries)}
 
 
+def diaries(conn: apsw.Connection) -> dict[str, dict[str, Any]]:
+    """Every diary: its agent (or its wing's name), wing, entries and newest entry's time."""
+    out: dict[str, dict[str, Any]] = {}
+    for agent, wing, count, last in conn.execute(
+            "SELECT agent, wing, count(*), max(filed_at) FROM drawers WHERE kind='diary' GROUP BY wing"):
+        name = agent or wing.removeprefix("wing_")
+        out[name] = {"agent": name, "wing": wing, "last_activity": last, "diary_entries": count}
+    return out
+
+
 def agents(conn: apsw.Connection) -> dict[str, dict[str, Any]]:
     """Every agent the log has seen: authors of events and owners of diaries, with last activity."""
     seen: dict[str, dict[str, Any]] = {}
     for author, last in conn.execute("SELECT from_agent, max(created_at) FROM events GROUP BY from_agent"):
         seen[author] = {"agent": author, "wing": diary_wing(author), "last_activity": last, "diary_entries": 0}
-    for agent, wing, count, last in conn.execute(
-            "SELECT agent, wing, count(*), max(filed_at) FROM drawers WHERE kind='diary' GROUP BY wing"):
-        name = agent or wing.removeprefix("wing_")
-        entry = seen.setdefault(name, {"agent": name, "wing": wing, "last_activity": last, "diary_entries": 0})
-        entry["diary_entries"] = count
-        if last and (entry["last_activity"] or "") < last:
-            entry["last_activity"] = last
+    for name, diary in diaries(conn).items():
+        entry = seen.setdefault(name, dict(diary))
+        entry["diary_entries"] = diary["diary_entries"]
+        if diary["last_activity"] and (entry["last_activity"] or "") < diary["last_activity"]:
+            entry["last_activity"] = diary["last_activity"]
     return seen
 
 
