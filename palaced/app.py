@@ -33,6 +33,7 @@ from .handlers import Context, op_table
 from .handlers.agents import ca_checker, daemon_label, register_own_agents
 from .handlers.leases import LeaseReconciler
 from .handlers.log import TextIndexer
+from .handlers.maintenance import report_facts
 from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
@@ -125,7 +126,8 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
     host, port = parse_peer_address(config.listen)
     network = Network(settings=NetworkSettings(host, port, config.mdns), home=config.home, membership=membership,
                       identity=key, identity_path=config.key_path, astore=astore, bus=bus, directory=directory,
-                      watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes)
+                      watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes,
+                      facts=lambda: report_facts(ctx))
     ctx.directory, ctx.network = directory, network
     # The registry judges palace-CA statements from now on: derive it again with them.
     store.agents.ca_check = ca_checker(membership)

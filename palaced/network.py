@@ -7,11 +7,14 @@ runs mutual TLS (``tls.py``) and hands each authenticated stream to a ``PeerLink
 link per peer pair** (when both sides dial at once, the connection dialled by the smaller peer
 id wins, on both sides alike); refuses revoked peers and drops their links the moment a
 revocation is observed; answers enrolments while invites are pending; gossips which watchers
-are connected where (``Presence``, signed by each daemon, relayed newest-wins); and counts which
-peers confirmed holding an event (``append --replicated K``).
+are connected where (``Presence``) and what each daemon says about itself — its links, their lag,
+its health — for the fleet view (``Report``, content in ``palace_proto.fleet``), both signed by
+their daemon, relayed newest-wins through one sender per link and kept at most once per member
+daemon; and counts which peers confirmed holding an event (``append --replicated K``).
 
 Everything here is IO and bookkeeping; the replication rules live in ``replication.py`` and
-``palace_proto``. What ``palacectl peers`` shows is built by ``peers_view``.
+``palace_proto``. What ``palacectl peers`` shows is built by ``peers_view``; the ``fleet``
+operation reads ``current_report`` and ``heard_reports``.
 """
 
 from __future__ import annotations
@@ -22,24 +25,28 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import trio
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from palace_proto.errors import ApiError, ProtocolError
+from palace_proto.fleet import decode_report, encode_report
 from palace_proto.peer import (
     MAX_PRESENCE_FILTER_CHARS,
     MAX_WATCHERS_PER_PRESENCE,
     PEER_PROTOCOL_VERSION,
     Hello,
     Presence,
+    Report,
     format_peer_address,
     parse_peer_address,
     presence_signing_bytes,
+    report_signing_bytes,
 )
 from palace_proto.ids import fingerprint_is_valid
 from palace_proto.pki import CertificateError, MemberCertificate, Revocation
@@ -69,6 +76,14 @@ STABLE_LINK_S: Final = 10.0
 # Why 10 s: presence is re-announced on this heartbeat; a daemon unheard for 3 beats is "silent".
 PRESENCE_HEARTBEAT_S: Final = 10.0
 PRESENCE_SILENT_S: Final = 3 * PRESENCE_HEARTBEAT_S
+# Why 30 s: a report (up to 16 KiB) goes to every link of every daemon on each beat; the fleet view
+# needs health and lag fresh to the minute, and a link's change of state goes out sooner anyway
+# (REPORT_SETTLE_S). A daemon whose report is older than 3 beats is "silent".
+REPORT_HEARTBEAT_S: Final = 30.0
+REPORT_SILENT_S: Final = 3 * REPORT_HEARTBEAT_S
+# Why 2 s: a link coming up changes state several times within a second (connected, hello, vectors,
+# caught up); one report once they settle says it all, and a flapping link costs a report per 2 s.
+REPORT_SETTLE_S: Final = 2.0
 # When mDNS shows a peer to both sides at once, the larger peer id waits this long before
 # dialling, so the preferred connection (dialled by the smaller id) usually comes first.
 MDNS_DEFER_S: Final = 2.0
@@ -129,20 +144,41 @@ class _PeerRecord:
     connected_since: str | None = None
 
 
+#: what daemons gossip about themselves, relayed newest-wins: which watchers are connected, and reports
+Gossip = Presence | Report
+
+
 class _Outbox:
-    """Presence records waiting to go to one link: the newest per daemon only, so a flood of
-    presence relays costs one send per daemon and link, never a task or a queue entry each."""
+    """Gossip waiting to go to one link: the newest record per kind and daemon only, so a flood of
+    presence records or reports costs one send per daemon, kind and link, never a task or a queue
+    entry each (and the outbox holds at most two records per member daemon)."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, Presence] = {}
+        self.pending: dict[tuple[type[Gossip], str], Gossip] = {}
         self.kick = trio.Event()
         self.scope = trio.CancelScope()
 
-    def put(self, presence: Presence) -> None:
-        known = self.pending.get(presence.peer_id)
-        if known is None or known.serial < presence.serial:
-            self.pending[presence.peer_id] = presence
+    def put(self, gossip: Gossip) -> None:
+        key = (type(gossip), gossip.peer_id)
+        known = self.pending.get(key)
+        if known is None or known.serial < gossip.serial:
+            self.pending[key] = gossip
         self.kick.set()
+
+    def discard(self, peer_id: str) -> None:
+        """Forget whatever waits about daemon ``peer_id`` (it was revoked)."""
+        self.pending = {key: gossip for key, gossip in self.pending.items() if key[1] != peer_id}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _HeardReport:
+    """Another daemon's newest report that verified, read once (``decode_report``) when it came."""
+
+    report: Report
+    content: dict[str, Any]
+    #: trio.current_time() when it came (the "silent" judgement) and the same as UTC (for display)
+    heard: float
+    heard_at: str
 
 
 class ListenError(ApiError):
@@ -154,7 +190,8 @@ class ListenError(ApiError):
 class Network:
     def __init__(self, *, settings: NetworkSettings, home: Path, membership: Membership, identity: Ed25519PrivateKey,
                  identity_path: Path, astore: AsyncStore, bus: EventBus, directory: MemberDirectory,
-                 watchers: Callable[[], list[tuple[str, ...]]], max_artifact_bytes: int) -> None:
+                 watchers: Callable[[], list[tuple[str, ...]]], max_artifact_bytes: int,
+                 facts: Callable[[], Awaitable[Mapping[str, Any]]] | None = None) -> None:
         self.settings = settings
         self.membership = membership
         self.identity = identity
@@ -165,6 +202,9 @@ class Network:
         self.peer_id = membership.peer_id
         self.max_artifact_bytes = max_artifact_bytes
         self._watchers = watchers
+        #: what this daemon's report says beyond its links (release, start, events, health, forks,
+        #: watchers), gathered as ``status`` gathers it: handlers/maintenance.py ``report_facts``
+        self._facts = facts
         folder = home / "palace"
         self._member_cert_path = folder / "member.crt"
         self._ca_key_path = folder / "ca.key"
@@ -193,6 +233,14 @@ class Network:
         self._presences: dict[str, tuple[Presence, float, str]] = {}
         self._presence_due = trio.Event()
         self._skews: dict[str, float] = {}
+        self._report_serial = 0
+        #: this daemon's newest report, as sent (None until the first is built, at start)
+        self._own_report: Report | None = None
+        #: the (state, direction) of each link in the newest report, to tell a change of state
+        self._reported_links: dict[str, tuple[Any, Any]] = {}
+        self._report_due = trio.Event()
+        #: other daemons' newest reports: at most one per member daemon (a certificate is needed)
+        self._reports: dict[str, _HeardReport] = {}
         self._outboxes: dict[int, _Outbox] = {}
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -230,6 +278,7 @@ class Network:
             for peer_id, address, _source, _ok in await self.astore.read(self.store.peer_addresses):
                 self.add_target(address, "remembered", peer_id=peer_id)
             nursery.start_soon(self._presence_loop)
+            nursery.start_soon(self._report_loop)
             if self.settings.mdns:
                 nursery.start_soon(self._run_mdns)
             task_status.started(self.listen_addresses)
@@ -388,6 +437,7 @@ class Network:
         target.state = "connecting"
         if target.peer_id:
             self._record(target.peer_id).state = "connecting"
+            self._links_changed()
         try:
             host, port = parse_peer_address(target.address)
             with trio.fail_after(CONNECT_TIMEOUT_S):
@@ -422,6 +472,7 @@ class Network:
             record.last_error, record.last_error_at = f"{target.address}: {reason}", target.last_error_at
             if record.link is None:
                 record.state = "error"
+                self._links_changed()
         LOGGER.debug("dial %s failed: %s", target.address, reason)
 
     async def _remember_address(self, peer_id: str, address: str, source: str) -> None:
@@ -579,6 +630,7 @@ class Network:
             await trio.aclose_forcefully(stream)
             return "duplicate"
         record.state, record.connected_since, record.last_contact = "connected", _utc(), _utc()
+        self._links_changed()
         LOGGER.info("connected to %s (%s, %s) %s %s", peer_id, name, cert.role,
                     "at" if dialer == self.peer_id else "from", remote)
         outcome = "linked"
@@ -624,6 +676,7 @@ class Network:
                 record.direction = None
                 record.last_contact = link.last_contact
                 record.state = "revoked" if self.directory.is_revoked(peer_id) else "disconnected"
+                self._links_changed()
                 LOGGER.info("disconnected from %s (%s)", peer_id, name)
             await trio.aclose_forcefully(stream)
         return outcome
@@ -637,7 +690,12 @@ class Network:
         outbox.put(self._own_presence())
         for presence, _, _ in self._presences.values():
             outbox.put(presence)
-        self._nursery.start_soon(self._send_presences, link, outbox)
+        if self._own_report is not None:
+            outbox.put(self._own_report)  # the one naming this link follows once it settles
+        for heard in self._reports.values():
+            outbox.put(heard.report)
+        self._links_changed()
+        self._nursery.start_soon(self._send_gossip, link, outbox)
 
     def link_progress(self, link: PeerLink) -> None:
         if link.peer_id is None:
@@ -648,6 +706,7 @@ class Network:
                 held[origin] = seq
         self._progress.set()
         self._progress = trio.Event()
+        self._links_changed()  # it may have caught up: the report loop tells
 
     def link_presence(self, link: PeerLink, presence: Presence) -> None:
         if presence.peer_id == self.peer_id:
@@ -677,6 +736,45 @@ class Network:
             if link_id != id(link):
                 outbox.put(presence)
 
+    def link_report(self, link: PeerLink, report: Report) -> None:
+        """Keep and relay another daemon's report if it is newer than the one we hold, comes from a
+        member daemon we know and that is not revoked, verifies with that daemon's key and holds a
+        JSON object; anything else is ignored and counted (``status.network.limits``). So what is
+        kept is bounded by the member directory: one report per daemon, at most 16 KiB each."""
+        if report.peer_id == self.peer_id:
+            return  # our own, back through a relay: ours is newer
+        known = self._reports.get(report.peer_id)
+        if known is not None and known.report.serial >= report.serial:
+            return
+        about, relay = printable(report.peer_id, 80), printable(link.peer_id, 80)
+        cert = self.directory.certificate_of_peer(report.peer_id)
+        if cert is None:
+            # Invented, or a race (its bindings travel ahead of its gossip on every link, so they
+            # come first): its next report will do once it is known.
+            self.limits.hit("report_unknown_daemon", "ignored a daemon report for %s relayed by %s: no member "
+                            "certificate of it is known here", about, relay)
+            return
+        if self.directory.is_revoked(report.peer_id):
+            self.limits.hit("report_revoked_daemon", "ignored a daemon report for revoked daemon %s relayed by %s",
+                            about, relay)
+            return
+        try:
+            Ed25519PublicKey.from_public_bytes(cert.public_key).verify(
+                report.signature, report_signing_bytes(report.peer_id, report.name, report.serial, report.report))
+        except InvalidSignature:
+            self.limits.hit("bad_report", "ignored a daemon report for %s relayed by %s: bad signature", about, relay)
+            return
+        try:
+            content = decode_report(report.report)
+        except ValueError as exc:
+            # Signed by its daemon, yet not a report: a bug or a hostile member. Not relayed either.
+            self.limits.hit("bad_report_content", "ignored a daemon report of %s: %s", about, exc)
+            return
+        self._reports[report.peer_id] = _HeardReport(report, content, trio.current_time(), _utc())
+        for link_id, outbox in self._outboxes.items():
+            if link_id != id(link):
+                outbox.put(report)
+
     # -- presence ------------------------------------------------------------------------------
 
     def watchers_changed(self) -> None:
@@ -694,16 +792,18 @@ class Network:
                                                               self._presence_serial, watchers))
         return Presence(self.peer_id, self.membership.name, self._presence_serial, watchers, signature)
 
-    async def _send_presences(self, link: PeerLink, outbox: _Outbox) -> None:
-        """The one task that sends presence records to ``link``, from its outbox, until it ends."""
+    async def _send_gossip(self, link: PeerLink, outbox: _Outbox) -> None:
+        """The one task that sends presence records and reports to ``link``, from its outbox, until
+        it ends."""
         with outbox.scope:
             try:
                 while True:
                     await outbox.kick.wait()
                     outbox.kick = trio.Event()
                     batch, outbox.pending = list(outbox.pending.values()), {}
-                    for presence in batch:
-                        await link.send(presence)
+                    for gossip in batch:
+                        await link.send_bindings_of(gossip.peer_id)  # so the peer can verify it
+                        await link.send(gossip)
             except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError):
                 pass  # the link is ending; _run_connection cleans up
 
@@ -735,6 +835,99 @@ class Network:
         """Seconds each directly connected peer's clock is ahead of ours (from its presence serial)."""
         return dict(self._skews)
 
+    # -- daemon reports ------------------------------------------------------------------------
+
+    def _links_changed(self) -> None:
+        """A link may have changed state: the report loop looks within ``REPORT_SETTLE_S``."""
+        self._report_due.set()
+
+    async def _report_loop(self) -> None:
+        """Announce this daemon's report at start, every ``REPORT_HEARTBEAT_S``, and once links
+        settle after one of them changed state. A link's own events (connected, lost, failed,
+        revoked, the peer's progress) wake the loop; a link in a passing state (connecting,
+        catching up) is looked at again every ``REPORT_SETTLE_S``, because it ends without an
+        event of its own (the last of our pulls applied). A look that finds every link in the
+        state last reported sends nothing until the heartbeat."""
+        next_beat = trio.current_time()
+        passing = False
+        failed_before = False
+        while True:
+            with trio.move_on_at(min(next_beat, trio.current_time() + REPORT_SETTLE_S) if passing else next_beat):
+                await self._report_due.wait()
+                await trio.sleep(REPORT_SETTLE_S)
+            self._report_due = trio.Event()  # after the settling: what changed by now is in this report
+            beat = trio.current_time() >= next_beat
+            try:
+                links = await self._report_links()
+                passing = any(link["state"] in ("connecting", "catching up") for link in links)
+                if beat or _link_states(links) != self._reported_links:
+                    await self._announce_report(links)
+                    next_beat = trio.current_time() + REPORT_HEARTBEAT_S
+            except Exception as exc:
+                # A report is worth less than the daemon: say so (with a traceback the first time:
+                # it is a bug, or the store failing) and try again on the next beat.
+                if not failed_before:
+                    LOGGER.exception("could not announce this daemon's report (retried every %.0f s)",
+                                     REPORT_HEARTBEAT_S)
+                    failed_before = True
+                self.limits.hit("report_failed", "could not announce this daemon's report: %s: %s",
+                                type(exc).__name__, exc)
+                next_beat = trio.current_time() + REPORT_HEARTBEAT_S
+
+    async def _report_links(self) -> list[dict[str, Any]]:
+        """This daemon's own links as its report carries them: every peer it has a record of (met,
+        dialled or seen by mDNS), with the state and lag ``peers`` shows; connected ones first, as
+        the report keeps only the first ``MAX_REPORT_LINKS``."""
+        heads = await self.astore.read(self.store.version_vector)
+        views = [p for p in self.peers_view(heads) if p["peer_id"] in self._records]
+        views.sort(key=lambda p: (p["state"] not in ("live", "catching up", "connecting"), p["peer_id"]))
+        return [{key: p[key] for key in ("peer_id", "state", "direction", "last_contact", "we_lack", "they_lack")}
+                for p in views]
+
+    async def _report_content(self, links: list[dict[str, Any]]) -> dict[str, Any]:
+        """The whole report (palace_proto.fleet): ``links``, and the rest as ``status`` sees it."""
+        content: dict[str, Any] = {"role": self.membership.role, "origin": self.store.origin_id, "links": links}
+        try:
+            content.update(await self._facts() if self._facts is not None else {})
+        except Exception as exc:
+            # The report still goes out (its links are worth having), saying what went wrong; a
+            # failing store shows in status and the log as well.
+            self.limits.hit("report_facts", "could not gather this daemon's status for its report: %s: %s",
+                            type(exc).__name__, exc)
+            content["health"] = {"ok": False, "problems": [
+                f"could not gather this daemon's status: {type(exc).__name__}: {exc}"]}
+        return content
+
+    async def _announce_report(self, links: list[dict[str, Any]]) -> None:
+        """Sign a new report and put it in every link's outbox."""
+        encoded = encode_report(await self._report_content(links))
+        # The daemon's clock in µs (as presence): a restarted daemon's reports still win over its old ones.
+        self._report_serial = max(self._report_serial + 1, time.time_ns() // 1000)
+        name = self.membership.name
+        signature = self.identity.sign(report_signing_bytes(self.peer_id, name, self._report_serial, encoded))
+        self._own_report = Report(self.peer_id, name, self._report_serial, encoded, signature)
+        self._reported_links = _link_states(links)
+        for outbox in self._outboxes.values():
+            outbox.put(self._own_report)
+
+    async def current_report(self) -> dict[str, Any]:
+        """This daemon's report as it would go out now, read back as its peers read it."""
+        return decode_report(encode_report(await self._report_content(await self._report_links())))
+
+    def heard_reports(self) -> list[dict[str, Any]]:
+        """Other daemons' newest reports (revoked daemons left out), in peer id order: ``{peer_id,
+        name, report, heard_at, silent}``; the name is the one its certificate gives."""
+        now = trio.current_time()
+        out = []
+        for peer_id, heard in sorted(self._reports.items()):
+            if self.directory.is_revoked(peer_id):
+                continue
+            cert = self.directory.certificate_of_peer(peer_id)
+            out.append({"peer_id": peer_id, "name": printable(cert.name if cert else heard.report.name, 64),
+                        "report": heard.content, "heard_at": heard.heard_at,
+                        "silent": now - heard.heard > REPORT_SILENT_S})
+        return out
+
     # -- revocation ----------------------------------------------------------------------------
 
     def _on_revoke_threadsafe(self, revocation: Revocation) -> None:
@@ -752,6 +945,10 @@ class Network:
                     scope.cancel()
                 LOGGER.warning("dropped the link with revoked peer %s", peer_id)
         self._presences.pop(peer_id, None)
+        self._reports.pop(peer_id, None)
+        for outbox in self._outboxes.values():
+            outbox.discard(peer_id)
+        self._links_changed()
 
     # -- replication receipts ------------------------------------------------------------------
 
@@ -844,6 +1041,10 @@ class Network:
     def targets_view(self) -> list[dict[str, Any]]:
         return [{"address": t.address, "sources": sorted(t.sources), "peer_id": t.peer_id, "state": t.state,
                  "last_error": t.last_error, "last_error_at": t.last_error_at} for t in self._targets.values()]
+
+
+def _link_states(links: list[dict[str, Any]]) -> dict[str, tuple[Any, Any]]:
+    return {link["peer_id"]: (link["state"], link["direction"]) for link in links}
 
 
 def _describe_dial_error(exc: BaseException) -> str:

@@ -40,6 +40,7 @@ from palace_proto.peer import (
     Hello,
     Members,
     Presence,
+    Report,
     Vector,
     VectorEntry,
     Want,
@@ -140,8 +141,11 @@ class LinkHooks(Protocol):
     def link_presence(self, link: PeerLink, presence: Presence) -> None:
         """The peer sent a presence record (its own, or relayed)."""
 
+    def link_report(self, link: PeerLink, report: Report) -> None:
+        """The peer sent a daemon report (its own, or relayed)."""
+
     def link_ready(self, link: PeerLink) -> None:
-        """Hellos and bindings are in: the link may be sent presence records."""
+        """Hellos and bindings are in: the link may be sent presence records and reports."""
 
 
 class _Fetch:
@@ -250,6 +254,21 @@ class PeerLink:
             if stalled.cancelled_caught:
                 raise RemoteProtocolError(f"it took nothing we sent for {SEND_STALL_S:.0f} s (it stopped reading)")
 
+    async def send_bindings_of(self, peer_id: str) -> None:
+        """Send the bindings of daemon ``peer_id``'s origins that this peer was not sent yet.
+
+        Gossip about a daemon (its presence, its report) is verified with that daemon's
+        certificate, which travels in its bindings; a daemon that writes no event (an observer, a
+        new member) would otherwise stay unverifiable beyond its own links. So bindings travel
+        ahead of gossip as they travel ahead of events."""
+        if self.directory is None:
+            return
+        missing = [origin for origin in self.directory.origins_of_peer(peer_id) if origin not in self._bindings_sent]
+        bindings = tuple(b for b in (self.directory.binding(o) for o in missing) if b is not None)
+        if bindings:
+            await self.send(Members(bindings))  # one key binds at most 32 origins: far below a message's bound
+        self._bindings_sent.update(missing)
+
     async def _heads(self) -> dict[str, OriginHead]:
         return await self.astore.read(self.store.heads)
 
@@ -351,6 +370,8 @@ class PeerLink:
             await self._on_artifact_chunk(message)
         elif isinstance(message, Presence) and self.hooks is not None:
             self.hooks.link_presence(self, message)
+        elif isinstance(message, Report) and self.hooks is not None:
+            self.hooks.link_report(self, message)
 
     async def _persist_bindings(self) -> None:
         if self.directory is None:

@@ -1,11 +1,12 @@
 """Peer protocol messages (daemon ↔ daemon) and their wire codec.
 
-Owns: the nouns two replicas exchange — ``Hello``, ``Vector``, ``Want``, ``Events``, ``Goodbye``
-— and the strict ``to_wire`` / ``from_wire`` translation (Syncthing's *FromWire + consistency
-checks). Every message is a msgpack map with a type tag ``"t"``; a message whose tag we do not
-know is skipped (``from_wire`` returns None) so newer peers can add messages; an unknown protocol
-*version* fails the hello with ``VersionMismatch``. Malformed known messages raise
-``RemoteProtocolError`` before anything reaches the store. Pure: no IO, no clock.
+Owns: the nouns two replicas exchange — ``Hello``, ``Vector``, ``Want``, ``Events``, ``Goodbye``,
+the gossip ``Presence`` and ``Report`` (whose content is fleet.py's) — and the strict ``to_wire``
+/ ``from_wire`` translation (Syncthing's *FromWire + consistency checks). Every message is a
+msgpack map with a type tag ``"t"``; a message whose tag we do not know is skipped (``from_wire``
+returns None) so newer peers can add messages; an unknown protocol *version* fails the hello with
+``VersionMismatch``. Malformed known messages raise ``RemoteProtocolError`` before anything
+reaches the store. Pure: no IO, no clock.
 
 This is the first piece of the replication issue; the state machine that orders these messages
 lives in ``session.py`` and the planning/verification rules in ``sync.py``.
@@ -22,6 +23,7 @@ import msgpack
 from .bindings import OriginBinding
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
+from .fleet import MAX_REPORT_BYTES
 from .ids import ORIGIN_ID_RE
 from .paths import host_port
 from .workers import MAX_ACTIVITY_CHARS
@@ -41,6 +43,7 @@ __all__ = [
     "Members",
     "Presence",
     "PeerMessage",
+    "Report",
     "Vector",
     "VectorEntry",
     "Want",
@@ -50,6 +53,7 @@ __all__ = [
     "from_wire",
     "parse_peer_address",
     "presence_signing_bytes",
+    "report_signing_bytes",
     "to_wire",
 ]
 
@@ -219,6 +223,24 @@ class Presence:
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
+class Report:
+    """What daemon ``peer_id`` says about itself: its links, health and log (gossiped and relayed,
+    newest wins), for the fleet view.
+
+    ``report`` is the content as ``fleet.encode_report`` wrote it (at most ``MAX_REPORT_BYTES``; read
+    it with ``fleet.decode_report``, only once the signature verified). ``serial`` grows with every
+    report of that daemon; ``signature`` is the daemon's Ed25519 signature over
+    ``report_signing_bytes``, so a relay can neither invent nor alter one."""
+
+    peer_id: str
+    name: str
+    serial: int
+    report: bytes
+    signature: bytes
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
 class Enrol:
     """A joiner's first and only message: I hold invite ``invite_id``; certify ``public_key``."""
 
@@ -238,7 +260,8 @@ class Enrolled:
     certificate: bytes
 
 
-PeerMessage = Hello | Members | Vector | Want | Events | Goodbye | Have | ArtifactWant | ArtifactChunk | Presence
+PeerMessage = (Hello | Members | Vector | Want | Events | Goodbye | Have | ArtifactWant | ArtifactChunk | Presence
+               | Report)
 EnrolmentMessage = Enrol | Enrolled
 
 
@@ -339,6 +362,9 @@ def to_wire(message: PeerMessage) -> dict[str, Any]:
     if isinstance(message, Presence):
         return {"t": "presence", "peer_id": message.peer_id, "name": message.name, "serial": message.serial,
                 "watchers": [list(w) for w in message.watchers], "signature": message.signature}
+    if isinstance(message, Report):
+        return {"t": "report", "peer_id": message.peer_id, "name": message.name, "serial": message.serial,
+                "report": message.report, "signature": message.signature}
     if isinstance(message, Enrol):
         return {"t": "enrol", "invite_id": message.invite_id, "public_key": message.public_key,
                 "name": message.name, "proof": message.proof}
@@ -457,6 +483,13 @@ def from_wire(d: Any) -> PeerMessage | None:
             watchers.append(tuple(item))
         return Presence(peer_id=_str(d, "peer_id"), name=_str(d, "name"), serial=_int(d, "serial"),
                         watchers=tuple(watchers), signature=_bytes(d, "signature", 64))
+    if tag == "report":
+        # Only the size here: the content is read (fleet.decode_report) once the signature verified.
+        report = d.get("report")
+        if not isinstance(report, bytes) or len(report) > MAX_REPORT_BYTES:
+            raise RemoteProtocolError(f"report 'report' must be at most {MAX_REPORT_BYTES} bytes")
+        return Report(peer_id=_str(d, "peer_id"), name=_str(d, "name"), serial=_int(d, "serial"), report=report,
+                      signature=_bytes(d, "signature", 64))
     if tag == "enrol":
         return Enrol(invite_id=_str(d, "invite_id"), public_key=_bytes(d, "public_key", 32), name=_str(d, "name"),
                      proof=_bytes(d, "proof", 32))
@@ -472,6 +505,11 @@ def presence_signing_bytes(peer_id: str, name: str, serial: int, watchers: tuple
     """What a ``Presence`` signature covers (deterministic msgpack of the fields)."""
     return b"palace/presence/v1\n" + msgpack.packb([peer_id, name, serial, [list(w) for w in watchers]],
                                                    use_bin_type=True)
+
+
+def report_signing_bytes(peer_id: str, name: str, serial: int, report: bytes) -> bytes:
+    """What a ``Report`` signature covers (deterministic msgpack of the fields)."""
+    return b"palace/report/v1\n" + msgpack.packb([peer_id, name, serial, report], use_bin_type=True)
 
 
 def parse_peer_address(text: str, *, default_port: int | None = None) -> tuple[str, int]:

@@ -19,7 +19,7 @@ pushes: ``log.subscribe``, which api.py calls with its push callback).
     inbox        inbox, inbox_mark_read
     session      session_start
     memory       memory_add, search, drawer_get, kg_*, diary_*, tunnels, memory_rebuild
-    fleet        init, invite, join, revoke, peers*, replicated, who, doctor
+    fleet        init, invite, join, revoke, peers*, replicated, who, fleet, doctor
     maintenance  ping, status, backup, export_page, import_events
 
 Must not import: ``palaced.api`` or ``palaced.app`` (they import this package).

@@ -1,5 +1,6 @@
 """Operations about the palace and the fleet: init, invite, join, revoke, peers, replicated
-waits, ``who`` across the fleet and ``doctor``.
+waits, ``who`` across the fleet, ``fleet`` (every daemon's report, for the fleet view) and
+``doctor``.
 
 Owns: the local-API handlers that need membership or the network, and the network's part of
 ``status`` (``network_status``, ``peer_counts``). Roles are enforced for local writes by
@@ -29,6 +30,7 @@ from palace_proto.pki import (
     Revocation,
     ca_fingerprint,
 )
+from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from ..enrolment import enrol
@@ -38,7 +40,7 @@ from ..network import ListenError
 from ..store import WriteContext
 from .context import Context, utc_stamp
 
-__all__ = ["OPS", "network_status", "peer_counts", "replicated_args", "wait_replicated", "who"]
+__all__ = ["OPS", "fleet", "network_status", "peer_counts", "replicated_args", "wait_replicated", "who"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.fleet")
 DEFAULT_INVITE_TTL_S: Final = 24 * 3600
@@ -280,6 +282,25 @@ async def who(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return {"watchers": local + remote, "count": len(local) + len(remote), "local_count": len(local)}
 
 
+async def fleet(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Every daemon of the palace as the fleet view draws it: this daemon's report (built now), the
+    newest report heard from each other daemon (signed by it, relayed by the palace), which daemon
+    writes each origin (so an event's author daemon can be named), and the revoked daemons.
+
+    A daemon not in a palace answers empty lists (nothing is wrong with asking)."""
+    membership, network, directory = ctx.membership, ctx.network, ctx.directory
+    if membership is None or network is None or directory is None:
+        return {"self": None, "daemons": [], "origins": [], "revoked": []}
+    names = {cert.peer_id: printable(cert.name, 64) for cert in directory.certificates()}
+    origins = sorted(({"origin": origin, "peer_id": cert.peer_id, "name": names[cert.peer_id]}
+                      for cert in directory.certificates() for origin in directory.origins_of_peer(cert.peer_id)),
+                     key=lambda o: o["origin"])
+    revoked = [{"peer_id": r.peer_id, "name": names.get(r.peer_id, ""), "at": printable(r.revoked_at, 64)}
+               for r in directory.revocations()]
+    return {"self": {"peer_id": membership.peer_id, "name": membership.name, "report": await network.current_report()},
+            "daemons": network.heard_reports(), "origins": origins, "revoked": revoked}
+
+
 async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     checks: list[dict[str, str]] = []
 
@@ -374,5 +395,6 @@ OPS: Final = {
     "peers_remove": peers_remove,
     "replicated": replicated,
     "who": who,
+    "fleet": fleet,
     "doctor": doctor,
 }

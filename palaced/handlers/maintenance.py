@@ -4,10 +4,11 @@ export and import.
 Owns: ``ping``; ``status`` (everything ``palacectl status`` shows, gathered from the other parts)
 and ``health``, its judgement of what needs attention — a WAL that stopped being truncated, forks,
 an embedding model that failed, a recent error in the log, a certificate about to expire, no peer
-reachable; ``backup``, a consistent copy of the live database to a path the client names;
-``export_page`` / ``import_events``, which move signed events in and out as NDJSON lines
-(``palace_proto.export``; imported events are history, never replicated). Restoring is not here:
-it needs the daemon stopped, so ``palacectl restore`` does it.
+reachable; ``report_facts``, the same as the rest of the palace sees it (what this daemon's report
+says beyond its links, palace_proto.fleet); ``backup``, a consistent copy of the live database to a
+path the client names; ``export_page`` / ``import_events``, which move signed events in and out as
+NDJSON lines (``palace_proto.export``; imported events are history, never replicated). Restoring is
+not here: it needs the daemon stopped, so ``palacectl restore`` does it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ..store.backup import backup_database, wal_bytes
 from .context import Context, utc_stamp
 from .fleet import network_status, peer_counts
 
-__all__ = ["OPS", "health"]
+__all__ = ["OPS", "health", "report_facts"]
 
 # Why 256 MiB: with daemon-owned checkpoints the WAL stays under a few MiB; this much means the
 # checkpoints have been failing for a long time (a reader pinning it) and the disk is filling.
@@ -88,6 +89,16 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     result["peers"] = await peer_counts(ctx)
     result["health"] = await health(ctx, result)
     return result
+
+
+async def report_facts(ctx: Context) -> dict[str, Any]:
+    """What this daemon's report (palace_proto.fleet) says of it beyond its links, gathered as
+    ``status`` gathers it and judged by ``health``: the network calls this for every report it
+    announces (every 30 s, and after a link changes state)."""
+    result = await status(ctx, {})
+    return {"version": result["version"], "started_at": result["started_at"], "events": result["events"],
+            "health": {"ok": result["health"]["ok"], "problems": result["health"]["problems"]},
+            "forks": result["network"]["forks"] if result["network"] else 0, "watchers": result["watchers"]}
 
 
 def _streams(args: Mapping[str, Any]) -> list[str] | None:

@@ -1,6 +1,6 @@
 """The fleet's handlers (palaced/handlers/fleet.py) without a socket: what a daemon that has not
-joined a palace answers, ``init`` starting the network through the context's callback, watchers
-in ``who``, and the role and key checks before any write."""
+joined a palace answers (``fleet`` included), ``init`` starting the network through the context's
+callback, watchers in ``who``, and the role and key checks before any write."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ async def test_palace_operations_before_joining_say_how_to_join(tmp_path, op, ar
         with pytest.raises(ApiError) as refused:
             await op(ctx, args)
         assert refused.value.code == "not_member" and "palacectl init" in refused.value.message
+
+
+async def test_the_fleet_of_a_daemon_not_in_a_palace_is_empty_not_an_error(tmp_path):
+    """The fleet view asks every daemon it can reach; one that never joined has nothing to show.
+    (A member's fleet: tests/daemon/test_network_reports.py.)"""
+    async with open_context(tmp_path) as ctx:
+        assert await fleet.fleet(ctx, {}) == {"self": None, "daemons": [], "origins": [], "revoked": []}
 
 
 async def test_doctor_before_joining_fails_one_check(tmp_path):

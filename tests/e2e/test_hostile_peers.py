@@ -24,6 +24,7 @@ from palace_proto.agents import REGISTER, registry_metadata
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent
+from palace_proto.fleet import decode_report, encode_report
 from palace_proto.ids import origin_id_from_random
 from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,
@@ -32,11 +33,13 @@ from palace_proto.peer import (
     Have,
     Members,
     Presence,
+    Report,
     Vector,
     VectorEntry,
     Want,
     event_to_wire,
     presence_signing_bytes,
+    report_signing_bytes,
 )
 from palace_proto.session import ConnectionClosed
 from palaced.members import MAX_ORIGINS_PER_KEY
@@ -476,6 +479,51 @@ async def test_a_flood_of_presence_records_is_relayed_newest_only(scene):
     finally:
         await peer.aclose()
     scene.still_serving_and_converging("a presence flood")
+
+
+async def test_a_forged_or_altered_report_is_ignored_and_a_hostile_one_is_shown_only_as_visible_text(scene):
+    """Daemon reports (the fleet view) are signed by their daemon: a member relaying beta's report
+    with other content, or one it signed itself in beta's name, changes nothing anywhere; a report
+    it signs as itself is relayed, and every daemon shows it only as checked, bounded text."""
+    m = scene.mallory
+    beta_id = peer_id(scene.beta.home)
+    wait_until(lambda: beta_id in {d["peer_id"] for d in api(scene.alpha.home, "fleet")["daemons"]},
+               "beta's report at alpha")
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        with trio.fail_after(20):  # alpha hands every new link the reports it holds: beta's among them
+            while not [r for r in peer.received if isinstance(r, Report) and r.peer_id == beta_id]:
+                await peer.next_message()
+        genuine = next(r for r in peer.received if isinstance(r, Report) and r.peer_id == beta_id)
+        lie = encode_report({**decode_report(genuine.report), "events": 666_666,
+                             "health": {"ok": False, "problems": ["beta is on fire"]}})
+        await peer.send(Report(beta_id, genuine.name, genuine.serial + 1, lie, genuine.signature))  # altered
+        await peer.send(Report(beta_id, genuine.name, 2**61, lie,  # in beta's name, signed by mallory
+                               m.key.sign(report_signing_bytes(beta_id, genuine.name, 2**61, lie))))
+        hostile = encode_report({"role": "member", "version": "\x1b[2J\x1b]0;owned\x07", "links": [
+            {"peer_id": beta_id, "state": "live\nforged line"}], "health": {"ok": True, "problems": ["\x1b[31mred"]}})
+        await peer.send(Report(m.peer_id, "mallory", 1, hostile,
+                               m.key.sign(report_signing_bytes(m.peer_id, "mallory", 1, hostile))))
+        await peer.drain(1.0)
+
+        def mallory_heard(home):
+            return next((d for d in api(home, "fleet")["daemons"] if d["peer_id"] == m.peer_id), None)
+
+        # Its own report travels on (its binding ahead of it: beta never met mallory), checked text only.
+        for home in (scene.alpha.home, scene.beta.home):
+            report = wait_until(lambda home=home: mallory_heard(home), f"mallory's report at {home.name}")["report"]
+            assert report["version"] == "\\x1b[2J\\x1b]0;owned\\x07" and report["version"].isprintable()
+            assert report["links"] == [{"peer_id": beta_id, "state": None, "direction": None, "last_contact": None,
+                                        "we_lack": None, "they_lack": None}]
+            assert report["health"]["problems"] == ["\\x1b[31mred"]
+    finally:
+        await peer.aclose()
+    (beta_at_alpha,) = [d for d in api(scene.alpha.home, "fleet")["daemons"] if d["peer_id"] == beta_id]
+    assert beta_at_alpha["report"]["events"] != 666_666
+    assert "beta is on fire" not in (beta_at_alpha["report"]["health"]["problems"] or [])
+    assert ctl_json(scene.alpha.home, "status")["network"]["limits"]["bad_report"] == 2
+    scene.still_serving_and_converging("forged reports")
 
 
 async def test_a_slowloris_peer_is_closed_and_never_blocks_its_own_reconnection(scene):
