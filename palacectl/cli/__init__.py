@@ -10,7 +10,8 @@ command modules:
 * ``artifacts``: the artifact and patch groups; ``tasks``: the task group;
 * ``memory``: remember, search, agents, tunnels, and the kg, diary and memory groups;
 * ``backup``: backup, restore; ``export``: export, import;
-* ``harness``: rules, mcp; ``bench``: the bench group; ``service``: the service group.
+* ``harness``: rules, mcp; ``bench``: the bench group; ``service``: the service group;
+* ``ui``: the dashboard (``palacectl.ui``).
 
 Business rules live in the daemon; the commands read files and stdin byte-exactly, call the API
 and render. Heavy imports (apsw, the benchmark, MCP, cryptography, the service helpers) are

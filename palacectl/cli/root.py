@@ -24,7 +24,7 @@ from .. import output
 from ..client import DaemonUnreachable
 from ..output import EXIT_OK, EXIT_USAGE, CommandFailed
 from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace, service,
-               session, tasks)
+               session, tasks, ui)
 
 __all__ = ["app", "main"]
 
@@ -68,6 +68,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("agents", agents.agents),
     ("tunnels", memory.tunnels),
     ("worker", tasks.worker),
+    ("ui", ui.ui),
 )
 # Groups of sub-commands, each a typer app of its module.
 GROUPS: tuple[tuple[str, typer.Typer], ...] = (

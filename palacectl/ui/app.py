@@ -1,0 +1,252 @@
+"""The dashboard's ASGI application: the gate in front of every route, the routes, the page's files.
+
+Owns: the order a request is handled in — Host and secret first (``security.Gate``), before any
+palace data is read; then the route; then the daemon's answer turned into JSON — and the mapping
+of failures to HTTP: a daemon refusal to 400/403/404 with its message, a daemon that is down to
+503 naming how to start it, and anything unexpected to a 500 for that request only (logged once
+with its traceback, counted in ``/statusz``; the server and every other request go on).
+
+Routes (all but ``/healthz`` behind the gate):
+
+    GET  /                      the page (the secret in the URL sets the cookie, then 303 to /)
+    GET  /static/NAME           its script, styles and icon
+    GET  /healthz               {ok, daemon}: no secret, nothing of the palace
+    GET  /statusz               the dashboard's own counters and the daemon's health
+    GET  /logstream/stream      the log as server-sent events (``sse``)
+    GET  /api/...               one JSON document per page or panel (``views``)
+    POST /api/message           a person's message (CSRF token and Origin required; not on observers)
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.resources
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from palace_proto.errors import ApiError
+
+from ..aclient import AsyncDaemon
+from ..client import DaemonUnreachable
+from .http import HttpError, Receive, Request, Scope, Send, send_bytes, send_json
+from .security import Gate, Verdict
+from .sse import StreamSlots, serve_stream, stream_args
+from .views import Views
+
+__all__ = ["Dashboard"]
+
+LOGGER: Final = logging.getLogger("palacectl.ui")
+#: Why 64 KiB: a message is at most 16 KiB of text; JSON escaping can triple it.
+MAX_BODY_BYTES: Final = 64 * 1024
+#: Why 8: MemPalace's default cap on event streams (MEMPALACE_SSE_MAX_CLIENTS); a tab holds one.
+DEFAULT_MAX_STREAMS: Final = 8
+_STATIC_NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_CONTENT_TYPES: Final = {
+    ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml", ".txt": "text/plain; charset=utf-8",
+}
+#: daemon error code -> HTTP status
+_STATUS_OF_CODE: Final = {
+    "not_found": 404, "invalid_argument": 400, "bad_request": 400, "read_only": 403, "not_permitted": 403,
+    "agent_elsewhere": 409, "agent_retired": 409, "lease_conflict": 409, "shutting_down": 503, "disk_full": 507,
+    "unknown_op": 501,
+}
+UNAUTHORIZED_TEXT: Final = "unauthorized: open the address `palacectl ui` printed (it carries this run's secret)"
+
+
+def _load_static() -> dict[str, tuple[bytes, str]]:
+    files: dict[str, tuple[bytes, str]] = {}
+    folder = importlib.resources.files("palacectl.ui") / "static"
+    for entry in folder.iterdir():
+        name = entry.name
+        suffix = name[name.rfind("."):] if "." in name else ""
+        if entry.is_file() and _STATIC_NAME_RE.match(name) and suffix in _CONTENT_TYPES:
+            files[name] = (entry.read_bytes(), _CONTENT_TYPES[suffix])
+    return files
+
+
+class Dashboard:
+    """The ASGI application of one ``palacectl ui`` run."""
+
+    def __init__(self, daemon: AsyncDaemon, gate: Gate, *, human: str, max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+        self.daemon = daemon
+        self.gate = gate
+        self.views = Views(daemon, human=human)
+        self.streams = StreamSlots(max_streams)
+        self.started = time.monotonic()
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._failed_places: set[str] = set()
+        self.static = _load_static()
+        page = self.static.get("index.html", (b"", ""))[0]
+        self.page = page.replace(b"{{CSRF_TOKEN}}", gate.csrf_token.encode("ascii"))
+        self.routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[None]]]] = [
+            ("GET", re.compile(r"^/api/session$"), self._json(lambda r: self.views.session())),
+            ("GET", re.compile(r"^/api/now$"), self._json(lambda r: self.views.now())),
+            ("GET", re.compile(r"^/api/events$"), self._json(self.views.events)),
+            ("GET", re.compile(r"^/api/event/([^/]{1,120})$"), self._json(lambda r, i: self.views.event(i))),
+            ("GET", re.compile(r"^/api/tasks$"), self._json(lambda r: self.views.tasks())),
+            ("GET", re.compile(r"^/api/task/([^/]{1,256})$"), self._json(lambda r, c: self.views.task(c))),
+            ("GET", re.compile(r"^/api/artifact/([^/]{1,80})$"), self._json(lambda r, a: self.views.artifact_view(a))),
+            ("GET", re.compile(r"^/api/artifact/([^/]{1,80})/raw$"), self._artifact_raw),
+            ("GET", re.compile(r"^/api/fleet$"), self._json(lambda r: self.views.fleet())),
+            ("GET", re.compile(r"^/api/leases$"), self._json(lambda r: self.views.leases())),
+            ("GET", re.compile(r"^/api/memory/search$"), self._json(self.views.search)),
+            ("GET", re.compile(r"^/api/memory/drawer/([^/]{1,120})$"), self._json(lambda r, d: self.views.drawer(d))),
+            ("GET", re.compile(r"^/api/memory/entity$"), self._json(self.views.entity)),
+            ("GET", re.compile(r"^/api/memory/diary$"), self._json(self.views.diary)),
+            ("POST", re.compile(r"^/api/message$"), self._message),
+            ("GET", re.compile(r"^/logstream/stream$"), self._stream),
+            ("GET", re.compile(r"^/statusz$"), self._json(lambda r: self.statusz())),
+            ("GET", re.compile(r"^/static/([^/]{1,64})$"), self._static),
+            ("GET", re.compile(r"^/$"), self._index),
+        ]
+
+    def __repr__(self) -> str:
+        return f"<Dashboard port={self.gate.port} streams={self.streams.open}>"
+
+    # -- ASGI ----------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # no websockets here: hypercorn closes what we do not accept
+        started = False
+
+        async def tracked_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        self.counters["requests"] += 1
+        try:
+            await self._handle(scope, receive, tracked_send)
+        except HttpError as exc:
+            self.counters[f"status_{exc.status}"] += 1
+            if not started:
+                await send_json(send, exc.status, {"error": exc.message}, headers=exc.headers)
+        except DaemonUnreachable as exc:
+            self.counters["status_503"] += 1
+            if not started:
+                await send_json(send, 503, {"error": str(exc)}, headers=[("retry-after", "5")])
+        except ApiError as exc:
+            status = _STATUS_OF_CODE.get(exc.code, 502)
+            self.counters[f"status_{status}"] += 1
+            if not started:
+                await send_json(send, status, {"error": exc.message, "code": exc.code})
+        except Exception as exc:
+            # A bug of ours while serving this request: it ends with a 500, nothing else does.
+            self.counters["failed"] += 1
+            place = f"{type(exc).__name__}@{scope.get('path')}"
+            if place not in self._failed_places and len(self._failed_places) < 256:
+                self._failed_places.add(place)
+                LOGGER.exception("request %s %s failed", scope.get("method"), scope.get("path"))
+            if not started:
+                await send_json(send, 500, {"error": "internal error in the dashboard; see its output"})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method, path = scope.get("method", "GET"), scope.get("path", "/")
+        if path == "/healthz" and method in ("GET", "HEAD"):
+            await self._healthz(send, head_only=method == "HEAD")
+            return
+        request = Request(scope, receive)
+        verdict = self.gate.check(host=request.headers.get("host"), headers=request.headers, cookies=request.cookies,
+                                  url_secret=request.one("secret"))
+        if verdict is Verdict.BAD_HOST:
+            raise HttpError(421, f"this dashboard answers only as {sorted(self.gate.hosts)[0]}")
+        if verdict is Verdict.UNAUTHORIZED:
+            self.counters["unauthorized"] += 1
+            raise HttpError(401, UNAUTHORIZED_TEXT, headers=[("www-authenticate", 'Bearer realm="palace"')])
+        if verdict is Verdict.ALLOW_FROM_URL and path == "/" and method == "GET":
+            # Into the cookie, and out of the address bar (and of the browser's history).
+            await send_bytes(send, 303, b"", "text/plain; charset=utf-8",
+                             headers=[("location", "/"), ("set-cookie", self.gate.cookie_header())])
+            return
+        allowed = sorted({m for m, pattern, _ in self.routes if pattern.match(path)})
+        for route_method, pattern, handler in self.routes:
+            match = pattern.match(path)
+            if match and route_method == method:
+                if method != "GET" and self.gate.check_write(request.headers) is not Verdict.ALLOW:
+                    raise HttpError(403, "a write needs this page's CSRF token and Origin; reload the dashboard")
+                await handler(request, send, *match.groups())
+                return
+        if allowed:
+            raise HttpError(405, f"{path} takes {', '.join(allowed)}", headers=[("allow", ", ".join(allowed))])
+        raise HttpError(404, f"no such page: {path}")
+
+    # -- routes --------------------------------------------------------------------------------
+
+    def _json(self, produce: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
+        async def handler(request: Request, send: Send, *groups: str) -> None:
+            await send_json(send, 200, await produce(request, *groups))
+        return handler
+
+    async def _healthz(self, send: Send, *, head_only: bool) -> None:
+        try:
+            await self.daemon.call("ping")
+            daemon = "up"
+        except (DaemonUnreachable, ApiError):
+            daemon = "down"
+        await send_json(send, 200, {"ok": True, "daemon": daemon}, head_only=head_only)
+
+    async def statusz(self) -> dict[str, Any]:
+        try:
+            status = await self.daemon.call("status")
+            daemon: dict[str, Any] = {"reachable": True, "version": status.get("version"),
+                                      "events": status.get("events"), "health": status.get("health"),
+                                      "writer": status.get("writer"), "uptime_s": status.get("uptime_s")}
+        except (DaemonUnreachable, ApiError) as exc:
+            daemon = {"reachable": False, "error": str(exc)}
+        return {
+            "uptime_s": round(time.monotonic() - self.started, 1),
+            "requests": dict(self.counters),
+            "streams": {"open": self.streams.open, "limit": self.streams.limit, "served": self.streams.served,
+                        "refused": self.streams.refused},
+            "human": self.views.human, "daemon": daemon,
+        }
+
+    async def _index(self, request: Request, send: Send) -> None:
+        await send_bytes(send, 200, self.page, "text/html; charset=utf-8")
+
+    async def _static(self, request: Request, send: Send, name: str) -> None:
+        found = self.static.get(name)
+        if found is None or name == "index.html":
+            raise HttpError(404, f"no such file: {name}")
+        body, content_type = found
+        await send_bytes(send, 200, body, content_type)
+
+    async def _stream(self, request: Request, send: Send) -> None:
+        args = stream_args(request.query, request.headers.get("last-event-id"))
+        await serve_stream(self.daemon, args, self.streams, request._receive, send)
+
+    async def _artifact_raw(self, request: Request, send: Send, artifact_id: str) -> None:
+        record, content = await self.views.artifact(artifact_id)
+        if not record["sha256_verified"]:
+            raise HttpError(502, f"artifact {artifact_id}: its bytes do not match its sha256 "
+                                 f"({record['sha256_computed']}); not served")
+        extension = {"patch": "patch", "log": "log"}.get(str(record.get("kind")), "bin")
+        name = f"{record.get('id', 'artifact')}.{extension}"
+        await send_bytes(send, 200, content, "application/octet-stream",
+                         headers=[("content-disposition", f'attachment; filename="{name}"'),
+                                  ("x-palace-sha256", str(record.get("sha256")))])
+
+    async def _message(self, request: Request, send: Send) -> None:
+        session = await self.views.session()
+        if not session["can_write"]:
+            raise HttpError(403, "this daemon is a read-only observer: it sends no messages")
+        doc = await request.json_body(MAX_BODY_BYTES)
+        await send_json(send, 200, await self.views.send_message(doc))

@@ -1,0 +1,184 @@
+"""``palacectl ui``'s process: the listening socket, hypercorn's trio worker, ``ui.json``, the browser.
+
+Owns: choosing who the dashboard writes as (``human:<name>``), binding 127.0.0.1 (never another
+address: the dashboard is a window for the person at this machine; another machine reaches it
+through an SSH tunnel), serving the ``app.Dashboard`` with hypercorn until Ctrl-C or SIGTERM,
+printing the address with the run's secret, writing it to ``$PALACE_HOME/ui.json`` (mode 0600,
+removed at exit) for local programs that read the event stream, and opening the browser.
+
+Why hypercorn's trio worker: palacectl's async client (``aclient``) is trio, and so is every
+daemon-facing task here (a stream is a subscription on the daemon, cancelled when its browser
+goes away); hypercorn serves ASGI on trio natively, over h11 (HTTP/1.1, which server-sent events
+need), with bounded headers and keep-alive, and adds no framework.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import webbrowser
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from palace_proto.agents import HUMAN_PREFIX, check_agent_id
+from palace_proto.errors import ValidationError
+
+from ..aclient import AsyncDaemon
+from ..output import EXIT_INTERRUPTED, EXIT_OK, CommandFailed, note
+from .app import Dashboard
+from .security import Gate, new_secret
+
+__all__ = ["UI_FILE", "check_human", "human_id", "run_ui"]
+
+LOGGER: Final = logging.getLogger("palacectl.ui")
+UI_FILE: Final = "ui.json"
+#: Why 2 s: how long open streams get to end when the dashboard stops (they are told nothing more).
+GRACEFUL_S: Final = 2.0
+#: Why 16 KiB: a browser's request line and headers, cookies included, fit in a few KiB.
+MAX_HEADER_BYTES: Final = 16 * 1024
+
+
+def human_id(name: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """The ``human:<name>`` the dashboard writes as: ``--as`` (with or without the prefix), else
+    the login name with what an id may not hold replaced.
+
+    Raises:
+        ValidationError: a ``--as`` that is not a person's id.
+    """
+    if name:
+        text = name.strip()
+        return check_agent_id(text if text.startswith(HUMAN_PREFIX) else HUMAN_PREFIX + text, field="--as")
+    login = environ.get("USER") or environ.get("USERNAME") or environ.get("LOGNAME") or "operator"
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in login)[:64].strip("-.") or "operator"
+    return check_agent_id(HUMAN_PREFIX + cleaned, field="login name")
+
+
+def _bind(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+        sock.set_inheritable(False)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CommandFailed(f"port {port} on 127.0.0.1 is in use; choose another with --port, or leave --port "
+                                "out for any free one") from None
+        raise CommandFailed(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def _write_ui_file(home: Path, doc: dict[str, Any]) -> Path:
+    path = home / UI_FILE
+    temporary = path.with_name(f".{UI_FILE}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(doc, handle, indent=2)
+        handle.write("\n")
+    os.replace(temporary, path)
+    return path
+
+
+def _remove_ui_file(path: Path, pid: int) -> None:
+    """Remove ``ui.json`` if it is still ours (another dashboard may have started since)."""
+    try:
+        if json.loads(path.read_text(encoding="utf-8")).get("pid") == pid:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def run_ui(home: Path, *, port: int, open_browser: bool, human: str, max_streams: int) -> int:
+    """Serve the dashboard until Ctrl-C (exit 130) or SIGTERM (exit 0).
+
+    Raises:
+        DaemonUnreachable: no daemon on ``home`` at start (exit 3).
+        CommandFailed: the port is taken, or the home cannot hold ``ui.json``.
+    """
+    return trio.run(_serve, home, port, open_browser, human, max_streams)
+
+
+async def _serve(home: Path, port: int, open_browser: bool, human: str, max_streams: int) -> int:
+    from hypercorn.config import Config, Sockets
+    from hypercorn.trio.run import worker_serve
+    from hypercorn.utils import wrap_app
+
+    daemon = AsyncDaemon(home, client_name="palacectl-ui")
+    status = await daemon.call("status")  # a daemon that is down is said now, with how to start it
+    palace = status.get("palace") or {}
+    if palace.get("role") == "observer":
+        note("this daemon is a read-only observer: the dashboard shows everything and sends nothing")
+    sock = _bind(port)
+    actual_port = sock.getsockname()[1]
+    gate = Gate(new_secret(), actual_port)
+    app = Dashboard(daemon, gate, human=human, max_streams=max_streams)
+    config = Config()
+    config.accesslog = None
+    config.errorlog = LOGGER
+    config.include_server_header = False
+    config.graceful_timeout = GRACEFUL_S
+    config.h11_max_incomplete_size = MAX_HEADER_BYTES
+    config.keep_alive_timeout = 30
+    base = f"http://127.0.0.1:{actual_port}/"
+    url = f"{base}?secret={gate.secret}"
+    pid = os.getpid()
+    try:
+        ui_file = _write_ui_file(home, {"url": base, "port": actual_port, "secret": gate.secret, "pid": pid,
+                                        "human": human, "started_at": datetime.datetime.now(datetime.UTC)
+                                        .strftime("%Y-%m-%dT%H:%M:%SZ")})
+    except OSError as exc:
+        sock.close()
+        raise CommandFailed(f"cannot write {home / UI_FILE}: {exc.strerror or exc}") from None
+    interrupted = False
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                stop = trio.Event()
+
+                async def on_signal() -> None:
+                    nonlocal interrupted
+                    async for signum in signals:
+                        interrupted = signum == signal.SIGINT
+                        stop.set()
+                        return
+
+                nursery.start_soon(on_signal)
+                await nursery.start(lambda task_status: worker_serve(
+                    wrap_app(app, config.wsgi_max_body_size, "asgi"), config,
+                    sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
+                    shutdown_trigger=stop.wait, task_status=task_status))
+                name = palace.get("name") or "this machine"
+                sys.stdout.write(f"palace dashboard for {name}, as {human}:\n  {url}\n")
+                sys.stdout.write(f"(the address holds this run's secret; {UI_FILE} in the palace home has it "
+                                 "for other programs; Ctrl-C stops)\n")
+                sys.stdout.flush()
+                if open_browser:
+                    # webbrowser may block (it can start a browser process): never in the loop.
+                    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+                await stop.wait()
+                nursery.cancel_scope.deadline = trio.current_time() + GRACEFUL_S + 1
+    finally:
+        _remove_ui_file(ui_file, pid)
+        sock.close()
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def check_human(name: str | None) -> str:
+    """``human_id`` for the command line: a bad ``--as`` is a usage error, said in one line."""
+    try:
+        return human_id(name)
+    except ValidationError as exc:
+        raise CommandFailed(exc.message, code="usage", exit_code=64) from None
+

@@ -1,0 +1,378 @@
+"""``palacectl ui`` over plain HTTP: the gate, the pages' JSON, the event stream, the one write.
+
+Real parts: a real palaced on a temporary home, a real ``palacectl ui`` process, requests from
+the standard library's HTTP client (what any program sees). The browser is tests/e2e/test_ui_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard import DashboardProcess, http_request
+from tests.fleet import ctl_json, wait_until
+from tests.helpers import PYTHON, append_event, run_ctl, run_ctl_process
+
+
+@pytest.fixture
+def dashboards(daemon: Any) -> Any:
+    started: list[DashboardProcess] = []
+
+    def start(*args: str, home: Path | None = None) -> DashboardProcess:
+        ui = DashboardProcess(home or daemon.home, *args)
+        started.append(ui)
+        return ui
+
+    yield start
+    for ui in started:
+        if ui.stopped:
+            continue
+        code = ui.stop()
+        assert code == 0, f"palacectl ui exited {code} on SIGTERM: {ui.output()}"
+        assert not (ui.home / "ui.json").exists() or json.loads((ui.home / "ui.json").read_text())["pid"] != ui.proc.pid
+
+
+@pytest.fixture
+def ui(dashboards: Any, daemon: Any) -> DashboardProcess:
+    run_ctl(daemon.home, "init", "--name", "shop", "--daemon-name", "mac")
+    return dashboards("--as", "ana")
+
+
+PROTECTED = ["/", "/?secret=wrong", "/static/app.js", "/statusz", "/api/now", "/api/session", "/api/events",
+             "/api/event/evt_x", "/api/tasks", "/api/task/task_x", "/api/fleet", "/api/leases",
+             "/api/memory/search?q=x", "/api/memory/diary", "/api/artifact/art_00000000000000000000000000000000",
+             "/logstream/stream"]
+
+
+def test_every_route_but_healthz_refuses_a_request_without_the_secret_and_says_nothing_of_the_palace(ui, ctl):
+    """Guards the per-run secret: no page, file, stream or write answers without it, and the
+    refusal carries nothing of the palace (no daemon, palace or agent name)."""
+    append_event(ctl, from_agent="mac-claude", body="the secret plan")
+    for path in PROTECTED:
+        for headers in ({}, {"Cookie": f"palace_ui_{ui.port}=nope"}, {"Authorization": "Bearer nope"},
+                        {"Cookie": f"palace_ui_{ui.port + 1}={ui.secret}"}):
+            answer = http_request(ui.port, "GET", path, headers=headers)
+            assert answer.status == 401, (path, headers, answer)
+            assert answer.headers["www-authenticate"].startswith("Bearer")
+            for word in ("mac", "shop", "mac-claude", "secret plan", "ana"):
+                assert word not in answer.text.replace("palacectl", ""), (path, answer.text)
+    answer = http_request(ui.port, "POST", "/api/message", headers={"Content-Type": "application/json"},
+                          body=b'{"to_agent": "*", "body": "hi"}')
+    assert answer.status == 401
+    assert ctl_json(ui.home, "list", "--type", "human.message")["count"] == 0
+
+
+def test_healthz_needs_no_secret_and_says_only_whether_the_daemon_is_up(ui, daemon):
+    answer = http_request(ui.port, "GET", "/healthz")
+    assert answer.status == 200 and answer.json() == {"ok": True, "daemon": "up"}
+    assert daemon.stop() == 0
+    assert http_request(ui.port, "GET", "/healthz").json() == {"ok": True, "daemon": "down"}
+    answer = ui.get("/api/now")
+    assert answer.status == 503 and "palaced is not running" in answer.json()["error"]
+    daemon.start()
+    assert http_request(ui.port, "GET", "/healthz").json()["daemon"] == "up"
+
+
+def test_the_secret_in_the_address_becomes_an_http_only_cookie_and_leaves_the_address(ui):
+    answer = http_request(ui.port, "GET", f"/?secret={ui.secret}")
+    assert answer.status == 303 and answer.headers["location"] == "/"
+    cookie = answer.set_cookies[0]
+    assert cookie.startswith(f"palace_ui_{ui.port}={ui.secret};")
+    for attribute in ("HttpOnly", "SameSite=Strict", "Path=/"):
+        assert attribute in cookie
+    page = http_request(ui.port, "GET", "/", headers={"Cookie": cookie.split(";")[0]})
+    assert page.status == 200 and page.headers["content-type"].startswith("text/html")
+    assert ui.secret not in page.text  # the page never holds the secret itself, only the CSRF token
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["referrer-policy"] == "no-referrer" and page.headers["x-frame-options"] == "DENY"
+
+
+def test_a_foreign_host_is_refused_before_the_secret_is_looked_at(ui):
+    """Guards against DNS rebinding: a site that resolves its own name to 127.0.0.1 sends its own
+    name as Host, and gets nothing even if it somehow had the secret."""
+    for host in ("evil.example", f"evil.example:{ui.port}", f"127.0.0.1:{ui.port + 1}", "", f"localhost.evil:{ui.port}"):
+        answer = http_request(ui.port, "GET", "/api/now", headers=ui.auth(), host=host)
+        assert answer.status in (400, 421), (host, answer)
+        assert "mac" not in answer.text.replace("127.0.0.1", "")
+    assert http_request(ui.port, "GET", "/api/session", headers=ui.auth(), host=f"localhost:{ui.port}").status == 200
+
+
+def test_a_write_needs_the_pages_csrf_token_and_this_servers_origin(ui):
+    message = {"to_agent": "linux-codex", "body": "stop and rebase"}
+    assert ui.post_message(message, csrf=False).status == 403
+    assert ui.post_message(message, csrf="0" * 64).status == 403
+    assert ui.post_message(message, csrf=ui.secret).status == 403
+    assert ui.post_message(message, origin="http://evil.example").status == 403
+    assert ui.post_message(message, origin="").status == 403
+    assert ctl_json(ui.home, "list", "--type", "human.message")["count"] == 0
+    answer = ui.post_message(message)
+    assert answer.status == 200, answer
+    event = answer.json()["event"]
+    assert event["from_agent"] == "human:ana" and event["to_agent"] == "linux-codex"
+    assert event["type"] == "human.message" and event["metadata"]["importance"] == "high"
+    assert ctl_json(ui.home, "list", "--type", "human.message")["events"][0]["body"] == "stop and rebase"
+
+
+def test_a_message_from_the_dashboard_wakes_the_agents_watch(ui, daemon):
+    watch = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(daemon.home), "watch", "--agent", "linux-codex",
+                              "--json", "--idle-exit-ms", "30000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: ctl_json(daemon.home, "who")["count"] == 1, "the watch to connect")
+        assert ui.post_message({"to_agent": "linux-codex", "body": "pause the deploy"}).status == 200
+        out, err = watch.communicate(timeout=30)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    events = json.loads(out)["events"]
+    assert [e["body"] for e in events] == ["pause the deploy"] and events[0]["from_agent"] == "human:ana"
+
+
+@pytest.mark.parametrize("doc, status, words", [
+    ({"to_agent": "x"}, 400, "body"),
+    ({"to_agent": "", "body": "hi"}, 400, "to_agent"),
+    ({"to_agent": "x", "body": "hi", "importance": "low"}, 400, "unknown field 'importance'"),
+    ({"to_agent": "x", "body": "y" * 17000}, 400, "over 16384 bytes"),
+    ({"to_agent": "x", "body": "y" * 70000}, 413, "over 65536 bytes"),
+    ({"to_agent": "x", "body": "hi", "reply_to": "not an id"}, 400, "reply_to"),
+    ({"to_agent": "bad agent\n", "body": "hi"}, 400, "to_agent"),
+    (b"not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+])
+def test_a_bad_message_is_refused_with_one_line_and_nothing_is_written(ui, doc, status, words):
+    answer = ui.post_message(doc)
+    assert answer.status == status, answer
+    assert words in answer.json()["error"] and "\n" not in answer.json()["error"]
+    assert ctl_json(ui.home, "list", "--type", "human.message")["count"] == 0
+
+
+def test_a_message_sent_as_something_else_than_json_is_refused(ui):
+    answer = ui.post_message({"to_agent": "x", "body": "hi"}, content_type="text/plain")
+    assert answer.status == 415
+
+
+def test_pages_give_their_json(ui, ctl, daemon):
+    request = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "mac-claude",
+                       "--to-agent", "linux-codex", "--branch", "main", "--base-commit", "abcdef1",
+                       "--goal", "Add the orders table", "--done", "tests pass")
+    cid = request["task"]["correlation_id"]
+    ctl_json(daemon.home, "task", "claim", cid, "--agent", "linux-codex")
+    append_event(ctl, from_agent="linux-codex", to_agent="human:ana", type="question", body="May I drop the old view?")
+    now = ui.get_json("/api/now")
+    assert {a["agent"] for a in now["agents"]} >= {"mac-claude", "linux-codex"}
+    codex = next(a for a in now["agents"] if a["agent"] == "linux-codex")
+    assert [t["correlation_id"] for t in codex["claimed"]] == [cid]
+    assert codex["last_event"]["body"] == "May I drop the old view?"
+    assert [e["body"] for e in now["waiting"]] == ["May I drop the old view?"]
+    board = ui.get_json("/api/tasks")
+    assert [c["name"] for c in board["columns"]] == ["open", "claimed", "stalled", "delivered", "applied", "failed", "blocked"]
+    assert [t["title"] for t in board["columns"][1]["tasks"]] == ["Add the orders table"]
+    task = ui.get_json(f"/api/task/{cid}")
+    assert task["task"]["state"] == "claimed" and task["task"]["card"]["title"] == "Add the orders table"
+    page = ui.get_json("/api/events?limit=2")
+    assert page["count"] == 2 and page["next_before"] == page["events"][-1]["id"]
+    older = ui.get_json(f"/api/events?limit=2&before={page['next_before']}")
+    assert older["events"][0]["seq"] < page["events"][-1]["seq"]
+    assert ui.get_json("/api/events?type=question")["events"][0]["from_agent"] == "linux-codex"
+    assert ui.get_json("/api/events?text=drop+view")["count"] == 1
+    session = ui.get_json("/api/session")
+    assert session["human"] == "human:ana" and session["can_write"] is True and session["daemon"]["name"] == "mac"
+    assert ui.get_json("/api/leases")["active"] == []
+    assert ui.get_json("/api/fleet")["nodes"][0]["self"] is True
+    statusz = ui.get_json("/statusz")
+    assert statusz["daemon"]["reachable"] is True and statusz["requests"]["requests"] >= 8
+
+
+def test_an_answer_from_a_person_takes_a_message_off_the_waiting_list(ui, ctl):
+    question = append_event(ctl, from_agent="linux-codex", to_agent="human:ana", type="question", body="Drop the view?")
+    append_event(ctl, from_agent="linux-codex", to_agent="*", type="note", body="a broadcast is nobody's question")
+    assert [e["id"] for e in ui.get_json("/api/now")["waiting"]] == [question["id"]]
+    assert ui.post_message({"to_agent": "linux-codex", "body": "yes", "reply_to": question["id"]}).status == 200
+    assert ui.get_json("/api/now")["waiting"] == []
+
+
+def test_an_event_is_shown_with_its_signature_verified_by_the_dashboard(ui, ctl):
+    event = append_event(ctl, from_agent="mac-claude", body="signed words")
+    detail = ui.get_json(f"/api/event/{event['id']}")
+    assert detail["event"]["body"] == "signed words"
+    proof = detail["proof"]
+    assert proof["verified"] is True and proof["body_checked"] is True and proof["origin"] == event["origin"]
+    assert len(proof["signature"]) == 128 and len(proof["public_key"]) == 64
+    assert proof["daemon"]["name"] == "mac"
+    assert ui.get("/api/event/evt_20260101T000000_00000000000000000000").status == 404
+    assert ui.get("/api/event/not-an-id").status == 400
+
+
+def test_a_redacted_body_never_leaves_the_dashboard(ui, ctl):
+    """Guards redaction end to end: after ``redact``, no page, detail, search or replayed stream
+    of the dashboard carries the body; the event is shown as redacted, still verified."""
+    before = append_event(ctl, from_agent="mac-claude", body="harmless")
+    secret = append_event(ctl, from_agent="mac-claude", to_agent="linux-codex", body="AWS_SECRET=hunter2hunter2")
+    assert run_ctl(ui.home, "redact", secret["id"], "--from-agent", "mac-claude", "--reason", "leaked").returncode == 0
+    texts = [ui.get(path).text for path in ("/api/events", f"/api/event/{secret['id']}", "/api/now",
+                                            "/api/events?text=hunter2hunter2", "/api/events?to_agent=linux-codex")]
+    with ui.stream(headers={"Last-Event-ID": before["id"]}) as stream:
+        replayed = [stream.next_event()["data"] for _ in range(2)]
+    for text in [*texts, json.dumps(replayed)]:
+        assert "hunter2" not in text
+    detail = ui.get_json(f"/api/event/{secret['id']}")
+    assert detail["event"]["body_redacted"] is True and detail["proof"]["verified"] is True
+    assert detail["proof"]["body_checked"] is False
+    assert any(e.get("body_redacted") for e in replayed)
+
+
+def test_an_artifact_is_served_with_its_sha256_checked_and_downloads_as_an_attachment(ui, daemon):
+    patch = b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n"
+    result = run_ctl(daemon.home, "artifact", "put", "--kind", "patch", "--created-by", "linux-codex", "--json", input=patch)
+    assert result.returncode == 0, result
+    stored = result.json()
+    view = ui.get_json(f"/api/artifact/{stored['id']}")
+    assert view["sha256_verified"] is True and view["text"] == patch.decode() and view["shown"] is True
+    raw = ui.get(f"/api/artifact/{stored['id']}/raw")
+    assert raw.status == 200 and raw.body == patch
+    assert raw.headers["content-disposition"] == f'attachment; filename="{stored["id"]}.patch"'
+    assert raw.headers["content-type"] == "application/octet-stream"
+    assert ui.get("/api/artifact/../../etc/passwd/raw").status in (400, 404)
+    assert ui.get("/api/artifact/art_zz/raw").status == 400
+
+
+def test_the_stream_sends_mempalace_frames_pushed_from_the_tip(ui, ctl):
+    append_event(ctl, from_agent="mac-claude", body="before the stream")
+    with ui.stream() as stream:
+        assert stream.status == 200
+        assert stream.headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert stream.headers["cache-control"] == "no-cache" and stream.headers["x-accel-buffering"] == "no"
+        event = append_event(ctl, from_agent="mac-claude", body="line one\nline two")
+        frame = stream.next_event()
+    assert frame["id"] == event["id"] and frame["event"] == "logstream"
+    assert frame["data"] == ctl_json(ui.home, "list", "--order", "desc", "--limit", "1")["events"][0]
+
+
+def test_the_stream_replays_after_last_event_id_and_applies_its_filters(ui, ctl):
+    first = append_event(ctl, from_agent="a", body="one")
+    append_event(ctl, from_agent="a", type="noise", body="two")
+    third = append_event(ctl, from_agent="a", to_agent="b", type="reply", body="three")
+    with ui.stream(headers={"Last-Event-ID": first["id"]}) as stream:
+        assert [stream.next_event()["id"] for _ in range(2)][1] == third["id"]
+    with ui.stream(f"/logstream/stream?since_event_id={first['id']}&type=reply&type=note&to_agent=b") as stream:
+        assert stream.next_event()["id"] == third["id"]
+        later = append_event(ctl, from_agent="a", type="note", to_agent="*", body="to everyone")
+        append_event(ctl, from_agent="a", type="noise", to_agent="b", body="filtered out")
+        last = append_event(ctl, from_agent="a", type="reply", to_agent="b", body="four")
+        assert [stream.next_event()["id"] for _ in range(2)] == [later["id"], last["id"]]
+
+
+@pytest.mark.parametrize("query, words", [
+    ("bogus=1", "unknown query parameter 'bogus'"),
+    ("since_event_id=evt_nope", "since_event_id 'evt_nope' not found"),
+    ("type=Not%20A%20Type", "is not a valid event type"),
+    ("since_event_id=a&since_event_id=b", "more than once"),
+    ("&".join(f"type=t{i}" for i in range(17)), "at most 16"),
+])
+def test_bad_stream_filters_are_refused_before_the_stream_starts(ui, query, words):
+    answer = ui.get(f"/logstream/stream?{query}")
+    assert answer.status == 400, answer
+    assert words in answer.json()["error"]
+
+
+def test_streams_beyond_the_cap_get_503_with_retry_after_and_a_closed_stream_frees_its_slot(dashboards, daemon, ctl):
+    run_ctl(daemon.home, "init", "--name", "shop")
+    ui = dashboards("--max-streams", "2")
+    first, second = ui.stream(), ui.stream()
+    assert first.status == second.status == 200
+    refused = ui.get("/logstream/stream")
+    assert refused.status == 503 and refused.headers["retry-after"] == "5"
+    assert "event_wait" in refused.json()["error"]
+    first.close()
+    wait_until(lambda: ui.get_json("/statusz")["streams"]["open"] == 1, "the closed stream's slot to be given back")
+    with ui.stream() as third:
+        assert third.status == 200
+        event = append_event(ctl, from_agent="a", body="still pushed")
+        assert third.next_event()["id"] == event["id"] == second.next_event()["id"]
+    second.close()
+    wait_until(lambda: ui.get_json("/statusz")["streams"]["open"] == 0, "every slot back")
+    assert ui.get_json("/statusz")["streams"]["refused"] == 1
+
+
+def test_a_daemon_restart_ends_the_stream_and_a_reconnect_with_its_last_id_misses_nothing(ui, daemon, ctl):
+    with ui.stream() as stream:
+        seen = append_event(ctl, from_agent="a", body="seen")
+        assert stream.next_event()["id"] == seen["id"]
+        assert daemon.stop() == 0
+        with pytest.raises(EOFError):
+            stream.next_event(timeout=10)
+    daemon.start()
+    missed = append_event(ctl, from_agent="a", body="written while nobody streamed")
+    with ui.stream(headers={"Last-Event-ID": seen["id"]}) as again:
+        assert again.next_event()["id"] == missed["id"]
+
+
+def test_unknown_paths_and_methods_and_oversized_queries_are_refused(ui):
+    assert ui.get("/api/nope").status == 404
+    assert ui.get("/static/../palacectl/ui/app.py").status == 404
+    assert ui.get("/static/index.html").status == 404
+    assert http_request(ui.port, "DELETE", "/api/now", headers=ui.auth()).status == 405
+    assert http_request(ui.port, "POST", "/api/now", headers={"Cookie": ui.cookie, "Origin": f"http://127.0.0.1:{ui.port}",
+                                                              "X-CSRF-Token": ui.csrf_token()}).status == 405
+    assert ui.get("/api/events?" + "&".join(f"k{i}=v" for i in range(40))).status == 400
+    assert ui.get("/api/events?text=" + "x" * 5000).status == 414
+    assert ui.get("/api/events?limit=0").status == 400
+    assert ui.get("/api/events?limit=abc").status == 400
+    assert ui.get("/api/events?type=a&type=b").status == 400
+    assert ui.get("/api/events?before=evt_nope").status == 404
+    assert ui.get("/api/memory/search").status == 400
+    assert ui.get("/api/memory/search?q=x&mode=psychic").status == 400
+    assert ui.get("/api/task/task_nope").status == 404
+    # Still serving after all of it.
+    assert ui.get("/api/session").status == 200
+
+
+def test_bad_command_lines_and_a_missing_daemon_are_one_line_with_their_exit_codes(daemon, short_tmp):
+    for args, code, words in [
+        (("ui", "--port", "70000", "--no-browser"), 64, "--port 70000 is not a port"),
+        (("ui", "--as", "two words", "--no-browser"), 64, "--as"),
+        (("ui", "--max-streams", "0", "--no-browser"), 64, "--max-streams"),
+    ]:
+        result = run_ctl_process(daemon.home, *args, timeout=30)
+        assert result.returncode == code, result
+        assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    result = run_ctl_process(short_tmp / "nobody", "ui", "--no-browser", timeout=30)
+    assert result.returncode == 3 and "palaced is not running" in result.stderr, result
+
+
+def test_a_port_in_use_is_said_in_one_line(dashboards, daemon):
+    run_ctl(daemon.home, "init", "--name", "shop")
+    first = dashboards()
+    result = run_ctl_process(daemon.home, "ui", "--no-browser", "--port", str(first.port), timeout=30)
+    assert result.returncode == 1 and f"port {first.port} on 127.0.0.1 is in use" in result.stderr, result
+    assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_stops_the_dashboard_with_130_and_removes_its_ui_file(dashboards, daemon):
+    run_ctl(daemon.home, "init", "--name", "shop")
+    ui = dashboards()
+    assert (daemon.home / "ui.json").exists()
+    with ui.stream() as stream:
+        assert stream.status == 200
+        assert ui.stop(signal.SIGINT) == 130
+    assert not (daemon.home / "ui.json").exists()
+
+
+def test_an_observer_dashboard_shows_everything_and_sends_nothing(fleet):
+    alpha = fleet.found("alpha")
+    observer = fleet.join("wall", role="observer")
+    ui = DashboardProcess(observer.home)
+    try:
+        session = ui.get_json("/api/session")
+        assert session["can_write"] is False and session["daemon"]["role"] == "observer"
+        answer = ui.post_message({"to_agent": "*", "body": "hello"})
+        assert answer.status == 403 and "observer" in answer.json()["error"]
+        ctl_json(alpha.home, "append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "mac-claude",
+                 "--body", "seen on the wall")
+        wait_until(lambda: ui.get_json("/api/events?from_agent=mac-claude")["count"] == 1, "the event on the observer")
+    finally:
+        assert ui.stop() == 0

@@ -1,0 +1,332 @@
+"""The dashboard in a real browser: Debian's headless Chromium driven by selenium through its own
+chromedriver (nothing downloaded), against real daemons and a real ``palacectl ui``.
+
+Each page loads with no console errors at a desktop and a phone width, in both themes; the live
+timeline shows an event appended with palacectl without a reload; "Now" shows a stalled task; a
+person's message sent from the page wakes the agent's ``palacectl watch``; a browser without the
+secret sees nothing; an observer shows no write control; a redacted body never appears; a hostile
+body is shown as text, never run. ``PALACE_UI_SCREENSHOTS=DIR`` also saves each page's screenshot
+there (how docs/ui-*.png are made).
+
+Where Chromium or its driver is missing these tests skip, saying so, except under CI (``CI`` set),
+where a missing browser is a failure: .ci/run installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard import DashboardProcess
+from tests.demo_palace import build_demo_palace
+from tests.fleet import ctl_json, wait_until
+from tests.helpers import PYTHON, append_event, run_ctl
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+WAIT_S = 20.0
+
+pytestmark = pytest.mark.slow
+
+
+def _browser_missing() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[test]')"
+    if not CHROMIUM or not CHROMEDRIVER:
+        return "Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+    return None
+
+
+@pytest.fixture
+def browser_factory() -> Iterator[Callable[..., Any]]:
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser tests must run in CI: {missing}")
+        pytest.skip(missing)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    drivers: list[Any] = []
+    profiles: list[str] = []
+
+    def make(width: int = 1280, height: int = 800, *, dark: bool = False) -> Any:
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        profile = tempfile.mkdtemp(prefix="palace-chromium-")
+        profiles.append(profile)
+        # As the machine's notes say: root needs --no-sandbox; without the background-networking
+        # flags Chromium dials Google's hosts, which this closed network refuses.
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--disable-dev-shm-usage", "--lang=en-US", f"--user-data-dir={profile}",
+                     f"--window-size={max(width, 800)},{height}", "--hide-scrollbars"):
+            options.add_argument(flag)
+        if width < 800:  # a phone: desktop windows have a minimum width, emulated screens do not
+            options.add_experimental_option("mobileEmulation", {"deviceMetrics": {
+                "width": width, "height": height, "pixelRatio": 1.0, "touch": True}})
+        if dark:
+            options.add_argument("--force-dark-mode")
+            options.add_argument("--blink-settings=preferredColorScheme=0")
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        driver.set_page_load_timeout(WAIT_S)
+        drivers.append(driver)
+        return driver
+
+    yield make
+    for driver in drivers:
+        driver.quit()
+    for profile in profiles:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def full_page_screenshot(driver: Any, path: Path, max_height: int = 2400) -> None:
+    """The whole page, not only the window (Chrome's DevTools capture beyond the viewport)."""
+    import base64
+
+    size = driver.execute_script("return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size[0], "height": min(size[1], max_height), "scale": 1}})
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
+def console_errors(driver: Any) -> list[Any]:
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def wait_for(driver: Any, condition: Callable[[Any], Any], what: str, timeout: float = WAIT_S) -> Any:
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    except TimeoutException:
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; the page says: "
+                             f"{driver.find_element('tag name', 'body').text[:2000]}") from None
+
+
+def text_of(driver: Any) -> str:
+    return driver.find_element("tag name", "main").text
+
+
+def open_page(driver: Any, ui: DashboardProcess, page: str) -> None:
+    driver.get(f"{ui.url}#/{page}")
+    wait_for(driver, lambda d: d.find_element("id", "main").get_attribute("aria-busy") == "false"
+             and "Loading" not in d.find_element("id", "main").text[:20], f"the {page} page")
+
+
+def sign_in(driver: Any, ui: DashboardProcess) -> None:
+    driver.get(f"{ui.url}?secret={ui.secret}")
+    wait_for(driver, lambda d: d.current_url.rstrip("/").endswith(str(ui.port)) or d.current_url.endswith("/#/now")
+             or d.current_url.endswith(f"{ui.port}/"), "the redirect that drops the secret from the address")
+    assert ui.secret not in driver.current_url
+
+
+@pytest.fixture
+def single(daemon: Any) -> Iterator[DashboardProcess]:
+    run_ctl(daemon.home, "init", "--name", "shop", "--daemon-name", "mac")
+    ui = DashboardProcess(daemon.home, "--as", "ana")
+    yield ui
+    assert ui.stop() == 0, ui.output()
+
+
+PAGES = ("now", "timeline", "tasks", "task", "fleet", "leases", "memory")
+
+
+def test_every_page_loads_without_console_errors_on_a_desktop_and_a_phone_in_both_themes(fleet, browser_factory):
+    demo = build_demo_palace(fleet)
+    ui = DashboardProcess(demo.mac.home, "--as", "ana")
+    shots = Path(os.environ.get("PALACE_UI_SCREENSHOTS") or tempfile.mkdtemp(prefix="palace-shots-"))
+    shots.mkdir(parents=True, exist_ok=True)
+    try:
+        for width, height, dark, suffix in ((1280, 800, False, ""), (390, 844, True, "-phone-dark")):
+            driver = browser_factory(width, height, dark=dark)
+            sign_in(driver, ui)
+            for page in PAGES:
+                route = f"task/{demo.tasks['orders']}" if page == "task" else page
+                open_page(driver, ui, route)
+                if page == "task":
+                    wait_for(driver, lambda d: d.find_elements("css selector", ".diff .add"), "the patch's diff")
+                    assert "✓ sha256 verified" in text_of(driver)
+                    assert "integer" in text_of(driver)
+                if page == "timeline":
+                    driver.find_element("css selector", "ol.events > li summary").click()
+                    wait_for(driver, lambda d: "verified by this dashboard" in text_of(d), "the first event's proof")
+                if page == "memory":
+                    driver.find_element("id", "m-q").send_keys("floats lost a cent")
+                    driver.find_element("css selector", "form[role=search] button").click()
+                    wait_for(driver, lambda d: "integer cents" in text_of(d), "the drawer found by search")
+                    driver.find_element("id", "m-entity").send_keys("orders-service")
+                    driver.find_element("css selector", "form[aria-label^='An entity'] button").click()
+                    wait_for(driver, lambda d: "postgres-16" in text_of(d) and "postgres-14" in text_of(d),
+                             "the entity's facts over time")
+                if page == "fleet":
+                    wait_for(driver, lambda d: "linux" in text_of(d) and "wall" in text_of(d), "the three daemons")
+                full_page_screenshot(driver, shots / f"ui-{page}{suffix}.png")
+                assert console_errors(driver) == [], (page, suffix)
+            if not dark:
+                # Keyboard only: Tab past the skip link to "Tasks", Enter; then into the first card.
+                from selenium.webdriver.common.action_chains import ActionChains
+                from selenium.webdriver.common.keys import Keys
+
+                open_page(driver, ui, "now")
+                driver.refresh()  # focus starts at the top of a freshly loaded document
+                open_page(driver, ui, "now")
+                ActionChains(driver).send_keys(Keys.TAB * 4).perform()
+                assert driver.switch_to.active_element.text == "Tasks"
+                ActionChains(driver).send_keys(Keys.ENTER).perform()
+                wait_for(driver, lambda d: d.find_elements("css selector", ".task-card"), "the board by keyboard")
+                driver.find_element("css selector", ".task-card").send_keys(Keys.ENTER)
+                wait_for(driver, lambda d: "#/task/" in d.current_url, "a task opened by keyboard")
+        now = ui.get_json("/api/now")
+        assert [e["to_agent"] for e in now["waiting"]] == ["human:ana"]
+        assert {t["title"] for t in now["stuck"]} == {"Fix the flaky login test"}
+    finally:
+        demo.close()
+        assert ui.stop() == 0, ui.output()
+
+
+def test_an_event_appended_with_palacectl_appears_on_the_open_timeline_without_a_reload(single, ctl, browser_factory):
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, "timeline")
+    driver.execute_script("window.__notReloaded = 42")
+    wait_for(driver, lambda d: d.find_element("id", "live").text == "live", "the live stream")
+    event = append_event(ctl, from_agent="mac-claude", to_agent="linux-codex", body="appeared by itself")
+    wait_for(driver, lambda d: d.find_elements("css selector", f'li[data-id="{event["id"]}"]'), "the new event", 10)
+    assert "appeared by itself" in text_of(driver)
+    assert driver.execute_script("return window.__notReloaded") == 42
+    # A filtered timeline shows only what matches, live too.
+    open_page(driver, single, "timeline?from_agent=someone-else")
+    driver.execute_script("window.__notReloaded = 43")
+    other = append_event(ctl, from_agent="someone-else", body="matches the filter")
+    append_event(ctl, from_agent="mac-claude", body="does not match")
+    wait_for(driver, lambda d: d.find_elements("css selector", f'li[data-id="{other["id"]}"]'), "the matching event")
+    assert "does not match" not in text_of(driver)
+    assert console_errors(driver) == []
+
+
+def test_a_stalled_task_appears_on_now(single, daemon, browser_factory):
+    cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "mac-claude",
+                   "--to-agent", "linux-codex", "--branch", "main", "--base-commit", "abcdef1", "--goal",
+                   "Rotate the signing keys", "--done", "old keys revoked", "--stall-after", "10s")["task"]["correlation_id"]
+    ctl_json(daemon.home, "task", "claim", cid, "--agent", "linux-codex")
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, "now")
+    assert "Stalled tasks" not in text_of(driver)
+    wait_for(driver, lambda d: "Stalled tasks (1)" in text_of(d) and "Rotate the signing keys" in text_of(d),
+             "the stalled task on Now", 40)
+    assert console_errors(driver) == []
+
+
+def test_a_message_sent_from_the_page_reaches_the_agents_watch(single, daemon, browser_factory):
+    watch = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(daemon.home), "watch", "--agent", "linux-codex",
+                              "--json", "--idle-exit-ms", "60000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: ctl_json(daemon.home, "who")["count"] == 1, "the agent's watch")
+        driver = browser_factory()
+        sign_in(driver, single)
+        open_page(driver, single, "now")
+        driver.find_element("id", "msg-to").send_keys("linux-codex")
+        driver.find_element("id", "msg-body").send_keys("Stop the deploy: the migration is not reviewed yet.")
+        driver.find_element("id", "msg-send").click()
+        wait_for(driver, lambda d: d.find_element("id", "confirm").get_attribute("open") is not None, "the confirm dialog")
+        assert "linux-codex" in driver.find_element("id", "confirm-text").text
+        driver.find_element("id", "confirm-send").click()
+        wait_for(driver, lambda d: d.find_element("id", "msg-status").text.startswith("Sent evt_"), "the message sent")
+        out, err = watch.communicate(timeout=30)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    events = json.loads(out)["events"]
+    assert events[0]["body"] == "Stop the deploy: the migration is not reviewed yet."
+    assert events[0]["from_agent"] == "human:ana" and events[0]["metadata"]["importance"] == "high"
+    assert console_errors(driver) == []
+
+
+def test_a_browser_without_the_secret_sees_nothing_of_the_palace(single, ctl, browser_factory):
+    append_event(ctl, from_agent="mac-claude", body="private plans")
+    driver = browser_factory()
+    driver.get(single.url)
+    body = driver.find_element("tag name", "body").text
+    assert "unauthorized" in body
+    for word in ("mac-claude", "private plans", "shop"):
+        assert word not in body
+    driver.get(f"{single.url}?secret=not-the-secret")
+    assert "unauthorized" in driver.find_element("tag name", "body").text
+
+
+def test_an_observer_shows_no_write_control(fleet, browser_factory):
+    alpha = fleet.found("alpha")
+    wall = fleet.join("wall", role="observer")
+    ctl_json(alpha.home, "append", "--type", "question", "--stream", "s", "--room", "r", "--from-agent", "mac-claude",
+             "--to-agent", "human:ana", "--body", "a question nobody here may answer")
+    wait_until(lambda: ctl_json(wall.home, "list", "--type", "question")["count"] == 1, "the question on the wall")
+    ui = DashboardProcess(wall.home, "--as", "ana")
+    try:
+        driver = browser_factory()
+        sign_in(driver, ui)
+        open_page(driver, ui, "now")
+        wait_for(driver, lambda d: "a question nobody here may answer" in text_of(d), "the question on Now")
+        assert "read-only observer" in driver.find_element("id", "where").text
+        assert driver.find_elements("id", "message-form") == []
+        assert [b for b in driver.find_elements("tag name", "button") if b.text in ("Reply", "Send…")] == []
+        open_page(driver, ui, "timeline")
+        driver.find_element("css selector", "ol.events > li summary").click()
+        wait_for(driver, lambda d: "verified by this dashboard" in text_of(d), "the event's detail")
+        assert "Reply as a person" not in text_of(driver)
+        assert console_errors(driver) == []
+    finally:
+        assert ui.stop() == 0, ui.output()
+
+
+def test_a_redacted_body_never_appears_not_even_live(single, ctl, browser_factory):
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, "timeline")
+    wait_for(driver, lambda d: d.find_element("id", "live").text == "live", "the live stream")
+    secret = append_event(ctl, from_agent="mac-claude", body="DB_PASSWORD=correct-horse-battery")
+    wait_for(driver, lambda d: "correct-horse" in text_of(d), "the event, before its redaction")
+    assert run_ctl(single.home, "redact", secret["id"], "--from-agent", "mac-claude", "--reason", "pasted a secret").returncode == 0
+    wait_for(driver, lambda d: "correct-horse" not in d.page_source, "the body gone from the open page")
+    driver.refresh()
+    open_page(driver, single, "timeline")
+    driver.find_element("css selector", f'li[data-id="{secret["id"]}"] summary').click()
+    wait_for(driver, lambda d: "[redacted] body sha256" in text_of(d), "the redacted event's detail")
+    open_page(driver, single, "now")
+    for page in ("timeline", "now", "timeline?text=correct"):
+        open_page(driver, single, page)
+        assert "correct-horse" not in driver.page_source, page
+    assert console_errors(driver) == []
+
+
+def test_a_hostile_body_is_shown_as_text_and_never_runs(single, ctl, browser_factory):
+    """Guards against cross-site scripting through what agents write: bodies, agent ids, metadata."""
+    payload = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+    append_event(ctl, from_agent="mallory", to_agent="human:ana", body=payload, type="question",
+                 metadata=json.dumps({"importance": "<b onmouseover=window.__pwned=3>x</b>"}))
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, "now")
+    assert '<img src=x onerror="window.__pwned=1">' in text_of(driver)
+    open_page(driver, single, "timeline")
+    driver.find_element("css selector", "ol.events > li summary").click()
+    wait_for(driver, lambda d: d.find_elements("css selector", ".ev-detail pre.body"), "the hostile event's detail")
+    assert payload in driver.find_element("css selector", ".ev-detail pre.body").text
+    time.sleep(0.5)
+    assert driver.execute_script("return window.__pwned") is None
+    assert driver.find_elements("css selector", "main img") == []
