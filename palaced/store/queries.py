@@ -309,10 +309,10 @@ def drawer(store: Store, drawer_id: str) -> dict[str, Any] | None:
 
 def agent_activity(store: Store) -> list[tuple[str, str, int, str, str]]:
     """Who wrote what: (from_agent, origin, events, first created_at, last created_at) for every
-    agent and origin that wrote as it (the roster's and the impersonation counts' source)."""
+    agent and origin that wrote as it (the roster's and the impersonation counts' source), as the
+    ``agent_activity`` table keeps it (schema 0008): one row per pair, never a scan of the log."""
     return store._reader().execute(
-        "SELECT from_agent, origin, count(*), min(created_at), max(created_at) FROM events "
-        "GROUP BY from_agent, origin").fetchall()
+        "SELECT from_agent, origin, events, first_at, last_at FROM agent_activity").fetchall()
 
 
 def events_written_as(store: Store, agent: str, origins: Sequence[str], limit: int) -> list[dict[str, Any]]:

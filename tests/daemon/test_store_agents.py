@@ -263,3 +263,34 @@ def test_one_origin_registers_a_bounded_number_of_agents_here_and_on_arrival(tri
                         metadata_json=canonical_json(registry_metadata(REGISTER, "three", a.agents.daemon)))
     ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
     assert ok and "registers more than 2 agents" in report.refused[0][1]
+
+
+def _activity_as_the_log_counts_it(store):
+    return sorted(store._reader().execute(
+        "SELECT from_agent, origin, count(*), min(created_at), max(created_at) FROM events "
+        "GROUP BY from_agent, origin").fetchall())
+
+
+def test_agent_activity_counts_every_event_whichever_way_it_came(trio_of_stores, tmp_path):
+    """Guards the table the roster reads instead of grouping the log (schema 0008) against drift:
+    local appends, the daemon's own notices, a peer's events, a failed write rolled back, and a
+    database reopened all leave it equal to what the log itself counts."""
+    a, b, _ = trio_of_stores
+    for agent in ("mac-claude", "mac-claude", "linux-codex"):
+        append(a, from_agent=agent)
+    append(b, from_agent="win-codex")
+    sync(a, b, a, b)
+    sync(a, b, a, b)  # the same events again: already held, counted once
+    with pytest.raises(AgentElsewhere):
+        append(b, from_agent="mac-claude")  # refused in its savepoint: nothing to count
+    for store in (a, b):
+        assert sorted(store.agent_activity()) == _activity_as_the_log_counts_it(store)
+    rows = {(r[0], r[1]): r[2] for r in b.agent_activity()}
+    assert rows[("mac-claude", a.origin_id)] == 2 and rows[("win-codex", b.origin_id)] == 1
+    path = b.path
+    b.close()
+    reopened = Store(path, Ed25519PrivateKey.generate(), LIMITS)
+    try:
+        assert sorted(reopened.agent_activity()) == _activity_as_the_log_counts_it(reopened)
+    finally:
+        reopened.close()
