@@ -39,7 +39,7 @@ from palace_proto.tasks import (
 )
 from palace_proto.validation import AppendRequest, Limits, ListQuery, clean_optional, clean_required
 
-from ..store import WriteContext
+from ..store import Store, WriteContext
 from ..store.clock import utc_now as _now
 from .context import Context
 
@@ -203,14 +203,22 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
-async def recent_views(ctx: Context) -> list[dict[str, Any]]:
-    """The newest MAX_TASKS tasks, derived."""
-    wire: dict[str, Any] = {"types": [REQUEST], "limit": MAX_TASKS, "order": "desc"}
-    requests = await ctx.astore.read(ctx.store.list_events, ListQuery.from_wire(wire))
-    views = []
+def _recent_task_events(store: Store, limit: int) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The newest ``limit`` task requests and every event on each one's correlation, read in one
+    job on one reader: one snapshot, and one thread hop instead of one per task (a board of 300
+    tasks cost 300 hops, 90 ms)."""
+    requests = store.list_events(ListQuery.from_wire({"types": [REQUEST], "limit": limit, "order": "desc"}))
+    out = []
     for request in requests:
         cid = request["correlation_id"] or request["id"]
-        events = await ctx.astore.read(ctx.store.events_by_correlation, cid)
+        out.append((cid, store.events_by_correlation(cid)))
+    return out
+
+
+async def recent_views(ctx: Context) -> list[dict[str, Any]]:
+    """The newest MAX_TASKS tasks, derived."""
+    views = []
+    for cid, events in await ctx.astore.read(_recent_task_events, ctx.store, MAX_TASKS):
         view = view_of(ctx, cid, events)
         if view is not None:
             views.append(view)
