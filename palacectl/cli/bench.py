@@ -1,7 +1,7 @@
 """palacectl's ``bench`` group: measure palace on this machine with temporary daemons.
 
-Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory`` and
-``replication`` sub-commands, each a front for ``palacectl.bench*`` (loaded only when the
+Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
+``replication`` and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*`` (loaded only when the
 command runs; nothing outside their temporary homes is touched). Registered on the root app by
 ``cli.root``; imports ``cli.common`` only.
 """
@@ -65,6 +65,22 @@ def bench_replication(
     from ..bench_replication import run_replication_bench
 
     result = run_replication_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+@bench_app.command("ui")
+def bench_ui(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    events: Annotated[Optional[int], typer.Option("--events", help="Fill the log to this many events (default 1,000,000).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure the dashboard on a big palace: each page's data over HTTP, and the live stream."""
+    from ..bench_ui import run_ui_bench
+
+    if events is not None and events < 1000:
+        raise UsageProblem("--events must be at least 1000")
+    result = run_ui_bench(quick=quick, progress=not json_, events=events)
     if json_:
         emit_json(result)
 

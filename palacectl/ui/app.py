@@ -27,6 +27,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import trio
+
 from palace_proto.errors import ApiError
 
 from ..aclient import AsyncDaemon
@@ -43,6 +45,15 @@ LOGGER: Final = logging.getLogger("palacectl.ui")
 MAX_BODY_BYTES: Final = 64 * 1024
 #: Why 8: MemPalace's default cap on event streams (MEMPALACE_SSE_MAX_CLIENTS); a tab holds one.
 DEFAULT_MAX_STREAMS: Final = 8
+#: Why 32: requests being answered at once (streams apart): a page asks for one or two at a time,
+#: and each may open up to ``views.PAGE_CONCURRENCY`` connections to the daemon; beyond this a
+#: request is answered 503 at once instead of queueing on the daemon.
+MAX_CONCURRENT_REQUESTS: Final = 32
+#: Why 30 s: a page's data takes milliseconds (see ``palacectl bench ui``); a daemon that has not
+#: answered by then is stuck, and the page says so instead of spinning.
+REQUEST_TIMEOUT_S: Final = 30.0
+#: Why 2 s: ``/healthz`` is what a monitor polls; it must answer promptly even about a stuck daemon.
+HEALTH_TIMEOUT_S: Final = 2.0
 _STATIC_NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _CONTENT_TYPES: Final = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
@@ -76,6 +87,7 @@ class Dashboard:
         self.gate = gate
         self.views = Views(daemon, human=human)
         self.streams = StreamSlots(max_streams)
+        self.busy = trio.CapacityLimiter(MAX_CONCURRENT_REQUESTS)
         self.started = time.monotonic()
         self.counters: collections.Counter[str] = collections.Counter()
         self._failed_places: set[str] = set()
@@ -192,15 +204,35 @@ class Dashboard:
 
     def _json(self, produce: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
         async def handler(request: Request, send: Send, *groups: str) -> None:
-            await send_json(send, 200, await produce(request, *groups))
+            await send_json(send, 200, await self._bounded(produce(request, *groups)))
         return handler
 
-    async def _healthz(self, send: Send, *, head_only: bool) -> None:
+    async def _bounded(self, work: Awaitable[Any]) -> Any:
+        """Run ``work`` within the cap on requests answered at once (503 beyond it)."""
         try:
-            await self.daemon.call("ping")
-            daemon = "up"
-        except (DaemonUnreachable, ApiError):
-            daemon = "down"
+            self.busy.acquire_nowait()
+        except trio.WouldBlock:
+            if hasattr(work, "close"):
+                work.close()  # never awaited: say so to Python, not as a warning
+            raise HttpError(503, f"the dashboard is answering {MAX_CONCURRENT_REQUESTS} requests already; retry "
+                                 "in a moment", headers=[("retry-after", "1")]) from None
+        try:
+            with trio.fail_after(REQUEST_TIMEOUT_S):
+                return await work
+        except trio.TooSlowError:
+            raise HttpError(504, f"palaced did not answer within {REQUEST_TIMEOUT_S:.0f} s; see `palacectl status` "
+                                 "and its log") from None
+        finally:
+            self.busy.release()
+
+    async def _healthz(self, send: Send, *, head_only: bool) -> None:
+        daemon = "down"
+        with trio.move_on_after(HEALTH_TIMEOUT_S):
+            try:
+                await self.daemon.call("ping")
+                daemon = "up"
+            except (DaemonUnreachable, ApiError):
+                pass
         await send_json(send, 200, {"ok": True, "daemon": daemon}, head_only=head_only)
 
     async def statusz(self) -> dict[str, Any]:
@@ -231,10 +263,10 @@ class Dashboard:
 
     async def _stream(self, request: Request, send: Send) -> None:
         args = stream_args(request.query, request.headers.get("last-event-id"))
-        await serve_stream(self.daemon, args, self.streams, request._receive, send)
+        await serve_stream(self.daemon, args, self.streams, request.receive, send)
 
     async def _artifact_raw(self, request: Request, send: Send, artifact_id: str) -> None:
-        record, content = await self.views.artifact(artifact_id)
+        record, content = await self._bounded(self.views.artifact(artifact_id))
         if not record["sha256_verified"]:
             raise HttpError(502, f"artifact {artifact_id}: its bytes do not match its sha256 "
                                  f"({record['sha256_computed']}); not served")
@@ -249,4 +281,4 @@ class Dashboard:
         if not session["can_write"]:
             raise HttpError(403, "this daemon is a read-only observer: it sends no messages")
         doc = await request.json_body(MAX_BODY_BYTES)
-        await send_json(send, 200, await self.views.send_message(doc))
+        await send_json(send, 200, await self._bounded(self.views.send_message(doc)))

@@ -65,7 +65,8 @@ class Request:
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope.get("method", "GET")
         self.path: str = scope.get("path", "/")
-        self._receive = receive
+        #: the ASGI receive channel (a stream watches it for the client going away)
+        self.receive = receive
         raw_query: bytes = scope.get("query_string", b"")
         if len(raw_query) > MAX_QUERY_BYTES:
             raise HttpError(414, f"the query string is over {MAX_QUERY_BYTES} bytes")
@@ -113,7 +114,7 @@ class Request:
             raise HttpError(413, f"the request body is over {limit} bytes")
         chunks, size = [], 0
         while True:
-            message = await self._receive()
+            message = await self.receive()
             if message["type"] == "http.disconnect":
                 raise HttpError(400, "the client went away before its body arrived")
             chunk = message.get("body", b"")

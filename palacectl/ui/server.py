@@ -33,6 +33,7 @@ from palace_proto.agents import HUMAN_PREFIX, check_agent_id
 from palace_proto.errors import ValidationError
 
 from ..aclient import AsyncDaemon
+from ..files import write_atomically
 from ..output import EXIT_INTERRUPTED, EXIT_OK, CommandFailed, note
 from .app import Dashboard
 from .security import Gate, new_secret
@@ -79,13 +80,9 @@ def _bind(port: int) -> socket.socket:
 
 
 def _write_ui_file(home: Path, doc: dict[str, Any]) -> Path:
+    """``ui.json``: private (0600) from its first byte, in place whole or not at all."""
     path = home / UI_FILE
-    temporary = path.with_name(f".{UI_FILE}.{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(doc, handle, indent=2)
-        handle.write("\n")
-    os.replace(temporary, path)
+    write_atomically(path, (json.dumps(doc, indent=2) + "\n").encode("utf-8"), 0o600)
     return path
 
 

@@ -1,7 +1,9 @@
-"""Real harnesses, not our reading of their docs: Claude Code and Gemini CLI installed from the npm
-registry into a temporary prefix, configured exactly as the README says (the MCP server, the
-rules, the session-start hook), then asked themselves: `mcp list` must report palace connected,
-and starting a session must run palace's hook (seen by the daemon: the agent's inbox was listed).
+"""Real harnesses, not our reading of their docs: Claude Code, Gemini CLI, Codex and OpenCode
+installed from the npm registry into a temporary prefix. Claude Code and Gemini CLI are configured
+exactly as the README says (the MCP server, the rules, the session-start hook), then asked
+themselves: `mcp list` must report palace connected, and starting a session must run palace's
+hook (seen by the daemon: the agent's inbox was listed). All four are asked for their own help,
+which must name every option (and option value) `palacectl task launch` passes them.
 
 The harnesses run in a network namespace of their own with loopback only (`unshare -n`): their
 update checks and telemetry, and Gemini's model call, fail there instead of leaving the machine;
@@ -21,12 +23,13 @@ from pathlib import Path
 import apsw
 import pytest
 
+from palacectl.launch import BUILTIN_RUNNERS
 from tests.fleet import append, ctl_json, wait_until
 from tests.helpers import PYTHON, run_ctl_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.transport_fixed]
 
-PACKAGES = ("@anthropic-ai/claude-code", "@google/gemini-cli")
+PACKAGES = ("@anthropic-ai/claude-code", "@google/gemini-cli", "@openai/codex", "opencode-ai")
 QUIET = {  # what each harness documents to switch off traffic that is not the task
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
     "GEMINI_TELEMETRY_ENABLED": "false", "NO_UPDATE_NOTIFIER": "1",
@@ -127,3 +130,23 @@ def test_claude_code_and_gemini_cli_connect_to_palace_and_run_its_session_hook(h
         os.killpg(gemini.pid, signal.SIGKILL)
         gemini.wait()
     assert ctl_json(home, "inbox", "--agent", "linux-gemini")["unread"] == 1  # listed, not marked read
+
+
+#: how each harness prints the help of the command palace's runner uses
+RUNNER_HELP = {"claude": ["claude", "--help"], "codex": ["codex", "exec", "--help"], "gemini": ["gemini", "--help"],
+               "opencode": ["opencode", "run", "--help"]}
+
+
+def test_task_launch_runners_pass_only_what_each_installed_harness_documents(harnesses, short_tmp):
+    """Guards the built-in runners (palacectl.launch.BUILTIN_RUNNERS) against a harness renaming an
+    option: each one's own --help, from the release npm has today, names every word palace passes."""
+    assert set(RUNNER_HELP) == set(BUILTIN_RUNNERS)
+    env = {**{k: v for k, v in os.environ.items() if k != "PALACE_HOME"}, "HOME": str(short_tmp), **QUIET}
+    env["PATH"] = f"{harnesses}{os.pathsep}{env['PATH']}"
+    for name, argv in BUILTIN_RUNNERS.items():
+        shown = offline(RUNNER_HELP[name], env, short_tmp)
+        assert shown.returncode == 0, shown
+        text = shown.stdout + shown.stderr
+        for word in argv[1:]:
+            if word not in ("{handoff}", "{workspace}", "{correlation_id}"):
+                assert word in text, f"`{' '.join(RUNNER_HELP[name])}` does not mention {word!r}: {text[:3000]}"

@@ -202,13 +202,13 @@ def _well_typed(back):
             p.isprintable() and len(p) <= MAX_PROBLEM_CHARS for p in problems))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from(sorted(KEYS | {"x", "y"})), _json, max_size=12))
 def test_any_json_object_reads_as_a_well_typed_report(value):
     _well_typed(decode_report(json.dumps(value).encode()))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=200) | _json.map(lambda v: json.dumps(v).encode()))
 def test_any_bytes_read_as_a_report_or_a_value_error(data):
     try:

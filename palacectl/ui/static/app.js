@@ -149,6 +149,33 @@ function debounce(fn, ms = REFRESH_MS) {
   return () => { if (pending) return; pending = setTimeout(() => { pending = null; fn(); }, ms); };
 }
 
+// A summary fetched again as events arrive: at most one fetch at a time, and after each one a pause
+// of four times what it took (at least REFRESH_MS), so a busy palace or a slow daemon is never
+// asked more often than it can answer; an event during a fetch schedules one more, never a queue.
+function refresher(fetch) {
+  let running = false, again = false, pending = null, lastTook = 0, lastEnd = 0;
+  const page = renderToken;  // a refresh due after the person moved to another page is dropped
+  const run = async () => {
+    pending = null;
+    if (page !== renderToken) return;
+    if (running) { again = true; return; }
+    running = true;
+    const start = performance.now();
+    try { await fetch(); } finally {
+      running = false;
+      lastEnd = performance.now();
+      lastTook = lastEnd - start;
+      if (again) { again = false; schedule(); }
+    }
+  };
+  const schedule = () => {
+    if (pending) return;
+    const wait = Math.max(REFRESH_MS, 4 * lastTook - (performance.now() - lastEnd));
+    pending = setTimeout(run, wait);
+  };
+  return schedule;
+}
+
 // -- the frame: session, theme, router -----------------------------------------------------------
 
 let session = { can_write: false, human: "", daemon: {} };
@@ -230,7 +257,7 @@ async function pageNow(page) {
   };
   await draw();
   if (session.can_write) page.append(messageForm());
-  const refresh = debounce(draw);
+  const refresh = refresher(draw);
   live.on(refresh);
   every(10000, refresh);  // who is watching changes without an event
 }
@@ -538,8 +565,9 @@ async function pageTasks(page) {
     } catch (error) { showError(board, error); }
   };
   await draw();
-  live.on(debounce(draw));
-  every(30000, draw);
+  const refresh = refresher(draw);
+  live.on(refresh);
+  every(30000, refresh);
 }
 
 async function pageTask(page, route) {
@@ -696,8 +724,9 @@ async function pageFleet(page) {
     try { fill(body, fleetView(await api("/api/fleet"))); } catch (error) { showError(body, error); }
   };
   await draw();
-  every(5000, draw);
-  live.on(debounce(draw, 1500));
+  const refresh = refresher(draw);
+  every(5000, refresh);
+  live.on(refresh);
 }
 
 function edgeClass(state) {
@@ -781,8 +810,9 @@ async function pageLeases(page) {
     } catch (error) { showError(body, error); }
   };
   await draw();
-  live.on(debounce(draw));
-  every(15000, draw);
+  const refresh = refresher(draw);
+  live.on(refresh);
+  every(15000, refresh);
 }
 
 // -- Memory --------------------------------------------------------------------------------------
