@@ -781,10 +781,14 @@ function fleetView(data) {
   if ((data.forks || []).length) {
     parts.push(panel("Forks", h("ul", {}, data.forks.map((f) => h("li", { class: "flag" }, JSON.stringify(f))))));
   }
-  parts.push(panel(`Watching now (${data.watchers.length})`, data.watchers.length ? table(["agent", "on", "since", "doing"],
-    data.watchers.map((w) => [agent(w.agent), w.local ? "here" : ((w.daemon || {}).name || "?") + (w.daemon_silent ? " (silent)" : ""),
+  // Streams that name no agent (a dashboard like this one, a `palacectl watch` without --agent) are counted, not listed.
+  const agents = data.watchers.filter((w) => w.agent);
+  const anonymous = data.watchers.length - agents.length;
+  parts.push(panel(`Watching now (${agents.length})`, agents.length ? table(["agent", "on", "since", "doing"],
+    agents.map((w) => [agent(w.agent), w.local ? "here" : ((w.daemon || {}).name || "?") + (w.daemon_silent ? " (silent)" : ""),
       time(w.since), w.worker ? `worker: ${(w.worker.tasks || []).join(", ") || "idle"}` : h("span", { class: "mono small" }, w.filters || "")]))
-    : empty("No watcher is connected anywhere in the palace.")));
+    : empty("No agent is watching anywhere in the palace."),
+    anonymous ? h("p", { class: "small muted" }, `and ${anonymous} stream(s) that name no agent (dashboards, plain watches)`) : null));
   return parts;
 }
 
