@@ -4,9 +4,6 @@ and a cancelled daemon closes its database and releases its home for the next on
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +17,9 @@ from palaced.handlers import Context, log
 
 
 @pytest.fixture
-def short_home() -> Iterator[Path]:
+def short_home(short_tmp: Path) -> Path:
     """A home whose socket path fits in sun_path (pytest's tmp_path may not)."""
-    path = Path(tempfile.mkdtemp(prefix="pal", dir="/tmp"))
-    try:
-        yield path / "h"
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    return short_tmp / "h"
 
 
 def _config(home: Path) -> Config:

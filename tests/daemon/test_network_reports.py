@@ -7,9 +7,7 @@ daemon; a revoked daemon's report is forgotten. The real links are tests/e2e/tes
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +43,9 @@ class StandInLink:
 
 
 @pytest.fixture
-def short_home() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pal", dir="/tmp"))
-    try:
-        yield path / "h"
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def short_home(short_tmp: Path) -> Path:
+    """A home whose socket path fits in sun_path (pytest's tmp_path may not)."""
+    return short_tmp / "h"
 
 
 @pytest.fixture

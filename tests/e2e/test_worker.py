@@ -352,6 +352,9 @@ def test_two_workers_that_both_claimed_across_a_partition_end_with_one_run(fleet
         right.open_gate()
         patch = _one_delivery(left, right, cid)
         assert patch["from_agent"] == winner
+        # The loser's own daemon writes palace's notice; it may still be on its way to the Mac.
+        wait_until(lambda: events(left.home, cid, "task.conflict"), "palace's conflict notice on the Mac")
+        wait_converged(a, b, c)
         conflicts = events(left.home, cid, "task.conflict")
         assert len(conflicts) == 1 and conflicts[0]["to_agent"] == loser
         assert not [e for e in events(left.home, cid, "task.reply") if e["from_agent"] == loser]
