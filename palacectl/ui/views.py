@@ -455,9 +455,11 @@ class Views:
         for revoked in (fleet or {}).get("revoked", []):
             if revoked.get("peer_id") in nodes:
                 nodes[revoked["peer_id"]]["revoked"] = True
+        daemon_of = {o.get("origin"): o.get("name") for o in (fleet or {}).get("origins", [])}
+        forks = [{**fork, "daemon": daemon_of.get(fork.get("origin"))} for fork in peers.get("forks", [])]
         return {
             "self": me, "nodes": list(nodes.values()), "edges": list(edges.values()),
-            "forks": peers.get("forks", []), "watchers": who.get("watchers", []),
+            "forks": forks, "watchers": who.get("watchers", []),
             "network": status.get("network"), "reports": fleet is not None,
         }
 

@@ -779,7 +779,10 @@ function fleetView(data) {
           : h("span", { class: "muted" }, "not reported"),
       ])))));
   if ((data.forks || []).length) {
-    parts.push(panel("Forks", h("ul", {}, data.forks.map((f) => h("li", { class: "flag" }, JSON.stringify(f))))));
+    parts.push(panel(`Forks (${data.forks.length})`, h("p", { class: "small muted" },
+      "Two different signed events at one place of one origin's chain: two machines writing with one identity (a copied home). The first is kept; the other is evidence."),
+      table(["origin", "written by", "at", "detected", "from"], data.forks.map((f) => [
+        h("span", { class: "mono small" }, f.origin), f.daemon || "?", `#${f.origin_seq}`, time(f.detected_at), f.source || "–"]))));
   }
   // Streams that name no agent (a dashboard like this one, a `palacectl watch` without --agent) are counted, not listed.
   const agents = data.watchers.filter((w) => w.agent);
