@@ -34,9 +34,11 @@ from .client import Client
 __all__ = ["run_ui_bench"]
 
 DEFAULT_EVENTS: Final = 1_000_000
-QUICK_EVENTS: Final = 20_000
+QUICK_EVENTS: Final = 5_000
 #: Why 300: a busy palace's recent tasks (the board shows the newest 500).
 TASKS: Final = 300
+#: --quick is a smoke run (for tests), not for figures.
+QUICK_TASKS: Final = 15
 START_TIMEOUT_S: Final = 30.0
 
 
@@ -152,8 +154,9 @@ def run_ui_bench(*, quick: bool = False, progress: bool = True, events: int | No
         daemon.start()
         with Client(daemon.home) as client:
             client.call("init", name="bench", daemon_name="bench")
-        say(f"palace bench ui: seeding {TASKS if not quick else 30} tasks, then filling the log to {total:,} events…")
-        task = _seed_work(daemon.home, 30 if quick else TASKS)
+        tasks = QUICK_TASKS if quick else TASKS
+        say(f"palace bench ui: seeding {tasks} tasks, then filling the log to {total:,} events…")
+        task = _seed_work(daemon.home, tasks)
         results["fill_seconds"] = round(_fill(daemon.home, total, say), 1)
         with Client(daemon.home) as client:
             have = client.call("status")["events"]

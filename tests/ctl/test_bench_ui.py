@@ -21,7 +21,7 @@ def test_bench_ui_quick_reports_every_figure():
                           text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
-    assert result["events"] >= 20_000
+    assert result["events"] >= 5_000
     for route in ROUTES:
         assert 0 < result[f"{route}_p50_ms"] <= result[f"{route}_p99_ms"], route
 
