@@ -48,13 +48,15 @@ class Answer:
 class DashboardProcess:
     """One ``palacectl ui`` run on ``home``."""
 
-    def __init__(self, home: Path, *args: str) -> None:
+    def __init__(self, home: Path, *args: str, browser: bool = False) -> None:
         self.home = home
         self.args = list(args)
         self.log = home.parent / f"ui-{home.name}-{time.monotonic_ns()}.log"
-        env = {k: v for k, v in os.environ.items() if k != "PALACE_HOME"}
+        # No screen, ever: a test never opens a browser on the machine it runs on.
+        env = {k: v for k, v in os.environ.items() if k not in ("PALACE_HOME", "DISPLAY", "WAYLAND_DISPLAY")}
         self._out = open(self.log, "wb")
-        self.proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(home), "ui", "--no-browser", *args],
+        options = [] if browser else ["--no-browser"]
+        self.proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(home), "ui", *options, *args],
                                      stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

@@ -63,6 +63,12 @@ def human_id(name: str | None, environ: dict[str, str] | os._Environ[str] = os.e
     return check_agent_id(HUMAN_PREFIX + cleaned, field="login name")
 
 
+def _has_a_screen(environ: dict[str, str] | os._Environ[str] = os.environ, platform: str = sys.platform) -> bool:
+    """Whether a browser can open here. On Linux without X11 or Wayland, ``webbrowser`` falls back
+    to text browsers (lynx, w3m) that would take over this very terminal."""
+    return platform in ("darwin", "win32") or bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
 def _bind(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -159,9 +165,11 @@ async def _serve(home: Path, port: int, open_browser: bool, human: str, max_stre
                 sys.stdout.write(f"(the address holds this run's secret; {UI_FILE} in the palace home has it "
                                  "for other programs; Ctrl-C stops)\n")
                 sys.stdout.flush()
-                if open_browser:
+                if open_browser and _has_a_screen():
                     # webbrowser may block (it can start a browser process): never in the loop.
                     threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+                elif open_browser:
+                    note("no graphical session here (over SSH?): open the address in a browser yourself")
                 await stop.wait()
                 nursery.cancel_scope.deadline = trio.current_time() + GRACEFUL_S + 1
     finally:

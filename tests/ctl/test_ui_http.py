@@ -80,3 +80,13 @@ def test_the_dashboard_writes_as_a_person():
     for bad in ("two words", "human:", "human:a/b", "*"):
         with pytest.raises(ValidationError):
             human_id(bad, {})
+
+
+def test_a_browser_is_opened_only_where_there_is_a_screen():
+    """Guards a terminal over SSH: without X11 or Wayland, Python's webbrowser would start lynx or
+    w3m in the very terminal the dashboard prints to."""
+    from palacectl.ui.server import _has_a_screen
+
+    assert _has_a_screen({}, "darwin") and _has_a_screen({}, "win32")
+    assert _has_a_screen({"DISPLAY": ":0"}, "linux") and _has_a_screen({"WAYLAND_DISPLAY": "wayland-0"}, "linux")
+    assert not _has_a_screen({}, "linux") and not _has_a_screen({"DISPLAY": ""}, "linux")

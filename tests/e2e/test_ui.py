@@ -23,8 +23,8 @@ from tests.helpers import PYTHON, append_event, run_ctl, run_ctl_process
 def dashboards(daemon: Any) -> Any:
     started: list[DashboardProcess] = []
 
-    def start(*args: str, home: Path | None = None) -> DashboardProcess:
-        ui = DashboardProcess(home or daemon.home, *args)
+    def start(*args: str, home: Path | None = None, browser: bool = False) -> DashboardProcess:
+        ui = DashboardProcess(home or daemon.home, *args, browser=browser)
         started.append(ui)
         return ui
 
@@ -376,3 +376,10 @@ def test_an_observer_dashboard_shows_everything_and_sends_nothing(fleet):
         wait_until(lambda: ui.get_json("/api/events?from_agent=mac-claude")["count"] == 1, "the event on the observer")
     finally:
         assert ui.stop() == 0
+
+
+def test_without_a_screen_the_address_is_printed_and_no_browser_is_started(dashboards):
+    """Over SSH there is no screen: the dashboard says to open the address, and serves it."""
+    ui = dashboards(browser=True)
+    assert "no graphical session here" in ui.output() and ui.url in ui.output()
+    assert ui.get("/api/session").status == 200
