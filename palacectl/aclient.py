@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.apiconn import NEED_DATA, ClientConnection, MalformedReply, Push, result_of
+from palace_proto.apiconn import NEED_DATA, ClientConnection, MalformedReply, Push, Reply, result_of
 from palace_proto.errors import ProtocolError
 from palace_proto.paths import default_home
 
@@ -113,7 +113,12 @@ class AsyncDaemon:
             subscription.started = dict(first)
             yield subscription
 
-    async def _reply(self, stream: trio.abc.Stream, conn: ClientConnection, rid: int) -> Any:
+    async def _next_event(self, stream: trio.abc.Stream, conn: ClientConnection) -> Reply | Push:
+        """The next reply or push on ``conn``, reading ``stream`` as needed.
+
+        Raises:
+            DaemonUnreachable: the daemon closed the connection, or sent what is not a frame.
+        """
         while True:
             try:
                 event = conn.next_event()
@@ -121,15 +126,21 @@ class AsyncDaemon:
                 continue  # not a message map: not ours either (the frame is consumed)
             except ProtocolError as exc:
                 raise DaemonUnreachable(f"palaced sent a malformed reply: {exc.message}") from None
-            if event is NEED_DATA:
+            if event is not NEED_DATA:
+                return event
+            try:
                 data = await stream.receive_some(RECEIVE_CHUNK)
-                if not data:
-                    raise self._unreachable("connection closed by the daemon")
-                conn.receive_data(data)
-                continue
-            if event.id != rid:
-                continue  # not ours (there are no pushes on a plain request connection)
-            return result_of(event.message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                raise self._unreachable("connection closed by the daemon")
+            conn.receive_data(data)
+
+    async def _reply(self, stream: trio.abc.Stream, conn: ClientConnection, rid: int) -> Any:
+        while True:
+            event = await self._next_event(stream, conn)
+            if event.id == rid:  # anything else is not ours (no pushes on a plain request connection)
+                return result_of(event.message)
 
 
 class Subscription:
@@ -154,21 +165,7 @@ class Subscription:
             DaemonUnreachable: the daemon closed the connection (it stopped, or restarted).
         """
         while True:
-            try:
-                event = self._conn.next_event()
-            except MalformedReply:
-                continue
-            except ProtocolError as exc:
-                raise DaemonUnreachable(f"palaced sent a malformed reply: {exc.message}") from None
-            if event is NEED_DATA:
-                try:
-                    data = await self._stream.receive_some(RECEIVE_CHUNK)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-                if not data:
-                    raise self._daemon._unreachable("connection closed by the daemon")
-                self._conn.receive_data(data)
-                continue
+            event = await self._daemon._next_event(self._stream, self._conn)
             if isinstance(event, Push):
                 if event.id == self._rid:
                     return event.message
