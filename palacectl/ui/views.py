@@ -31,6 +31,7 @@ from palace_proto.export import ExportError, verify_export_event
 
 from ..aclient import AsyncDaemon
 from .http import HttpError, Request
+from .sse import FILTER_PARAMS
 
 __all__ = ["BOARD_COLUMNS", "MESSAGE_TYPE", "Views"]
 
@@ -60,11 +61,6 @@ WAITING_LOOKBACK: Final = 50
 ANSWERS_LOOKBACK: Final = 500
 _EVENT_ID_RE: Final = re.compile(r"^evt_[0-9A-Za-z_]{1,80}$")
 _ARTIFACT_ID_RE: Final = re.compile(r"^(art_[0-9a-f]{32}|[0-9a-f]{64})$")
-#: the timeline's filters: query parameter -> the daemon's list filter
-TIMELINE_FILTERS: Final = {
-    "stream": "streams", "type": "types", "from_agent": "from_agents", "to_agent": "to_agents",
-    "correlation_id": "correlation_ids", "room": "rooms", "topic": "topics", "status": "statuses",
-}
 
 
 async def gather(calls: Iterable[Callable[[], Awaitable[Any]]], *, limit: int = PAGE_CONCURRENCY) -> list[Any]:
@@ -89,6 +85,10 @@ async def gather(calls: Iterable[Callable[[], Awaitable[Any]]], *, limit: int = 
             first = first.exceptions[0]
         raise first from None
     return results
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _event_id(value: str | None, field: str = "event id") -> str:
@@ -137,6 +137,8 @@ class Views:
     def __init__(self, daemon: AsyncDaemon, *, human: str) -> None:
         self.daemon = daemon
         self.human = human
+        #: origin -> its daemon, as the daemon's ``fleet`` map last said (``daemon_of``)
+        self._origins: dict[str | None, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"<Views {self.daemon.path} as {self.human}>"
@@ -184,8 +186,7 @@ class Views:
         for watcher in who.get("watchers", []):
             if watcher.get("worker") and watcher.get("agent"):
                 workers.setdefault(watcher["agent"], []).append(
-                    {**watcher["worker"], "daemon": (watcher.get("daemon") or {}).get("name")
-                     if isinstance(watcher.get("daemon"), Mapping) else watcher.get("daemon")})
+                    {**watcher["worker"], "daemon": (watcher.get("daemon") or {}).get("name")})
         rows = []
         for agent, page in zip(shown, last_events):
             name = agent["agent"]
@@ -282,7 +283,7 @@ class Views:
     async def events(self, request: Request) -> dict[str, Any]:
         """A page of the log, newest first, with the CLI's filters; ``before`` pages back."""
         args: dict[str, Any] = {"order": "desc", "preview": True, "limit": _positive(request, "limit", 50, MAX_PAGE)}
-        for name, target in TIMELINE_FILTERS.items():
+        for name, target in FILTER_PARAMS.items():  # the same names as the event stream's
             value = (request.one(name) or "").strip()
             if value:
                 args[target] = [value]
@@ -298,19 +299,25 @@ class Views:
                 "next_before": events[-1]["id"] if len(events) == args["limit"] and not text else None}
 
     async def event(self, event_id: str) -> dict[str, Any]:
-        """One event whole, with its proof (checked here) and the thread it belongs to."""
+        """One event whole, with its proof (checked here), the daemon that wrote it and the thread
+        it belongs to."""
         event = await self.call("get_event", event_id=_event_id(event_id))
-        proof, fleet = await gather([lambda: self.proof(event), lambda: self.optional("fleet")])
-        daemon = None
-        for entry in (fleet or {}).get("origins", []):
-            if entry.get("origin") == event.get("origin"):
-                daemon = {"peer_id": entry.get("peer_id"), "name": entry.get("name")}
+        cid = event.get("correlation_id")
+        proof, daemon, thread = await gather([
+            lambda: self.proof(event), lambda: self.daemon_of(event.get("origin")),
+            lambda: self.call("list", correlation_ids=[cid], limit=100, preview=True) if cid else _nothing(),
+        ])
         proof["daemon"] = daemon
-        thread: list[Any] = []
-        if event.get("correlation_id"):
-            page = await self.call("list", correlation_ids=[event["correlation_id"]], limit=100, preview=True)
-            thread = page.get("events", [])
-        return {"event": event, "proof": proof, "thread": thread}
+        return {"event": event, "proof": proof, "thread": (thread or {}).get("events", [])}
+
+    async def daemon_of(self, origin: str | None) -> dict[str, Any] | None:
+        """The daemon an origin belongs to, from the daemon's ``fleet`` map: asked again only for an
+        origin not seen before (a binding never changes its daemon; new ones come with members)."""
+        if origin not in self._origins:
+            fleet = await self.optional("fleet")
+            self._origins = {o.get("origin"): {"peer_id": o.get("peer_id"), "name": o.get("name")}
+                             for o in (fleet or {}).get("origins", [])}
+        return self._origins.get(origin)
 
     async def proof(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """The event's signature, hash chain link and body hash, verified by the dashboard."""
