@@ -330,3 +330,16 @@ def test_a_hostile_body_is_shown_as_text_and_never_runs(single, ctl, browser_fac
     time.sleep(0.5)
     assert driver.execute_script("return window.__pwned") is None
     assert driver.find_elements("css selector", "main img") == []
+
+
+def test_a_task_page_follows_its_thread_live(single, daemon, browser_factory):
+    cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "mac-claude",
+                   "--to-agent", "linux-codex", "--branch", "main", "--base-commit", "abcdef1", "--goal",
+                   "Index the orders by customer", "--done", "the query plan uses it")["task"]["correlation_id"]
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, f"task/{cid}")
+    assert "Thread (1)" in text_of(driver)
+    ctl_json(daemon.home, "task", "claim", cid, "--agent", "linux-codex")
+    wait_for(driver, lambda d: "Thread (2)" in text_of(d) and "claimed" in text_of(d), "the claim on the open page")
+    assert console_errors(driver) == []

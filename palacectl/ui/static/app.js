@@ -144,11 +144,6 @@ const live = {
 
 let timers = [];
 function every(ms, fn) { timers.push(setInterval(fn, ms)); }
-function debounce(fn, ms = REFRESH_MS) {
-  let pending = null;
-  return () => { if (pending) return; pending = setTimeout(() => { pending = null; fn(); }, ms); };
-}
-
 // A summary fetched again as events arrive: at most one fetch at a time, and after each one a pause
 // of four times what it took (at least REFRESH_MS), so a busy palace or a slow daemon is never
 // asked more often than it can answer; an event during a fetch schedules one more, never a queue.
@@ -600,7 +595,7 @@ async function pageTask(page, route) {
   }
   const list = h("ol", { class: "events", "aria-label": "The task's thread" }, (task.events || []).map(eventItem));
   page.append(panel(`Thread (${(task.events || []).length})`, list));
-  const again = debounce(render, 600);
+  const again = refresher(render);
   live.on((ev) => { if (ev.correlation_id === cid) again(); });
 }
 
