@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from palace_proto.errors import ValidationError
+
 from .common import UsageProblem, current_home
 
 __all__ = ["ui"]
@@ -31,7 +33,10 @@ def ui(
         raise UsageProblem(f"--port {port} is not a port; give 1-65535, or leave it out for any free one")
     if not 1 <= max_streams <= MAX_STREAMS_LIMIT:
         raise UsageProblem(f"--max-streams must be from 1 to {MAX_STREAMS_LIMIT}")
-    from ..ui.server import check_human, run_ui
+    from ..ui.server import human_id, run_ui
 
-    return run_ui(current_home(), port=port, open_browser=not no_browser, human=check_human(as_),
-                  max_streams=max_streams)
+    try:
+        human = human_id(as_)
+    except ValidationError as exc:
+        raise UsageProblem(exc.message) from None
+    return run_ui(current_home(), port=port, open_browser=not no_browser, human=human, max_streams=max_streams)

@@ -30,7 +30,6 @@ from typing import Any, Final
 import trio
 
 from palace_proto.agents import HUMAN_PREFIX, check_agent_id
-from palace_proto.errors import ValidationError
 
 from ..aclient import AsyncDaemon
 from ..files import write_atomically
@@ -38,7 +37,7 @@ from ..output import EXIT_INTERRUPTED, EXIT_OK, CommandFailed, note
 from .app import Dashboard
 from .security import Gate, new_secret
 
-__all__ = ["UI_FILE", "check_human", "human_id", "run_ui"]
+__all__ = ["UI_FILE", "human_id", "run_ui"]
 
 LOGGER: Final = logging.getLogger("palacectl.ui")
 UI_FILE: Final = "ui.json"
@@ -178,12 +177,4 @@ async def _serve(home: Path, port: int, open_browser: bool, human: str, max_stre
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK
-
-
-def check_human(name: str | None) -> str:
-    """``human_id`` for the command line: a bad ``--as`` is a usage error, said in one line."""
-    try:
-        return human_id(name)
-    except ValidationError as exc:
-        raise CommandFailed(exc.message, code="usage", exit_code=64) from None
 
