@@ -75,9 +75,12 @@ class VectorIndex:
         self.model = model
         self.dim = dim
         self.exact_max = exact_max
-        # Guards swapping/mutating the index against searches. Saving needs no lock: only the
+        # Guards swapping/mutating the index against searches. Saving does not take it: only the
         # indexer task mutates, and it saves between mutations (reads may run concurrently).
         self._lock = threading.Lock()
+        # One save at a time: two saves share the temporary file names, so a second one running
+        # alongside would find its file already renamed by the first (seen in CI).
+        self._save_lock = threading.Lock()
         self.index: Any = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         self.trained_on = 0  # how many vectors the IVF quantizer was trained on (0: exact index)
         self._keys: set[int] = set()
@@ -202,6 +205,10 @@ class VectorIndex:
             OSError: a file could not be written (a full disk): the saved files are the previous
                 ones, no temporary file is left behind, and the index stays ``dirty``.
         """
+        with self._save_lock:
+            self._write_files()
+
+    def _write_files(self) -> None:
         data = self._faiss.serialize_index(self.index)
         meta = json.dumps({"model": self.model, "dim": self.dim, "count": len(self), "kind": self.kind,
                            "trained_on": self.trained_on}).encode()

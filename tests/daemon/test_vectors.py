@@ -79,6 +79,20 @@ async def test_the_worker_embeds_drawers_and_drops_redacted_ones(tmp_path):
         store.close()
 
 
+def test_saves_running_at_once_each_finish_and_leave_one_whole_index(tmp_path):
+    """Regression: a save alongside the worker's own once found its temporary file renamed away."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    index = VectorIndex(tmp_path, "m", 8)
+    index.add(list(range(1, 201)), _clustered_vectors(200, 8, seed=3))
+    with ThreadPoolExecutor(8) as pool:
+        for future in [pool.submit(index.save) for _ in range(40)]:
+            future.result()  # raised FileNotFoundError before saves were serialized
+    reloaded = VectorIndex(tmp_path, "m", 8)
+    assert reloaded.load() and len(reloaded) == 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory-vectors.faiss", "memory-vectors.json"]
+
+
 def _clustered_vectors(count: int, dim: int, seed: int) -> np.ndarray:
     """Unit vectors around 50 centres: shaped like sentence embeddings (topics), unlike uniform noise."""
     rng = np.random.default_rng(seed)
