@@ -33,7 +33,7 @@ class WatchProc:
         self.err_path = out_dir / f"watch{n}.err"
         self._out = None if stdout_pipe else open(self.out_path, "wb")
         self._err = open(self.err_path, "wb")
-        env = {**os.environ}
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # SIGABRT dumps its stacks (see ``wait``)
         env.pop("PALACE_HOME", None)
         self.proc = subprocess.Popen(
             [PYTHON, "-m", "palacectl", "--home", str(home), "watch", *args],
@@ -71,8 +71,13 @@ class WatchProc:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"watch did not exit within {timeout}s: {self!r}") from None
+            # A watch that hangs says where: faulthandler writes every thread's stack to stderr.
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            raise AssertionError(f"watch did not exit within {timeout}s: {self!r}\n{self.stderr()[-4000:]}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
