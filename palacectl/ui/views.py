@@ -4,7 +4,7 @@ Owns: one method per page or panel (``now``, ``events``, ``event``, ``tasks``, `
 ``artifact``, ``fleet``, ``leases``, ``search``, ``drawer``, ``entity``, ``diary``), the one write
 (``send_message``, a person's message), and how their query parameters become daemon arguments.
 Every read is a bounded daemon operation — a page of ``list`` through its cursors, the newest 500
-tasks, one agent's last event by its index — so a page costs the same on a palace of a million
+tasks and the older unfinished ones, one agent's last event by its index — so a page costs the same on a palace of a million
 events as on a new one; nothing here loads the whole log.
 
 What the dashboard adds of its own: it verifies an event's signature itself (the signed event and
@@ -348,7 +348,8 @@ class Views:
         listing = await self.call("task_list")
         cards = [task_card(t) for t in listing.get("tasks", [])]
         columns = [{"name": name, "tasks": [c for c in cards if c["column"] == name]} for name, _ in BOARD_COLUMNS]
-        return {"columns": columns, "count": len(cards), "capped": len(cards) >= 500}
+        return {"columns": columns, "count": len(cards), "newest": listing.get("newest"),
+                "capped": bool(listing.get("capped"))}
 
     async def task(self, correlation_id: str) -> dict[str, Any]:
         show, listing = await gather([

@@ -39,15 +39,19 @@ from palace_proto.tasks import (
 )
 from palace_proto.validation import AppendRequest, Limits, ListQuery, clean_optional, clean_required
 
-from ..store import Store, WriteContext
+from ..store import Store, StoreError, WriteContext
 from ..store.clock import utc_now as _now
+from ..store.task_threads import settle, tasks_to_derive
 from .context import Context
 
 __all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.tasks")
-# Why 500: the tasks a listing, a ready queue or the reconciler looks at (the newest requests).
+# Why 500: the newest requests a listing, a ready queue or the reconciler looks at, finished or not.
 MAX_TASKS: Final = 500
+# Why 500: how many older tasks that are not finished they look at besides (newest first); a fleet
+# keeps tens open, so beyond this someone is filing tasks nobody does, and a listing must stay fast.
+MAX_UNSETTLED: Final = 500
 
 _HEX_COMMIT_RE: Final = re.compile(r"^[0-9a-fA-F]{7,64}$")
 TASK_REQUEST_TYPE: Final = REQUEST
@@ -203,26 +207,49 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
-def _recent_task_events(store: Store, limit: int) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The newest ``limit`` task requests and every event on each one's correlation, read in one
-    job on one reader: one snapshot, and one thread hop instead of one per task (a board of 300
-    tasks cost 300 hops, 90 ms)."""
-    requests = store.list_events(ListQuery.from_wire({"types": [REQUEST], "limit": limit, "order": "desc"}))
-    out = []
-    for request in requests:
-        cid = request["correlation_id"] or request["id"]
-        out.append((cid, store.events_by_correlation(cid)))
-    return out
-
-
 async def recent_views(ctx: Context) -> list[dict[str, Any]]:
-    """The newest MAX_TASKS tasks, derived."""
-    views = []
-    for cid, events in await ctx.astore.read(_recent_task_events, ctx.store, MAX_TASKS):
-        view = view_of(ctx, cid, events)
-        if view is not None:
-            views.append(view)
-    return views
+    """The tasks worth deriving, derived (``task_views`` without its ``capped``)."""
+    return (await task_views(ctx))[0]
+
+
+async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
+    """The tasks worth deriving, derived: the newest MAX_TASKS requests and up to MAX_UNSETTLED
+    older tasks not known to be finished (store/task_threads.py); and whether older unfinished
+    tasks were left out. A task derived as finished, with every conflict on it told, is recorded
+    as settled, so it is not read again until an event on it arrives; an old open task therefore
+    stays in every listing, the ready queue and the reconciler, however many newer tasks there are."""
+    threads, capped = await ctx.astore.read(tasks_to_derive, ctx.store, MAX_TASKS, MAX_UNSETTLED)
+    if capped and (ctx.unsettled_capped_logged_at is None or time.monotonic() - ctx.unsettled_capped_logged_at > 3600):
+        ctx.unsettled_capped_logged_at = time.monotonic()
+        LOGGER.warning("more than %d tasks older than the newest %d are not finished; the oldest of them are left "
+                       "out of task listings and the ready queue (close or supersede the ones nobody will do)",
+                       MAX_UNSETTLED, MAX_TASKS)
+    views, finished = [], []
+    for thread in threads:
+        view = view_of(ctx, thread.correlation_id, thread.events)
+        if view is None:
+            continue
+        views.append(view)
+        if view["terminal"] and not thread.settled and not _untold_conflicts(view):
+            finished.append((thread.correlation_id, thread.last_seq))
+    if finished:
+        # Written only when a task has just finished (once per task), not on every listing.
+        try:
+            await ctx.astore.write(lambda w: settle(w.conn, finished))
+        except (ApiError, StoreError) as exc:  # a full disk, shutting down: derived again next time
+            LOGGER.info("could not record finished tasks: %s", getattr(exc, "message", exc))
+    return views, capped
+
+
+def _notices(events: Sequence[Mapping[str, Any]]) -> set[tuple[str, Any]]:
+    """(type, claim event id) of every conflict or stall notice on a task."""
+    return {(e["type"], (e.get("metadata") or {}).get("claim_event_id")) for e in events
+            if e["type"] in (CONFLICT, STALLED) and isinstance(e.get("metadata"), dict)}
+
+
+def _untold_conflicts(view: Mapping[str, Any]) -> bool:
+    noticed = _notices(view["events"])
+    return any((CONFLICT, c["event_id"]) not in noticed for c in view["conflicts"])
 
 
 async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,7 +257,8 @@ async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     open_only = args.get("open", False) is True
     stalled_only = args.get("stalled", False) is True
     views = []
-    for view in await recent_views(ctx):
+    derived, capped = await task_views(ctx)
+    for view in derived:
         if agent and agent not in (view["requested_by"], view["assigned_to"], view["claimed_by"]) \
                 and view["assigned_to"] != "*":
             continue
@@ -239,7 +267,9 @@ async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         view.pop("events")
         view["role"] = ("requester" if agent == view["requested_by"] else "assignee") if agent else None
         views.append(view)
-    return {"tasks": views, "count": len(views)}
+    # newest: how many of the newest requests are listed finished or not (older ones only while
+    # unfinished); capped: more older unfinished tasks than a listing holds (the oldest left out).
+    return {"tasks": views, "count": len(views), "newest": MAX_TASKS, "capped": capped}
 
 
 async def task_ready(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -390,8 +420,7 @@ class TaskReconciler:
         for view in views:
             events = view["events"]
             by_id = {e["id"]: e for e in events}
-            noticed = {(e["type"], (e.get("metadata") or {}).get("claim_event_id")) for e in events
-                       if e["type"] in (CONFLICT, STALLED) and isinstance(e.get("metadata"), dict)}
+            noticed = _notices(events)
             for conflict in view["conflicts"]:
                 claim = by_id.get(conflict["event_id"])
                 if claim is None or claim.get("origin") != own or (CONFLICT, conflict["event_id"]) in noticed:

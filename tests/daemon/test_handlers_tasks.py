@@ -48,3 +48,50 @@ async def test_a_task_moves_from_open_to_claimed_to_terminal(tmp_path):
         assert (await tasks.task_list(ctx, {"agent": "carol"}))["count"] == 0
         with pytest.raises(NotFound):
             await tasks.task_show(ctx, {"correlation_id": "task_nothing_here"})
+
+
+async def _task(ctx, n, to="bob"):
+    created = await tasks.task_create(ctx, {**TASK, "goal": f"task number {n}", "to_agent": to})
+    return created["task"]
+
+
+async def test_an_open_task_behind_the_newest_requests_stays_ready_and_listed(tmp_path, monkeypatch):
+    """Regression: only the newest 500 requests were derived, so an open task behind 500 newer
+    ones left `task ready`, the board and the reconciler for good."""
+    monkeypatch.setattr(tasks, "MAX_TASKS", 2)
+    async with open_context(tmp_path) as ctx:
+        old = await _task(ctx, 0)
+        for n in range(1, 5):
+            done = await _task(ctx, n)
+            await log.ack(ctx, {"event_id": done["id"], "from_agent": "bob", "status": "applied"})
+        ready = await tasks.task_ready(ctx, {"agent": "bob"})
+        assert [t["correlation_id"] for t in ready["tasks"]] == [old["correlation_id"]]
+        listed = [t["correlation_id"] for t in (await tasks.task_list(ctx, {}))["tasks"]]
+        assert listed[-1] == old["correlation_id"] and len(listed) == 3  # the newest two, then the open one
+        assert (await tasks.task_list(ctx, {"open": True}))["count"] == 1
+
+
+async def test_a_finished_task_is_not_derived_again_until_an_event_on_it_arrives(tmp_path, monkeypatch):
+    monkeypatch.setattr(tasks, "MAX_TASKS", 1)
+    async with open_context(tmp_path) as ctx:
+        first = await _task(ctx, 0)
+        await log.ack(ctx, {"event_id": first["id"], "from_agent": "bob", "status": "failed"})
+        await _task(ctx, 1)
+        assert (await tasks.task_list(ctx, {}))["count"] == 2  # derived once more: it finished since
+        assert (await tasks.task_list(ctx, {}))["count"] == 1  # settled: the newest only
+        await log.ack(ctx, {"event_id": first["id"], "from_agent": "bob", "status": "ready"})  # tried again
+        shown = (await tasks.task_list(ctx, {"agent": "bob", "open": True}))["tasks"]
+        assert {t["correlation_id"]: t["state"] for t in shown}[first["correlation_id"]] == "ready"
+
+
+async def test_more_unfinished_old_tasks_than_the_bound_keeps_the_newest_of_them_and_says_so(
+        tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(tasks, "MAX_TASKS", 1)
+    monkeypatch.setattr(tasks, "MAX_UNSETTLED", 2)
+    async with open_context(tmp_path) as ctx:
+        made = [await _task(ctx, n) for n in range(4)]
+        with caplog.at_level("WARNING", logger="palaced.handlers.tasks"):
+            listed = [t["correlation_id"] for t in (await tasks.task_list(ctx, {}))["tasks"]]
+            await tasks.task_list(ctx, {})
+        assert listed == [t["correlation_id"] for t in reversed(made[1:])]
+        assert len([r for r in caplog.records if "are not finished" in r.message]) == 1  # once, not per call

@@ -63,6 +63,9 @@ def test_a_home_from_the_previous_release_migrates_and_keeps_everything(schema, 
     roster = {a["agent"]: a["events"] for a in ctl_json(home, "agents")["agents"]}
     counted = collections.Counter(e["from_agent"] for e in everything if e["from_agent"] != "palaced")
     assert {agent: roster.get(agent) for agent in counted} == dict(counted)
+    # Every task of the log is followed (schema 0009 fills task_threads from it on upgrade).
+    requested = {e["correlation_id"] or e["id"] for e in everything if e["type"] == "task.request"}
+    assert requested and {t["correlation_id"] for t in ctl_json(home, "task", "list")["tasks"]} == requested
     legacy = expected["origin"].startswith("ori_")
     heads = {o["origin"]: o for o in ctl_json(home, "digest")["origins"]}
     # The legacy chain, whole (and, for a key-derived origin, the registrations after it).

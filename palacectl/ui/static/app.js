@@ -550,7 +550,8 @@ async function pageTasks(page) {
   const draw = async () => {
     try {
       const data = await api("/api/tasks");
-      note.textContent = data.capped ? "The newest 500 tasks." : `${data.count} tasks.`;
+      note.textContent = !data.newest || data.count < data.newest ? `${data.count} tasks.`
+        : `The newest ${data.newest} tasks and every older one not finished${data.capped ? " (the oldest of those are left out: too many)" : ""}.`;
       fill(board, data.columns.map((column) => h("section", { class: "column", "aria-label": column.name },
         h("h2", {}, h("span", { class: `state-${column.name}` }, column.name), h("span", { class: "muted" }, String(column.tasks.length))),
         column.tasks.map((t) => h("a", { class: "task-card", href: `#/task/${encodeURIComponent(t.correlation_id)}` },

@@ -1,0 +1,42 @@
+-- 0009: every task the palace holds, so one that is still open is found however old it is.
+--
+-- task_threads: one row per task (a correlation with a task.request; the request's own id when it
+--   names no correlation). request_seq is the local seq of its first request here, last_seq the
+--   local seq of the newest event on the task, so any event on it, including a reply that
+--   reopens a finished task, moves last_seq. settled_seq is written by the daemon (store/
+--   task_threads.py), never by this script: the last_seq at which it derived the task as finished
+--   (applied, failed, blocked, superseded). A task is *unsettled* while settled_seq is NULL or
+--   below last_seq; the task list, the ready queue and the reconciler read the newest requests
+--   and every unsettled task, instead of only the newest 500 requests (an open task behind 500
+--   newer ones dropped out of `task ready` before). The state itself stays derived in Python
+--   (palace_proto.tasks): SQL only notices that a task changed. A trigger keeps the rows,
+--   whichever path inserted the event (a local append, a peer's event, an import); local seqs
+--   only grow, so the inserted row's seq is always the newest. Invariant: for every task,
+--   request_seq = min(seq) over its requests, last_seq = max(seq) over its events.
+CREATE TABLE task_threads (
+    correlation_id TEXT PRIMARY KEY,
+    request_seq    INTEGER NOT NULL,
+    last_seq       INTEGER NOT NULL,
+    settled_seq    INTEGER
+) STRICT, WITHOUT ROWID;
+
+INSERT INTO task_threads (correlation_id, request_seq, last_seq)
+    SELECT coalesce(correlation_id, id), min(seq), max(seq) FROM events WHERE type = 'task.request'
+    GROUP BY coalesce(correlation_id, id);
+UPDATE task_threads SET last_seq = max(last_seq, coalesce(
+    (SELECT max(seq) FROM events WHERE events.correlation_id = task_threads.correlation_id), 0));
+
+CREATE INDEX task_threads_newest ON task_threads(request_seq);
+CREATE INDEX task_threads_unsettled ON task_threads(request_seq)
+    WHERE settled_seq IS NULL OR settled_seq < last_seq;
+
+CREATE TRIGGER events_follow_task_requests AFTER INSERT ON events WHEN NEW.type = 'task.request' BEGIN
+    INSERT INTO task_threads (correlation_id, request_seq, last_seq)
+        VALUES (coalesce(NEW.correlation_id, NEW.id), NEW.seq, NEW.seq)
+        ON CONFLICT (correlation_id) DO UPDATE SET last_seq = excluded.last_seq;
+END;
+
+CREATE TRIGGER events_follow_task_threads AFTER INSERT ON events
+        WHEN NEW.correlation_id IS NOT NULL AND NEW.type != 'task.request' BEGIN
+    UPDATE task_threads SET last_seq = NEW.seq WHERE correlation_id = NEW.correlation_id;
+END;

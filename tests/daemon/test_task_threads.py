@@ -1,0 +1,132 @@
+"""The task_threads table (schema 0009) and palaced/store/task_threads.py, on real SQLite files:
+the trigger keeps one row per task whichever way its events came, the migration's backfill
+builds the same rows, and what is derived is the newest requests plus every unsettled task."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.validation import AppendRequest, Limits
+from palaced.store import Store
+from palaced.store.schema import migrate
+from palaced.store.task_threads import settle, tasks_to_derive
+
+LIMITS = Limits()
+
+
+@pytest.fixture
+def stores(tmp_path):
+    opened = [Store(tmp_path / f"{name}.sqlite3", Ed25519PrivateKey.generate(), LIMITS) for name in "ab"]
+    yield opened
+    for store in opened:
+        store.close()
+
+
+def append(store, **fields):
+    req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "alice", **fields}, LIMITS)
+    ok, value = store.write_batch([lambda w: w.append(req)]).outcomes[0]
+    assert ok, value
+    return value
+
+
+def request(store, cid=None, **fields):
+    extra = {"correlation_id": cid} if cid else {}
+    return append(store, type="task.request", to_agent="bob", body="do it", **extra, **fields)
+
+
+def reply(store, cid, status=None):
+    return append(store, type="event.reply", from_agent="bob", to_agent="alice", correlation_id=cid,
+                  body="on it", **({"status": status} if status else {}))
+
+
+def rows(store):
+    return sorted(store._reader().execute(
+        "SELECT correlation_id, request_seq, last_seq, settled_seq FROM task_threads").fetchall())
+
+
+def as_the_log_says(store):
+    """(correlation_id, first request seq, newest seq on it) computed from the events themselves."""
+    conn = store._reader()
+    out = []
+    for cid, first in conn.execute("SELECT coalesce(correlation_id, id), min(seq) FROM events "
+                                   "WHERE type='task.request' GROUP BY 1").fetchall():
+        (last,) = conn.execute("SELECT max(seq) FROM events WHERE correlation_id=? OR id=?", (cid, cid)).fetchone()
+        out.append((cid, first, last))
+    return sorted(out)
+
+
+def sync(source, target):
+    events = []
+    for origin in source.version_vector():
+        events += source.signed_events_of_origin(origin, 0, 10_000)
+    keys = {s.origin_id: s.public_key for s in (source, target)}
+    ok, report = target.write_batch([lambda w: w.apply_remote(events, lambda o, _: keys.get(o), source="test")]).outcomes[0]
+    assert ok, report
+
+
+def test_the_trigger_follows_every_task_whichever_way_its_events_came(stores):
+    a, b = stores
+    request(a, "task_one")
+    reply(a, "task_one")
+    plain = request(a)  # no correlation id: the request's own id names the task
+    append(a, type="event.reply", correlation_id=plain["id"], body="yes")
+    append(a, correlation_id="not_a_task", body="a thread without a request: no row")
+    reply(b, "task_two", "claimed")  # the reply reaches b before the request it answers
+    request(a, "task_two")
+    sync(a, b)
+    for store in (a, b):
+        assert [(c, f, l) for c, f, l, _ in rows(store)] == as_the_log_says(store)
+    assert {r[0] for r in rows(b)} == {"task_one", "task_two", plain["id"]}
+    (two,) = [r for r in rows(b) if r[0] == "task_two"]
+    assert two[1] == two[2]  # its request came last here: the newest event on it
+
+
+def test_the_migration_builds_the_rows_the_trigger_keeps(stores):
+    a, _ = stores
+    for n in range(3):
+        request(a, f"task_{n}")
+        reply(a, f"task_{n}", "claimed")
+    request(a)
+    kept = rows(a)
+    conn = a._conn  # as a home from before schema 0009 is opened
+    conn.execute("DROP TABLE task_threads; DROP TRIGGER events_follow_task_requests; "
+                 "DROP TRIGGER events_follow_task_threads; DELETE FROM _migrations WHERE version=9")
+    migrate(conn, a.path)
+    assert rows(a) == kept == [(c, f, l, None) for c, f, l in as_the_log_says(a)]
+
+
+def test_the_newest_requests_come_first_then_every_unsettled_older_task(stores):
+    a, _ = stores
+    for n in range(6):
+        request(a, f"task_{n}")
+    settled(a, [("task_1", rows_by_id(a)["task_1"][2]), ("task_2", rows_by_id(a)["task_2"][2])])
+    threads, capped = tasks_to_derive(a, 2, 10)
+    assert [t.correlation_id for t in threads] == ["task_5", "task_4", "task_3", "task_0"] and not capped
+    assert all(t.events and not t.settled for t in threads)
+    threads, capped = tasks_to_derive(a, 2, 1)
+    assert [t.correlation_id for t in threads] == ["task_5", "task_4", "task_3"] and capped
+
+
+def test_an_event_on_a_settled_task_unsettles_it_and_a_stale_settle_moves_nothing(stores):
+    a, _ = stores
+    request(a, "task_old")
+    request(a, "task_new")
+    last = rows_by_id(a)["task_old"][2]
+    assert settled(a, [("task_old", last)]) == 1
+    assert [t.correlation_id for t in tasks_to_derive(a, 1, 10)[0]] == ["task_new"]
+    reply(a, "task_old", "ready")  # reopened after it was seen finished
+    assert [t.correlation_id for t in tasks_to_derive(a, 1, 10)[0]] == ["task_new", "task_old"]
+    assert settled(a, [("task_old", last)]) == 0  # derived before the reply: still unsettled
+    assert [(t.correlation_id, t.settled) for t in tasks_to_derive(a, 5, 10)[0]] == [("task_new", False),
+                                                                                    ("task_old", False)]
+
+
+def settled(store, finished):
+    ok, moved = store.write_batch([lambda w: settle(w.conn, finished)]).outcomes[0]
+    assert ok, moved
+    return moved
+
+
+def rows_by_id(store):
+    return {r[0]: r for r in rows(store)}
