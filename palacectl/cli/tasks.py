@@ -20,7 +20,7 @@ from palace_proto.errors import ValidationError
 from palace_proto.stamps import parse_duration
 
 from .. import output
-from ..output import emit_json, note, write_stdout
+from ..output import emit_json, note, warn, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home, text_or_file
 
 __all__ = ["task_app", "worker"]
@@ -100,6 +100,10 @@ def task_list(
     for t in result["tasks"]:
         write_stdout(f"{t['correlation_id']}\t{t['state']}\t{t['requested_by']}->{t['assigned_to'] or '*'}\t"
                      f"{t['claimed_by'] or '-'}\t{t['last_activity']}\n")
+    if result.get("capped"):
+        warn(f"more older unfinished tasks than a listing holds: the oldest are not listed (the newest "
+             f"{result.get('newest')} tasks and the newest unfinished older ones are); close or supersede "
+             "the ones nobody will do")
 
 
 @task_app.command("ready")

@@ -590,7 +590,7 @@ def test_task_list_agent_and_open(ctl):
     assert {t["correlation_id"] for t in all_open["tasks"]} == {t2["correlation_id"], t3["correlation_id"]}
 
     nobody = ctl("task", "list", "--agent", "zed", "--json")
-    assert nobody.returncode == 0 and nobody.json() == {"tasks": [], "count": 0}
+    assert nobody.returncode == 0 and nobody.json() == {"tasks": [], "count": 0, "newest": 500, "capped": False}
 
     human = ctl("task", "list", "--agent", "alice", "--open")
     assert human.returncode == 0
