@@ -42,6 +42,8 @@ from palace_proto.envelope import SignedEvent
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.ids import fingerprint
 
+from .task_threads import unsettle_agents
+
 if TYPE_CHECKING:
     from .store import Store
 
@@ -156,8 +158,12 @@ class AgentRegistry:
             self.records = records
 
     def reload_ca(self, conn: apsw.Connection) -> None:
-        """The CA check changed (a palace founded or joined): derive again."""
+        """The CA check changed (a palace founded or joined): derive again (in a write job: the
+        tasks of an agent whose record changed are derived again too, as its verdicts may have)."""
+        before = self.records
         self.load(conn)
+        unsettle_agents(conn, {agent for agent in before.keys() | self.records.keys()
+                               if before.get(agent) != self.records.get(agent)})
 
     # -- the checks of a write ------------------------------------------------------------------
 

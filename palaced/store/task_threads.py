@@ -21,7 +21,7 @@ from .queries import correlation_events
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["TaskThread", "settle", "tasks_to_derive"]
+__all__ = ["TaskThread", "settle", "tasks_to_derive", "unsettle_agents"]
 
 
 class TaskThread(NamedTuple):
@@ -61,3 +61,11 @@ def settle(conn: apsw.Connection, finished: Iterable[tuple[str, int]]) -> int:
                      "AND (settled_seq IS NULL OR settled_seq < ?)", (last_seq, correlation_id, last_seq))
         moved += conn.changes()
     return moved
+
+
+def unsettle_agents(conn: apsw.Connection, agents: Iterable[str]) -> None:
+    """Derive again every task these agents wrote on: the verdicts on their events changed (the
+    registry was derived anew; a registry event does this through its trigger)."""
+    for agent in agents:
+        conn.execute("UPDATE task_threads SET settled_seq = NULL WHERE settled_seq IS NOT NULL AND correlation_id IN "
+                     "(SELECT correlation_id FROM events WHERE from_agent=? AND correlation_id IS NOT NULL)", (agent,))

@@ -90,8 +90,9 @@ def test_the_migration_builds_the_rows_the_trigger_keeps(stores):
     request(a)
     kept = rows(a)
     conn = a._conn  # as a home from before schema 0009 is opened
-    conn.execute("DROP TABLE task_threads; DROP TRIGGER events_follow_task_requests; "
-                 "DROP TRIGGER events_follow_task_threads; DELETE FROM _migrations WHERE version=9")
+    conn.execute("DROP TABLE task_threads; DROP TRIGGER events_follow_task_requests; DROP TRIGGER "
+                 "events_follow_task_threads; DROP TRIGGER events_unsettle_agent_tasks; "
+                 "DELETE FROM _migrations WHERE version=9")
     migrate(conn, a.path)
     assert rows(a) == kept == [(c, f, l, None) for c, f, l in as_the_log_says(a)]
 
@@ -130,3 +131,35 @@ def settled(store, finished):
 
 def rows_by_id(store):
     return {r[0]: r for r in rows(store)}
+
+
+def test_an_agent_registered_elsewhere_after_a_partition_unsettles_the_tasks_it_wrote_on(stores):
+    """The verdicts on an agent's events can change when its registration arrives late, and with
+    them a task's state (its 'applied' may be an impersonation): the task is derived again."""
+    a, b = stores
+    for store in stores:
+        store.agents.enforcing = True  # as when the daemons belong to a palace
+    append(a, from_agent="bob", body="bob lives on a")  # registers bob to a
+    request(b, "task_x")  # b, cut off from a, does not know that
+    reply(b, "task_x", "applied")  # written on b as bob: an impersonation once a's registration is known
+    other = request(b, "task_y", from_agent="carol")
+    settled(b, [(cid, rows_by_id(b)[cid][2]) for cid in ("task_x", "task_y")])
+    assert all(t.settled for t in tasks_to_derive(b, 5, 5)[0])
+    sync(a, b)
+    unsettled = {t.correlation_id for t in tasks_to_derive(b, 5, 5)[0] if not t.settled}
+    assert unsettled == {"task_x"}, other  # bob wrote on task_x only
+    flagged = b.agents.annotate(b.events_by_correlation("task_x"))
+    assert [e.get("impersonation") is not None for e in flagged if e["type"] == "event.reply"] == [True]
+
+
+def test_a_registry_derived_anew_unsettles_the_tasks_of_the_agents_whose_record_changed(stores):
+    a, _ = stores
+    a.agents.enforcing = True
+    request(a, "task_x")
+    reply(a, "task_x", "applied")  # bob's first write: registers bob
+    request(a, "task_y", from_agent="carol")
+    settled(a, [(cid, rows_by_id(a)[cid][2]) for cid in ("task_x", "task_y")])
+    a.agents.records = {k: v for k, v in a.agents.records.items() if k != "bob"}  # as if derived without bob's
+    ok, value = a.write_batch([lambda w: a.agents.reload_ca(w.conn)]).outcomes[0]
+    assert ok, value
+    assert {t.correlation_id: t.settled for t in tasks_to_derive(a, 5, 5)[0]} == {"task_x": False, "task_y": True}

@@ -9,10 +9,13 @@
 --   below last_seq; the task list, the ready queue and the reconciler read the newest requests
 --   and every unsettled task, instead of only the newest 500 requests (an open task behind 500
 --   newer ones dropped out of `task ready` before). The state itself stays derived in Python
---   (palace_proto.tasks): SQL only notices that a task changed. A trigger keeps the rows,
+--   (palace_proto.tasks): SQL only notices that a task changed. Triggers keep the rows,
 --   whichever path inserted the event (a local append, a peer's event, an import); local seqs
 --   only grow, so the inserted row's seq is always the newest. Invariant: for every task,
 --   request_seq = min(seq) over its requests, last_seq = max(seq) over its events.
+--   A task's state also depends on which of its events are impersonations (palace_proto.agents),
+--   a verdict that an agent's registry events can change after the fact (a registration learnt
+--   after a partition): a registry event unsettles every task its agent wrote on.
 CREATE TABLE task_threads (
     correlation_id TEXT PRIMARY KEY,
     request_seq    INTEGER NOT NULL,
@@ -39,4 +42,11 @@ END;
 CREATE TRIGGER events_follow_task_threads AFTER INSERT ON events
         WHEN NEW.correlation_id IS NOT NULL AND NEW.type != 'task.request' BEGIN
     UPDATE task_threads SET last_seq = NEW.seq WHERE correlation_id = NEW.correlation_id;
+END;
+
+CREATE TRIGGER events_unsettle_agent_tasks AFTER INSERT ON events
+        WHEN NEW.type IN ('agent.register', 'agent.transfer', 'agent.retire') AND json_valid(NEW.metadata) BEGIN
+    UPDATE task_threads SET settled_seq = NULL WHERE settled_seq IS NOT NULL AND correlation_id IN (
+        SELECT correlation_id FROM events
+        WHERE from_agent = json_extract(NEW.metadata, '$.agent') AND correlation_id IS NOT NULL);
 END;
