@@ -4,8 +4,8 @@ Owns: one method per page or panel (``now``, ``events``, ``event``, ``tasks``, `
 ``artifact``, ``fleet``, ``leases``, ``search``, ``drawer``, ``entity``, ``diary``), the one write
 (``send_message``, a person's message), and how their query parameters become daemon arguments.
 Every read is a bounded daemon operation — a page of ``list`` through its cursors, the newest 500
-tasks and the older unfinished ones, one agent's last event by its index — so a page costs the same on a palace of a million
-events as on a new one; nothing here loads the whole log.
+tasks and the older unfinished ones, one agent's last event by its index — so a page costs the
+same on a palace of a million events as on a new one; nothing here loads the whole log.
 
 What the dashboard adds of its own: it verifies an event's signature itself (the signed event and
 its origin's key come from ``export_page``; ``palace_proto.export`` checks them), and an
