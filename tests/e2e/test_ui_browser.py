@@ -5,7 +5,7 @@ Each page loads with no console errors at a desktop and a phone width, in both t
 timeline shows an event appended with palacectl without a reload; "Now" shows a stalled task; a
 person's message sent from the page wakes the agent's ``palacectl watch``; a browser without the
 secret sees nothing; an observer shows no write control; a redacted body never appears; a hostile
-body is shown as text, never run. ``PALACE_UI_SCREENSHOTS=DIR`` also saves each page's screenshot
+body is shown as text, never run; a forked origin shows on "Now" and on "Fleet". ``PALACE_UI_SCREENSHOTS=DIR`` also saves each page's screenshot
 there (how docs/ui-*.png are made).
 
 Where Chromium or its driver is missing these tests skip, saying so, except under CI (``CI`` set),
@@ -343,3 +343,40 @@ def test_a_task_page_follows_its_thread_live(single, daemon, browser_factory):
     ctl_json(daemon.home, "task", "claim", cid, "--agent", "linux-codex")
     wait_for(driver, lambda d: "Thread (2)" in text_of(d) and "claimed" in text_of(d), "the claim on the open page")
     assert console_errors(driver) == []
+
+
+def test_a_forked_origin_shows_on_now_and_on_the_fleet_page(fleet, short_tmp, browser_factory):
+    """A copied home writes as alpha's origin too: beta keeps the first version, refuses the other
+    as a fork, and its dashboard says so on "Now" and lists the fork on "Fleet", naming the daemon."""
+    from tests.fleet import append, bodies, listen_address, wait_converged
+
+    a = fleet.found("alpha")
+    append(a.home, "shared history")
+    b = fleet.join("beta")
+    wait_converged(a, b)
+    assert a.stop() == 0 and b.stop() == 0
+    clone_home = short_tmp / "clone"
+    shutil.copytree(a.home, clone_home, ignore=shutil.ignore_patterns("palaced.sock", "palaced.lock"))
+    b.start()
+    clone = fleet.start("clone")
+    append(clone.home, "the clone's version of seq 3")
+    ctl_json(clone.home, "peers", "add", listen_address(b.home))
+    wait_until(lambda: "the clone's version of seq 3" in bodies(b.home), "the clone's event at beta")
+    a.start()
+    append(a.home, "alpha's version of seq 3")
+    ctl_json(a.home, "peers", "add", listen_address(b.home))
+    wait_until(lambda: ctl_json(b.home, "status")["network"]["forks"] >= 1, "beta to detect the fork")
+    origin = ctl_json(a.home, "status")["origin"]
+    ui = DashboardProcess(b.home, "--as", "ana")
+    try:
+        driver = browser_factory()
+        sign_in(driver, ui)
+        open_page(driver, ui, "now")
+        wait_for(driver, lambda d: "forked origin(s): see Fleet" in text_of(d), "the fork on Now")
+        open_page(driver, ui, "fleet")
+        wait_for(driver, lambda d: "Forks (1)" in text_of(d), "the forks panel")
+        row = [r.text for r in driver.find_elements("css selector", "table tr") if origin in r.text]
+        assert row and "alpha" in row[0] and "#3" in row[0], row
+        assert console_errors(driver) == []
+    finally:
+        assert ui.stop() == 0, ui.output()
