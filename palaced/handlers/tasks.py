@@ -231,7 +231,7 @@ async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
             continue
         views.append(view)
         if view["terminal"] and not thread.settled and not _untold_conflicts(view):
-            finished.append((thread.correlation_id, thread.last_seq))
+            finished.append((thread.correlation_id, thread.newest_seq))
     if finished:
         # Written only when a task has just finished (once per task), not on every listing.
         try:

@@ -1,12 +1,12 @@
 """Which tasks to derive: the newest requests and every task not known to be finished.
 
-Owns: the ``task_threads`` table (schema 0009). A trigger keeps one row per task with the local
-seq of its newest event; this module reads the tasks worth deriving (``tasks_to_derive``: the
-newest requests, then the unsettled ones however old) with their events, and records the tasks
-derived as finished (``settle``), so they are not derived again until an event on them arrives.
-What a task's state is stays palace_proto.tasks's business; this table only says which tasks
-changed since they were last seen finished. Reads on the calling thread's reader; ``settle`` is a
-write job's (writer thread, inside a batch).
+Owns: the ``task_threads`` table (schema 0009). Triggers keep one row per task and unsettle a
+finished task when anything new happens on it; this module reads the tasks worth deriving
+(``tasks_to_derive``: the newest requests, then the unsettled ones however old) with their
+events, and records the tasks derived as finished (``settle``), so they are not derived again
+until an event on them arrives. What a task's state is stays palace_proto.tasks's business; this
+table only says which finished tasks changed since. Reads on the calling thread's reader; the
+writes are a write job's (writer thread, inside a batch).
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ __all__ = ["TaskThread", "settle", "tasks_to_derive", "unsettle_agents"]
 
 class TaskThread(NamedTuple):
     correlation_id: str
-    last_seq: int
-    #: recorded as finished as of its newest event (``settle``)
+    #: recorded as finished, and nothing happened on it since (``settle``)
     settled: bool
     events: list[dict[str, Any]]
+
+    @property
+    def newest_seq(self) -> int:
+        """The local seq of the newest event read on the task (what ``settle`` is told)."""
+        return max((e["seq"] for e in self.events), default=0)
 
 
 def tasks_to_derive(store: Store, newest: int, unsettled: int) -> tuple[list[TaskThread], bool]:
@@ -37,28 +41,27 @@ def tasks_to_derive(store: Store, newest: int, unsettled: int) -> tuple[list[Tas
     finished (newest first), each with every event on it; and whether unsettled tasks were left
     out (more than ``unsettled`` of them are older than the newest requests)."""
     conn = store._reader()
-    columns = "correlation_id, last_seq, coalesce(settled_seq >= last_seq, 0), request_seq"
+    columns = "correlation_id, settled_seq IS NOT NULL, request_seq"
     rows = conn.execute(f"SELECT {columns} FROM task_threads ORDER BY request_seq DESC LIMIT ?", (newest,)).fetchall()
     capped = False
     if len(rows) == newest:
-        oldest_newest = rows[-1][3]
         older = conn.execute(
             f"SELECT {columns} FROM task_threads INDEXED BY task_threads_unsettled "
-            "WHERE (settled_seq IS NULL OR settled_seq < last_seq) AND request_seq < ? "
-            "ORDER BY request_seq DESC LIMIT ?", (oldest_newest, unsettled + 1)).fetchall()
+            "WHERE settled_seq IS NULL AND request_seq < ? ORDER BY request_seq DESC LIMIT ?",
+            (rows[-1][2], unsettled + 1)).fetchall()
         capped = len(older) > unsettled
         rows += older[:unsettled]
-    return [TaskThread(cid, last_seq, bool(settled), correlation_events(conn, cid))
-            for cid, last_seq, settled, _ in rows], capped
+    return [TaskThread(cid, bool(settled), correlation_events(conn, cid)) for cid, settled, _ in rows], capped
 
 
 def settle(conn: apsw.Connection, finished: Iterable[tuple[str, int]]) -> int:
-    """Record tasks derived as finished from their events up to ``last_seq``; how many rows moved.
-    An event that arrived since keeps its task unsettled (its last_seq is higher)."""
+    """Record tasks derived as finished from their events up to a local seq; how many rows moved.
+    A task with an event newer than that stays unsettled (it may have reopened since the read)."""
     moved = 0
-    for correlation_id, last_seq in finished:
-        conn.execute("UPDATE task_threads SET settled_seq=? WHERE correlation_id=? "
-                     "AND (settled_seq IS NULL OR settled_seq < ?)", (last_seq, correlation_id, last_seq))
+    for correlation_id, seen_seq in finished:
+        conn.execute("UPDATE task_threads SET settled_seq=? WHERE correlation_id=? AND settled_seq IS NULL "
+                     "AND NOT EXISTS (SELECT 1 FROM events WHERE correlation_id=? AND seq > ?)",
+                     (seen_seq, correlation_id, correlation_id, seen_seq))
         moved += conn.changes()
     return moved
 

@@ -1,6 +1,7 @@
 """The task_threads table (schema 0009) and palaced/store/task_threads.py, on real SQLite files:
-the trigger keeps one row per task whichever way its events came, the migration's backfill
-builds the same rows, and what is derived is the newest requests plus every unsettled task."""
+the triggers keep one row per task whichever way its events came and unsettle a finished task
+when anything happens on it, the migration's backfill builds the same rows, and what is derived
+is the newest requests plus every unsettled task."""
 
 from __future__ import annotations
 
@@ -41,19 +42,18 @@ def reply(store, cid, status=None):
 
 
 def rows(store):
-    return sorted(store._reader().execute(
-        "SELECT correlation_id, request_seq, last_seq, settled_seq FROM task_threads").fetchall())
+    return sorted(store._reader().execute("SELECT correlation_id, request_seq, settled_seq FROM task_threads").fetchall())
 
 
 def as_the_log_says(store):
-    """(correlation_id, first request seq, newest seq on it) computed from the events themselves."""
-    conn = store._reader()
-    out = []
-    for cid, first in conn.execute("SELECT coalesce(correlation_id, id), min(seq) FROM events "
-                                   "WHERE type='task.request' GROUP BY 1").fetchall():
-        (last,) = conn.execute("SELECT max(seq) FROM events WHERE correlation_id=? OR id=?", (cid, cid)).fetchone()
-        out.append((cid, first, last))
-    return sorted(out)
+    """(correlation_id, first request seq) of every task, computed from the events themselves."""
+    return sorted(store._reader().execute("SELECT coalesce(correlation_id, id), min(seq) FROM events "
+                                          "WHERE type='task.request' GROUP BY 1").fetchall())
+
+
+def newest_seq(store, cid):
+    (seq,) = store._reader().execute("SELECT max(seq) FROM events WHERE correlation_id=? OR id=?", (cid, cid)).fetchone()
+    return seq
 
 
 def sync(source, target):
@@ -76,10 +76,26 @@ def test_the_trigger_follows_every_task_whichever_way_its_events_came(stores):
     request(a, "task_two")
     sync(a, b)
     for store in (a, b):
-        assert [(c, f, l) for c, f, l, _ in rows(store)] == as_the_log_says(store)
+        assert [(c, f) for c, f, _ in rows(store)] == as_the_log_says(store)
     assert {r[0] for r in rows(b)} == {"task_one", "task_two", plain["id"]}
     (two,) = [r for r in rows(b) if r[0] == "task_two"]
-    assert two[1] == two[2]  # its request came last here: the newest event on it
+    assert two[1] == newest_seq(b, "task_two")  # its request came last here, after the reply
+
+
+def test_any_event_on_a_settled_task_unsettles_it_whichever_way_it_came(stores):
+    a, b = stores
+    plain = request(a)
+    for cid in ("task_one", "task_two"):
+        request(a, cid)
+    sync(a, b)
+    for store in (a, b):
+        assert settled(store, [(cid, newest_seq(store, cid)) for cid in ("task_one", "task_two", plain["id"])]) == 3
+    append(a, type="event.reply", correlation_id=plain["id"], body="again")
+    reply(a, "task_one", "ready")
+    append(a, type="task.request", to_agent="bob", correlation_id="task_two", body="a second request")
+    sync(a, b)
+    for store in (a, b):
+        assert [settled_seq for _, _, settled_seq in rows(store)] == [None, None, None]
 
 
 def test_the_migration_builds_the_rows_the_trigger_keeps(stores):
@@ -94,14 +110,14 @@ def test_the_migration_builds_the_rows_the_trigger_keeps(stores):
                  "events_follow_task_threads; DROP TRIGGER events_unsettle_agent_tasks; "
                  "DELETE FROM _migrations WHERE version=9")
     migrate(conn, a.path)
-    assert rows(a) == kept == [(c, f, l, None) for c, f, l in as_the_log_says(a)]
+    assert rows(a) == kept == [(c, f, None) for c, f in as_the_log_says(a)]
 
 
 def test_the_newest_requests_come_first_then_every_unsettled_older_task(stores):
     a, _ = stores
     for n in range(6):
         request(a, f"task_{n}")
-    settled(a, [("task_1", rows_by_id(a)["task_1"][2]), ("task_2", rows_by_id(a)["task_2"][2])])
+    settled(a, [("task_1", newest_seq(a, "task_1")), ("task_2", newest_seq(a, "task_2"))])
     threads, capped = tasks_to_derive(a, 2, 10)
     assert [t.correlation_id for t in threads] == ["task_5", "task_4", "task_3", "task_0"] and not capped
     assert all(t.events and not t.settled for t in threads)
@@ -113,7 +129,7 @@ def test_an_event_on_a_settled_task_unsettles_it_and_a_stale_settle_moves_nothin
     a, _ = stores
     request(a, "task_old")
     request(a, "task_new")
-    last = rows_by_id(a)["task_old"][2]
+    last = newest_seq(a, "task_old")
     assert settled(a, [("task_old", last)]) == 1
     assert [t.correlation_id for t in tasks_to_derive(a, 1, 10)[0]] == ["task_new"]
     reply(a, "task_old", "ready")  # reopened after it was seen finished
@@ -129,10 +145,6 @@ def settled(store, finished):
     return moved
 
 
-def rows_by_id(store):
-    return {r[0]: r for r in rows(store)}
-
-
 def test_an_agent_registered_elsewhere_after_a_partition_unsettles_the_tasks_it_wrote_on(stores):
     """The verdicts on an agent's events can change when its registration arrives late, and with
     them a task's state (its 'applied' may be an impersonation): the task is derived again."""
@@ -143,7 +155,7 @@ def test_an_agent_registered_elsewhere_after_a_partition_unsettles_the_tasks_it_
     request(b, "task_x")  # b, cut off from a, does not know that
     reply(b, "task_x", "applied")  # written on b as bob: an impersonation once a's registration is known
     other = request(b, "task_y", from_agent="carol")
-    settled(b, [(cid, rows_by_id(b)[cid][2]) for cid in ("task_x", "task_y")])
+    settled(b, [(cid, newest_seq(b, cid)) for cid in ("task_x", "task_y")])
     assert all(t.settled for t in tasks_to_derive(b, 5, 5)[0])
     sync(a, b)
     unsettled = {t.correlation_id for t in tasks_to_derive(b, 5, 5)[0] if not t.settled}
@@ -158,7 +170,7 @@ def test_a_registry_derived_anew_unsettles_the_tasks_of_the_agents_whose_record_
     request(a, "task_x")
     reply(a, "task_x", "applied")  # bob's first write: registers bob
     request(a, "task_y", from_agent="carol")
-    settled(a, [(cid, rows_by_id(a)[cid][2]) for cid in ("task_x", "task_y")])
+    settled(a, [(cid, newest_seq(a, cid)) for cid in ("task_x", "task_y")])
     a.agents.records = {k: v for k, v in a.agents.records.items() if k != "bob"}  # as if derived without bob's
     ok, value = a.write_batch([lambda w: a.agents.reload_ca(w.conn)]).outcomes[0]
     assert ok, value
