@@ -37,9 +37,9 @@ from palace_proto.tasks import (
     derive_task,
     ready_order,
 )
-from palace_proto.validation import AppendRequest, Limits, ListQuery, clean_optional, clean_required
+from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required
 
-from ..store import Store, StoreError, WriteContext
+from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
 from ..store.task_threads import settle, tasks_to_derive
 from .context import Context
