@@ -129,6 +129,31 @@ def seed(daemon: Daemon, count: int, *, depth: int = 16, padding: int = 0) -> No
             answered += 1
 
 
+def fork_an_origin(fleet: Fleet, copies_dir: Path) -> tuple[Daemon, Daemon]:
+    """alpha and beta, one palace, where a copy of alpha's home (a restored backup, a cloned VM)
+    wrote seq 3 of alpha's origin before alpha did: beta kept the copy's event and holds
+    alpha's own as a fork. Returns (alpha, beta), both running."""
+    import shutil
+
+    a = fleet.found("alpha")
+    append(a.home, "shared history")
+    b = fleet.join("beta")
+    wait_converged(a, b)
+    assert a.stop() == 0 and b.stop() == 0
+    clone_home = copies_dir / "clone"
+    shutil.copytree(a.home, clone_home, ignore=shutil.ignore_patterns("palaced.sock", "palaced.lock"))
+    b.start()
+    clone = fleet.start("clone")
+    append(clone.home, "the clone's version of seq 3")
+    ctl_json(clone.home, "peers", "add", listen_address(b.home))
+    wait_until(lambda: "the clone's version of seq 3" in bodies(b.home), "the clone's event at beta")
+    a.start()
+    append(a.home, "alpha's version of seq 3")
+    ctl_json(a.home, "peers", "add", listen_address(b.home))
+    wait_until(lambda: ctl_json(b.home, "status")["network"]["forks"] >= 1, "beta to detect the fork")
+    return a, b
+
+
 class Fleet:
     """Start daemons and make them members of one palace."""
 

@@ -12,6 +12,7 @@ from palace_proto.validation import AppendRequest, Limits
 from palaced.store import Store
 from palaced.store.schema import migrate
 from palaced.store.task_threads import settle, tasks_to_derive
+from tests.daemon.test_store_agents import sync
 
 LIMITS = Limits()
 
@@ -56,15 +57,6 @@ def newest_seq(store, cid):
     return seq
 
 
-def sync(source, target):
-    events = []
-    for origin in source.version_vector():
-        events += source.signed_events_of_origin(origin, 0, 10_000)
-    keys = {s.origin_id: s.public_key for s in (source, target)}
-    ok, report = target.write_batch([lambda w: w.apply_remote(events, lambda o, _: keys.get(o), source="test")]).outcomes[0]
-    assert ok, report
-
-
 def test_the_trigger_follows_every_task_whichever_way_its_events_came(stores):
     a, b = stores
     request(a, "task_one")
@@ -74,7 +66,7 @@ def test_the_trigger_follows_every_task_whichever_way_its_events_came(stores):
     append(a, correlation_id="not_a_task", body="a thread without a request: no row")
     reply(b, "task_two", "claimed")  # the reply reaches b before the request it answers
     request(a, "task_two")
-    sync(a, b)
+    sync(a, b, a, b)
     for store in (a, b):
         assert [(c, f) for c, f, _ in rows(store)] == as_the_log_says(store)
     assert {r[0] for r in rows(b)} == {"task_one", "task_two", plain["id"]}
@@ -87,13 +79,13 @@ def test_any_event_on_a_settled_task_unsettles_it_whichever_way_it_came(stores):
     plain = request(a)
     for cid in ("task_one", "task_two"):
         request(a, cid)
-    sync(a, b)
+    sync(a, b, a, b)
     for store in (a, b):
         assert settled(store, [(cid, newest_seq(store, cid)) for cid in ("task_one", "task_two", plain["id"])]) == 3
     append(a, type="event.reply", correlation_id=plain["id"], body="again")
     reply(a, "task_one", "ready")
     append(a, type="task.request", to_agent="bob", correlation_id="task_two", body="a second request")
-    sync(a, b)
+    sync(a, b, a, b)
     for store in (a, b):
         assert [settled_seq for _, _, settled_seq in rows(store)] == [None, None, None]
 
@@ -157,7 +149,7 @@ def test_an_agent_registered_elsewhere_after_a_partition_unsettles_the_tasks_it_
     other = request(b, "task_y", from_agent="carol")
     settled(b, [(cid, newest_seq(b, cid)) for cid in ("task_x", "task_y")])
     assert all(t.settled for t in tasks_to_derive(b, 5, 5)[0])
-    sync(a, b)
+    sync(a, b, a, b)
     unsettled = {t.correlation_id for t in tasks_to_derive(b, 5, 5)[0] if not t.settled}
     assert unsettled == {"task_x"}, other  # bob wrote on task_x only
     flagged = b.agents.annotate(b.events_by_correlation("task_x"))

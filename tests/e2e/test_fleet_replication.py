@@ -17,6 +17,7 @@ from tests.fleet import (
     connected,
     ctl_json,
     event_count,
+    fork_an_origin,
     listen_address,
     peer_id,
     seed,
@@ -213,25 +214,8 @@ def test_a_redaction_purges_the_body_on_every_replica_and_late_copies_never_carr
 
 
 def test_a_fork_is_refused_kept_as_evidence_and_reported(fleet, short_tmp):
-    import shutil
-
-    a = fleet.found("alpha")
-    append(a.home, "shared history")
-    b = fleet.join("beta")
-    wait_converged(a, b)
-    assert a.stop() == 0 and b.stop() == 0
     # A copied home: the same key and origin now run twice (a restored backup, a cloned VM).
-    clone_home = short_tmp / "clone"
-    shutil.copytree(a.home, clone_home, ignore=shutil.ignore_patterns("palaced.sock", "palaced.lock"))
-    b.start()
-    clone = fleet.start("clone")
-    append(clone.home, "the clone's version of seq 3")
-    ctl_json(clone.home, "peers", "add", listen_address(b.home))
-    wait_until(lambda: "the clone's version of seq 3" in bodies(b.home), "the clone's event at beta")
-    a.start()
-    append(a.home, "alpha's version of seq 3")
-    ctl_json(a.home, "peers", "add", listen_address(b.home))
-    wait_until(lambda: ctl_json(b.home, "status")["network"]["forks"] >= 1, "beta to detect the fork")
+    a, b = fork_an_origin(fleet, short_tmp)
     assert "alpha's version of seq 3" not in bodies(b.home)  # the first one stays; the second is refused
     unhealthy = run_ctl(b.home, "status")
     assert "FORKS" in unhealthy.stdout and unhealthy.returncode == 1 and "fork(s) detected" in unhealthy.stdout

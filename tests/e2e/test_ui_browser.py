@@ -28,7 +28,7 @@ import pytest
 
 from tests.dashboard import DashboardProcess
 from tests.demo_palace import build_demo_palace
-from tests.fleet import ctl_json, wait_until
+from tests.fleet import ctl_json, fork_an_origin, wait_until
 from tests.helpers import PYTHON, append_event, run_ctl
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -348,24 +348,7 @@ def test_a_task_page_follows_its_thread_live(single, daemon, browser_factory):
 def test_a_forked_origin_shows_on_now_and_on_the_fleet_page(fleet, short_tmp, browser_factory):
     """A copied home writes as alpha's origin too: beta keeps the first version, refuses the other
     as a fork, and its dashboard says so on "Now" and lists the fork on "Fleet", naming the daemon."""
-    from tests.fleet import append, bodies, listen_address, wait_converged
-
-    a = fleet.found("alpha")
-    append(a.home, "shared history")
-    b = fleet.join("beta")
-    wait_converged(a, b)
-    assert a.stop() == 0 and b.stop() == 0
-    clone_home = short_tmp / "clone"
-    shutil.copytree(a.home, clone_home, ignore=shutil.ignore_patterns("palaced.sock", "palaced.lock"))
-    b.start()
-    clone = fleet.start("clone")
-    append(clone.home, "the clone's version of seq 3")
-    ctl_json(clone.home, "peers", "add", listen_address(b.home))
-    wait_until(lambda: "the clone's version of seq 3" in bodies(b.home), "the clone's event at beta")
-    a.start()
-    append(a.home, "alpha's version of seq 3")
-    ctl_json(a.home, "peers", "add", listen_address(b.home))
-    wait_until(lambda: ctl_json(b.home, "status")["network"]["forks"] >= 1, "beta to detect the fork")
+    a, b = fork_an_origin(fleet, short_tmp)
     origin = ctl_json(a.home, "status")["origin"]
     ui = DashboardProcess(b.home, "--as", "ana")
     try:
