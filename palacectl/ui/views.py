@@ -91,6 +91,12 @@ async def _nothing() -> None:
     return None
 
 
+def _daemons_by_origin(fleet: Mapping[str, Any] | None) -> dict[str | None, dict[str, Any]]:
+    """origin -> {peer_id, name} of the daemon it belongs to, from the daemon's ``fleet`` map."""
+    return {o.get("origin"): {"peer_id": o.get("peer_id"), "name": o.get("name")}
+            for o in (fleet or {}).get("origins", [])}
+
+
 def _event_id(value: str | None, field: str = "event id") -> str:
     if not value or not _EVENT_ID_RE.match(value):
         raise HttpError(400, f"{field} {value!r} is not an event id (evt_…)")
@@ -314,9 +320,7 @@ class Views:
         """The daemon an origin belongs to, from the daemon's ``fleet`` map: asked again only for an
         origin not seen before (a binding never changes its daemon; new ones come with members)."""
         if origin not in self._origins:
-            fleet = await self.optional("fleet")
-            self._origins = {o.get("origin"): {"peer_id": o.get("peer_id"), "name": o.get("name")}
-                             for o in (fleet or {}).get("origins", [])}
+            self._origins = _daemons_by_origin(await self.optional("fleet"))
         return self._origins.get(origin)
 
     async def proof(self, event: Mapping[str, Any]) -> dict[str, Any]:
@@ -463,8 +467,9 @@ class Views:
         for revoked in (fleet or {}).get("revoked", []):
             if revoked.get("peer_id") in nodes:
                 nodes[revoked["peer_id"]]["revoked"] = True
-        daemon_of = {o.get("origin"): o.get("name") for o in (fleet or {}).get("origins", [])}
-        forks = [{**fork, "daemon": daemon_of.get(fork.get("origin"))} for fork in peers.get("forks", [])]
+        daemon_of = _daemons_by_origin(fleet)
+        forks = [{**fork, "daemon": (daemon_of.get(fork.get("origin")) or {}).get("name")}
+                 for fork in peers.get("forks", [])]
         return {
             "self": me, "nodes": list(nodes.values()), "edges": list(edges.values()),
             "forks": forks, "watchers": who.get("watchers", []),
