@@ -169,6 +169,11 @@ class MemberDirectory:
         known = self._by_peer.get(peer_id)
         return known[0] if known else None
 
+    def peer_of_origin(self, origin: str) -> str | None:
+        """The daemon (peer id) whose key binds ``origin`` (None: unbound)."""
+        known = self._by_origin.get(origin)
+        return known.cert.peer_id if known is not None else None
+
     def origins_of_peer(self, peer_id: str) -> list[str]:
         return sorted(o for o, bound in self._by_origin.items() if bound.cert.peer_id == peer_id)
 

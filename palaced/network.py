@@ -677,6 +677,7 @@ class Network:
                 record.last_contact = link.last_contact
                 record.state = "revoked" if self.directory.is_revoked(peer_id) else "disconnected"
                 self._links_changed()
+                self._neighbours_changed()
                 LOGGER.info("disconnected from %s (%s)", peer_id, name)
             await trio.aclose_forcefully(stream)
         return outcome
@@ -695,7 +696,17 @@ class Network:
         for heard in self._reports.values():
             outbox.put(heard.report)
         self._links_changed()
+        self._neighbours_changed()
         self._nursery.start_soon(self._send_gossip, link, outbox)
+
+    def _neighbours_changed(self) -> None:
+        """Tell every link which daemons we now hear first-hand (those whose hello came on a link
+        of ours): they stop relaying those daemons' events and gossip to us (``Neighbours``)."""
+        neighbours = tuple(sorted(peer_id for peer_id, record in self._records.items()
+                                  if record.link is not None and record.link.their_hello is not None))
+        for record in self._records.values():
+            if record.link is not None and record.link.their_hello is not None:
+                record.link.tell_neighbours(neighbours)
 
     def link_progress(self, link: PeerLink) -> None:
         if link.peer_id is None:
@@ -802,6 +813,8 @@ class Network:
                     outbox.kick = trio.Event()
                     batch, outbox.pending = list(outbox.pending.values()), {}
                     for gossip in batch:
+                        if not link.relays_to_peer(gossip.peer_id):
+                            continue  # the peer hears that daemon first-hand: it has this record or a newer one
                         await link.send_bindings_of(gossip.peer_id)  # so the peer can verify it
                         await link.send(gossip)
             except (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError):
@@ -972,6 +985,15 @@ class Network:
         names.update((peer_id, printable(record.name, 64)) for peer_id, record in self._records.items() if record.name)
         return names
 
+    def stalled_links(self) -> list[dict[str, str]]:
+        """Links that make no progress now: ``{peer_id, name, reason}`` each (``status`` health)."""
+        out = []
+        for peer_id, record in sorted(self._records.items()):
+            reason = record.link.stall() if record.link is not None else None
+            if reason is not None:
+                out.append({"peer_id": peer_id, "name": printable(record.name, 64), "reason": reason})
+        return out
+
     def connected_peers(self) -> list[str]:
         return sorted(p for p, r in self._records.items() if r.link is not None)
 
@@ -1026,6 +1048,9 @@ class Network:
                 "rejected_events": link.rejected_events if link else 0,
                 "refused_events": link.refused_events if link else 0,
                 "refused_bindings": link.refused_bindings if link else 0,
+                "bytes_sent": link.bytes_sent if link else 0, "bytes_received": link.bytes_received if link else 0,
+                # Why this link makes no progress now (None: it does, or it is idle): status health
+                "stall": link.stall() if link else None,
             }
         unresolved = [{"peer_id": None, "name": "", "role": "", "state": t.state, "revoked": False, "direction": None,
                        "found_by": sorted(t.sources), "addresses": [{"address": t.address,
@@ -1034,7 +1059,8 @@ class Network:
                        "connected_since": None, "last_contact": None, "last_error": t.last_error,
                        "last_error_at": t.last_error_at, "we_lack": 0, "they_lack": 0, "vector": [], "forks": [],
                        "sent_events": 0, "received_events": 0, "rejected_events": 0,
-                       "refused_events": 0, "refused_bindings": 0}
+                       "refused_events": 0, "refused_bindings": 0, "bytes_sent": 0, "bytes_received": 0,
+                       "stall": None}
                       for t in self._targets.values() if t.peer_id is None]
         return list(peers.values()) + unresolved
 

@@ -5,9 +5,35 @@ the origin bindings we know and our vector; pull what the peer has and we lack (
 the peer's wants in bounded batches; apply arriving events through the group-commit writer and
 confirm them (``have``) once they are durable; fetch the artifacts an arriving event needs, in
 chunks, verifying the sha256 before anything is visible; push every new event (local or relayed)
-the peer lacks as soon as it is committed; and resend our vector on the anti-entropy timer so a
-silently stalled push is repaired. Transport security and discovery live in ``network.py`` (the
-stream handed in is already authenticated); membership in ``members.py``.
+the peer lacks and cannot hear first-hand as soon as it is committed; and resend our vector on
+the anti-entropy timer so a silently stalled push is repaired. Transport security and discovery
+live in ``network.py`` (the stream handed in is already authenticated); membership in
+``members.py``.
+
+Theory of operation: reading never waits on writing
+---------------------------------------------------
+A link is a handful of tasks in one nursery, and only some of them write to the stream:
+
+* the **reader** decodes what arrives and acts on it; it never writes. What it owes the peer in
+  return is recorded — pulls and receipts in the ``LinkOutbox`` (palace_proto.outbox), the peer's
+  own pulls in ``_asked``, its artifact requests in ``_artifact_asks`` — all coalesced per origin
+  or artifact, so recording never blocks and is bounded by our bindings, not by what the peer
+  sends. The reader waits only on local work: verifying a batch, and handing it to the applier.
+* the **applier** commits verified batches (one in hand, one queued) and records receipts and
+  gap pulls in the outbox; it never writes to the stream either.
+* the **senders** write: the control sender (the outbox, and our vector when due), the server
+  (the peer's pulls, page by page, round-robin over origins), the pusher (new commits), the
+  artifact server, and the network's gossip sender. They share one lock, taken per frame, so a
+  receipt waits behind at most one batch; each waits on the socket as long as the peer is slow to
+  read, which back-pressures exactly what we send, never what we read.
+
+So no chain of waits can run from our reader through the peer and back to our reader: however
+much both sides owe each other, both keep reading, the kernel buffers drain, and the link moves
+(the bug this replaced: each side served the other's wants from its reader, and once both
+sockets were full neither read again — two daemons a few hundred events apart never converged).
+A link that still makes no progress (the peer sends nothing, takes nothing, or never answers
+our pulls) says so through ``stall`` (``status`` health), and one that takes nothing for
+``SEND_STALL_S`` or sends nothing for ``SILENCE_S`` is ended and dialled again.
 
 Error handling: the peer's protocol errors raise ``RemoteProtocolError`` out of ``run`` (the
 caller logs it, closes the stream and backs off); transport errors end ``run`` normally.
@@ -29,9 +55,11 @@ from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError, Va
 from palace_proto.framing import NEED_DATA
 from palace_proto.bindings import OriginBinding
 from palace_proto.ids import artifact_id_for_sha256
+from palace_proto.outbox import LinkOutbox
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES,
     MAX_BINDINGS_PER_MESSAGE,
+    MAX_VECTOR_ENTRIES,
     ArtifactChunk,
     ArtifactWant,
     Events,
@@ -39,6 +67,7 @@ from palace_proto.peer import (
     Have,
     Hello,
     Members,
+    Neighbours,
     Presence,
     Report,
     Vector,
@@ -73,10 +102,26 @@ HELLO_TIMEOUT_S: Final = 10.0
 # sha256 is checked; a peer must not make us hold more than about one maximal artifact at a time.
 MAX_FETCHES: Final = 16
 FETCH_SLACK_BYTES: Final = 16 << 20
+# Why 64: an honest peer has at most MAX_FETCHES artifact requests open on a link; four times that
+# leaves room for requests crossing our answers, and no more (each is served whole, up to 64 MiB).
+MAX_ARTIFACT_ASKS: Final = 4 * MAX_FETCHES
 # Why 30 s: one frame is at most ~1 MiB of events or one artifact chunk; a peer that has not taken
 # it in 30 s (under ~35 KB/s) has stopped reading — on purpose or not — and would hold this link's
-# sender, and everything queued behind it, forever. The link ends and is dialled again.
+# senders, and everything queued behind them, forever. The link ends and is dialled again.
 SEND_STALL_S: Final = 30.0
+# Why 3 anti-entropy periods: every live peer sends its vector every ANTI_ENTROPY_S whatever else it
+# does, so a link we have read nothing from for this long has a peer that is gone (a laptop shut,
+# a cable pulled: no FIN ever comes) or stuck; it ends and is dialled again.
+SILENCE_S: Final = 3 * ANTI_ENTROPY_S
+# Why 15 s: a live peer sends its vector every ANTI_ENTROPY_S and takes a 1 MiB frame in well under a
+# second on any LAN; neither for half again that long is worth a person's attention (`status`
+# health) well before the link is ended for it (SILENCE_S, SEND_STALL_S).
+STALL_REPORT_S: Final = 1.5 * ANTI_ENTROPY_S
+# Why 30 s: we asked the peer for events its vector shows and nothing came for three anti-entropy
+# periods (each re-asks a stalled pull): the link is alive but makes no progress — `status` says so.
+PULL_STALL_S: Final = 3 * ANTI_ENTROPY_S
+# Why 1 s: how often a link looks at its own progress (the stall judgements above are tens of s).
+WATCHDOG_S: Final = 1.0
 # Why 250,000 events at once and 25,000/s after: a fresh peer's whole catch-up of a large palace
 # is served at full speed, while a peer that pulls the log again and again (endless wants) gets
 # at most this rate from us — throttled, never refused, so an honest re-ask is only delayed.
@@ -194,14 +239,28 @@ class PeerLink:
         self.peer_has: dict[str, int] = {}
         #: what the peer confirmed holding durably, per origin (its vectors and haves)
         self.confirmed: dict[str, int] = {}
+        #: the daemons the peer hears first-hand (its Neighbours): their events are not relayed to it
+        self.peer_neighbours: frozenset[str] = frozenset()
         self.forks: list[str] = []
         self._bindings_sent: set[str] = set()
         self._fetches: dict[str, _Fetch] = {}
         #: origins we are pulling, with our head when we last (re)asked or saw progress
         self._pulling: dict[str, int] = {}
+        #: trio time of the last sign of progress on our pulls (set when a pull starts, and
+        #: whenever events arrive); None while we pull nothing
+        self._pull_progress_at: float | None = None
         #: origins whose next event this peer sent us and we rejected (bad signature, no key), with
         #: our head then: not asked of this peer again until our head moves (never re-pulled forever)
         self._rejected_at: dict[str, int] = {}
+        #: what we owe the peer besides events (receipts, pulls, neighbours, a vector), coalesced
+        self.outbox = LinkOutbox()
+        self._outbox_kick = trio.Event()
+        #: the peer's pulls waiting to be served: origin -> after_seq (the newest pull per origin)
+        self._asked: dict[str, int] = {}
+        self._asked_kick = trio.Event()
+        #: the peer's artifact requests waiting to be served: artifact id -> offset
+        self._artifact_asks: dict[str, int] = {}
+        self._artifact_kick = trio.Event()
         #: events this peer may still be sent in answer to wants, and when that was reckoned
         self._serve_budget = (float(SERVE_BURST_EVENTS), 0.0)
         self.sent_events = 0
@@ -209,9 +268,16 @@ class PeerLink:
         self.rejected_events = 0
         self.refused_events = 0
         self.refused_bindings = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
         self.connected_at = _utc_now()
         self.last_contact = self.connected_at
+        #: trio time since which a frame waits for the peer to take it / the reader waits for bytes
+        self._sending_since: float | None = None
+        self._reading_since: float | None = None
         self._send_lock = trio.Lock()
+        #: our hello, members and vector are out: every other message may follow
+        self._opened = trio.Event()
         self._vector_known = trio.Event()
         self._hello_known = trio.Event()
         # Verified batches waiting for the writer (one in hand, one queued: bounded memory).
@@ -231,7 +297,7 @@ class PeerLink:
     def log(self) -> logging.LoggerAdapter[logging.Logger]:
         """The replication log, every line prefixed with the peer's short id (Syncthing-style: the
         first group of the fingerprint), so one peer's story can be grepped out of the log."""
-        return _PeerLog(LOGGER, {"peer": printable((self.peer_id or "unknown").split("-")[0], 16)})
+        return _PeerLog(LOGGER, {"peer": self._short})
 
     @property
     def _short(self) -> str:
@@ -246,13 +312,40 @@ class PeerLink:
     def their_hello(self) -> Hello | None:
         return self.session.their_hello
 
+    def stall(self, now: float | None = None) -> str | None:
+        """Why this link makes no progress now, in plain words (None: it does, or has nothing to do)."""
+        now = trio.current_time() if now is None else now
+        if self._sending_since is not None and now - self._sending_since > STALL_REPORT_S:
+            return f"it has taken nothing we sent for {now - self._sending_since:.0f} s"
+        if self._reading_since is not None and now - self._reading_since > STALL_REPORT_S:
+            return f"it has sent nothing for {now - self._reading_since:.0f} s"
+        if self._pull_progress_at is not None and now - self._pull_progress_at > PULL_STALL_S:
+            return (f"we asked for events of {len(self._pulling)} origin(s) it holds and none came for "
+                    f"{now - self._pull_progress_at:.0f} s")
+        return None
+
+    # -- sending -------------------------------------------------------------------------------
+
     async def send(self, message: Any) -> None:
+        """Send one message (waits for the opening messages, then for the peer to take it).
+
+        Raises:
+            RemoteProtocolError: the peer took nothing for ``SEND_STALL_S``.
+        """
+        if not self._opened.is_set() and not isinstance(message, (Hello, Members, Vector)):
+            await self._opened.wait()
+        await self._send_now(message)
+
+    async def _send_now(self, message: Any) -> None:
         async with self._send_lock:
             data = self.session.send(message, now=trio.current_time())
+            self._sending_since = trio.current_time()
             with trio.move_on_after(SEND_STALL_S) as stalled:
                 await self.stream.send_all(data)
+            self._sending_since = None
             if stalled.cancelled_caught:
                 raise RemoteProtocolError(f"it took nothing we sent for {SEND_STALL_S:.0f} s (it stopped reading)")
+            self.bytes_sent += len(data)
 
     async def send_bindings_of(self, peer_id: str) -> None:
         """Send the bindings of daemon ``peer_id``'s origins that this peer was not sent yet.
@@ -263,11 +356,49 @@ class PeerLink:
         ahead of gossip as they travel ahead of events."""
         if self.directory is None:
             return
-        missing = [origin for origin in self.directory.origins_of_peer(peer_id) if origin not in self._bindings_sent]
+        await self._send_bindings(self.directory.origins_of_peer(peer_id))
+
+    async def _send_bindings(self, origins: Any) -> None:
+        """Send the bindings of ``origins`` this peer was not sent yet, marked sent once on the wire
+        (a message that needs them and is sent after this returns follows them)."""
+        assert self.directory is not None
+        missing = sorted(set(origins) - self._bindings_sent)
+        if not missing:
+            return
         bindings = tuple(b for b in (self.directory.binding(o) for o in missing) if b is not None)
         if bindings:
             await self.send(Members(bindings))  # one key binds at most 32 origins: far below a message's bound
         self._bindings_sent.update(missing)
+
+    def relays_to_peer(self, peer_id: str) -> bool:
+        """Should events and gossip *about* daemon ``peer_id`` be relayed to this peer? Not when the
+        peer hears that daemon first-hand (its Neighbours), nor when it is the peer itself; our own
+        always go out."""
+        if peer_id == self.peer_id:
+            return False
+        return peer_id == self.session.our_hello.peer_id or peer_id not in self.peer_neighbours
+
+    def tell_neighbours(self, peer_ids: tuple[str, ...]) -> None:
+        """Our neighbour set changed: the peer is told (coalesced with anything still unsent)."""
+        self._owe(lambda outbox: outbox.neighbours(tuple(p for p in peer_ids if p != self.peer_id)))
+
+    def _owe(self, record: Callable[[LinkOutbox], None]) -> None:
+        record(self.outbox)
+        self._outbox_kick.set()
+
+    async def _send_outbox(self) -> None:
+        """The control sender: whatever the reader and the applier recorded, oldest state first."""
+        await self._opened.wait()
+        while True:
+            if not self.outbox:
+                self._outbox_kick = trio.Event()
+                await self._outbox_kick.wait()
+                continue
+            vector_due, messages = self.outbox.take()
+            for message in messages:
+                await self.send(message)
+            if vector_due:
+                await self.send(await self._our_vector())
 
     async def _heads(self) -> dict[str, OriginHead]:
         return await self.astore.read(self.store.heads)
@@ -290,25 +421,17 @@ class PeerLink:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._hello_deadline)
-                await self.send(self.session.our_hello)
-                if self.directory is not None:
-                    entries = self.directory.entries()
-                    # In chunks: however many origins a palace has seen, no message outgrows a frame.
-                    for start in range(0, len(entries), MAX_BINDINGS_PER_MESSAGE):
-                        await self.send(Members(entries[start:start + MAX_BINDINGS_PER_MESSAGE]))
-                    if not entries:
-                        await self.send(Members(()))
-                    self._bindings_sent.update(b.origin for b in entries)
-                await self.send(await self._our_vector())
+                nursery.start_soon(self._watchdog)
+                nursery.start_soon(self._apply_loop)
+                # Reading starts first: our opening messages (hundreds of KiB of bindings in a large
+                # palace) must never wait on a peer that waits on us to read its own.
+                nursery.start_soon(self._read_all, nursery.cancel_scope)
+                await self._open()
+                nursery.start_soon(self._send_outbox)
+                nursery.start_soon(self._serve_asked)
+                nursery.start_soon(self._serve_artifacts)
                 nursery.start_soon(self._push_new_events)
                 nursery.start_soon(self._anti_entropy)
-                nursery.start_soon(self._apply_loop)
-                await self._read()
-                # Apply what already arrived before ending the link (a peer may say goodbye
-                # right after its last batch).
-                self._to_apply_send.close()
-                await self._applier_done.wait()
-                nursery.cancel_scope.cancel(reason="peer closed the link")
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the transport ended: a normal way for a link to end
         except BaseExceptionGroup as group:
@@ -316,16 +439,46 @@ class PeerLink:
         finally:
             self.closed.set()
 
+    async def _open(self) -> None:
+        """Our hello, every binding we can prove (in chunks: however many origins a palace has
+        seen, no message outgrows a frame) and our vector: what the peer needs before anything else."""
+        await self._send_now(self.session.our_hello)
+        if self.directory is not None:
+            entries = self.directory.entries()
+            for start in range(0, len(entries), MAX_BINDINGS_PER_MESSAGE):
+                await self._send_now(Members(entries[start:start + MAX_BINDINGS_PER_MESSAGE]))
+            if not entries:
+                await self._send_now(Members(()))
+            self._bindings_sent.update(b.origin for b in entries)
+        await self._send_now(await self._our_vector())
+        self._opened.set()
+
+    async def _read_all(self, link_scope: trio.CancelScope) -> None:
+        await self._read()
+        # Apply what already arrived before ending the link (a peer may say goodbye right after
+        # its last batch).
+        self._to_apply_send.close()
+        await self._applier_done.wait()
+        link_scope.cancel(reason="peer closed the link")
+
     async def _hello_deadline(self) -> None:
         with trio.move_on_after(HELLO_TIMEOUT_S):
             await self._hello_known.wait()
             return
         raise RemoteProtocolError(f"no hello within {HELLO_TIMEOUT_S:.0f} s")
 
+    async def _watchdog(self) -> None:
+        """End the link when the peer has sent nothing for ``SILENCE_S`` (it is gone or stuck)."""
+        while True:
+            await trio.sleep(WATCHDOG_S)
+            if self._reading_since is not None and trio.current_time() - self._reading_since > SILENCE_S:
+                raise RemoteProtocolError(f"it sent nothing for {SILENCE_S:.0f} s (gone without closing the "
+                                          "connection, or stuck)")
+
     async def close(self, code: str = "shutting_down", reason: str = "palaced is stopping") -> None:
         try:
             with trio.move_on_after(1):
-                await self.send(Goodbye(code, reason))
+                await self._send_now(Goodbye(code, reason))
         except Exception:  # the link is going anyway: whatever the last goodbye meets does not matter
             pass
         await trio.aclose_forcefully(self.stream)
@@ -333,11 +486,15 @@ class PeerLink:
     # -- receiving -----------------------------------------------------------------------------
 
     async def _read(self) -> None:
+        """The reader: decode and act, never write (see the module's theory of operation)."""
         while True:
+            self._reading_since = trio.current_time()
             try:
                 data = await self.stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
+            self._reading_since = None
+            self.bytes_received += len(data)
             self.session.receive_data(data)
             while True:
                 message = self.session.next_event()
@@ -359,15 +516,17 @@ class PeerLink:
         elif isinstance(message, Vector):
             await self._on_vector(message)
         elif isinstance(message, Want):
-            await self._serve_want(message)
+            self._on_want(message)
         elif isinstance(message, Events):
             await self._on_events(message)
         elif isinstance(message, Have):
             self._confirm(message.entries)
         elif isinstance(message, ArtifactWant):
-            await self._serve_artifact(message)
+            self._on_artifact_want(message)
         elif isinstance(message, ArtifactChunk):
             await self._on_artifact_chunk(message)
+        elif isinstance(message, Neighbours):
+            self._on_neighbours(message)
         elif isinstance(message, Presence) and self.hooks is not None:
             self.hooks.link_presence(self, message)
         elif isinstance(message, Report) and self.hooks is not None:
@@ -419,6 +578,13 @@ class PeerLink:
                             self._short, len(refused), printable(refused[0], 200))
         await self._persist_bindings()
 
+    def _on_neighbours(self, message: Neighbours) -> None:
+        before, self.peer_neighbours = self.peer_neighbours, frozenset(message.peer_ids)
+        if before - self.peer_neighbours and self._vector_known.is_set():
+            # It lost a first-hand source: what that daemon wrote since is no longer relayed to it
+            # by the daemons that skipped it. Our vector lets it pull the difference from us now.
+            self._owe(LinkOutbox.vector)
+
     def _confirm(self, entries: Any) -> None:
         changed = False
         for origin, max_seq in entries:
@@ -465,7 +631,7 @@ class PeerLink:
                 self.forks.append(origin)
                 self.log.error("holds a different history of origin %s (fork)", origin)
                 # Pull their differing event once, so the store keeps it as evidence of the fork.
-                await self.send(Want(origin, theirs[origin] - 1))
+                self._owe(lambda outbox, o=origin: outbox.want(o, theirs[o] - 1))
         skip = self._not_to_ask(heads, vector)
         for want in plan_wants(heads, vector, skip):
             if want.origin in forks:
@@ -476,55 +642,25 @@ class PeerLink:
                 # again would make the peer send the rest of the log a second time.
                 self._pulling[want.origin] = want.after_seq
                 continue
+            if not self._pulling:
+                self._pull_progress_at = trio.current_time()
             self._pulling[want.origin] = want.after_seq  # new, or stalled since last time: (re)ask
-            await self.send(want)
+            self._owe(lambda outbox, w=want: outbox.want(w.origin, w.after_seq))
         for origin, seq in list(self._pulling.items()):
             if origin not in theirs or (origin in heads and heads[origin].max_seq >= theirs[origin]):
                 del self._pulling[origin]  # caught up with what that vector showed
+        if not self._pulling:
+            self._pull_progress_at = None
         self._vector_known.set()
 
-    async def _spend_serve_budget(self, events: int) -> None:
-        """Wait until ``events`` more may be served to this peer (token bucket, see SERVE_RATE_EVENTS_S)."""
-        budget, at = self._serve_budget
-        now = trio.current_time()
-        budget = min(float(SERVE_BURST_EVENTS), budget + (now - at) * SERVE_RATE_EVENTS_S if at else budget)
-        if budget < events:
-            self.limits.hit(f"serve_rate/{self.peer_id}", "peer %s: pulls more than %d events/s; serving it at that "
-                            "rate", self._short, int(SERVE_RATE_EVENTS_S))
-            await trio.sleep((events - budget) / SERVE_RATE_EVENTS_S)
-            now, budget = trio.current_time(), float(events)
-        self._serve_budget = (budget - events, now)
-
-    async def _serve_want(self, want: Want) -> None:
-        heads = await self._heads()
-        head = heads.get(want.origin)
-        if head is None:
-            return  # not an origin we replicate (unknown, or history only): nothing to offer
-        after = want.after_seq
-        while after < head.max_seq:
-            page = await self.astore.read(self.store.signed_events_of_origin, want.origin, after,
-                                          min(SERVE_PAGE, head.max_seq - after))
-            if not page:
-                return
-            await self._spend_serve_budget(len(page))
-            await self._send_events(page)
-            after = page[-1].origin_seq
-
-    async def _send_events(self, events: list[SignedEvent]) -> None:
-        if self.directory is not None:
-            # Certificates travel ahead of the events that need them: a peer that never met an
-            # origin (a relay) can then verify its events on arrival.
-            missing = sorted({e.origin for e in events} - self._bindings_sent)
-            bindings = tuple(b for b in (self.directory.binding(o) for o in missing) if b is not None)
-            if bindings:
-                await self.send(Members(bindings))
-            self._bindings_sent.update(missing)
-        for batch in batch_events(events, _wire_size):
-            await self.send(Events(tuple(batch)))
-            self.sent_events += len(batch)
-            for event in batch:
-                self.peer_has[event.origin] = max(self.peer_has.get(event.origin, 0), event.origin_seq)
-            await trio.sleep(0)  # interleave with local work: a big catch-up must not starve appends
+    def _on_want(self, want: Want) -> None:
+        """Record the peer's pull; the server answers it (newest pull per origin: it replaces one
+        not served yet, asked from an older head). Only origins we could hold are recorded."""
+        if not self._verifiable(want.origin) or (
+                want.origin not in self._asked and len(self._asked) >= MAX_VECTOR_ENTRIES):
+            return
+        self._asked[want.origin] = want.after_seq
+        self._asked_kick.set()
 
     async def _on_events(self, message: Events) -> None:
         """Verify a batch (reader side), then queue it for the applier.
@@ -532,6 +668,8 @@ class PeerLink:
         Two stages run side by side: while the writer commits batch N, this side already reads
         and verifies batch N+1. Order is kept (one applier, FIFO)."""
         events = list(message.events)
+        if self._pull_progress_at is not None:
+            self._pull_progress_at = trio.current_time()
         # Signatures are checked here, on a worker thread, one per chained run (verify_batch):
         # the single writer thread then recomputes the hashes of exactly these objects and stores.
         if len(events) <= INLINE_VERIFY_EVENTS:
@@ -542,6 +680,8 @@ class PeerLink:
         # What the sender could prove it holds counts as held by it (it stores before it serves).
         self._confirm([(e.origin, e.origin_seq) for e, k in zip(events, verified_keys, strict=True) if k is not None])
         await self._to_apply_send.send((events, verified_keys))
+
+    # -- applying ------------------------------------------------------------------------------
 
     async def _apply_loop(self) -> None:
         try:
@@ -576,10 +716,9 @@ class PeerLink:
         if report.forks:
             self.log.error("refused %d forked event(s) it sent", len(report.forks))
         # Receipt: what we now hold durably of every origin in the batch (the write was fsynced).
-        touched = sorted({e.origin for e in events})
-        held = tuple((o, heads[o].max_seq) for o in touched if o in heads)
-        if held:
-            await self.send(Have(held))
+        for origin in sorted({e.origin for e in events}):
+            if origin in heads:
+                self._owe(lambda outbox, o=origin: outbox.have(o, heads[o].max_seq))
         for event in report.missing_artifacts:
             await self._fetch_artifacts(event)
         # A gap means we missed something: pull again from our head (not what we cannot accept).
@@ -589,7 +728,56 @@ class PeerLink:
             if origin in refused and refused[origin][0] == ours + 1 or self._rejected_at.get(origin) == ours:
                 continue
             if not any(origin in f.origins for f in self._fetches.values()):
-                await self.send(Want(origin, ours))
+                self._owe(lambda outbox, o=origin, s=ours: outbox.want(o, s))
+
+    # -- serving the peer's pulls --------------------------------------------------------------
+
+    async def _spend_serve_budget(self, events: int) -> None:
+        """Wait until ``events`` more may be served to this peer (token bucket, see SERVE_RATE_EVENTS_S)."""
+        budget, at = self._serve_budget
+        now = trio.current_time()
+        budget = min(float(SERVE_BURST_EVENTS), budget + (now - at) * SERVE_RATE_EVENTS_S if at else budget)
+        if budget < events:
+            self.limits.hit(f"serve_rate/{self.peer_id}", "peer %s: pulls more than %d events/s; serving it at that "
+                            "rate", self._short, int(SERVE_RATE_EVENTS_S))
+            await trio.sleep((events - budget) / SERVE_RATE_EVENTS_S)
+            now, budget = trio.current_time(), float(events)
+        self._serve_budget = (budget - events, now)
+
+    async def _serve_asked(self) -> None:
+        """The server: answer the peer's pulls a page at a time, round-robin over origins, up to
+        what we hold contiguously of replicated origins (never imported history)."""
+        await self._vector_known.wait()
+        while True:
+            if not self._asked:
+                self._asked_kick = trio.Event()
+                await self._asked_kick.wait()
+                continue
+            origin = next(iter(self._asked))
+            after = self._asked.pop(origin)
+            head = (await self._heads()).get(origin)
+            if head is None or after >= head.max_seq:
+                continue  # not an origin we replicate (unknown, or history only), or nothing beyond
+            page = await self.astore.read(self.store.signed_events_of_origin, origin, after,
+                                          min(SERVE_PAGE, head.max_seq - after))
+            if not page:
+                continue
+            await self._spend_serve_budget(len(page))
+            await self._send_events(page)
+            if page[-1].origin_seq < head.max_seq and origin not in self._asked:
+                self._asked[origin] = page[-1].origin_seq  # the rest after the other origins' next page
+
+    async def _send_events(self, events: list[SignedEvent]) -> None:
+        if self.directory is not None:
+            # Certificates travel ahead of the events that need them: a peer that never met an
+            # origin (a relay) can then verify its events on arrival.
+            await self._send_bindings({e.origin for e in events})
+        for batch in batch_events(events, _wire_size):
+            await self.send(Events(tuple(batch)))
+            self.sent_events += len(batch)
+            for event in batch:
+                self.peer_has[event.origin] = max(self.peer_has.get(event.origin, 0), event.origin_seq)
+            await trio.sleep(0)  # interleave with local work: a big catch-up must not starve appends
 
     # -- artifacts -----------------------------------------------------------------------------
 
@@ -603,12 +791,13 @@ class PeerLink:
                 if len(self._fetches) >= MAX_FETCHES:
                     return  # the rest is asked for once these arrive (the origin is pulled again then)
                 fetch = self._fetches[artifact_id] = _Fetch()
-                await self.send(ArtifactWant(artifact_id, 0))
+                self._owe(lambda outbox, a=artifact_id: outbox.artifact_want(a, 0))
             fetch.origins.add(event.origin)
         if await self.astore.read(lambda: all(self._has_artifact(a) for a in event.artifact_ids)):
             # Another link fetched them meanwhile: just pull the origin again.
             heads = await self._heads()
-            await self.send(Want(event.origin, heads[event.origin].max_seq if event.origin in heads else 0))
+            ours = heads[event.origin].max_seq if event.origin in heads else 0
+            self._owe(lambda outbox: outbox.want(event.origin, ours))
 
     def _has_artifact(self, artifact_id: str) -> bool:
         try:
@@ -616,6 +805,23 @@ class PeerLink:
         except NotFound:
             return False
         return True
+
+    def _on_artifact_want(self, want: ArtifactWant) -> None:
+        if want.artifact_id not in self._artifact_asks and len(self._artifact_asks) >= MAX_ARTIFACT_ASKS:
+            raise RemoteProtocolError(f"it asked for more than {MAX_ARTIFACT_ASKS} artifacts at once (an honest "
+                                      f"peer has at most {MAX_FETCHES} in flight)")
+        self._artifact_asks[want.artifact_id] = want.offset
+        self._artifact_kick.set()
+
+    async def _serve_artifacts(self) -> None:
+        """The artifact server: the peer's artifact requests, one at a time, in chunks."""
+        while True:
+            if not self._artifact_asks:
+                self._artifact_kick = trio.Event()
+                await self._artifact_kick.wait()
+                continue
+            artifact_id = next(iter(self._artifact_asks))
+            await self._serve_artifact(ArtifactWant(artifact_id, self._artifact_asks.pop(artifact_id)))
 
     async def _serve_artifact(self, want: ArtifactWant) -> None:
         try:
@@ -670,9 +876,21 @@ class PeerLink:
         heads = await self._heads()
         for origin in sorted(fetch.origins):
             if not any(origin in f.origins for f in self._fetches.values()):
-                await self.send(Want(origin, heads[origin].max_seq if origin in heads else 0))
+                ours = heads[origin].max_seq if origin in heads else 0
+                self._owe(lambda outbox, o=origin, s=ours: outbox.want(o, s))
 
     # -- pushing -------------------------------------------------------------------------------
+
+    def _pushes(self, origin: str) -> bool:
+        """Is a new event of ``origin`` pushed to this peer? Not if the peer hears the origin's daemon
+        first-hand (it gets it from there), nor while a pull of the peer's is being served for it
+        (the server sends up to our head anyway)."""
+        if origin in self._asked:
+            return False
+        if not self.peer_neighbours or self.directory is None:
+            return True
+        owner = self.directory.peer_of_origin(origin)
+        return owner is None or self.relays_to_peer(owner)
 
     async def _push_new_events(self) -> None:
         """Push every newly committed event (local or relayed) the peer does not hold yet."""
@@ -684,7 +902,7 @@ class PeerLink:
             new = self.bus.events_after(cursor, 10_000)
             if new is None:  # fell behind the ring: the anti-entropy vector exchange repairs it
                 cursor = self.bus.latest_seq
-                await self.send(await self._our_vector())
+                self._owe(LinkOutbox.vector)
                 continue
             if not new:
                 continue
@@ -697,7 +915,7 @@ class PeerLink:
             heads: dict[str, OriginHead] | None = None
             for origin, head in sorted(newest.items()):
                 known = self.peer_has.get(origin, 0)
-                if head <= known:
+                if head <= known or not self._pushes(origin):
                     continue
                 wanted = min(SERVE_PAGE, head - known)
                 # Just committed, so usually still kept as signed: no read, no thread hop. (Only
@@ -715,4 +933,6 @@ class PeerLink:
         while True:
             due = self.session.get_timer()
             await trio.sleep_until(due if due is not None else trio.current_time() + ANTI_ENTROPY_S)
-            await self.send(await self._our_vector())
+            if self.session.get_timer() == due:  # no vector went out meanwhile (the outbox sends them too)
+                self._owe(LinkOutbox.vector)
+                await trio.sleep(ANTI_ENTROPY_S / 10)  # let the sender take it before looking again

@@ -1,7 +1,8 @@
 """Peer protocol messages (daemon ↔ daemon) and their wire codec.
 
 Owns: the nouns two replicas exchange — ``Hello``, ``Vector``, ``Want``, ``Events``, ``Goodbye``,
-the gossip ``Presence`` and ``Report`` (whose content is fleet.py's) — and the strict ``to_wire``
+``Neighbours`` (which daemons the sender hears first-hand), the gossip ``Presence`` and ``Report``
+(whose content is fleet.py's) — and the strict ``to_wire``
 / ``from_wire`` translation (Syncthing's *FromWire + consistency checks). Every message is a
 msgpack map with a type tag ``"t"``; a message whose tag we do not know is skipped (``from_wire``
 returns None) so newer peers can add messages; an unknown protocol *version* fails the hello with
@@ -41,6 +42,7 @@ __all__ = [
     "Have",
     "Hello",
     "Members",
+    "Neighbours",
     "Presence",
     "PeerMessage",
     "Report",
@@ -82,6 +84,9 @@ MAX_EVENT_ARTIFACT_IDS: Final = 4096
 MAX_EVENTS_PER_MESSAGE: Final = 1000
 # Why 8 KiB: an Ed25519 member certificate is well under 1 KiB in PEM.
 MAX_CERTIFICATE_BYTES: Final = 8192
+# Why 512: a daemon has at most a few hundred links (256 inbound connections, 256 dial targets);
+# a neighbours message names each linked daemon once, ~64 bytes each.
+MAX_NEIGHBOURS: Final = 512
 # Why 1 MiB: artifacts move in chunks far below the 16 MiB peer frame limit, so a 64 MiB artifact
 # never becomes one frame, and other messages interleave between its chunks.
 ARTIFACT_CHUNK_BYTES: Final = 1 << 20
@@ -241,6 +246,19 @@ class Report:
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
+class Neighbours:
+    """The daemons the sender is linked to directly right now (peer ids), sent whenever that set
+    changes: their events and gossip reach it from them, so a third daemon need not relay those
+    (it pushes only what the sender cannot get first-hand, and still answers every want).
+
+    Relaying is eager push, a best effort; pulling by vectors stays the guarantee (a daemon that
+    loses a link sends its new, smaller set, and is answered with a vector to pull from)."""
+
+    peer_ids: tuple[str, ...]
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
 class Enrol:
     """A joiner's first and only message: I hold invite ``invite_id``; certify ``public_key``."""
 
@@ -261,7 +279,7 @@ class Enrolled:
 
 
 PeerMessage = (Hello | Members | Vector | Want | Events | Goodbye | Have | ArtifactWant | ArtifactChunk | Presence
-               | Report)
+               | Report | Neighbours)
 EnrolmentMessage = Enrol | Enrolled
 
 
@@ -365,6 +383,8 @@ def to_wire(message: PeerMessage) -> dict[str, Any]:
     if isinstance(message, Report):
         return {"t": "report", "peer_id": message.peer_id, "name": message.name, "serial": message.serial,
                 "report": message.report, "signature": message.signature}
+    if isinstance(message, Neighbours):
+        return {"t": "neighbours", "peer_ids": list(message.peer_ids)}
     if isinstance(message, Enrol):
         return {"t": "enrol", "invite_id": message.invite_id, "public_key": message.public_key,
                 "name": message.name, "proof": message.proof}
@@ -490,6 +510,12 @@ def from_wire(d: Any) -> PeerMessage | None:
             raise RemoteProtocolError(f"report 'report' must be at most {MAX_REPORT_BYTES} bytes")
         return Report(peer_id=_str(d, "peer_id"), name=_str(d, "name"), serial=_int(d, "serial"), report=report,
                       signature=_bytes(d, "signature", 64))
+    if tag == "neighbours":
+        raw = d.get("peer_ids")
+        if (not isinstance(raw, list) or len(raw) > MAX_NEIGHBOURS
+                or not all(isinstance(p, str) and 0 < len(p) <= 256 for p in raw)):
+            raise RemoteProtocolError(f"neighbours 'peer_ids' must be a list of at most {MAX_NEIGHBOURS} peer ids")
+        return Neighbours(tuple(raw))
     if tag == "enrol":
         return Enrol(invite_id=_str(d, "invite_id"), public_key=_bytes(d, "public_key", 32), name=_str(d, "name"),
                      proof=_bytes(d, "proof", 32))

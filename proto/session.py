@@ -12,11 +12,11 @@ Rules (every transition lives in this file):
 1. Each side's first message is ``Hello``. A hello for another palace or another protocol
    version is a ``RemoteProtocolError``/``VersionMismatch``; nothing else is accepted before it.
 2. After the hellos, each side sends its ``Members`` (origin → certificate bindings) and its
-   ``Vector``; the gossip (``Presence``, ``Report``) may follow at any time. ``Want``, ``Events``,
-   ``Have`` and the artifact messages are legal, in either direction, only once that side has seen
-   the other's vector (it cannot know what the other lacks before). Enrolment messages never
-   belong to a session (they are a one-shot exchange on a connection without a client
-   certificate).
+   ``Vector``; the gossip (``Presence``, ``Report``) and ``Neighbours`` may follow at any time.
+   ``Want``, ``Events``, ``Have`` and the artifact messages are legal, in either direction, only
+   once that side has seen the other's vector (it cannot know what the other lacks before).
+   Enrolment messages never belong to a session (they are a one-shot exchange on a connection
+   without a client certificate).
 3. Vectors may be sent again at any time (the anti-entropy timer); ``get_timer`` returns when
    the next one is due: ``ANTI_ENTROPY_S`` after the last vector we sent.
 4. ``Goodbye`` (either way) or EOF closes the session. Message types we do not know are skipped.
@@ -45,6 +45,7 @@ from .peer import (
     Have,
     Hello,
     Members,
+    Neighbours,
     PeerMessage,
     Presence,
     Report,
@@ -119,7 +120,7 @@ class PeerSession:
                 raise LocalProtocolError("hello already sent")
         elif not self._sent_hello:
             raise LocalProtocolError("the first message must be our hello")
-        elif isinstance(message, (Vector, Members, Presence, Report)):
+        elif isinstance(message, (Vector, Members, Presence, Report, Neighbours)):
             pass
         elif isinstance(message, _AFTER_VECTORS):
             if self._their_vector is None or not self._sent_vector:

@@ -242,6 +242,10 @@ async def health(ctx: Context, status: Mapping[str, Any]) -> dict[str, Any]:
     if writer.get("checkpoint_error") and not full:
         problems.append(f"WAL checkpoints are failing: {writer['checkpoint_error']}")
     network = status.get("network")
+    for stalled in (network or {}).get("stalled_links", ()):
+        problems.append(f"the link with {stalled['name'] or stalled['peer_id']} ({stalled['peer_id'][:7]}) makes no "
+                        f"progress: {stalled['reason']} (`palacectl peers`; a link silent or blocked for 30 s is "
+                        "ended and dialled again)")
     if network and network["forks"]:
         problems.append(f"{network['forks']} fork(s) detected: see `palacectl peers` and `palacectl doctor`")
     embedding = status["memory"]["embedding"]

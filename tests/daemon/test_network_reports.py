@@ -26,11 +26,15 @@ from tests.hostile_peer import Credentials, issue_member
 
 
 class StandInLink:
-    """What the network needs of a link to hand it gossip: a peer id and ``send``."""
+    """What the network needs of a link to hand it gossip: a peer id, ``send`` and whether the peer
+    hears a daemon first-hand (this stand-in's peer hears nobody: everything is relayed to it)."""
 
     def __init__(self, peer_id: str) -> None:
         self.peer_id = peer_id
         self.sent: list[Any] = []
+
+    def relays_to_peer(self, peer_id: str) -> bool:
+        return peer_id != self.peer_id
 
     async def send(self, message: Any) -> None:
         self.sent.append(message)

@@ -44,7 +44,7 @@ from palace_proto.peer import (
 from palace_proto.session import ConnectionClosed
 from palaced.members import MAX_ORIGINS_PER_KEY
 from palaced.network import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
-from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S
+from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S, SILENCE_S
 from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.hostile_peer import HostilePeer, issue_member, sealed
 from tests.helpers import RawClient
@@ -387,16 +387,24 @@ async def test_endless_pulls_do_not_starve_the_victim(scene):
         await peer.aclose()
 
 
+def stalls_in_health(scene: Scene) -> list[str]:
+    """alpha's health problems about a link that makes no progress (status exits 1 with them)."""
+    return [p for p in ctl_json(scene.alpha.home, "status")["health"]["problems"] if "makes no progress" in p]
+
+
 @pytest.mark.slow
 async def test_a_peer_that_stops_reading_loses_its_link(scene):
-    """Mallory asks for far more than a socket buffer holds and never reads: alpha's sender would
-    wait forever. After SEND_STALL_S the link ends; alpha serves on, and mallory may come back."""
+    """Mallory asks for far more than a socket buffer holds and never reads, though it keeps
+    sending its vector (it looks alive): alpha's senders would wait forever. Health says the link
+    makes no progress while it lasts; after SEND_STALL_S the link ends; alpha serves on, and
+    mallory may come back."""
     alpha_origin = origin_of(scene.alpha.home)
     with RawClient(scene.alpha.socket_path) as client:
         client.hello()
         for i in range(40):
             client.call("append", type="note", stream="s", room="r", from_agent="alpha", body=f"{i} " + "y" * 100_000)
     peer = await scene.connect()
+    stalls: list[str] = []
     try:
         await peer.handshake()
         for _ in range(20):
@@ -404,13 +412,40 @@ async def test_a_peer_that_stops_reading_loses_its_link(scene):
         with trio.fail_after(SEND_STALL_S + 30):
             while True:  # never read: only notice when alpha gives up on us
                 await trio.sleep(1)
+                await peer.send(Vector(()))
+                stalls = stalls or await trio.to_thread.run_sync(stalls_in_health, scene)
                 seen = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
                 if seen and seen[0]["state"] not in ("live", "catching up", "connecting"):
                     break
         assert "stopped reading" in (seen[0]["last_error"] or ""), seen
+        assert stalls and "mallory" in stalls[0] and "taken nothing we sent" in stalls[0], stalls
     finally:
         await peer.aclose()
     scene.still_serving_and_converging("a peer that stopped reading")
+    assert not stalls_in_health(scene)
+
+
+@pytest.mark.slow
+async def test_a_peer_that_goes_silent_loses_its_link(scene):
+    """Mallory completes the handshake, then sends nothing and never closes (a laptop shut, a cable
+    pulled: no FIN ever comes). Every live peer sends its vector every 10 s, so after SILENCE_S
+    alpha ends the link instead of showing it live forever; health says so meanwhile."""
+    peer = await scene.connect()
+    stalls: list[str] = []
+    try:
+        await peer.handshake()
+        with trio.fail_after(SILENCE_S + 30):
+            while True:
+                await trio.sleep(1)
+                stalls = stalls or await trio.to_thread.run_sync(stalls_in_health, scene)
+                seen = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
+                if seen and seen[0]["state"] not in ("live", "catching up", "connecting"):
+                    break
+        assert "sent nothing for" in (seen[0]["last_error"] or ""), seen
+        assert stalls and "it has sent nothing" in stalls[0], stalls
+    finally:
+        await peer.aclose()
+    scene.still_serving_and_converging("a peer that went silent")
 
 
 async def test_receipts_and_vectors_naming_invented_origins_are_not_kept(scene):
