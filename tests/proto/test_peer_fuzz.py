@@ -16,12 +16,12 @@ from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello, from_wire, to_wire
 from palace_proto.session import ConnectionClosed, PeerSession, SessionState
 
 TAGS = ["hello", "members", "vector", "want", "events", "goodbye", "have", "artifact_want", "artifact_chunk",
-        "presence", "report", "enrol", "enrolled", "unknown-tag"]
+        "presence", "report", "neighbours", "enrol", "enrolled", "unknown-tag"]
 FIELDS = ["version", "palace_id", "peer_id", "name", "role", "origin", "certificate", "origin_proof", "entries",
           "after_seq", "events", "code", "reason", "artifact_id", "offset", "size", "sha256", "kind", "created_by",
           "created_at", "metadata_json", "data", "serial", "watchers", "signature", "invite_id", "public_key",
           "proof", "palace_name", "ca_certificate", "origin_seq", "prev_hash", "event_hash", "body_sha256", "body",
-          "artifact_ids", "type", "stream", "room", "from_agent", "report"]
+          "artifact_ids", "type", "stream", "room", "from_agent", "report", "peer_ids"]
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**64 - 1), st.floats(allow_nan=True),

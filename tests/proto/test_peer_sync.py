@@ -16,7 +16,7 @@ from palace_proto.framing import NEED_DATA, encode_frame
 from palace_proto.bindings import OriginBinding
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES, MAX_BINDINGS_PER_MESSAGE, PEER_PROTOCOL_VERSION, ArtifactChunk, ArtifactWant, Enrol, Enrolled, Events, Goodbye, Have,
-    Hello, Presence, Report, Vector, VectorEntry, Want, event_from_wire, event_to_wire, format_peer_address, from_wire,
+    Hello, MAX_NEIGHBOURS, Neighbours, Presence, Report, Vector, VectorEntry, Want, event_from_wire, event_to_wire, format_peer_address, from_wire,
     parse_peer_address, presence_signing_bytes, report_signing_bytes, to_wire,
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
@@ -63,6 +63,8 @@ def hello(peer="peer-a", palace="pal_1"):
     Report("PEER", "laptop", 2**62, b"x" * MAX_REPORT_BYTES, b"s" * 64),
     Enrol("inv", b"k" * 32, "laptop", b"p" * 32),
     Enrolled("home lab", b"-----CA-----", b"-----CERT-----"),
+    Neighbours(()),
+    Neighbours(("PEER-A", "PEER-B")),
 ])
 def test_messages_round_trip(message):
     assert from_wire(to_wire(message)) == message
@@ -104,6 +106,12 @@ def test_other_protocol_version_is_a_version_mismatch():
     {"t": "presence", "peer_id": "p", "name": "n", "serial": 1, "watchers": [["a", "f"]], "signature": b"s" * 64},
     {"t": "report", "peer_id": "p", "name": "n", "serial": 1, "report": "{}", "signature": b"s" * 64},
     {"t": "enrol", "invite_id": "i", "public_key": b"short", "name": "n", "proof": b"p" * 32},
+    {"t": "neighbours"},
+    {"t": "neighbours", "peer_ids": "PEER"},
+    {"t": "neighbours", "peer_ids": [5]},
+    {"t": "neighbours", "peer_ids": [""]},
+    {"t": "neighbours", "peer_ids": ["x" * 257]},
+    {"t": "neighbours", "peer_ids": ["P"] * (MAX_NEIGHBOURS + 1)},
 ])
 def test_malformed_known_messages_are_remote_errors(bad):
     with pytest.raises(RemoteProtocolError):
@@ -329,6 +337,17 @@ def test_receipts_and_artifact_messages_wait_for_the_vectors_presence_does_not()
     b.receive_data(encode_frame(to_wire(ArtifactWant("art_x", 0))))
     with pytest.raises(RemoteProtocolError, match="before the peer's vector"):
         b.next_event()
+
+
+def test_neighbours_may_be_sent_before_the_vectors_but_not_before_the_hello():
+    """A daemon says whom it hears first-hand as soon as a link is up (like gossip, it presupposes
+    nothing about what the other holds)."""
+    a, b = pair()
+    with pytest.raises(LocalProtocolError):
+        a.send(Neighbours(()))
+    deliver(a.send(a.our_hello), b)
+    deliver(b.send(b.our_hello), a)
+    assert deliver(a.send(Neighbours(("peer-c",))), b) == [Neighbours(("peer-c",))]
 
 
 def test_a_presence_watcher_may_carry_a_workers_activity_and_newer_fields():
