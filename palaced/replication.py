@@ -15,17 +15,20 @@ Theory of operation: reading never waits on writing
 A link is a handful of tasks in one nursery, and only some of them write to the stream:
 
 * the **reader** decodes what arrives and acts on it; it never writes. What it owes the peer in
-  return is recorded — pulls and receipts in the ``LinkOutbox`` (palace_proto.outbox), the peer's
-  own pulls in ``_asked``, its artifact requests in ``_artifact_asks`` — all coalesced per origin
-  or artifact, so recording never blocks and is bounded by our bindings, not by what the peer
-  sends. The reader waits only on local work: verifying a batch, and handing it to the applier.
+  return is recorded — our pulls and receipts in the ``LinkOutbox`` (palace_proto.outbox), the
+  peer's own pulls in ``_owed``, its artifact requests in ``_artifact_asks`` — all coalesced per
+  origin or artifact, so recording never blocks and is bounded by our bindings, not by what the
+  peer sends. The reader waits only on local work: verifying a batch, and handing it to the
+  applier.
 * the **applier** commits verified batches (one in hand, one queued) and records receipts and
-  gap pulls in the outbox; it never writes to the stream either.
-* the **senders** write: the control sender (the outbox, and our vector when due), the server
-  (the peer's pulls, page by page, round-robin over origins), the pusher (new commits), the
-  artifact server, and the network's gossip sender. They share one lock, taken per frame, so a
-  receipt waits behind at most one batch; each waits on the socket as long as the peer is slow to
-  read, which back-pressures exactly what we send, never what we read.
+  gap pulls in the outbox; the **pusher** records in ``_owed`` what we commit that the peer lacks.
+  Neither writes to the stream.
+* the **senders** write: the control sender (the outbox, and our vector when due), the event
+  sender (``_owed``: the peer's pulls and our pushes, one entry per origin, so an origin's events
+  leave in order from one place, never twice at once; a page at a time, round-robin over
+  origins), the artifact server, and the network's gossip sender. They share one lock, taken per
+  frame, so a receipt waits behind at most one batch; each waits on the socket as long as the
+  peer is slow to read, which back-pressures exactly what we send, never what we read.
 
 So no chain of waits can run from our reader through the peer and back to our reader: however
 much both sides owe each other, both keep reading, the kernel buffers drain, and the link moves
@@ -41,6 +44,7 @@ caller logs it, closes the stream and backs off); transport errors end ``run`` n
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -201,6 +205,20 @@ class _Fetch:
         self.origins: set[str] = set()
 
 
+@dataclasses.dataclass(slots=True)
+class _Owed:
+    """Events of one origin a link owes its peer: those after ``cursor``, up to ``target`` (None: up
+    to our head, looked up when served). One per origin, so an origin's events leave in order from
+    one place, never twice at once from a push and a pull."""
+
+    cursor: int
+    target: int | None
+    #: the peer asked (a want: throttled by the serve budget), rather than being pushed to
+    pulled: bool
+    #: a want came while a page of this origin was on its way: its ``cursor`` stands
+    reset: bool = False
+
+
 class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"peer {self.extra['peer']}: {msg}", kwargs  # type: ignore[index]
@@ -255,9 +273,10 @@ class PeerLink:
         #: what we owe the peer besides events (receipts, pulls, neighbours, a vector), coalesced
         self.outbox = LinkOutbox()
         self._outbox_kick = trio.Event()
-        #: the peer's pulls waiting to be served: origin -> after_seq (the newest pull per origin)
-        self._asked: dict[str, int] = {}
-        self._asked_kick = trio.Event()
+        #: events owed to the peer, per origin, pulled (its wants) or pushed (our new commits); the
+        #: event sender serves them a page at a time, round-robin over origins
+        self._owed: dict[str, _Owed] = {}
+        self._owed_kick = trio.Event()
         #: the peer's artifact requests waiting to be served: artifact id -> offset
         self._artifact_asks: dict[str, int] = {}
         self._artifact_kick = trio.Event()
@@ -428,7 +447,7 @@ class PeerLink:
                 nursery.start_soon(self._read_all, nursery.cancel_scope)
                 await self._open()
                 nursery.start_soon(self._send_outbox)
-                nursery.start_soon(self._serve_asked)
+                nursery.start_soon(self._send_owed)
                 nursery.start_soon(self._serve_artifacts)
                 nursery.start_soon(self._push_new_events)
                 nursery.start_soon(self._anti_entropy)
@@ -654,13 +673,22 @@ class PeerLink:
         self._vector_known.set()
 
     def _on_want(self, want: Want) -> None:
-        """Record the peer's pull; the server answers it (newest pull per origin: it replaces one
-        not served yet, asked from an older head). Only origins we could hold are recorded."""
-        if not self._verifiable(want.origin) or (
-                want.origin not in self._asked and len(self._asked) >= MAX_VECTOR_ENTRIES):
+        """Record the peer's pull; the event sender answers it. The pull says exactly what the peer
+        holds, so it replaces whatever we believed and whatever of that origin was still owed (a
+        peer re-asks from its head when events it was sent could not be applied yet). Only
+        origins we could hold are recorded: what this keeps is bounded by our bindings."""
+        origin = want.origin
+        if not self._verifiable(origin):
             return
-        self._asked[want.origin] = want.after_seq
-        self._asked_kick.set()
+        owed = self._owed.get(origin)
+        if owed is None:
+            if len(self._owed) >= MAX_VECTOR_ENTRIES:
+                return
+            self._owed[origin] = _Owed(want.after_seq, None, pulled=True)
+        else:
+            owed.cursor, owed.target, owed.pulled, owed.reset = want.after_seq, None, True, True
+        self.peer_has[origin] = want.after_seq
+        self._owed_kick.set()
 
     async def _on_events(self, message: Events) -> None:
         """Verify a batch (reader side), then queue it for the applier.
@@ -744,28 +772,54 @@ class PeerLink:
             now, budget = trio.current_time(), float(events)
         self._serve_budget = (budget - events, now)
 
-    async def _serve_asked(self) -> None:
-        """The server: answer the peer's pulls a page at a time, round-robin over origins, up to
-        what we hold contiguously of replicated origins (never imported history)."""
+    async def _send_owed(self) -> None:
+        """The event sender: what the peer pulled and what we push, a page at a time, round-robin
+        over origins, up to what we hold contiguously of replicated origins (never imported history)."""
         await self._vector_known.wait()
         while True:
-            if not self._asked:
-                self._asked_kick = trio.Event()
-                await self._asked_kick.wait()
+            if not self._owed:
+                self._owed_kick = trio.Event()
+                await self._owed_kick.wait()
                 continue
-            origin = next(iter(self._asked))
-            after = self._asked.pop(origin)
-            head = (await self._heads()).get(origin)
-            if head is None or after >= head.max_seq:
-                continue  # not an origin we replicate (unknown, or history only), or nothing beyond
-            page = await self.astore.read(self.store.signed_events_of_origin, origin, after,
-                                          min(SERVE_PAGE, head.max_seq - after))
+            origin, owed = next(iter(self._owed.items()))
+            page = await self._next_page(origin, owed)
             if not page:
+                if not owed.reset:
+                    del self._owed[origin]  # nothing beyond what the peer holds (or not ours to offer)
+                owed.reset = False
                 continue
-            await self._spend_serve_budget(len(page))
+            owed.reset = False
+            if owed.pulled:
+                await self._spend_serve_budget(len(page))
             await self._send_events(page)
-            if page[-1].origin_seq < head.max_seq and origin not in self._asked:
-                self._asked[origin] = page[-1].origin_seq  # the rest after the other origins' next page
+            if not owed.reset:  # (a want that came meanwhile set where to go on from)
+                owed.cursor = page[-1].origin_seq
+            if not owed.reset and owed.target is not None and owed.cursor >= owed.target:
+                del self._owed[origin]
+            else:
+                self._owed[origin] = self._owed.pop(origin)  # the rest after the other origins' next page
+
+    async def _next_page(self, origin: str, owed: _Owed) -> list[SignedEvent]:
+        """The next events of ``origin`` owed to the peer (at most SERVE_PAGE); empty when none."""
+        cursor = max(owed.cursor, self.peer_has.get(origin, 0))
+        limit = SERVE_PAGE if owed.target is None else min(SERVE_PAGE, owed.target - cursor)
+        if limit <= 0:
+            return []
+        # Just committed, so usually still kept as signed: no read, no thread hop. (Only events of
+        # the version vector are kept: imported history is never offered.)
+        page = self.store.committed_signed(origin, cursor, limit) or []
+        if len(page) == limit:
+            return page
+        head = (await self._heads()).get(origin)
+        if head is None:
+            return []  # not an origin we replicate (unknown, or history only)
+        owed.target = head.max_seq if owed.target is None else min(owed.target, head.max_seq)
+        limit = min(SERVE_PAGE, owed.target - cursor)
+        if limit <= 0:
+            return []
+        if len(page) < limit:
+            page = await self.astore.read(self.store.signed_events_of_origin, origin, cursor, limit)
+        return page
 
     async def _send_events(self, events: list[SignedEvent]) -> None:
         if self.directory is not None:
@@ -883,17 +937,15 @@ class PeerLink:
 
     def _pushes(self, origin: str) -> bool:
         """Is a new event of ``origin`` pushed to this peer? Not if the peer hears the origin's daemon
-        first-hand (it gets it from there), nor while a pull of the peer's is being served for it
-        (the server sends up to our head anyway)."""
-        if origin in self._asked:
-            return False
+        first-hand (it gets it from there; a want still gets it from us)."""
         if not self.peer_neighbours or self.directory is None:
             return True
         owner = self.directory.peer_of_origin(origin)
         return owner is None or self.relays_to_peer(owner)
 
     async def _push_new_events(self) -> None:
-        """Push every newly committed event (local or relayed) the peer does not hold yet."""
+        """Owe the peer every newly committed event (local or relayed) it does not hold yet; the
+        event sender sends them (after any of that origin it was already sending)."""
         cursor = self.bus.latest_seq
         await self._vector_known.wait()
         # Whatever arrived before the peer's vector was known is covered by the vectors themselves.
@@ -912,22 +964,16 @@ class PeerLink:
             newest: dict[str, int] = {}
             for event in new:
                 newest[event["origin"]] = max(newest.get(event["origin"], 0), event["origin_seq"])
-            heads: dict[str, OriginHead] | None = None
-            for origin, head in sorted(newest.items()):
+            for origin, head in newest.items():
                 known = self.peer_has.get(origin, 0)
                 if head <= known or not self._pushes(origin):
                     continue
-                wanted = min(SERVE_PAGE, head - known)
-                # Just committed, so usually still kept as signed: no read, no thread hop. (Only
-                # events of the version vector are kept: imported history is never offered.)
-                page = self.store.committed_signed(origin, known, wanted)
-                if page is None or len(page) < wanted:
-                    heads = heads if heads is not None else await self._heads()
-                    if origin not in heads or heads[origin].max_seq <= known:
-                        continue  # history (not in the vector), or the peer has it by now
-                    page = await self.astore.read(self.store.signed_events_of_origin, origin, known,
-                                                  min(SERVE_PAGE, heads[origin].max_seq - known))
-                await self._send_events(page)
+                owed = self._owed.get(origin)
+                if owed is None:
+                    self._owed[origin] = _Owed(known, head, pulled=False)
+                elif owed.target is not None:
+                    owed.target = max(owed.target, head)
+                self._owed_kick.set()
 
     async def _anti_entropy(self) -> None:
         while True:

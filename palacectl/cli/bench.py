@@ -1,7 +1,7 @@
 """palacectl's ``bench`` group: measure palace on this machine with temporary daemons.
 
 Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
-``replication`` and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*`` (loaded only when the
+``replication``, ``mesh`` (a fleet in a full mesh) and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*`` (loaded only when the
 command runs; nothing outside their temporary homes is touched). Registered on the root app by
 ``cli.root``; imports ``cli.common`` only.
 """
@@ -65,6 +65,19 @@ def bench_replication(
     from ..bench_replication import run_replication_bench
 
     result = run_replication_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+@bench_app.command("mesh")
+def bench_mesh(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure a fleet in a full mesh: healing from 10,000 events behind each way, and what links carry."""
+    from ..bench_mesh import run_mesh_bench
+
+    result = run_mesh_bench(quick=quick, progress=not json_)
     if json_:
         emit_json(result)
 
