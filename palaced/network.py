@@ -708,6 +708,14 @@ class Network:
             if record.link is not None and record.link.their_hello is not None:
                 record.link.tell_neighbours(neighbours)
 
+    def pull_elsewhere(self, link: PeerLink, origin: str, max_seq: int) -> bool:
+        owner = self.directory.peer_of_origin(origin)
+        if owner is None or owner == link.peer_id:
+            return False
+        record = self._records.get(owner)
+        source = record.link if record is not None else None
+        return source is not None and source.their_heads.get(origin, 0) >= max_seq
+
     def link_progress(self, link: PeerLink) -> None:
         if link.peer_id is None:
             return
@@ -1049,6 +1057,8 @@ class Network:
                 "refused_events": link.refused_events if link else 0,
                 "refused_bindings": link.refused_bindings if link else 0,
                 "bytes_sent": link.bytes_sent if link else 0, "bytes_received": link.bytes_received if link else 0,
+                # The daemons that peer is linked to itself (its Neighbours): we relay it nothing of theirs
+                "neighbours": sorted(link.peer_neighbours) if link else [],
                 # Why this link makes no progress now (None: it does, or it is idle): status health
                 "stall": link.stall() if link else None,
             }
@@ -1060,7 +1070,7 @@ class Network:
                        "last_error_at": t.last_error_at, "we_lack": 0, "they_lack": 0, "vector": [], "forks": [],
                        "sent_events": 0, "received_events": 0, "rejected_events": 0,
                        "refused_events": 0, "refused_bindings": 0, "bytes_sent": 0, "bytes_received": 0,
-                       "stall": None}
+                       "neighbours": [], "stall": None}
                       for t in self._targets.values() if t.peer_id is None]
         return list(peers.values()) + unresolved
 

@@ -196,6 +196,10 @@ class LinkHooks(Protocol):
     def link_ready(self, link: PeerLink) -> None:
         """Hellos and bindings are in: the link may be sent presence records and reports."""
 
+    def pull_elsewhere(self, link: PeerLink, origin: str, max_seq: int) -> bool:
+        """Should ``origin`` up to ``max_seq`` be pulled on another link rather than this one (the
+        link to the daemon that writes it, whose vector shows at least as much)?"""
+
 
 class _Fetch:
     """An artifact being received in chunks."""
@@ -259,6 +263,8 @@ class PeerLink:
         self.confirmed: dict[str, int] = {}
         #: the daemons the peer hears first-hand (its Neighbours): their events are not relayed to it
         self.peer_neighbours: frozenset[str] = frozenset()
+        #: the peer's newest vector, origin -> max_seq (at most MAX_VECTOR_ENTRIES: one message's)
+        self.their_heads: dict[str, int] = {}
         self.forks: list[str] = []
         self._bindings_sent: set[str] = set()
         self._fetches: dict[str, _Fetch] = {}
@@ -644,7 +650,7 @@ class PeerLink:
             return self.store.stored_hash(origin, seq)
 
         forks = await self.astore.read(vector_forks, heads, vector, hash_at)
-        theirs = {e.origin: e.max_seq for e in vector.entries}
+        theirs = self.their_heads = {e.origin: e.max_seq for e in vector.entries}
         for origin in forks:
             if origin not in self.forks:
                 self.forks.append(origin)
@@ -652,6 +658,13 @@ class PeerLink:
                 # Pull their differing event once, so the store keeps it as evidence of the fork.
                 self._owe(lambda outbox, o=origin: outbox.want(o, theirs[o] - 1))
         skip = self._not_to_ask(heads, vector)
+        if self.hooks is not None:
+            # Each origin is pulled from the daemon that writes it when we are linked to it: pulling
+            # it from every peer that holds some of it would bring each event once per such peer.
+            elsewhere = {o for o, seq in theirs.items() if o not in skip and self.hooks.pull_elsewhere(self, o, seq)}
+            for origin in elsewhere:
+                self._pulling.pop(origin, None)
+            skip |= elsewhere
         for want in plan_wants(heads, vector, skip):
             if want.origin in forks:
                 continue
@@ -782,6 +795,10 @@ class PeerLink:
                 await self._owed_kick.wait()
                 continue
             origin, owed = next(iter(self._owed.items()))
+            if not self._relayed(origin):
+                # The peer has since linked to the origin's daemon: it hears (and pulls) it there.
+                del self._owed[origin]
+                continue
             page = await self._next_page(origin, owed)
             if not page:
                 if not owed.reset:
@@ -935,9 +952,9 @@ class PeerLink:
 
     # -- pushing -------------------------------------------------------------------------------
 
-    def _pushes(self, origin: str) -> bool:
-        """Is a new event of ``origin`` pushed to this peer? Not if the peer hears the origin's daemon
-        first-hand (it gets it from there; a want still gets it from us)."""
+    def _relayed(self, origin: str) -> bool:
+        """Are events of ``origin`` sent to this peer by us? Not if the peer hears the origin's daemon
+        first-hand: it gets them there, pushed, and pulls them there (``LinkHooks.pull_elsewhere``)."""
         if not self.peer_neighbours or self.directory is None:
             return True
         owner = self.directory.peer_of_origin(origin)
@@ -966,7 +983,7 @@ class PeerLink:
                 newest[event["origin"]] = max(newest.get(event["origin"], 0), event["origin_seq"])
             for origin, head in newest.items():
                 known = self.peer_has.get(origin, 0)
-                if head <= known or not self._pushes(origin):
+                if head <= known or not self._relayed(origin):
                     continue
                 owed = self._owed.get(origin)
                 if owed is None:
