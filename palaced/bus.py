@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Callable
 from typing import Any, Final
 
 import trio
@@ -47,6 +48,8 @@ class EventBus:
         self.published = 0
         # Bounded: one per memory worker (code of this daemon, never a client, registers them).
         self._type_watches: list[TypeWatch] = []
+        # Bounded: one per replication link (registered and removed by the link itself).
+        self._on_publish: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)}>"
@@ -60,6 +63,8 @@ class EventBus:
         self.published += len(events)
         changed, self._changed = self._changed, trio.Event()
         changed.set()
+        for callback in self._on_publish:
+            callback()
         if self._type_watches:
             types = {event["type"] for event in events}
             for watch in self._type_watches:
@@ -86,6 +91,13 @@ class EventBus:
         watch = TypeWatch(types)
         self._type_watches.append(watch)
         return watch
+
+    def call_on_publish(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (synchronously, cheaply: it should only set an event) on every publish,
+        until the returned function is called. For a task that waits on the bus *or* on something
+        else at once (a replication link's event sender), where ``wait_beyond`` cannot."""
+        self._on_publish.append(callback)
+        return lambda: self._on_publish.remove(callback)
 
     async def wait_beyond(self, seq: int) -> None:
         """Return once an event with a seq greater than ``seq`` has been committed."""

@@ -21,14 +21,14 @@ A link is a handful of tasks in one nursery, and only some of them write to the 
   peer sends. The reader waits only on local work: verifying a batch, and handing it to the
   applier.
 * the **applier** commits verified batches (one in hand, one queued) and records receipts and
-  gap pulls in the outbox; the **pusher** records in ``_owed`` what we commit that the peer lacks.
-  Neither writes to the stream.
+  gap pulls in the outbox; it never writes to the stream either.
 * the **senders** write: the control sender (the outbox, and our vector when due), the event
-  sender (``_owed``: the peer's pulls and our pushes, one entry per origin, so an origin's events
-  leave in order from one place, never twice at once; a page at a time, round-robin over
-  origins), the artifact server, and the network's gossip sender. They share one lock, taken per
-  frame, so a receipt waits behind at most one batch; each waits on the socket as long as the
-  peer is slow to read, which back-pressures exactly what we send, never what we read.
+  sender (``_owed``: the peer's pulls and what we commit that it lacks, one entry per origin, so
+  an origin's events leave in order from one place, never twice at once; a page at a time,
+  round-robin over origins; woken by the bus on every commit), the artifact server, and the
+  network's gossip sender. They share one lock, taken per frame, so a receipt waits behind at
+  most one batch; each waits on the socket as long as the peer is slow to read, which
+  back-pressures exactly what we send, never what we read.
 
 So no chain of waits can run from our reader through the peer and back to our reader: however
 much both sides owe each other, both keep reading, the kernel buffers drain, and the link moves
@@ -455,7 +455,6 @@ class PeerLink:
                 nursery.start_soon(self._send_outbox)
                 nursery.start_soon(self._send_owed)
                 nursery.start_soon(self._serve_artifacts)
-                nursery.start_soon(self._push_new_events)
                 nursery.start_soon(self._anti_entropy)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the transport ended: a normal way for a link to end
@@ -786,35 +785,48 @@ class PeerLink:
         self._serve_budget = (budget - events, now)
 
     async def _send_owed(self) -> None:
-        """The event sender: what the peer pulled and what we push, a page at a time, round-robin
-        over origins, up to what we hold contiguously of replicated origins (never imported history)."""
-        await self._vector_known.wait()
-        while True:
-            if not self._owed:
-                self._owed_kick = trio.Event()
-                await self._owed_kick.wait()
-                continue
-            origin, owed = next(iter(self._owed.items()))
-            if not self._relayed(origin):
-                # The peer has since linked to the origin's daemon: it hears (and pulls) it there.
-                del self._owed[origin]
-                continue
-            page = await self._next_page(origin, owed)
-            if not page:
-                if not owed.reset:
-                    del self._owed[origin]  # nothing beyond what the peer holds (or not ours to offer)
-                owed.reset = False
-                continue
+        """The event sender: what the peer pulled and what we commit that it lacks (our pushes), a
+        page at a time, round-robin over origins, up to what we hold contiguously of replicated
+        origins (never imported history). It is woken by the peer's wants and by every commit (the
+        bus calls it directly: a push leaves in the first turn after its commit)."""
+        cursor = self.bus.latest_seq
+        stop_waking = self.bus.call_on_publish(lambda: self._owed_kick.set())
+        try:
+            await self._vector_known.wait()
+            # Whatever was committed before the peer's vector was known is covered by the vectors.
+            while True:
+                cursor = self._owe_new_commits(cursor)
+                if not self._owed:
+                    self._owed_kick = trio.Event()
+                    if self.bus.latest_seq <= cursor:
+                        await self._owed_kick.wait()
+                    continue
+                await self._send_next_page()
+        finally:
+            stop_waking()
+
+    async def _send_next_page(self) -> None:
+        origin, owed = next(iter(self._owed.items()))
+        if not self._relayed(origin):
+            # The peer has since linked to the origin's daemon: it hears (and pulls) it there.
+            del self._owed[origin]
+            return
+        page = await self._next_page(origin, owed)
+        if not page:
+            if not owed.reset:
+                del self._owed[origin]  # nothing beyond what the peer holds (or not ours to offer)
             owed.reset = False
-            if owed.pulled:
-                await self._spend_serve_budget(len(page))
-            await self._send_events(page)
-            if not owed.reset:  # (a want that came meanwhile set where to go on from)
-                owed.cursor = page[-1].origin_seq
-            if not owed.reset and owed.target is not None and owed.cursor >= owed.target:
-                del self._owed[origin]
-            else:
-                self._owed[origin] = self._owed.pop(origin)  # the rest after the other origins' next page
+            return
+        owed.reset = False
+        if owed.pulled:
+            await self._spend_serve_budget(len(page))
+        await self._send_events(page)
+        if not owed.reset:  # (a want that came meanwhile set where to go on from)
+            owed.cursor = page[-1].origin_seq
+        if not owed.reset and owed.target is not None and owed.cursor >= owed.target:
+            del self._owed[origin]
+        else:
+            self._owed[origin] = self._owed.pop(origin)  # the rest after the other origins' next page
 
     async def _next_page(self, origin: str, owed: _Owed) -> list[SignedEvent]:
         """The next events of ``origin`` owed to the peer (at most SERVE_PAGE); empty when none."""
@@ -960,37 +972,30 @@ class PeerLink:
         owner = self.directory.peer_of_origin(origin)
         return owner is None or self.relays_to_peer(owner)
 
-    async def _push_new_events(self) -> None:
-        """Owe the peer every newly committed event (local or relayed) it does not hold yet; the
-        event sender sends them (after any of that origin it was already sending)."""
-        cursor = self.bus.latest_seq
-        await self._vector_known.wait()
-        # Whatever arrived before the peer's vector was known is covered by the vectors themselves.
-        while True:
-            await self.bus.wait_beyond(cursor)
-            new = self.bus.events_after(cursor, 10_000)
-            if new is None:  # fell behind the ring: the anti-entropy vector exchange repairs it
-                cursor = self.bus.latest_seq
-                self._owe(LinkOutbox.vector)
+    def _owe_new_commits(self, cursor: int) -> int:
+        """Owe the peer every event committed after local seq ``cursor`` (appended here or arrived
+        from another peer: that is how a line relays) that it does not hold and does not hear
+        first-hand; returns the new cursor."""
+        new = self.bus.events_after(cursor, 10_000)
+        if new is None:  # fell behind the ring: the anti-entropy vector exchange repairs it
+            self._owe(LinkOutbox.vector)
+            return self.bus.latest_seq
+        if not new:
+            return cursor
+        # Per origin, the newest of these events: committed, so held up to there (an origin's
+        # events are stored in chain order).
+        newest: dict[str, int] = {}
+        for event in new:
+            newest[event["origin"]] = max(newest.get(event["origin"], 0), event["origin_seq"])
+        for origin, head in newest.items():
+            if head <= self.peer_has.get(origin, 0) or not self._relayed(origin):
                 continue
-            if not new:
-                continue
-            cursor = new[-1]["seq"]
-            # Per origin, the newest of these events: committed, so held up to there (an origin's
-            # events are stored in chain order). Newer ones wake this loop again.
-            newest: dict[str, int] = {}
-            for event in new:
-                newest[event["origin"]] = max(newest.get(event["origin"], 0), event["origin_seq"])
-            for origin, head in newest.items():
-                known = self.peer_has.get(origin, 0)
-                if head <= known or not self._relayed(origin):
-                    continue
-                owed = self._owed.get(origin)
-                if owed is None:
-                    self._owed[origin] = _Owed(known, head, pulled=False)
-                elif owed.target is not None:
-                    owed.target = max(owed.target, head)
-                self._owed_kick.set()
+            owed = self._owed.get(origin)
+            if owed is None:
+                self._owed[origin] = _Owed(self.peer_has.get(origin, 0), head, pulled=False)
+            elif owed.target is not None:
+                owed.target = max(owed.target, head)
+        return int(new[-1]["seq"])
 
     async def _anti_entropy(self) -> None:
         while True:

@@ -72,3 +72,16 @@ async def test_a_type_watch_wakes_only_for_its_types():
         await trio.testing.wait_all_tasks_blocked()
         assert woke == [4, 5]
         nursery.cancel_scope.cancel()
+
+
+def test_call_on_publish_calls_back_on_every_publish_until_stopped():
+    """A replication link's event sender waits on the bus or on a peer's want at once: the bus
+    calls it back on each publish (no task of its own), and forgets it when told."""
+    bus = EventBus(latest_seq=0)
+    calls = []
+    stop = bus.call_on_publish(lambda: calls.append(bus.latest_seq))
+    bus.publish([ev(1)])
+    bus.publish([ev(2), ev(3)])
+    stop()
+    bus.publish([ev(4)])
+    assert calls == [1, 3]
