@@ -4,7 +4,9 @@ Owns: the only way trio code touches SQLite. Writes are group-committed: the fir
 arrive while no commit runs becomes the batch's *leader*; it lets every task that is runnable at
 that moment queue its write too (one scheduler pass), then commits the whole queue as one
 transaction with one fsync and answers every write of it; writes that arrive meanwhile wait for
-the next leader. Nobody is acknowledged before the commit returns. A short batch (the usual
+the next batch. Once the leader's own write is committed it hands the lead to the task of the
+next write still queued, so no caller waits on writes that came after its own. Nobody is
+acknowledged before the commit returns. A short batch (the usual
 appends) commits in the event loop itself: no thread hop on the way in or out, which is most of a
 lone append's latency; while it commits, new requests gather in their sockets and form the next
 batch. Heavy writes (imports, memory rebuilds, big artifacts, catch-up batches from peers) and
@@ -86,9 +88,10 @@ DISK_ROOM_BYTES: Final = 1 << 20
 
 
 class _Pending:
-    """One queued write: its job, and (once its batch is committed) its outcome."""
+    """One queued write: its job, and (once its batch is committed) its outcome — or, while still
+    queued, the lead handed to its task (``lead``)."""
 
-    __slots__ = ("job", "done", "ok", "value", "heavy")
+    __slots__ = ("job", "done", "ok", "value", "heavy", "lead")
 
     def __init__(self, job: Callable[[WriteContext], Any], heavy: bool) -> None:
         self.job = job
@@ -96,6 +99,7 @@ class _Pending:
         self.done = trio.Event()
         self.ok = False
         self.value: Any = None
+        self.lead = False
 
 
 class AsyncStore:
@@ -182,20 +186,30 @@ class AsyncStore:
         self._queue.append(pending)
         # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
         with trio.CancelScope(shield=True):
-            if self._leading:
-                await pending.done.wait()  # the leader drains the queue before it stops leading
+            if not self._leading:
+                await self._lead(pending)
             else:
-                await self._lead()
+                await pending.done.wait()  # committed, or handed the lead while still queued
+                if pending.lead:
+                    pending.lead = False
+                    await self._lead(pending, handed=True)
         if pending.ok:
             return pending.value
         raise pending.value
 
-    async def _lead(self, first: Callable[[], Any] | None = None) -> None:
+    async def _lead(self, mine: _Pending | None = None, *, first: Callable[[], Any] | None = None,
+                    handed: bool = False) -> None:
         """Lead: run ``first`` (maintenance, awaited), then commit what is queued, batch after
-        batch, until the queue is empty. Only when nobody leads (the caller checks)."""
-        assert not self._leading
-        self._leading = True
-        self._not_leading = trio.Event()
+        batch, until ``mine`` is committed; then hand the lead to the task of the next write still
+        queued (a leader that drained the queue for everyone would keep its own caller waiting for
+        as long as others keep writing: a peer's catch-up held an append for seconds), or stop
+        leading when the queue is empty. Only when nobody leads (the caller checks), or when the
+        lead was ``handed`` to ``mine``'s task."""
+        if not handed:
+            assert not self._leading
+            self._leading = True
+            self._not_leading = trio.Event()
+        handed_on = False
         try:
             if first is not None:
                 await first()
@@ -208,17 +222,29 @@ class AsyncStore:
                     await self._copy_tail()
                 if self._checkpoint_due(BUSY_WAL_BYTES, CHECKPOINT_RETRY_S):
                     await self._checkpoint()
+                if self._queue and (mine is None or mine.done.is_set()):
+                    self._hand_lead(self._queue[0])
+                    handed_on = True
+                    return
         finally:
-            self._leading = False
-            self._not_leading.set()
-            # Only after a failure (a bug): nobody else would ever answer what is still queued.
-            self._fail_queued(ApiError("internal error in the writer; see the palaced log", code="internal"))
+            if not handed_on:
+                self._leading = False
+                self._not_leading.set()
+                # Only after a failure (a bug): nobody else would ever answer what is still queued.
+                self._fail_queued(ApiError("internal error in the writer; see the palaced log", code="internal"))
+
+    @staticmethod
+    def _hand_lead(successor: _Pending) -> None:
+        """Wake the task of a write still queued as the next leader (its ``done`` starts anew)."""
+        successor.lead = True
+        woken, successor.done = successor.done, trio.Event()
+        woken.set()
 
     async def _maintain(self, work: Callable[[], Any]) -> None:
         """Run maintenance between batches: as the leader, once the current one has finished."""
         while self._leading:
             await self._not_leading.wait()
-        await self._lead(work)
+        await self._lead(first=work)
 
     def _fail_queued(self, error: ApiError) -> None:
         while self._queue:

@@ -226,3 +226,37 @@ async def test_a_heavy_write_commits_on_a_thread_while_the_loop_serves(tmp_path)
         astore.close_writes()
     assert event["body"] == "heavy" and ticks == [1, 1, 1]
     store.close()
+
+
+async def test_every_writer_returns_once_its_write_is_committed_while_others_keep_writing(tmp_path):
+    """Regression (found with issue 30): the first write to arrive leads, committing batch after
+    batch until the queue is empty; under steady writing (peers applying a catch-up on every
+    link) the queue never emptied, and the leader's own caller — an append, or a link's applier —
+    waited 10-19 s for a write committed long before. The lead now passes to the next queued
+    write once the leader's own is committed, so every writer keeps moving."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    astore = AsyncStore(store, EventBus().publish)
+    done = [0] * 4
+    stop = trio.Event()
+
+    def slow_apply(r):
+        def job(ctx):
+            threading.Event().wait(0.02)  # a heavy batch: on a thread, for a while
+            return ctx.append(r)
+        return job
+
+    async def writer(k):
+        while not stop.is_set():
+            await astore.write(slow_apply(req(f"{k} {done[k]}")), heavy=True)
+            done[k] += 1
+
+    async with trio.open_nursery() as n:
+        await n.start(astore.serve_writer)
+        async with trio.open_nursery() as writers:
+            for k in range(4):
+                writers.start_soon(writer, k)
+            await trio.sleep(1.5)
+            stop.set()
+        astore.close_writes()
+    assert min(done) >= 5, done  # the first leader among them used to stay at 0 the whole time
+    store.close()
