@@ -109,10 +109,11 @@ FETCH_SLACK_BYTES: Final = 16 << 20
 # Why 64: an honest peer has at most MAX_FETCHES artifact requests open on a link; four times that
 # leaves room for requests crossing our answers, and no more (each is served whole, up to 64 MiB).
 MAX_ARTIFACT_ASKS: Final = 4 * MAX_FETCHES
-# Why 30 s: one frame is at most ~1 MiB of events or one artifact chunk; a peer that has not taken
-# it in 30 s (under ~35 KB/s) has stopped reading — on purpose or not — and would hold this link's
+# Why 30 s: a frame goes out in pieces of 64 KiB; a peer that has not taken one in 30 s (a link
+# slower than 2 KB/s) has stopped reading — on purpose or not — and would hold this link's
 # senders, and everything queued behind them, forever. The link ends and is dialled again.
 SEND_STALL_S: Final = 30.0
+SEND_PIECE_BYTES: Final = 64 * 1024
 # Why 3 anti-entropy periods: every live peer sends its vector every ANTI_ENTROPY_S whatever else it
 # does, so a link we have read nothing from for this long has a peer that is gone (a laptop shut,
 # a cable pulled: no FIN ever comes) or stuck; it ends and is dialled again.
@@ -363,14 +364,19 @@ class PeerLink:
 
     async def _send_now(self, message: Any) -> None:
         async with self._send_lock:
-            data = self.session.send(message, now=trio.current_time())
-            self._sending_since = trio.current_time()
-            with trio.move_on_after(SEND_STALL_S) as stalled:
-                await self.stream.send_all(data)
-            self._sending_since = None
-            if stalled.cancelled_caught:
-                raise RemoteProtocolError(f"it took nothing we sent for {SEND_STALL_S:.0f} s (it stopped reading)")
-            self.bytes_sent += len(data)
+            data = memoryview(self.session.send(message, now=trio.current_time()))
+            # In pieces, each with its own limit: what is judged is whether the peer takes anything
+            # at all (a slow link moving a 1 MiB batch for a minute is fine; one that takes no
+            # 64 KiB in 30 s has stopped reading).
+            for start in range(0, len(data), SEND_PIECE_BYTES):
+                piece = data[start:start + SEND_PIECE_BYTES]
+                self._sending_since = trio.current_time()
+                with trio.move_on_after(SEND_STALL_S) as stalled:
+                    await self.stream.send_all(piece)
+                self._sending_since = None
+                if stalled.cancelled_caught:
+                    raise RemoteProtocolError(f"it took nothing we sent for {SEND_STALL_S:.0f} s (it stopped reading)")
+                self.bytes_sent += len(piece)
 
     async def send_bindings_of(self, peer_id: str) -> None:
         """Send the bindings of daemon ``peer_id``'s origins that this peer was not sent yet.
