@@ -353,12 +353,13 @@ class PeerLink:
     # -- sending -------------------------------------------------------------------------------
 
     async def send(self, message: Any) -> None:
-        """Send one message (waits for the opening messages, then for the peer to take it).
+        """Send one message: after our opening messages (``_open`` alone sends before), once the
+        peer has taken it.
 
         Raises:
             RemoteProtocolError: the peer took nothing for ``SEND_STALL_S``.
         """
-        if not self._opened.is_set() and not isinstance(message, (Hello, Members, Vector)):
+        if not self._opened.is_set():
             await self._opened.wait()
         await self._send_now(message)
 
@@ -418,7 +419,7 @@ class PeerLink:
         self._outbox_kick.set()
 
     async def _send_outbox(self) -> None:
-        """The control sender: whatever the reader and the applier recorded, oldest state first."""
+        """The control sender: whatever the reader and the applier recorded, in one go each time."""
         await self._opened.wait()
         while True:
             if not self.outbox:
