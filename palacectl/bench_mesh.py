@@ -103,12 +103,12 @@ class BenchMesh:
             time.sleep(POLL_S)
 
     def link_totals(self) -> tuple[int, int]:
-        """(events, bytes) every link of every daemon has sent so far."""
+        """(events, bytes) every link of every daemon has sent since the daemons started."""
         events = sent = 0
         for daemon in self.daemons:
-            for peer in daemon.call("peers")["peers"]:
-                events += peer["sent_events"]
-                sent += peer.get("bytes_sent", 0)
+            totals = daemon.call("status")["network"]["sent"]
+            events += totals["events_sent"]
+            sent += totals["bytes_sent"]
         return events, sent
 
     def wait_quiet(self) -> tuple[int, int]:
@@ -250,9 +250,9 @@ def run_mesh_bench(*, quick: bool = False, progress: bool = True) -> dict[str, A
     mesh_sizes = (3,) if quick else (10, 20)
     fan_out_events = 10 if quick else 100
     idle_s = 5.0 if quick else 60.0
-    results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0],
-                               "backlog_events": backlog}
     root = Path(tempfile.mkdtemp(prefix="palmesh", dir="/tmp"))  # short: socket paths stay under ~107 bytes
+    results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0],
+                               "backlog_events": backlog, "directory": str(root)}
     try:
         say(f"palace bench mesh: temporary daemons on loopback under {root}")
         for count in heal_sizes:

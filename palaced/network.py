@@ -251,6 +251,8 @@ class Network:
         self._accepts_by_host: dict[str, list[float]] = {}
         #: links that ended on an unexpected error (logged with a traceback each), since start
         self.link_failures = 0
+        #: what links that have ended sent (events, bytes); ``link_totals`` adds the live ones
+        self._ended_sent = (0, 0)
 
     def __repr__(self) -> str:
         return f"<Network {self.peer_id[:7]} links={sum(1 for r in self._records.values() if r.link)}>"
@@ -671,6 +673,7 @@ class Network:
             outbox = self._outboxes.pop(id(link), None)
             if outbox is not None:
                 outbox.scope.cancel()
+            self._ended_sent = (self._ended_sent[0] + link.sent_events, self._ended_sent[1] + link.bytes_sent)
             if record.link is link:
                 record.link = None
                 record.direction = None
@@ -1001,6 +1004,12 @@ class Network:
             if reason is not None:
                 out.append({"peer_id": peer_id, "name": printable(record.name, 64), "reason": reason})
         return out
+
+    def link_totals(self) -> dict[str, int]:
+        """What every link of this daemon has sent since it started: ``{events_sent, bytes_sent}``."""
+        live = [r.link for r in self._records.values() if r.link is not None]
+        return {"events_sent": self._ended_sent[0] + sum(link.sent_events for link in live),
+                "bytes_sent": self._ended_sent[1] + sum(link.bytes_sent for link in live)}
 
     def connected_peers(self) -> list[str]:
         return sorted(p for p, r in self._records.items() if r.link is not None)

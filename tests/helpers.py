@@ -356,3 +356,19 @@ def init_repo(path: Path) -> str:
     run_git(path, "add", "README.md", check=True)
     run_git(path, "commit", "-q", "-m", "first", check=True)
     return run_git(path, "rev-parse", "HEAD", check=True).stdout.strip()
+
+
+def palaced_pids_under(prefix: str) -> set[int]:
+    """Pids of the palaced processes whose arguments name a path starting with ``prefix`` (Linux
+    /proc): the daemons a benchmark started under its temporary directory."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"palaced" in argv and any(a.startswith(prefix.encode()) for a in argv):
+            pids.add(int(proc.name))
+    return pids

@@ -228,7 +228,7 @@ async def network_status(ctx: Context) -> dict[str, Any] | None:
     return {"listen": network.listen_addresses, "mdns": network.mdns_state,
             "connected": network.connected_peers(), "forks": len(forks),
             "limits": network.limits.statistics(), "link_failures": network.link_failures,
-            "stalled_links": network.stalled_links(),
+            "stalled_links": network.stalled_links(), "sent": network.link_totals(),
             "refused_next": len(ctx.store.refused_next), "refused_redactions": ctx.store.refused_redactions}
 
 

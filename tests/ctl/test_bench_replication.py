@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import palaced_pids_under
+
 FIGURES = [
     "seed_events", "seed_seconds", "seed_appends_per_s", "catch_up_events", "catch_up_s", "catch_up_events_per_s",
     "catch_up_events_sent", "catch_up_link_quiet_s",
@@ -25,25 +27,10 @@ MAY_BE_ZERO = ["throughput_b_max_lag_events", "throughput_b_lag_after_writes_s",
 TIMEOUT_S = 180
 
 
-def _bench_daemons() -> set[int]:
-    """Pids of palaced processes whose home is a benchmark directory (/tmp/palrep*)."""
-    pids = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"palaced" in argv and any(a.startswith(b"/tmp/palrep") for a in argv):
-            pids.add(int(proc.name))
-    return pids
-
-
 @pytest.mark.slow
 def test_quick_replication_bench_reports_every_figure_and_cleans_up():
     dirs_before = {p.name for p in Path("/tmp").glob("palrep*")}
-    daemons_before = _bench_daemons()
+    daemons_before = palaced_pids_under("/tmp/palrep")
     proc = subprocess.Popen([sys.executable, "-m", "palacectl", "bench", "replication", "--quick", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -71,5 +58,5 @@ def test_quick_replication_bench_reports_every_figure_and_cleans_up():
     assert result["catch_up_events_sent"] >= result["catch_up_events"]
     assert set(result["targets"]) == {"wake_p50_ms", "wake_p99_ms", "catch_up_s", "heal_s"}
     assert all(isinstance(t["met"], bool) for t in result["targets"].values())
-    assert _bench_daemons() <= daemons_before, "a benchmark daemon was left running"
+    assert palaced_pids_under("/tmp/palrep") <= daemons_before, "a benchmark daemon was left running"
     assert {p.name for p in Path("/tmp").glob("palrep*")} <= dirs_before, "the benchmark's directory was left behind"
