@@ -44,7 +44,7 @@ from palace_proto.peer import (
 from palace_proto.session import ConnectionClosed
 from palaced.members import MAX_ORIGINS_PER_KEY
 from palaced.network import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
-from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S, SILENCE_S
+from palaced.replication import HELLO_TIMEOUT_S, MAX_ARTIFACT_ASKS, SEND_STALL_S, SILENCE_S
 from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.hostile_peer import HostilePeer, issue_member, sealed
 from tests.helpers import RawClient
@@ -385,6 +385,36 @@ async def test_endless_pulls_do_not_starve_the_victim(scene):
             nursery.cancel_scope.cancel()
     finally:
         await peer.aclose()
+
+
+async def test_more_artifact_requests_than_an_honest_peer_has_open_end_the_link(scene):
+    """A link records the peer's artifact requests and serves them from a task of its own (reading
+    never waits on writing, issue 30); what it records is bounded: an honest peer has at most
+    16 open, so more than MAX_ARTIFACT_ASKS distinct ones at once is a protocol error that ends
+    the link (instead of a table that grows with what the peer sends). Repeats of one request
+    coalesce and are served once."""
+    with RawClient(scene.alpha.socket_path) as client:
+        client.hello()
+        for i in range(40):
+            client.call("append", type="note", stream="s", room="r", from_agent="alpha", body=f"{i} " + "y" * 100_000)
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        # Alpha's senders stop at a full socket (mallory reads nothing from now on), so requests
+        # pile up instead of being answered as fast as they come.
+        await peer.send(Want(origin_of(scene.alpha.home), 0))
+        for _ in range(100):  # one artifact asked again and again: one entry, not a hundred
+            await peer.send(ArtifactWant("art_" + "0" * 32, 0))
+        for i in range(MAX_ARTIFACT_ASKS + 2):
+            await peer.send(ArtifactWant(f"art_{i:032x}", 0))
+        with trio.fail_after(30):
+            while mallory_seen(scene)["state"] in ("live", "catching up", "connecting"):
+                await trio.sleep(0.2)
+    finally:
+        await peer.aclose()
+    seen = mallory_seen(scene)
+    assert f"more than {MAX_ARTIFACT_ASKS} artifacts at once" in (seen["last_error"] or ""), seen
+    scene.still_serving_and_converging("a flood of artifact requests")
 
 
 def stalls_in_health(scene: Scene) -> list[str]:
