@@ -15,10 +15,12 @@ Talks to the daemon through ``palacectl.client`` only (never imports palaced).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import threading
@@ -32,11 +34,11 @@ from typing import Any, Final
 from palace_proto.paths import CONFIG_FILENAME
 
 from .client import Client, DaemonUnreachable
-from .git import run_git
+from .git import GitDirSnapshot, PinnedGit
 from .rules import render_rules
 
 __all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "remove_worktree",
-           "runner_command", "stop_process_group"]
+           "runner_command", "stop_process_group", "task_slug"]
 
 # Why 60 s: the bookkeeping after a run waits this long for a daemon that is restarting (an
 # upgrade, a crash and its service restart) before `task launch` gives up with exit 3.
@@ -92,7 +94,12 @@ MAX_LOG_BYTES: Final = 32 << 20
 # window, so a live run never looks stalled.
 MAX_HEARTBEAT_S: Final = 300.0
 MIN_HEARTBEAT_S: Final = 5.0
-_BRANCH_SAFE_RE: Final = re.compile(r"[^A-Za-z0-9._/-]")
+_SLUG_UNSAFE_RE: Final = re.compile(r"[^A-Za-z0-9_-]+")
+# Why 60: a slug names a directory and a branch; with its hash it stays far below every file
+# system's name limit and git's ref rules, however long the correlation id.
+SLUG_CHARS: Final = 60
+#: the most of the first untracked files a refusal names
+NAMED_FILES: Final = 3
 
 
 class LaunchRefused(Exception):
@@ -137,29 +144,46 @@ def fill(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
     return out
 
 
+#: a full commit id, SHA-1 or SHA-256 (a branch name or an abbreviation can point elsewhere tomorrow)
+FULL_COMMIT_RE: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 #: held around `git worktree add/remove`: a worker's parallel launches share one repository, and
 #: git's own locks refuse (rather than wait for) a second change of its worktree list
 GIT_WORKTREES_LOCK: Final = threading.Lock()
 
 
+def task_slug(correlation_id: str) -> str:
+    """A name for a task's directory and branch, safe whatever the correlation id holds (issue 25,
+    findings 4 and 5: ``..``, ``/``, a space, ``x.lock`` or a trailing ``.`` made a directory
+    outside the home, or a branch git refuses): its letters, digits, ``_`` and ``-`` (others become
+    ``-``; at most SLUG_CHARS), then a hash of the whole id, so two ids never share a slug."""
+    readable = _SLUG_UNSAFE_RE.sub("-", correlation_id).strip("-")[:SLUG_CHARS] or "task"
+    return f"{readable}-{hashlib.sha256(correlation_id.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
 def task_branch(correlation_id: str) -> str:
-    """The branch of a task's own worktree: ``palace/<correlation id>``."""
-    return "palace/" + _BRANCH_SAFE_RE.sub("-", correlation_id)
+    """The branch of a task's own worktree: ``palace/<slug>``."""
+    return "palace/" + task_slug(correlation_id)
 
 
 def remove_worktree(repo: Path, worktree: Path, branch: str) -> None:
     """Remove a task's worktree and its branch (what is missing already is fine). The work is
-    in the palace by then: the patch or the log artifact."""
+    in the palace by then: the patch or the log artifact.
+
+    The worktree's own ``.git`` is the run's to have changed: palace deletes the directory itself
+    (symbolic links are removed, never followed) and then lets git, pinned to the user's
+    repository, forget it.
+
+    Raises:
+        LaunchRefused: the repository is gone, or git failed.
+    """
     with GIT_WORKTREES_LOCK:
-        if worktree.exists():
-            _git(repo, "worktree", "remove", "--force", str(worktree), check=False)
-        _git(repo, "worktree", "prune", check=False)
-        _git(repo, "branch", "-D", branch, check=False)
-
-
-def _git(repo: Path, *args: str, check: bool = True) -> str:
-    # Why 120 s: a worktree of a big repository takes a while to check out.
-    return run_git(repo, *args, error=LaunchRefused, check=check, timeout_s=120.0, text=True)
+        if worktree.is_symlink():
+            worktree.unlink()
+        elif worktree.exists():
+            shutil.rmtree(worktree, ignore_errors=True)
+        git = PinnedGit.discover(repo, error=LaunchRefused)
+        git("worktree", "prune", check=False)
+        git("branch", "-D", branch, check=False)
 
 
 @dataclass
@@ -260,37 +284,53 @@ class Launch:
         if not self.workspace.is_dir():
             raise LaunchRefused(f"workspace {self.workspace} is not a directory")
         try:
-            self.repo = Path(_git(self.workspace, "rev-parse", "--show-toplevel").strip())
+            self.git = PinnedGit.discover(self.workspace, error=LaunchRefused)
         except LaunchRefused:
             raise LaunchRefused(f"workspace {self.workspace} is not a git repository") from None
+        self.repo = self.git.work_tree
         request = requests[0]
         self.base = request.get("base_commit") or ""
         self.branch = request.get("branch") or ""
-        if not self.base or _git(self.repo, "rev-parse", "--verify", "--quiet", f"{self.base}^{{commit}}",
-                                 check=False).strip() == "":
-            raise LaunchRefused(f"base commit {self.base or '(none)'} of task {self.cid} is not in {self.repo}: "
+        if not FULL_COMMIT_RE.fullmatch(self.base):
+            raise LaunchRefused(f"base commit {self.base or '(none)'} of task {self.cid} is not a full commit id "
+                                "(40 or 64 hex digits): its requester must name the exact commit")
+        if self.git("cat-file", "-t", self.base, check=False).strip() != "commit":
+            raise LaunchRefused(f"base commit {self.base} of task {self.cid} is not in {self.repo}: "
                                 "fetch it first (git fetch)")
-        self.base = _git(self.repo, "rev-parse", f"{self.base}^{{commit}}").strip()
-        if _git(self.repo, "status", "--porcelain", "--untracked-files=no").strip():
+        if self.git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all").strip():
             raise LaunchRefused(f"workspace {self.repo} has uncommitted changes: commit or stash them first")
         if self.in_place:
-            current = _git(self.repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
+            current = self.git("rev-parse", "--abbrev-ref", "HEAD").strip()
             if current != self.branch:
                 raise LaunchRefused(f"workspace {self.repo} is on branch {current}, the task is for {self.branch}: "
                                     "check that branch out, or drop --in-place (palace then makes a worktree)")
+            # The patch is what the run changed: files that were there before it would be told from
+            # its own only by guessing, and a private note must never travel to the requester.
+            untracked = [p for p in self.git("ls-files", "--others", "--exclude-standard", "-z").split("\0") if p]
+            if untracked:
+                named = ", ".join(untracked[:NAMED_FILES]) + (", …" if len(untracked) > NAMED_FILES else "")
+                raise LaunchRefused(f"workspace {self.repo} has {len(untracked)} untracked file(s) ({named}): palace "
+                                    "would not tell them from what the run writes; commit, stash (git stash -u) or "
+                                    "remove them, or drop --in-place (a fresh worktree)")
+            #: ignored before the run (collapsed directories): never part of the patch, whatever the
+            #: run does to the ignore rules
+            self.ignored_before = tuple(p for p in self.git(
+                "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z", text=False).split(b"\0")
+                if p)
             self.worktree = self.repo
+            self.tree_git = self.git
         else:
-            self.worktree = self.home / "worktrees" / self.repo.name / self.cid
+            slug = task_slug(self.cid)
+            self.worktree = self.home / "worktrees" / _safe_dir_name(self.repo.name) / slug
             self.task_branch = task_branch(self.cid)
             if self.worktree.exists():
                 raise LaunchRefused(f"a worktree for {self.cid} exists already ({self.worktree}): remove it with "
                                     f"git -C {self.repo} worktree remove --force {self.worktree}")
-            if _git(self.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{self.task_branch}",
-                    check=False).strip():
+            if self.git("rev-parse", "--verify", "--quiet", f"refs/heads/{self.task_branch}", check=False).strip():
                 raise LaunchRefused(f"branch {self.task_branch} exists already in {self.repo}: delete it "
                                     f"(git branch -D {self.task_branch}) to run the task again")
         # Beside the worktree, not in it: the log is never part of the patch.
-        self.log_path = (self.home / "worktrees" / f"{self.cid}.log" if self.in_place
+        self.log_path = (self.home / "worktrees" / f"{task_slug(self.cid)}.log" if self.in_place
                          else self.worktree.parent / f"{self.worktree.name}.log")
         return view
 
@@ -305,13 +345,22 @@ class Launch:
             stall = float(claimed["task"]["stall_after_s"])
         if self.on_claim is not None:
             self.on_claim(self)
-        if not self.in_place:
+        if self.in_place:
+            # What a run in the checkout itself could turn into a command runner for palace's own
+            # git (or the user's next one): compared, and put back, once the run is over.
+            self.git_state = GitDirSnapshot.take(self.repo, self.git.git_dir)
+        else:
             try:
                 self.worktree.parent.mkdir(parents=True, exist_ok=True)
                 with GIT_WORKTREES_LOCK:
-                    _git(self.repo, "worktree", "add", "--quiet", "-b", self.task_branch, str(self.worktree), self.base)
+                    self.git("worktree", "add", "--quiet", "-b", self.task_branch, str(self.worktree), self.base)
+                # Found now, before the runner starts: afterwards its `.git` is the run's to have changed.
+                self.tree_git = PinnedGit.discover(self.worktree, error=LaunchRefused)
             except (LaunchRefused, OSError) as exc:
-                self._event("task.release", f"{self.agent} could not prepare a worktree: {exc}", status="open")
+                # Answered once, never retried by itself (issue 25, finding 4: a release made a
+                # worker claim and release the same task forever); its requester can open it again.
+                reason = f"{self.agent} could not prepare a worktree for {self.cid}: {exc}"
+                self._event("task.reply", reason, status="blocked")
                 raise LaunchRefused(f"cannot create the worktree {self.worktree}: {exc}") from None
         prompt = self._prompt()
         command = fill(self.template, {"handoff": prompt, "workspace": str(self.worktree),
@@ -404,12 +453,61 @@ class Launch:
         if result.exit_code != 0:
             result.outcome, result.reason = "failed", f"{self.runner} exited with status {result.exit_code}"
             return
-        _git(self.worktree, "add", "-A")
-        self.diff = _git(self.worktree, "diff", "--cached", "--binary", self.base)
+        try:
+            self.diff = self._patch()
+        except LaunchRefused as exc:
+            result.outcome, result.reason = "blocked", f"no patch delivered: {exc}"
+            return
         if not self.diff.strip():
             result.outcome, result.reason = "blocked", f"{self.runner} exited 0 but changed nothing"
             return
         result.outcome, result.reason = "delivered", f"{self.runner} finished; the patch is ready for review"
+
+    def _patch(self) -> str:
+        """The run's changes against the base commit, as a binary patch (pinned git only).
+
+        In a worktree palace made, that is everything in it. In the checkout itself, the tracked
+        files the run changed and the files it added (there were no untracked ones before, and
+        what was ignored then stays out), staged in an index of palace's own: the user's index is
+        left as it was. No nested repository travels (a submodule entry the base did not have).
+
+        Raises:
+            LaunchRefused: the run changed ``.git`` (in the checkout: put back as it was), made a
+                nested repository, or git failed.
+        """
+        if not self.in_place:
+            self.tree_git("add", "-A")
+            return self._diff(None)
+        changed = self.git_state.changes()
+        if changed:
+            self.git_state.restore()
+            raise LaunchRefused(f"the run changed the repository's own files ({', '.join(changed[:NAMED_FILES])}): "
+                                "put back as they were before it; palace ran no git command on them")
+        index = self.home / "worktrees" / f"{task_slug(self.cid)}.index"
+        try:
+            own = self.git.git_dir / "index"
+            if own.is_file():
+                shutil.copyfile(own, index)
+            self.tree_git("add", "-u", index_file=index)
+            added = [p for p in self.tree_git("ls-files", "--others", "--exclude-standard", "-z", text=False,
+                                              index_file=index).split(b"\0")
+                     if p and not _under_any(p, self.ignored_before)]
+            if added:
+                self.tree_git("add", "--pathspec-from-file=-", "--pathspec-file-nul", index_file=index,
+                              stdin=b"\0".join(added))
+            return self._diff(index)
+        finally:
+            index.unlink(missing_ok=True)
+
+    def _diff(self, index: Path | None) -> str:
+        raw = self.tree_git("diff", "--cached", "--raw", "-z", "--no-renames", self.base, index_file=index)
+        fields = raw.split("\0")
+        for head, path in zip(fields[::2], fields[1::2]):
+            modes = head.lstrip(":").split(" ")
+            if len(modes) >= 2 and modes[1] == "160000" and modes[0] != "160000":
+                raise LaunchRefused(f"the run made a nested git repository at {path}: palace does not deliver one")
+        return self.tree_git("diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color",
+                             self.base, index_file=index)
 
     def _finish(self, result: LaunchResult, log_path: Path) -> None:
         """Record the run's outcome, waiting for a restarting daemon (``daemon_wait_s``).
@@ -492,6 +590,16 @@ def append_on_task(client: Client, request: Mapping[str, Any], agent: str, kind:
     if artifact_ids:
         args["artifact_ids"] = artifact_ids
     return client.call("append", **args)["id"]
+
+
+def _safe_dir_name(name: str) -> str:
+    """A repository's folder name as one safe path component (it names a folder of the home)."""
+    return _SLUG_UNSAFE_RE.sub("-", name).strip("-")[:SLUG_CHARS] or "repo"
+
+
+def _under_any(path: bytes, prefixes: Sequence[bytes]) -> bool:
+    """Is ``path`` one of ``prefixes`` or inside one (git lists collapsed directories with a '/')?"""
+    return any(path == p.rstrip(b"/") or (p.endswith(b"/") and path.startswith(p)) for p in prefixes)
 
 
 def _run_of(event: Mapping[str, Any]) -> Any:

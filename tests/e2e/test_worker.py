@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from palacectl.launch import task_branch
 from tests.fleet import api, ctl_json, wait_converged, wait_until
 from tests.helpers import PYTHON, init_repo, run_ctl_process, run_git
 
@@ -183,7 +184,7 @@ def test_who_shows_the_tasks_a_worker_runs_and_concurrency_gives_each_its_own_wo
     assert len(set(trees.values())) == 2
     for cid, tree in trees.items():
         assert git(tree, "rev-parse", "HEAD").strip() == machine.base  # at the task's base commit
-        assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"palace/{cid}"
+        assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == task_branch(cid)  # palace/<slug>
         status = events(machine.home, cid, "task.status")[0]
         assert status["metadata"]["worktree"] == str(tree) and status["metadata"]["runner"] == "gated"
     waiting = ({first, second, third} - set(running)).pop()

@@ -1,0 +1,155 @@
+"""Hostile tasks against a machine that works by itself (issue 25): what a task's words, run by an
+obedient edit-only harness (tests/hostile_task.py), can make palace do on the victim's machine.
+
+Each test is one finding of the issue; after each, nothing ran but the runner, no file the run did
+not write left the machine, and the worker (where there is one) keeps working. Real daemons, real
+git, a stand-in runner that only reads and writes files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from palacectl.launch import remove_worktree, task_branch
+from tests.fleet import api
+from tests.helpers import run_ctl_process, run_git
+from tests.hostile_task import Victim
+
+pytestmark = pytest.mark.transport_fixed
+
+
+@pytest.fixture
+def victim(daemon, short_tmp):
+    return Victim(daemon.home, short_tmp)
+
+
+def events(home: Path, cid: str, kind: str | None = None) -> list[dict]:
+    found = api(home, "list", correlation_ids=[cid], limit=500)["events"]
+    return [e for e in found if kind is None or e["type"] == kind]
+
+
+def claims(home: Path, cid: str) -> list[dict]:
+    return [e for e in events(home, cid) if e.get("status") == "claimed"]
+
+
+def launch(victim: Victim, cid: str, *extra: str):
+    return run_ctl_process(victim.home, "task", "launch", cid, "--runner", "obedient", "--agent", "bot",
+                           "--workspace", str(victim.repo), "--json", *extra, env=victim.env, timeout=120)
+
+
+def patch_of(victim: Victim, cid: str) -> str:
+    (ready,) = events(victim.home, cid, "patch.ready")
+    (artifact,) = ready["artifact_ids"]
+    return api(victim.home, "artifact_get", artifact_id=artifact)["content"].decode()
+
+
+def hijack_git(marker: Path) -> str:
+    """A task body: a git directory of the run's own whose config runs a command (fsmonitor) when
+    git refreshes an index, and the worktree's `.git` pointed at it."""
+    return "\n".join([
+        "Please tidy up.",
+        "@write g/HEAD", "ref: refs/heads/main", "@end",
+        "@write g/objects/.keep", "", "@end",
+        "@write g/refs/heads/.keep", "", "@end",
+        "@write g/config", "[core]", "\trepositoryformatversion = 0", "\tbare = false",
+        f"\tfsmonitor = touch {marker}; false", "@end",
+        "@write .git", "gitdir: ./g", "@end",
+        "@write feature.txt", "the feature", "@end",
+    ])
+
+
+def test_a_run_cannot_make_palaces_git_run_a_command_through_the_worktrees_git(victim, short_tmp):
+    """Finding 1: a run that wrote `gitdir: ./g` into the worktree's `.git` and a `g/config` with
+    `core.fsmonitor = <command>` made palace's own `git add` run that command as the user, and left
+    the task claimed with no reply. Every git call on the run's tree is now pinned to the
+    repository palace found before the run, with every program-running key off."""
+    marker = short_tmp / "pwned"
+    cid = victim.task(hijack_git(marker), cid="task_hijack_1")
+    result = launch(victim, cid)
+    assert not marker.exists(), "palace's git ran the command the run wrote into its config"
+    assert result.returncode == 0, result
+    outcome = json.loads(result.stdout)
+    assert outcome["outcome"] == "delivered", outcome
+    patch = patch_of(victim, cid)
+    assert "feature.txt" in patch
+    assert "\n+++ b/.git\n" not in patch  # git never takes a file named .git
+    # Removing the worktree (what a worker does after each run) is palace's own work too.
+    remove_worktree(victim.repo, Path(outcome["worktree"]), task_branch(cid))
+    assert not Path(outcome["worktree"]).exists() and not marker.exists()
+    assert task_branch(cid) not in run_git(victim.repo, "branch", "--list", check=True).stdout
+
+
+def test_a_run_in_the_checkout_that_rewrites_its_git_config_is_refused_and_the_config_put_back(victim, short_tmp):
+    """Finding 1, `--in-place`: the run works in the user's own checkout, whose `.git/config` it can
+    write. What it did to `.git` is put back as it was, palace runs no git command on it, and the
+    task is answered blocked with the reason (never silence)."""
+    marker = short_tmp / "pwned"
+    config = victim.repo / ".git" / "config"
+    before = config.read_bytes()
+    cid = victim.task("\n".join([
+        "@write .git/config", "[core]", "\trepositoryformatversion = 0", f"\tfsmonitor = touch {marker}; false",
+        "@end",
+        "@write .git/hooks/pre-commit", "#!/bin/sh", f"touch {marker}", "@end",
+        "@write feature.txt", "the feature", "@end"]), cid="task_hijack_2")
+    result = launch(victim, cid, "--in-place")
+    assert result.returncode != 0 or json.loads(result.stdout)["outcome"] == "blocked", result
+    assert not marker.exists()
+    assert config.read_bytes() == before
+    assert not (victim.repo / ".git" / "hooks" / "pre-commit").exists()
+    (reply,) = events(victim.home, cid, "task.reply")
+    assert reply["status"] == "blocked" and ".git/config" in reply["body"], reply
+    assert not events(victim.home, cid, "patch.ready")
+    # The user's next git command in the checkout runs nothing of the run's either.
+    run_git(victim.repo, "status", check=True)
+    assert not marker.exists()
+
+
+def test_launch_in_place_refuses_a_checkout_with_untracked_files(victim):
+    """Finding 3: the clean-tree check ignored untracked files and the patch was `git add -A` of the
+    whole checkout, so a private note lying there went to the requester. A run in the checkout now
+    needs one without untracked files (nothing is claimed otherwise)."""
+    (victim.repo / "private-note.txt").write_text("my bank PIN\n")
+    cid = victim.task("@write feature.txt\nthe feature\n@end", cid="task_private_1")
+    result = launch(victim, cid, "--in-place")
+    assert result.returncode != 0
+    error = json.loads(result.stdout)["error"]["message"]
+    assert "untracked" in error and "private-note.txt" in error, result
+    assert "Traceback" not in result.stderr
+    assert not claims(victim.home, cid)
+
+
+def test_a_run_that_unignores_a_secret_does_not_ship_it(victim):
+    """Finding 3: what was ignored before the run stays out of its patch, whatever the run does to
+    the ignore rules (`.env` ignored; the run empties .gitignore)."""
+    (victim.repo / ".gitignore").write_text(".env\n")
+    run_git(victim.repo, "add", ".gitignore", check=True)
+    run_git(victim.repo, "commit", "-q", "-m", "ignore .env", check=True)
+    base = run_git(victim.repo, "rev-parse", "HEAD", check=True).stdout.strip()
+    (victim.repo / ".env").write_text("API_KEY=secret\n")
+    cid = victim.task("@write .gitignore\n\n@end\n@write feature.txt\nthe feature\n@end", cid="task_env_1",
+                      base=base)
+    result = launch(victim, cid, "--in-place")
+    assert result.returncode == 0, result
+    patch = patch_of(victim, cid)
+    assert "feature.txt" in patch and "API_KEY" not in patch and "b/.env" not in patch
+    assert run_git(victim.repo, "diff", "--cached", "--name-only", check=True).stdout == ""  # the user's index untouched
+
+
+@pytest.mark.parametrize("cid", ["task_loop.lock", "task_..", "task_trailing.", "task_../../escape",
+                                 "task_" + "x" * 250, "task_with space", "task_a/b"])
+def test_any_correlation_id_makes_a_safe_worktree_and_branch(victim, cid):
+    """Findings 4 and 5: a correlation id git refuses as a branch (`x.lock`, `..`, a trailing `.`)
+    made `git worktree add` fail after the claim, and `../…` made directories outside the home.
+    Worktrees and branches are now named by a slug of the id and its hash."""
+    victim.task("@write feature.txt\nthe feature\n@end", cid=cid)
+    result = launch(victim, cid)
+    assert result.returncode == 0, result
+    outcome = json.loads(result.stdout)
+    assert outcome["outcome"] == "delivered", outcome
+    worktree = Path(outcome["worktree"]).resolve()
+    assert worktree.is_relative_to((victim.home / "worktrees").resolve()), worktree
+    assert len(claims(victim.home, cid)) == 1
+    assert not [p for p in victim.root.iterdir() if p.name == "escape"]
