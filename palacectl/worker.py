@@ -38,6 +38,7 @@ from typing import Any, Final
 from palace_proto.control import api_error_from_wire
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.tasks import project_stream
+from palace_proto.workers import fit_activity
 
 from .client import Client, DaemonUnreachable, IdleTimeout
 from .files import write_atomically
@@ -178,8 +179,9 @@ class Worker:
     def _activity(self) -> dict[str, Any]:
         with self._lock:
             tasks = sorted(self._runs)
-        return {"runner": self.opts.runner, "concurrency": self.opts.concurrency, "project": self.opts.project,
-                "tasks": tasks}
+        # What the daemon accepts, whatever ids the tasks have (a refused report stopped the worker).
+        return fit_activity({"runner": self.opts.runner, "concurrency": self.opts.concurrency,
+                             "project": self.opts.project, "tasks": tasks})
 
     def _session(self) -> None:
         with Client(self.opts.home, client_name="palacectl-worker") as sub:
@@ -222,6 +224,8 @@ class Worker:
                 self._call("watch_update", watch_token=self._token, worker=self._activity())
             except NotFound:
                 pass  # the watch ended under us: the next session announces the activity afresh
+            except ApiError as exc:  # what `who` shows of us is worth less than the runs: say so, go on
+                self.say(f"could not tell palaced what this worker runs: {exc.message}")
 
     def _on_events(self, events: list[dict[str, Any]]) -> None:
         look = False

@@ -15,9 +15,10 @@ import re
 from typing import Any, Final
 
 from .errors import ValidationError
+from .text import printable
 
-__all__ = ["MAX_ACTIVITY_CHARS", "MAX_CONCURRENCY", "MAX_REPORTED_TASKS", "check_activity", "decode_activity",
-           "encode_activity"]
+__all__ = ["MAX_ACTIVITY_CHARS", "MAX_CONCURRENCY", "MAX_REPORTED_TASKS", "MAX_TASK_ID_CHARS", "check_activity",
+           "decode_activity", "encode_activity", "fit_activity", "is_task_id"]
 
 # Why 16: the most tasks one worker runs at once (each is a harness process with its own worktree;
 # more belongs on another machine).
@@ -28,7 +29,10 @@ MAX_REPORTED_TASKS: Final = MAX_CONCURRENCY
 # record a worker adds (MAX_WATCHERS_PER_PRESENCE of them at most).
 MAX_ACTIVITY_CHARS: Final = 2048
 _RUNNER_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_TASK_RE: Final = re.compile(r"^task_[A-Za-z0-9_.-]{1,200}$")
+# Why any visible text of at most 256 characters: a task is named by its correlation id, which is
+# whatever its requester chose (the routing rule of palace_proto.validation); refusing one here
+# made a worker that ran such a task fail to report itself, and exit (issue 25, finding 5).
+MAX_TASK_ID_CHARS: Final = 256
 
 
 def check_activity(value: Any) -> dict[str, Any]:
@@ -54,10 +58,29 @@ def check_activity(value: Any) -> dict[str, Any]:
                               field="worker.project")
     tasks = value.get("tasks", [])
     if (not isinstance(tasks, list) or len(tasks) > MAX_REPORTED_TASKS
-            or not all(isinstance(t, str) and _TASK_RE.match(t) for t in tasks)):
-        raise ValidationError(f"worker.tasks must be a list of at most {MAX_REPORTED_TASKS} task correlation ids",
-                              field="worker.tasks")
-    return {"runner": runner, "concurrency": concurrency, "project": project, "tasks": list(dict.fromkeys(tasks))}
+            or not all(isinstance(t, str) and is_task_id(t) for t in tasks)):
+        raise ValidationError(f"worker.tasks must be a list of at most {MAX_REPORTED_TASKS} task correlation ids "
+                              f"(visible text, at most {MAX_TASK_ID_CHARS} characters each)", field="worker.tasks")
+    checked = {"runner": runner, "concurrency": concurrency, "project": project, "tasks": list(dict.fromkeys(tasks))}
+    if len(encode_activity(checked)) > MAX_ACTIVITY_CHARS:
+        raise ValidationError(f"worker is over {MAX_ACTIVITY_CHARS} characters once encoded: report fewer tasks "
+                              "(fit_activity)", field="worker.tasks")
+    return checked
+
+
+def is_task_id(text: str) -> bool:
+    """Can ``text`` name a task in a worker's activity (visible text, 1 to MAX_TASK_ID_CHARS characters)?"""
+    return 0 < len(text) <= MAX_TASK_ID_CHARS and printable(text, MAX_TASK_ID_CHARS * 10) == text
+
+
+def fit_activity(activity: dict[str, Any]) -> dict[str, Any]:
+    """``activity`` with only the tasks it can report: those that are task ids, as many as fit in
+    MAX_ACTIVITY_CHARS once encoded (the worker's own view of what it runs is never refused)."""
+    tasks = [t for t in activity.get("tasks", []) if isinstance(t, str) and is_task_id(t)][:MAX_REPORTED_TASKS]
+    fitted = {**activity, "tasks": tasks}
+    while tasks and len(encode_activity(fitted)) > MAX_ACTIVITY_CHARS:
+        tasks.pop()
+    return fitted
 
 
 def encode_activity(activity: dict[str, Any] | None) -> str:

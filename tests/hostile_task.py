@@ -21,10 +21,12 @@ Every daemon is in the root network namespace with mDNS off, on loopback (tests.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
-from tests.fleet import ctl_json
+from tests.fleet import ctl_json, wait_until
 from tests.helpers import PYTHON, init_repo
 
 __all__ = ["OBEDIENT", "Victim"]
@@ -74,6 +76,36 @@ class Victim:
             fh.write(f'[runners.obedient]\ncommand = ["{PYTHON}", "{script}", "{{handoff}}"]\n')
         self.env = {**os.environ}
         self.env.pop("PALACE_HOME", None)
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.worker_log = root / "worker.log"
+
+    def start_worker(self, agent: str = "bot", *extra: str) -> subprocess.Popen[bytes]:
+        """``palacectl worker`` for ``agent`` with the obedient runner on the repository, connected."""
+        with open(self.worker_log, "ab") as log:
+            proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(self.home), "worker", "--agent", agent,
+                                     "--runner", "obedient", "--workspace", str(self.repo), *extra],
+                                    env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self.workers.append(proc)
+        wait_until(lambda: self.worker_running(agent) or proc.poll() is not None, "the worker to connect")
+        assert proc.poll() is None, self.log()
+        return proc
+
+    def worker_running(self, agent: str = "bot") -> bool:
+        return any(w["agent"] == agent and w.get("worker") for w in ctl_json(self.home, "who")["watchers"])
+
+    def log(self) -> str:
+        return self.worker_log.read_text(errors="replace") if self.worker_log.exists() else ""
+
+    def stop_workers(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.workers:
+            try:
+                proc.wait(90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def task(self, body: str, *, to: str = "bot", from_agent: str = "boss", cid: str | None = None,
              base: str | None = None) -> str:

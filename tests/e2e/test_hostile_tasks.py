@@ -9,12 +9,13 @@ git, a stand-in runner that only reads and writes files.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from palacectl.launch import remove_worktree, task_branch
-from tests.fleet import api
+from tests.fleet import api, ctl_json, wait_until
 from tests.helpers import run_ctl_process, run_git
 from tests.hostile_task import Victim
 
@@ -23,7 +24,13 @@ pytestmark = pytest.mark.transport_fixed
 
 @pytest.fixture
 def victim(daemon, short_tmp):
-    return Victim(daemon.home, short_tmp)
+    v = Victim(daemon.home, short_tmp)
+    yield v
+    v.stop_workers()
+
+
+def state_of(home: Path, cid: str) -> str:
+    return ctl_json(home, "task", "show", cid)["state"]
 
 
 def events(home: Path, cid: str, kind: str | None = None) -> list[dict]:
@@ -153,3 +160,39 @@ def test_any_correlation_id_makes_a_safe_worktree_and_branch(victim, cid):
     assert worktree.is_relative_to((victim.home / "worktrees").resolve()), worktree
     assert len(claims(victim.home, cid)) == 1
     assert not [p for p in victim.root.iterdir() if p.name == "escape"]
+
+
+def test_tasks_with_any_correlation_id_never_stop_a_worker(victim):
+    """Finding 5: correlation ids with no id at all, a `/`, a space, or over 205 characters made the
+    daemon refuse the worker's report of what it runs; the worker exited 1 with the task still
+    claimed, and under the service restarted every 5 s into the same crash. The worker now runs
+    them (any visible id names a task) and keeps working; an honest task after them is delivered."""
+    worker = victim.start_worker()
+    victim.task("@write a.txt\nno id\n@end")  # a request without a correlation id: not a task at all
+    odd = ["task_a/b", "task_with space", "task_" + "y" * 240]
+    for cid in odd:
+        victim.task("@write feature.txt\nthe feature\n@end", cid=cid)
+    for cid in odd:
+        wait_until(lambda: state_of(victim.home, cid) == "ready", f"{cid} to be delivered")
+    honest = victim.task("@write honest.txt\nhonest\n@end", cid="task_honest_1")
+    wait_until(lambda: state_of(victim.home, honest) == "ready", "the honest task to be delivered")
+    assert worker.poll() is None, victim.log()
+    assert "could not tell palaced" not in victim.log()
+    assert all(len(claims(victim.home, cid)) == 1 for cid in [*odd, honest])
+
+
+def test_a_task_whose_worktree_cannot_be_made_is_answered_once_and_not_relaunched(victim):
+    """Finding 4: `git worktree add` failing after the claim released the task, and the release
+    counted as new activity: the worker claimed and released it again at once, 42 times in 10 s,
+    replicated to every daemon. Now such a task is answered blocked once, with the reason, and left
+    alone until its requester changes it."""
+    (victim.home / "worktrees").mkdir()
+    (victim.home / "worktrees" / victim.repo.name).write_text("a file where the worktrees' folder would go\n")
+    worker = victim.start_worker()
+    cid = victim.task("@write feature.txt\nthe feature\n@end", cid="task_no_room_1")
+    wait_until(lambda: events(victim.home, cid, "task.reply"), "the task to be answered")
+    time.sleep(3)  # a loop would have claimed it again by now
+    (reply,) = events(victim.home, cid, "task.reply")
+    assert reply["status"] == "blocked" and "could not prepare a worktree" in reply["body"], reply
+    assert len(claims(victim.home, cid)) == 1 and not events(victim.home, cid, "task.release")
+    assert worker.poll() is None, victim.log()

@@ -15,9 +15,11 @@ from palace_proto.workers import (
     MAX_ACTIVITY_CHARS,
     MAX_CONCURRENCY,
     MAX_REPORTED_TASKS,
+    MAX_TASK_ID_CHARS,
     check_activity,
     decode_activity,
     encode_activity,
+    fit_activity,
 )
 
 GOOD = {"runner": "claude", "concurrency": 2, "project": "shop", "tasks": ["task_a_1", "task_b_2"]}
@@ -44,7 +46,10 @@ def test_an_activity_is_normalised_and_round_trips_through_its_text():
     ({"project": "a\x1b[2Jb"}, "worker.project"),
     ({"project": "p" * 201}, "worker.project"),
     ({"tasks": "task_a_1"}, "worker.tasks"),
-    ({"tasks": ["not-a-task"]}, "worker.tasks"),
+    ({"tasks": [""]}, "worker.tasks"),
+    ({"tasks": ["task_\u202etxt.exe"]}, "worker.tasks"),
+    ({"tasks": ["t" * 257]}, "worker.tasks"),
+    ({"tasks": [f"t{i}" * 100 for i in range(12)]}, "worker.tasks"),
     ({"tasks": [f"task_{i}" for i in range(MAX_REPORTED_TASKS + 1)]}, "worker.tasks"),
     ({"tasks": [7]}, "worker.tasks"),
 ])
@@ -73,3 +78,22 @@ def test_a_hostile_peers_activity_is_read_as_nothing(text):
 def test_decoding_any_text_never_raises(text):
     result = decode_activity(text)
     assert result is None or check_activity(result) == result
+
+
+def test_any_visible_correlation_id_names_a_task_and_what_a_worker_reports_always_fits():
+    """Regression (issue 25, finding 5): a correlation id with a `/`, a space, or over 205
+    characters made the daemon refuse the worker's report of its tasks, and the worker exit 1 with
+    the task still claimed. Any visible id is a task id now, and ``fit_activity`` keeps what a
+    worker reports within what the daemon accepts, however many long ids it runs."""
+    odd = ["task_a/b", "task_with space", "fix-123", "t" * MAX_TASK_ID_CHARS]
+    assert check_activity({**GOOD, "tasks": odd})["tasks"] == odd
+    crowded = {**GOOD, "tasks": ["x" * MAX_TASK_ID_CHARS + str(i) for i in range(MAX_REPORTED_TASKS)]
+                                + ["bad\x1b", ""] + odd}
+    fitted = fit_activity(crowded)
+    assert check_activity(fitted) == fitted and fitted["tasks"] and "bad\x1b" not in fitted["tasks"]
+
+
+@given(st.lists(st.text(max_size=300), max_size=40))
+def test_fit_activity_always_gives_what_check_activity_accepts(tasks):
+    fitted = fit_activity({**GOOD, "tasks": tasks})
+    assert check_activity(fitted)["tasks"] == list(dict.fromkeys(fitted["tasks"]))
