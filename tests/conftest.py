@@ -20,6 +20,7 @@ from __future__ import annotations
 import compileall
 import os
 import shutil
+import signal
 import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
@@ -30,6 +31,12 @@ import pytest
 
 from tests.fleet import Fleet
 from tests.helpers import CtlResult, Daemon, run_ctl
+
+# A suite started in the background by a shell without job control (`cmd &` in a script) inherits
+# SIGINT ignored, and so would every palacectl it starts: the tests of Ctrl-C (exit 130) would
+# wait for an exit that never comes. Handled here, it is back to its default in every child.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
