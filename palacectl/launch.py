@@ -146,6 +146,7 @@ def fill(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
 
 #: a full commit id, SHA-1 or SHA-256 (a branch name or an abbreviation can point elsewhere tomorrow)
 FULL_COMMIT_RE: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+ABBREVIATED_COMMIT_RE: Final = re.compile(r"[0-9a-f]{7,64}")
 #: held around `git worktree add/remove`: a worker's parallel launches share one repository, and
 #: git's own locks refuse (rather than wait for) a second change of its worktree list
 GIT_WORKTREES_LOCK: Final = threading.Lock()
@@ -291,12 +292,7 @@ class Launch:
         request = requests[0]
         self.base = request.get("base_commit") or ""
         self.branch = request.get("branch") or ""
-        if not FULL_COMMIT_RE.fullmatch(self.base):
-            raise LaunchRefused(f"base commit {self.base or '(none)'} of task {self.cid} is not a full commit id "
-                                "(40 or 64 hex digits): its requester must name the exact commit")
-        if self.git("cat-file", "-t", self.base, check=False).strip() != "commit":
-            raise LaunchRefused(f"base commit {self.base} of task {self.cid} is not in {self.repo}: "
-                                "fetch it first (git fetch)")
+        self.base = self._resolve_base(self.base)
         if self.git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all").strip():
             raise LaunchRefused(f"workspace {self.repo} has uncommitted changes: commit or stash them first")
         if self.in_place:
@@ -333,6 +329,30 @@ class Launch:
         self.log_path = (self.home / "worktrees" / f"{task_slug(self.cid)}.log" if self.in_place
                          else self.worktree.parent / f"{self.worktree.name}.log")
         return view
+
+    def _resolve_base(self, base: str) -> str:
+        """The task's base as the full id of a commit in the repository. Only a commit id, never a
+        branch, tag or other revision (they point elsewhere from one day, or one machine, to the
+        next: issue 25, finding 2); an abbreviated id only if exactly one commit here has it.
+
+        Raises:
+            LaunchRefused: not a commit id, not in the repository, or ambiguous.
+        """
+        lowered = base.lower()
+        if not ABBREVIATED_COMMIT_RE.fullmatch(lowered):
+            raise LaunchRefused(f"base commit {base or '(none)'} of task {self.cid} is not a commit id (7 to 64 hex "
+                                "digits; a branch or tag is not taken): its requester must name the exact commit")
+        if FULL_COMMIT_RE.fullmatch(lowered):
+            candidates = [lowered]
+        else:
+            candidates = self.git("rev-parse", f"--disambiguate={lowered}", check=False).split()
+        commits = [c for c in candidates if self.git("cat-file", "-t", c, check=False).strip() == "commit"]
+        if len(commits) > 1:
+            raise LaunchRefused(f"base commit {base} of task {self.cid} names {len(commits)} commits in {self.repo}: "
+                                "its requester must give more digits")
+        if not commits:
+            raise LaunchRefused(f"base commit {base} of task {self.cid} is not in {self.repo}: fetch it first (git fetch)")
+        return commits[0]
 
     # -- the run ----------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ it first) is skipped until something happens on it. Talks to the daemon through
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -46,6 +47,7 @@ from .git import run_git
 from .launch import Launch, LaunchRefused, append_on_task, remove_worktree, runner_command
 from .output import utc_now
 from .watch import sanitise_agent
+from .worker_policy import WorkerPolicy
 
 __all__ = ["MAX_INTERRUPTIONS", "Worker", "WorkerOptions", "WorkerRefused", "state_file"]
 
@@ -85,6 +87,8 @@ class WorkerOptions:
     concurrency: int = 1
     project: str | None = None
     timeout_s: float | None = None
+    #: whose tasks it takes (worker_policy; the default: this daemon's own agents and people)
+    accept: WorkerPolicy = dataclasses.field(default_factory=WorkerPolicy)
 
 
 class Worker:
@@ -104,6 +108,11 @@ class Worker:
         self._token: str | None = None
         self._recovered = False
         self._stream = project_stream(opts.project) if opts.project else None
+        #: this worker's own daemon (peer id), and origin -> (peer id, name) of the daemons heard of
+        self._own_peer_id: str | None = None
+        self._daemons: dict[str, tuple[str | None, str | None]] = {}
+        #: tasks declined under the policy (said once on the task, never run)
+        self._declined: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"<Worker {self.opts.agent} runner={self.opts.runner} runs={sorted(self._runs)}>"
@@ -138,7 +147,8 @@ class Worker:
             with self._lock:
                 self._save_state()  # there from the start: what runs, and since when, is always on disk
             self.say(f"worker {self.opts.agent} started: runner {self.opts.runner}, workspace {self.opts.workspace}, "
-                     f"{self.opts.concurrency} at a time" + (f", project {self.opts.project}" if self.opts.project else ""))
+                     f"{self.opts.concurrency} at a time" + (f", project {self.opts.project}" if self.opts.project else "")
+                     + f"; it runs tasks from {self.opts.accept.describe()} with this account")
             waiting_said = False
             while not self._stopping.is_set():
                 try:
@@ -181,7 +191,7 @@ class Worker:
             tasks = sorted(self._runs)
         # What the daemon accepts, whatever ids the tasks have (a refused report stopped the worker).
         return fit_activity({"runner": self.opts.runner, "concurrency": self.opts.concurrency,
-                             "project": self.opts.project, "tasks": tasks})
+                             "project": self.opts.project, "tasks": tasks, "accepts": self.opts.accept.describe()})
 
     def _session(self) -> None:
         with Client(self.opts.home, client_name="palacectl-worker") as sub:
@@ -271,8 +281,12 @@ class Worker:
             if self._stream and view["request"].get("stream") != self._stream:
                 continue
             with self._lock:
-                if cid in self._runs or self._skipped.get(cid) == view["last_activity"]:
+                if cid in self._runs or cid in self._declined or self._skipped.get(cid) == view["last_activity"]:
                     continue
+            if not self._accepted(view):
+                self._decline(view)
+                continue
+            with self._lock:
                 self._runs[cid] = None
                 free -= 1
             thread = threading.Thread(target=self._run_task, args=(cid, view["last_activity"]),
@@ -282,6 +296,57 @@ class Worker:
             thread.start()
             if free <= 0:
                 break
+
+    # -- the policy: whose tasks it takes -------------------------------------------------------
+
+    def _daemon_of(self, origin: Any) -> tuple[str | None, str | None]:
+        """(peer id, name) of the daemon that writes ``origin`` ((None, None): unknown here)."""
+        if not isinstance(origin, str):
+            return None, None
+        if origin not in self._daemons:
+            status = self._call("status")
+            self._own_peer_id = status["fingerprint"]
+            known = {o.get("origin"): (o.get("peer_id"), o.get("name"))
+                     for o in self._call("fleet").get("origins", []) if isinstance(o, dict)}
+            if len(known) > MAX_SKIPPED:  # bounded like every table fed from outside
+                known = dict(list(known.items())[:MAX_SKIPPED])
+            # This daemon's own origin, whether or not it has joined a palace yet.
+            known[status["origin"]] = (self._own_peer_id, (status.get("palace") or {}).get("name"))
+            self._daemons = known
+        return self._daemons.get(origin, (None, None))
+
+    def _accepted(self, view: dict[str, Any]) -> bool:
+        peer_id, name = self._daemon_of(view["request"].get("origin"))
+        return self.opts.accept.accepts(view.get("requested_by"), peer_id, name, self._own_peer_id or "")
+
+    def _decline(self, view: dict[str, Any]) -> None:
+        """Say once, on the task, why this worker does not run it (never silence, never a run): a
+        task addressed to this agent is answered blocked; a broadcast gets a note (another worker
+        may take it)."""
+        cid = view["correlation_id"]
+        peer_id, name = self._daemon_of(view["request"].get("origin"))
+        requester = view.get("requested_by")
+        reason = (f"worker {self.opts.agent} on {socket.gethostname()} runs tasks only from "
+                  f"{self.opts.accept.describe()}; {requester} (daemon {name or peer_id or 'unknown'}) is not one of "
+                  f"them. Its operator can add `--accept-from {requester}` to the worker if it should.")
+        with self._lock:
+            if len(self._declined) >= MAX_SKIPPED:
+                self._declined.pop(next(iter(self._declined)))
+            self._declined[cid] = reason
+        try:
+            shown = self._call("task_show", correlation_id=cid)
+            if any(_declined_by(e) == self.opts.agent for e in shown["events"]):
+                return  # said already (before a restart)
+            with Client(self.opts.home, client_name="palacectl-worker") as client:
+                if view.get("assigned_to") == self.opts.agent:
+                    append_on_task(client, view["request"], self.opts.agent, "task.reply", reason, status="blocked",
+                                   metadata={"declined_by": self.opts.agent})
+                else:
+                    append_on_task(client, view["request"], self.opts.agent, "note", reason,
+                                   metadata={"declined_by": self.opts.agent})
+            self.say(f"declined {cid}: {reason}")
+        except ApiError as exc:
+            self.say(f"could not decline {cid} on the task ({exc.message}); it is not run")
 
     def _run_task(self, cid: str, last_activity: str) -> None:
         launch = Launch(self.opts.home, cid, runner=self.opts.runner, workspace=self.opts.workspace,
@@ -500,3 +565,13 @@ def _lock_fd(fd: int) -> None:
     import fcntl
 
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _declined_by(event: dict[str, Any]) -> Any:
+    metadata = event.get("metadata")
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return None
+    return metadata.get("declined_by") if isinstance(metadata, dict) else None

@@ -91,6 +91,9 @@ class Config:
         return max(DEFAULT_MAX_FRAME_BYTES, self.limits.max_artifact_bytes + self.limits.max_metadata_bytes + (1 << 20))
 
 
+#: sections of config.toml that palacectl reads (`task launch` runners, `worker`'s accept_from)
+PALACECTL_SECTIONS: Final = frozenset({"runners", "worker"})
+
 _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},
     "log": {"level": str},
@@ -119,8 +122,8 @@ def load_config(home: Path) -> Config:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     values: dict[str, dict[str, Any]] = {}
     for section, table in raw.items():
-        if section == "runners":
-            continue  # palacectl's (`task launch` runners): it checks them when it uses one
+        if section in PALACECTL_SECTIONS:
+            continue  # palacectl's (runners, the worker's policy): it checks them when it uses them
         if section not in _SCHEMA or not isinstance(table, dict):
             raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted(_SCHEMA))})")
         for key, value in table.items():

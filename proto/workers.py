@@ -33,6 +33,8 @@ _RUNNER_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # whatever its requester chose (the routing rule of palace_proto.validation); refusing one here
 # made a worker that ran such a task fail to report itself, and exit (issue 25, finding 5).
 MAX_TASK_ID_CHARS: Final = 256
+# Why 512: whose tasks a worker runs, in one line (worker_policy.WorkerPolicy.describe).
+MAX_ACCEPTS_CHARS: Final = 512
 
 
 def check_activity(value: Any) -> dict[str, Any]:
@@ -61,7 +63,14 @@ def check_activity(value: Any) -> dict[str, Any]:
             or not all(isinstance(t, str) and is_task_id(t) for t in tasks)):
         raise ValidationError(f"worker.tasks must be a list of at most {MAX_REPORTED_TASKS} task correlation ids "
                               f"(visible text, at most {MAX_TASK_ID_CHARS} characters each)", field="worker.tasks")
+    accepts = value.get("accepts")
+    if accepts is not None and (not isinstance(accepts, str) or not 0 < len(accepts) <= MAX_ACCEPTS_CHARS
+                                or printable(accepts, MAX_ACCEPTS_CHARS * 10) != accepts):
+        raise ValidationError(f"worker.accepts must be visible text of at most {MAX_ACCEPTS_CHARS} characters "
+                              "(whose tasks it runs)", field="worker.accepts")
     checked = {"runner": runner, "concurrency": concurrency, "project": project, "tasks": list(dict.fromkeys(tasks))}
+    if accepts is not None:
+        checked["accepts"] = accepts
     if len(encode_activity(checked)) > MAX_ACTIVITY_CHARS:
         raise ValidationError(f"worker is over {MAX_ACTIVITY_CHARS} characters once encoded: report fewer tasks "
                               "(fit_activity)", field="worker.tasks")
@@ -78,6 +87,9 @@ def fit_activity(activity: dict[str, Any]) -> dict[str, Any]:
     MAX_ACTIVITY_CHARS once encoded (the worker's own view of what it runs is never refused)."""
     tasks = [t for t in activity.get("tasks", []) if isinstance(t, str) and is_task_id(t)][:MAX_REPORTED_TASKS]
     fitted = {**activity, "tasks": tasks}
+    accepts = fitted.get("accepts")
+    if isinstance(accepts, str):
+        fitted["accepts"] = printable(accepts, MAX_ACCEPTS_CHARS - 1)  # (a cut line ends in one "…")
     while tasks and len(encode_activity(fitted)) > MAX_ACTIVITY_CHARS:
         tasks.pop()
     return fitted

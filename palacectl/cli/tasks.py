@@ -215,21 +215,34 @@ def worker(
                                                                   "(1-16).")] = 1,
     project: Annotated[Optional[str], typer.Option("--project", help="Only this project's tasks.")] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", help="Stop a run that takes longer: 90s, 30m, 2h.")] = None,
+    accept_from: Annotated[Optional[list[str]], typer.Option(
+        "--accept-from", help="Whose tasks it runs (repeat): local (this daemon's agents and people, the default), "
+                              "an agent id, human:NAME, daemon:NAME, or * (anyone: unsafe). "
+                              "Default: [worker] accept_from in config.toml, else local.")] = None,
 ) -> None:
-    """Work tasks by yourself: watch for ready tasks, launch the runner on each, report; until stopped."""
+    """Work tasks by yourself: watch for ready tasks, launch the runner on each, report; until stopped.
+
+    A worker runs each task's words as the prompt of a harness with your account: it takes tasks only
+    from the requesters --accept-from names, and declines the others on the task."""
     import signal
 
     from palace_proto.workers import MAX_CONCURRENCY
 
     from ..worker import Worker, WorkerOptions, WorkerRefused
+    from ..worker_policy import PolicyError, WorkerPolicy
 
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise UsageProblem(f"--concurrency must be from 1 to {MAX_CONCURRENCY}")
     if not agent.strip():
         raise UsageProblem("--agent must not be empty")
     timeout_s = _timeout_s(timeout)
-    work = Worker(WorkerOptions(current_home(), agent.strip(), runner, workspace.resolve(), concurrency, project,
-                                timeout_s), say=note)
+    home = current_home()
+    try:
+        policy = WorkerPolicy.parse(accept_from if accept_from else _configured_accept(home))
+    except PolicyError as exc:
+        raise UsageProblem(str(exc)) from None
+    work = Worker(WorkerOptions(home, agent.strip(), runner, workspace.resolve(), concurrency, project,
+                                timeout_s, policy), say=note)
 
     def on_signal(signum: int, frame: object) -> None:
         work.stop(f"the worker was stopped by {signal.Signals(signum).name}")
@@ -240,3 +253,31 @@ def worker(
         work.run()
     except WorkerRefused as exc:
         output.fail(str(exc), code="refused")
+
+
+def _configured_accept(home: Path) -> list[str]:
+    """``[worker] accept_from`` in the home's config.toml, else the default (``local``).
+
+    Raises:
+        UsageProblem: the file cannot be read, or the key is not a list of strings.
+    """
+    import tomllib
+
+    from palace_proto.paths import CONFIG_FILENAME
+
+    from ..worker_policy import DEFAULT_ACCEPT
+
+    path = home / CONFIG_FILENAME
+    try:
+        config = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return list(DEFAULT_ACCEPT)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageProblem(f"cannot read {path}: {exc}") from None
+    section = config.get("worker", {})
+    value = section.get("accept_from") if isinstance(section, dict) else None
+    if value is None:
+        return list(DEFAULT_ACCEPT)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageProblem(f'{path}: [worker] accept_from must be a list of strings, e.g. ["local", "mac-claude"]')
+    return value

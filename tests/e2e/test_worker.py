@@ -152,7 +152,8 @@ def state_of(home: Path, cid: str) -> str:
 def test_a_worker_picks_up_tasks_and_delivers_patches_that_apply(machine):
     worker = machine.worker(runner="claude")
     entry = machine.worker_entry()
-    assert entry["worker"] == {"runner": "claude", "concurrency": 1, "project": None, "tasks": []}
+    assert entry["worker"] == {"runner": "claude", "concurrency": 1, "project": None, "tasks": [],
+                               "accepts": "this daemon's agents and people"}
     mine, broadcast = machine.task(), machine.task(to="*")
     for cid in (mine, broadcast):
         wait_until(lambda: state_of(machine.home, cid) == "ready", f"{cid} to be delivered")
@@ -317,7 +318,7 @@ def test_two_workers_on_two_daemons_race_for_one_broadcast_task_and_one_delivers
     a, _, c, left, right = _two_machines(fleet, short_tmp, through_middle=False)
     try:
         left.worker("mac-bot", "claude")
-        right.worker("box-bot", "claude")
+        right.worker("box-bot", "claude", "--accept-from", "boss")  # the Mac's requester, by name
         wait_until(lambda: right.worker_entry("mac-bot") is not None, "presence: the box sees the Mac's worker")
         cid = left.task(to="*")
         patch = _one_delivery(left, right, cid)
@@ -337,7 +338,7 @@ def test_two_workers_that_both_claimed_across_a_partition_end_with_one_run(fleet
         wait_until(lambda: events(right.home, cid, "task.request"), "the task to reach the box")
         with fleet.partitioned(b):
             left.worker("mac-bot", "gated")
-            right.worker("box-bot", "gated")
+            right.worker("box-bot", "gated", "--accept-from", "boss")
             for m in (left, right):  # both claimed it and run it: neither can see the other
                 wait_until(lambda: m.state(m.workers and ("mac-bot" if m is left else "box-bot"))["runs"]
                            .get(cid, {}).get("pid"), "both runs to start")
