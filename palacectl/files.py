@@ -91,7 +91,10 @@ def replacing(target: Path, mode: int = 0o600, *, temporary_name: str | None = N
         os.replace(tmp, target)
     except BaseException:
         if fd != -1:
-            os.close(fd)
+            # (A Ctrl-C landing between fdopen and `fd = -1` leaves the file object owning fd: closing
+            # it again must not replace the interrupt with EBADF.)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
     fsync_directory(folder)

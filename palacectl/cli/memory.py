@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Final, Optional
 
 import typer
 
@@ -234,6 +234,10 @@ def _follow(call: Callable[[], Any], bar: ProgressBar, progress_of: Callable[[di
     return outcome["result"]
 
 
+# Why 20 polls (10 s): how long the bar waits with nothing pending for the index to reach every drawer.
+SETTLED_POLLS: Final = 20
+
+
 def _follow_embedding() -> None:
     """On a terminal, draw the background re-embedding until it is done (Ctrl-C stops watching
     only; the daemon carries on)."""
@@ -241,15 +245,23 @@ def _follow_embedding() -> None:
     if not bar.enabled:  # a script gets its answer at once; re-embedding goes on in the background
         return
     try:
+        idle = 0
         with Client(current_home()) as poller:
             while True:
-                embedding = poller.call("status")["memory"]["embedding"] or {}
+                memory = poller.call("status")["memory"]
+                embedding = memory["embedding"] or {}
                 indexed, pending = embedding.get("indexed", 0), embedding.get("pending", 0)
-                bar.update(indexed, indexed + pending, force=True)
+                # Every drawer is what is due: until the daemon's worker has taken the reset in, its
+                # counts may still be the old index's (a busy machine: the model loads for seconds).
+                total = max(indexed + pending, memory.get("drawers") or 0)
+                bar.update(indexed, total, force=True)
                 if embedding.get("error"):
                     bar.close()
                     fail(f"embedding stopped: {embedding['error']}")
-                if not pending:
+                idle = idle + 1 if not pending else 0
+                # (A drawer that cannot be embedded — its text gone — is never indexed: 10 s of
+                # nothing pending ends the bar all the same.)
+                if not pending and (indexed >= total or idle >= SETTLED_POLLS):
                     break
                 time.sleep(0.5)
     except KeyboardInterrupt:
