@@ -267,9 +267,8 @@ class Launch:
         """
         self.template = runner_command(self.runner, self.home)
         view = client.call("task_show", correlation_id=self.cid)
-        requests = [e for e in view["events"] if e["type"] == "task.request"]
-        if len(requests) != 1:
-            raise LaunchRefused(f"task {self.cid} has {len(requests)} requests, not one: launch it by hand")
+        # The task's request is its first (a second one, by anyone, is flagged and changes nothing).
+        request = view["request"]
         if view["terminal"]:
             raise LaunchRefused(f"task {self.cid} is closed ({view['state']})")
         assigned = view["assigned_to"]
@@ -289,7 +288,6 @@ class Launch:
         except LaunchRefused:
             raise LaunchRefused(f"workspace {self.workspace} is not a git repository") from None
         self.repo = self.git.work_tree
-        request = requests[0]
         self.base = request.get("base_commit") or ""
         self.branch = request.get("branch") or ""
         self.base = self._resolve_base(self.base)

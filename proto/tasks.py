@@ -37,7 +37,7 @@ from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, secon
 __all__ = [
     "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
     "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "project_stream", "queue_fields",
-    "ready_order", "slugify",
+    "ready_order", "role_refusal", "slugify",
 ]
 
 REQUEST: Final = "task.request"
@@ -155,27 +155,48 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
     state, claimant, claim_event = "open", None, None
     claims: list[dict[str, Any]] = []
     conflicts: list[dict[str, Any]] = []
+    out_of_role: list[dict[str, Any]] = []
     last_activity = request["created_at"]
     claimant_last = None
+
+    def flag(event: Mapping[str, Any], why: str) -> None:
+        out_of_role.append({"agent": event.get("from_agent"), "event_id": event.get("id"), "type": event.get("type"),
+                            "status": event.get("status"), "created_at": event.get("created_at"), "why": why})
+
     for event in ordered:
         last_activity = max(last_activity, event["created_at"])
         kind, who, status = event.get("type"), event.get("from_agent"), event.get("status")
+        if kind == REQUEST:
+            if event is not request and event.get("id") != request.get("id"):
+                # A second request moves nothing, whoever wrote it: the first one stands.
+                flag(event, "a second request on the task" if who == requester else "a request on another's task")
+            elif status and status != "open":
+                flag(event, "a request opens its task")
+            continue
         if kind == RELEASE:
             if who == claimant and claimant is not None and state not in TERMINAL:
                 state, claimant, claim_event, claimant_last = "open", None, None, None
-            continue  # by anyone else: it moves nothing
+            else:
+                flag(event, "only the claimant releases")
+            continue
         if kind == REASSIGN:
             if who == requester and state not in TERMINAL:
                 target = event.get("to_agent")
                 if isinstance(target, str) and target:
                     assigned = target
                 state, claimant, claim_event, claimant_last = "open", None, None, None
+            else:
+                flag(event, "only the requester reassigns")
             continue
         if kind in (CONFLICT, STALLED):
             continue  # palace's own notices: they move nothing
         if who == claimant and claimant is not None:
             claimant_last = event["created_at"]
+        may_claim = assigned in ("*", None) or who == assigned
         if status == "claimed":
+            if not may_claim:
+                flag(event, f"the task is addressed to {assigned}")
+                continue
             claims.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"]})
             if claimant is None and state not in TERMINAL:
                 state, claimant, claim_event, claimant_last = "claimed", who, event.get("id"), event["created_at"]
@@ -183,8 +204,20 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
                 conflicts.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"],
                                   "claimant": claimant, "claim_event_id": claim_event})
             continue
-        if status:
-            state = status  # the latest status says where the task is (MemPalace's rule)
+        if not status:
+            continue  # words on the task (a reply, a note): they move nothing
+        role = _role_for(status, who=who, requester=requester, claimant=claimant, may_claim=may_claim, state=state)
+        if role is None:
+            flag(event, f"status {status!r} is not {who}'s to set on this task")
+            continue
+        if role == "reopen":
+            state, claimant, claim_event, claimant_last = "open", None, None, None
+        elif role == "deliver_unclaimed":
+            # A delivery by one who may take the task, on a task nobody holds: its claim and its report.
+            claims.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"]})
+            state, claimant, claim_event, claimant_last = status, who, event.get("id"), event["created_at"]
+        else:
+            state = status
     stalled = (state == "claimed" and now is not None and claimant_last is not None
                and seconds_between(claimant_last, now) >= stall_after)
     return {
@@ -199,6 +232,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         "claims": [c["agent"] for c in claims],
         "claim_events": claims,
         "conflicts": conflicts,
+        "out_of_role": out_of_role,
         "blocked_by": blocked_by,
         "priority": priority,
         "stall_after_s": stall_after,
@@ -209,6 +243,65 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         "events": sorted((dict(e) for e in events), key=_order),
         "impersonations": len(events) - len(genuine),
     }
+
+
+#: what the requester sets: open the task again (a new round: nobody holds it), or close it
+REQUESTER_STATUSES: Final = frozenset({"open", "applied", "failed", "superseded", "blocked"})
+#: what only the requester sets (the claimant reports with the others)
+_REQUESTER_ONLY: Final = frozenset({"open", "applied", "superseded"})
+
+
+def _role_for(status: str, *, who: Any, requester: Any, claimant: Any, may_claim: bool, state: str) -> str | None:
+    """Whose move a status is (issue 25, finding 7), or None when it is not ``who``'s:
+
+    * the requester opens the task again (``open``: reopen), and closes it — ``applied``,
+      ``failed``, ``superseded``, ``blocked``;
+    * the claimant reports and delivers: any other status (``ready``, ``blocked``, ``failed``, its
+      own progress words), never ``open``, ``applied`` or ``superseded``;
+    * one the task is addressed to, while nobody holds it, may decline it (``blocked``) or deliver
+      (``ready``: its claim and its report at once);
+    * anyone else: nothing.
+    """
+    if who == requester and status in REQUESTER_STATUSES:
+        return "reopen" if status == "open" else "set"
+    if claimant is not None and who == claimant and state not in TERMINAL and status not in _REQUESTER_ONLY:
+        return "set"
+    if claimant is None and state not in TERMINAL and may_claim:
+        if status == "blocked":
+            return "set"
+        if status == "ready":
+            return "deliver_unclaimed"
+    return None
+
+
+def role_refusal(view: Mapping[str, Any], agent: str, kind: str, status: str | None) -> str | None:
+    """Why ``agent`` may not write a ``kind`` event with ``status`` on the task ``view`` (None: it
+    may), in the words a refusal gives: the same rules ``derive_task`` applies to what arrives, so
+    a daemon refuses locally what every replica would flag and ignore."""
+    cid, requester, claimant = view["correlation_id"], view["requested_by"], view["claimed_by"]
+    assigned, state = view["assigned_to"], view["state"]
+    if kind == REQUEST:
+        return (f"task {cid} has its request already (from {requester}); a second one would change nothing: "
+                "file a new task")
+    if kind == RELEASE:
+        return None if agent == claimant else f"only the claimant ({claimant or 'nobody yet'}) releases task {cid}"
+    if kind == REASSIGN:
+        return None if agent == requester else f"only the requester ({requester}) reassigns task {cid}"
+    if not status:
+        return None
+    terminal = view.get("terminal", state in TERMINAL)
+    may_claim = assigned in ("*", None) or agent == assigned
+    if status == "claimed":
+        return None if may_claim else (f"task {cid} is addressed to {assigned}, not {agent}; the requester "
+                                       f"({requester}) can reassign it")
+    if _role_for(status, who=agent, requester=requester, claimant=claimant, may_claim=may_claim,
+                 state="applied" if terminal else "open") is not None:
+        return None
+    if status in _REQUESTER_ONLY or (terminal and agent != requester):
+        return (f"status {status} on task {cid} is its requester's ({requester}) to set"
+                + ("" if agent != claimant else "; as its claimant, report ready, blocked or failed"))
+    return (f"status {status} on task {cid} is for its claimant ({claimant or 'nobody yet'}) to report"
+            + ("; claim it first" if claimant is None and may_claim else ""))
 
 
 def ready_order(views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

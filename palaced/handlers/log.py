@@ -42,7 +42,7 @@ from ..store import memory_views as views
 from .context import Context, Watcher, utc_stamp
 from .fleet import replicated_args, wait_replicated
 from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
-from .tasks import check_claim, view_of
+from .tasks import check_claim, check_task_move, view_of
 
 __all__ = ["OPS", "RESERVED_TYPES", "Push", "TextIndexer", "index_text", "subscribe"]
 
@@ -63,7 +63,12 @@ async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     req = append_request(args, ctx.limits)
     if req.ack_of is not None:
         await ctx.event_or_404(req.ack_of, "ack_of")
-    event = await ctx.astore.write(lambda w: w.append(req))
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        check_task_move(ctx, w, req.correlation_id, req.from_agent, req.type, req.status)
+        return w.append(req)
+
+    event = await ctx.astore.write(job)
     if replicated:
         # The event is committed locally whatever happens next; the reply says how far it got.
         return {**event, "replication": await wait_replicated(ctx, event, replicated, timeout_s)}
@@ -83,6 +88,7 @@ async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             try:
                 if req.ack_of is not None and w.get_event(req.ack_of) is None:
                     raise NotFound(f"ack_of names an unknown event {req.ack_of!r}")
+                check_task_move(ctx, w, req.correlation_id, req.from_agent, req.type, req.status)
                 appended.append(w.append(req))
             except (ValidationError, NotFound) as exc:
                 # The job fails as a whole: nothing of this request is written.
@@ -300,6 +306,8 @@ async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             # A claim by ack is a claim: the queue's rules hold (checked in the writing transaction).
             cid = target["correlation_id"]
             check_claim(view_of(ctx, cid, w.correlation_events(cid)), cid, from_agent)
+        else:
+            check_task_move(ctx, w, target["correlation_id"], from_agent, "event.ack", status)
         req = AppendRequest.from_wire(
             {"type": "event.ack", "stream": target["stream"], "room": target["room"],
              "topic": topic or target["topic"], "from_agent": from_agent, "to_agent": target["from_agent"],

@@ -36,6 +36,7 @@ from palace_proto.tasks import (
     check_stall_after,
     derive_task,
     ready_order,
+    role_refusal,
 )
 from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required
 
@@ -188,6 +189,24 @@ def check_claim(view: Mapping[str, Any] | None, correlation_id: str, agent: str,
     if waiting:
         raise ValidationError(f"task {correlation_id} is blocked by {', '.join(waiting)} (not applied yet)",
                               field="correlation_id")
+
+
+def check_task_move(ctx: Context, w: WriteContext, correlation_id: str | None, agent: str, kind: str,
+                    status: str | None) -> None:
+    """Refuse, in the writing transaction, a local event that would move a task outside its
+    writer's role (palace_proto.tasks.role_refusal: every replica would flag it and ignore it).
+
+    Raises:
+        ValidationError: naming whose move it is.
+    """
+    if not correlation_id or not (status or kind in (REQUEST, RELEASE, REASSIGN)):
+        return
+    view = view_of(ctx, correlation_id, w.correlation_events(correlation_id))
+    if view is None:
+        return  # not a task (yet): a request opens one
+    refusal = role_refusal(view, agent, kind, status)
+    if refusal is not None:
+        raise ValidationError(refusal, field="from_agent")
 
 
 async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ async def test_a_task_moves_from_open_to_claimed_to_terminal(tmp_path):
         assert [t["correlation_id"] for t in (await tasks.task_list(ctx, {"agent": "bob", "open": True}))["tasks"]] \
             == [cid]
         assert (await tasks.task_list(ctx, {"agent": "alice"}))["tasks"][0]["role"] == "requester"
-        await log.ack(ctx, {"event_id": created["task"]["id"], "from_agent": "bob", "status": "applied"})
+        await log.ack(ctx, {"event_id": created["task"]["id"], "from_agent": "alice", "status": "applied"})  # the requester closes
         assert (await tasks.task_show(ctx, {"correlation_id": cid}))["terminal"] is True
         assert (await tasks.task_list(ctx, {"open": True}))["count"] == 0
         assert (await tasks.task_list(ctx, {"agent": "carol"}))["count"] == 0
@@ -63,7 +63,7 @@ async def test_an_open_task_behind_the_newest_requests_stays_ready_and_listed(tm
         old = await _task(ctx, 0)
         for n in range(1, 5):
             done = await _task(ctx, n)
-            await log.ack(ctx, {"event_id": done["id"], "from_agent": "bob", "status": "applied"})
+            await log.ack(ctx, {"event_id": done["id"], "from_agent": "alice", "status": "applied"})
         ready = await tasks.task_ready(ctx, {"agent": "bob"})
         assert [t["correlation_id"] for t in ready["tasks"]] == [old["correlation_id"]]
         listed = [t["correlation_id"] for t in (await tasks.task_list(ctx, {}))["tasks"]]
@@ -75,13 +75,13 @@ async def test_a_finished_task_is_not_derived_again_until_an_event_on_it_arrives
     monkeypatch.setattr(tasks, "MAX_TASKS", 1)
     async with open_context(tmp_path) as ctx:
         first = await _task(ctx, 0)
-        await log.ack(ctx, {"event_id": first["id"], "from_agent": "bob", "status": "failed"})
+        await log.ack(ctx, {"event_id": first["id"], "from_agent": "alice", "status": "failed"})
         await _task(ctx, 1)
         assert (await tasks.task_list(ctx, {}))["count"] == 2  # derived once more: it finished since
         assert (await tasks.task_list(ctx, {}))["count"] == 1  # settled: the newest only
-        await log.ack(ctx, {"event_id": first["id"], "from_agent": "bob", "status": "ready"})  # tried again
+        await log.ack(ctx, {"event_id": first["id"], "from_agent": "alice", "status": "open"})  # its requester opens it again
         shown = (await tasks.task_list(ctx, {"agent": "bob", "open": True}))["tasks"]
-        assert {t["correlation_id"]: t["state"] for t in shown}[first["correlation_id"]] == "ready"
+        assert {t["correlation_id"]: t["state"] for t in shown}[first["correlation_id"]] == "open"
 
 
 async def test_more_unfinished_old_tasks_than_the_bound_keeps_the_newest_of_them_and_says_so(

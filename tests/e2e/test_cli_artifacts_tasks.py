@@ -569,7 +569,7 @@ def test_task_list_agent_and_open(ctl):
     t1 = create_task(ctl, from_agent="alice", to_agent="bob", goal="first")["task"]
     t2 = create_task(ctl, from_agent="carol", to_agent="alice", goal="second")["task"]
     t3 = create_task(ctl, from_agent="carol", to_agent="dave", goal="third")["task"]
-    assert ctl("ack", t1["id"], "--from-agent", "bob", "--status", "applied").returncode == 0
+    assert ctl("ack", t1["id"], "--from-agent", "alice", "--status", "applied").returncode == 0  # its requester
 
     for_alice = ctl("task", "list", "--agent", "alice", "--json").json()
     by_cid = {t["correlation_id"]: t for t in for_alice["tasks"]}

@@ -47,7 +47,7 @@ from palaced.network import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
 from palaced.replication import HELLO_TIMEOUT_S, MAX_ARTIFACT_ASKS, SEND_STALL_S, SILENCE_S
 from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.hostile_peer import HostilePeer, issue_member, sealed
-from tests.helpers import RawClient
+from tests.helpers import RawClient, run_ctl
 
 pytestmark = pytest.mark.transport_fixed  # about the peer port: the local API's transport plays no part
 
@@ -651,3 +651,42 @@ async def test_connections_per_host_are_capped(scene):
             sock.close()
     assert "refusing peer connections from 127.0.0.123" in scene.alpha.log()
     scene.still_serving_and_converging("too many connections")
+
+
+async def test_a_member_cannot_move_anothers_task(scene):
+    """Issue 25, finding 7: a bystander could re-open a delivered task (a worker ran it again), stop
+    a running one with `superseded`, or block it for good with a second `task.request`. Mallory
+    pushes all three, signed with its own key (a daemon of its own would refuse to write them):
+    every replica flags them and the task stays as its requester and claimant left it. A bystander
+    on an honest daemon is refused at once, in words."""
+    request = ctl_json(scene.alpha.home, "task", "create", "--project", "shop", "--from-agent", "alice",
+                       "--to-agent", "bob", "--goal", "Add the table", "--branch", "main",
+                       "--base-commit", "a" * 40, "--done", "tests pass")["task"]
+    cid = request["correlation_id"]
+    ctl_json(scene.alpha.home, "ack", request["id"], "--from-agent", "bob", "--status", "claimed")
+    ctl_json(scene.alpha.home, "append", "--type", "patch.ready", "--stream", request["stream"], "--room",
+             request["room"], "--from-agent", "bob", "--to-agent", "alice", "--correlation-id", cid,
+             "--status", "ready", "--body", "the patch")
+    key, own = scene.mallory.key, scene.mallory.origin
+    common = dict(stream=request["stream"], room=request["room"], from_agent="mallory", correlation_id=cid)
+    reopen = sealed(key, own, seq=1, body="again!", type="event.ack", status="open", to_agent="bob", **common)
+    supersede = sealed(key, own, seq=2, prev=reopen.event_hash, body="stop", type="task.reply", status="superseded",
+                       **common)
+    second = sealed(key, own, seq=3, prev=supersede.event_hash, body="mine now", type="task.request", status="open",
+                    to_agent="mallory", **common)
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        await peer.push(reopen, supersede, second)
+        await peer.drain(1.0)
+    finally:
+        await peer.aclose()
+    scene.still_serving_and_converging("a bystander moving a task")
+    for daemon in (scene.alpha, scene.beta):
+        view = ctl_json(daemon.home, "task", "show", cid)
+        assert (view["state"], view["claimed_by"], view["requested_by"], view["assigned_to"]) == \
+            ("ready", "bob", "alice", "bob"), view
+        assert sorted(f["event_id"] for f in view["out_of_role"]) == sorted(e.id for e in (reopen, supersede, second))
+    refused = run_ctl(scene.beta.home, "ack", request["id"], "--from-agent", "carol", "--status", "superseded")
+    assert refused.returncode == 1 and "is its requester's (alice) to set" in refused.stderr, refused
+    assert "Traceback" not in refused.stderr
