@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_mdns:
         config = dataclasses.replace(config, mdns=False)
     _setup_logging(config.log_level)
+    # Why 1 ms (Python's default is 5): derivations, embeddings and big reads run in worker threads
+    # while the event loop answers; each time the loop wakes it waits for the interpreter lock up to
+    # this long, and one request wakes it several times (issue 25, finding 6: pings behind a lease
+    # derivation). The cost is more switching while threads compute, a few percent at most.
+    sys.setswitchinterval(0.001)
     try:
         trio.run(_run, config)
     except BaseException as exc:  # start-up failures arrive wrapped in nursery exception groups

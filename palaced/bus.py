@@ -29,6 +29,8 @@ class TypeWatch:
     def __init__(self, types: frozenset[str]) -> None:
         self.types = types
         self.event = trio.Event()
+        #: how many such batches have been committed (a cache of what they change can key on it)
+        self.generation = 0
 
     async def wait(self) -> None:
         """Return once such a batch has been committed since the last return (or since creation)."""
@@ -46,7 +48,8 @@ class EventBus:
         self.latest_seq = latest_seq
         self._changed = trio.Event()
         self.published = 0
-        # Bounded: one per memory worker (code of this daemon, never a client, registers them).
+        # Bounded: one per memory worker and the lease book (code of this daemon, never a client,
+        # registers them).
         self._type_watches: list[TypeWatch] = []
         # Bounded: one per replication link (registered and removed by the link itself).
         self._on_publish: list[Callable[[], None]] = []
@@ -69,6 +72,7 @@ class EventBus:
             types = {event["type"] for event in events}
             for watch in self._type_watches:
                 if not types.isdisjoint(watch.types):
+                    watch.generation += 1
                     watch.event.set()
 
     def scrub(self, event_ids: list[str]) -> None:

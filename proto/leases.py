@@ -16,12 +16,20 @@ event id (both signed into the events, so every replica orders them alike), and 
 *loses*: it ends on every replica as of its own start, as if it had never been held. The loser's
 own daemon tells the loser once (``lease.conflict``, addressed to it).
 
+The bounds (issue 25, finding 6). A lease holds at most ``MAX_PATTERNS`` patterns of at most
+``MAX_SEGMENTS`` segments and ``MAX_WILDCARDS`` wildcards; an agent holds at most ``MAX_HELD``
+leases in force per project, and one taken beyond that (only a daemon that skips the check
+writes it) ends *over_limit* as of its start on every replica. Whether two leases overlap is
+decided within ``PAIR_BUDGET`` steps, counted from the patterns alone so every replica stops at
+the same point; a pair beyond it counts as overlapping (a refusal, never a missed collision).
+
 Pure: stdlib only, no clock, no IO.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,8 +41,9 @@ from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check
 
 __all__ = [
     "ACQUIRE", "CONFLICT", "DEFAULT_TTL_S", "LEASE_ROOM", "LEASE_TYPES", "MAX_PATTERNS", "MAX_TTL_S", "RELEASE",
-    "RENEW", "Lease", "LeaseRequest", "check_ttl", "covers_path", "derive_leases", "lease_conflicts",
-    "normalize_path", "normalize_pattern", "patterns_overlap",
+    "MAX_HELD", "MAX_SEGMENTS", "MAX_WILDCARDS", "PAIR_BUDGET", "RENEW", "Lease", "LeaseIndex", "LeaseRequest",
+    "check_ttl", "covers_path", "derive_leases", "held_by", "lease_conflicts", "lease_of", "leases_overlap", "normalize_path",
+    "normalize_pattern", "patterns_overlap",
 ]
 
 ACQUIRE: Final = "lease.acquire"
@@ -49,13 +58,21 @@ DEFAULT_TTL_S: Final = 3600
 # Why 10 s .. 30 d: palace_proto.stamps's one range of durations (the derivation looks back 30 d).
 MIN_TTL_S: Final = MIN_DURATION_S
 MAX_TTL_S: Final = MAX_DURATION_S
-# Why 32 patterns of 256 characters: a lease names a few directories, not a file list; the overlap
-# test is quadratic in pattern length, so a peer's pattern must stay small...
-MAX_PATTERNS: Final = 32
+# What one lease may hold. Why these: a lease names a few directories, not a file list, and every
+# replica must decide each pair of leases cheaply whatever a peer wrote (issue 25, finding 6: leases
+# of 32 patterns x 64 segments cost seconds per check). 16 patterns of at most 16 segments, 256
+# characters and 8 wildcards (``*``, ``**``, ``?``, ``[...]``) each...
+MAX_PATTERNS: Final = 16
 MAX_PATTERN_CHARS: Final = 256
-# ...and a pair of glob segments (or of paths) whose test would take more than this many steps is
-# taken to overlap, without trying: conservative, and the same verdict on every replica.
-MAX_CELLS: Final = 4096
+MAX_SEGMENTS: Final = 16
+MAX_WILDCARDS: Final = 8
+# ...at most 32 leases in force per agent and project (a later one ends at once, "over_limit", on
+# every replica: the cost of deciding a new lease grows with the leases in force)...
+MAX_HELD: Final = 32
+# ...and deciding whether two leases can name one same thing takes at most this many steps (path
+# cells plus character cells, counted the same way on every replica); a pair that would take more
+# is taken to overlap without trying further: conservative, and the same verdict everywhere.
+PAIR_BUDGET: Final = 20_000
 MAX_REASON_CHARS: Final = 500
 MAX_FORCED: Final = 256
 
@@ -87,7 +104,13 @@ def normalize_pattern(text: Any) -> str:
     if not isinstance(text, str) or not text.strip():
         raise ValidationError("a lease pattern must be a non-empty path glob (src/api/**) or res:NAME",
                               field="patterns")
-    pattern = text.strip()
+    return _normalized(text.strip())
+
+
+# Cached: every derivation reads every lease's patterns again, and checking the wildcards of the
+# costliest patterns a member may write is most of what a derivation would otherwise cost.
+@lru_cache(maxsize=65536)
+def _normalized(pattern: str) -> str:
     if len(pattern) > MAX_PATTERN_CHARS or _CONTROL_RE.search(pattern):
         raise ValidationError(f"lease pattern {pattern[:60]!r} is longer than {MAX_PATTERN_CHARS} characters "
                               "or holds control characters", field="patterns")
@@ -96,6 +119,7 @@ def normalize_pattern(text: Any) -> str:
         if not name or "/" in name or "\\" in name:
             raise ValidationError(f"lease resource {pattern!r} needs a name without '/' after res:, e.g. res:gpu0",
                                   field="patterns")
+        _check_wildcards(pattern, [name])
         return pattern
     if "\\" in pattern:
         raise ValidationError(f"lease pattern {pattern!r}: use / between directories (also on Windows)",
@@ -106,7 +130,19 @@ def normalize_pattern(text: Any) -> str:
     if ".." in segments:
         raise ValidationError(f"lease pattern {pattern!r} leaves the repository (..); name paths from its root",
                               field="patterns")
+    if len(segments) > MAX_SEGMENTS:
+        raise ValidationError(f"lease pattern {pattern[:60]!r} has {len(segments)} directory levels; a lease names "
+                              f"at most {MAX_SEGMENTS} (lease the directory: everything under it is included)",
+                              field="patterns")
+    _check_wildcards(pattern, segments)
     return "/".join(segments)
+
+
+def _check_wildcards(pattern: str, segments: Sequence[str]) -> None:
+    count = sum(1 if segment == "**" else sum(token[0] != "c" for token in _tokens(segment)) for segment in segments)
+    if count > MAX_WILDCARDS:
+        raise ValidationError(f"lease pattern {pattern[:60]!r} has {count} wildcards; a lease pattern takes at most "
+                              f"{MAX_WILDCARDS} (*, **, ?, [...]): name the directories instead", field="patterns")
 
 
 def normalize_path(text: Any) -> str:
@@ -133,7 +169,7 @@ def _segments(pattern: str) -> tuple[str, ...]:
 _Token = tuple[Any, ...]
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=16384)
 def _tokens(segment: str) -> tuple[_Token, ...]:
     out: list[_Token] = []
     i = 0
@@ -239,43 +275,299 @@ def _meet(a: Sequence[Any], b: Sequence[Any], star: Any, step: Any) -> bool:
     return below[0]
 
 
+_GLOB_CHARS: Final = frozenset("*?[\\")
+
+
+def _is_literal(segment: str) -> bool:
+    return _GLOB_CHARS.isdisjoint(segment)
+
+
+class _OverBudget(Exception):
+    """A pair of leases whose overlap would take more than ``PAIR_BUDGET`` steps to decide."""
+
+
+class _Budget:
+    """Steps left for deciding one pair of leases. What is charged depends only on the patterns
+    (never on a cache), so every replica runs out at the same point."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, steps: int = PAIR_BUDGET) -> None:
+        self.left = steps
+
+    def charge(self, steps: int) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise _OverBudget
+
+
 @lru_cache(maxsize=8192)
-def _segments_meet(a: str, b: str) -> bool:
-    """Whether two one-segment globs match at least one same name."""
-    if not any(c in a for c in "*?[\\") and not any(c in b for c in "*?[\\"):
+def _globs_meet(a: str, b: str) -> bool:
+    """Whether two one-segment globs match at least one same name (uncharged: see _segments_meet)."""
+    return _meet(_tokens(a), _tokens(b), ("*",), _chars_meet)
+
+
+def _segments_meet(a: str, b: str, budget: _Budget) -> bool:
+    """Whether two one-segment globs match at least one same name, charging ``budget``."""
+    if _is_literal(a) and _is_literal(b):
         return a == b
-    ta, tb = _tokens(a), _tokens(b)
-    if len(ta) * len(tb) > MAX_CELLS:
-        return True  # too costly to decide: assume they overlap (the same answer on every replica)
-    return _meet(ta, tb, ("*",), _chars_meet)
+    budget.charge((len(_tokens(a)) + 1) * (len(_tokens(b)) + 1))
+    return _globs_meet(a, b)
 
 
-def _paths_meet(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    if len(a) * len(b) > MAX_CELLS:
-        return True
-    return _meet(a, b, "**", _segments_meet)
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Shape:
+    """A normalized pattern prepared once for overlap and cover tests."""
+
+    resource: bool
+    #: a resource's name as one segment; a path's segments, ``**`` appended (what is under it)
+    segments: tuple[str, ...]
+    #: the leading segments without glob characters: two patterns whose prefixes differ where both
+    #: have one name nothing in common, decided without any matching
+    prefix: tuple[str, ...]
+    #: a path it covers has at least this many names (one per segment but ``**``)...
+    min_names: int
+    #: ...and among them every literal segment past the prefix: cheap refusals before any matching
+    needs: frozenset[str]
+    #: how many segments come before the first ``**`` (a path's segments always hold one)
+    lead: int = 0
 
 
 @lru_cache(maxsize=16384)
+def _shape(pattern: str) -> _Shape:
+    if pattern.startswith(RESOURCE_PREFIX):
+        segments: tuple[str, ...] = (pattern,)
+        resource = True
+    else:
+        segments, resource = _segments(pattern), False
+    prefix = []
+    for segment in segments:
+        if not _is_literal(segment) or segment == "**":
+            break
+        prefix.append(segment)
+    needs = frozenset(s for s in segments[len(prefix):] if s != "**" and _is_literal(s))
+    lead = segments.index("**") if "**" in segments else len(segments)
+    return _Shape(resource, segments, tuple(prefix), sum(s != "**" for s in segments), needs, lead)
+
+
+def _shapes_overlap(a: _Shape, b: _Shape, budget: _Budget) -> bool:
+    if a.resource != b.resource:
+        return False  # a resource is never a path
+    n = min(len(a.prefix), len(b.prefix))
+    if a.prefix[:n] != b.prefix[:n]:
+        return False
+    if a.resource:
+        return _segments_meet(a.segments[0], b.segments[0], budget)
+    # Before the first ** of either, a name both match sits at the same depth in both: segment
+    # by segment, stopping at the first pair that cannot meet (most pairs end here, in one step).
+    lead = min(a.lead, b.lead)
+    for depth in range(n, lead):
+        if not _segments_meet(a.segments[depth], b.segments[depth], budget):
+            return False
+    if lead == len(a.segments) - 1 or lead == len(b.segments) - 1:
+        return True  # one of them goes on with ** alone: it takes whatever the other adds below
+    budget.charge((len(a.segments) + 1) * (len(b.segments) + 1))
+    return _meet(a.segments, b.segments, "**", lambda x, y: _segments_meet(x, y, budget))
+
+
 def patterns_overlap(a: str, b: str) -> bool:
-    """Whether two normalized lease patterns can name one same file or resource."""
-    if a.startswith(RESOURCE_PREFIX) or b.startswith(RESOURCE_PREFIX):
-        return (a.startswith(RESOURCE_PREFIX) and b.startswith(RESOURCE_PREFIX)
-                and _segments_meet(a[len(RESOURCE_PREFIX):], b[len(RESOURCE_PREFIX):]))
-    return _paths_meet(_segments(a), _segments(b))
+    """Whether two normalized lease patterns can name one same file or resource (conservatively
+    yes when deciding would take more than ``PAIR_BUDGET`` steps)."""
+    try:
+        return _shapes_overlap(_shape(a), _shape(b), _Budget())
+    except _OverBudget:
+        return True
+
+
+@lru_cache(maxsize=65536)
+def leases_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether some pattern of ``a`` and some pattern of ``b`` can name one same thing, within one
+    ``PAIR_BUDGET`` for the whole pair (conservatively yes beyond it). The verdict does not depend
+    on the order of the patterns: with no overlap every pair is decided and the steps add up to the
+    same total, and an overlap found before or after the budget runs out answers yes either way."""
+    budget = _Budget()
+    try:
+        return any(_shapes_overlap(_shape(x), _shape(y), budget) for x in a for y in b)
+    except _OverBudget:
+        return True
+
+
+def _name_matches(glob: str, name: str) -> bool:
+    """Whether the one-segment ``glob`` matches the concrete ``name``: the classic single-star
+    backtracking walk (a failed match resumes after the last star), linear on ordinary names and
+    never worse than len(glob) x len(name)."""
+    tokens = _tokens(glob)
+    t = i = 0
+    star_t, star_i = -1, 0
+    while i < len(name):
+        if t < len(tokens) and tokens[t] == ("*",):
+            star_t, star_i = t, i
+            t += 1
+        elif t < len(tokens) and _token_has(tokens[t], name[i]):
+            t += 1
+            i += 1
+        elif star_t >= 0:
+            t, star_i = star_t + 1, star_i + 1
+            i = star_i
+        else:
+            return False
+    while t < len(tokens) and tokens[t] == ("*",):
+        t += 1
+    return t == len(tokens)
+
+
+# For the trie walk: the same few directory names are matched against the same globs on every
+# derivation.
+_child_matches: Final = lru_cache(maxsize=65536)(_name_matches)
+
+
+def _token_has(token: _Token, char: str) -> bool:
+    kind = token[0]
+    if kind == "c":
+        return token[1] == char
+    if kind == "?":
+        return True
+    return _class_has(token, ord(char))
+
+
+def _segment_covers(glob: str, name: str) -> bool:
+    return glob == name if _is_literal(glob) else _name_matches(glob, name)
+
+
+def _path_covered(segments: tuple[str, ...], names: Sequence[str]) -> bool:
+    """The same walk one level up: ``**`` is the star, a segment glob the character test."""
+    s = i = 0
+    star_s, star_i = -1, 0
+    while i < len(names):
+        if s < len(segments) and segments[s] == "**":
+            star_s, star_i = s, i
+            s += 1
+        elif s < len(segments) and _segment_covers(segments[s], names[i]):
+            s += 1
+            i += 1
+        elif star_s >= 0:
+            s, star_i = star_s + 1, star_i + 1
+            i = star_i
+        else:
+            return False
+    while s < len(segments) and segments[s] == "**":
+        s += 1
+    return s == len(segments)
 
 
 def covers_path(pattern: str, path: str) -> bool:
     """Whether a normalized lease pattern covers a normalized concrete path (or resource)."""
-    if path.startswith(RESOURCE_PREFIX) or pattern.startswith(RESOURCE_PREFIX):
-        return (path.startswith(RESOURCE_PREFIX) and pattern.startswith(RESOURCE_PREFIX)
-                and _segments_meet(pattern[len(RESOURCE_PREFIX):], _escape(path[len(RESOURCE_PREFIX):])))
-    return _paths_meet(_segments(pattern), tuple(_escape(s) for s in path.split("/")))
+    shape = _shape(pattern)
+    if path.startswith(RESOURCE_PREFIX) or shape.resource:
+        return path.startswith(RESOURCE_PREFIX) and shape.resource and _segment_covers(shape.segments[0], path)
+    names = path.split("/")
+    if len(names) < shape.min_names or tuple(names[:len(shape.prefix)]) != shape.prefix:
+        return False
+    if shape.needs and not shape.needs.issubset(names):
+        return False
+    return _path_covered(shape.segments, names)
 
 
-def _escape(name: str) -> str:
-    """A concrete name as a glob that matches only itself."""
-    return re.sub(r"([*?\[\\])", r"\\\1", name)
+class _Node:
+    __slots__ = ("children", "here")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        #: leases with a pattern whose literal prefix ends at this node
+        self.here: dict[str, Lease] = {}
+
+
+class _PrefixTrie:
+    """Leases by the literal prefixes of their patterns (``src/api`` of ``src/api/*.py``). Two
+    patterns can only meet when one prefix is a prefix of the other, so the leases a pattern must be
+    tried against lie on its path from the root (shorter prefixes, the root holding the patterns
+    that start with a glob) and below its end (longer ones)."""
+
+    def __init__(self) -> None:
+        self.root = _Node()
+
+    def add(self, lease: Lease) -> None:
+        for pattern in lease.patterns:
+            node = self.root
+            for name in _shape(pattern).prefix:
+                node = node.children.setdefault(name, _Node())
+            node.here[lease.id] = lease
+
+    def remove(self, lease: Lease) -> None:
+        for pattern in lease.patterns:
+            node: _Node | None = self.root
+            for name in _shape(pattern).prefix:
+                node = node.children.get(name) if node is not None else None
+            if node is not None:
+                node.here.pop(lease.id, None)
+
+    def along(self, names: Sequence[str], found: dict[str, Lease]) -> _Node | None:
+        """Add the leases on the path of ``names`` to ``found``; the node it ends at (None if the
+        path leaves the trie)."""
+        node = self.root
+        found.update(node.here)
+        for name in names:
+            child = node.children.get(name)
+            if child is None:
+                return None
+            node = child
+            found.update(node.here)
+        return node
+
+    def meeting(self, patterns: Iterable[str]) -> dict[str, Lease]:
+        """The leases with a pattern that could meet one of ``patterns``: the trie is walked along
+        each pattern's segments (a literal follows its child, a glob the children whose name it
+        matches), taking the leases whose prefix ends on the way (their patterns go on with a glob)
+        and, where the pattern reaches ``**``, everything below."""
+        found: dict[str, Lease] = {}
+        for pattern in patterns:
+            shape = _shape(pattern)
+            stack: list[tuple[_Node, int]] = [(self.root, 0)]
+            while stack:
+                node, depth = stack.pop()
+                found.update(node.here)
+                if depth == len(shape.segments):
+                    continue  # a resource's one name, matched (a path pattern always ends with **)
+                segment = shape.segments[depth]
+                if segment == "**":
+                    below = list(node.children.values())
+                    while below:
+                        deeper = below.pop()
+                        found.update(deeper.here)
+                        below.extend(deeper.children.values())
+                elif _is_literal(segment):
+                    child = node.children.get(segment)
+                    if child is not None:
+                        stack.append((child, depth + 1))
+                else:
+                    stack.extend((child, depth + 1) for name, child in node.children.items()
+                                 if _child_matches(segment, name))
+        return found
+
+
+class LeaseIndex:
+    """Leases by the literal prefixes of their patterns, for asking which of them cover a path
+    without trying every one (``lease check``, the git guard)."""
+
+    def __init__(self, leases: Iterable[Lease]) -> None:
+        self._trie = _PrefixTrie()
+        self.size = 0
+        for lease in leases:
+            self._trie.add(lease)
+            self.size += 1
+
+    def __repr__(self) -> str:
+        return f"<LeaseIndex leases={self.size}>"
+
+    def meeting(self, patterns: Iterable[str]) -> list[Lease]:
+        """The leases with a pattern that could meet one of ``patterns`` (to try for collisions)."""
+        return list(self._trie.meeting(patterns).values())
+
+    def covering(self, path: str) -> list[Lease]:
+        """The leases with a pattern covering the normalized ``path``, each once."""
+        candidates: dict[str, Lease] = {}
+        self._trie.along(path.split("/") if not path.startswith(RESOURCE_PREFIX) else (path,), candidates)
+        return [lease for lease in candidates.values() if any(covers_path(p, path) for p in lease.patterns)]
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -364,8 +656,9 @@ class Lease:
         return "expired" if self.expires_at <= now else "active"
 
     def collides(self, other: Lease) -> bool:
-        return (self.holder != other.holder and (self.exclusive or other.exclusive)
-                and any(patterns_overlap(a, b) for a in self.patterns for b in other.patterns))
+        """Different holders in one project, one of them exclusive, patterns that can meet."""
+        return (self.holder != other.holder and self.stream == other.stream and (self.exclusive or other.exclusive)
+                and leases_overlap(self.patterns, other.patterns))
 
     def to_wire(self, now: str) -> dict[str, Any]:
         return {"id": self.id, "event_id": self.event_id, "agent": self.holder, "origin": self.origin,
@@ -387,8 +680,9 @@ def _metadata(event: Mapping[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _lease_from(event: Mapping[str, Any]) -> Lease | None:
-    """The lease an acquire event takes, or None if a (hostile or damaged) event is malformed."""
+def lease_of(event: Mapping[str, Any]) -> Lease | None:
+    """The lease an acquire event takes, as it stands when taken (nothing renewed or ended yet), or
+    None if a (hostile or damaged) event is malformed."""
     meta = _metadata(event)
     lease_id, created = event.get("correlation_id"), event.get("created_at")
     if not isinstance(lease_id, str) or not _LEASE_ID_RE.match(lease_id) or not isinstance(created, str) \
@@ -406,7 +700,11 @@ def _lease_from(event: Mapping[str, Any]) -> Lease | None:
     return Lease(id=lease_id, event_id=str(event.get("id")), holder=str(event.get("from_agent")),
                  origin=str(event.get("origin")), stream=str(event.get("stream")), patterns=request.patterns,
                  exclusive=request.exclusive, reason=request.reason, created_at=created,
-                 expires_at=add_seconds(created, request.ttl_s), ttl_s=request.ttl_s, forced=tuple(forced))
+                 expires_at=_expiry(created, request.ttl_s), ttl_s=request.ttl_s, forced=tuple(forced))
+
+
+# Cached: every derivation reads every lease of the window again (parsing a stamp is most of that).
+_expiry: Final = lru_cache(maxsize=65536)(add_seconds)
 
 
 def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, str] | None = None) -> list[Lease]:
@@ -425,7 +723,7 @@ def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, 
         if event.get("impersonation"):
             continue  # written as its holder by a daemon that did not hold that agent: it takes nothing
         if kind == ACQUIRE:
-            lease = _lease_from(event)
+            lease = lease_of(event)
             # One acquire per id; a replayed or forged duplicate id keeps the first (by order).
             if lease is not None and (lease.id not in acquires
                                       or (lease.created_at, lease.event_id) < (acquires[lease.id].created_at,
@@ -458,13 +756,62 @@ def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, 
     return ordered
 
 
+class _Standing:
+    """The leases of one project in force at the point the settlement has reached, in a prefix
+    trie (a new lease is tried only against those whose patterns could meet its own), with their
+    ends in a heap (a lease leaves as soon as it ends: ended leases cost nothing further)."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, Lease] = {}
+        self._trie = _PrefixTrie()
+        self._ends: list[tuple[str, int, Lease]] = []
+        self._pushed = 0
+        self.held: dict[str, int] = {}
+
+    def add(self, lease: Lease) -> None:
+        self.by_id[lease.id] = lease
+        self._trie.add(lease)
+        self._pushed += 1
+        heapq.heappush(self._ends, (lease.until(), self._pushed, lease))
+        self.held[lease.holder] = self.held.get(lease.holder, 0) + 1
+
+    def remove(self, lease: Lease) -> None:
+        if self.by_id.pop(lease.id, None) is None:
+            return
+        self._trie.remove(lease)
+        self.held[lease.holder] -= 1
+
+    def expire(self, stamp: str) -> None:
+        """Drop the leases no longer in force at ``stamp``."""
+        while self._ends and self._ends[0][0] <= stamp:
+            self.remove(heapq.heappop(self._ends)[2])
+
+    def candidates(self, lease: Lease) -> list[Lease]:
+        """The standing leases of other holders that could collide with ``lease``, in start order."""
+        found = self._trie.meeting(lease.patterns)
+        return sorted((e for e in found.values() if e.holder != lease.holder),
+                      key=lambda e: (e.created_at, e.event_id))
+
+
 def _settle_collisions(ordered: list[Lease]) -> None:
-    standing: list[Lease] = []
+    projects: dict[str, _Standing] = {}
     for lease in ordered:
         # In start order: a lease that ended before this one started can meet none of the rest.
-        standing = [e for e in standing if e.until() > lease.created_at]
-        rivals = [e for e in standing if e.in_force_at(lease.created_at) and e.collides(lease)]
-        winner = next((e for e in rivals if e.id not in lease.forced), None)
+        standing = projects.setdefault(lease.stream, _Standing())
+        standing.expire(lease.created_at)
+        if standing.held.get(lease.holder, 0) >= MAX_HELD:
+            lease.ended_at, lease.end = lease.created_at, "over_limit"
+            continue
+        # The first rival it did not force out wins (and the rest need not be tried); with none,
+        # every rival was named in its force and ends now.
+        rivals: list[Lease] = []
+        winner = None
+        for earlier in standing.candidates(lease):
+            if earlier.in_force_at(lease.created_at) and earlier.collides(lease):
+                if earlier.id not in lease.forced:
+                    winner = earlier
+                    break
+                rivals.append(earlier)
         if winner is not None:
             lease.ended_at, lease.end = lease.created_at, "lost"
             lease.ended_by, lease.ended_by_agent = winner.id, winner.holder
@@ -472,12 +819,22 @@ def _settle_collisions(ordered: list[Lease]) -> None:
         for forced in rivals:
             forced.ended_at, forced.end = lease.created_at, "forced"
             forced.ended_by, forced.ended_by_agent = lease.id, lease.holder
-        standing.append(lease)
+            standing.remove(forced)
+        if lease.until() > lease.created_at:
+            standing.add(lease)
 
 
-def lease_conflicts(leases: Sequence[Lease], candidate: LeaseRequest, holder: str, now: str) -> list[Lease]:
-    """The active leases of other agents a new lease by ``holder`` would collide with."""
-    probe = Lease(id="lease_" + "0" * 16, event_id="", holder=holder, origin="", stream="",
-                  patterns=candidate.patterns, exclusive=candidate.exclusive, reason=None, created_at=now,
-                  expires_at=now)
-    return [lease for lease in leases if lease.state(now) == "active" and lease.collides(probe)]
+def held_by(leases: Iterable[Lease], holder: str, stream: str, now: str) -> int:
+    """How many leases ``holder`` has active in the project ``stream`` (at most ``MAX_HELD``)."""
+    return sum(1 for lease in leases if lease.holder == holder and lease.stream == stream
+               and lease.state(now) == "active")
+
+
+def lease_conflicts(leases: Sequence[Lease], candidate: LeaseRequest, holder: str, now: str,
+                    stream: str | None = None) -> list[Lease]:
+    """The active leases of other agents (in project ``stream``, or any) a new lease by ``holder``
+    would collide with."""
+    return [lease for lease in leases
+            if lease.holder != holder and (stream is None or lease.stream == stream)
+            and (lease.exclusive or candidate.exclusive) and lease.state(now) == "active"
+            and leases_overlap(lease.patterns, candidate.patterns)]

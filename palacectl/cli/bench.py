@@ -1,8 +1,9 @@
 """palacectl's ``bench`` group: measure palace on this machine with temporary daemons.
 
 Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
-``replication``, ``mesh`` (a fleet in a full mesh) and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*`` (loaded only when the
-command runs; nothing outside their temporary homes is touched). Registered on the root app by
+``replication``, ``mesh`` (a fleet in a full mesh), ``leases`` (lease costs, honest and hostile)
+and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*``
+(loaded only when the command runs; nothing outside their temporary homes is touched). Registered on the root app by
 ``cli.root``; imports ``cli.common`` only.
 """
 
@@ -78,6 +79,19 @@ def bench_mesh(
     from ..bench_mesh import run_mesh_bench
 
     result = run_mesh_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+@bench_app.command("leases")
+def bench_leases(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure what leases cost a daemon: lease check with 1,000 active leases, and the worst leases allowed."""
+    from ..bench_leases import run_leases_bench
+
+    result = run_leases_bench(quick=quick, progress=not json_)
     if json_:
         emit_json(result)
 

@@ -98,6 +98,8 @@ class Context:
     watchers: dict[int, Watcher] = field(default_factory=dict)
     #: correlation ids of the stalled tasks among the recent ones (the task reconciler's last look)
     stalled_tasks: list[str] = field(default_factory=list)
+    #: the leases as last derived (handlers.leases.LeaseBook, made on first use)
+    lease_book: Any = None
     #: when it was last logged that unfinished tasks were left out of task listings (monotonic)
     unsettled_capped_logged_at: float | None = None
     #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)

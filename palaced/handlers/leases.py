@@ -10,26 +10,33 @@ number of replicas; it runs when lease events arrive and at start.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import Any, Final
+
+import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.leases import (
     ACQUIRE,
     CONFLICT,
     LEASE_ROOM,
-    LEASE_TYPES,
+    MAX_HELD,
     MAX_TTL_S,
     RELEASE,
     RENEW,
     Lease,
+    LeaseIndex,
     LeaseRequest,
     check_ttl,
     covers_path,
     derive_leases,
+    held_by,
     lease_conflicts,
+    lease_of,
     normalize_path,
 )
 from palace_proto.stamps import add_seconds, format_duration
@@ -40,13 +47,16 @@ from ..store import WriteContext
 from ..store.clock import utc_now as _now
 from .context import Context
 
-__all__ = ["OPS", "LeaseConflict", "LeaseReconciler", "current_leases"]
+__all__ = ["OPS", "LeaseBook", "LeaseConflict", "LeaseReconciler", "LeaseSnapshot", "current_leases"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.leases")
 # Why a day on top of the longest TTL: clocks of the machines that wrote the events may differ.
 WINDOW_SLACK_S: Final = 86400
 # Why 20,000: lease events of a month in a busy palace; the newest are kept if there are more.
 MAX_LEASE_EVENTS: Final = 20_000
+# The events a derivation reads: a lease.conflict notice changes no lease, so it neither triggers
+# a new derivation nor makes a writer re-derive (the reconciler reads the notices itself).
+DERIVED_FROM: Final = (ACQUIRE, RELEASE, RENEW)
 # Why 500 paths: what one `lease check` or one commit's guard asks at once is checked in one call;
 # the guard sends bigger commits in chunks.
 MAX_CHECK_PATHS: Final = 500
@@ -64,15 +74,82 @@ def _revoked_origins(ctx: Context) -> dict[str, str]:
             for origin in directory.origins_of_peer(revocation.peer_id)}
 
 
-async def _lease_events(ctx: Context, stream: str | None) -> list[dict[str, Any]]:
-    since = add_seconds(_now(), -(MAX_TTL_S + WINDOW_SLACK_S))
-    return await ctx.astore.read(ctx.store.lease_events, sorted(LEASE_TYPES), since, stream, MAX_LEASE_EVENTS)
+def _window_start() -> str:
+    return add_seconds(_now(), -(MAX_TTL_S + WINDOW_SLACK_S))
 
 
-async def current_leases(ctx: Context, stream: str | None = None) -> tuple[list[Lease], list[dict[str, Any]]]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseSnapshot:
+    """Every lease of the window as derived at one point, with what it was derived from."""
+
+    leases: list[Lease]
+    events: list[dict[str, Any]]
+    #: the newest lease event's seq when the events were read (a writer job compares it)
+    seq: int
+    revoked: dict[str, str]
+    #: the leases that had not ended when derived, by pattern prefix (for lease check)
+    index: LeaseIndex
+
+
+class LeaseBook:
+    """The derived leases, kept until something they depend on changes: a committed lease event
+    (local or replicated), an agent record (impersonations take nothing), a revocation, or the
+    minute (the window slides). Deriving runs in a worker thread, one at a time: a lease
+    operation never holds the event loop for longer than a lookup (issue 25, finding 6)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._watch = ctx.bus.watch_types(frozenset(DERIVED_FROM))
+        self._lock = trio.Lock()
+        self._key: tuple[Any, ...] | None = None
+        self._snapshot: LeaseSnapshot | None = None
+        self.derivations = 0
+
+    def __repr__(self) -> str:
+        return f"<LeaseBook derivations={self.derivations} generation={self._watch.generation}>"
+
+    @classmethod
+    def of(cls, ctx: Context) -> LeaseBook:
+        if ctx.lease_book is None:
+            ctx.lease_book = cls(ctx)
+        return ctx.lease_book  # type: ignore[no-any-return]
+
+    def _current_key(self, revoked: dict[str, str]) -> tuple[Any, ...]:
+        return (self._watch.generation, id(self._ctx.store.agents.records), tuple(sorted(revoked.items())),
+                int(time.time() // 60))
+
+    async def snapshot(self, *, fresh: bool = False) -> LeaseSnapshot:
+        """The leases as derived from what is committed now; unless ``fresh``, the last snapshot
+        while a newer one is being derived (a reader concurrent with a lease event may see the
+        state just before it; whoever wrote that event waits for the fresh one before answering)."""
+        revoked = _revoked_origins(self._ctx)
+        key = self._current_key(revoked)
+        if self._snapshot is not None and (self._key == key or (self._lock.locked() and not fresh)):
+            return self._snapshot
+        async with self._lock:
+            key = self._current_key(revoked)  # taken before reading: what lands meanwhile is read next time
+            if self._snapshot is None or self._key != key:
+                self._snapshot = await self._ctx.astore.read(self._derive, revoked)
+                self._key = key
+                self.derivations += 1
+            return self._snapshot
+
+    def _derive(self, revoked: dict[str, str]) -> LeaseSnapshot:
+        store = self._ctx.store
+        seq = store.lease_seq(DERIVED_FROM)
+        events = store.agents.annotate(store.lease_events(DERIVED_FROM, _window_start(), None, MAX_LEASE_EVENTS))
+        leases = derive_leases(events, revoked=revoked)
+        now = _now()  # what ended before now never stands again; the rest is asked with the then time
+        return LeaseSnapshot(leases, events, seq, revoked, LeaseIndex(lease for lease in leases if lease.until() > now))
+
+
+async def current_leases(ctx: Context, stream: str | None = None, *,
+                         fresh: bool = False) -> tuple[list[Lease], list[dict[str, Any]]]:
     """Every lease of the window (of one project's stream, or all), and the raw events."""
-    events = ctx.store.agents.annotate(await _lease_events(ctx, stream))  # impersonations take nothing
-    return derive_leases(events, revoked=_revoked_origins(ctx)), events
+    snapshot = await LeaseBook.of(ctx).snapshot(fresh=fresh)
+    if stream is None:
+        return snapshot.leases, snapshot.events
+    return [lease for lease in snapshot.leases if lease.stream == stream], snapshot.events
 
 
 def _describe(lease: Lease) -> str:
@@ -85,6 +162,12 @@ def _agent(args: Mapping[str, Any]) -> str:
     return clean_required("agent", args.get("agent"))
 
 
+def _refusal(rivals: list[Lease], now: str) -> LeaseConflict:
+    return LeaseConflict("lease refused: " + "; ".join(_describe(r) for r in rivals)
+                         + ". Wait for it, ask its holder, or take it anyway with --force (they are told)",
+                         detail={"holders": [r.to_wire(now) for r in rivals]})
+
+
 async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     agent = _agent(args)
@@ -94,12 +177,18 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     if not isinstance(force, bool):
         raise ValidationError("force must be true or false", field="force")
     stream = project_stream(project)
-    leases, _ = await current_leases(ctx, stream)
-    rivals = lease_conflicts(leases, request, agent, _now())
+    # Fresh: a rival the snapshot missed would make the write refuse what --force meant to take.
+    snapshot = await LeaseBook.of(ctx).snapshot(fresh=True)
+    now = _now()
+    if held_by(snapshot.leases, agent, stream, now) >= MAX_HELD:
+        raise ValidationError(f"{agent} already holds {MAX_HELD} leases in {project}, the most one agent may: "
+                              "release some (`palacectl lease release`) or lease a directory that covers them",
+                              field="patterns")
+    # In a worker thread: a hostile lease can cost a few milliseconds per pair to decide.
+    rivals = await trio.to_thread.run_sync(
+        lambda: lease_conflicts(snapshot.index.meeting(request.patterns), request, agent, now, stream))
     if rivals and not force:
-        raise LeaseConflict("lease refused: " + "; ".join(_describe(r) for r in rivals)
-                            + ". Wait for it, ask its holder, or take it anyway with --force (they are told)",
-                            detail={"holders": [r.to_wire(_now()) for r in rivals]})
+        raise _refusal(rivals, now)
     lease_id = "lease_" + os.urandom(8).hex()
     mode = "exclusive" if request.exclusive else "shared"
     body = f"{agent} leases {', '.join(request.patterns)} ({mode}, {format_duration(request.ttl_s)})"
@@ -111,35 +200,37 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         {"type": ACQUIRE, "stream": stream, "room": LEASE_ROOM, "topic": project, "from_agent": agent,
          "correlation_id": lease_id, "body": body, "metadata": request.metadata([r.id for r in rivals])},
         ctx.limits)
-    since = add_seconds(_now(), -(MAX_TTL_S + WINDOW_SLACK_S))
-    revoked = _revoked_origins(ctx)
     forced_ids = {r.id for r in rivals}
 
     def job(w: WriteContext) -> dict[str, Any]:
-        # Checked again in the transaction that writes it: two acquires on this daemon never both pass.
-        now = _now()
-        events = ctx.store.agents.annotate(w.lease_events(sorted(LEASE_TYPES), since, stream, MAX_LEASE_EVENTS))
-        fresh = [r for r in lease_conflicts(derive_leases(events, revoked=revoked), request, agent, now)
-                 if r.id not in forced_ids]
-        if fresh:
-            raise LeaseConflict("lease refused: " + "; ".join(_describe(r) for r in fresh)
-                                + ". Wait for it, ask its holder, or take it anyway with --force (they are told)",
-                                detail={"holders": [r.to_wire(now) for r in fresh]})
+        # Checked again in the transaction that writes it, so two acquires on this daemon never both
+        # pass; derived again only if a lease event came in since the snapshot (the writer must not
+        # spend its time on a derivation the snapshot already holds).
+        if w.lease_seq(DERIVED_FROM) != snapshot.seq:
+            events = ctx.store.agents.annotate(w.lease_events(DERIVED_FROM, _window_start(), stream,
+                                                              MAX_LEASE_EVENTS))
+            leases = derive_leases(events, revoked=snapshot.revoked)
+            now = _now()
+            fresh = [r for r in lease_conflicts(leases, request, agent, now, stream) if r.id not in forced_ids]
+            if fresh:
+                raise _refusal(fresh, now)
+            if held_by(leases, agent, stream, now) >= MAX_HELD:
+                raise ValidationError(f"{agent} already holds {MAX_HELD} leases in {project}, the most one agent "
+                                      "may: release some first", field="patterns")
         return w.append(req)
 
     event = await ctx.astore.write(job)
-    leases, _ = await current_leases(ctx, stream)
-    mine = next((lease for lease in leases if lease.id == lease_id), None)
+    # Derived again before answering: whoever the agent tells next finds the lease in every read.
+    await LeaseBook.of(ctx).snapshot(fresh=True)
+    # The lease as its event takes it: checked against every rival in the transaction that wrote it.
+    mine = lease_of(event)
     return {"lease": mine.to_wire(_now()) if mine else None, "event": event,
             "forced": [r.to_wire(_now()) for r in rivals]}
 
 
 async def _own_lease(ctx: Context, args: Mapping[str, Any]) -> tuple[Lease, str]:
     lease_id = clean_required("lease_id", args.get("lease_id"))
-    # Only its project's leases decide its state: find its stream first, not every project's leases.
-    own = await ctx.astore.read(ctx.store.events_by_correlation, lease_id)
-    stream = next((e["stream"] for e in own if e["type"] == ACQUIRE), None)
-    leases, _ = await current_leases(ctx, stream) if stream is not None else ([], [])
+    leases, _ = await current_leases(ctx, fresh=True)
     lease = next((lease for lease in leases if lease.id == lease_id), None)
     if lease is None:
         raise NotFound(f"no lease {lease_id!r} (see `palacectl lease list --all`)")
@@ -171,7 +262,7 @@ async def lease_renew(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         ttl_s = check_ttl(ttl)
     event = await _write_change(ctx, RENEW, lease, agent, f"{agent} renews {lease.id} for {format_duration(ttl_s)}",
                                 {"ttl_s": ttl_s})
-    leases, _ = await current_leases(ctx, lease.stream)
+    leases, _ = await current_leases(ctx, lease.stream, fresh=True)
     renewed = next(x for x in leases if x.id == lease.id)
     return {"lease": renewed.to_wire(_now()), "event": event}
 
@@ -181,7 +272,7 @@ async def lease_release(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     if args.get("all") is True:
         agent = _agent(args)
         project = clean_optional("project", args.get("project"))
-        leases, _ = await current_leases(ctx, project_stream(project) if project else None)
+        leases, _ = await current_leases(ctx, project_stream(project) if project else None, fresh=True)
         now = _now()
         released = []
         for lease in leases:
@@ -202,11 +293,16 @@ async def lease_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     include_all = args.get("all", False) is True
     leases, _ = await current_leases(ctx, project_stream(project) if project else None)
     now = _now()
-    shown = [lease.to_wire(now) for lease in leases
-             if (include_all or lease.state(now) == "active")
-             and (agent is None or lease.holder == agent)
-             and (path is None or any(covers_path(p, path) for p in lease.patterns))]
-    return {"leases": shown, "count": len(shown), "now": now}
+
+    def shown() -> list[dict[str, Any]]:
+        return [lease.to_wire(now) for lease in leases
+                if (include_all or lease.state(now) == "active")
+                and (agent is None or lease.holder == agent)
+                and (path is None or any(covers_path(p, path) for p in lease.patterns))]
+
+    # In a worker thread: a month of leases takes tens of milliseconds to put on the wire.
+    listed = await trio.to_thread.run_sync(shown)
+    return {"leases": listed, "count": len(listed), "now": now}
 
 
 async def lease_check(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -218,12 +314,14 @@ async def lease_check(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if len(raw) > MAX_CHECK_PATHS:
         raise ValidationError(f"lease check takes at most {MAX_CHECK_PATHS} paths per call", field="paths")
     paths = [normalize_path(p) for p in raw]
-    leases, _ = await current_leases(ctx, project_stream(project) if project else None)
+    stream = project_stream(project) if project else None
+    snapshot = await LeaseBook.of(ctx).snapshot()
     now = _now()
-    active = [lease for lease in leases if lease.state(now) == "active" and lease.exclusive and lease.holder != agent]
     blocked = []
     for path in paths:
-        holders = [lease.to_wire(now) for lease in active if any(covers_path(p, path) for p in lease.patterns)]
+        holders = [lease.to_wire(now) for lease in snapshot.index.covering(path)
+                   if lease.exclusive and lease.holder != agent and (stream is None or lease.stream == stream)
+                   and lease.state(now) == "active"]
         if holders:
             blocked.append({"path": path, "leases": holders})
     return {"ok": not blocked, "blocked": blocked, "checked": len(paths)}
@@ -249,7 +347,7 @@ class LeaseReconciler:
         return f"<LeaseReconciler told={self.told}>"
 
     async def run(self) -> None:
-        watch = self.ctx.bus.watch_types(LEASE_TYPES)
+        watch = self.ctx.bus.watch_types(frozenset(DERIVED_FROM))
         while True:
             try:
                 await self.reconcile()
@@ -261,31 +359,38 @@ class LeaseReconciler:
         ctx = self.ctx
         if ctx.membership is not None and ctx.membership.role == "observer":
             return 0
-        leases, events = await current_leases(ctx)
-        told = {e.get("correlation_id") for e in events if e.get("type") == CONFLICT}
+        leases, _ = await current_leases(ctx, fresh=True)
         own = ctx.store.origin_id
-        written = 0
-        for lease in leases:
-            if lease.end not in ("lost", "forced") or lease.origin != own or lease.id in told:
-                continue
-            why = ("was taken on both sides of a partition; the earlier lease wins" if lease.end == "lost"
-                   else "was forced out with --force")
-            req = AppendRequest.from_wire(
-                {"type": CONFLICT, "stream": lease.stream, "room": LEASE_ROOM, "from_agent": "palaced",
-                 "to_agent": lease.holder, "correlation_id": lease.id,
-                 "body": (f"Your lease {lease.id} on {', '.join(lease.patterns)} ended: it {why}. "
-                          f"{lease.ended_by_agent} holds {lease.ended_by}. Stop editing those paths; "
-                          "`palacectl lease list` shows who holds what."),
-                 "metadata": {"lease_id": lease.id, "winner_lease_id": lease.ended_by,
-                              "winner_agent": lease.ended_by_agent, "end": lease.end,
-                              "patterns": list(lease.patterns)}},
-                ctx.limits)
+        lost = [lease for lease in leases if lease.end in ("lost", "forced") and lease.origin == own]
+        if not lost:
+            return 0
+        notices = await ctx.astore.read(lambda: ctx.store.lease_events((CONFLICT,), _window_start(), None,
+                                                                         MAX_LEASE_EVENTS))
+        told = {e.get("correlation_id") for e in notices}
+        requests = [self._notice(lease) for lease in lost if lease.id not in told]
+        if not requests:
+            return 0
 
-            def job(w: WriteContext, req: AppendRequest = req) -> dict[str, Any]:
-                return w.append(req)
+        # One transaction for every notice: a forced batch of leases costs the writer one job.
+        def job(w: WriteContext) -> int:
+            for req in requests:
+                w.append(req)
+            return len(requests)
 
-            await ctx.astore.write(job)
-            written += 1
+        written = await ctx.astore.write(job)
         self.told += written
         return written
 
+    def _notice(self, lease: Lease) -> AppendRequest:
+        why = ("was taken on both sides of a partition; the earlier lease wins" if lease.end == "lost"
+               else "was forced out with --force")
+        return AppendRequest.from_wire(
+            {"type": CONFLICT, "stream": lease.stream, "room": LEASE_ROOM, "from_agent": "palaced",
+             "to_agent": lease.holder, "correlation_id": lease.id,
+             "body": (f"Your lease {lease.id} on {', '.join(lease.patterns)} ended: it {why}. "
+                      f"{lease.ended_by_agent} holds {lease.ended_by}. Stop editing those paths; "
+                      "`palacectl lease list` shows who holds what."),
+             "metadata": {"lease_id": lease.id, "winner_lease_id": lease.ended_by,
+                          "winner_agent": lease.ended_by_agent, "end": lease.end,
+                          "patterns": list(lease.patterns)}},
+            self.ctx.limits)

@@ -159,6 +159,17 @@ def lease_events(store: Store, types: Sequence[str], since_created_at: str, stre
     return events_of_types_since(store._reader(), types, since_created_at, stream, limit)
 
 
+def latest_seq_of_types(conn: apsw.Connection, types: Sequence[str]) -> int:
+    """The seq of the newest event of one of ``types`` (0 if none): one index probe per type, so a
+    writer job can tell cheaply whether anything of those types came in since it last looked."""
+    return max((conn.execute("SELECT max(seq) FROM events WHERE type = ?", (kind,)).fetchone()[0] or 0)
+               for kind in types)
+
+
+def lease_seq(store: Store, types: Sequence[str]) -> int:
+    return latest_seq_of_types(store._reader(), types)
+
+
 def events_of_types_since(conn: apsw.Connection, types: Sequence[str], since_created_at: str, stream: str | None,
                           limit: int) -> list[dict[str, Any]]:
     """Events of ``types`` created since ``since_created_at`` (of one stream, or all), the newest

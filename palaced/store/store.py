@@ -161,6 +161,7 @@ class Store:
 
     get_event = queries.get_event
     lease_events = queries.lease_events
+    lease_seq = queries.lease_seq
     resolve_seq = queries.resolve_seq
     latest = queries.latest
     list_events = queries.list_events

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet import api, ctl_json, peer_id, wait_converged, wait_until
-from tests.helpers import init_repo, run_ctl, run_ctl_process, run_git
+from tests.helpers import RawClient, init_repo, run_ctl, run_ctl_process, run_git
 
 
 def acquire(home, agent, *patterns, **flags):
@@ -93,7 +93,7 @@ def test_a_lease_nobody_renews_expires(ctl, daemon):
     (["lease", "renew", "lease_0000000000000000"], "no lease"),
     (["lease", "release", "--agent", "a"], "name one lease id"),
     (["lease", "check", *[f"f{i}" for i in range(501)], "--agent", "a"], "at most 500 paths per call"),
-    (["lease", "acquire", *[f"p{i}" for i in range(33)], "--agent", "a", "--project", "p"], "at most 32 patterns"),
+    (["lease", "acquire", *[f"p{i}" for i in range(17)], "--agent", "a", "--project", "p"], "at most 16 patterns"),
     (["lease", "acquire", "x" * 300, "--agent", "a", "--project", "p"], "longer than 256 characters"),
 ])
 def test_bad_lease_input_is_one_clear_line(ctl, daemon, args, message):
@@ -219,3 +219,48 @@ def test_the_leases_of_a_revoked_daemon_end_with_it(fleet):
     states = {x["id"]: x["state"] for x in ctl_json(a.home, "lease", "list", "--all")["leases"]}
     assert states[held["id"]] == "revoked"
     assert acquire(a.home, "alpha-agent", "src/x.py").returncode == 0  # the path is free again
+
+
+def test_the_worst_leases_a_member_may_write_never_stall_the_daemon(daemon):
+    """Guards issue 25 finding 6: nine hostile agents forcing in the costliest leases the bounds
+    allow (16 patterns of 16 segments and 8 wildcards, no literal prefix) cost the daemon a bounded
+    amount each, off its event loop: pings keep answering, and lease check still answers exactly.
+    Before, nine such leases made every ping and every lease operation wait 5-12 s."""
+    import threading
+
+    from palacectl.bench_leases import worst_patterns
+
+    home = daemon.home
+    assert api(home, "lease_acquire", agent="honest", project="demo", patterns=["src/api/**"])["lease"]
+    pings: list[float] = []
+    stop = threading.Event()
+
+    def ping_forever() -> None:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            api(home, "ping")
+            pings.append(time.monotonic() - t0)
+            time.sleep(0.01)
+
+    pinger = threading.Thread(target=ping_forever, daemon=True)
+    pinger.start()
+    try:
+        for agent in range(9):
+            taken = api(home, "lease_acquire", agent=f"mallory{agent}", project="demo",
+                        patterns=worst_patterns(agent), force=True)
+            assert taken["lease"]["patterns"] == worst_patterns(agent)
+        for _ in range(5):
+            check = api(home, "lease_check", agent="bob", project="demo",
+                        paths=["src/api/x.py", "docs/readme.md", "a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p"])
+            assert [b["path"] for b in check["blocked"]] == ["src/api/x.py"]
+            assert {lease["agent"] for lease in check["blocked"][0]["leases"]} == {"honest"}
+            assert api(home, "lease_list", project="demo")["count"] >= 2
+    finally:
+        stop.set()
+        pinger.join()
+    # A stall would be seconds; one second is far above a loaded CI machine's scheduling noise.
+    assert pings and max(pings) < 1.0, f"slowest ping {max(pings):.2f} s"
+    with RawClient(home / "palaced.sock") as client:
+        client.hello()
+        refused = client.request("lease_acquire", agent="mallory0", project="demo", patterns=["/".join(["d"] * 17)])
+    assert refused["ok"] is False and "at most 16" in refused["error"]["message"]

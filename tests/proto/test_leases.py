@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import random
@@ -10,15 +11,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from palace_proto import leases as leases_module
 from palace_proto.errors import ValidationError
 from palace_proto.leases import (
     ACQUIRE,
+    MAX_HELD,
+    MAX_PATTERNS,
+    MAX_SEGMENTS,
+    MAX_WILDCARDS,
+    PAIR_BUDGET,
     RELEASE,
     RENEW,
+    LeaseIndex,
     LeaseRequest,
     covers_path,
     derive_leases,
     lease_conflicts,
+    leases_overlap,
     normalize_path,
     normalize_pattern,
     patterns_overlap,
@@ -139,15 +148,109 @@ def test_overlap_never_misses_a_path_both_patterns_cover(a, b, names):
         assert patterns_overlap(na, nb)
 
 
-def test_hostile_patterns_are_decided_conservatively_without_deep_work():
-    """Guards the derivation against a peer's pathological globs: a test that would take more
-    than MAX_CELLS steps answers "overlap" at once (the same verdict on every replica), and no
-    pattern length can reach the interpreter's recursion limit."""
-    nasty = normalize_pattern("*a" * 120)
-    assert patterns_overlap(nasty, normalize_pattern("b" * 250)) is True  # conservative, undecided
-    assert patterns_overlap(normalize_pattern("*a" * 20), normalize_pattern("b" * 60)) is False  # decided
-    deep = normalize_pattern("/".join(["*"] * 120))
-    assert patterns_overlap(deep, normalize_pattern("/".join(["x"] * 120))) is True
+def _worst_pattern(lease_no: int, index: int) -> str:
+    """The costliest pattern shape a lease may hold: 16 segments, 8 wildcards, 255 characters,
+    no literal first segment (no index key), distinct from every other such pattern."""
+    segments = [f"*{lease_no:03d}{index:02d}{k:02d}".ljust(15, "q") for k in range(7)]
+    segments += [f"n{k:02d}".ljust(15, "q") for k in range(7, 15)]
+    segments.append(f"[a-z]{lease_no:04d}{index:02d}".ljust(15, "z"))
+    return normalize_pattern("/".join(segments))
+
+
+def test_hostile_patterns_beyond_the_bounds_are_refused():
+    """Guards issue 25 finding 6: a lease holds at most 16 patterns of 16 segments and 8 wildcards."""
+    for bad in ["/".join(["d"] * (MAX_SEGMENTS + 1)), "*a" * (MAX_WILDCARDS + 1), "**/" * MAX_WILDCARDS + "*x",
+                "res:" + "?" * (MAX_WILDCARDS + 1)]:
+        with pytest.raises(ValidationError, match="at most"):
+            normalize_pattern(bad)
+    assert normalize_pattern("/".join(["d"] * MAX_SEGMENTS)) and normalize_pattern("*a" * MAX_WILDCARDS)
+    assert len(_worst_pattern(1, 1)) <= 256
+    with pytest.raises(ValidationError, match="at most 16 patterns"):
+        LeaseRequest.from_wire({"patterns": [f"x{i}" for i in range(MAX_PATTERNS + 1)]})
+
+
+def test_a_pair_of_the_worst_leases_is_decided_within_its_budget_the_same_way_every_time():
+    """Guards issue 25 finding 6: deciding two leases costs at most PAIR_BUDGET steps (counted from
+    the patterns alone, so every replica stops at the same point) and beyond it they overlap."""
+    a = tuple(_worst_pattern(1, i) for i in range(MAX_PATTERNS))
+    b = tuple(_worst_pattern(2, i) for i in range(MAX_PATTERNS))
+    unlimited = leases_module._Budget(10**12)
+    assert not any(leases_module._shapes_overlap(leases_module._shape(x), leases_module._shape(y), unlimited)
+                   for x in a for y in b)  # they never overlap...
+    assert 10**12 - unlimited.left > PAIR_BUDGET  # ...but saying so would take more than the budget
+    leases_module.leases_overlap.cache_clear()
+    assert leases_overlap(a, b) is True and leases_overlap(tuple(reversed(b)), a) is True
+    assert leases_overlap(a[:1], b[:1]) is False  # one pair fits in the budget: decided exactly
+    assert leases_overlap(("src/api",), ("src/web", *b)) is False  # an ordinary lease is still decided exactly
+
+
+_GLOBS = st.lists(st.text(alphabet="ab*?[]!-", min_size=1, max_size=5), min_size=1, max_size=3)
+
+
+@given(st.lists(_GLOBS.map("/".join), min_size=1, max_size=4), st.lists(_GLOBS.map("/".join), min_size=1, max_size=4),
+       st.randoms())
+def test_the_verdict_on_two_leases_does_not_depend_on_pattern_order(a, b, rng):
+    try:
+        na = tuple(dict.fromkeys(normalize_pattern(p) for p in a))
+        nb = tuple(dict.fromkeys(normalize_pattern(p) for p in b))
+    except ValidationError:
+        return
+    expected = any(patterns_overlap(x, y) for x in na for y in nb)
+    shuffled = list(nb)
+    rng.shuffle(shuffled)
+    assert leases_overlap(na, tuple(shuffled)) == leases_overlap(nb, na) == expected
+
+
+def _reference_covers(segments: list[str], names: list[str]) -> bool:
+    """Glob semantics by plain recursion over fnmatch (slow, obviously right)."""
+    if not segments:
+        return True  # the implicit ** at the end: everything under what it names
+    head, rest = segments[0], segments[1:]
+    if head == "**":
+        return any(_reference_covers(rest, names[i:]) for i in range(len(names) + 1))
+    return bool(names) and fnmatch.fnmatchcase(names[0], head) and _reference_covers(rest, names[1:])
+
+
+@given(_GLOBS, st.lists(st.text(alphabet="ab-]", min_size=1, max_size=4), min_size=1, max_size=4))
+def test_covers_path_agrees_with_plain_glob_matching(segments, names):
+    """Guards the linear matcher of lease check and the git guard against a wrong answer."""
+    try:
+        pattern, path = normalize_pattern("/".join(segments)), normalize_path("/".join(names))
+    except ValidationError:
+        return
+    if any(c in seg for seg in pattern.split("/") for c in "[]"):
+        return  # fnmatch reads brackets its own way ([!] and unclosed classes); covered by the table above
+    assert covers_path(pattern, path) == _reference_covers(pattern.split("/"), path.split("/"))
+
+
+def test_the_lease_index_finds_exactly_the_leases_covering_a_path():
+    pats = [["src/api/**"], ["src/*.py"], ["**/test_*"], ["docs"], ["res:db"], ["res:d*"], ["*/api/x.py", "lib"]]
+    leases = derive_leases([acquire(lid(i), f"agent{i}", p, t=i) for i, p in enumerate(pats)])
+    index = LeaseIndex(leases)
+    for path in ["src/api/x.py", "src/a.py", "lib/test_x", "docs/a/b.md", "res:db", "elsewhere", "lib"]:
+        brute = [lease.id for lease in leases if any(covers_path(p, path) for p in lease.patterns)]
+        assert sorted(lease.id for lease in index.covering(path)) == sorted(brute), path
+
+
+def test_an_agent_holds_at_most_max_held_leases_in_a_project_on_every_replica():
+    """Guards issue 25 finding 6: leases past an agent's bound end at once (over_limit), whatever
+    the arrival order; one that ended makes room; another project has its own count."""
+    events = [acquire(lid(i), "a", [f"d{i}"], t=i) for i in range(MAX_HELD + 2)]
+    events.append(change(RELEASE, lid(0), "a", t=MAX_HELD + 5))
+    events.append(acquire(lid(500), "a", ["late"], t=MAX_HELD + 10))
+    other = dict(acquire(lid(600), "a", ["d0"], t=MAX_HELD + 1), stream="project/other")
+    rng = random.Random(3)
+    for _ in range(5):
+        shuffled = [*events, other]
+        rng.shuffle(shuffled)
+        got = states(derive_leases(shuffled), at(MAX_HELD + 20))
+        assert [got[lid(i)] for i in (MAX_HELD, MAX_HELD + 1)] == ["over_limit", "over_limit"]
+        assert got[lid(MAX_HELD - 1)] == "active" and got[lid(500)] == "active" and got[lid(600)] == "active"
+
+
+def test_leases_of_different_projects_never_collide():
+    events = [acquire(lid(1), "a", ["src/**"]), dict(acquire(lid(2), "b", ["src/**"], t=1), stream="project/q")]
+    assert set(states(derive_leases(events), at(2)).values()) == {"active"}
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -274,3 +377,38 @@ def test_pairs_of_patterns_overlap_symmetrically():
     pats = [normalize_pattern(p) for p in ["a/**", "a/b", "*.c", "/x.c", "a/*/c", "res:q", "res:*"]]
     for x, y in itertools.product(pats, repeat=2):
         assert patterns_overlap(x, y) == patterns_overlap(y, x)
+
+
+@given(st.lists(_GLOBS.map("/".join), min_size=1, max_size=6), _GLOBS.map("/".join))
+def test_the_prefix_trie_never_leaves_out_a_lease_that_could_collide(held, wanted):
+    """Guards the settlement's index: a lease is only tried against the trie's candidates, so every
+    lease whose patterns overlap the new one must be among them."""
+    try:
+        held_patterns = [normalize_pattern(p) for p in held] + ["res:a", "res:a*"]
+        want = normalize_pattern(wanted)
+    except ValidationError:
+        return
+    leases = derive_leases([acquire(lid(i), f"agent{i}", [p], t=i, shared=True)
+                            for i, p in enumerate(held_patterns)])
+    trie = leases_module._PrefixTrie()
+    for lease in leases:
+        trie.add(lease)
+    found = trie.meeting([want])
+    for lease in leases:
+        if patterns_overlap(lease.patterns[0], want):
+            assert lease.id in found, (lease.patterns, want)
+
+
+def test_patterns_apart_at_their_first_segments_are_decided_in_a_step_or_two():
+    """Guards issue 25 finding 6: before any ** a name both patterns match sits at the same depth,
+    so a pair is told apart segment by segment, without the full matching of every segment pair."""
+    honest = leases_module._shape("new/n1/**")
+    hostile = leases_module._shape(_worst_pattern(3, 4))
+    budget = leases_module._Budget(10**6)
+    assert leases_module._shapes_overlap(honest, hostile, budget) is False
+    first = (len(leases_module._tokens("new")) + 1) * (len(leases_module._tokens(hostile.segments[0])) + 1)
+    assert 10**6 - budget.left == first  # one segment pair was charged, nothing more
+    plain = leases_module._Budget(10**6)
+    assert leases_module._shapes_overlap(leases_module._shape("src/*/x.py"), leases_module._shape("src/api/*"),
+                                         plain) is True  # a ** at the end of one takes the rest
+    assert patterns_overlap("src/**/x.py", "src/api/*") and not patterns_overlap("src/*/x.py", "src/a/b/x.py")
