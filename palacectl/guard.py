@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from palace_proto.text import printable
+
 from .files import write_atomically
 from .git import run_git
 
@@ -208,15 +210,18 @@ def run_hook(hook: str, repo: Path, stdin: bytes, check: Check, *, mode: str, sa
             holders.setdefault(lease["id"], lease)
     verb = "would be refused" if mode == "warn" else "refused"
     lines = [f"palace guard: this {hook[4:]} {verb}: it touches paths under another agent's exclusive lease:"]
+    # Every value below was written by another member: shown escaped (a reason with bidi overrides
+    # or C1 controls must not rewrite what the committer reads in the terminal).
     for item in blocked[:20]:
-        owners = ", ".join(f"{lease['agent']} ({lease['id']})" for lease in item["leases"])
-        lines.append(f"  {item['path']}  — held by {owners}")
+        owners = ", ".join(f"{printable(lease['agent'])} ({printable(lease['id'])})" for lease in item["leases"])
+        lines.append(f"  {printable(item['path'], 300)}  — held by {owners}")
     if len(blocked) > 20:
         lines.append(f"  … and {len(blocked) - 20} more path(s)")
-    for lease in holders.values():
-        reason = f", reason: {lease['reason']}" if lease.get("reason") else ""
-        lines.append(f"  {lease['id']}: {lease['agent']} holds {', '.join(lease['patterns'])} until "
-                     f"{lease['expires_at'][:19]}Z{reason}")
+    for lease in list(holders.values())[:20]:
+        reason = f", reason: {printable(lease['reason'], 200)}" if lease.get("reason") else ""
+        patterns = printable(", ".join(map(str, lease["patterns"])), 300)
+        lines.append(f"  {printable(lease['id'])}: {printable(lease['agent'])} holds {patterns} until "
+                     f"{printable(str(lease['expires_at'])[:19])}Z{reason}")
     lines.append("  To proceed: ask the holder to release it (palacectl lease release ID), wait for it to expire, "
                  "or take it with `palacectl lease acquire PATTERN --force` (they are told); "
                  "PALACE_GUARD=warn git … lets this one through with a warning.")

@@ -11,6 +11,7 @@ import sys
 from typing import Annotated, Any, Optional
 
 import typer
+from palace_proto.text import printable
 
 from ..output import EXIT_FAILED, emit_json, note, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon
@@ -26,14 +27,15 @@ TtlOpt = Annotated[Optional[str], typer.Option("--ttl", help="How long it lasts 
 
 def describe_lease(lease: dict[str, Any]) -> str:
     """One line: who holds what, how, why and until when."""
-    reason = f" — {lease['reason']}" if lease.get("reason") else ""
-    state = lease["state"]
-    until = lease["expires_at"][:19] + "Z"
+    # Escaped: another member wrote these (bidi overrides, C1 controls stay visible as escapes).
+    reason = f" — {printable(lease['reason'], 200)}" if lease.get("reason") else ""
+    state = printable(lease["state"])
+    until = printable(str(lease["expires_at"])[:19]) + "Z"
     tail = f"until {until}" if state == "active" else state
     if state in ("lost", "forced") and lease.get("ended_by_agent"):
-        tail += f" (to {lease['ended_by_agent']}, {lease['ended_by']})"
-    return (f"{lease['id']}  {lease['agent']}  {lease['mode']}  {', '.join(lease['patterns'])}  "
-            f"[{lease['project']}] {tail}{reason}")
+        tail += f" (to {printable(lease['ended_by_agent'])}, {printable(lease['ended_by'])})"
+    return (f"{printable(lease['id'])}  {printable(lease['agent'])}  {printable(lease['mode'])}  "
+            f"{printable(', '.join(map(str, lease['patterns'])), 300)}  [{printable(lease['project'])}] {tail}{reason}")
 
 
 @lease_app.command("acquire")

@@ -159,6 +159,20 @@ def test_the_guard_refuses_commits_under_another_agents_lease_and_passes_its_own
 
 
 @pytest.mark.transport_fixed
+def test_the_guard_and_lease_list_show_a_members_reason_escaped(daemon, repo):
+    """Guards issue 25 finding 10: a lease reason with a bidi override and a C1 control (both
+    accepted by the daemon: they are not line breaks) reaches the committer's terminal escaped."""
+    run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "alice", "--project", "demo")
+    acquire(daemon.home, "bob", "src/**", reason="tests \u202egnissap\x85 all", json=True)
+    refused = commit(repo, "src/app.py")
+    assert refused.returncode != 0 and "bob" in refused.stderr
+    assert "\u202e" not in refused.stderr and "\x85" not in refused.stderr
+    assert "\\u202egnissap\\x85 all" in refused.stderr
+    listed = run_ctl_process(daemon.home, "lease", "list", "--project", "demo")
+    assert listed.returncode == 0 and "\u202e" not in listed.stdout and "\\u202e" in listed.stdout
+
+
+@pytest.mark.transport_fixed
 def test_the_pre_push_guard_checks_what_the_push_would_change(daemon, repo, short_tmp):
     remote = short_tmp / "remote.git"
     assert subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=False).returncode == 0
