@@ -168,6 +168,26 @@ async def _blockers_open(ctx: Context, view: Mapping[str, Any]) -> list[str]:
     return waiting
 
 
+async def _blockers_open_of(ctx: Context, views: Sequence[Mapping[str, Any]],
+                            known: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """``_blockers_open`` of many tasks at once (issue 25, finding 10: 500 tasks each blocked on
+    32 invented ids made every ``task ready`` take seconds, one store read per blocker). Blockers
+    among the ``known`` views are looked up there; of the rest, one query finds which exist at
+    all (an unknown one is open), and those are read in the same thread hop."""
+    by_id = {view["correlation_id"]: view for view in known}
+    wanted = sorted({b for view in views for b in view["blocked_by"] if b not in by_id})
+
+    def read() -> dict[str, list[dict[str, Any]]]:
+        return {cid: ctx.store.events_by_correlation(cid) for cid in sorted(ctx.store.correlations_present(wanted))}
+
+    for cid, events in (await ctx.astore.read(read) if wanted else {}).items():
+        view = view_of(ctx, cid, events)
+        if view is not None:
+            by_id[cid] = view
+    return {view["correlation_id"]: [b for b in view["blocked_by"]
+                                     if b not in by_id or by_id[b]["state"] != "applied"] for view in views}
+
+
 def check_claim(view: Mapping[str, Any] | None, correlation_id: str, agent: str, *, waiting: Sequence[str] = ()) -> None:
     """Refuse a claim the queue forbids (the caller then writes nothing).
 
@@ -294,12 +314,14 @@ async def task_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 async def task_ready(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     """Tasks the agent may take now: addressed to it or to ``*``, open, unclaimed, every blocker applied."""
     agent = clean_required("agent", args.get("agent"))
-    ready = []
     # Every recent request, not only those addressed to the agent: a reassign readdresses a task.
-    for view in await recent_views(ctx):
-        if view["state"] != "open" or view["assigned_to"] not in (agent, "*") or view["requested_by"] == agent:
-            continue
-        if await _blockers_open(ctx, view):
+    views = await recent_views(ctx)
+    candidates = [view for view in views if view["state"] == "open" and view["assigned_to"] in (agent, "*")
+                  and view["requested_by"] != agent]
+    waiting = await _blockers_open_of(ctx, candidates, views)
+    ready = []
+    for view in candidates:
+        if waiting[view["correlation_id"]]:
             continue
         view.pop("events")
         ready.append(view)

@@ -144,6 +144,19 @@ def events_by_correlation(store: Store, correlation_id: str, limit: int = 10_000
     return correlation_events(store._reader(), correlation_id, limit)
 
 
+def correlations_present(store: Store, correlation_ids: Sequence[str]) -> set[str]:
+    """Which of ``correlation_ids`` any stored event carries: one indexed query per 500 ids, so a
+    question about thousands of (perhaps invented) task ids costs a few queries, not one each."""
+    conn, found = store._reader(), set()
+    ids = list(dict.fromkeys(correlation_ids))
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        found.update(row[0] for row in conn.execute(
+            f"SELECT DISTINCT correlation_id FROM events WHERE correlation_id IN ({marks})", chunk))
+    return found
+
+
 def correlation_events(conn: apsw.Connection, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
     """Every event on a correlation id (and the event with that id), in local order; on ``conn``
     (the writer's inside a write job: what a claim must check in the transaction that writes it)."""

@@ -167,6 +167,7 @@ class Store:
     list_events = queries.list_events
     events_after_seq = queries.events_after_seq
     events_by_correlation = queries.events_by_correlation
+    correlations_present = queries.correlations_present
     signed_events_of_origin = queries.signed_events_of_origin
     signed_events_of_type = queries.signed_events_of_type
     stored_hash = queries.stored_hash

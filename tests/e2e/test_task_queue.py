@@ -139,3 +139,24 @@ def test_the_configured_stall_time_is_every_tasks_default(daemon_factory, short_
     own = create(daemon.home, "names its own", stall_after="2h")
     assert ctl_json(home, "task", "show", default["correlation_id"])["stall_after_s"] == 45 * 60
     assert ctl_json(home, "task", "show", own["correlation_id"])["stall_after_s"] == 2 * 3600
+
+
+def test_tasks_blocked_on_invented_ids_stay_out_of_ready_and_the_rest_come_out_right(ctl, daemon):
+    """Guards issue 25 finding 10: a member's raw task.requests, each blocked on 32 invented task
+    ids (the CLI refuses unknown blockers; an event appended or pushed does not), wait forever
+    and cost ``task ready`` a few queries in all, while real blockers still decide the rest."""
+    home = daemon.home
+    for n in range(40):
+        api(home, "append", type="task.request", stream="project/shop", room="delegation", from_agent="mallory",
+            to_agent="*", correlation_id=f"task_hostile_{n}", body="do it",
+            metadata={"blocked_by": [f"task_invented_{n}_{k}" for k in range(32)]})
+    done = create(home, "done already")
+    ctl_json(home, "ack", done["id"], "--from-agent", "alice", "--status", "applied")
+    open_one = create(home, "still open", to="carol")
+    after_done = create(home, "after the done one", blocked_by=done["correlation_id"])
+    after_open = create(home, "after the open one", blocked_by=open_one["correlation_id"])
+    ready_now = ready(home, "bob")
+    assert after_done["correlation_id"] in ready_now and after_open["correlation_id"] not in ready_now
+    assert not [cid for cid in ready_now if cid.startswith("task_hostile_")]
+    shown = ctl_json(home, "task", "show", "task_hostile_3")
+    assert len(shown["waiting_on"]) == 32
