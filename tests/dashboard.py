@@ -48,12 +48,14 @@ class Answer:
 class DashboardProcess:
     """One ``palacectl ui`` run on ``home``."""
 
-    def __init__(self, home: Path, *args: str, browser: bool = False) -> None:
+    def __init__(self, home: Path, *args: str, browser: bool = False, env: Mapping[str, str] | None = None) -> None:
         self.home = home
         self.args = list(args)
         self.log = home.parent / f"ui-{home.name}-{time.monotonic_ns()}.log"
         # No screen, ever: a test never opens a browser on the machine it runs on.
-        env = {k: v for k, v in os.environ.items() if k not in ("PALACE_HOME", "DISPLAY", "WAYLAND_DISPLAY")}
+        # (a test that gives a DISPLAY gives a stand-in BROWSER with it)
+        env = {**{k: v for k, v in os.environ.items() if k not in ("PALACE_HOME", "DISPLAY", "WAYLAND_DISPLAY")},
+               **(env or {})}
         self._out = open(self.log, "wb")
         options = [] if browser else ["--no-browser"]
         self.proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(home), "ui", *options, *args],

@@ -177,7 +177,7 @@ class Dashboard:
             return
         request = Request(scope, receive)
         verdict = self.gate.check(host=request.headers.get("host"), headers=request.headers, cookies=request.cookies,
-                                  url_secret=request.one("secret"))
+                                  url_secret=request.one("secret"), url_code=request.one("code"))
         if verdict is Verdict.BAD_HOST:
             raise HttpError(421, f"this dashboard answers only as {sorted(self.gate.hosts)[0]}")
         if verdict is Verdict.UNAUTHORIZED:

@@ -10,6 +10,10 @@ and the checks every request passes before any palace data is read:
   ``Authorization: Bearer`` header (programs), or ``?secret=`` in the URL (the printed link).
   Compared in constant time. Cookies are not port-specific, so the cookie is named after the
   port: two dashboards on one machine never overwrite each other's.
+* **A one-time code** (``?code=``) the browser is opened with, spent on its first use: a
+  browser's command line is readable by every local user (``/proc``), so it never carries the
+  reusable secret (issue 25, finding 9). It is passed through a 0600 file that redirects
+  (``server``), so even the code is seen only by the browser.
 * **Writes** (POST): the secret as above, plus an ``Origin`` of this very server and the CSRF
   token (an HMAC of the secret the page reads from its own HTML) in ``X-CSRF-Token``. The
   cookie is ``SameSite=Strict`` as well; either alone stops a cross-site form.
@@ -75,12 +79,19 @@ class Gate:
         self.csrf_token = hmac.new(secret.encode("utf-8"), b"palace/ui/csrf/v1", hashlib.sha256).hexdigest()
         self.hosts = frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
         self.origins = frozenset(f"http://{host}" for host in self.hosts)
+        self._codes: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Gate port={self.port}>"
 
+    def allow_once(self, code: str) -> None:
+        """Let ``code`` in once (as ``?code=``): what the browser is opened with."""
+        if len(code) < 16:
+            raise ValueError("a one-time code must be at least 16 characters")
+        self._codes.add(code)
+
     def check(self, *, host: str | None, headers: Mapping[str, str], cookies: Mapping[str, str],
-              url_secret: str | None) -> Verdict:
+              url_secret: str | None, url_code: str | None = None) -> Verdict:
         """The verdict on one request: its Host, then its secret (``headers`` with lower-cased
         names; ``cookies`` parsed)."""
         if host is None or host.lower() not in self.hosts:
@@ -91,6 +102,9 @@ class Gate:
         elif _same(_bearer(headers.get("authorization")), self.secret):
             pass
         elif _same(url_secret, self.secret):
+            from_url = True
+        elif url_code and (spent := next((c for c in self._codes if _same(url_code, c)), None)) is not None:
+            self._codes.discard(spent)  # once: whoever comes second with it is refused
             from_url = True
         else:
             return Verdict.UNAUTHORIZED

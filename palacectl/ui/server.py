@@ -91,6 +91,17 @@ def _write_ui_file(home: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
+def _write_opener(home: Path, port: int, code: str) -> Path:
+    """A private (0600) page that sends the browser on to the dashboard with a one-time code: the
+    browser's command line (readable by every local user) names only this file."""
+    target = f"http://127.0.0.1:{port}/?code={code}"
+    page = (f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={target}">'
+            f'<title>palace dashboard</title><p><a href="{target}">Open the palace dashboard</a></p>\n')
+    path = home / f"ui-open-{port}.html"
+    write_atomically(path, page.encode("utf-8"), 0o600)
+    return path
+
+
 def _remove_ui_file(path: Path, pid: int) -> None:
     """Remove ``ui.json`` if it is still ours (another dashboard may have started since)."""
     try:
@@ -165,14 +176,18 @@ async def _serve(home: Path, port: int, open_browser: bool, human: str, max_stre
                                  "for other programs; Ctrl-C stops)\n")
                 sys.stdout.flush()
                 if open_browser and _has_a_screen():
+                    code = new_secret()
+                    gate.allow_once(code)
+                    opener = _write_opener(home, actual_port, code)
                     # webbrowser may block (it can start a browser process): never in the loop.
-                    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+                    threading.Thread(target=webbrowser.open, args=(opener.as_uri(),), daemon=True).start()
                 elif open_browser:
                     note("no graphical session here (over SSH?): open the address in a browser yourself")
                 await stop.wait()
                 nursery.cancel_scope.deadline = trio.current_time() + GRACEFUL_S + 1
     finally:
         _remove_ui_file(ui_file, pid)
+        (home / f"ui-open-{actual_port}.html").unlink(missing_ok=True)
         sock.close()
     if interrupted:
         return EXIT_INTERRUPTED

@@ -78,3 +78,20 @@ def test_secrets_are_long_random_and_short_ones_are_refused():
     with pytest.raises(ValueError, match="at least 16"):
         Gate("short", 8000)
     assert repr(Gate(SECRET, 8000)) == "<Gate port=8000>"  # the secret never in a repr or a log line
+
+
+def test_a_one_time_code_lets_in_once_and_only_a_code_given():
+    """Guards issue 25 finding 9: the code the browser is opened with is spent on first use."""
+    gate = Gate(SECRET, 8000)
+    code = "c" * 43
+    assert gate.check(host="127.0.0.1:8000", headers={}, cookies={}, url_secret=None, url_code=code) \
+        is Verdict.UNAUTHORIZED  # not given out
+    gate.allow_once(code)
+    assert gate.check(host="127.0.0.1:8000", headers={}, cookies={}, url_secret=None, url_code=code[:-1]) \
+        is Verdict.UNAUTHORIZED
+    assert gate.check(host="127.0.0.1:8000", headers={}, cookies={}, url_secret=None, url_code=code) \
+        is Verdict.ALLOW_FROM_URL
+    assert gate.check(host="127.0.0.1:8000", headers={}, cookies={}, url_secret=None, url_code=code) \
+        is Verdict.UNAUTHORIZED
+    with pytest.raises(ValueError):
+        gate.allow_once("short")

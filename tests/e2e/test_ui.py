@@ -23,8 +23,9 @@ from tests.helpers import PYTHON, append_event, run_ctl, run_ctl_process
 def dashboards(daemon: Any) -> Any:
     started: list[DashboardProcess] = []
 
-    def start(*args: str, home: Path | None = None, browser: bool = False) -> DashboardProcess:
-        ui = DashboardProcess(home or daemon.home, *args, browser=browser)
+    def start(*args: str, home: Path | None = None, browser: bool = False,
+              env: dict[str, str] | None = None) -> DashboardProcess:
+        ui = DashboardProcess(home or daemon.home, *args, browser=browser, env=env)
         started.append(ui)
         return ui
 
@@ -383,3 +384,27 @@ def test_without_a_screen_the_address_is_printed_and_no_browser_is_started(dashb
     ui = dashboards(browser=True)
     assert "no graphical session here" in ui.output() and ui.url in ui.output()
     assert ui.get("/api/session").status == 200
+
+
+def test_the_browser_is_opened_without_the_secret_on_its_command_line(dashboards, short_tmp):
+    """Guards issue 25 finding 9: a browser's command line is readable by every local user, so it
+    names a 0600 page that redirects with a one-time code; the code lets in once, never again."""
+    seen = short_tmp / "browser-argv"
+    browser = short_tmp / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\n')
+    browser.chmod(0o755)
+    ui = dashboards(browser=True, env={"DISPLAY": ":99", "BROWSER": str(browser)})
+    wait_until(lambda: seen.exists() and seen.read_text().strip(), timeout=20, what="the browser to be started")
+    argv = seen.read_text()
+    assert ui.secret not in argv and "secret" not in argv
+    opener = Path(argv.strip().removeprefix("file://"))
+    assert opener.is_file() and opener.stat().st_mode & 0o777 == 0o600
+    page = opener.read_text()
+    assert ui.secret not in page
+    code = page.split("?code=", 1)[1].split('"', 1)[0]
+    first = http_request(ui.port, "GET", f"/?code={code}")
+    assert first.status == 303 and first.headers.get("location") == "/" and ui.cookie in first.set_cookies[0]
+    again = http_request(ui.port, "GET", f"/?code={code}")
+    assert again.status == 401  # spent: whoever read it second gets nothing
+    assert http_request(ui.port, "GET", "/api/session", headers={"Cookie": ui.cookie}).status == 200
+    assert ui.stop() == 0 and not opener.exists()
