@@ -87,23 +87,74 @@ def _is_palace(group: Any) -> bool:
         and _MARK in h["command"] for h in hooks)
 
 
-def _load(path: Path) -> tuple[dict[str, Any], bytes | None]:
+def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _Unkeepable(f"the key {key!r} appears twice in one object")
+        data[key] = value
+    return data
+
+
+class _Unkeepable(ValueError):
+    """Something in a settings file that writing it back would change (or make invalid)."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _Unkeepable(f"the number {text} is out of range")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise _Unkeepable(f"{name} is not JSON")
+
+
+# How a settings file may be laid out that palace writes back exactly as it found it: what
+# Claude Code, Codex and Gemini CLI write themselves (two spaces), and the other usual ones.
+_LAYOUTS: Final[tuple[tuple[int | str | None, tuple[str, str]], ...]] = (
+    (2, (",", ": ")), (4, (",", ": ")), ("\t", (",", ": ")), (3, (",", ": ")), (None, (", ", ": ")),
+    (None, (",", ":")))
+_Layout = tuple[int | str | None, tuple[str, str], str]
+
+
+def _load(path: Path) -> tuple[dict[str, Any], bytes | None, _Layout]:
+    """The settings in ``path``, the bytes as read, and the layout to write them back in: one in
+    which everything already there comes out byte for byte (issue 25, finding 10: ``1e400``
+    must not become ``Infinity``, a duplicate key must not vanish, a lone surrogate must not
+    crash). A file no layout reproduces is refused: nothing is written."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return {}, None
+        return {}, None, (2, (",", ": "), "\n")
     except OSError as exc:
         raise HooksError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not raw.strip():
-        return {}, raw
+        return {}, raw, (2, (",", ": "), "\n")
     try:
-        data = json.loads(raw)
+        text = raw.decode("utf-8")
+        data = json.loads(text, object_pairs_hook=_strict_pairs, parse_float=_finite, parse_constant=_constant)
+    except _Unkeepable as exc:
+        raise HooksError(f"{path}: {exc}, which palace cannot write back unchanged; nothing was written. "
+                         "Fix that, or add the hook by hand (README: `rules --hooks`)") from None
     except (ValueError, RecursionError):
         raise HooksError(f"{path} is not valid JSON; fix it (or move it away), then run this again. "
                          "Nothing was written.") from None
     if not isinstance(data, dict):
         raise HooksError(f"{path} does not hold a JSON object; nothing was written")
-    return data, raw
+    ending = text[len(text.rstrip()):]
+    for indent, separators in _LAYOUTS:
+        if _dump(data, (indent, separators, ending)) == text:
+            return data, raw, (indent, separators, ending)
+    raise HooksError(f"{path} is laid out in a way palace would change when writing it back (spacing, number "
+                     "or escape forms); nothing was written. Add the hook by hand (README: `rules --hooks`), "
+                     "or let your harness save the file once and run this again")
+
+
+def _dump(data: dict[str, Any], layout: _Layout) -> str:
+    indent, separators, ending = layout
+    return json.dumps(data, indent=indent, separators=separators, ensure_ascii=False) + ending
 
 
 def _event_groups(data: dict[str, Any], path: Path, event: str) -> list[Any]:
@@ -116,9 +167,9 @@ def _event_groups(data: dict[str, Any], path: Path, event: str) -> list[Any]:
     return groups
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
+def _write(path: Path, data: dict[str, Any], layout: _Layout) -> None:
     target = Path(os.path.realpath(path))
-    write_atomically(target, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+    write_atomically(target, _dump(data, layout).encode("utf-8"),
                      new_file_mode(), keep_mode=True, create_folder=True)
 
 
@@ -129,7 +180,7 @@ def install_hooks(harness: HookHarness, path: Path, command: str) -> HookResult:
         HooksError: the file cannot be read or is not a settings object.
         OSError: it cannot be written.
     """
-    data, raw = _load(path)
+    data, raw, layout = _load(path)
     groups = _event_groups(data, path, harness.event)
     hook: dict[str, Any] = {"type": "command", "command": command,
                             "timeout": _TIMEOUT_S * 1000 if harness.timeout_ms else _TIMEOUT_S}
@@ -143,13 +194,13 @@ def install_hooks(harness: HookHarness, path: Path, command: str) -> HookResult:
     for index in reversed(existing):
         del groups[index]
     groups.insert(existing[0] if existing else len(groups), entry)
-    _write(path, data)
+    _write(path, data, layout)
     return result
 
 
 def remove_hooks(harness: HookHarness, path: Path) -> HookResult:
     """Take palace's hook out of ``path`` (an event left with no hooks is dropped; nothing else changes)."""
-    data, raw = _load(path)
+    data, raw, layout = _load(path)
     if raw is None:
         return "absent"
     hooks = data.get("hooks")
@@ -164,5 +215,5 @@ def remove_hooks(harness: HookHarness, path: Path) -> HookResult:
         del hooks[harness.event]
         if not hooks:
             del data["hooks"]
-    _write(path, data)
+    _write(path, data, layout)
     return "removed"

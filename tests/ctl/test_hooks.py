@@ -104,3 +104,34 @@ def test_rules_hooks_installs_rules_and_hook_and_remove_hooks_keeps_the_rules(tm
                               (["--harness", "claude", "--hooks", "--remove-hooks"], 64, "not both")):
         result = run_ctl_process(home, "rules", "--agent", "mac-claude", *args, env=env)
         assert result.returncode == code and words in result.stderr and result.stderr.count("\n") == 1, result
+
+
+@pytest.mark.parametrize("content, why", [
+    ('{\n  "n": 1e400\n}\n', "1e400 is out of range"),
+    ('{\n  "a": 1,\n  "a": 2\n}\n', "appears twice"),
+    ('{\n  "n": NaN\n}\n', "NaN is not JSON"),
+    ('{\n  "s": "\\ud800"\n}\n', "laid out"),
+    ('{\n      "model": "opus"\n}\n', "laid out"),
+    ('{\n  "n": 1E5\n}\n', "laid out"),
+])
+def test_a_settings_file_palace_could_not_write_back_unchanged_is_refused_and_kept(tmp_path, content, why):
+    """Guards issue 25 finding 10: `rules --hooks` once turned 1e400 into Infinity, dropped a
+    duplicate key and crashed on a lone surrogate. Everything outside palace's entry stays byte
+    for byte, or nothing is written."""
+    path = tmp_path / "settings.json"
+    path.write_text(content)
+    with pytest.raises(HooksError, match=why):
+        install_hooks(HOOK_HARNESSES["claude"], path, command())
+    assert path.read_text() == content
+
+
+@pytest.mark.parametrize("layout", [{"indent": 2}, {"indent": 4}, {"indent": "\t"}, {},
+                                    {"separators": (",", ":")}])
+def test_other_entries_stay_byte_for_byte_whatever_the_usual_layout(tmp_path, layout):
+    path = tmp_path / "settings.json"
+    theirs = {**THEIRS, "price": 1.5, "name": "café ✓", "escaped": "a\"b\\c"}
+    original = json.dumps(theirs, ensure_ascii=False, **layout)
+    path.write_text(original)
+    install_hooks(HOOK_HARNESSES["claude"], path, command())
+    assert remove_hooks(HOOK_HARNESSES["claude"], path) == "removed"
+    assert path.read_text() == original
