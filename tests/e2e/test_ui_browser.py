@@ -363,3 +363,25 @@ def test_a_forked_origin_shows_on_now_and_on_the_fleet_page(fleet, short_tmp, br
         assert console_errors(driver) == []
     finally:
         assert ui.stop() == 0, ui.output()
+
+
+def test_a_patch_with_a_megabyte_line_of_open_quotes_shows_cut_and_the_page_stays_alive(single, daemon,
+                                                                                        browser_factory):
+    """Guards issue 25 finding 10: the highlighter was quadratic in line length (a regex retrying
+    from every quote: 160 KB took 5 s, 1 MB froze the tab). Now one pass, and long lines cut."""
+    cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "mac-claude",
+                   "--to-agent", "mallory", "--branch", "main", "--base-commit", "abcdef1", "--goal",
+                   "Tidy the README", "--done", "it reads well")["task"]["correlation_id"]
+    hostile = ("diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -0,0 +1 @@\n+def f(): return 1\n+"
+               + '"\\' * 500_000 + "\n")
+    submitted = run_ctl(daemon.home, "patch", "submit", "--from-agent", "mallory", "--to-agent", "mac-claude",
+                        "--correlation-id", cid, "--json", input=hostile.encode())
+    assert submitted.returncode == 0, submitted
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, f"task/{cid}")
+    wait_for(driver, lambda d: d.find_elements("css selector", ".diff .cut"), "the long line, cut")
+    assert "998001 more characters" in text_of(driver)
+    assert driver.find_elements("css selector", ".diff .kw")  # the short line is still highlighted
+    assert driver.execute_script("return 1 + 1") == 2  # the tab answers
+    assert console_errors(driver) == []

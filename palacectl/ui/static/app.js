@@ -676,21 +676,46 @@ const KEYWORDS = new Set(("def class return import from as if elif else for whil
   "function const let var new this null true false True False None fn pub struct impl use match mod package func go type interface").split(" "));
 
 function highlight(code) {
-  // A small tokenizer for readability: strings, comments, keywords. Text nodes only.
+  // A small tokenizer for readability: strings, comments, keywords; text nodes only. One pass,
+  // each character looked at once: a member's patch line of unclosed quotes must not cost the
+  // square of its length (a regex retrying from every quote froze the tab on a 1 MB line).
   const out = [];
-  const re = /("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)|(#.*$|\/\/.*$)|([A-Za-z_][A-Za-z0-9_]*)/g;
-  let last = 0, m;
-  while ((m = re.exec(code)) !== null) {
-    if (m.index > last) out.push(code.slice(last, m.index));
-    if (m[1]) out.push(h("span", { class: "str" }, m[1]));
-    else if (m[2]) out.push(h("span", { class: "com" }, m[2]));
-    else if (KEYWORDS.has(m[3])) out.push(h("span", { class: "kw" }, m[3]));
-    else out.push(m[3]);
-    last = re.lastIndex;
+  let i = 0, plain = 0;
+  const flush = (end) => { if (end > plain) out.push(code.slice(plain, end)); };
+  while (i < code.length) {
+    const c = code[i];
+    if (c === '"' || c === "'" || c === "`") {
+      let j = i + 1;
+      while (j < code.length && code[j] !== c) j += code[j] === "\\" && c !== "`" ? 2 : 1;
+      const end = Math.min(j + 1, code.length); // unclosed: the string runs to the end of the line
+      flush(i);
+      out.push(h("span", { class: "str" }, code.slice(i, end)));
+      i = plain = end;
+    } else if (c === "#" || (c === "/" && code[i + 1] === "/")) {
+      flush(i);
+      out.push(h("span", { class: "com" }, code.slice(i)));
+      return out;
+    } else if (WORD_START.test(c)) {
+      let j = i + 1;
+      while (j < code.length && WORD_PART.test(code[j])) j++;
+      if (KEYWORDS.has(code.slice(i, j))) {
+        flush(i);
+        out.push(h("span", { class: "kw" }, code.slice(i, j)));
+        plain = j;
+      }
+      i = j;
+    } else {
+      i++;
+    }
   }
-  if (last < code.length) out.push(code.slice(last));
+  flush(code.length);
   return out;
 }
+
+const WORD_START = /[A-Za-z_]/;
+const WORD_PART = /[A-Za-z0-9_]/;
+// Why 2,000 characters: wider than any line a person reads; the rest is in the download.
+const MAX_LINE_CHARS = 2000;
 
 function diffView(text) {
   const lines = (text || "").split("\n");
@@ -703,7 +728,9 @@ function diffView(text) {
     else if (line.startsWith("@@")) cls = "hunk";
     else if (line.startsWith("+")) cls = "add";
     else if (line.startsWith("-")) cls = "del";
-    const content = cls === "add" || cls === "del" || cls === "" ? [line.slice(0, 1), highlight(line.slice(1))] : [line];
+    const shown = line.length > MAX_LINE_CHARS ? line.slice(0, MAX_LINE_CHARS) : line;
+    const content = cls === "add" || cls === "del" || cls === "" ? [shown.slice(0, 1), highlight(shown.slice(1))] : [shown];
+    if (shown !== line) content.push(h("span", { class: "muted cut" }, ` … ${line.length - MAX_LINE_CHARS} more characters: download the patch`));
     box.append(h("div", { class: cls }, content));
   }
   if (lines.length > MAX) box.append(h("div", { class: "muted" }, `… ${lines.length - MAX} more lines: download the patch`));
