@@ -43,6 +43,9 @@ LOGGER: Final = logging.getLogger("palacectl.ui")
 UI_FILE: Final = "ui.json"
 #: Why 2 s: how long open streams get to end when the dashboard stops (they are told nothing more).
 GRACEFUL_S: Final = 2.0
+#: Why 256: a browser opens about six connections and each open page holds one stream (at most
+#: ``--max-streams``); 256 is far above that and far below the usual limit of 1,024 descriptors.
+MAX_CONNECTIONS: Final = 256
 #: Why 16 KiB: a browser's request line and headers, cookies included, fit in a few KiB.
 MAX_HEADER_BYTES: Final = 16 * 1024
 
@@ -66,6 +69,58 @@ def _has_a_screen(environ: dict[str, str] | os._Environ[str] = os.environ, platf
     """Whether a browser can open here. On Linux without X11 or Wayland, ``webbrowser`` falls back
     to text browsers (lynx, w3m) that would take over this very terminal."""
     return platform in ("darwin", "win32") or bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
+async def _serve_http(app: Any, config: Any, sock: socket.socket, stop: trio.Event, *,
+                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``app`` on the listening ``sock`` with hypercorn's HTTP connection handling, holding at
+    most ``MAX_CONNECTIONS`` connections open (issue 25, finding 10: ~1,100 idle connections from
+    another local user used up the process's file descriptors and the operator's requests timed
+    out). Decided at accept, before a byte is read: past the limit the oldest connection is closed
+    (its reader sees it closed and ends), so a flood evicts itself and a new request gets in.
+    Until ``stop`` is set; open connections then get ``GRACEFUL_S`` to finish."""
+    from hypercorn.trio.tcp_server import TCPServer
+    from hypercorn.trio.worker_context import WorkerContext
+
+    context = WorkerContext(None)
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    open_streams: dict[trio.SocketStream, None] = {}  # oldest first
+
+    async def serve_one(stream: trio.SocketStream) -> None:
+        try:
+            await TCPServer(app, config, context, {}, stream)  # type: ignore[arg-type]
+        finally:
+            open_streams.pop(stream, None)
+
+    async with trio.open_nursery() as connections:
+        async def accept() -> None:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:  # EMFILE and the like: wait for a descriptor to be freed
+                    LOGGER.warning("cannot accept a connection: %s", exc.strerror or exc)
+                    await trio.sleep(0.1)
+                    continue
+                while len(open_streams) >= MAX_CONNECTIONS:
+                    oldest = next(iter(open_streams))
+                    del open_streams[oldest]
+                    await oldest.aclose()
+                open_streams[stream] = None
+                connections.start_soon(serve_one, stream)
+
+        accepting = trio.CancelScope()
+
+        async def accept_until_cancelled() -> None:
+            with accepting:
+                await accept()
+
+        connections.start_soon(accept_until_cancelled)
+        task_status.started()
+        await stop.wait()
+        accepting.cancel()
+        await listener.aclose()
+        await context.terminated.set()  # keep-alive connections close after their response
+        connections.cancel_scope.deadline = trio.current_time() + GRACEFUL_S
 
 
 def _bind(port: int) -> socket.socket:
@@ -122,8 +177,7 @@ def run_ui(home: Path, *, port: int, open_browser: bool, human: str, max_streams
 
 
 async def _serve(home: Path, port: int, open_browser: bool, human: str, max_streams: int) -> int:
-    from hypercorn.config import Config, Sockets
-    from hypercorn.trio.run import worker_serve
+    from hypercorn.config import Config
     from hypercorn.utils import wrap_app
 
     daemon = AsyncDaemon(home, client_name="palacectl-ui")
@@ -166,10 +220,8 @@ async def _serve(home: Path, port: int, open_browser: bool, human: str, max_stre
                         return
 
                 nursery.start_soon(on_signal)
-                await nursery.start(lambda task_status: worker_serve(
-                    wrap_app(app, config.wsgi_max_body_size, "asgi"), config,
-                    sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
-                    shutdown_trigger=stop.wait, task_status=task_status))
+                await nursery.start(lambda task_status: _serve_http(
+                    wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, stop, task_status=task_status))
                 name = palace.get("name") or "this machine"
                 sys.stdout.write(f"palace dashboard for {name}, as {human}:\n  {url}\n")
                 sys.stdout.write(f"(the address holds this run's secret; {UI_FILE} in the palace home has it "

@@ -408,3 +408,32 @@ def test_the_browser_is_opened_without_the_secret_on_its_command_line(dashboards
     assert again.status == 401  # spent: whoever read it second gets nothing
     assert http_request(ui.port, "GET", "/api/session", headers={"Cookie": ui.cookie}).status == 200
     assert ui.stop() == 0 and not opener.exists()
+
+
+def test_a_flood_of_idle_connections_never_locks_the_operator_out(dashboards):
+    """Guards issue 25 finding 10: ~1,100 idle connections from another local user used up the
+    dashboard's file descriptors (the operator's requests timed out, a traceback every 0.1 s).
+    The dashboard holds at most MAX_CONNECTIONS, shutting the oldest down before reading a byte."""
+    import os
+    import resource
+    import socket
+
+    from palacectl.ui.server import MAX_CONNECTIONS
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1400:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    ui = dashboards()
+    flood = []
+    try:
+        for _ in range(1100):
+            flood.append(socket.create_connection(("127.0.0.1", ui.port), timeout=5))
+        answer = ui.get("/api/session")
+        assert answer.status == 200, answer
+        held = len(os.listdir(f"/proc/{ui.proc.pid}/fd"))
+        assert held <= MAX_CONNECTIONS + 64, held
+    finally:
+        for conn in flood:
+            conn.close()
+    assert ui.get("/api/session").status == 200
+    assert "Traceback" not in ui.output() and "EMFILE" not in ui.output()
