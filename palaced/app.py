@@ -30,7 +30,7 @@ from .bus import EventBus
 from .config import Config
 from .embedding import FastEmbedder
 from .handlers import Context, op_table
-from .handlers.agents import ca_checker, daemon_label, register_own_agents
+from .handlers.agents import ca_checker, daemon_label, human_grant, register_own_agents
 from .handlers.leases import LeaseReconciler
 from .handlers.log import TextIndexer
 from .handlers.maintenance import report_facts
@@ -131,6 +131,8 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
     ctx.directory, ctx.network = directory, network
     # The registry judges palace-CA statements from now on: derive it again with them.
     store.agents.ca_check = ca_checker(membership)
+    if membership.can_invite:  # the CA's daemon: its registrations of people's ids count
+        store.agents.human_grant = human_grant(ctx, membership)
     await astore.write(lambda w: store.agents.reload_ca(w.conn), heavy=True)
     registered = await register_own_agents(ctx)
     if registered:

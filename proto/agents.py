@@ -238,12 +238,17 @@ class Impersonation:
     """An event written as ``agent`` by a daemon that did not hold it at that point."""
 
     agent: str
-    holder: str | None  # the daemon that held it then (None: it was retired)
+    holder: str | None  # the daemon that held it then (None: it was retired, or never granted)
     since: str
     by: str  # the daemon that wrote the event
+    #: a person's id the palace CA had not granted to anyone at that point
+    unproven: bool = False
 
     @property
     def reason(self) -> str:
+        if self.unproven:
+            return (f"written as {self.agent} by daemon {self.by[:7]}, but the palace CA never granted that "
+                    "person's id to it: unproven")
         if self.holder is None:
             return f"written as {self.agent} after it was retired ({self.since})"
         return f"written as {self.agent} by daemon {self.by[:7]}, but it belongs to daemon {self.holder[:7]} " \
@@ -251,7 +256,7 @@ class Impersonation:
 
     def to_wire(self) -> dict[str, Any]:
         return {"agent": self.agent, "holder": self.holder, "since": self.since, "written_by": self.by,
-                "reason": self.reason}
+                "reason": self.reason, "unproven": self.unproven}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -314,6 +319,12 @@ def derive_record(agent: str, claims: Iterable[Claim]) -> AgentRecord:
         if claim.ca_nonce is not None:
             nonces.add(claim.ca_nonce)
         if claim.kind == REGISTER:
+            if is_human(agent) and not by_ca:
+                # A person's id is the operator's word on every screen: taking it first proves
+                # nothing (issue 25, finding 8). Only the palace CA grants it.
+                void.append((claim, f"{agent} is a person's id: only the palace CA grants it (register it on the "
+                                    "CA's daemon, or transfer it from there)"))
+                continue
             if holder is None:
                 tenures.append(Tenure(claim.daemon, claim.created_at, claim.event_id, "registered"))
             elif holder != claim.daemon:
@@ -346,6 +357,8 @@ def judge(record: AgentRecord | None, daemon: str, created_at: str, event_id: st
     if record is None:
         return None
     tenure = record.holder_at(created_at, event_id)
+    if tenure is None and is_human(record.agent):
+        return Impersonation(record.agent, None, "", daemon, unproven=True)
     if tenure is None or tenure.daemon == daemon:
         return None
     return Impersonation(record.agent, tenure.daemon, tenure.since, daemon)

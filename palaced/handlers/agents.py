@@ -47,7 +47,7 @@ from .fleet import who
 from .leases import lease_release
 from .tasks import recent_views, task_release
 
-__all__ = ["OPS", "ca_checker", "daemon_label", "register_own_agents"]
+__all__ = ["OPS", "ca_checker", "daemon_label", "human_grant", "register_own_agents"]
 
 # Why 10,000: the events of one agent the roster reads to count its impersonations (from the
 # daemons that did not hold it all along); the count stops there, so a flood cannot make
@@ -71,6 +71,18 @@ def ca_checker(membership: Membership) -> Callable[[Mapping[str, Any]], bool]:
         return verify_ca_statement(ca_pem, ca_statement(palace_id, str(event.get("type")), agent, to, nonce), signature)
 
     return check
+
+
+def human_grant(ctx: Context, membership: Membership) -> Callable[[str], dict[str, str]]:
+    """The palace CA's statement that makes this daemon's registration of a person's id count
+    (only the daemon holding the CA has it: issue 25, finding 8)."""
+
+    def grant(agent: str) -> dict[str, str]:
+        nonce = new_ca_nonce(os.urandom(32))
+        statement = ca_statement(membership.palace_id, REGISTER, agent, None, nonce)
+        return {"ca_nonce": nonce, "ca_signature": sign_ca_statement(ctx.ca_key(), statement)}
+
+    return grant
 
 
 def daemon_label(ctx: Context) -> Callable[[str], str]:
@@ -132,7 +144,7 @@ async def register_own_agents(ctx: Context) -> list[str]:
         for agent in agents:
             w.append_system(_system_event(REGISTER, agent, f"{agent} is registered to this daemon (it wrote as "
                                           f"{agent} before belonging to a palace)",
-                                          registry_metadata(REGISTER, agent, store.agents.daemon), ctx))
+                                          store.agents.register_metadata(agent), ctx))
         w.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')", (_REGISTERED_OWN_KEY,))
         return agents
 
@@ -154,8 +166,7 @@ async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
             if agent in store.agents.registered_by(store, store.origin_id):
                 return None
         body = f"{agent} is registered to this daemon" + (" again" if record and record.retired else "")
-        return w.append_system(_system_event(REGISTER, agent, body,
-                                             registry_metadata(REGISTER, agent, store.agents.daemon), ctx))
+        return w.append_system(_system_event(REGISTER, agent, body, store.agents.register_metadata(agent), ctx))
 
     event = await ctx.astore.write(job)
     record = ctx.store.agents.records.get(agent)

@@ -36,7 +36,9 @@ from palace_proto.agents import (
     ca_signature_of,
     claim_from_event,
     derive_record,
+    is_human,
     judge,
+    registry_metadata,
 )
 from palace_proto.envelope import SignedEvent
 from palace_proto.errors import ApiError, ValidationError
@@ -94,6 +96,9 @@ class AgentRegistry:
         self.origin_daemons: dict[str, str] = {}
         #: is this registry event's palace-CA statement valid? (set by the app once the palace is known)
         self.ca_check: Callable[[Mapping[str, Any]], bool] = lambda event: False
+        #: on the daemon holding the palace CA: the CA statement (``ca_nonce``, ``ca_signature``)
+        #: that makes its registration of a person's id count (issue 25, finding 8)
+        self.human_grant: Callable[[str], dict[str, str]] | None = None
         #: how a daemon is named in messages (set by the app: its name from the palace, if known)
         self.daemon_label: Callable[[str], str] = lambda peer_id: f"daemon {peer_id[:7]}"
         #: whether local writes register their agent: from the moment this daemon belongs to a
@@ -209,6 +214,10 @@ class AgentRegistry:
         record = self.record_of(store, agent)
         current = record.current if record is not None else None
         if current is None:
+            # A person's id this daemon registered without the CA's word stays unproven: asking
+            # again would change nothing (and fill the log).
+            if is_human(agent) and self.human_grant is None and agent in self.registered_by(store, self.origin):
+                return False
             return self.enforcing
         if current.daemon is None:
             raise AgentRetired(f"agent {agent} was retired ({current.since}); register it again with "
@@ -225,6 +234,13 @@ class AgentRegistry:
             f"agent {agent} belongs to {self.daemon_label(holder)} (peer id {holder}), not to this daemon: write "
             f"as {agent} there, or move it here with `palacectl agent transfer {agent} --to {self.daemon}` on that "
             "daemon (or on the daemon holding the palace CA)")
+
+    def register_metadata(self, agent: str) -> dict[str, Any]:
+        """The metadata of this daemon's ``agent.register`` of ``agent`` (with the palace CA's
+        statement for a person's id, where this daemon holds the CA)."""
+        grant = self.human_grant(agent) if is_human(agent) and self.human_grant is not None else {}
+        return registry_metadata(REGISTER, agent, self.daemon, ca_nonce=grant.get("ca_nonce"),
+                                 ca_signature=grant.get("ca_signature"))
 
     def check_room(self, store: Store, agent: str) -> None:
         """Refuse one more registration from our origin past ``MAX_AGENTS_PER_ORIGIN``."""

@@ -22,7 +22,6 @@ from palace_proto.agents import (
     REGISTRY_TYPES,
     SYSTEM_AGENT,
     SYSTEM_WRITTEN_TYPES,
-    registry_metadata,
 )
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import SignedEvent, seal_event
@@ -65,7 +64,7 @@ def append_event(store: Store, req: AppendRequest, stored: list[dict[str, Any]])
         store.agents.check_room(store, agent)
         stored.append(_seal_and_insert(store, type=REGISTER, stream=AGENT_EVENT_STREAM, room=AGENT_EVENT_ROOM, topic=agent,
                          from_agent=SYSTEM_AGENT, body=f"{agent} is registered to this daemon",
-                         metadata_json=canonical_json(registry_metadata(REGISTER, agent, store.agents.daemon))))
+                         metadata_json=canonical_json(store.agents.register_metadata(agent))))
     event = _seal_and_insert(
         store, type=req.type, stream=req.stream, room=req.room,
         from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json,

@@ -48,7 +48,7 @@ REQUIRED_PHRASES = [
     "secrets",
     "tokens",
     # identity bound to the daemon, session start
-    "other daemons refuse to write as it",
+    "`unproven`",
     "`impersonation`",
     "`human:<name>` is the operator",
     "palacectl session start --agent <AGENT_ID>",

@@ -170,3 +170,26 @@ def test_a_record_speaks_wire():
     assert (wire["daemon"], wire["since"], wire["retired"]) == (MAC, stamp(1), False)
     assert wire["void"][0]["daemon"] == BOX and wire["tenures"][0]["how"] == "registered"
     assert record.daemons() == frozenset({MAC})
+
+
+def test_a_persons_id_counts_only_when_the_palace_ca_grants_it():
+    """Guards issue 25 finding 8: a member registered human:root before the operator; its message
+    showed as genuine and the operator's was refused. Taking a person's id first proves nothing:
+    only a registration or transfer carrying the palace CA's statement grants it, and every event
+    written as it without a grant is flagged unproven, the same way on every replica."""
+    squatter = claim(A.REGISTER, BOX, 1, agent="human:root")
+    record = A.derive_record("human:root", [squatter])
+    assert record.tenures == () and "only the palace CA grants it" in record.void[0][1]
+    verdict = A.judge(record, BOX, stamp(2), "evt_b")
+    assert verdict is not None and verdict.unproven and "unproven" in verdict.reason
+    assert verdict.to_wire()["unproven"] is True
+    granted = A.derive_record("human:root", [squatter, claim(A.REGISTER, CA, 3, agent="human:root", nonce="n1")])
+    assert granted.current.daemon == CA and granted.current.since == stamp(3)
+    assert A.judge(granted, CA, stamp(4), "evt_a") is None  # the operator, granted
+    assert A.judge(granted, BOX, stamp(2), "evt_b").unproven  # before the grant: still unproven
+    assert A.judge(granted, BOX, stamp(5), "evt_c").holder == CA  # after it: an impersonation
+    # Granted to the daemon a person uses elsewhere: a CA transfer, nobody holding it before.
+    moved = A.derive_record("human:ana", [claim(A.TRANSFER, CA, 1, to=MAC, nonce="n2", agent="human:ana")])
+    assert moved.current.daemon == MAC and A.judge(moved, MAC, stamp(2), "evt_m") is None
+    # Agents' ids are unchanged: the first registration holds, no CA needed.
+    assert A.derive_record("mac-claude", [claim(A.REGISTER, BOX, 1)]).current.daemon == BOX
