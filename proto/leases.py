@@ -392,29 +392,33 @@ def leases_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
         return True
 
 
-def _name_matches(glob: str, name: str) -> bool:
-    """Whether the one-segment ``glob`` matches the concrete ``name``: the classic single-star
-    backtracking walk (a failed match resumes after the last star), linear on ordinary names and
-    never worse than len(glob) x len(name)."""
-    tokens = _tokens(glob)
-    t = i = 0
-    star_t, star_i = -1, 0
-    while i < len(name):
-        if t < len(tokens) and tokens[t] == ("*",):
-            star_t, star_i = t, i
-            t += 1
-        elif t < len(tokens) and _token_has(tokens[t], name[i]):
-            t += 1
+def _star_walk(pattern: Sequence[Any], items: Sequence[Any], star: Any, fits: Any) -> bool:
+    """Whether ``pattern`` matches all of ``items``, where ``star`` matches any run of items and
+    ``fits(element, item)`` one item: the classic single-star backtracking walk (a failed match
+    resumes after the last star), linear on ordinary input, never worse than the two lengths'
+    product."""
+    p = i = 0
+    star_p, star_i = -1, 0
+    while i < len(items):
+        if p < len(pattern) and pattern[p] == star:
+            star_p, star_i = p, i
+            p += 1
+        elif p < len(pattern) and fits(pattern[p], items[i]):
+            p += 1
             i += 1
-        elif star_t >= 0:
-            t, star_i = star_t + 1, star_i + 1
+        elif star_p >= 0:
+            p, star_i = star_p + 1, star_i + 1
             i = star_i
         else:
             return False
-    while t < len(tokens) and tokens[t] == ("*",):
-        t += 1
-    return t == len(tokens)
+    while p < len(pattern) and pattern[p] == star:
+        p += 1
+    return p == len(pattern)
 
+
+def _name_matches(glob: str, name: str) -> bool:
+    """Whether the one-segment ``glob`` matches the concrete ``name``."""
+    return _star_walk(_tokens(glob), name, ("*",), _token_has)
 
 # For the trie walk: the same few directory names are matched against the same globs on every
 # derivation.
@@ -435,24 +439,8 @@ def _segment_covers(glob: str, name: str) -> bool:
 
 
 def _path_covered(segments: tuple[str, ...], names: Sequence[str]) -> bool:
-    """The same walk one level up: ``**`` is the star, a segment glob the character test."""
-    s = i = 0
-    star_s, star_i = -1, 0
-    while i < len(names):
-        if s < len(segments) and segments[s] == "**":
-            star_s, star_i = s, i
-            s += 1
-        elif s < len(segments) and _segment_covers(segments[s], names[i]):
-            s += 1
-            i += 1
-        elif star_s >= 0:
-            s, star_i = star_s + 1, star_i + 1
-            i = star_i
-        else:
-            return False
-    while s < len(segments) and segments[s] == "**":
-        s += 1
-    return s == len(segments)
+    """The same walk one level up: ``**`` is the star, a segment glob the test of one name."""
+    return _star_walk(segments, names, "**", _segment_covers)
 
 
 def covers_path(pattern: str, path: str) -> bool:

@@ -279,9 +279,12 @@ async def lease_release(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
             if lease.holder == agent and lease.state(now) == "active":
                 await _write_change(ctx, RELEASE, lease, agent, f"{agent} releases {lease.id}")
                 released.append(lease.id)
+        if released:
+            await LeaseBook.of(ctx).snapshot(fresh=True)  # every read after this answer sees them released
         return {"released": released, "count": len(released)}
     lease, agent = await _own_lease(ctx, args)
     await _write_change(ctx, RELEASE, lease, agent, f"{agent} releases {lease.id}")
+    await LeaseBook.of(ctx).snapshot(fresh=True)
     return {"released": [lease.id], "count": 1}
 
 
