@@ -390,17 +390,19 @@ class PeerLink:
             return
         await self._send_bindings(self.directory.origins_of_peer(peer_id))
 
-    async def _send_bindings(self, origins: Any) -> None:
+    async def _send_bindings(self, origins: Any, send: Any = None) -> None:
         """Send the bindings of ``origins`` this peer was not sent yet, marked sent once on the wire
-        (a message that needs them and is sent after this returns follows them)."""
+        (a message that needs them and is sent after this returns follows them); by ``send``
+        (``_send_now`` while opening), else ``self.send``."""
         assert self.directory is not None
         missing = sorted(set(origins) - self._bindings_sent)
         if not missing:
             return
         bindings = tuple(b for b in (self.directory.binding(o) for o in missing) if b is not None)
-        if bindings:
-            await self.send(Members(bindings))  # one key binds at most 32 origins: far below a message's bound
-        self._bindings_sent.update(missing)
+        for start in range(0, len(bindings), MAX_BINDINGS_PER_MESSAGE):
+            await (send or self.send)(Members(bindings[start:start + MAX_BINDINGS_PER_MESSAGE]))
+        # Only what went: an origin not bound here yet is sent once it is (never marked unsent-able).
+        self._bindings_sent.update(b.origin for b in bindings)
 
     def relays_to_peer(self, peer_id: str) -> bool:
         """Should events and gossip *about* daemon ``peer_id`` be relayed to this peer? Not when the
@@ -430,7 +432,7 @@ class PeerLink:
             for message in messages:
                 await self.send(message)
             if vector_due:
-                await self.send(await self._our_vector())
+                await self._send_vector(self.send)
 
     async def _heads(self) -> dict[str, OriginHead]:
         return await self.astore.read(self.store.heads)
@@ -438,6 +440,15 @@ class PeerLink:
     async def _our_vector(self) -> Vector:
         heads = await self._heads()
         return Vector(tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(heads.items())))
+
+    async def _send_vector(self, send: Any) -> None:
+        vector = await self._our_vector()
+        if self.directory is not None:
+            # The bindings of the origins it names go first: a peer that cannot verify an origin
+            # never asks for its events, and a binding otherwise travels only ahead of events (an
+            # origin bound here after our opening bindings were taken left a link apart for good).
+            await self._send_bindings((e.origin for e in vector.entries), send)
+        await send(vector)
 
     def _verifiable(self, origin: str) -> bool:
         """Is ``origin`` one we could verify events of (bound here)? Bookkeeping fed by the peer's
@@ -481,7 +492,7 @@ class PeerLink:
             if not entries:
                 await self._send_now(Members(()))
             self._bindings_sent.update(b.origin for b in entries)
-        await self._send_now(await self._our_vector())
+        await self._send_vector(self._send_now)
         self._opened.set()
 
     async def _read_all(self, link_scope: trio.CancelScope) -> None:

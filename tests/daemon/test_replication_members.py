@@ -160,3 +160,19 @@ async def test_a_full_mesh_sends_each_event_once_per_peer_and_heals_a_lost_link_
         await a.append("after the loss")
         await converged(a, b, c, count=23)  # and b relays a's new events to c again
         assert bc.sent_events >= 2
+
+
+async def test_an_origin_named_in_a_vector_has_its_binding_sent_ahead_of_it(tmp_path):
+    """Regression guard (a fresh-check run that never converged): b took its opening bindings just
+    before it bound a's origin and applied a's events, then sent a vector naming a. c cannot verify
+    a, so it never asks for a's events, and b sent a's binding only ahead of events: the link stayed
+    apart for good. Bindings now travel ahead of every vector naming their origins."""
+    async with palace(tmp_path, ("a", "member"), ("b", "member"), ("c", "member")) as ((a, b, c), nursery):
+        await a.append("from a")
+        connect(nursery, a, b)
+        await converged(a, b, count=1)
+        entries = b.directory.entries
+        b.directory.entries = lambda: tuple(e for e in entries() if e.origin != a.store.origin_id)  # the race
+        connect(nursery, b, c)
+        await converged(a, b, c, count=1, timeout=5)
+        assert c.directory.key_for(a.store.origin_id, 1) == a.store.public_key
