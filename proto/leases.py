@@ -16,6 +16,13 @@ event id (both signed into the events, so every replica orders them alike), and 
 *loses*: it ends on every replica as of its own start, as if it had never been held. The loser's
 own daemon tells the loser once (``lease.conflict``, addressed to it).
 
+The order. The derivation is one pass over the events by ``created_at`` (at one same instant a
+renew or release before an acquire, then by event id): an acquire is settled against the leases in
+force when it starts, and a renew or release counts only if its lease is in force at its stamp (a
+lease that lost, or was forced out, is not renewed by a later renew). ``LeaseLedger`` keeps the
+pass: a daemon feeds it each lease event as it commits and derives afresh only when one arrives
+out of order.
+
 The bounds (issue 25, finding 6). A lease holds at most ``MAX_PATTERNS`` patterns of at most
 ``MAX_SEGMENTS`` segments and ``MAX_WILDCARDS`` wildcards; an agent holds at most ``MAX_HELD``
 leases in force per project, and one taken beyond that (only a daemon that skips the check
@@ -42,7 +49,7 @@ from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check
 __all__ = [
     "ACQUIRE", "CONFLICT", "DEFAULT_TTL_S", "LEASE_ROOM", "LEASE_TYPES", "MAX_PATTERNS", "MAX_TTL_S", "RELEASE",
     "MAX_HELD", "MAX_SEGMENTS", "MAX_WILDCARDS", "PAIR_BUDGET", "RENEW", "Lease", "LeaseIndex", "LeaseRequest",
-    "check_ttl", "covers_path", "derive_leases", "held_by", "lease_conflicts", "lease_of", "leases_overlap", "normalize_path",
+    "LeaseLedger", "check_ttl", "covers_path", "derive_leases", "held_by", "lease_conflicts", "lease_of", "leases_overlap", "normalize_path",
     "normalize_pattern", "patterns_overlap",
 ]
 
@@ -702,52 +709,116 @@ def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, 
     daemon was revoked (its leases end then). The answer depends on nothing else, so every
     replica holding the same events derives the same leases (see the module docstring).
     """
-    revoked = {origin: add_seconds(when, 0) for origin, when in (revoked or {}).items()
-               if isinstance(when, str) and STAMP_RE.match(when)}
-    acquires: dict[str, Lease] = {}
-    changes: list[Mapping[str, Any]] = []
-    for event in events:
-        kind = event.get("type")
-        if event.get("impersonation"):
-            continue  # written as its holder by a daemon that did not hold that agent: it takes nothing
-        if kind == ACQUIRE:
-            lease = lease_of(event)
-            # One acquire per id; a replayed or forged duplicate id keeps the first (by order).
-            if lease is not None and (lease.id not in acquires
-                                      or (lease.created_at, lease.event_id) < (acquires[lease.id].created_at,
-                                                                               acquires[lease.id].event_id)):
-                acquires[lease.id] = lease
-        elif kind in (RENEW, RELEASE) and isinstance(event.get("created_at"), str):
-            changes.append(event)
-    changes.sort(key=lambda e: (e["created_at"], str(e.get("id"))))
-    for event in changes:
-        lease = acquires.get(event.get("correlation_id"))  # type: ignore[arg-type]
+    ledger = LeaseLedger(revoked)
+    ledger.feed(events)
+    return ledger.leases()
+
+
+def _settle_order(event: Mapping[str, Any]) -> tuple[str, int, str]:
+    """Where an event stands in the one pass: by ``created_at``; at one same instant a renew or a
+    release comes before an acquire (a lease released at t is not in force at t); then by id."""
+    return event["created_at"], 1 if event["type"] == ACQUIRE else 0, str(event.get("id"))
+
+
+class LeaseLedger:
+    """The derivation, kept: the events are applied in one pass, in ``_settle_order``, each as the
+    pass reaches it (an acquire is settled against the leases in force at its start; a renew or a
+    release counts only if its lease is in force at its stamp). Fed more events that all come after
+    the last one applied, it goes on where it stopped and holds exactly what one pass over all of
+    them would: a lease event costs the daemon one step, not a derivation of the month (issue 25,
+    finding 6). An event that sorts before the last one applied (a late arrival, a clock behind)
+    cannot be applied that way: ``feed`` refuses the whole batch and the caller derives afresh.
+
+    Not thread-safe: one writer at a time. Lease objects are updated in place as later events end,
+    renew or revoke them."""
+
+    def __init__(self, revoked: Mapping[str, str] | None = None) -> None:
+        self.revoked = {origin: add_seconds(when, 0) for origin, when in (revoked or {}).items()
+                        if isinstance(when, str) and STAMP_RE.match(when)}
+        self._acquires: dict[str, Lease] = {}
+        self._ordered: list[Lease] = []
+        self._projects: dict[str, _Standing] = {}
+        #: where the pass stands: the order key of the last event applied
+        self.frontier: tuple[str, int, str] | None = None
+        #: the agents whose events were applied (a change to one's record may change what it took)
+        self.writers: set[str] = set()
+        #: how many events were applied
+        self.applied = 0
+
+    def __repr__(self) -> str:
+        return f"<LeaseLedger leases={len(self._ordered)} applied={self.applied} frontier={self.frontier}>"
+
+    def leases(self) -> list[Lease]:
+        """Every lease taken so far, in start order (a new list; the leases themselves are shared)."""
+        return list(self._ordered)
+
+    def feed(self, events: Iterable[Mapping[str, Any]]) -> bool:
+        """Apply ``events`` (any order among themselves); False, applying none, if one of them
+        sorts at or before the last event applied (derive afresh)."""
+        batch = []
+        for event in events:
+            if event.get("type") not in (ACQUIRE, RENEW, RELEASE) or event.get("impersonation"):
+                continue  # written as its holder by a daemon that did not hold that agent: it takes nothing
+            if not isinstance(event.get("created_at"), str) or not STAMP_RE.match(event["created_at"]):
+                continue
+            batch.append(event)
+        batch.sort(key=_settle_order)
+        if batch and self.frontier is not None and _settle_order(batch[0]) <= self.frontier:
+            return False
+        for event in batch:
+            self.writers.add(str(event.get("from_agent")))
+            if event["type"] == ACQUIRE:
+                self._acquire(event)
+            else:
+                self._change(event)
+            self.applied += 1
+        if batch:
+            self.frontier = _settle_order(batch[-1])
+        return True
+
+    def _acquire(self, event: Mapping[str, Any]) -> None:
+        lease = lease_of(event)
+        # One acquire per id: a replayed or forged duplicate id keeps the first (by order).
+        if lease is None or lease.id in self._acquires:
+            return
+        self._acquires[lease.id] = lease
+        self._ordered.append(lease)
+        self._revoke_if(lease)
+        standing = self._projects.get(lease.stream)
+        if standing is None:
+            standing = self._projects[lease.stream] = _Standing()
+        _settle(lease, standing)
+
+    def _revoke_if(self, lease: Lease) -> None:
+        when = self.revoked.get(lease.origin)
+        if when is not None and when < lease.until():
+            lease.ended_at, lease.end = max(when, lease.created_at), "revoked"
+
+    def _change(self, event: Mapping[str, Any]) -> None:
+        lease = self._acquires.get(event.get("correlation_id"))  # type: ignore[arg-type]
         stamp = event["created_at"]
         if lease is None or event.get("from_agent") != lease.holder or not lease.created_at <= stamp < lease.until():
-            continue  # only its holder, and only while it is in force
+            return  # only its holder, and only while it is in force
+        standing = self._projects[lease.stream]
         if event["type"] == RELEASE:
             lease.ended_at, lease.end = stamp, "released"
-            continue
+            standing.remove(lease)
+            return
         ttl = _metadata(event).get("ttl_s")
         try:
             ttl_s = check_duration(ttl, field="ttl")  # as written: an integer, never a text to parse
         except ValidationError:
-            continue
+            return
         lease.expires_at = max(lease.expires_at, add_seconds(stamp, ttl_s))
         lease.renewals += 1
-    ordered = sorted(acquires.values(), key=lambda lease: (lease.created_at, lease.event_id))
-    for lease in ordered:
-        when = revoked.get(lease.origin)
-        if when is not None and when < lease.until():
-            lease.ended_at, lease.end = max(when, lease.created_at), "revoked"
-    _settle_collisions(ordered)
-    return ordered
+        self._revoke_if(lease)
+        standing.extended(lease)
 
 
 class _Standing:
-    """The leases of one project in force at the point the settlement has reached, in a prefix
-    trie (a new lease is tried only against those whose patterns could meet its own), with their
-    ends in a heap (a lease leaves as soon as it ends: ended leases cost nothing further)."""
+    """The leases of one project in force at the point the pass has reached, in a prefix trie (a
+    new lease is tried only against those whose patterns could meet its own), with their ends in a
+    heap (a lease leaves as soon as it ends: ended leases cost nothing further)."""
 
     def __init__(self) -> None:
         self.by_id: dict[str, Lease] = {}
@@ -759,9 +830,17 @@ class _Standing:
     def add(self, lease: Lease) -> None:
         self.by_id[lease.id] = lease
         self._trie.add(lease)
+        self._push(lease)
+        self.held[lease.holder] = self.held.get(lease.holder, 0) + 1
+
+    def _push(self, lease: Lease) -> None:
         self._pushed += 1
         heapq.heappush(self._ends, (lease.until(), self._pushed, lease))
-        self.held[lease.holder] = self.held.get(lease.holder, 0) + 1
+
+    def extended(self, lease: Lease) -> None:
+        """A lease standing here was renewed: its end moved (the earlier entry is passed over)."""
+        if lease.id in self.by_id:
+            self._push(lease)
 
     def remove(self, lease: Lease) -> None:
         if self.by_id.pop(lease.id, None) is None:
@@ -772,7 +851,9 @@ class _Standing:
     def expire(self, stamp: str) -> None:
         """Drop the leases no longer in force at ``stamp``."""
         while self._ends and self._ends[0][0] <= stamp:
-            self.remove(heapq.heappop(self._ends)[2])
+            lease = heapq.heappop(self._ends)[2]
+            if lease.until() <= stamp:  # else renewed since: a later entry holds its end
+                self.remove(lease)
 
     def candidates(self, lease: Lease) -> list[Lease]:
         """The standing leases of other holders that could collide with ``lease``, in start order."""
@@ -781,35 +862,28 @@ class _Standing:
                       key=lambda e: (e.created_at, e.event_id))
 
 
-def _settle_collisions(ordered: list[Lease]) -> None:
-    projects: dict[str, _Standing] = {}
-    for lease in ordered:
-        # In start order: a lease that ended before this one started can meet none of the rest.
-        standing = projects.setdefault(lease.stream, _Standing())
-        standing.expire(lease.created_at)
-        if standing.held.get(lease.holder, 0) >= MAX_HELD:
-            lease.ended_at, lease.end = lease.created_at, "over_limit"
-            continue
-        # The first rival it did not force out wins (and the rest need not be tried); with none,
-        # every rival was named in its force and ends now.
-        rivals: list[Lease] = []
-        winner = None
-        for earlier in standing.candidates(lease):
-            if earlier.in_force_at(lease.created_at) and earlier.collides(lease):
-                if earlier.id not in lease.forced:
-                    winner = earlier
-                    break
-                rivals.append(earlier)
-        if winner is not None:
-            lease.ended_at, lease.end = lease.created_at, "lost"
-            lease.ended_by, lease.ended_by_agent = winner.id, winner.holder
-            continue
-        for forced in rivals:
-            forced.ended_at, forced.end = lease.created_at, "forced"
-            forced.ended_by, forced.ended_by_agent = lease.id, lease.holder
-            standing.remove(forced)
-        if lease.until() > lease.created_at:
-            standing.add(lease)
+def _settle(lease: Lease, standing: _Standing) -> None:
+    """Settle a new lease against the leases of its project in force when it starts."""
+    standing.expire(lease.created_at)
+    if standing.held.get(lease.holder, 0) >= MAX_HELD:
+        lease.ended_at, lease.end = lease.created_at, "over_limit"
+        return
+    # The first rival it did not force out wins (and the rest need not be tried); with none,
+    # every rival was named in its force and ends now.
+    rivals: list[Lease] = []
+    for earlier in standing.candidates(lease):
+        if earlier.in_force_at(lease.created_at) and earlier.collides(lease):
+            if earlier.id not in lease.forced:
+                lease.ended_at, lease.end = lease.created_at, "lost"
+                lease.ended_by, lease.ended_by_agent = earlier.id, earlier.holder
+                return
+            rivals.append(earlier)
+    for forced in rivals:
+        forced.ended_at, forced.end = lease.created_at, "forced"
+        forced.ended_by, forced.ended_by_agent = lease.id, lease.holder
+        standing.remove(forced)
+    if lease.until() > lease.created_at:
+        standing.add(lease)
 
 
 def held_by(leases: Iterable[Lease], holder: str, stream: str, now: str) -> int:

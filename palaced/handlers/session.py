@@ -110,7 +110,7 @@ async def session_start(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
                 "claimed_by": view["claimed_by"], "goal": _goal(view), "last_activity": view["last_activity"]}
         (stalled if view["stalled"] else loops).append(loop)
 
-    leases, _ = await current_leases(ctx)
+    leases = await current_leases(ctx)
     mine = [lease for lease in leases if lease.holder == agent]
     active = [{"id": lease.id, "project": lease.stream.removeprefix("project/"), "patterns": list(lease.patterns),
                "mode": "exclusive" if lease.exclusive else "shared", "expires_at": lease.expires_at}

@@ -29,7 +29,7 @@ from palace_proto.validation import AppendRequest
 from .apply import ApplyReport, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
 from .imports import import_history
-from .queries import correlation_events, event_by_id, events_of_types_since, latest_seq_of_types
+from .queries import correlation_events, event_by_id, events_of_types_after_seq, events_of_types_since, latest_seq_of_types
 from .writes import append_event, append_system, put_artifact, redact
 
 if TYPE_CHECKING:
@@ -93,6 +93,9 @@ class WriteContext:
     def lease_events(self, types: Sequence[str], since_created_at: str, stream: str | None,
                      limit: int) -> list[dict[str, Any]]:
         return events_of_types_since(self.conn, types, since_created_at, stream, limit)
+
+    def lease_events_after(self, types: Sequence[str], after_seq: int, limit: int) -> list[dict[str, Any]]:
+        return events_of_types_after_seq(self.conn, types, after_seq, limit)
 
     def lease_seq(self, types: Sequence[str]) -> int:
         return latest_seq_of_types(self.conn, types)

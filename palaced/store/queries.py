@@ -183,6 +183,20 @@ def lease_seq(store: Store, types: Sequence[str]) -> int:
     return latest_seq_of_types(store._reader(), types)
 
 
+def lease_events_after(store: Store, types: Sequence[str], after_seq: int, limit: int) -> list[dict[str, Any]]:
+    return events_of_types_after_seq(store._reader(), types, after_seq, limit)
+
+
+def events_of_types_after_seq(conn: apsw.Connection, types: Sequence[str], after_seq: int,
+                              limit: int) -> list[dict[str, Any]]:
+    """Events of ``types`` committed here after ``after_seq``, oldest first, at most ``limit`` (what
+    a kept lease derivation is fed); on the type index, so as cheap as what is new; on ``conn``."""
+    rows = conn.execute(
+        f"SELECT {PUBLIC_COLUMNS} FROM events WHERE type IN ({','.join('?' * len(types))}) AND seq > ? "
+        "ORDER BY seq LIMIT ?", [*types, after_seq, limit]).fetchall()
+    return [row_to_public(r) for r in rows]
+
+
 def events_of_types_since(conn: apsw.Connection, types: Sequence[str], since_created_at: str, stream: str | None,
                           limit: int) -> list[dict[str, Any]]:
     """Events of ``types`` created since ``since_created_at`` (of one stream, or all), the newest

@@ -161,6 +161,7 @@ class Store:
 
     get_event = queries.get_event
     lease_events = queries.lease_events
+    lease_events_after = queries.lease_events_after
     lease_seq = queries.lease_seq
     resolve_seq = queries.resolve_seq
     latest = queries.latest

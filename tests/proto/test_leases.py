@@ -8,7 +8,7 @@ import json
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from palace_proto import leases as leases_module
@@ -412,3 +412,87 @@ def test_patterns_apart_at_their_first_segments_are_decided_in_a_step_or_two():
     assert leases_module._shapes_overlap(leases_module._shape("src/*/x.py"), leases_module._shape("src/api/*"),
                                          plain) is True  # a ** at the end of one takes the rest
     assert patterns_overlap("src/**/x.py", "src/api/*") and not patterns_overlap("src/*/x.py", "src/a/b/x.py")
+
+
+# -- the ledger: the derivation kept, event by event (issue 25, finding 6) ----------------------
+
+
+_LEDGER_PATTERNS = [["src/**"], ["src/api/*.py"], ["docs"], ["res:db"], ["**/x.py"], ["src/api/**", "res:db"]]
+
+
+def _random_history(rng: random.Random, size: int) -> list[dict]:
+    """Acquires (some shared, some forcing), renews and releases, by holders and by others, with
+    clashing instants and a revoked origin among them."""
+    events, taken = [], []
+    for n in range(size):
+        t = rng.randrange(0, 4000)
+        roll = rng.random()
+        if roll < 0.55 or not taken:
+            lease = lid(n)
+            forced = rng.sample(taken, min(len(taken), rng.randrange(3))) if rng.random() < 0.2 else ()
+            events.append(acquire(lease, rng.choice("abc"), rng.choice(_LEDGER_PATTERNS), t=t,
+                                  ttl=rng.choice([60, 600, 3600]), shared=rng.random() < 0.3,
+                                  forced=[f for f, _ in forced], origin=rng.choice(["o1", "o2"]),
+                                  event_id=f"evt_{rng.randrange(10**6):06d}_{n}"))
+            taken.append((lease, events[-1]["from_agent"]))
+        else:
+            lease, holder = rng.choice(taken)
+            agent = holder if rng.random() < 0.85 else rng.choice("abc")
+            kind = RENEW if roll < 0.8 else RELEASE
+            events.append(dict(change(kind, lease, agent, t=t, ttl=rng.choice([None, 120, 7200])),
+                               id=f"evt_{rng.randrange(10**6):06d}_{n}"))
+    if rng.random() < 0.5 and events:
+        events.append(dict(events[rng.randrange(len(events))], id="evt_replayed"))  # a duplicate id
+    return events
+
+
+def _wire(leases, now):
+    return [lease.to_wire(now) for lease in leases]
+
+
+@settings(deadline=None, max_examples=150)
+@given(st.randoms(use_true_random=False), st.integers(min_value=1, max_value=60))
+def test_the_ledger_fed_in_order_in_any_batches_holds_what_one_derivation_of_all_does(rng, size):
+    """Guards issue 25 finding 6: a daemon feeds its ledger the lease events as they commit instead
+    of deriving the month again; that must never answer differently from a derivation of all."""
+    events = _random_history(rng, size)
+    revoked = {"o2": at(rng.randrange(0, 5000))} if rng.random() < 0.3 else {}
+    whole = derive_leases(events, revoked=revoked)
+    ordered = sorted(events, key=leases_module._settle_order)
+    ledger = leases_module.LeaseLedger(revoked)
+    cut = 0
+    while cut < len(ordered):
+        step = rng.randrange(1, 6)
+        assert ledger.feed(ordered[cut:cut + step])
+        cut += step
+    assert _wire(ledger.leases(), at(2500)) == _wire(whole, at(2500))
+
+
+@settings(deadline=None, max_examples=100)
+@given(st.randoms(use_true_random=False), st.integers(min_value=2, max_value=40))
+def test_a_late_event_is_refused_by_the_ledger_and_a_fresh_derivation_agrees(rng, size):
+    """Events arriving out of order (replication, a peer's clock behind): the ledger refuses a
+    batch reaching back before what it applied, changes nothing, and deriving afresh (what the
+    daemon does then) gives the one answer."""
+    events = _random_history(rng, size)
+    arrived: list[dict] = []
+    ledger = leases_module.LeaseLedger()
+    rng.shuffle(events)
+    for event in events:
+        before = _wire(ledger.leases(), at(2500))
+        arrived.append(event)
+        if not ledger.feed([event]):
+            assert _wire(ledger.leases(), at(2500)) == before  # refused whole: nothing applied
+            ledger = leases_module.LeaseLedger()
+            assert ledger.feed(arrived)
+        assert _wire(ledger.leases(), at(2500)) == _wire(derive_leases(arrived), at(2500))
+
+
+def test_a_renewal_keeps_a_lease_standing_past_its_first_end():
+    """The ledger's heap of ends holds a renewed lease's first end too: passing it must not drop
+    the lease while it is in force (a later rival still loses to it)."""
+    events = [acquire(lid(1), "a", ["src/**"], t=0, ttl=60), change(RENEW, lid(1), "a", t=30, ttl=600)]
+    ledger = leases_module.LeaseLedger()
+    assert ledger.feed(events)
+    assert ledger.feed([acquire(lid(2), "b", ["src/x"], t=120)])
+    assert states(ledger.leases(), at(121)) == {lid(1): "active", lid(2): "lost"}
