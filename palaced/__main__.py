@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -54,7 +55,12 @@ def _setup_logging(level: str) -> None:
 async def _run(config) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve, config)
+            await nursery.start(serve, config)
+            # What is alive once the daemon serves (modules, the store, caches) lives as long as it
+            # does: kept out of the collector's full passes, which would otherwise walk all of it and
+            # hold every thread for tens of milliseconds each time (issue 25, finding 6).
+            gc.collect()
+            gc.freeze()
             async for signum in signals:
                 logging.getLogger("palaced.app").info("received %s; stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel(reason=f"signal {signum}")

@@ -41,7 +41,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .errors import ValidationError
 from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check_duration, parse_duration
@@ -78,8 +78,11 @@ MAX_WILDCARDS: Final = 8
 MAX_HELD: Final = 32
 # ...and deciding whether two leases can name one same thing takes at most this many steps (path
 # cells plus character cells, counted the same way on every replica); a pair that would take more
-# is taken to overlap without trying further: conservative, and the same verdict everywhere.
-PAIR_BUDGET: Final = 20_000
+# is taken to overlap without trying further: conservative, and the same verdict everywhere. Why
+# 4,000: the costliest pairs of everyday globs (``**/a*/**/b*/**/c*.py`` against
+# ``web/src/components/**/*.tsx``) take under 400, so a lease of ten such patterns is still decided;
+# a pair of the worst patterns stops after about a millisecond.
+PAIR_BUDGET: Final = 4_000
 MAX_REASON_CHARS: Final = 500
 MAX_FORCED: Final = 256
 
@@ -316,15 +319,22 @@ def _globs_meet(a: str, b: str) -> bool:
 
 def _segments_meet(a: str, b: str, budget: _Budget) -> bool:
     """Whether two one-segment globs match at least one same name, charging ``budget``."""
-    if _is_literal(a) and _is_literal(b):
+    a_literal, b_literal = _is_literal(a), _is_literal(b)
+    if a_literal and b_literal:
         return a == b
     budget.charge((len(_tokens(a)) + 1) * (len(_tokens(b)) + 1))
+    # A name meets a glob only if the glob matches it: one walk along the name, not the table
+    # of two globs (the charge stays the table's, the same on every replica).
+    if a_literal:
+        return _child_matches(b, a)
+    if b_literal:
+        return _child_matches(a, b)
     return _globs_meet(a, b)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Shape:
-    """A normalized pattern prepared once for overlap and cover tests."""
+class _Shape(NamedTuple):
+    """A normalized pattern prepared once for overlap and cover tests. A tuple of strings and
+    numbers only: the collector stops tracking it (a daemon caches thousands; issue 25, finding 6)."""
 
     resource: bool
     #: a resource's name as one segment; a path's segments, ``**`` appended (what is under it)
@@ -335,7 +345,7 @@ class _Shape:
     #: a path it covers has at least this many names (one per segment but ``**``)...
     min_names: int
     #: ...and among them every literal segment past the prefix: cheap refusals before any matching
-    needs: frozenset[str]
+    needs: tuple[str, ...]
     #: how many segments come before the first ``**`` (a path's segments always hold one)
     lead: int = 0
 
@@ -352,7 +362,7 @@ def _shape(pattern: str) -> _Shape:
         if not _is_literal(segment) or segment == "**":
             break
         prefix.append(segment)
-    needs = frozenset(s for s in segments[len(prefix):] if s != "**" and _is_literal(s))
+    needs = tuple(sorted({s for s in segments[len(prefix):] if s != "**" and _is_literal(s)}))
     lead = segments.index("**") if "**" in segments else len(segments)
     return _Shape(resource, segments, tuple(prefix), sum(s != "**" for s in segments), needs, lead)
 
@@ -455,10 +465,14 @@ def covers_path(pattern: str, path: str) -> bool:
     shape = _shape(pattern)
     if path.startswith(RESOURCE_PREFIX) or shape.resource:
         return path.startswith(RESOURCE_PREFIX) and shape.resource and _segment_covers(shape.segments[0], path)
-    names = path.split("/")
+    return _covers_names(shape, path.split("/"))
+
+
+def _covers_names(shape: _Shape, names: list[str]) -> bool:
+    """``covers_path`` of a path pattern, the path split into its names (once per path)."""
     if len(names) < shape.min_names or tuple(names[:len(shape.prefix)]) != shape.prefix:
         return False
-    if shape.needs and not shape.needs.issubset(names):
+    if shape.needs and not all(need in names for need in shape.needs):
         return False
     return _path_covered(shape.segments, names)
 
@@ -495,6 +509,46 @@ class _PrefixTrie:
                 node = node.children.get(name) if node is not None else None
             if node is not None:
                 node.here.pop(lease.id, None)
+
+    def evolved(self, add: Iterable[Lease], remove: Iterable[Lease]) -> _PrefixTrie:
+        """A new trie: this one with ``add`` in and ``remove`` out, sharing every node neither
+        touches (the nodes on their paths are copied once), so readers of this one are undisturbed
+        and the cost is the changes', not the size's."""
+        fresh: set[int] = set()
+
+        def own(node: _Node) -> _Node:
+            copy = _Node()
+            copy.children, copy.here = dict(node.children), dict(node.here)
+            fresh.add(id(copy))
+            return copy
+
+        out = _PrefixTrie()
+        out.root = own(self.root)
+
+        def node_of(pattern: str, create: bool) -> _Node | None:
+            node = out.root
+            for name in _shape(pattern).prefix:
+                child = node.children.get(name)
+                if child is None:
+                    if not create:
+                        return None
+                    child = _Node()
+                    fresh.add(id(child))
+                elif id(child) not in fresh:
+                    child = own(child)
+                node.children[name] = child
+                node = child
+            return node
+
+        for lease in remove:
+            for pattern in lease.patterns:
+                node = node_of(pattern, create=False)
+                if node is not None:
+                    node.here.pop(lease.id, None)
+        for lease in add:
+            for pattern in lease.patterns:
+                node_of(pattern, create=True).here[lease.id] = lease  # type: ignore[union-attr]
+        return out
 
     def along(self, names: Sequence[str], found: dict[str, Lease]) -> _Node | None:
         """Add the leases on the path of ``names`` to ``found``; the node it ends at (None if the
@@ -544,12 +598,20 @@ class LeaseIndex:
     """Leases by the literal prefixes of their patterns, for asking which of them cover a path
     without trying every one (``lease check``, the git guard)."""
 
-    def __init__(self, leases: Iterable[Lease]) -> None:
+    def __init__(self, leases: Iterable[Lease] = ()) -> None:
         self._trie = _PrefixTrie()
         self.size = 0
         for lease in leases:
             self._trie.add(lease)
             self.size += 1
+
+    def evolved(self, add: Sequence[Lease], remove: Sequence[Lease]) -> LeaseIndex:
+        """This index with ``add`` in and ``remove`` out, as a new index (this one unchanged: a
+        reader may be walking it in another thread); costs what changes, not the size."""
+        out = LeaseIndex()
+        out._trie = self._trie.evolved(add, remove)
+        out.size = self.size + len(add) - len(remove)
+        return out
 
     def __repr__(self) -> str:
         return f"<LeaseIndex leases={self.size}>"
@@ -558,11 +620,19 @@ class LeaseIndex:
         """The leases with a pattern that could meet one of ``patterns`` (to try for collisions)."""
         return list(self._trie.meeting(patterns).values())
 
-    def covering(self, path: str) -> list[Lease]:
-        """The leases with a pattern covering the normalized ``path``, each once."""
+    def covering(self, path: str, keep: Any = None) -> list[Lease]:
+        """The leases with a pattern covering the normalized ``path``, each once; of those for
+        which ``keep(lease)`` is true, if given (asked first: the patterns of the others are never
+        tried, e.g. shared leases for a check that only exclusive ones can fail)."""
         candidates: dict[str, Lease] = {}
-        self._trie.along(path.split("/") if not path.startswith(RESOURCE_PREFIX) else (path,), candidates)
-        return [lease for lease in candidates.values() if any(covers_path(p, path) for p in lease.patterns)]
+        if path.startswith(RESOURCE_PREFIX):
+            self._trie.along((path,), candidates)
+            return [lease for lease in candidates.values() if (keep is None or keep(lease))
+                    and any(covers_path(p, path) for p in lease.patterns)]
+        names = path.split("/")
+        self._trie.along(names, candidates)
+        return [lease for lease in candidates.values() if (keep is None or keep(lease))
+                and any(not shape.resource and _covers_names(shape, names) for shape in map(_shape, lease.patterns))]
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -656,11 +726,12 @@ class Lease:
                 and leases_overlap(self.patterns, other.patterns))
 
     def to_wire(self, now: str) -> dict[str, Any]:
+        state = self.state(now)
         return {"id": self.id, "event_id": self.event_id, "agent": self.holder, "origin": self.origin,
                 "project": self.stream.removeprefix("project/"), "patterns": list(self.patterns),
                 "mode": "exclusive" if self.exclusive else "shared", "reason": self.reason,
-                "created_at": self.created_at, "expires_at": self.expires_at, "ttl_s": self.ttl_s, "state": self.state(now),
-                "ended_at": self.ended_at if self.state(now) not in ("active", "expired") else None,
+                "created_at": self.created_at, "expires_at": self.expires_at, "ttl_s": self.ttl_s, "state": state,
+                "ended_at": self.ended_at if state not in ("active", "expired") else None,
                 "ended_by": self.ended_by, "ended_by_agent": self.ended_by_agent, "renewals": self.renewals,
                 "forced": list(self.forced)}
 
@@ -744,9 +815,19 @@ class LeaseLedger:
         self.writers: set[str] = set()
         #: how many events were applied
         self.applied = 0
+        #: the leases that began or stopped standing, or were renewed, since ``take_touched``
+        self._touched: dict[str, Lease] = {}
 
     def __repr__(self) -> str:
         return f"<LeaseLedger leases={len(self._ordered)} applied={self.applied} frontier={self.frontier}>"
+
+    def take_touched(self) -> list[Lease]:
+        """The leases that began or stopped standing, or were renewed, since the last call (what
+        an index of the leases in force must add, drop or look at again)."""
+        touched, self._touched = list(self._touched.values()), {}
+        for standing in self._projects.values():
+            standing._touched = self._touched
+        return touched
 
     def leases(self) -> list[Lease]:
         """Every lease taken so far, in start order (a new list; the leases themselves are shared)."""
@@ -786,7 +867,7 @@ class LeaseLedger:
         self._revoke_if(lease)
         standing = self._projects.get(lease.stream)
         if standing is None:
-            standing = self._projects[lease.stream] = _Standing()
+            standing = self._projects[lease.stream] = _Standing(self._touched)
         _settle(lease, standing)
 
     def _revoke_if(self, lease: Lease) -> None:
@@ -820,18 +901,20 @@ class _Standing:
     new lease is tried only against those whose patterns could meet its own), with their ends in a
     heap (a lease leaves as soon as it ends: ended leases cost nothing further)."""
 
-    def __init__(self) -> None:
+    def __init__(self, touched: dict[str, Lease]) -> None:
         self.by_id: dict[str, Lease] = {}
         self._trie = _PrefixTrie()
         self._ends: list[tuple[str, int, Lease]] = []
         self._pushed = 0
         self.held: dict[str, int] = {}
+        self._touched = touched
 
     def add(self, lease: Lease) -> None:
         self.by_id[lease.id] = lease
         self._trie.add(lease)
         self._push(lease)
         self.held[lease.holder] = self.held.get(lease.holder, 0) + 1
+        self._touched[lease.id] = lease
 
     def _push(self, lease: Lease) -> None:
         self._pushed += 1
@@ -841,12 +924,14 @@ class _Standing:
         """A lease standing here was renewed: its end moved (the earlier entry is passed over)."""
         if lease.id in self.by_id:
             self._push(lease)
+            self._touched[lease.id] = lease
 
     def remove(self, lease: Lease) -> None:
         if self.by_id.pop(lease.id, None) is None:
             return
         self._trie.remove(lease)
         self.held[lease.holder] -= 1
+        self._touched[lease.id] = lease
 
     def expire(self, stamp: str) -> None:
         """Drop the leases no longer in force at ``stamp``."""
@@ -893,10 +978,16 @@ def held_by(leases: Iterable[Lease], holder: str, stream: str, now: str) -> int:
 
 
 def lease_conflicts(leases: Sequence[Lease], candidate: LeaseRequest, holder: str, now: str,
-                    stream: str | None = None) -> list[Lease]:
+                    stream: str | None = None, *, limit: int | None = None) -> list[Lease]:
     """The active leases of other agents (in project ``stream``, or any) a new lease by ``holder``
-    would collide with."""
-    return [lease for lease in leases
-            if lease.holder != holder and (stream is None or lease.stream == stream)
-            and (lease.exclusive or candidate.exclusive) and lease.state(now) == "active"
-            and leases_overlap(lease.patterns, candidate.patterns)]
+    would collide with, in the order given; the first ``limit`` of them only, if given (a refusal
+    names a few: the rest need not be decided)."""
+    found: list[Lease] = []
+    for lease in leases:
+        if (lease.holder != holder and (stream is None or lease.stream == stream)
+                and (lease.exclusive or candidate.exclusive) and lease.state(now) == "active"
+                and leases_overlap(lease.patterns, candidate.patterns)):
+            found.append(lease)
+            if limit is not None and len(found) >= limit:
+                break
+    return found

@@ -11,6 +11,7 @@ number of replicas; it runs when lease events arrive and at start.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import os
 import time
@@ -59,6 +60,10 @@ MAX_FEED: Final = 1000
 # Why a day: the window the ledger reads from slides by a day before it is derived afresh (the
 # window has a day of slack, so no lease that can still be in force is left out meanwhile).
 REBUILD_EVERY_S: Final = 86400
+# Why 5: a refusal names this many of the leases in the way (each with its holder and reason).
+RIVALS_NAMED: Final = 5
+# Why 100,000: lease ids known told, kept between runs of the reconciler (then read from the log again).
+MAX_TOLD_KEPT: Final = 100_000
 # The events a derivation reads: a lease.conflict notice changes no lease, so it neither triggers
 # a new derivation nor makes a writer re-derive (the reconciler reads the notices itself).
 DERIVED_FROM: Final = (ACQUIRE, RELEASE, RENEW)
@@ -117,6 +122,11 @@ class LeaseBook:
         self._window = ""
         self._rebuild_at = 0.0
         self._seq = 0
+        #: the leases in force by pattern prefix, kept with the ledger; their ends by the clock
+        self._index = LeaseIndex()
+        self._indexed: set[str] = set()
+        self._ends: list[tuple[str, int, Lease]] = []
+        self._pushed = 0
         self.derivations = 0
         self.feeds = 0
 
@@ -159,6 +169,7 @@ class LeaseBook:
                 if ledger.feed(store.agents.annotate(in_window)):
                     self._seq = max((e["seq"] for e in newer), default=self._seq)
                     self.feeds += 1
+                    self._index_changes(ledger)
                     return self._snap(ledger, revoked)
         return self._rebuild(revoked)
 
@@ -180,13 +191,43 @@ class LeaseBook:
         # One query, one read snapshot: every event committed after it has a higher seq.
         self._seq = max((e["seq"] for e in events), default=seq_before)
         self.derivations += 1
+        ledger.take_touched()
+        now = _now()
+        standing = [lease for lease in ledger.leases() if lease.until() > now]
+        self._index, self._indexed = LeaseIndex(standing), {lease.id for lease in standing}
+        self._ends = [(lease.until(), n, lease) for n, lease in enumerate(standing)]
+        heapq.heapify(self._ends)
+        self._pushed = len(standing)
         return self._snap(ledger, revoked)
 
+    def _index_changes(self, ledger: LeaseLedger) -> None:
+        """Bring the index of the leases in force up to the ledger: what began or stopped standing,
+        and what ended by the clock since, as a new index sharing the rest (a reader may be walking
+        the old one in another thread)."""
+        now = _now()
+        add, remove = [], []
+        for lease in ledger.take_touched():
+            if lease.until() > now:
+                self._pushed += 1
+                heapq.heappush(self._ends, (lease.until(), self._pushed, lease))  # renewed: a later end
+                if lease.id not in self._indexed:
+                    add.append(lease)
+                    self._indexed.add(lease.id)
+            elif lease.id in self._indexed:
+                remove.append(lease)
+                self._indexed.discard(lease.id)
+        while self._ends and self._ends[0][0] <= now:
+            lease = heapq.heappop(self._ends)[2]
+            if lease.until() <= now and lease.id in self._indexed:  # else renewed: a later entry holds it
+                remove.append(lease)
+                self._indexed.discard(lease.id)
+        if add or remove:
+            self._index = self._index.evolved(add, remove)
+
     def _snap(self, ledger: LeaseLedger, revoked: dict[str, str]) -> LeaseSnapshot:
-        now, window = _now(), _window_start()
+        window = _window_start()
         leases = [lease for lease in ledger.leases() if lease.created_at >= window]
-        # What ended before now never stands again; the rest is asked with the then time.
-        return LeaseSnapshot(leases, self._seq, revoked, LeaseIndex(lease for lease in leases if lease.until() > now))
+        return LeaseSnapshot(leases, self._seq, revoked, self._index)
 
 
 async def current_leases(ctx: Context, stream: str | None = None, *, fresh: bool = False) -> list[Lease]:
@@ -230,8 +271,10 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
                               "release some (`palacectl lease release`) or lease a directory that covers them",
                               field="patterns")
     # In a worker thread: a hostile lease can cost a few milliseconds per pair to decide.
+    # Without --force a refusal names the first few rivals: the rest need not be decided.
     rivals = await trio.to_thread.run_sync(
-        lambda: lease_conflicts(snapshot.index.meeting(request.patterns), request, agent, now, stream))
+        lambda: lease_conflicts(snapshot.index.meeting(request.patterns), request, agent, now, stream,
+                                limit=None if force else RIVALS_NAMED))
     if rivals and not force:
         raise _refusal(rivals, now)
     lease_id = "lease_" + os.urandom(8).hex()
@@ -373,13 +416,21 @@ async def lease_check(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     stream = project_stream(project) if project else None
     snapshot = await LeaseBook.of(ctx).snapshot()
     now = _now()
-    blocked = []
-    for path in paths:
-        holders = [lease.to_wire(now) for lease in snapshot.index.covering(path)
-                   if lease.exclusive and lease.holder != agent and (stream is None or lease.stream == stream)
-                   and lease.state(now) == "active"]
-        if holders:
-            blocked.append({"path": path, "leases": holders})
+
+    def blocks(lease: Lease) -> bool:  # only another agent's exclusive lease can block a path
+        return lease.exclusive and lease.holder != agent and (stream is None or lease.stream == stream)
+
+    def blocked_paths() -> list[dict[str, Any]]:
+        blocked = []
+        for path in paths:
+            holders = [lease.to_wire(now) for lease in snapshot.index.covering(path, blocks)
+                       if lease.state(now) == "active"]
+            if holders:
+                blocked.append({"path": path, "leases": holders})
+        return blocked
+
+    # In a worker thread: 500 paths against leases of many globs take milliseconds.
+    blocked = await trio.to_thread.run_sync(blocked_paths)
     return {"ok": not blocked, "blocked": blocked, "checked": len(paths)}
 
 
@@ -398,6 +449,8 @@ class LeaseReconciler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.told = 0
+        #: lease ids whose loss was told (found in the log or written here)
+        self._told: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<LeaseReconciler told={self.told}>"
@@ -417,13 +470,16 @@ class LeaseReconciler:
             return 0
         leases = await current_leases(ctx, fresh=True)
         own = ctx.store.origin_id
-        lost = [lease for lease in leases if lease.end in ("lost", "forced") and lease.origin == own]
+        lost = [lease for lease in leases if lease.end in ("lost", "forced") and lease.origin == own
+                and lease.id not in self._told]
         if not lost:
             return 0
-        notices = await ctx.astore.read(lambda: ctx.store.lease_events((CONFLICT,), _window_start(), None,
-                                                                         MAX_LEASE_EVENTS))
-        told = {e.get("correlation_id") for e in notices}
-        requests = [self._notice(lease) for lease in lost if lease.id not in told]
+        # Looked up by lease id (the correlation index): only the notices of leases not known told,
+        # and only this daemon's (the one that tells; a notice forged elsewhere silences nobody).
+        ids = [lease.id for lease in lost]
+        notices = await ctx.astore.read(lambda: ctx.store.correlations_present(ids, (CONFLICT,), own))
+        self._remember(notices)
+        requests = [self._notice(lease) for lease in lost if lease.id not in self._told]
         if not requests:
             return 0
 
@@ -434,8 +490,14 @@ class LeaseReconciler:
             return len(requests)
 
         written = await ctx.astore.write(job)
+        self._remember(req.correlation_id for req in requests)
         self.told += written
         return written
+
+    def _remember(self, lease_ids: Any) -> None:
+        self._told.update(lease_ids)
+        if len(self._told) > MAX_TOLD_KEPT:  # read again from the log as needed: a bound, not a loss
+            self._told.clear()
 
     def _notice(self, lease: Lease) -> AppendRequest:
         why = ("was taken on both sides of a partition; the earlier lease wins" if lease.end == "lost"

@@ -144,16 +144,25 @@ def events_by_correlation(store: Store, correlation_id: str, limit: int = 10_000
     return correlation_events(store._reader(), correlation_id, limit)
 
 
-def correlations_present(store: Store, correlation_ids: Sequence[str]) -> set[str]:
-    """Which of ``correlation_ids`` any stored event carries: one indexed query per 500 ids, so a
-    question about thousands of (perhaps invented) task ids costs a few queries, not one each."""
+def correlations_present(store: Store, correlation_ids: Sequence[str], types: Sequence[str] = (),
+                         origin: str | None = None) -> set[str]:
+    """Which of ``correlation_ids`` a stored event carries (of one of ``types`` and written by
+    ``origin``, if given): one indexed query per 500 ids, so a question about thousands of (perhaps
+    invented) task ids costs a few queries, not one each."""
     conn, found = store._reader(), set()
     ids = list(dict.fromkeys(correlation_ids))
+    also, extra = "", []
+    if types:
+        also += f" AND type IN ({','.join('?' * len(types))})"
+        extra += list(types)
+    if origin is not None:
+        also += " AND origin = ?"
+        extra.append(origin)
     for start in range(0, len(ids), 500):
         chunk = ids[start:start + 500]
         marks = ",".join("?" * len(chunk))
         found.update(row[0] for row in conn.execute(
-            f"SELECT DISTINCT correlation_id FROM events WHERE correlation_id IN ({marks})", chunk))
+            f"SELECT DISTINCT correlation_id FROM events WHERE correlation_id IN ({marks}){also}", [*chunk, *extra]))
     return found
 
 

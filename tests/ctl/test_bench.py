@@ -28,3 +28,20 @@ def test_quick_bench_reports_every_figure_and_cleans_up(tmp_path):
     assert set(result["targets"]) >= {"append_1_client_per_s", "wake_p50_ms", "list_p50_ms", "rss_100_watchers_mb"}
     after = {p.name for p in Path("/tmp").glob("palbench*")}
     assert after <= before, "the temporary daemon's home was left behind"
+
+
+@pytest.mark.slow
+def test_quick_lease_bench_reports_every_phase_and_cleans_up():
+    """`palacectl bench leases --quick`: the busy project, the worst leases and the shared flood,
+    each with its figures (the worst leases are taken, not refused: the bench measures them)."""
+    before = {p.name for p in Path("/tmp").glob("pallease*")}
+    proc = subprocess.run([sys.executable, "-m", "palacectl", "bench", "leases", "--quick", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["honest"]["check_1_path"]["n"] > 0 and result["honest"]["check_20_paths"]["p99_ms"] > 0
+    hostile, flood = result["hostile"], result["flood"]
+    assert hostile["hostile_leases_taken"] == 9 * 2 and hostile["slowest_op_ms"] > 0
+    assert flood["shared_worst_leases_standing"] == 9 * 2
+    assert flood["attackers_own_exclusive_acquire"]["n"] > 0 and flood["ping"]["n"] > 0
+    assert {p.name for p in Path("/tmp").glob("pallease*")} <= before

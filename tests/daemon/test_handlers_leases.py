@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.leases import ACQUIRE, LEASE_ROOM, RELEASE, RENEW, derive_leases
+from palace_proto.leases import ACQUIRE, CONFLICT, LEASE_ROOM, RELEASE, RENEW, LeaseIndex, derive_leases
 from palace_proto.validation import AppendRequest, Limits
 from palaced.handlers import leases
 from palaced.handlers.leases import DERIVED_FROM, LeaseBook
@@ -100,3 +100,53 @@ async def test_a_release_or_renew_by_another_agent_changes_nothing_in_the_kept_l
         (lease,) = (await leases.lease_list(ctx, {}))["leases"]
         assert (lease["state"], lease["renewals"], lease["expires_at"]) == ("active", 0, got["lease"]["expires_at"])
         assert await _listed(ctx) == _stateless(await _derived_from_scratch(ctx))
+
+
+async def test_the_kept_index_answers_as_one_built_from_the_leases_in_force(tmp_path):
+    """The index of leases in force is evolved with each fed event (taken, forced out, released,
+    renewed): lease check must find exactly the leases a fresh index would."""
+    async with open_context(tmp_path / "a") as ctx:
+        ids = []
+        for n, patterns in enumerate([["src/**"], ["docs/*.md"], ["src/api/**"], ["res:gpu"], ["lib"]]):
+            got = await leases.lease_acquire(ctx, {"agent": f"agent{n}", "project": "p", "patterns": patterns,
+                                                   "force": True})
+            ids.append(got["lease"]["id"])
+        await leases.lease_release(ctx, {"lease_id": ids[1]})
+        await leases.lease_renew(ctx, {"lease_id": ids[4], "ttl_s": "2h"})
+        snapshot = await LeaseBook.of(ctx).snapshot(fresh=True)
+        now = utc_now()
+        in_force = [lease for lease in snapshot.leases if lease.state(now) == "active"]
+        assert sorted(lease.id for lease in in_force) == sorted([ids[2], ids[3], ids[4]])  # src/** was forced out
+        fresh = LeaseIndex(in_force)
+        for path in ["src/api/x.py", "docs/a.md", "lib", "src/x.py", "res:gpu"]:
+            kept = sorted(lease.id for lease in snapshot.index.covering(path))
+            assert kept == sorted(lease.id for lease in fresh.covering(path)), path
+
+
+async def test_a_lost_lease_is_told_once_and_a_notice_forged_elsewhere_silences_nobody(tmp_path):
+    """The reconciler tells the holder of a lease written here that lost, once; it looks its own
+    notices up by lease id, and a peer's ``lease.conflict`` on that id does not count as told."""
+    peer = Store(tmp_path / "peer.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    try:
+        req = _acquire_request("bob", "lease_00000000000000b0", ["src/api/**"])
+        ok, early = peer.write_batch([lambda w: w.append(req)]).outcomes[0]
+        assert ok, early
+        async with open_context(tmp_path / "a") as ctx:
+            mine = (await leases.lease_acquire(ctx, {"agent": "alice", "project": "p", "patterns": ["src/**"]}))["lease"]
+            forged = AppendRequest.from_wire(
+                {"type": CONFLICT, "stream": "project/p", "room": LEASE_ROOM, "from_agent": "palaced", "to_agent": "alice",
+                 "correlation_id": mine["id"], "body": "nothing to see", "metadata": {}}, Limits())
+            ok, _ = peer.write_batch([lambda w: w.append(forged)]).outcomes[0]
+            assert ok
+            signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
+            await ctx.astore.write(lambda w: w.apply_remote(
+                signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
+            reconciler = leases.LeaseReconciler(ctx)
+            assert await reconciler.reconcile() == 1
+            assert await reconciler.reconcile() == 0
+            assert await leases.LeaseReconciler(ctx).reconcile() == 0  # a fresh one reads it from the log
+            notices = await ctx.astore.read(lambda: ctx.store.lease_events((CONFLICT,), "2000-01-01T00:00:00Z", None, 10))
+            own = [n for n in notices if n["origin"] == ctx.store.origin_id]
+            assert [(n["correlation_id"], n["to_agent"]) for n in own] == [(mine["id"], "alice")]
+    finally:
+        peer.close()
