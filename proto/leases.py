@@ -435,7 +435,31 @@ def _star_walk(pattern: Sequence[Any], items: Sequence[Any], star: Any, fits: An
 
 def _name_matches(glob: str, name: str) -> bool:
     """Whether the one-segment ``glob`` matches the concrete ``name``."""
+    head, tail, least = _ends(glob)
+    if len(name) < least or not name.startswith(head) or not name.endswith(tail):
+        return False  # most names fail here, before any walk
     return _star_walk(_tokens(glob), name, ("*",), _token_has)
+
+
+@lru_cache(maxsize=16384)
+def _ends(glob: str) -> tuple[str, str, int]:
+    """What every name a glob matches must hold: the literal characters it starts with, those it
+    ends with, and its least length (a necessary test: the walk decides)."""
+    tokens = _tokens(glob)
+    head = []
+    for token in tokens:
+        if token[0] != "c":
+            break
+        head.append(token[1])
+    tail: list[str] = []
+    if ("*",) in tokens or any(token[0] != "c" for token in tokens):
+        for token in reversed(tokens):
+            if token[0] != "c":
+                break
+            tail.append(token[1])
+    else:
+        tail = []  # all literal: the head is the whole name
+    return "".join(head), "".join(reversed(tail)), sum(token != ("*",) for token in tokens)
 
 # For the trie walk: the same few directory names are matched against the same globs on every
 # derivation.
@@ -484,6 +508,22 @@ class _Node:
         self.children: dict[str, _Node] = {}
         #: leases with a pattern whose literal prefix ends at this node
         self.here: dict[str, Lease] = {}
+
+
+@lru_cache(maxsize=65536)
+def _could_start(patterns: tuple[str, ...], name: str) -> bool:
+    """Whether a pattern of ``patterns`` can name something whose first name (or resource) is
+    ``name``: its first segment is ``**``, ``name`` itself, or a glob matching it (a necessary test
+    for an overlap with a pattern starting with the literal ``name``)."""
+    resource = name.startswith(RESOURCE_PREFIX)
+    for pattern in patterns:
+        shape = _shape(pattern)
+        if shape.resource != resource:
+            continue
+        first = shape.segments[0]
+        if first == "**" or first == name or (not _is_literal(first) and _child_matches(first, name)):
+            return True
+    return False
 
 
 class _PrefixTrie:
@@ -572,9 +612,16 @@ class _PrefixTrie:
         for pattern in patterns:
             shape = _shape(pattern)
             stack: list[tuple[_Node, int]] = [(self.root, 0)]
+            first = shape.segments[0]
             while stack:
                 node, depth = stack.pop()
-                found.update(node.here)
+                if depth == 0 and _is_literal(first):
+                    # The root holds the leases whose patterns start with a glob: each is tried
+                    # by its first segment against this pattern's first name (once per lease and
+                    # name), not by a whole overlap test (a flood of glob leases, issue 25).
+                    found.update((i, lease) for i, lease in node.here.items() if _could_start(lease.patterns, first))
+                else:
+                    found.update(node.here)
                 if depth == len(shape.segments):
                     continue  # a resource's one name, matched (a path pattern always ends with **)
                 segment = shape.segments[depth]
