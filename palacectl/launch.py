@@ -569,15 +569,19 @@ class Launch:
                 result.log_artifact = record["id"]
             if result.outcome == "released":
                 log = f" Its log so far: {result.log_artifact}." if result.log_artifact else ""
-                result.reply_event = client.call("task_release", correlation_id=self.cid, agent=self.agent,
-                                                 reason=f"{result.reason}; open again for anyone.{log}")["event"]["id"]
+                result.reply_event = client.call(
+                    "task_release", correlation_id=self.cid, agent=self.agent,
+                    reason=f"{result.reason}; open again for anyone.{log}",
+                    artifact_ids=[result.log_artifact] if result.log_artifact else None)["event"]["id"]
                 return
             if result.outcome == "delivered":
                 submitted = client.call(
                     "patch_submit", from_agent=self.agent, correlation_id=self.cid, content=self.diff.encode(),
                     base_commit=self.base, branch=self.branch, metadata={"run": self.run_id},
+                    # The log travels with the patch: every replica that gets the event gets it.
+                    artifact_ids=[result.log_artifact] if result.log_artifact else None,
                     body=f"{self.agent} ({self.runner}) delivers {self.cid}: git apply it on {self.base[:12]}. "
-                         f"Run log: {result.log_artifact}.")
+                         f"Run log: {result.log_artifact or 'none'}.")
                 result.patch_event = submitted["event"]["id"]
                 return
         tail = data[-LOG_TAIL_BYTES:].decode("utf-8", errors="replace")

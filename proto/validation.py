@@ -32,6 +32,7 @@ __all__ = [
     "check_replicated_artifact",
     "check_replicated_event",
     "validate_agent_token",
+    "validate_artifact_ids",
     "validate_artifact_kind",
     "validate_body",
     "validate_metadata",

@@ -17,6 +17,7 @@ from palace_proto.validation import (
     ListQuery,
     clean_optional,
     clean_required,
+    validate_artifact_ids,
     validate_artifact_kind,
     validate_metadata,
 )
@@ -124,11 +125,14 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "branch": args.get("branch"), "base_commit": args.get("base_commit"), "status": "ready",
         "body": args.get("body"), "metadata": args.get("metadata"),
     }
-    AppendRequest.from_wire({**wire, "artifact_ids": []}, ctx.limits)  # validate before writing
+    # Other artifacts the event names (a run's log): they travel with it to every replica.
+    also = list(validate_artifact_ids(args.get("artifact_ids")))
+    AppendRequest.from_wire({**wire, "artifact_ids": also}, ctx.limits)  # validate before writing
 
     def job(w: WriteContext) -> dict[str, Any]:
         artifact = w.put_artifact(**fields)
-        event = w.append(AppendRequest.from_wire({**wire, "artifact_ids": [artifact["id"]]}, ctx.limits))
+        ids = list(dict.fromkeys([artifact["id"], *also]))
+        event = w.append(AppendRequest.from_wire({**wire, "artifact_ids": ids}, ctx.limits))
         return {"artifact": artifact, "event": event}
 
     result = await ctx.astore.write(job, heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)

@@ -38,7 +38,7 @@ from palace_proto.tasks import (
     ready_order,
     role_refusal,
 )
-from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required
+from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required, validate_artifact_ids
 
 from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
@@ -366,7 +366,8 @@ async def task_release(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                               f"state {view['state']}); only its claimant releases it", field="agent")
     reason = clean_optional("reason", args.get("reason"))
     event = await _task_event(ctx, view, RELEASE, agent, view["requested_by"],
-                              f"{agent} releases {cid}" + (f": {reason}" if reason else ""))
+                              f"{agent} releases {cid}" + (f": {reason}" if reason else ""),
+                              artifact_ids=validate_artifact_ids(args.get("artifact_ids")))
     return {"task": _public(await task_view(ctx, cid)), "event": event}
 
 
@@ -386,13 +387,15 @@ async def task_reassign(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
 
 
 async def _task_event(ctx: Context, view: Mapping[str, Any], kind: str, agent: str, to_agent: str | None,
-                      body: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+                      body: str, metadata: dict[str, Any] | None = None,
+                      artifact_ids: tuple[str, ...] = ()) -> dict[str, Any]:
     request = view["request"]
     req = AppendRequest.from_wire(
         {"type": kind, "stream": request["stream"], "room": request["room"], "topic": request["topic"],
          "from_agent": agent, "to_agent": to_agent, "correlation_id": view["correlation_id"],
          # A release or reassign opens the task again; palace's notices move nothing.
-         "status": "open" if kind in (RELEASE, REASSIGN) else None, "body": body, "metadata": metadata or {}},
+         "status": "open" if kind in (RELEASE, REASSIGN) else None, "body": body, "metadata": metadata or {},
+         "artifact_ids": list(artifact_ids)},
         ctx.limits)
     return await ctx.astore.write(lambda w: w.append(req))
 

@@ -63,3 +63,24 @@ async def test_a_patch_with_nowhere_to_go_is_refused_and_stores_nothing(tmp_path
         counts = await ctx.astore.read(ctx.store.counts)
         assert (counts["artifacts"], counts["events"]) == (0, 0)
         assert (await log.list_events(ctx, {}))["count"] == 0
+
+
+async def test_a_patch_and_a_release_carry_the_run_log_they_name(tmp_path):
+    """Issue 26, first contact 2: a run's log was named in the patch's body only, so no replica
+    ever fetched it. The patch and the release name it in ``artifact_ids``; one that is not held
+    here is refused with nothing written."""
+    async with open_context(tmp_path) as ctx:
+        task = (await tasks.task_create(ctx, TASK))["task"]
+        cid = task["correlation_id"]
+        log_id = (await artifacts.artifact_put(ctx, {"kind": "log", "content": b"ran\n", "created_by": "bob"}))["id"]
+        await tasks.task_claim(ctx, {"correlation_id": cid, "agent": "bob"})
+        released = await tasks.task_release(ctx, {"correlation_id": cid, "agent": "bob", "artifact_ids": [log_id]})
+        assert released["event"]["artifact_ids"] == [log_id]
+        result = await artifacts.patch_submit(ctx, {"content": "diff --git a b\n", "from_agent": "bob",
+                                                    "correlation_id": cid, "artifact_ids": [log_id]})
+        assert result["event"]["artifact_ids"] == [result["artifact"]["id"], log_id]
+        before = await ctx.astore.read(ctx.store.counts)
+        with pytest.raises(ValidationError, match="unknown artifact .art_missing."):
+            await artifacts.patch_submit(ctx, {"content": "diff --git c d\n", "from_agent": "bob",
+                                               "correlation_id": cid, "artifact_ids": ["art_missing"]})
+        assert await ctx.astore.read(ctx.store.counts) == before

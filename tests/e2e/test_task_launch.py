@@ -93,6 +93,10 @@ def test_a_run_claims_reports_and_delivers_a_patch_that_applies_on_the_requester
     log = api(scene.home, "artifact_get", artifact_id=outcome["log_artifact"])
     assert log["kind"] == "log" and b"edited feature.txt for " + cid.encode() in log["content"]
     patch_event = events(scene.home, cid, "patch.ready")[0]
+    # The run's log travels with the patch (a replica fetches every artifact an event names; a
+    # log named only in the body was never sent: issue 26, first contact 2).
+    assert patch_event["artifact_ids"][1:] == [outcome["log_artifact"]]
+    assert outcome["log_artifact"] in patch_event["body"]
     patch = api(scene.home, "artifact_get", artifact_id=patch_event["artifact_ids"][0])["content"]
     # The requester applies it on its own checkout.
     subprocess.run(["git", "-C", str(scene.repo), "apply", "-"], input=patch, check=True)
