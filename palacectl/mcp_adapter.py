@@ -54,6 +54,10 @@ READ_ONLY_ERROR: Final = -32003
 # JSON-RPC "invalid params": an argument the tool does not have (MemPalace's answer too, -32602
 # "Unknown parameter …"). A misspelt filter must not silently widen a list or a wait.
 INVALID_PARAMS: Final = -32602
+# Arguments a harness adds to every tool on its own, documented by it, meaning nothing to palace:
+# accepted and dropped (refusing them refuses every call such a harness makes). Gemini CLI adds
+# ``wait_for_previous`` to each tool's schema and forwards what its model sets (issue 26).
+HARNESS_ARGUMENTS: Final = frozenset({"wait_for_previous"})
 # A resource read while palaced is down (JSON-RPC's server-error range).
 DAEMON_DOWN: Final = -32001
 MUTATING_TOOLS: Final = frozenset({
@@ -129,7 +133,8 @@ class PalaceMCP(MCPServer):
         if name in MUTATING_TOOLS and await self.read_only():
             raise self._read_only_error(name)
         known = await self._argument_names(name)
-        unknown = sorted(set(arguments or {}) - known) if known is not None else []
+        arguments = {k: v for k, v in (arguments or {}).items() if k not in HARNESS_ARGUMENTS or k in (known or ())}
+        unknown = sorted(set(arguments) - known) if known is not None else []
         if unknown:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown parameter {unknown[0]} for {name} (it takes: "
                            f"{', '.join(sorted(known))})")

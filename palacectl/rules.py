@@ -40,7 +40,9 @@ HARNESS_FILES: Final[dict[str, str]] = {
     "claude": "~/.claude/CLAUDE.md",
     "codex": "~/.codex/AGENTS.md",
     "opencode": "~/.config/opencode/AGENTS.md",
-    "gemini": "~/.gemini/config/GEMINI.md",
+    # Gemini CLI reads ~/.gemini/GEMINI.md; the config/ one is the Antigravity IDE's (issue 26).
+    "gemini": "~/.gemini/GEMINI.md",
+    "antigravity": "~/.gemini/config/GEMINI.md",
     "hermes": "~/.hermes/SOUL.md",
 }
 

@@ -26,7 +26,7 @@ __all__ = ["mcp", "rules"]
 def rules(
     agent: Annotated[str, typer.Option("--agent", help="Your agent id, a single token like mac-claude.")],
     install: Annotated[Optional[Path], typer.Option("--install", help="Write the block into this file.")] = None,
-    harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini or hermes.")] = None,
+    harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini, antigravity or hermes.")] = None,
     tools: Annotated[str, typer.Option("--tools", help="mcp (the agent uses `palacectl mcp`), cli, or both.")] = "both",
     hooks: Annotated[bool, typer.Option("--hooks", help="With --harness: also install its session-start hook "
                                                        "(runs `palacectl session start` at start and after a "

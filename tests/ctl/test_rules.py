@@ -191,7 +191,8 @@ def test_harness_files() -> None:
         "claude": "~/.claude/CLAUDE.md",
         "codex": "~/.codex/AGENTS.md",
         "opencode": "~/.config/opencode/AGENTS.md",
-        "gemini": "~/.gemini/config/GEMINI.md",
+        "gemini": "~/.gemini/GEMINI.md",
+        "antigravity": "~/.gemini/config/GEMINI.md",
         "hermes": "~/.hermes/SOUL.md",
     }
 

@@ -113,6 +113,8 @@ def test_claude_code_and_gemini_cli_connect_to_palace_and_run_its_session_hook(h
     rules = run_ctl_process(home, "rules", "--agent", "linux-gemini", "--harness", "gemini", "--tools", "mcp",
                             "--hooks", env=env)
     assert rules.returncode == 0, rules
+    # Where Gemini CLI reads its instructions (~/.gemini/config/ is the Antigravity IDE's: issue 26).
+    assert "palace-shared-brain:start" in (user / ".gemini" / "GEMINI.md").read_text()
     listed = offline(["gemini", "mcp", "list"], env, project)
     said = listed.stdout + listed.stderr  # Gemini CLI writes its listing to stderr
     assert "palace" in said and "Connected" in said, listed

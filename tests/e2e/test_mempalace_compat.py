@@ -164,6 +164,20 @@ async def test_an_argument_a_tool_does_not_have_is_refused_not_ignored(daemon):
         assert (await call(client, "mempalace_event_list", to_agent="bob"))["count"] == 0  # the right name works
 
 
+async def test_the_arguments_a_harness_adds_to_every_tool_are_accepted_and_dropped(daemon):
+    """Issue 26, harness 1: Gemini CLI adds ``wait_for_previous`` to every tool's schema and
+    forwards it; refusing it refused every call. It is dropped; a misspelt filter still is not."""
+    async with adapter(daemon.home) as client:
+        listed = await call(client, "mempalace_event_list", to_agent="bob", wait_for_previous=True)
+        assert listed["count"] == 0
+        appended = await call(client, "mempalace_event_append", type="note", stream="s", room="r", body="hi",
+                              wait_for_previous=False)
+        assert appended["success"] is True and "wait_for_previous" not in appended["event"]["metadata"]
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("mempalace_event_list", {"to_agents": "bob", "wait_for_previous": True})
+        assert refused.value.code == -32602 and "Unknown parameter to_agents " in str(refused.value)
+
+
 # -- mempalace_event_append ---------------------------------------------------------------------
 
 
