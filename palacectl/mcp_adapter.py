@@ -21,7 +21,8 @@ Rules it enforces on top of the daemon's:
   ``tests/e2e/test_mempalace_compat.py`` pins every shape and argument rule of the eight tools;
   what differs on purpose is listed in README.md, "Differences from MemPalace".
 
-Nothing but protocol messages goes to stdout; logs go to stderr. The SDK (mcp 2.x) runs on trio.
+Nothing but protocol messages goes to stdout; logs go to stderr. The protocol is
+``mcp_server.py``'s (not the SDK's: its import alone outlasted what harnesses wait, issue 26).
 """
 
 from __future__ import annotations
@@ -35,25 +36,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from mcp.server.mcpserver import MCPServer
-from mcp.shared.exceptions import MCPError
-
 from palace_proto import __version__
 from palace_proto.errors import ApiError
 from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
-from .aclient import AsyncDaemon
-from .client import DaemonUnreachable
-from .session_text import render_session
+from .client import Client, DaemonUnreachable
+from .mcp_server import INVALID_PARAMS, McpError, StdioServer, ToolSpec
 
 __all__ = ["MUTATING_TOOLS", "READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
 
 LOGGER: Final = logging.getLogger("palacectl.mcp")
 #: JSON-RPC error code for a mutating tool called in read-only mode (MemPalace's).
 READ_ONLY_ERROR: Final = -32003
-# JSON-RPC "invalid params": an argument the tool does not have (MemPalace's answer too, -32602
-# "Unknown parameter …"). A misspelt filter must not silently widen a list or a wait.
-INVALID_PARAMS: Final = -32602
 # Arguments a harness adds to every tool on its own, documented by it, meaning nothing to palace:
 # accepted and dropped (refusing them refuses every call such a harness makes). Gemini CLI adds
 # ``wait_for_previous`` to each tool's schema and forwards what its model sets (issue 26).
@@ -93,16 +87,35 @@ def _drop_none(**args: Any) -> dict[str, Any]:
     return {k: v for k, v in args.items() if v is not None}
 
 
-class PalaceMCP(MCPServer):
+class _LazyDaemon:
+    """The daemon's async client, made at the first call (its import brings trio, which the
+    first answers do without)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._client: Any = None
+
+    def __repr__(self) -> str:
+        return f"<daemon {self.home}>"
+
+    async def call(self, op: str, **args: Any) -> Any:
+        if self._client is None:
+            from .aclient import AsyncDaemon
+
+            self._client = AsyncDaemon(self.home)
+        return await self._client.call(op, **args)
+
+
+class PalaceMCP(StdioServer):
     """The MCP server for one agent identity on one palace home."""
 
     def __init__(self, home: Path, agent: str, *, read_only: bool = False) -> None:
-        super().__init__("palace", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
-        self.daemon = AsyncDaemon(home)
+        super().__init__("palace", __version__, INSTRUCTIONS)
+        self.home = home
+        self.daemon = _LazyDaemon(home)
         self.agent = agent
         self.forced_read_only = read_only
         self._observer: bool | None = None  # learned from the daemon (None: not asked yet)
-        self._arguments: dict[str, set[str]] | None = None  # tool -> argument names, from its schema
         self._register()
 
     def __repr__(self) -> str:
@@ -110,46 +123,35 @@ class PalaceMCP(MCPServer):
 
     # -- read-only mode ------------------------------------------------------------------------
 
-    async def read_only(self) -> bool:
+    def read_only_now(self) -> bool:
+        """Read-only by --read-only, or because the daemon is an observer (asked once, with a
+        blocking call: the tool listing is answered before the async server runs)."""
         if self.forced_read_only:
             return True
         if self._observer is None:
             try:
-                status = await self.daemon.call("status")
-            except (ApiError, DaemonUnreachable):
+                with Client(self.home, client_name="palacectl-mcp") as client:
+                    status = client.call("status")
+            except (ApiError, DaemonUnreachable, OSError):
                 return False  # unknown for now: the daemon refuses observer writes itself
             self._observer = (status.get("palace") or {}).get("role") == "observer"
         return self._observer
 
-    async def list_tools(self) -> list[Any]:
-        tools = await super().list_tools()
-        if await self.read_only():
+    def listed_tools(self) -> list[ToolSpec]:
+        tools = list(self.tools.values())
+        if self.read_only_now():
             tools = [t for t in tools if t.name not in MUTATING_TOOLS]
-        # Every agent pays for this listing in tokens on every turn: advertise compact schemas
-        # (arguments are still validated against the full signatures).
-        return [t.model_copy(update={"input_schema": _compact(t.input_schema), "output_schema": None}) for t in tools]
+        return tools
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        if name in MUTATING_TOOLS and await self.read_only():
+    async def before_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if name in MUTATING_TOOLS and self.read_only_now():
             raise self._read_only_error(name)
-        known = await self._argument_names(name)
-        arguments = {k: v for k, v in (arguments or {}).items() if k not in HARNESS_ARGUMENTS or k in (known or ())}
-        unknown = sorted(set(arguments) - known) if known is not None else []
-        if unknown:
-            raise MCPError(code=INVALID_PARAMS, message=f"Unknown parameter {unknown[0]} for {name} (it takes: "
-                           f"{', '.join(sorted(known))})")
-        return await super().call_tool(name, arguments, context)
+        known = self.tools[name].input_schema["properties"]
+        return {k: v for k, v in arguments.items() if k not in HARNESS_ARGUMENTS or k in known}
 
-    async def _argument_names(self, name: str) -> set[str] | None:
-        """The arguments a tool takes (None: no such tool; the SDK answers that itself)."""
-        if self._arguments is None:
-            self._arguments = {t.name: set((t.input_schema or {}).get("properties", {}))
-                               for t in await super().list_tools()}
-        return self._arguments.get(name)
-
-    def _read_only_error(self, name: str) -> MCPError:
+    def _read_only_error(self, name: str) -> McpError:
         why = "--read-only" if self.forced_read_only else "the daemon is a read-only observer"
-        return MCPError(code=READ_ONLY_ERROR, message=f"{name} is not available: this palace adapter is read-only ({why})")
+        return McpError(READ_ONLY_ERROR, f"{name} is not available: this palace adapter is read-only ({why})")
 
     # -- calling the daemon --------------------------------------------------------------------
 
@@ -182,7 +184,11 @@ class PalaceMCP(MCPServer):
 
     def _register(self) -> None:  # noqa: C901 - one place that lists every tool
         daemon = self.daemon
-        tool = self.tool
+
+        def tool(description: str) -> Callable[[Callable[..., Awaitable[Result]]], Any]:
+            def register(fn: Callable[..., Awaitable[Result]]) -> Any:
+                return self.tool(description, read_only=fn.__name__ not in MUTATING_TOOLS)(fn)
+            return register
 
         @tool(description="Append an event to the log. from_agent defaults to you. Returns {success, event}.")
         async def mempalace_event_append(
@@ -523,6 +529,8 @@ class PalaceMCP(MCPServer):
             "the JSON and the same as text."))
         async def mempalace_session_start() -> Result:
             async def call() -> Result:
+                from .session_text import render_session
+
                 result = await daemon.call("session_start", agent=self.agent)
                 return {**result, "text": render_session(result)}
 
@@ -534,9 +542,9 @@ class PalaceMCP(MCPServer):
             try:
                 return json.dumps(await daemon.call(op, **args), ensure_ascii=False)
             except ApiError as exc:
-                raise MCPError(code=INVALID_PARAMS, message=exc.message) from None
+                raise McpError(INVALID_PARAMS, exc.message) from None
             except DaemonUnreachable as exc:
-                raise MCPError(code=DAEMON_DOWN, message=str(exc)) from None
+                raise McpError(DAEMON_DOWN, str(exc)) from None
 
         @self.resource("palace://inbox/{agent}", name="inbox", mime_type="application/json",
                        description="An agent's unread inbox (after its read cursor, oldest first, previews).")
@@ -575,26 +583,6 @@ class PalaceMCP(MCPServer):
              mempalace_lease_check)
 
 
-def _compact(schema: Any) -> Any:
-    """Drop generated titles and the ``null`` half of optional types from a JSON schema."""
-    if isinstance(schema, list):
-        return [_compact(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _compact(v) for k, v in schema.items() if k != "title"}
-    variants = out.get("anyOf")
-    if isinstance(variants, list):
-        kept = [v for v in variants if v != {"type": "null"}]
-        if len(kept) == 1:
-            del out["anyOf"]
-            out = {**kept[0], **out}
-        else:
-            out["anyOf"] = kept
-    if out.get("default", 0) is None:
-        del out["default"]
-    return out
-
-
 def _content(text: str | None, encoded: str | None) -> bytes | str:
     if (text is None) == (encoded is None):
         raise ApiError("pass exactly one of content (text) or content_base64 (bytes)", code="invalid_argument")
@@ -606,10 +594,13 @@ def _content(text: str | None, encoded: str | None) -> bytes | str:
         raise ApiError("content_base64 is not valid base64", code="invalid_argument") from None
 
 
-def run_mcp(home: Path, agent: str, *, read_only: bool) -> None:
-    """Serve MCP on stdin/stdout until the client closes it (trio under anyio)."""
-    import anyio
+def _warm() -> None:
+    """What the first call to the daemon needs, imported while the first answers are given."""
+    from . import aclient, session_text  # noqa: F401
 
+
+def run_mcp(home: Path, agent: str, *, read_only: bool) -> None:
+    """Serve MCP on stdin/stdout until the client closes it."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="palacectl mcp: %(levelname)s %(message)s")
     server = PalaceMCP(home, agent, read_only=read_only)
-    anyio.run(server.run_stdio_async, backend="trio")
+    server.serve_stdio(warm=_warm)

@@ -1,8 +1,8 @@
 """palacectl's ``bench`` group: measure palace on this machine with temporary daemons.
 
 Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
-``replication``, ``mesh`` (a fleet in a full mesh), ``leases`` (lease costs, honest and hostile)
-and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*``
+``replication``, ``mesh`` (a fleet in a full mesh), ``leases`` (lease costs, honest and hostile),
+``mcp`` (how soon the MCP server answers) and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*``
 (loaded only when the command runs; nothing outside their temporary homes is touched). Registered on the root app by
 ``cli.root``; imports ``cli.common`` only.
 """
@@ -92,6 +92,19 @@ def bench_leases(
     from ..bench_leases import run_leases_bench
 
     result = run_leases_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
+@bench_app.command("mcp")
+def bench_mcp(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure how soon `palacectl mcp` answers a harness: initialize and tools/list, cold and warm."""
+    from ..bench_mcp import run_mcp_bench
+
+    result = run_mcp_bench(quick=quick, progress=not json_)
     if json_:
         emit_json(result)
 

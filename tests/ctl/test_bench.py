@@ -45,3 +45,15 @@ def test_quick_lease_bench_reports_every_phase_and_cleans_up():
     assert flood["shared_worst_leases_standing"] == 9 * 2
     assert flood["attackers_own_exclusive_acquire"]["n"] > 0 and flood["ping"]["n"] > 0
     assert {p.name for p in Path("/tmp").glob("pallease*")} <= before
+
+
+def test_quick_mcp_bench_reports_its_figures():
+    """`palacectl bench mcp --quick`: start-up figures of the MCP server (measured, not asserted)."""
+    proc = subprocess.run([sys.executable, "-m", "palacectl", "bench", "mcp", "--quick", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["runs"] == 3 and result["tools_list_bytes"] > 1000
+    for name in ("first_ready_ms", "warm_initialize_p50_ms", "warm_ready_p50_ms", "warm_ready_p90_ms"):
+        assert result[name] > 0, name
+    assert result["targets"] == {"warm_ready_ms": 150, "cold_ready_ms": 400}

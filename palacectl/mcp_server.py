@@ -1,0 +1,516 @@
+"""A small MCP server on stdio: JSON-RPC 2.0, one message per line, for ``palacectl mcp``.
+
+Owns: the protocol around palace's tools and resources — the handshake of both generations of
+MCP (``initialize`` with ``notifications/initialized``, as Claude Code, Codex, Gemini CLI and
+OpenCode speak it, and ``server/discover`` with the version in every request's ``_meta``, as the
+2026 SDKs do), ``tools/list`` with schemas built from the tools' signatures, ``tools/call`` with
+their arguments checked (and coerced the lax way models need: ``"5"`` for 5), resources and
+their templates, ``ping``, cancellation, batches, and errors by JSON-RPC code.
+
+Why not the ``mcp`` SDK: importing it takes ~0.5-0.8 s here, and harnesses give a server about
+a second (Codex) or nothing at all (Claude Code's ``--print``) before the first turn: palace's
+tools went missing with no error (issue 26). The first answers here (``initialize``,
+``tools/list``) are given by blocking reads and writes before trio is even imported (a thread
+imports it meanwhile); the server goes async at the first request that needs the daemon.
+
+Nothing but protocol messages goes to stdout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import sys
+import threading
+import types
+import typing
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final
+
+__all__ = ["LEGACY_VERSIONS", "MODERN_VERSIONS", "McpError", "StdioServer", "ToolSpec"]
+
+#: the handshake generation of ``initialize`` (the newest first)
+LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+#: the generation of ``server/discover``, the version named in every request's ``_meta``
+MODERN_VERSIONS: Final = ("2026-07-28",)
+_META_VERSION: Final = "io.modelcontextprotocol/protocolVersion"
+_META_SERVER: Final = "io.modelcontextprotocol/serverInfo"
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+# Why 64 MiB: an artifact of the daemon's largest size, base64-encoded, in one line; a longer line
+# is refused (and skipped to its end), never held whole.
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+# Why 64: requests a harness may have in flight at once (waits included); more wait their turn.
+MAX_IN_FLIGHT: Final = 64
+# The methods answered before trio is imported: they need nothing but what is defined here.
+# What a line longer than MAX_LINE_BYTES is read as (its bytes are not kept).
+_OVERSIZED: Final = b"\0oversized"
+_STATIC: Final = frozenset({"initialize", "server/discover", "ping", "tools/list", "resources/list",
+                            "resources/templates/list", "prompts/list", "logging/setLevel"})
+
+
+class McpError(Exception):
+    """A JSON-RPC error answer (``code`` from the JSON-RPC and MCP ranges)."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+    def to_wire(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    fn: Callable[..., Awaitable[dict[str, Any]]]
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema,
+                "annotations": self.annotations}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceSpec:
+    uri: str
+    name: str
+    description: str
+    mime_type: str
+    fn: Callable[..., Awaitable[str]]
+
+    @property
+    def template(self) -> bool:
+        return "{" in self.uri
+
+    def to_wire(self) -> dict[str, Any]:
+        key = "uriTemplate" if self.template else "uri"
+        return {key: self.uri, "name": self.name, "description": self.description, "mimeType": self.mime_type}
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        """The template's variables in ``uri`` (each one path segment), or None."""
+        if not self.template:
+            return {} if uri == self.uri else None
+        head, _, rest = self.uri.partition("{")
+        var, _, tail = rest.partition("}")
+        if not uri.startswith(head) or not uri.endswith(tail) or len(uri) <= len(head) + len(tail):
+            return None
+        value = uri[len(head):len(uri) - len(tail)]
+        return {var: value} if "/" not in value else None
+
+
+# -- schemas from signatures --------------------------------------------------------------------
+
+
+def _schema_of(hint: Any) -> dict[str, Any]:
+    """The JSON schema of a parameter's type (the optional ``None`` half left out)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_schema_of(a) for a in typing.get_args(hint) if a is not type(None)]
+        return parts[0] if len(parts) == 1 else {"anyOf": parts}
+    if hint is str:
+        return {"type": "string"}
+    if hint is bool:
+        return {"type": "boolean"}
+    if hint is int:
+        return {"type": "integer"}
+    if hint is float:
+        return {"type": "number"}
+    if origin is list:
+        (item,) = typing.get_args(hint) or (str,)
+        return {"type": "array", "items": _schema_of(item)}
+    if origin is dict or hint is dict:
+        return {"type": "object", "additionalProperties": True}
+    raise TypeError(f"no JSON schema for {hint!r}")
+
+
+def _signature_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(fn)
+    properties: dict[str, Any] = {}
+    required = []
+    for name, param in inspect.signature(fn).parameters.items():
+        schema = _schema_of(hints[name])
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+        elif param.default is not None:
+            schema = {**schema, "default": param.default}
+        properties[name] = schema
+    out: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = required
+    return out
+
+
+def _coerce(name: str, value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` as ``schema`` wants it, the lax way a model's JSON needs ("5" for 5, "true" for
+    true); a value that cannot be is refused, naming the argument."""
+    if "anyOf" in schema:
+        for option in schema["anyOf"]:
+            try:
+                return _coerce(name, value, option)
+            except ValueError:
+                continue
+        raise ValueError(f"{name} must be {' or '.join(_kind(o) for o in schema['anyOf'])}")
+    kind = schema.get("type")
+    if kind == "string" and isinstance(value, str):
+        return value
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.strip().lower() in ("true", "1", "yes")
+    if kind == "integer" and not isinstance(value, bool):
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value.strip())
+    if kind == "number" and not isinstance(value, bool):
+        if isinstance(value, (int, float)):
+            return value
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    if kind == "array" and isinstance(value, list):
+        return [_coerce(f"{name}[]", item, schema.get("items", {})) for item in value]
+    if kind == "object" and isinstance(value, dict):
+        return value
+    if not kind:
+        return value
+    raise ValueError(f"{name} must be {_kind(schema)}, not {json.dumps(value)[:60]}")
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    kind = schema.get("type", "a value")
+    if kind == "array":
+        return f"a list of {_kind(schema.get('items', {}))}s"
+    return {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
+            "object": "an object"}.get(kind, kind)
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+class StdioServer:
+    """Tools and resources, and the protocol to serve them on stdin/stdout."""
+
+    def __init__(self, name: str, version: str, instructions: str) -> None:
+        self.name, self.version, self.instructions = name, version, instructions
+        self.tools: dict[str, ToolSpec] = {}
+        self.resources: list[ResourceSpec] = []
+        self._initialized_version = LEGACY_VERSIONS[0]
+
+    def tool(self, description: str, *, read_only: bool,
+             idempotent: bool = False) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
+        """Register an async function as a tool; its signature is its input schema."""
+        def register(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Any:
+            # What lets a harness approve palace's reads alone (MCP's defaults say the opposite:
+            # a tool may destroy and reach the world). Only what differs from them is sent.
+            annotations: dict[str, Any] = ({"readOnlyHint": True} if read_only else
+                                           {"destructiveHint": False, "openWorldHint": False})
+            if idempotent and not read_only:
+                annotations["idempotentHint"] = True
+            self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, _signature_schema(fn), annotations)
+            return fn
+        return register
+
+    def resource(self, uri: str, *, name: str, mime_type: str,
+                 description: str) -> Callable[[Callable[..., Awaitable[str]]], Any]:
+        def register(fn: Callable[..., Awaitable[str]]) -> Any:
+            self.resources.append(ResourceSpec(uri, name, description, mime_type, fn))
+            return fn
+        return register
+
+    # -- what subclasses may narrow -----------------------------------------------------------
+
+    def listed_tools(self) -> Iterable[ToolSpec]:
+        return self.tools.values()
+
+    async def before_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Checks of a call before its arguments are (raise McpError); returns the arguments."""
+        return arguments
+
+    # -- answering one message ----------------------------------------------------------------
+
+    def answer_static(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The answers that need nothing from the daemon."""
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            self._initialized_version = asked if asked in LEGACY_VERSIONS else LEGACY_VERSIONS[0]
+            return {"protocolVersion": self._initialized_version, "capabilities": self._capabilities(),
+                    "serverInfo": {"name": self.name, "version": self.version}, "instructions": self.instructions}
+        if method == "server/discover":
+            return {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self._capabilities(),
+                    "instructions": self.instructions}
+        if method in ("ping", "logging/setLevel"):
+            return {}
+        if method == "tools/list":
+            return {"tools": [t.to_wire() for t in self.listed_tools()]}
+        if method == "resources/list":
+            return {"resources": [r.to_wire() for r in self.resources if not r.template]}
+        if method == "resources/templates/list":
+            return {"resourceTemplates": [r.to_wire() for r in self.resources if r.template]}
+        if method == "prompts/list":
+            return {"prompts": []}
+        raise McpError(METHOD_NOT_FOUND, "Method not found", method)
+
+    def _capabilities(self) -> dict[str, Any]:
+        return {"tools": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
+                "prompts": {"listChanged": False}}
+
+    async def answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "tools/call":
+            return await self._call_tool(params)
+        if method == "resources/read":
+            return await self._read_resource(params)
+        return self.answer_static(method, params)
+
+    async def _call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = params.get("name")
+        arguments = params.get("arguments") or {}
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            raise McpError(INVALID_PARAMS, "tools/call needs a tool name and an arguments object")
+        spec = self.tools.get(name)
+        if spec is None:
+            return _tool_error(f"Unknown tool: {name}")
+        arguments = await self.before_call(name, arguments)
+        properties = spec.input_schema["properties"]
+        unknown = sorted(set(arguments) - set(properties))
+        if unknown:
+            # A misspelt filter must not silently widen a list or a wait (MemPalace's answer too).
+            raise McpError(INVALID_PARAMS, f"Unknown parameter {unknown[0]} for {name} (it takes: "
+                           f"{', '.join(sorted(properties))})")
+        try:
+            missing = [p for p in spec.input_schema.get("required", ()) if arguments.get(p) is None]
+            if missing:
+                raise ValueError(f"{missing[0]} is required")
+            values = {key: None if value is None else _coerce(key, value, properties[key])
+                      for key, value in arguments.items()}
+        except ValueError as exc:
+            return _tool_error(f"Error executing tool {name}: {exc}")
+        try:
+            result = await spec.fn(**values)
+        except McpError:
+            raise
+        except Exception as exc:  # a tool's own failure is its result, as the SDK had it
+            return _tool_error(f"Error executing tool {name}: {exc}")
+        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        return {"content": [{"type": "text", "text": text}], "structuredContent": result, "isError": False}
+
+    async def _read_resource(self, params: dict[str, Any]) -> dict[str, Any]:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise McpError(INVALID_PARAMS, "resources/read needs a uri")
+        for spec in self.resources:
+            found = spec.match(uri)
+            if found is not None:
+                text = await spec.fn(**found)
+                return {"contents": [{"uri": uri, "mimeType": spec.mime_type, "text": text}]}
+        raise McpError(INVALID_PARAMS, f"Unknown resource: {uri}")
+
+    def _modern(self, params: dict[str, Any]) -> bool:
+        meta = params.get("_meta")
+        return isinstance(meta, dict) and meta.get(_META_VERSION) in MODERN_VERSIONS
+
+    def _reply(self, message_id: Any, method: str, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        if self._modern(params) or method == "server/discover":
+            result = {**result, "resultType": "complete", "_meta": {_META_SERVER: {"name": self.name,
+                                                                                   "version": self.version}}}
+            if method.endswith("/list") or method == "server/discover":
+                result.update(cacheScope="private", ttlMs=0)
+        return {"jsonrpc": "2.0", "id": message_id, "result": result}
+
+    # -- serving stdio --------------------------------------------------------------------------
+
+    def serve_stdio(self, warm: Callable[[], None] | None = None) -> None:
+        """Serve until stdin ends. The static answers are given by blocking IO, before trio is
+        imported (``warm`` is run meanwhile in a thread: the imports the rest needs); at the first
+        message needing the daemon, the rest is served by trio, that message first."""
+        warming = threading.Thread(target=warm, name="mcp-warm", daemon=True) if warm else None
+        if warming is not None:
+            warming.start()
+        stdin, stdout = _Lines(sys.stdin.fileno()), sys.stdout.buffer
+        pending: list[Any] = []
+        while True:
+            line = stdin.next()
+            if line is None:
+                return
+            message = self._parse(line, lambda reply: _write(stdout, reply))
+            if message is None:
+                continue
+            if not _all_static(message):
+                pending.append(message)
+                break
+            _write(stdout, self._answer_now(message))
+        if warming is not None:
+            warming.join()
+        import trio
+
+        trio.run(self._serve_async, pending, stdin.buffer)
+
+    def _parse(self, line: bytes, say: Callable[[dict[str, Any]], None]) -> Any:
+        if line is _OVERSIZED or len(line) > MAX_LINE_BYTES:
+            say({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST,
+                                                         "message": f"message over {MAX_LINE_BYTES} bytes"}})
+            return None
+        try:
+            return json.loads(line)
+        except ValueError:
+            if line.strip():
+                say({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
+            return None
+
+    def _answer_now(self, message: Any) -> Any:
+        if isinstance(message, list):
+            replies = [r for r in (self._answer_one_static(m) for m in message) if r is not None]
+            return replies or None
+        return self._answer_one_static(message)
+
+    def _answer_one_static(self, message: Any) -> dict[str, Any] | None:
+        checked = _checked(message)
+        if isinstance(checked, dict) and "error" in checked:
+            return checked
+        message_id, method, params = checked
+        if message_id is None:
+            return None  # a notification: nothing to answer
+        try:
+            return self._reply(message_id, method, params, self.answer_static(method, params))
+        except McpError as exc:
+            return {"jsonrpc": "2.0", "id": message_id, "error": exc.to_wire()}
+
+    async def _serve_async(self, pending: list[Any], buffer: bytes) -> None:
+        import trio
+
+        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+        stdout = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
+        write_lock = trio.Lock()
+        slots = trio.Semaphore(MAX_IN_FLIGHT)
+        running: dict[Any, trio.CancelScope] = {}
+
+        async def say(reply: Any) -> None:
+            if reply is None:
+                return
+            data = (json.dumps(reply, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+            async with write_lock:
+                await stdout.send_all(data)
+
+        async def handle(message: Any) -> None:
+            async with slots:
+                if isinstance(message, list):
+                    replies = [r for r in [await one(m) for m in message] if r is not None]
+                    await say(replies or None)
+                else:
+                    await say(await one(message))
+
+        async def one(message: Any) -> dict[str, Any] | None:
+            checked = _checked(message)
+            if isinstance(checked, dict) and "error" in checked:
+                return checked
+            message_id, method, params = checked
+            if message_id is None:
+                if method == "notifications/cancelled":
+                    scope = running.get(params.get("requestId"))
+                    if scope is not None:
+                        scope.cancel()
+                return None
+            with trio.CancelScope() as scope:
+                running[message_id] = scope
+                try:
+                    return self._reply(message_id, method, params, await self.answer(method, params))
+                except McpError as exc:
+                    return {"jsonrpc": "2.0", "id": message_id, "error": exc.to_wire()}
+                except Exception as exc:  # one failing request never ends the server
+                    return {"jsonrpc": "2.0", "id": message_id,
+                            "error": {"code": -32603, "message": f"internal error: {exc}"}}
+                finally:
+                    running.pop(message_id, None)
+            return None  # cancelled: the client asked for no answer
+
+        async with trio.open_nursery() as nursery:
+            for message in pending:
+                nursery.start_soon(handle, message)
+            while True:
+                newline = buffer.find(b"\n")
+                if newline < 0:
+                    if len(buffer) > MAX_LINE_BYTES:
+                        buffer = b""  # an endless line: dropped; the rest of it too, up to its end
+                    chunk = await stdin.receive_some(1 << 16)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    continue
+                line, buffer = buffer[:newline], buffer[newline + 1:]
+                messages: list[Any] = []
+                message = self._parse(line, messages.append)
+                for error in messages:
+                    await say(error)
+                if message is not None:
+                    nursery.start_soon(handle, message)
+            nursery.cancel_scope.cancel()
+
+
+def _checked(message: Any) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
+    """(id, method, params) of a request or notification, or the error answer to a bad one."""
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        if isinstance(message, dict) and ("result" in message or "error" in message):
+            return (None, "", {})  # an answer to a request of ours (we send none): ignored
+        return {"jsonrpc": "2.0", "id": message.get("id") if isinstance(message, dict) else None,
+                "error": {"code": INVALID_REQUEST, "message": "Invalid request"}}
+    params = message.get("params")
+    return message.get("id"), message["method"], params if isinstance(params, dict) else {}
+
+
+def _all_static(message: Any) -> bool:
+    items = message if isinstance(message, list) else [message]
+    return all(isinstance(m, dict) and (m.get("method") in _STATIC or "id" not in m) for m in items)
+
+
+def _tool_error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+class _Lines:
+    """Lines read from a file descriptor with blocking reads and a buffer of our own (Python's
+    would read ahead, and what it held would be lost to trio's reader); ``buffer`` is what was
+    read past the last line returned."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def next(self) -> bytes | None:
+        """The next line without its newline (None at the end of input); a line longer than
+        MAX_LINE_BYTES comes back as ``_OVERSIZED`` (the caller refuses it), none of it kept."""
+        skipping = False
+        while True:
+            newline = self.buffer.find(b"\n")
+            if newline >= 0:
+                line, self.buffer = self.buffer[:newline], self.buffer[newline + 1:]
+                return _OVERSIZED if skipping else line
+            if len(self.buffer) > MAX_LINE_BYTES:
+                skipping, self.buffer = True, b""
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buffer += chunk
+
+
+def _write(stream: Any, reply: Any) -> None:
+    if reply is None:
+        return
+    stream.write((json.dumps(reply, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+    stream.flush()

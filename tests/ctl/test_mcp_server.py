@@ -1,0 +1,215 @@
+"""The MCP protocol layer (palacectl/mcp_server.py) over real pipes: a ``palacectl mcp`` process
+(or a small server built on the same layer) spoken to line by line, as a harness does.
+
+Guards issue 26: the first answers come before trio (or the daemon) is needed, both handshake
+generations are answered, a bad line is answered and skipped, batches and cancellation work, and
+arguments are coerced the lax way models need and refused when they cannot be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import pytest
+
+PYTHON = sys.executable
+
+SERVER = textwrap.dedent('''
+    import sys
+    from palacectl.mcp_server import StdioServer
+    server = StdioServer("probe", "1.0", "a probe")
+
+    @server.tool("Echo what it was given, and whether trio was loaded to answer it.", read_only=True)
+    async def echo(text: str, times: int = 1, loud: bool = False, tags: list[str] | None = None) -> dict:
+        return {"text": text * times, "loud": loud, "tags": tags, "trio": "trio" in sys.modules}
+
+    @server.tool("Sleep (cancellable).", read_only=False)
+    async def nap(seconds: float) -> dict:
+        import trio
+        await trio.sleep(seconds)
+        return {"slept": seconds}
+
+    @server.resource("probe://item/{name}", name="item", mime_type="text/plain", description="An item.")
+    async def item(name: str) -> str:
+        return "item " + name
+
+    server.serve_stdio()
+''')
+
+
+class Peer:
+    """A server process spoken to over its stdin/stdout, one JSON message per line."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env)
+
+    def send(self, message: Any) -> None:
+        raw = message if isinstance(message, bytes) else json.dumps(message).encode()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(raw + b"\n")
+        self.proc.stdin.flush()
+
+    def receive(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read().decode() if self.proc.stderr else "no answer"
+        return json.loads(line)
+
+    def ask(self, message: Any) -> Any:
+        self.send(message)
+        return self.receive()
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+
+@pytest.fixture
+def peer(tmp_path):
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    p = Peer([PYTHON, str(script)])
+    yield p
+    p.stop()
+
+
+def request(message_id: int, method: str, params: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": message_id, "method": method, "params": dict(params or {})}
+    if meta:
+        out["params"]["_meta"] = meta
+    return out
+
+
+def test_the_legacy_handshake_and_listing_are_answered_before_trio_is_imported(peer):
+    init = peer.ask(request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                              "clientInfo": {"name": "t", "version": "1"}}))
+    assert init["result"]["protocolVersion"] == "2025-06-18" and init["result"]["serverInfo"]["name"] == "probe"
+    peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    tools = peer.ask(request(2, "tools/list"))["result"]["tools"]
+    (echo,) = [t for t in tools if t["name"] == "echo"]
+    assert echo["inputSchema"] == {"type": "object", "required": ["text"], "properties": {
+        "text": {"type": "string"}, "times": {"type": "integer", "default": 1},
+        "loud": {"type": "boolean", "default": False}, "tags": {"type": "array", "items": {"type": "string"}}}}
+    assert echo["annotations"] == {"readOnlyHint": True}
+    assert [t for t in tools if t["name"] == "nap"][0]["annotations"]["destructiveHint"] is False
+    # The first call needs the async server: trio comes in then, not before.
+    called = peer.ask(request(3, "tools/call", {"name": "echo", "arguments": {"text": "a"}}))
+    assert called["result"]["structuredContent"]["trio"] is True
+    assert called["result"]["content"][0]["text"] == '{"text":"a","loud":false,"tags":null,"trio":true}'  # compact
+    assert peer.close() == 0
+
+
+def test_an_unknown_version_is_answered_with_the_newest_and_the_2026_generation_is_answered_too(peer):
+    init = peer.ask(request(1, "initialize", {"protocolVersion": "1999-01-01"}))
+    assert init["result"]["protocolVersion"] == "2025-11-25"
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    found = peer.ask(request(2, "server/discover", **meta))["result"]
+    assert found["supportedVersions"] == ["2026-07-28"] and found["resultType"] == "complete"
+    listed = peer.ask(request(3, "tools/list", **meta))["result"]
+    assert listed["resultType"] == "complete" and listed["cacheScope"] == "private"
+
+
+def test_arguments_are_coerced_the_lax_way_and_refused_when_they_cannot_be(peer):
+    got = peer.ask(request(1, "tools/call", {"name": "echo", "arguments": {
+        "text": "ab", "times": "2", "loud": "true", "tags": ["x"]}}))["result"]
+    assert got["isError"] is False and got["structuredContent"]["text"] == "abab" and got["structuredContent"]["loud"]
+    bad = peer.ask(request(2, "tools/call", {"name": "echo", "arguments": {"text": "a", "times": "many"}}))["result"]
+    assert bad["isError"] is True and "times must be an integer" in bad["content"][0]["text"]
+    missing = peer.ask(request(3, "tools/call", {"name": "echo", "arguments": {}}))["result"]
+    assert missing["isError"] is True and "text is required" in missing["content"][0]["text"]
+    unknown = peer.ask(request(4, "tools/call", {"name": "echo", "arguments": {"text": "a", "txet": 1}}))
+    assert unknown["error"]["code"] == -32602 and "Unknown parameter txet for echo" in unknown["error"]["message"]
+    nope = peer.ask(request(5, "tools/call", {"name": "nope", "arguments": {}}))["result"]
+    assert nope == {"content": [{"type": "text", "text": "Unknown tool: nope"}], "isError": True}
+
+
+def test_bad_lines_are_answered_and_skipped_and_the_server_goes_on(peer):
+    peer.send(b"{not json")
+    assert peer.receive()["error"]["code"] == -32700
+    peer.send([1, 2])
+    assert all(r["error"]["code"] == -32600 for r in peer.receive())
+    assert peer.ask(request(1, "bogus/method"))["error"] == {"code": -32601, "message": "Method not found",
+                                                             "data": "bogus/method"}
+    batch = [request(2, "ping"), {"jsonrpc": "2.0", "method": "notifications/initialized"}, request(3, "ping")]
+    assert [r["id"] for r in peer.ask(batch)] == [2, 3]
+    # The same once the async server runs.
+    assert peer.ask(request(4, "tools/call", {"name": "echo", "arguments": {"text": "a"}}))["result"]["isError"] is False
+    peer.send(b"{not json")
+    assert peer.receive()["error"]["code"] == -32700
+    assert peer.ask(request(5, "ping"))["result"] == {}
+
+
+def test_a_cancelled_call_is_not_answered_and_others_run_beside_a_long_one(peer):
+    peer.send(request(1, "tools/call", {"name": "nap", "arguments": {"seconds": 60}}))
+    started = time.monotonic()
+    assert peer.ask(request(2, "tools/call", {"name": "echo", "arguments": {"text": "x"}}))["id"] == 2
+    peer.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+    assert peer.ask(request(3, "ping"))["id"] == 3  # no answer to 1 came first
+    assert time.monotonic() - started < 30
+
+
+def test_resources_by_template(peer):
+    read = peer.ask(request(1, "resources/read", {"uri": "probe://item/pen"}))["result"]
+    assert read["contents"] == [{"uri": "probe://item/pen", "mimeType": "text/plain", "text": "item pen"}]
+    templates = peer.ask(request(2, "resources/templates/list"))["result"]["resourceTemplates"]
+    assert templates[0]["uriTemplate"] == "probe://item/{name}"
+    missing = peer.ask(request(3, "resources/read", {"uri": "probe://item/a/b"}))
+    assert missing["error"]["code"] == -32602
+
+
+def test_palacectl_mcp_lists_its_tools_without_loading_trio_or_the_command_line(tmp_path):
+    """The first answers of ``palacectl mcp`` need neither trio nor typer (their imports are most
+    of what made Codex start sessions without palace's tools)."""
+    probe = ("import sys; from pathlib import Path; from palacectl import __main__ as m; "
+             "from palacectl.mcp_adapter import PalaceMCP; s = PalaceMCP(Path(sys.argv[1]), 'a'); "
+             "listed = s.answer_static('tools/list', {}); "
+             "print(len(listed['tools']), sorted(x for x in ('trio', 'typer', 'mcp') if x in sys.modules))")
+    out = subprocess.run([PYTHON, "-c", probe, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.split(None, 1) == ["33", "[]\n"]
+
+
+def test_palacectl_mcp_with_anything_else_goes_through_the_command_line(tmp_path):
+    env = {**os.environ, "PALACE_HOME": str(tmp_path)}
+    helped = subprocess.run([PYTHON, "-m", "palacectl", "mcp", "--help"], capture_output=True, text=True, env=env)
+    assert helped.returncode == 0 and "--agent" in helped.stdout
+    person = subprocess.run([PYTHON, "-m", "palacectl", "mcp", "--agent", "human:root"], capture_output=True,
+                            text=True, env=env, stdin=subprocess.DEVNULL)
+    assert person.returncode == 64 and "is a person's id" in person.stderr  # EXIT_USAGE
+    p = Peer([PYTHON, "-m", "palacectl", "mcp", "--agent", "probe", "--home", str(tmp_path)])
+    try:
+        init = p.ask(request(1, "initialize", {"protocolVersion": "2025-06-18"}))
+        assert init["result"]["serverInfo"]["name"] == "palace"
+        called = p.ask(request(2, "tools/call", {"name": "mempalace_who", "arguments": {}}))["result"]
+        assert "palaced is not running" in called["structuredContent"]["error"]
+    finally:
+        p.stop()
+
+
+def test_a_line_past_the_bound_is_refused_without_being_kept(tmp_path):
+    from palacectl import mcp_server
+
+    script = tmp_path / "server.py"
+    script.write_text("import palacectl.mcp_server as m\nm.MAX_LINE_BYTES = 1000\n" + SERVER)
+    p = Peer([PYTHON, str(script)])
+    try:
+        p.send(b'{"jsonrpc":"2.0","id":1,"method":"ping","pad":"' + b"x" * 5000 + b'"}')
+        assert "over 1000 bytes" in p.receive()["error"]["message"]
+        assert p.ask(request(2, "ping"))["id"] == 2
+    finally:
+        p.stop()
+    assert mcp_server.MAX_LINE_BYTES == 64 * 1024 * 1024
