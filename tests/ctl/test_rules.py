@@ -164,7 +164,8 @@ def test_template_holds_no_marker_text() -> None:
 
 
 def test_template_stays_prompt_sized() -> None:
-    assert 40 <= len(load_template().splitlines()) <= 110
+    # 111: issue 26 added the line on harness prefixes of the MCP tool names.
+    assert 40 <= len(load_template().splitlines()) <= 111
 
 
 def test_unreadable_template_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
