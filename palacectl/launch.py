@@ -79,8 +79,9 @@ BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
     "claude": ["claude", "--print", "--permission-mode", "acceptEdits", "{handoff}"],
     # `codex exec`: non-interactive; workspace-write lets it edit inside --cd.
     "codex": ["codex", "exec", "--cd", "{workspace}", "--sandbox", "workspace-write", "{handoff}"],
-    # `gemini --prompt`: headless; auto_edit approves edits (not other tools).
-    "gemini": ["gemini", "--approval-mode", "auto_edit", "--prompt", "{handoff}"],
+    # `gemini --prompt`: headless; auto_edit approves edits (not other tools); --skip-trust: a fresh
+    # worktree is a folder Gemini has never been told to trust, and it refuses those (exit 55).
+    "gemini": ["gemini", "--approval-mode", "auto_edit", "--skip-trust", "--prompt", "{handoff}"],
     # `opencode run`: one prompt, non-interactive.
     "opencode": ["opencode", "run", "{handoff}"],
 }

@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     # this long, and one request wakes it several times (issue 25, finding 6: pings behind a lease
     # derivation). The cost is more switching while threads compute, a few percent at most.
     sys.setswitchinterval(0.001)
+    # Everything the daemon writes is for this user alone: the database and its journal, vectors,
+    # backups, logs (issue 26: palace.sqlite3 was 0644 inside the 0700 home).
+    os.umask(0o077)
     try:
         trio.run(_run, config)
     except BaseException as exc:  # start-up failures arrive wrapped in nursery exception groups

@@ -158,6 +158,12 @@ def test_modes_hold_under_a_permissive_umask_and_a_loose_existing_home(short_tmp
         assert mode(home) == 0o700
         assert mode(home / "identity.key") == 0o600
         assert mode(home / "palaced.sock") == 0o600
+        # The database and its journal too (issue 26: it was 0644 inside the 0700 home); and
+        # whatever else the daemon writes in its home.
+        assert run_ctl(home, "append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a",
+                       "--body", "x").returncode == 0
+        loose = {p.name: oct(mode(p)) for p in home.rglob("*") if p.is_file() and mode(p) & 0o077}
+        assert mode(home / "palace.sqlite3") == 0o600 and not loose, loose
     finally:
         assert terminate(proc) == 0
 
