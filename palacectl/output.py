@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn
 
+from palace_proto.text import printable
+
 __all__ = [
     "EXIT_FAILED", "EXIT_IDLE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
     "RFC3339_UTC", "STAMP_UTC", "CommandFailed", "ProgressBar", "emit_json", "event_line", "fail", "render_bar",
@@ -113,7 +115,8 @@ def event_line(event: Mapping[str, Any]) -> str:
     if event.get("correlation_id"):
         line += f" corr={event['correlation_id']}"
     if event.get("artifact_ids"):
-        line += f" artifacts={len(event['artifact_ids'])}"
+        # The ids themselves: the next step is `artifact get ID` (issue 26: only a count was shown).
+        line += f" artifacts={','.join(printable(a, 80) for a in event['artifact_ids'])}"
     if event.get("body_redacted"):
         line += " :: [redacted]"
     elif event.get("body"):

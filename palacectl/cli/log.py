@@ -260,6 +260,12 @@ def wait(
         emit_json(result)
     elif result["timed_out"]:
         note("Timed out; no matching events.")
+        # A mistyped or made-up correlation id waits for something that will never come: say so
+        # (issue 26: an example id copied from the docs timed out without a word).
+        for cid in correlation_id or ():
+            if not call_daemon("list", correlation_ids=[cid], limit=1)["count"]:
+                note(f"No event carries correlation {cid} here: check the id (`palacectl task list` shows "
+                     "tasks' ids; `task create` printed yours).")
     else:
         write_stdout(output.events_block(result["events"]))
     if result["timed_out"]:

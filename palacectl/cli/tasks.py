@@ -10,7 +10,6 @@ release, reassign: the queue; launch: one task run by a headless harness) and th
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -95,8 +94,8 @@ def task_list(
     if json_:
         emit_json(result)
         return
-    if not result["tasks"] and sys.stderr.isatty():
-        note("No tasks.")
+    if not result["tasks"]:  # said also to an agent's shell: an empty answer looked like a failure
+        note("No open tasks." if open_ else "No tasks.")
     for t in result["tasks"]:
         write_stdout(f"{t['correlation_id']}\t{t['state']}\t{t['requested_by']}->{t['assigned_to'] or '*'}\t"
                      f"{t['claimed_by'] or '-'}\t{t['last_activity']}\n")
@@ -116,7 +115,7 @@ def task_ready(
     if json_:
         emit_json(result)
         return
-    if not result["tasks"] and sys.stderr.isatty():
+    if not result["tasks"]:
         note("Nothing ready.")
     for t in result["tasks"]:
         write_stdout(f"{t['correlation_id']}\tP{t['priority']}\tfrom {t['requested_by']}\t{t['request']['created_at']}\n")

@@ -526,6 +526,15 @@ def test_wait_times_out_with_exit_2(ctl):
     assert "Timed out" in human.stderr
 
 
+def test_a_wait_on_a_correlation_nothing_carries_says_so_when_it_times_out(ctl):
+    """Issue 26: an id copied from the docs made `wait` time out without a word on why."""
+    append_event(ctl, to_agent="bob", correlation_id="task_real_1")
+    made_up = ctl("wait", "--correlation-id", "task_20260101_1a2b3c4d", "--type", "patch.ready", "--timeout-ms", "100")
+    assert made_up.returncode == 2 and "No event carries correlation task_20260101_1a2b3c4d here" in made_up.stderr
+    real = ctl("wait", "--correlation-id", "task_real_1", "--type", "patch.ready", "--timeout-ms", "100")
+    assert real.returncode == 2 and "Timed out" in real.stderr and "No event carries" not in real.stderr
+
+
 def test_wait_since_event_id_skips_older_matches(ctl):
     event = append_event(ctl, to_agent="bob")
     result = ctl("wait", "--to-agent", "bob", "--since-event-id", event["id"], "--timeout-ms", "200", "--json")
