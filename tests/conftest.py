@@ -48,6 +48,11 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+# The agent the suite's memory commands file as when a test names none (palacectl has no shared
+# default id: an id belongs to one daemon). A test of the refusal sets it empty.
+os.environ.setdefault("PALACE_AGENT", "suite-agent")
+
+
 @pytest.fixture
 def home(short_tmp: Path) -> Path:
     return short_tmp / "home"

@@ -11,6 +11,7 @@ only.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -33,17 +34,27 @@ WingOpt = Annotated[Optional[str], typer.Option("--wing")]
 RoomOpt = Annotated[Optional[str], typer.Option("--room")]
 
 
+def _who(added_by: str | None) -> str:
+    """Who files it: --added-by, else $PALACE_AGENT. Never a shared default: an id belongs to one
+    daemon, so a fleet-wide "palacectl" would be refused on every machine but the first (issue 26)."""
+    who = added_by or os.environ.get("PALACE_AGENT", "").strip()
+    if not who:
+        raise UsageProblem("say who files it: --added-by YOUR_AGENT_ID (or set PALACE_AGENT)")
+    return who
+
+
 def remember(
     wing: Annotated[str, typer.Option("--wing", help="The wing, e.g. wing_project or wing_mac-claude.")],
     room: Annotated[str, typer.Option("--room", help="The room, e.g. decisions.")],
     file: Annotated[str, typer.Option("--file", help="The content, verbatim: a file, or - for stdin (default).")] = "-",
     source_file: Annotated[Optional[str], typer.Option("--source-file", help="Where it came from.")] = None,
-    added_by: Annotated[str, typer.Option("--added-by", help="Your agent id.")] = "palacectl",
+    added_by: Annotated[Optional[str], typer.Option("--added-by", help="Your agent id (default: $PALACE_AGENT).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """File a drawer: verbatim content in a wing and room (the same content again is the same drawer)."""
     content = decode_utf8(read_input(file, "--file"), f"--file {file}")
-    result = call_daemon("memory_add", wing=wing, room=room, content=content, source_file=source_file, added_by=added_by)
+    result = call_daemon("memory_add", wing=wing, room=room, content=content, source_file=source_file,
+                         added_by=_who(added_by))
     if json_:
         emit_json(result)
     else:
@@ -79,12 +90,12 @@ def kg_add(
     valid_from: Annotated[Optional[str], typer.Option("--valid-from")] = None,
     valid_to: Annotated[Optional[str], typer.Option("--valid-to")] = None,
     source_drawer_id: Annotated[Optional[str], typer.Option("--source-drawer-id")] = None,
-    added_by: Annotated[str, typer.Option("--added-by")] = "palacectl",
+    added_by: Annotated[Optional[str], typer.Option("--added-by", help="Your agent id (default: $PALACE_AGENT).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Record a fact: SUBJECT PREDICATE OBJECT, optionally valid from / to a date."""
     result = call_daemon("kg_add", subject=subject, predicate=predicate, object=object_, valid_from=valid_from,
-                         valid_to=valid_to, source_drawer_id=source_drawer_id, added_by=added_by)
+                         valid_to=valid_to, source_drawer_id=source_drawer_id, added_by=_who(added_by))
     if json_:
         emit_json(result)
     else:
@@ -95,12 +106,12 @@ def kg_add(
 def kg_invalidate(
     subject: str, predicate: str, object_: Annotated[str, typer.Argument(metavar="OBJECT")],
     ended: Annotated[Optional[str], typer.Option("--ended", help="Default: today.")] = None,
-    added_by: Annotated[str, typer.Option("--added-by")] = "palacectl",
+    added_by: Annotated[Optional[str], typer.Option("--added-by", help="Your agent id (default: $PALACE_AGENT).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """End a fact's validity (the fact stays as history; add the new one after)."""
     result = call_daemon("kg_invalidate", subject=subject, predicate=predicate, object=object_, ended=ended,
-                         added_by=added_by)
+                         added_by=_who(added_by))
     if json_:
         emit_json(result)
     else:

@@ -25,6 +25,22 @@ def test_remember_search_and_quote_verbatim(ctl, daemon):
     assert DECISION.strip() in human.stdout
 
 
+def test_memory_commands_need_to_know_who_files_and_say_so(daemon):
+    """Issue 26: they filed as a shared ``palacectl`` agent by default, registered to the first
+    daemon that wrote, so the same command was refused on every other machine."""
+    nobody = {"PALACE_AGENT": ""}
+    for args in (["remember", "--wing", "w", "--room", "r"], ["kg", "add", "a", "b", "c"],
+                 ["kg", "invalidate", "a", "b", "c"]):
+        refused = run_ctl(daemon.home, *args, input=b"x", env=nobody)
+        assert refused.returncode == 64 and "--added-by YOUR_AGENT_ID (or set PALACE_AGENT)" in refused.stderr, args
+    assert ctl_json(daemon.home, "status")["events"] == 0
+    filed = run_ctl(daemon.home, "remember", "--wing", "w", "--room", "r", "--json", input=b"x",
+                    env={"PALACE_AGENT": "linux-bot"})
+    assert filed.returncode == 0, filed
+    drawer = ctl_json(daemon.home, "list", "--type", "memory.drawer")["events"][0]
+    assert drawer["from_agent"] == "linux-bot"
+
+
 def test_memory_input_errors_are_one_line_and_write_nothing(ctl, daemon):
     empty = ctl("remember", "--wing", "w", "--room", "r", input=b"")
     assert empty.returncode == 1 and "content must be a non-empty string" in empty.stderr

@@ -91,7 +91,7 @@ def test_a_home_from_the_previous_release_migrates_and_keeps_everything(schema, 
             == heads[expected["origin"]]
     assert ctl_json(home, "list", "--stream", "project/legacy", "--limit", "100")["events"][-1]["id"] == new["id"]
     # The memory views exist and are filled from the (migrated) log.
-    filed = run_ctl(home, "remember", "--wing", "wing_legacy", "--room", "notes", "--json",
+    filed = run_ctl(home, "remember", "--wing", "wing_legacy", "--room", "notes", "--added-by", "palacectl", "--json",
                     input=b"migrated and still fine\n").json()
     assert ctl_json(home, "search", "migrated", "--mode", "keyword")["results"][0]["drawer_id"] == filed["drawer_id"]
     if "memory" in expected:  # a home of the memory era: its memory survives, its redactions leave no trace
