@@ -23,7 +23,11 @@ def render_session(s: dict[str, Any]) -> str:
     agent = s["agent"]
     ident = s["identity"]
     where = ("belongs to this daemon" if ident["here"] else f"belongs to {ident['elsewhere']}" if ident["elsewhere"]
-             else "was retired" if ident["retired"] else "is not registered yet (your first write registers it here)")
+             else "was retired" if ident["retired"]
+             else "is not registered yet (your first write registers it here)" if ident.get("registers", True)
+             # A daemon in no palace registers nobody; said so, or the line repeats after every write.
+             else "is not registered: this daemon is in no palace yet, so ids register at their first write "
+                  "after `palacectl init` (or `join`), to this daemon")
     lines = [f"# palace session for {agent} ({s['now'][:19]}Z)\n", f"Identity: {agent} {where}.\n"]
     inbox = s["inbox"]
     unread = f"{inbox['unread']}{'+' if inbox['unread_capped'] else ''}"

@@ -90,6 +90,7 @@ FILTER_FIELDS: Final = {
     "to_agents": "to_agent",
     "from_agents": "from_agent",
     "exclude_from_agents": "from_agent",
+    "exclude_types": "type",
     "correlation_ids": "correlation_id",
     "statuses": "status",
 }
@@ -429,6 +430,8 @@ class ListQuery:
     to_agents: frozenset[str] | None = None
     from_agents: frozenset[str] | None = None
     exclude_from_agents: frozenset[str] | None = None
+    #: types that never match (a fleet watcher sleeps through ``status`` announcements)
+    exclude_types: frozenset[str] | None = None
     correlation_ids: frozenset[str] | None = None
     statuses: frozenset[str] | None = None
     since_event_id: str | None = None
@@ -486,12 +489,14 @@ class ListQuery:
         frm = event.get("from_agent")
         if self.exclude_from_agents and frm in self.exclude_from_agents:
             return False
+        if self.exclude_types and event.get("type") in self.exclude_types:
+            return False
         if self.to_agents is not None:
             to = event.get("to_agent")
             if to is None or (to not in self.to_agents and to != "*"):
                 return False
         for name, field in FILTER_FIELDS.items():
-            if name in ("to_agents", "exclude_from_agents"):
+            if name in ("to_agents", "exclude_from_agents", "exclude_types"):
                 continue
             values = getattr(self, name)
             if values is not None and event.get(field) not in values:

@@ -282,6 +282,7 @@ def watch(
     follow: Annotated[bool, typer.Option("--follow", help="Keep going; one JSON batch per line.")] = False,
     idle_exit_ms: Annotated[int, typer.Option("--idle-exit-ms", help="Exit 2 after this long without a match (0 = never).")] = 0,
     announce: Annotated[bool, typer.Option("--announce", help="Post a status event to * saying what you watch.")] = False,
+    with_status: Annotated[bool, typer.Option("--with-status", help="With --agent: wake on status events too (by default a fleet watcher sleeps through them, announcements included).")] = False,
     limit: Annotated[int, typer.Option(help="Events per batch (max 500).")] = 50,
     json_: JsonOpt = False,
 ) -> None:
@@ -305,9 +306,13 @@ def watch(
         path = default_state_file(home, agent) if agent else None
     else:
         path = Path(state_file).expanduser() if state_file else None
+    # The shared-brain rules: status is the type fleet watchers sleep through, so one agent's
+    # `watch --announce` (a status to *) wakes nobody else (issue 26). Asked for by --type or
+    # --with-status, it wakes.
+    sleep_through = ["status"] if agent is not None and not with_status and not type_ else None
     filters = event_filters(streams=stream, rooms=room, topics=topic, types=type_, to_agents=to_agents,
                             from_agents=from_agent, exclude_from_agents=excluded, correlation_ids=correlation_id,
-                            statuses=status_)
+                            statuses=status_, exclude_types=sleep_through)
     code = run_watch(WatchOptions(
         home=home, filters=filters, agent=agent.strip() if agent else None, since_event_id=since_event_id,
         state_file=path, from_start=from_start, follow=follow, idle_exit_ms=idle_exit_ms, announce=announce,

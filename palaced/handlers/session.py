@@ -89,7 +89,9 @@ async def session_start(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         elsewhere = registry.daemon_label(current.daemon)
     identity = {"agent": agent, "daemon": current.daemon if current else None,
                 "here": current is not None and current.daemon == registry.daemon,
-                "retired": bool(record and record.retired), "elsewhere": elsewhere}
+                "retired": bool(record and record.retired), "elsewhere": elsewhere,
+                # False on a daemon in no palace yet: writes register nobody until init or join
+                "registers": registry.enforcing}
 
     inbox = await inbox_view(ctx, agent, INBOX_SHOWN, True)
     inbox_events = [{"id": e["id"], "type": e["type"], "from_agent": e["from_agent"], "to_agent": e["to_agent"],

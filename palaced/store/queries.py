@@ -104,6 +104,9 @@ def list_events(store: Store, query: ListQuery, *, after_seq: int | None = None)
     if query.exclude_from_agents:
         conds.append(f"from_agent NOT IN ({','.join('?' * len(query.exclude_from_agents))})")
         params.extend(sorted(query.exclude_from_agents))
+    if query.exclude_types:
+        conds.append(f"type NOT IN ({','.join('?' * len(query.exclude_types))})")
+        params.extend(sorted(query.exclude_types))
     if query.since_created_at:
         conds.append("created_at >= ?")
         params.append(query.since_created_at)

@@ -288,3 +288,29 @@ async def test_append_many_refuses_more_than_its_limit(tmp_path):
             await log.append_many(ctx, {"events": [note()] * (MAX_APPEND_MANY + 1)})
         assert refused.value.field == "events"
         assert await _count(ctx) == 0
+
+
+async def test_excluded_types_never_match_a_list_or_a_wait(tmp_path):
+    """``exclude_types`` (what ``watch --agent`` sleeps through: status) in the store's query and
+    in the bus's matching alike."""
+    async with open_context(tmp_path) as ctx:
+        await log.append(ctx, note(type="status", body="bob watches", to_agent="*"))
+        kept = await log.append(ctx, note(body="for you", to_agent="*"))
+        listed = await log.list_events(ctx, {"exclude_types": ["status"], "to_agents": ["alice"]})
+        assert [e["id"] for e in listed["events"]] == [kept["id"]]
+        waited = await log.wait(ctx, {"exclude_types": ["status", "note"], "since_event_id": kept["id"],
+                                      "timeout_ms": 0})
+        assert waited["timed_out"] is True
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                got: list[dict] = []
+
+                async def waiter() -> None:
+                    got.append(await log.wait(ctx, {"exclude_types": ["status"], "since_event_id": kept["id"],
+                                                    "timeout_ms": 5000}))
+
+                nursery.start_soon(waiter)
+                await trio.sleep(0.2)
+                await log.append(ctx, note(type="status", body="another announce", to_agent="*"))
+                last = await log.append(ctx, note(body="wake", to_agent="*"))
+        assert [e["id"] for e in got[0]["events"]] == [last["id"]]

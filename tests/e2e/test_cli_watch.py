@@ -528,13 +528,18 @@ def test_announce_posts_status_broadcast_and_does_not_wake_itself(ctl, daemon, s
     assert watch_meta["filters"]["to_agents"] == ["bob"]
 
 
-def test_announce_seen_by_other_agent(ctl, daemon, spawn) -> None:
-    alice = spawn("--agent", "alice", "--json", "--idle-exit-ms", "20000")
+def test_another_agents_announce_wakes_only_a_watcher_that_asks_for_status(ctl, daemon, spawn) -> None:
+    """The shared-brain rules: status is the type fleet watchers sleep through, so an announce
+    burns nobody's wake (issue 26: every watcher of the fleet woke on each one)."""
+    alice = spawn("--agent", "alice", "--json", "--idle-exit-ms", "3000", "--state-file", "")
+    carol = spawn("--agent", "carol", "--with-status", "--json", "--idle-exit-ms", "20000", "--state-file", "")
     alice.wait_armed()
+    carol.wait_armed()
     bob = spawn("--agent", "bob", "--announce", "--json", "--idle-exit-ms", "20000")
-    assert alice.wait() == 0, alice
-    (event,) = alice.json()["events"]
+    assert carol.wait() == 0, carol
+    (event,) = carol.json()["events"]
     assert event["type"] == "status" and event["from_agent"] == "bob" and event["to_agent"] == "*"
+    assert alice.wait() == 2, alice  # slept through it: an idle exit
     bob.kill()
 
 

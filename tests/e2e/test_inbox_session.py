@@ -109,11 +109,14 @@ def test_session_start_has_everything_to_start_with_and_says_what_next(daemon, s
     assert loops[mine["correlation_id"]]["goal"] == "Add the orders table"
     assert [l["patterns"] for l in session["leases"]["items"]] == [["src/orders/**"]]
     assert len(session["diary"]["items"]) == 3 and session["diary"]["total"] == 4
-    assert session["identity"]["here"] is False  # a daemon alone registers nobody
+    assert session["identity"]["here"] is False  # a daemon alone registers nobody...
+    assert session["identity"]["registers"] is False
     assert session["next"].startswith("Next: arm `palacectl watch --agent mac-claude`")
     text = run_ctl(home, "session", "start", "--agent", "mac-claude").stdout
     assert "## Inbox: 26 unread" in text and "… and 16 more unread" in text and "## Open loops" in text
     assert "src/orders/**" in text and "SESSION 3|orders|done" in text
+    # ...and says so, not "your first write registers it" after every write (issue 26).
+    assert "this daemon is in no palace yet" in text and "first write registers it here" not in text
     print(f"session start for a busy agent: {len(text.encode())} bytes of text, "
           f"{len(json.dumps(session).encode())} bytes of JSON")
     assert len(text.encode()) < 6000  # short enough to paste into a context window
