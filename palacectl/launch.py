@@ -72,7 +72,7 @@ def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-#: Each harness's documented headless invocation (README "Let a machine work by itself").
+#: Each harness's documented headless invocation (docs/coordination.md, "Let a machine work by itself").
 #: ``{handoff}`` is the prompt, ``{workspace}`` the task's worktree (also the working directory).
 BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
     # `claude --print`: non-interactive; acceptEdits lets it edit files without a prompt.

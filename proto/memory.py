@@ -490,7 +490,7 @@ def fact_state(valid_from: str | None, valid_to: str | None, as_of: str) -> str:
 #: Hybrid search weighs the two signals evenly: cosine similarity (all-MiniLM: ~0.5+ for a real
 #: paraphrase, ~0 for unrelated text) and the keyword score squashed into [0, 1) by ``s / (s + 20)``
 #: (bm25 of a rare exact identifier is ~10-20, of one common word ~1-3). Chosen by two-fold
-#: cross-validation on the project's retrieval evaluation (README "Memory search"): picked on
+#: cross-validation on the project's retrieval evaluation (docs/benchmarks.md, "Memory search"): picked on
 #: either half, these values beat vector-only and keyword-only on the other half.
 HYBRID_VECTOR_WEIGHT: Final = 0.5
 KEYWORD_SATURATION: Final = 20.0

@@ -1,6 +1,6 @@
 """palacectl's log commands: append, list, wait, watch, ack, redact.
 
-Owns: writing to and reading from the coordination log (README "Command reference"), the event
+Owns: writing to and reading from the coordination log (docs/commands.md), the event
 filter options they share (``--stream``, ``--room``, … each repeatable for OR), and
 ``--replicated`` (wait until K peers hold an event). Thin commands: parse, one request through
 ``common.call_daemon``, render. ``watch`` loads ``palacectl.watch`` (its state file and push loop)

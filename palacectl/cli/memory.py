@@ -1,7 +1,7 @@
 """palacectl's shared-memory commands: remember, search, tunnels, and the kg, diary and memory
 groups.
 
-Owns: the memory half of the command surface (README "Command reference"): filing drawers
+Owns: the memory half of the command surface (docs/commands.md): filing drawers
 verbatim, searching them, the knowledge graph (facts with validity over time), each agent's
 diary, and rebuilding the memory views with progress drawn from a second connection. Same
 conventions as every other command: ``--json`` prints one JSON document, errors are one line and

@@ -1,4 +1,4 @@
-"""Tests for palacectl.rules: the template's content, rendering, the README pin, and install."""
+"""Tests for palacectl.rules: the template's content, rendering, the docs/rules.md pin, and install."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from palacectl.rules import (
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE_FILE = REPO / "rules" / "shared_brain_rules.md"
-README = REPO / "README.md"
+RULES_PAGE = REPO / "docs" / "rules.md"
 AGENT_ERROR = "--agent must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-'"
 
 # Every rule of the block must survive edits; each phrase is pinned verbatim.
@@ -112,7 +112,7 @@ REQUIRED_PHRASES = [
     "user-visible intent",
     "agreed tests",
     "`applied` or `failed`",
-    # where palace differs from MemPalace (README "Differences from MemPalace")
+    # where palace differs from MemPalace (docs/mempalace.md)
     "### Where palace differs from MemPalace",
     "The palace tools speak as you",
     "another id is refused",
@@ -177,8 +177,8 @@ def test_unreadable_template_is_reported(monkeypatch: pytest.MonkeyPatch) -> Non
         render_rules("mac-claude")
 
 
-def test_readme_excerpt_is_the_template_byte_for_byte() -> None:
-    readme = README.read_bytes()
+def test_the_rules_page_shows_the_template_byte_for_byte() -> None:
+    readme = RULES_PAGE.read_bytes()
     opening = b"<!-- rules-excerpt:start -->\n````markdown\n"
     closing = b"````\n<!-- rules-excerpt:end -->"
     assert readme.count(opening) == 1
@@ -186,6 +186,7 @@ def test_readme_excerpt_is_the_template_byte_for_byte() -> None:
     excerpt = readme.split(opening, 1)[1].split(closing, 1)[0]
     assert excerpt == TEMPLATE_FILE.read_bytes()
     assert b"## The shared-brain rules (excerpt)\n" in readme.split(opening, 1)[0]
+    assert b"[docs/rules.md](docs/rules.md)" in (REPO / "README.md").read_bytes()  # reachable from the front door
 
 
 def test_harness_files() -> None:

@@ -2,7 +2,7 @@
 the daemon publishes its port and a random token in ``api.json`` (user-only), palacectl and the
 MCP adapter find both by themselves, a hello without the right token is refused and the
 connection closed, only loopback addresses are accepted, and the file goes away with the daemon.
-The whole suite also runs in this mode (``PALACE_TEST_API=tcp``, see README "Running the tests")."""
+The whole suite also runs in this mode (``PALACE_TEST_API=tcp``, see docs/development.md)."""
 
 from __future__ import annotations
 
