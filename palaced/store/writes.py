@@ -106,13 +106,17 @@ def insert_event(store: Store, ev: SignedEvent, *, history: bool = False) -> int
     """Store ``ev`` (already verified or signed here); its new local ``seq``."""
     conn = store._conn
     conn.execute(INSERT_EVENT, insert_params(ev))
+    # Taken before the memory views write rows of their own: last_insert_rowid() would then be a
+    # drawer's or a fact's, and the event would be published with that for its seq (issue 26: the
+    # bus never moved past it, so no link pushed memory events and no local wait woke on them).
+    seq = conn.last_insert_rowid()
     # The memory views follow the log in the same transaction (local appends and peer events alike).
     memory_views.materialise(conn, ev)
     if not history:  # imported history is never offered to peers: nothing to keep for them
         store._batch_signed.append(ev)
         if ev.type in REGISTRY_TYPES:  # history's registry is another palace's: it never counts here
             store._batch_registry.append(ev)
-    return conn.last_insert_rowid()
+    return seq
 
 
 def put_artifact(store: Store, *, kind: str, created_by: str, content: bytes,

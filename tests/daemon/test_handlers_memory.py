@@ -66,3 +66,38 @@ async def test_a_rebuild_derives_the_views_again(tmp_path):
         assert (await memory.drawer_get(ctx, {"drawer_id": filed["drawer_id"]}))["wing"] == "palace"
         with pytest.raises(ValidationError):
             await memory.memory_rebuild(ctx, {"vectors": "yes"})
+
+
+async def test_memory_writes_carry_their_own_seq_and_wake_a_wait(tmp_path):
+    """Regression guard (issue 26: memory writes were never pushed): the seq of a memory event was
+    the rowid of the memory view row the same insert wrote (drawer 1, fact 1...), so the bus never
+    moved past it: no link pushed it (peers got it from the 10 s repair round) and a local wait
+    never woke on it."""
+    import trio
+
+    async with open_context(tmp_path) as ctx:
+        for i in range(3):
+            await log.append(ctx, {"type": "note", "stream": "s", "room": "r", "from_agent": "alice", "body": f"n{i}"})
+        writes = [
+            ("memory.drawer", lambda: memory.memory_add(ctx, {"wing": "w", "room": "r", "content": "the build uses uv",
+                                                                "added_by": "alice"})),
+            ("memory.kg.add", lambda: memory.kg_add(ctx, {"subject": "build", "predicate": "uses", "object": "uv",
+                                                          "added_by": "alice"})),
+            ("memory.diary", lambda: memory.diary_write(ctx, {"agent_name": "alice", "entry": "did it", "topic": "t"})),
+        ]
+        for kind, write in writes:
+            tip = (await log.list_events(ctx, {"order": "desc", "limit": 1}))["events"][0]
+            woke: list[dict] = []
+
+            async def waiter() -> None:
+                woke.append(await log.wait(ctx, {"since_event_id": tip["id"], "types": [kind], "timeout_ms": 10_000}))
+
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(waiter)
+                    await trio.sleep(0.1)
+                    await write()
+            (event,) = woke[0]["events"]
+            stored = (await log.list_events(ctx, {"types": [kind], "order": "desc", "limit": 1}))["events"][0]
+            assert event["id"] == stored["id"] and event["seq"] == stored["seq"] > tip["seq"], kind
+            assert ctx.bus.latest_seq == stored["seq"], kind
