@@ -26,6 +26,23 @@ def _acquire_request(agent: str, lease_id: str, patterns: list[str]) -> AppendRe
          "body": "takes", "metadata": {"patterns": patterns, "mode": "exclusive", "ttl_s": 3600}}, Limits())
 
 
+def _peer_with_an_early_lease(tmp_path) -> Store:
+    """A second replica holding bob's lease on src/api/**, stamped before anything written later."""
+    peer = Store(tmp_path / "peer.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    req = _acquire_request("bob", "lease_00000000000000b0", ["src/api/**"])
+    ok, early = peer.write_batch([lambda w: w.append(req)]).outcomes[0]
+    assert ok, early
+    return peer
+
+
+async def _apply_from(ctx, peer: Store) -> list[dict]:
+    """Everything ``peer`` wrote, applied here as replication applies it; the events applied."""
+    signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
+    report = await ctx.astore.write(lambda w: w.apply_remote(
+        signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
+    return report.applied
+
+
 async def _derived_from_scratch(ctx) -> list[dict]:
     events = await ctx.astore.read(lambda: ctx.store.agents.annotate(
         ctx.store.lease_events(DERIVED_FROM, "2000-01-01T00:00:00Z", None, 100_000)))
@@ -63,20 +80,14 @@ async def test_lease_events_are_fed_to_the_ledger_not_derived_again(tmp_path):
 
 
 async def test_a_late_lease_event_from_a_peer_is_derived_afresh_and_wins_by_its_stamp(tmp_path):
-    peer = Store(tmp_path / "peer.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    # The peer's lease is stamped first, but arrives after a later local lease on the same files.
+    peer = _peer_with_an_early_lease(tmp_path)
     try:
-        # The peer's lease is stamped first, but arrives after a later local lease on the same files.
-        req = _acquire_request("bob", "lease_00000000000000b0", ["src/api/**"])
-        ok, early = peer.write_batch([lambda w: w.append(req)]).outcomes[0]
-        assert ok, early
         async with open_context(tmp_path / "a") as ctx:
             mine = await leases.lease_acquire(ctx, {"agent": "alice", "project": "p", "patterns": ["src/**"]})
             book = LeaseBook.of(ctx)
             derivations = book.derivations
-            signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
-            report = await ctx.astore.write(lambda w: w.apply_remote(
-                signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
-            assert len(report.applied) == 1, report
+            assert len(await _apply_from(ctx, peer)) == 1
             listed = {w["id"]: w["state"] for w in (await leases.lease_list(ctx, {"all": True}))["leases"]}
             assert listed == {"lease_00000000000000b0": "active", mine["lease"]["id"]: "lost"}
             assert book.derivations == derivations + 1
@@ -126,11 +137,8 @@ async def test_the_kept_index_answers_as_one_built_from_the_leases_in_force(tmp_
 async def test_a_lost_lease_is_told_once_and_a_notice_forged_elsewhere_silences_nobody(tmp_path):
     """The reconciler tells the holder of a lease written here that lost, once; it looks its own
     notices up by lease id, and a peer's ``lease.conflict`` on that id does not count as told."""
-    peer = Store(tmp_path / "peer.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    peer = _peer_with_an_early_lease(tmp_path)
     try:
-        req = _acquire_request("bob", "lease_00000000000000b0", ["src/api/**"])
-        ok, early = peer.write_batch([lambda w: w.append(req)]).outcomes[0]
-        assert ok, early
         async with open_context(tmp_path / "a") as ctx:
             mine = (await leases.lease_acquire(ctx, {"agent": "alice", "project": "p", "patterns": ["src/**"]}))["lease"]
             forged = AppendRequest.from_wire(
@@ -138,9 +146,7 @@ async def test_a_lost_lease_is_told_once_and_a_notice_forged_elsewhere_silences_
                  "correlation_id": mine["id"], "body": "nothing to see", "metadata": {}}, Limits())
             ok, _ = peer.write_batch([lambda w: w.append(forged)]).outcomes[0]
             assert ok
-            signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
-            await ctx.astore.write(lambda w: w.apply_remote(
-                signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
+            await _apply_from(ctx, peer)
             reconciler = leases.LeaseReconciler(ctx)
             assert await reconciler.reconcile() == 1
             assert await reconciler.reconcile() == 0
