@@ -49,8 +49,9 @@ def launch(victim: Victim, cid: str, *extra: str):
 
 def patch_of(victim: Victim, cid: str) -> str:
     (ready,) = events(victim.home, cid, "patch.ready")
-    (artifact,) = ready["artifact_ids"]
-    return api(victim.home, "artifact_get", artifact_id=artifact)["content"].decode()
+    patch, *log = ready["artifact_ids"]  # the patch, then the run's log (it travels with the event)
+    assert len(log) == 1 and api(victim.home, "artifact_get", artifact_id=log[0])["kind"] == "log"
+    return api(victim.home, "artifact_get", artifact_id=patch)["content"].decode()
 
 
 def hijack_git(marker: Path) -> str:
