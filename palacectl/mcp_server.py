@@ -470,8 +470,12 @@ def _checked(message: Any) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
             return (None, "", {})  # an answer to a request of ours (we send none): ignored
         return {"jsonrpc": "2.0", "id": message.get("id") if isinstance(message, dict) else None,
                 "error": {"code": INVALID_REQUEST, "message": "Invalid request"}}
+    message_id = message.get("id")
+    if message_id is not None and (isinstance(message_id, bool) or not isinstance(message_id, (str, int, float))):
+        # JSON-RPC ids are strings or numbers: anything else is refused (it would be a lookup key).
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": "Invalid request id"}}
     params = message.get("params")
-    return message.get("id"), message["method"], params if isinstance(params, dict) else {}
+    return message_id, message["method"], params if isinstance(params, dict) else {}
 
 
 def _all_static(message: Any) -> bool:

@@ -145,12 +145,16 @@ def test_bad_lines_are_answered_and_skipped_and_the_server_goes_on(peer):
     assert all(r["error"]["code"] == -32600 for r in peer.receive())
     assert peer.ask(request(1, "bogus/method"))["error"] == {"code": -32601, "message": "Method not found",
                                                              "data": "bogus/method"}
+    odd_id = {"jsonrpc": "2.0", "id": {"not": "hashable"}, "method": "ping"}
+    assert peer.ask(odd_id)["error"] == {"code": -32600, "message": "Invalid request id"}
     batch = [request(2, "ping"), {"jsonrpc": "2.0", "method": "notifications/initialized"}, request(3, "ping")]
     assert [r["id"] for r in peer.ask(batch)] == [2, 3]
     # The same once the async server runs.
     assert peer.ask(request(4, "tools/call", {"name": "echo", "arguments": {"text": "a"}}))["result"]["isError"] is False
     peer.send(b"{not json")
     assert peer.receive()["error"]["code"] == -32700
+    assert peer.ask({**request(6, "tools/call", {"name": "echo", "arguments": {"text": "a"}}), "id": [1]})["error"][
+        "message"] == "Invalid request id"
     assert peer.ask(request(5, "ping"))["result"] == {}
 
 
