@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from .service.host import palacectl_command
+
 __all__ = ["run_mcp_bench", "time_mcp_start"]
 
 RUNS: Final = 30
@@ -28,15 +30,10 @@ WARM_TARGET_MS: Final = 150
 COLD_TARGET_MS: Final = 400
 
 
-def _palacectl() -> list[str]:
-    script = Path(sys.executable).parent / "palacectl"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "palacectl"]
-
-
 def time_mcp_start(home: Path) -> tuple[float, float, int]:
     """One start: ms to the initialize answer, ms to the tools/list answer, bytes of that listing."""
     start = time.perf_counter()
-    proc = subprocess.Popen([*_palacectl(), "mcp", "--agent", "bench-probe", "--home", str(home)],
+    proc = subprocess.Popen([*palacectl_command(), "mcp", "--agent", "bench-probe", "--home", str(home)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdin is not None and proc.stdout is not None
     try:

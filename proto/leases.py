@@ -389,11 +389,8 @@ def _shapes_overlap(a: _Shape, b: _Shape, budget: _Budget) -> bool:
 
 def patterns_overlap(a: str, b: str) -> bool:
     """Whether two normalized lease patterns can name one same file or resource (conservatively
-    yes when deciding would take more than ``PAIR_BUDGET`` steps)."""
-    try:
-        return _shapes_overlap(_shape(a), _shape(b), _Budget())
-    except _OverBudget:
-        return True
+    yes when deciding would take more than ``PAIR_BUDGET`` steps): two leases of one pattern each."""
+    return leases_overlap((a,), (b,))
 
 
 @lru_cache(maxsize=65536)
@@ -452,13 +449,11 @@ def _ends(glob: str) -> tuple[str, str, int]:
             break
         head.append(token[1])
     tail: list[str] = []
-    if ("*",) in tokens or any(token[0] != "c" for token in tokens):
+    if len(head) < len(tokens):  # all literal: the head is the whole name, and no tail is needed
         for token in reversed(tokens):
             if token[0] != "c":
                 break
             tail.append(token[1])
-    else:
-        tail = []  # all literal: the head is the whole name
     return "".join(head), "".join(reversed(tail)), sum(token != ("*",) for token in tokens)
 
 # For the trie walk: the same few directory names are matched against the same globs on every

@@ -254,6 +254,11 @@ def _refusal(rivals: list[Lease], now: str) -> LeaseConflict:
                          detail={"holders": [r.to_wire(now) for r in rivals]})
 
 
+def _over_limit(agent: str, project: str) -> ValidationError:
+    return ValidationError(f"{agent} already holds {MAX_HELD} leases in {project}, the most one agent may: release "
+                           "some (`palacectl lease release`) or lease a directory that covers them", field="patterns")
+
+
 async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     agent = _agent(args)
@@ -267,9 +272,7 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     snapshot = await LeaseBook.of(ctx).snapshot(fresh=True)
     now = _now()
     if held_by(snapshot.leases, agent, stream, now) >= MAX_HELD:
-        raise ValidationError(f"{agent} already holds {MAX_HELD} leases in {project}, the most one agent may: "
-                              "release some (`palacectl lease release`) or lease a directory that covers them",
-                              field="patterns")
+        raise _over_limit(agent, project)
     # In a worker thread: a hostile lease can cost a few milliseconds per pair to decide.
     # Without --force a refusal names the first few rivals: the rest need not be decided.
     rivals = await trio.to_thread.run_sync(
@@ -311,8 +314,7 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
                 raise _refusal(fresh, now)
             mine = [lease for lease in snapshot.leases if lease.id not in released] + taken
             if held_by(mine, agent, stream, now) >= MAX_HELD:
-                raise ValidationError(f"{agent} already holds {MAX_HELD} leases in {project}, the most one agent "
-                                      "may: release some first", field="patterns")
+                raise _over_limit(agent, project)
         return w.append(req)
 
     event = await ctx.astore.write(job)
