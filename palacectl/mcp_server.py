@@ -360,7 +360,7 @@ class StdioServer:
             warming.join()
         import trio
 
-        trio.run(self._serve_async, pending, stdin.buffer)
+        trio.run(self._serve_async, pending, stdin)
 
     def _parse(self, line: bytes, say: Callable[[dict[str, Any]], None]) -> Any:
         if line is _OVERSIZED or len(line) > MAX_LINE_BYTES:
@@ -392,7 +392,7 @@ class StdioServer:
         except McpError as exc:
             return {"jsonrpc": "2.0", "id": message_id, "error": exc.to_wire()}
 
-    async def _serve_async(self, pending: list[Any], buffer: bytes) -> None:
+    async def _serve_async(self, pending: list[Any], lines: _Lines) -> None:
         import trio
 
         stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
@@ -444,16 +444,13 @@ class StdioServer:
             for message in pending:
                 nursery.start_soon(handle, message)
             while True:
-                newline = buffer.find(b"\n")
-                if newline < 0:
-                    if len(buffer) > MAX_LINE_BYTES:
-                        buffer = b""  # an endless line: dropped; the rest of it too, up to its end
+                line = lines.take()
+                if line is None:
                     chunk = await stdin.receive_some(1 << 16)
                     if not chunk:
                         break
-                    buffer += chunk
+                    lines.buffer += chunk
                     continue
-                line, buffer = buffer[:newline], buffer[newline + 1:]
                 messages: list[Any] = []
                 message = self._parse(line, messages.append)
                 for error in messages:
@@ -488,29 +485,37 @@ def _tool_error(text: str) -> dict[str, Any]:
 
 
 class _Lines:
-    """Lines read from a file descriptor with blocking reads and a buffer of our own (Python's
-    would read ahead, and what it held would be lost to trio's reader); ``buffer`` is what was
-    read past the last line returned."""
+    """Lines split from what is read, with a buffer of our own: the blocking reads of the first
+    answers (Python's buffer would read ahead, and what it held would be lost to trio's reader)
+    and trio's reads after them share it. A line longer than MAX_LINE_BYTES comes back as
+    ``_OVERSIZED`` (the caller refuses it), none of it kept."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buffer = b""
+        self._skipping = False
+
+    def take(self) -> bytes | None:
+        """The next whole line in the buffer, without its newline; None until one is there."""
+        newline = self.buffer.find(b"\n")
+        if newline < 0:
+            if len(self.buffer) > MAX_LINE_BYTES:
+                self._skipping, self.buffer = True, b""
+            return None
+        line, self.buffer = self.buffer[:newline], self.buffer[newline + 1:]
+        if self._skipping:
+            self._skipping = False
+            return _OVERSIZED
+        return line
 
     def next(self) -> bytes | None:
-        """The next line without its newline (None at the end of input); a line longer than
-        MAX_LINE_BYTES comes back as ``_OVERSIZED`` (the caller refuses it), none of it kept."""
-        skipping = False
-        while True:
-            newline = self.buffer.find(b"\n")
-            if newline >= 0:
-                line, self.buffer = self.buffer[:newline], self.buffer[newline + 1:]
-                return _OVERSIZED if skipping else line
-            if len(self.buffer) > MAX_LINE_BYTES:
-                skipping, self.buffer = True, b""
+        """The next line by blocking reads (None at the end of input)."""
+        while (line := self.take()) is None:
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 return None
             self.buffer += chunk
+        return line
 
 
 def _write(stream: Any, reply: Any) -> None:

@@ -214,6 +214,11 @@ def test_a_line_past_the_bound_is_refused_without_being_kept(tmp_path):
         p.send(b'{"jsonrpc":"2.0","id":1,"method":"ping","pad":"' + b"x" * 5000 + b'"}')
         assert "over 1000 bytes" in p.receive()["error"]["message"]
         assert p.ask(request(2, "ping"))["id"] == 2
+        # The same once the async server reads (one reader of lines serves both).
+        assert p.ask(request(3, "tools/call", {"name": "echo", "arguments": {"text": "a"}}))["id"] == 3
+        p.send(b'{"jsonrpc":"2.0","id":4,"method":"ping","pad":"' + b"x" * 5000 + b'"}')
+        assert "over 1000 bytes" in p.receive()["error"]["message"]
+        assert p.ask(request(5, "ping"))["id"] == 5
     finally:
         p.stop()
     assert mcp_server.MAX_LINE_BYTES == 64 * 1024 * 1024
