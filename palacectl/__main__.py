@@ -1,6 +1,6 @@
 """``palacectl`` entry point.
 
-``palacectl mcp --agent ID [--read-only] [--home PATH]`` is started by a harness for every
+``palacectl mcp --agent ID [--read-only] [--home PATH] [--tools SETS]`` is started by a harness for every
 session and must answer within what the harness waits (issue 26): a command line of exactly that
 shape goes straight to the MCP server, without loading the command-line interface (typer and
 every command, ~60 ms). Anything else — ``--help``, another order, a mistake — goes through the
@@ -21,7 +21,7 @@ def _mcp_fast(args: list[str]) -> int | None:
         name, eq, value = word.partition("=")
         if name == "--read-only" and not eq:
             options["read_only"] = True
-        elif name in ("--agent", "--home") and (eq or words):
+        elif name in ("--agent", "--home", "--tools") and (eq or words):
             options[name[2:]] = value if eq else words.pop(0)
         else:
             return None
@@ -32,15 +32,20 @@ def _mcp_fast(args: list[str]) -> int | None:
     from palace_proto.validation import validate_agent_token
 
     from .client import home_from
+    from .tool_sets import ToolSetError, parse_tool_sets
 
+    tools = options.get("tools")
     try:
         identity = validate_agent_token(agent, "--agent")
-    except ValidationError:
-        return None
+        if isinstance(tools, str):
+            parse_tool_sets(tools)
+    except (ValidationError, ToolSetError):
+        return None  # the command-line interface says what is wrong
     from .mcp_adapter import run_mcp
 
     home = options.get("home")
-    run_mcp(home_from(home if isinstance(home, str) else None), identity, read_only=bool(options.get("read_only")))
+    run_mcp(home_from(home if isinstance(home, str) else None), identity, read_only=bool(options.get("read_only")),
+            tools=tools if isinstance(tools, str) else None)
     return 0
 
 

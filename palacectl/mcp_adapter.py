@@ -9,6 +9,10 @@ the daemon's API. The adapter is a client
 of the local palaced like the CLI and keeps no state: every tool call is one request on a fresh
 connection (``aclient.py``), so it survives the daemon restarting under it.
 
+What a harness is offered is ``--tools`` (``tool_sets.py``): by default ``core``, the delegation
+loop in under 6 KB of schemas, each tool's rarer arguments named in its description and accepted;
+``log``, ``memory`` and ``leases`` add the rest, ``all`` is every tool with every argument listed.
+
 Rules it enforces on top of the daemon's:
 
 * **One identity.** ``from_agent`` / ``created_by`` default to ``--agent``; naming anyone else
@@ -42,6 +46,7 @@ from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .client import Client, DaemonUnreachable
 from .mcp_server import INVALID_PARAMS, McpError, StdioServer, ToolSpec
+from .tool_sets import ALL, DEFAULT_TOOLS, GROUPS, LISTING_ORDER, parse_tool_sets
 
 __all__ = ["MUTATING_TOOLS", "READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
 
@@ -109,17 +114,21 @@ class _LazyDaemon:
 class PalaceMCP(StdioServer):
     """The MCP server for one agent identity on one palace home."""
 
-    def __init__(self, home: Path, agent: str, *, read_only: bool = False) -> None:
+    def __init__(self, home: Path, agent: str, *, read_only: bool = False, tools: str | None = ALL) -> None:
+        """``tools``: what ``--tools`` says (``tool_sets``): groups, tool names or ``all``."""
         super().__init__("palace", __version__, INSTRUCTIONS)
         self.home = home
         self.daemon = _LazyDaemon(home)
         self.agent = agent
         self.forced_read_only = read_only
+        self.tool_sets = tools or DEFAULT_TOOLS
+        self.offered, self.full_schemas = parse_tool_sets(tools)
         self._observer: bool | None = None  # learned from the daemon (None: not asked yet)
         self._register()
 
     def __repr__(self) -> str:
-        return f"<PalaceMCP agent={self.agent} read_only={self.forced_read_only} {self.daemon!r}>"
+        return (f"<PalaceMCP agent={self.agent} read_only={self.forced_read_only} tools={self.tool_sets!r} "
+                f"{self.daemon!r}>")
 
     # -- read-only mode ------------------------------------------------------------------------
 
@@ -138,7 +147,7 @@ class PalaceMCP(StdioServer):
         return self._observer
 
     def listed_tools(self) -> list[ToolSpec]:
-        tools = list(self.tools.values())
+        tools = sorted((t for t in self.tools.values() if t.name in self.offered), key=lambda t: LISTING_ORDER[t.name])
         if self.read_only_now():
             tools = [t for t in tools if t.name not in MUTATING_TOOLS]
         return tools
@@ -148,6 +157,13 @@ class PalaceMCP(StdioServer):
             raise self._read_only_error(name)
         known = self.tools[name].input_schema["properties"]
         return {k: v for k, v in arguments.items() if k not in HARNESS_ARGUMENTS or k in known}
+
+    def not_offered(self, name: str) -> str | None:
+        if name in self.offered:
+            return None
+        group = next(g for g, names in GROUPS.items() if name in names)
+        return (f"{name} is not offered here (palacectl mcp --tools {self.tool_sets}); add its group: "
+                f"--tools {self.tool_sets},{group} (or --tools all)")
 
     def _read_only_error(self, name: str) -> McpError:
         why = "--read-only" if self.forced_read_only else "the daemon is a read-only observer"
@@ -185,12 +201,13 @@ class PalaceMCP(StdioServer):
     def _register(self) -> None:  # noqa: C901 - one place that lists every tool
         daemon = self.daemon
 
-        def tool(description: str) -> Callable[[Callable[..., Awaitable[Result]]], Any]:
+        def tool(description: str, extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Awaitable[Result]]], Any]:
             def register(fn: Callable[..., Awaitable[Result]]) -> Any:
-                return self.tool(description, read_only=fn.__name__ not in MUTATING_TOOLS)(fn)
+                return self.tool(description, read_only=fn.__name__ not in MUTATING_TOOLS, extras=extras)(fn)
             return register
 
-        @tool(description="Append an event to the log. from_agent defaults to you. Returns {success, event}.")
+        @tool(description="Append an event to the log. from_agent defaults to you. Returns {success, event}.",
+              extras=("topic", "branch", "base_commit", "metadata", "from_agent"))
         async def mempalace_event_append(
             type: str, stream: str, room: str, body: str | None = "", topic: str | None = None,
             to_agent: str | None = None, correlation_id: str | None = None, branch: str | None = None,
@@ -209,7 +226,8 @@ class PalaceMCP(StdioServer):
         @tool(description=(
             "List events. Filters (value or list, OR) are exact; to_agent also matches '*'. Cursor: since_event_id "
             "(exclusive). Order: newest first without a cursor, oldest first with one. preview=true cuts bodies "
-            "over 200 chars. text: words every body must hold, best match first. Returns {events, count}."))
+            "over 200 chars. text: words every body must hold, best match first. Returns {events, count}."),
+            extras=("room", "topic", "status", "exclude_from_agent", "before_event_id", "since_created_at", "order"))
         async def mempalace_event_list(
             stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
             to_agent: Filter = None, from_agent: Filter = None, exclude_from_agent: Filter = None,
@@ -234,8 +252,9 @@ class PalaceMCP(StdioServer):
             return await self._read(call)
 
         @tool(description=(
-            "Wait until an event matches (at once if one already does); woken by the daemon, no polling. "
-            "timeout_ms default 60000, max 300000. Returns {timed_out, events, count}; a timeout is not an error."))
+            "Wait until an event matches (at once if one does); pushed by the daemon, no polling. "
+            "timeout_ms default 60000, max 300000. Returns {timed_out, events, count}; a timeout is not an error."),
+            extras=("room", "topic", "status", "exclude_from_agent", "since_created_at", "limit"))
         async def mempalace_event_wait(
             stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
             to_agent: Filter = None, from_agent: Filter = None, exclude_from_agent: Filter = None,
@@ -254,8 +273,9 @@ class PalaceMCP(StdioServer):
             return await self._read(call)
 
         @tool(description=(
-            "Acknowledge an event with a new event.ack linked to it (the target is never changed). status e.g. "
-            "claimed, applied, failed, blocked: ack closes the loop. Returns {success, event}."))
+            "Acknowledge an event with a new event.ack linked to it (the target never changes); status claimed, "
+            "applied, failed or blocked closes the loop. Returns {success, event}."),
+            extras=("topic", "from_agent"))
         async def mempalace_event_ack(
             event_id: str, status: str | None = None, body: str | None = None, topic: str | None = None,
             from_agent: str | None = None,
@@ -270,7 +290,8 @@ class PalaceMCP(StdioServer):
 
         @tool(description=(
             "Store an artifact by content (sha256). kind: patch, file, log, json or note. Text in content, or bytes "
-            "in content_base64. Returns {success, artifact} (artifact.warnings for suspicious patches)."))
+            "in content_base64. Returns {success, artifact} (artifact.warnings for suspicious patches)."),
+            extras=("metadata", "created_by"))
         async def mempalace_artifact_put(
             kind: str, content: str | None = None, content_base64: str | None = None,
             metadata: dict[str, Any] | None = None, created_by: str | None = None,
@@ -284,9 +305,8 @@ class PalaceMCP(StdioServer):
             return await self._write("mempalace_artifact_put", call)
 
         @tool(description=(
-            "Get an artifact by art_ id or sha256, verified: {artifact: {id, kind, sha256, size_bytes, created_by, "
-            "created_at, metadata, content}}; bytes that are not UTF-8 come as content_base64 with "
-            "content_is_base64=true instead of content."))
+            "Get an artifact by art_ id or sha256, verified: {artifact: {id, kind, sha256, created_by, metadata, "
+            "content, …}}; bytes that are not UTF-8 come as content_base64 (content_is_base64=true)."))
         async def mempalace_artifact_get(artifact_id: str) -> Result:
             async def call() -> Result:
                 record = dict(await daemon.call("artifact_get", artifact_id=artifact_id))
@@ -303,9 +323,8 @@ class PalaceMCP(StdioServer):
             return await self._read(call)
 
         @tool(description=(
-            "Deliver a patch: stores the diff (byte-exact, keep its final newline) and appends patch.ready, in one "
-            "transaction. With correlation_id, stream and to_agent default to its task's. Returns {success, "
-            "artifact, event}."))
+            "Deliver a diff (byte-exact, with its final newline): stores it and appends patch.ready in one step; "
+            "with correlation_id, stream and to_agent come from its task. Returns {success, artifact, event}."), extras=("stream", "room", "branch", "base_commit", "metadata", "topic", "from_agent"))
         async def mempalace_patch_submit(
             content: str, stream: str | None = None, room: str = "patches", to_agent: str | None = None,
             correlation_id: str | None = None, branch: str | None = None, base_commit: str | None = None,
@@ -322,7 +341,8 @@ class PalaceMCP(StdioServer):
 
         @tool(description=(
             "Delegate work: a task.request with goal, branch, base_commit (a hex commit id, not a branch) and "
-            "definition of done. Returns {success, task, handoff}; wait on task.correlation_id."))
+            "definition of done. Returns {success, task, handoff}; wait on task.correlation_id."),
+            extras=("from_agent", "blocked_by", "priority", "stall_after"))
         async def mempalace_task_create(
             project: str, to_agent: str, goal: str, branch: str, base_commit: str, done: str,
             from_agent: str | None = None, blocked_by: list[str] | None = None, priority: int | None = None,
@@ -345,14 +365,14 @@ class PalaceMCP(StdioServer):
             return await self._read(lambda: daemon.call("task_list", agent=self.agent, open=open_only))
 
         @tool(description=(
-            "Work you can take now: tasks for you (or *) that are open, unclaimed and whose blockers are applied, "
-            "urgent and oldest first. Take one with mempalace_task_claim."))
+            "Tasks you can take now (for you or *, open, unclaimed, blockers applied), urgent and oldest first. "
+            "Claim one with mempalace_task_claim."))
         async def mempalace_task_ready() -> Result:
             return await self._read(lambda: daemon.call("task_ready", agent=self.agent))
 
         @tool(description=(
-            "Claim a task by correlation id; refused if someone else holds it, it is blocked or closed. A later "
-            "task.conflict addressed to you means another claim came first: stop."))
+            "Claim a task by correlation id; refused if another holds it, it is blocked or closed. A later "
+            "task.conflict to you means another claim won: stop."))
         async def mempalace_task_claim(correlation_id: str) -> Result:
             async def call() -> Result:
                 return await daemon.call("task_claim", correlation_id=correlation_id, agent=self.agent)
@@ -387,7 +407,8 @@ class PalaceMCP(StdioServer):
 
         @tool(description=(
             "Search the shared memory before you answer. query: keywords (<= 250 chars). Returns verbatim "
-            "drawer content with wing, room, drawer_id, source and score; quote it, do not paraphrase."))
+            "drawers (wing, room, drawer_id, source, score): quote, do not paraphrase."),
+            extras=("since", "before"))
         async def mempalace_search(
             query: str, limit: int = 5, wing: str | None = None, room: str | None = None,
             since: str | None = None, before: str | None = None,
@@ -396,8 +417,9 @@ class PalaceMCP(StdioServer):
                 query=query, limit=limit, wing=wing, room=room, since=since, before=before)))
 
         @tool(description=(
-            "File lasting knowledge verbatim in a wing and room (decisions, conclusions, lessons; never "
-            "secrets). The same content again returns the existing drawer. Returns {success, drawer_id}."))
+            "File lasting knowledge verbatim in a wing and room (decisions, lessons; never secrets); the same "
+            "content returns the existing drawer. Returns {success, drawer_id}."),
+            extras=("source_file", "added_by"))
         async def mempalace_add_drawer(
             wing: str, room: str, content: str, source_file: str | None = None, added_by: str | None = None,
         ) -> Result:
@@ -417,7 +439,8 @@ class PalaceMCP(StdioServer):
 
         @tool(description=(
             "Add a fact subject → predicate → object, optionally valid_from/valid_to (YYYY-MM-DD). When a fact "
-            "changes: invalidate the old one, then add the new one. Returns {success, triple_id, fact}."))
+            "changes: invalidate the old one, then add the new one. Returns {success, triple_id, fact}."),
+            extras=("source_drawer_id", "source_file"))
         async def mempalace_kg_add(
             subject: str, predicate: str, object: str, valid_from: str | None = None, valid_to: str | None = None,
             source_drawer_id: str | None = None, source_file: str | None = None,
@@ -437,7 +460,8 @@ class PalaceMCP(StdioServer):
 
             return await self._write("mempalace_kg_invalidate", call)
 
-        @tool(description="Write in your own diary (wing_<you>/diary) with a topic. Returns {success, entry_id, timestamp}.")
+        @tool(description="Write in your own diary (wing_<you>/diary) with a topic. Returns {success, entry_id, timestamp}.",
+              extras=("agent_name",))
         async def mempalace_diary_write(entry: str, topic: str = "general", agent_name: str | None = None) -> Result:
             async def call() -> Result:
                 return await daemon.call("diary_write", agent_name=self._speaks_as("agent_name", agent_name),
@@ -463,7 +487,7 @@ class PalaceMCP(StdioServer):
         @tool(description=(
             "Lease paths before editing shared files: globs from the repository root (src/api/**) or res:NAME. "
             "Exclusive unless shared; ttl 90s/30m/2h/7d (default 1h). Refused, naming the holder, if it overlaps "
-            "another agent's lease; force=true takes it (they are told)."))
+            "another agent's lease; force=true takes it (they are told)."), extras=("agent",))
         async def mempalace_lease_acquire(
             patterns: list[str], project: str, ttl: str | None = None, shared: bool = False,
             reason: str | None = None, force: bool = False, agent: str | None = None,
@@ -510,23 +534,21 @@ class PalaceMCP(StdioServer):
         # -- inbox and session -----------------------------------------------------------------
 
         @tool(description=(
-            "Your inbox, kept by the daemon: events for you (or *), not from you, after your read cursor, oldest "
-            "first. Handle them, then mempalace_inbox_mark_read with the last one's id. Returns {events, count, "
-            "more, unread, cursor}."))
+            "Events for you (or *), not from you, after your read cursor, oldest first; then "
+            "mempalace_inbox_mark_read the last you handled. Returns {events, count, more, unread, cursor}."))
         async def mempalace_inbox(limit: int = 20, preview: bool = True) -> Result:
             return await self._read(lambda: daemon.call("inbox", agent=self.agent, limit=limit, preview=preview))
 
         @tool(description=(
-            "Move your inbox read cursor to an event your inbox listed (the last you handled). Never moves "
-            "backwards. Returns {moved, cursor, unread}."))
+            "Move your inbox read cursor to the last event you handled (never backwards). Returns {moved, cursor, "
+            "unread}."))
         async def mempalace_inbox_mark_read(upto_event_id: str) -> Result:
             return await self._read(lambda: daemon.call("inbox_mark_read", agent=self.agent,
                                                          upto_event_id=upto_event_id))
 
         @tool(description=(
-            "Start (or resume after a compaction) with everything you need in one call: unread inbox, your open "
-            "loops and stalled tasks, leases, last diary entries, who is watching, and what to do next. Returns "
-            "the JSON and the same as text."))
+            "Call at start and after a compaction: unread inbox, open loops, stalled tasks, leases, diary, who is "
+            "watching and what to do next (JSON, and as text)."))
         async def mempalace_session_start() -> Result:
             async def call() -> Result:
                 from .session_text import render_session
@@ -599,8 +621,8 @@ def _warm() -> None:
     from . import aclient, session_text  # noqa: F401
 
 
-def run_mcp(home: Path, agent: str, *, read_only: bool) -> None:
-    """Serve MCP on stdin/stdout until the client closes it."""
+def run_mcp(home: Path, agent: str, *, read_only: bool, tools: str | None = None) -> None:
+    """Serve MCP on stdin/stdout until the client closes it. ``tools``: ``--tools`` (default: core)."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="palacectl mcp: %(levelname)s %(message)s")
-    server = PalaceMCP(home, agent, read_only=read_only)
+    server = PalaceMCP(home, agent, read_only=read_only, tools=tools or DEFAULT_TOOLS)
     server.serve_stdio(warm=_warm)

@@ -74,10 +74,18 @@ class ToolSpec:
     fn: Callable[..., Awaitable[dict[str, Any]]]
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
+    #: Arguments accepted but, in a compact listing, only named in the description (their
+    #: schemas cost every agent tokens on every turn; issue 26).
+    extras: tuple[str, ...] = ()
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema,
-                "annotations": self.annotations}
+    def to_wire(self, full: bool = True) -> dict[str, Any]:
+        if full or not self.extras:
+            return {"name": self.name, "description": self.description, "inputSchema": self.input_schema,
+                    "annotations": self.annotations}
+        schema = {**self.input_schema, "properties": {
+            k: v for k, v in self.input_schema["properties"].items() if k not in self.extras}}
+        return {"name": self.name, "description": f"{self.description} Also: {', '.join(self.extras)}.",
+                "inputSchema": schema, "annotations": self.annotations}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,12 +219,14 @@ class StdioServer:
     def __init__(self, name: str, version: str, instructions: str) -> None:
         self.name, self.version, self.instructions = name, version, instructions
         self.tools: dict[str, ToolSpec] = {}
+        self.full_schemas = True  # False: tools/list leaves each tool's extras out of its schema
         self.resources: list[ResourceSpec] = []
         self._initialized_version = LEGACY_VERSIONS[0]
 
-    def tool(self, description: str, *, read_only: bool,
-             idempotent: bool = False) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
-        """Register an async function as a tool; its signature is its input schema."""
+    def tool(self, description: str, *, read_only: bool, idempotent: bool = False,
+             extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
+        """Register an async function as a tool; its signature is its input schema. ``extras``:
+        optional arguments a compact listing names in the description instead of the schema."""
         def register(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Any:
             # What lets a harness approve palace's reads alone (MCP's defaults say the opposite:
             # a tool may destroy and reach the world). Only what differs from them is sent.
@@ -224,7 +234,10 @@ class StdioServer:
                                            {"destructiveHint": False, "openWorldHint": False})
             if idempotent and not read_only:
                 annotations["idempotentHint"] = True
-            self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, _signature_schema(fn), annotations)
+            schema = _signature_schema(fn)
+            if not set(extras) <= set(schema["properties"]) - set(schema.get("required", ())):
+                raise TypeError(f"{fn.__name__}: extras must be optional parameters of it")
+            self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, schema, annotations, extras)
             return fn
         return register
 
@@ -244,6 +257,10 @@ class StdioServer:
         """Checks of a call before its arguments are (raise McpError); returns the arguments."""
         return arguments
 
+    def not_offered(self, name: str) -> str | None:
+        """Why a registered tool may not be called in this server's configuration, or None."""
+        return None
+
     # -- answering one message ----------------------------------------------------------------
 
     def answer_static(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +276,7 @@ class StdioServer:
         if method in ("ping", "logging/setLevel"):
             return {}
         if method == "tools/list":
-            return {"tools": [t.to_wire() for t in self.listed_tools()]}
+            return {"tools": [t.to_wire(self.full_schemas) for t in self.listed_tools()]}
         if method == "resources/list":
             return {"resources": [r.to_wire() for r in self.resources if not r.template]}
         if method == "resources/templates/list":
@@ -287,6 +304,9 @@ class StdioServer:
         spec = self.tools.get(name)
         if spec is None:
             return _tool_error(f"Unknown tool: {name}")
+        refusal = self.not_offered(name)
+        if refusal is not None:
+            return _tool_error(refusal)
         arguments = await self.before_call(name, arguments)
         properties = spec.input_schema["properties"]
         unknown = sorted(set(arguments) - set(properties))

@@ -18,6 +18,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
+from collections.abc import Collection
 from typing import Final, Literal
 
 from palace_proto.validation import validate_agent_token
@@ -82,7 +83,7 @@ def load_template() -> str:
         raise RulesTemplateError(f"Rules template not readable: {exc}") from exc
 
 
-def render_rules(agent_id: str, tools: RulesTools = "both") -> str:
+def render_rules(agent_id: str, tools: RulesTools = "both", offered: Collection[str] | None = None) -> str:
     """Fill ``<AGENT_ID>`` into the template and wrap it in the start/end marker lines.
 
     Args:
@@ -93,6 +94,9 @@ def render_rules(agent_id: str, tools: RulesTools = "both") -> str:
             followed by "(MCP tool …)"): ``mcp`` for a harness wired to
             ``palacectl mcp``, ``cli`` for one that runs commands, ``both`` as written.
             Commands with no MCP tool (``watch``, ``rules``) stay commands in every mode.
+        offered: the MCP tools the agent's ``palacectl mcp --tools …`` offers (``tool_sets``);
+            a step whose tool is not among them is written as its command, so the rules never
+            name a tool the agent cannot see. None: every tool.
 
     Returns:
         The block: start marker, blank line, body (trailing newlines dropped), blank line, end
@@ -104,10 +108,12 @@ def render_rules(agent_id: str, tools: RulesTools = "both") -> str:
     """
     agent = validate_agent_token(agent_id, "--agent")
     body = load_template().replace(PLACEHOLDER, agent).rstrip("\n")
-    if tools == "mcp":
-        body = _BOTH_NAMES_RE.sub(lambda m: f"`{m['tool']}`{m['rest']}", body)
-    elif tools == "cli":
-        body = _BOTH_NAMES_RE.sub(lambda m: f"`{m['command']}`", body)
+    def named(m: re.Match[str]) -> str:
+        if tools == "cli" or (offered is not None and m["tool"] not in offered):
+            return f"`{m['command']}`"
+        return f"`{m['tool']}`{m['rest']}" if tools == "mcp" else m[0]
+
+    body = _BOTH_NAMES_RE.sub(named, body)
     start = (
         f"{START_MARKER_PREFIX} (rendered by `palacectl rules --agent {agent}`; "
         "edit rules/shared_brain_rules.md, then re-render) -->"

@@ -28,6 +28,9 @@ def rules(
     install: Annotated[Optional[Path], typer.Option("--install", help="Write the block into this file.")] = None,
     harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini, antigravity or hermes.")] = None,
     tools: Annotated[str, typer.Option("--tools", help="mcp (the agent uses `palacectl mcp`), cli, or both.")] = "both",
+    mcp_tools: Annotated[str, typer.Option("--mcp-tools", help="The tool sets its `palacectl mcp --tools` offers "
+                                                               "(default core): steps with other tools are written "
+                                                               "as commands.")] = "core",
     hooks: Annotated[bool, typer.Option("--hooks", help="With --harness: also install its session-start hook "
                                                        "(runs `palacectl session start` at start and after a "
                                                        "compaction).")] = False,
@@ -37,6 +40,7 @@ def rules(
 ) -> None:
     """Print (or install) the shared-brain rules block for an agent."""
     from ..rules import HARNESS_FILES, RULES_TOOLS, install_rules, render_rules
+    from ..tool_sets import ToolSetError, parse_tool_sets
 
     if install is not None and harness is not None:
         raise UsageProblem("pass --install PATH or --harness NAME, not both")
@@ -50,7 +54,11 @@ def rules(
             return
     if tools not in RULES_TOOLS:
         raise UsageProblem(f"--tools must be one of: {', '.join(RULES_TOOLS)}")
-    block = render_rules(agent, tools)  # type: ignore[arg-type]
+    try:
+        offered, _ = parse_tool_sets(mcp_tools)
+    except ToolSetError as exc:
+        raise UsageProblem(str(exc).replace("--tools", "--mcp-tools", 1)) from None
+    block = render_rules(agent, tools, offered)  # type: ignore[arg-type]
     target = install
     if harness is not None:
         if harness not in HARNESS_FILES:
@@ -100,8 +108,17 @@ def mcp(
     agent: Annotated[str, typer.Option("--agent", help="The agent identity this adapter speaks as, e.g. mac-claude.")],
     read_only: Annotated[bool, typer.Option("--read-only", help="Offer only the reading tools.")] = False,
     home: Annotated[Optional[Path], typer.Option("--home", help="Palace home (same as the global --home).")] = None,
+    tools: Annotated[str, typer.Option("--tools", help="What to offer: core (the default: the delegation loop), "
+                                                       "and the groups log, memory, leases, or all; comma-separated, "
+                                                       "tool names too.")] = "core",
 ) -> None:
     """Serve palace to an agent harness as MCP tools on stdio (MemPalace-compatible names)."""
+    from ..tool_sets import ToolSetError, parse_tool_sets
+
+    try:
+        parse_tool_sets(tools)
+    except ToolSetError as exc:
+        raise UsageProblem(str(exc)) from None
     if agent.strip().startswith("human:"):
         # Guards the complaint of agents posting as the human overseer: a harness never speaks as a person.
         raise UsageProblem(f"--agent {agent.strip()} is a person's id; the MCP adapter speaks for an agent. Send "
@@ -109,4 +126,4 @@ def mcp(
     identity = validate_agent_token(agent, "--agent")
     from ..mcp_adapter import run_mcp
 
-    run_mcp(home_from(home) if home is not None else current_home(), identity, read_only=read_only)
+    run_mcp(home_from(home) if home is not None else current_home(), identity, read_only=read_only, tools=tools)

@@ -198,7 +198,7 @@ def test_palacectl_mcp_with_anything_else_goes_through_the_command_line(tmp_path
     try:
         init = p.ask(request(1, "initialize", {"protocolVersion": "2025-06-18"}))
         assert init["result"]["serverInfo"]["name"] == "palace"
-        called = p.ask(request(2, "tools/call", {"name": "mempalace_who", "arguments": {}}))["result"]
+        called = p.ask(request(2, "tools/call", {"name": "mempalace_inbox", "arguments": {}}))["result"]
         assert "palaced is not running" in called["structuredContent"]["error"]
     finally:
         p.stop()
@@ -222,3 +222,74 @@ def test_a_line_past_the_bound_is_refused_without_being_kept(tmp_path):
     finally:
         p.stop()
     assert mcp_server.MAX_LINE_BYTES == 64 * 1024 * 1024
+
+
+# -- what a harness is offered (palacectl/tool_sets.py) -------------------------------------------
+
+def palacectl_mcp(tmp_path: Any, *tools: str) -> Peer:
+    return Peer([PYTHON, "-m", "palacectl", "mcp", "--agent", "probe", "--home", str(tmp_path), *tools])
+
+
+def listing(tmp_path: Any, *tools: str) -> tuple[list[dict[str, Any]], int]:
+    """The tools a ``palacectl mcp`` lists, and the bytes of its tools/list result as sent."""
+    p = palacectl_mcp(tmp_path, *tools)
+    try:
+        p.ask(request(1, "initialize", {"protocolVersion": "2025-06-18"}))
+        p.send(request(2, "tools/list"))
+        assert p.proc.stdout is not None
+        line = p.proc.stdout.readline()
+    finally:
+        p.stop()
+    result = json.loads(line)["result"]
+    return result["tools"], len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def test_the_default_tool_set_is_the_delegation_loop_within_its_budget(tmp_path):
+    """Guards issue 26's budget: every turn of every agent pays for the listed schemas. The
+    default set covers the whole loop and weighs at most 6 KB; a tool or argument added to it
+    that pushes it past the budget fails here (move it to a group, or name it as an extra)."""
+    from palacectl.tool_sets import CORE_BUDGET_BYTES, GROUPS
+
+    tools, size = listing(tmp_path)
+    names = [t["name"] for t in tools]
+    assert names == list(GROUPS["core"])
+    loop = {"session_start", "inbox", "event_append", "event_ack", "event_wait", "patch_submit", "artifact_get",
+            "task_create", "task_ready", "task_claim", "search", "add_drawer"}
+    assert {f"mempalace_{n}" for n in loop} <= set(names)
+    assert size <= CORE_BUDGET_BYTES, f"the default tools/list is {size} bytes, over {CORE_BUDGET_BYTES}"
+    everything, full_size = listing(tmp_path, "--tools", "all")
+    assert len(everything) == 33 and full_size > 2 * size
+    # What a compact listing leaves out of a schema, its description names (and calls accept).
+    wait = next(t for t in tools if t["name"] == "mempalace_event_wait")
+    assert "exclude_from_agent" not in wait["inputSchema"]["properties"]
+    assert "exclude_from_agent" in wait["description"]
+    full_wait = next(t for t in everything if t["name"] == "mempalace_event_wait")
+    assert "exclude_from_agent" in full_wait["inputSchema"]["properties"]
+
+
+def test_groups_add_to_the_default_and_a_tool_outside_the_set_is_refused_naming_its_group(tmp_path):
+    from palacectl.tool_sets import GROUPS
+
+    tools, _ = listing(tmp_path, "--tools", "core,leases")
+    assert [t["name"] for t in tools] == [*GROUPS["core"], *GROUPS["leases"]]
+    alone, _ = listing(tmp_path, "--tools", "kg_query")
+    assert [t["name"] for t in alone] == ["mempalace_kg_query"]
+    p = palacectl_mcp(tmp_path)
+    try:
+        p.ask(request(1, "initialize", {"protocolVersion": "2025-06-18"}))
+        refused = p.ask(request(2, "tools/call", {"name": "mempalace_kg_query", "arguments": {"entity": "x"}}))
+        assert refused["result"]["isError"] is True
+        text = refused["result"]["content"][0]["text"]
+        assert "mempalace_kg_query is not offered here" in text and "--tools core,memory" in text
+    finally:
+        p.stop()
+
+
+def test_a_bad_tools_value_is_a_usage_error(tmp_path):
+    env = {**os.environ, "PALACE_HOME": str(tmp_path)}
+    bad = subprocess.run([PYTHON, "-m", "palacectl", "mcp", "--agent", "probe", "--tools", "core,bogus"],
+                         capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
+    assert bad.returncode == 64 and bad.stdout == ""
+    assert bad.stderr.splitlines() == [
+        "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, all) or a tool name (e.g. "
+        "mempalace_kg_query)"]

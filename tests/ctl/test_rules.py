@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -430,3 +431,22 @@ def test_mcp_and_cli_renderings_name_one_kind_of_tool() -> None:
     # What has no MCP tool stays a command everywhere: the watcher is a background process.
     assert "palacectl watch --agent mac-claude" in mcp_only
     assert "claim it first with `mempalace_event_ack`, status `claimed`" in mcp_only
+
+
+def test_rules_rendered_for_a_tool_set_name_only_the_tools_it_offers() -> None:
+    """Guards issue 26: rules rendered for `palacectl mcp`'s default set must not send the agent
+    to tools it cannot see; those steps are written as commands instead."""
+    from palacectl.tool_sets import GROUPS, parse_tool_sets
+
+    core, _ = parse_tool_sets("core")
+    rendered = render_rules("mac-claude", "mcp", core)
+    named = set(re.findall(r"`(mempalace_\w+)`", rendered))
+    assert named and named <= core
+    assert "`palacectl list`" in rendered and "`palacectl kg query`" in rendered  # not offered: commands
+    assert "`mempalace_patch_submit`" in rendered
+    with_memory = render_rules("mac-claude", "mcp", parse_tool_sets("core,memory")[0])
+    assert "`mempalace_kg_query`" in with_memory and "mempalace_lease_acquire" not in with_memory
+    assert set(re.findall(r"`(mempalace_\w+)`", render_rules("mac-claude", "mcp"))) - core  # None: every tool
+    both = render_rules("mac-claude", "both", core)
+    assert "(MCP `mempalace_event_list`" not in both and "(MCP `mempalace_inbox`)" in both
+    assert set(GROUPS["leases"]).isdisjoint(re.findall(r"`(mempalace_\w+)`", both))

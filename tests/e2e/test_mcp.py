@@ -20,6 +20,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from palacectl.tool_sets import LISTING_ORDER
 from tests.fleet import append, ctl_json
 from tests.helpers import PYTHON, append_event, run_ctl
 
@@ -42,8 +43,11 @@ MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_re
 
 @contextlib.asynccontextmanager
 async def adapter(home: Path, agent: str = "mac-claude", *extra: str) -> AsyncIterator[Any]:
+    # Every tool, every argument listed: these tests drive the whole surface (the default set,
+    # `core`, is pinned on its own in tests/ctl/test_mcp_server.py).
+    tools = () if "--tools" in extra else ("--tools", "all")
     params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "mcp", "--agent", agent, "--home",
-                                                         str(home), *extra])
+                                                         str(home), *tools, *extra])
     async with Client(params) as client:
         yield client
 
@@ -59,7 +63,8 @@ async def test_tools_are_listed_with_their_inputs(daemon):
     async with adapter(daemon.home) as client:
         listed = await client.list_tools()
     names = [t.name for t in listed.tools]
-    assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS
+    assert names == list(LISTING_ORDER)  # the loop first, then each group
+    assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS)
     schemas = {t.name: t.input_schema for t in listed.tools}
     assert set(schemas["mempalace_event_append"]["required"]) == {"type", "stream", "room"}
     assert "since_event_id" in schemas["mempalace_event_list"]["properties"]
@@ -261,7 +266,8 @@ async def test_the_adapter_starts_without_a_daemon_and_connects_once_it_runs(dae
     d = daemon_factory(home, start=False)
     async with adapter(home) as client:
         names = [t.name for t in (await client.list_tools()).tools]
-        assert names == MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS
+        assert names == list(LISTING_ORDER)  # the loop first, then each group
+        assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS)
         down = await call(client, "mempalace_event_wait", timeout_ms=100)
         assert "palaced is not running" in down["error"]
         await trio.to_thread.run_sync(d.start)
@@ -432,3 +438,23 @@ async def test_resources_are_read_through_the_official_client(daemon):
         assert (await read("palace://who"))["count"] == 0
         with pytest.raises(MCPError, match="not found"):
             await client.read_resource("palace://task/task_nope_1")
+
+
+async def test_the_default_set_accepts_every_mempalace_argument_it_does_not_list(daemon):
+    """Guards the compact listing (issue 26): an argument a `core` tool names only in its
+    description (a MemPalace skill's `topic`, `branch`, `metadata`…) is still taken, and a
+    misspelt one is still refused."""
+    async with adapter(daemon.home, "mac-claude", "--tools", "core") as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert "topic" not in listed["mempalace_event_append"].input_schema["properties"]
+        appended = await call(client, "mempalace_event_append", type="note", stream="project/x", room="general",
+                              topic="compat", branch="main", base_commit="3f2a9c1", metadata={"k": 1})
+        assert appended["success"] is True
+        event = appended["event"]
+        assert (event["topic"], event["branch"], event["metadata"]) == ("compat", "main", {"k": 1})
+        waited = await call(client, "mempalace_event_wait", topic="compat", exclude_from_agent="nobody",
+                            timeout_ms=1000)
+        assert waited["count"] == 1
+        with pytest.raises(MCPError) as misspelt:
+            await client.call_tool("mempalace_event_wait", {"topik": "compat", "timeout_ms": 10})
+        assert misspelt.value.code == -32602 and "Unknown parameter topik" in str(misspelt.value)

@@ -96,8 +96,11 @@ DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
 
 @contextlib.asynccontextmanager
 async def adapter(home: Path, agent: str = ME, *extra: str) -> AsyncIterator[Any]:
+    # Every tool, every argument listed: these tests drive the whole surface (the default set,
+    # `core`, is pinned on its own in tests/ctl/test_mcp_server.py).
+    tools = () if "--tools" in extra else ("--tools", "all")
     params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "mcp", "--agent", agent, "--home",
-                                                         str(home), *extra])
+                                                         str(home), *tools, *extra])
     async with Client(params) as client:
         yield client
 

@@ -1,0 +1,30 @@
+"""palacectl/tool_sets.py: what ``--tools`` means (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from palacectl.tool_sets import ALL, GROUPS, LISTING_ORDER, ToolSetError, parse_tool_sets
+
+
+def test_the_default_is_core_with_compact_schemas() -> None:
+    assert parse_tool_sets(None) == (frozenset(GROUPS["core"]), False)
+
+
+def test_groups_and_tool_names_add_up_and_all_lists_every_argument() -> None:
+    names, full = parse_tool_sets("core, leases kg_query,mempalace_who")
+    assert names == frozenset({*GROUPS["core"], *GROUPS["leases"], "mempalace_kg_query", "mempalace_who"})
+    assert full is False
+    assert parse_tool_sets(ALL) == (frozenset(LISTING_ORDER), True)
+    assert parse_tool_sets("CORE")[0] == frozenset(GROUPS["core"])
+
+
+def test_every_tool_is_in_exactly_one_group() -> None:
+    every = [name for names in GROUPS.values() for name in names]
+    assert len(every) == len(set(every)) == 33
+
+
+@pytest.mark.parametrize("bad", ["", " , ", "bogus", "core,mempalace_nope", "event_"])
+def test_a_word_that_is_no_group_or_tool_is_refused_by_name(bad: str) -> None:
+    with pytest.raises(ToolSetError, match="--tools"):
+        parse_tool_sets(bad)
