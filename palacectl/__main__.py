@@ -4,7 +4,9 @@
 session and must answer within what the harness waits (issue 26): a command line of exactly that
 shape goes straight to the MCP server, without loading the command-line interface (typer and
 every command, ~60 ms). Anything else — ``--help``, another order, a mistake — goes through the
-interface, which says what is wrong.
+interface, which says what is wrong. The commands an agent loop runs on every step (list,
+append, ack, wait, inbox, task ready/claim) take the same kind of shortcut: ``palacectl.loop``
+runs the command lines it fully understands without typer.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ def main() -> int:
         served = _mcp_fast(sys.argv[2:])
         if served is not None:
             return served
+    elif sys.argv[1:2] != ["--help"]:
+        from .loop import run_quick
+
+        quick = run_quick(sys.argv[1:])
+        if quick is not None:
+            return quick
     from .cli import main as cli_main
 
     return cli_main()

@@ -44,10 +44,9 @@ message: events are plain slotted classes, and the checks run in the order the c
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any, Final, final
+from typing import Any, Final, NamedTuple, final
 
 from .control import (
     PRE_HELLO_MAX_FRAME_BYTES,
@@ -113,11 +112,12 @@ class ApiState(enum.Enum):
 
 
 # -- events ------------------------------------------------------------------------------------
+# Named tuples, not dataclasses: importing dataclasses brings inspect, ~8 ms of every palacectl
+# start, and a client's loop step is only a few times that (issue 26).
 
 
 @final
-@dataclasses.dataclass(frozen=True, slots=True)
-class HelloRequest:
+class HelloRequest(NamedTuple):
     """A ``hello`` request: judge it with ``ServerConnection.accept_hello``."""
 
     id: int
@@ -125,8 +125,7 @@ class HelloRequest:
 
 
 @final
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProtocolViolation:
+class ProtocolViolation(NamedTuple):
     """Something the client sent that the protocol refuses.
 
     ``error`` is what to answer (with ``id``, ``None`` when the request had no usable one). A
@@ -143,8 +142,7 @@ class ProtocolViolation:
 
 
 @final
-@dataclasses.dataclass(frozen=True, slots=True)
-class ConnectionClosed:
+class ConnectionClosed(NamedTuple):
     """The other side closed its end (EOF); ``truncated`` if it did so in the middle of a frame."""
 
     truncated: bool = False

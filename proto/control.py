@@ -13,7 +13,6 @@ Pure: no trio, no sockets.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -124,6 +123,8 @@ def token_matches(offered: object, expected: str) -> bool:
     """
     if not isinstance(offered, str):
         return False
+    import hmac  # here, not at the top: its _hashlib (OpenSSL) costs every client ~4 ms at start-up
+
     return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, final
 
+from .bounds import DEFAULT_LIST_LIMIT, DEFAULT_WAIT_TIMEOUT_MS, MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 from .canonical import canonical_json
 from .errors import ValidationError
 
@@ -51,8 +52,6 @@ _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
 _SURROGATE_RE: Final = re.compile(r"[\ud800-\udfff]")
 # Why these: MemPalace's defaults (reference §1.4-1.6, §3.1-3.2); agents already tuned to them.
 MAX_ROUTING_CHARS: Final = 256
-DEFAULT_LIST_LIMIT: Final = 50
-MAX_LIST_LIMIT: Final = 500
 # Why 250 characters and 16 words: a search box's worth (the memory search's own cap); every word
 # is one more term the full-text index intersects.
 MAX_TEXT_QUERY_CHARS: Final = 250
@@ -78,8 +77,6 @@ def text_match_expression(text: str) -> str:
     """The full-text (FTS5) expression for a search text: every word must occur (each word quoted,
     so no character of it is query syntax; punctuation inside a word makes it a phrase)."""
     return " ".join('"' + word.replace('"', '""') + '"' for word in text.split())
-DEFAULT_WAIT_TIMEOUT_MS: Final = 60_000
-MAX_WAIT_TIMEOUT_MS: Final = 300_000
 
 #: list/wait/watch filters: wire name (plural, each a list meaning OR) -> event field.
 FILTER_FIELDS: Final = {

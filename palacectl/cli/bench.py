@@ -109,6 +109,19 @@ def bench_mcp(
         emit_json(result)
 
 
+@bench_app.command("cli")
+def bench_cli(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure one step of an agent's loop through palacectl: list, append, ack, wait, inbox, task ready/claim."""
+    from ..bench_cli import run_cli_bench
+
+    result = run_cli_bench(quick=quick, progress=not json_)
+    if json_:
+        emit_json(result)
+
+
 @bench_app.command("ui")
 def bench_ui(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,

@@ -15,14 +15,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from palace_proto.errors import ApiError
-from palace_proto.validation import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 
-from .. import output
+from .. import loop, output
 from ..output import EXIT_IDLE, emit_json, fail, note, write_stdout
-from .common import (
-    JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home, event_filters, parse_metadata, print_events,
-    text_or_file,
-)
+from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home, event_filters
 
 __all__ = ["ack", "append", "list_", "redact", "wait", "watch"]
 
@@ -73,19 +69,10 @@ def append(
                                "artifact_ids (the routing options are defaults for every line)")
         _append_ndjson(ndjson, {k: v for k, v in routing.items() if v is not None}, as_json=json_)
         return
-    missing = [flag for flag, value in (("--type", type_), ("--stream", stream), ("--room", room),
-                                        ("--from-agent", from_agent)) if value is None]
-    if missing:
-        raise UsageProblem(f"Missing option '{missing[0]}' (--type, --stream, --room and --from-agent are required, "
-                           "or give --ndjson FILE)")
-    text = text_or_file(body, body_file, "body")
     _check_replicated(replicated, timeout_ms)
-    event = call_daemon("append", **routing, body=text, metadata=parse_metadata(metadata), artifact_ids=artifact_id,
-                        replicated=replicated, timeout_ms=capped(timeout_ms, 3_600_000))
-    if json_:
-        emit_json(event)
-    else:
-        write_stdout("Appended:\n" + output.event_line(event) + "\n")
+    event = loop.append_event(current_home(), {
+        **routing, "body": body, "body_file": body_file, "metadata": metadata, "artifact_id": artifact_id,
+        "replicated": replicated, "timeout_ms": timeout_ms, "json": json_})
     _replication_outcome(event.get("replication"), replicated)
 
 
@@ -191,11 +178,12 @@ def _replication_outcome(replication: dict[str, Any] | None, wanted: int | None)
     note(f"Held by {replication['replicated_count']} peer(s): {holders}.")
 
 
-def _list_args(stream: Multi, room: Multi, topic: Multi, type_: Multi, to_agent: Multi, from_agent: Multi,
-               exclude_from_agent: Multi, correlation_id: Multi, status_: Multi) -> dict[str, list[str]]:
-    return event_filters(streams=stream, rooms=room, topics=topic, types=type_, to_agents=to_agent,
-                         from_agents=from_agent, exclude_from_agents=exclude_from_agent,
-                         correlation_ids=correlation_id, statuses=status_)
+def _loop_filters(stream: Multi, room: Multi, topic: Multi, type_: Multi, to_agent: Multi, from_agent: Multi,
+                  exclude_from_agent: Multi, correlation_id: Multi, status_: Multi) -> dict[str, Multi]:
+    """The event filter options as ``palacectl.loop``'s bodies take them."""
+    return {"stream": stream, "room": room, "topic": topic, "type": type_, "to_agent": to_agent,
+            "from_agent": from_agent, "exclude_from_agent": exclude_from_agent, "correlation_id": correlation_id,
+            "status": status_}
 
 
 def list_(
@@ -212,14 +200,10 @@ def list_(
     json_: JsonOpt = False,
 ) -> None:
     """List events (oldest first by default; with --text, best match first)."""
-    if text is not None and order is not None:
-        raise UsageProblem("--text lists the best matches first; leave out --order")
-    result = call_daemon("list", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
-                                              correlation_id, status_),
-                         since_event_id=since_event_id, before_event_id=before_event_id,
-                         since_created_at=since_created_at, order=order, limit=capped(limit, MAX_LIST_LIMIT),
-                         preview=preview, text=text)
-    print_events(result, json_)
+    loop.list_events(current_home(), {
+        **_loop_filters(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent, correlation_id, status_),
+        "since_event_id": since_event_id, "before_event_id": before_event_id, "since_created_at": since_created_at,
+        "order": order, "limit": limit, "preview": preview, "text": text, "json": json_})
 
 
 def wait(
@@ -251,25 +235,12 @@ def wait(
         if result["timed_out"]:
             raise typer.Exit(EXIT_IDLE)
         return
-    result = call_daemon("wait", **_list_args(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent,
-                                              correlation_id, status_),
-                         since_event_id=since_event_id, since_created_at=since_created_at,
-                         limit=capped(limit, MAX_LIST_LIMIT), preview=preview,
-                         timeout_ms=capped(timeout_ms, MAX_WAIT_TIMEOUT_MS))
-    if json_:
-        emit_json(result)
-    elif result["timed_out"]:
-        note("Timed out; no matching events.")
-        # A mistyped or made-up correlation id waits for something that will never come: say so
-        # (issue 26: an example id copied from the docs timed out without a word).
-        for cid in correlation_id or ():
-            if not call_daemon("list", correlation_ids=[cid], limit=1)["count"]:
-                note(f"No event carries correlation {cid} here: check the id (`palacectl task list` shows "
-                     "tasks' ids; `task create` printed yours).")
-    else:
-        write_stdout(output.events_block(result["events"]))
-    if result["timed_out"]:
-        raise typer.Exit(EXIT_IDLE)
+    code = loop.wait_events(current_home(), {
+        **_loop_filters(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent, correlation_id, status_),
+        "since_event_id": since_event_id, "since_created_at": since_created_at, "limit": limit, "preview": preview,
+        "timeout_ms": timeout_ms, "json": json_})
+    if code:
+        raise typer.Exit(code)
 
 
 def watch(
@@ -331,12 +302,8 @@ def ack(
     json_: JsonOpt = False,
 ) -> None:
     """Acknowledge an event with a new event.ack (the target is never modified)."""
-    text = text_or_file(body, body_file, "body")
-    event = call_daemon("ack", event_id=event_id, from_agent=from_agent, status=status_, topic=topic, body=text)
-    if json_:
-        emit_json(event)
-    else:
-        write_stdout("Acknowledged:\n" + output.event_line(event) + "\n")
+    loop.ack_event(current_home(), {"event_id": event_id, "from_agent": from_agent, "status": status_, "topic": topic,
+                                    "body": body, "body_file": body_file, "json": json_})
 
 
 def redact(

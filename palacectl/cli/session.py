@@ -15,11 +15,11 @@ import typer
 
 from palace_proto.errors import ApiError
 
+from .. import loop
 from ..client import DaemonUnreachable
-
-from ..output import emit_json, note, write_stdout
+from ..output import emit_json, write_stdout
 from ..session_text import render_session
-from .common import JsonOpt, UsageProblem, call_daemon, print_events
+from .common import JsonOpt, UsageProblem, call_daemon, current_home
 
 __all__ = ["inbox_app", "session_app"]
 
@@ -41,18 +41,7 @@ def inbox(
     """List your inbox: events for you (or *), not from you, after your read cursor, oldest first."""
     if ctx.invoked_subcommand is not None:
         return
-    if agent is None:
-        raise UsageProblem("inbox needs --agent ID (whose inbox): palacectl inbox --agent ID")
-    result = call_daemon("inbox", agent=agent, limit=limit, preview=preview or None)
-    if json_:
-        emit_json(result)
-        return
-    print_events(result, False)
-    if result["more"]:
-        note(f"{result['unread']}{'+' if result['unread_capped'] else ''} unread in all; mark these read to see "
-             f"the next: palacectl inbox mark-read --agent {agent} --upto {result['events'][-1]['id']}")
-    elif not result["events"]:
-        note(f"Nothing unread for {agent}.")
+    loop.inbox(current_home(), {"agent": agent, "limit": limit, "preview": preview, "json": json_})
 
 
 @inbox_app.command("mark-read")
@@ -62,16 +51,7 @@ def mark_read(
     json_: JsonOpt = False,
 ) -> None:
     """Move your read cursor to an event your inbox listed (never backwards)."""
-    result = call_daemon("inbox_mark_read", agent=agent, upto_event_id=upto)
-    if json_:
-        emit_json(result)
-        return
-    unread = f"{result['unread']}{'+' if result['unread_capped'] else ''}"
-    if result["moved"]:
-        note(f"{agent}: read up to {result['cursor']['read_event_id']}; {unread} unread")
-    else:
-        note(f"{agent}: already read up to {result['cursor']['read_event_id']} (a cursor never moves back); "
-             f"{unread} unread")
+    loop.mark_read(current_home(), {"agent": agent, "upto": upto, "json": json_})
 
 
 @session_app.command("start")

@@ -18,7 +18,7 @@ import typer
 from palace_proto.errors import ValidationError
 from palace_proto.stamps import parse_duration
 
-from .. import output
+from .. import loop, output
 from ..output import emit_json, note, warn, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home, text_or_file
 
@@ -111,14 +111,7 @@ def task_ready(
     json_: JsonOpt = False,
 ) -> None:
     """Tasks the agent can take now: for it (or *), open, unclaimed, blockers applied; urgent and oldest first."""
-    result = call_daemon("task_ready", agent=agent)
-    if json_:
-        emit_json(result)
-        return
-    if not result["tasks"]:
-        note("Nothing ready.")
-    for t in result["tasks"]:
-        write_stdout(f"{t['correlation_id']}\tP{t['priority']}\tfrom {t['requested_by']}\t{t['request']['created_at']}\n")
+    loop.task_ready(current_home(), {"agent": agent, "json": json_})
 
 
 @task_app.command("claim")
@@ -128,11 +121,7 @@ def task_claim(
     json_: JsonOpt = False,
 ) -> None:
     """Claim a task; refused if someone else holds it, it is blocked, or it is closed."""
-    result = call_daemon("task_claim", correlation_id=correlation_id, agent=agent)
-    if json_:
-        emit_json(result)
-        return
-    write_stdout(f"{'Already yours' if result['already'] else 'Claimed'}: {correlation_id} ({agent})\n")
+    loop.task_claim(current_home(), {"correlation_id": correlation_id, "agent": agent, "json": json_})
 
 
 @task_app.command("release")

@@ -57,3 +57,17 @@ def test_quick_mcp_bench_reports_its_figures():
     for name in ("first_ready_ms", "warm_initialize_p50_ms", "warm_ready_p50_ms", "warm_ready_p90_ms"):
         assert result[name] > 0, name
     assert result["targets"] == {"warm_ready_ms": 150, "cold_ready_ms": 400}
+
+
+def test_quick_cli_bench_times_every_loop_command_against_a_real_daemon():
+    """`palacectl bench cli --quick`: each loop command as a process (measured, not asserted)."""
+    before = {p.name for p in Path("/tmp").glob("palcli*")}
+    proc = subprocess.run([sys.executable, "-m", "palacectl", "bench", "cli", "--quick", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert set(result["commands"]) == {"python -c pass (the floor)", "list", "append", "ack", "wait", "inbox",
+                                       "task ready", "task claim", "status (full command line)"}
+    assert all(f["p50_ms"] > 0 and f["p90_ms"] >= f["p50_ms"] for f in result["commands"].values())
+    assert result["target_ms"] == 60 and result["worst_loop_p50_ms"] > 0
+    assert {p.name for p in Path("/tmp").glob("palcli*")} <= before
