@@ -20,7 +20,7 @@ from palace_proto.text import printable
 __all__ = [
     "EXIT_FAILED", "EXIT_IDLE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
     "RFC3339_UTC", "STAMP_UTC", "CommandFailed", "ProgressBar", "emit_json", "event_line", "fail", "render_bar",
-    "utc_now", "warn",
+    "table_header", "utc_now", "warn",
 ]
 
 EXIT_OK: Final = 0
@@ -67,6 +67,13 @@ def emit_json(value: Any, *, compact: bool = False) -> None:
         write_stdout(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
     else:
         write_stdout(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+
+def table_header(*columns: str) -> None:
+    """Name a tab-separated table's columns, for a person at a terminal only: a script reading
+    the pipe gets the rows alone, as before (gh's convention)."""
+    if sys.stdout.isatty():
+        write_stdout("\t".join(columns) + "\n")
 
 
 def warn(message: str) -> None:

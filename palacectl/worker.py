@@ -89,6 +89,8 @@ class WorkerOptions:
     timeout_s: float | None = None
     #: whose tasks it takes (worker_policy; the default: this daemon's own agents and people)
     accept: WorkerPolicy = dataclasses.field(default_factory=WorkerPolicy)
+    #: leave the tasks that were ready before it started (until something happens on one)
+    skip_backlog: bool = False
 
 
 class Worker:
@@ -113,6 +115,7 @@ class Worker:
         self._daemons: dict[str, tuple[str | None, str | None]] = {}
         #: tasks declined under the policy (said once on the task, never run)
         self._declined: dict[str, str] = {}
+        self._backlog_said = False  # the tasks ready at the first look are named before any is taken
 
     def __repr__(self) -> str:
         return f"<Worker {self.opts.agent} runner={self.opts.runner} runs={sorted(self._runs)}>"
@@ -276,6 +279,9 @@ class Worker:
         if free <= 0:
             return
         ready = self._call("task_ready", agent=self.opts.agent)["tasks"]
+        if not self._backlog_said:
+            self._backlog_said = True
+            ready = self._backlog(ready)
         for view in ready:
             cid = view["correlation_id"]
             if self._stream and view["request"].get("stream") != self._stream:
@@ -296,6 +302,28 @@ class Worker:
             thread.start()
             if free <= 0:
                 break
+
+    def _backlog(self, ready: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Say which tasks were already waiting when the worker started, before it takes any
+        (issue 26: a first start took old broadcasts without a word); with ``skip_backlog``, leave
+        them until something happens on one. Returns what may be taken now."""
+        waiting = [v for v in ready if not self._stream or v["request"].get("stream") == self._stream]
+        if not waiting:
+            return ready
+        shown = "; ".join(
+            f"{v['correlation_id']} from {v['requested_by']} ({'to everyone' if v['request'].get('to_agent') == '*' else 'to you'}, "
+            f"requested {v['request']['created_at']})" for v in waiting[:10])
+        more = f" and {len(waiting) - 10} more" if len(waiting) > 10 else ""
+        if self.opts.skip_backlog:
+            with self._lock:
+                for v in waiting:
+                    self._skipped[v["correlation_id"]] = v["last_activity"]
+            self.say(f"{len(waiting)} task(s) were waiting before this worker started; left (--skip-backlog) until "
+                     f"something happens on them: {shown}{more}")
+            return []
+        self.say(f"{len(waiting)} task(s) were waiting before this worker started; taking those its policy "
+                 f"accepts (start with --skip-backlog to leave them): {shown}{more}")
+        return ready
 
     # -- the policy: whose tasks it takes -------------------------------------------------------
 

@@ -142,6 +142,9 @@ class _PeerRecord:
     last_error: str | None = None
     last_error_at: str | None = None
     connected_since: str | None = None
+    #: how this daemon last reached the peer (its dial target's sources): shown as how the peer was
+    #: found after that target is gone (an mDNS record expires while the link lives on; issue 26)
+    dialled_via: frozenset[str] = frozenset()
 
 
 #: what daemons gossip about themselves, relayed newest-wins: which watchers are connected, and reports
@@ -462,6 +465,7 @@ class Network:
             LOGGER.info("%s is now %s (was %s)", target.address, cert.peer_id, target.peer_id)
         target.peer_id = cert.peer_id
         target.last_error = None
+        self._record(cert.peer_id).dialled_via = frozenset(target.sources)
         await self._remember_address(cert.peer_id, target.address, "/".join(sorted(target.sources)))
         target.state = "connected"
         return await self._run_connection(stream, cert, dialer=self.peer_id, remote=target.address)
@@ -1047,7 +1051,7 @@ class Network:
             targets = [t for t in self._targets.values() if t.peer_id == peer_id]
             addresses = [{"address": t.address, "source": "/".join(sorted(t.sources)), "state": t.state}
                          for t in targets]
-            found_by = {s for t in targets for s in t.sources}
+            found_by = {s for t in targets for s in t.sources} | record.dialled_via
             if record.direction == "in":
                 found_by.add("incoming")
             if not found_by:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..output import emit_json, note, write_stdout
+from ..output import emit_json, note, table_header, write_stdout
 from .common import JsonOpt, call_daemon
 
 __all__ = ["agent_app", "agents"]
@@ -86,6 +86,10 @@ def agents(
     if json_:
         emit_json(result)
         return
+    if not result["agents"]:
+        note("No agents yet: an agent appears with its first write.")
+    else:
+        table_header("AGENT", "KIND", "DAEMON", "LAST ACTIVITY", "WATCHING", "FLAGS")
     for a in result["agents"]:
         kind = "human" if a["kind"] == "human" else "agent"
         watching = f"watching on {', '.join(a['watching_on'])}" if a["watching"] else "not watching"

@@ -102,6 +102,10 @@ def _harness_hooks(agent: str, harness: str, *, remove: bool, as_json: bool) -> 
         emit_json({"agent": agent, "harness": harness, "hooks_path": str(path), "hooks": action})
     else:
         note(f"Session-start hook for {agent} ({harness}): {action} in {path}")
+        if harness == "codex" and not remove and action != "unchanged":
+            # Codex skips an untrusted hook without a word (issue 26): say what it takes.
+            note("Codex runs it only once you trust it: start `codex` in a terminal and trust palace's SessionStart "
+                 "hook when it asks you to review it; headless runs can pass --dangerously-bypass-hook-trust")
 
 
 def mcp(

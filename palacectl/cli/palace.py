@@ -257,6 +257,7 @@ def digest(json_: JsonOpt = False) -> None:
     if json_:
         emit_json(result)
         return
+    output.table_header("ORIGIN", "EVENTS", "HEAD HASH")
     for o in result["origins"]:
         write_stdout(f"{o['origin']}\t{o['origin_seq']}\t{o['head_hash']}\n")
     write_stdout(f"digest\t{result['events']}\t{result['digest']}\n")
@@ -271,6 +272,8 @@ def who(json_: JsonOpt = False) -> None:
         return
     if not result["watchers"]:
         note("No watchers connected.")
+    else:
+        output.table_header("AGENT", "DAEMON", "SINCE", "WATCHING")
     for w in result["watchers"]:
         daemon = w.get("daemon") or {}
         where = "here" if w.get("local") else (daemon.get("name") or (daemon.get("peer_id") or "?")[:7])

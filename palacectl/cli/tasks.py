@@ -207,6 +207,9 @@ def worker(
         "--accept-from", help="Whose tasks it runs (repeat): local (this daemon's agents and people, the default), "
                               "an agent id, human:NAME, daemon:NAME, or * (anyone: unsafe). "
                               "Default: [worker] accept_from in config.toml, else local.")] = None,
+    skip_backlog: Annotated[bool, typer.Option("--skip-backlog", help="Leave the tasks that were ready before it "
+                                                                      "started (until something happens on one); "
+                                                                      "without it, it names them, then takes them.")] = False,
 ) -> None:
     """Work tasks by yourself: watch for ready tasks, launch the runner on each, report; until stopped.
 
@@ -230,7 +233,7 @@ def worker(
     except PolicyError as exc:
         raise UsageProblem(str(exc)) from None
     work = Worker(WorkerOptions(home, agent.strip(), runner, workspace.resolve(), concurrency, project,
-                                timeout_s, policy), say=note)
+                                timeout_s, policy, skip_backlog), say=note)
 
     def on_signal(signum: int, frame: object) -> None:
         work.stop(f"the worker was stopped by {signal.Signals(signum).name}")

@@ -352,10 +352,22 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         check("mdns", "warn", "no LAN interface with an IPv4 address: mDNS cannot see other machines")
     else:
         seen = sum(1 for t in net.targets_view() if "mdns" in t["sources"])
-        check("mdns", "ok" if seen else "warn",
-              f"advertising on {', '.join(lan)}; {seen} peer address(es) seen by mDNS"
-              + ("" if seen else " — if peers run on this LAN, multicast may be blocked (Wi-Fi isolation, "
-                 "VPN, Windows 'Public' network): add them with `palacectl peers add HOST:PORT`"))
+        heads = await ctx.astore.read(ctx.store.version_vector)
+        others = [p for p in net.peers_view(heads) if p["peer_id"] and not p["revoked"]]
+        linked = [p for p in others if p["state"] in ("live", "catching up")]
+        if seen:
+            why = ""
+        elif others and not linked:
+            # A stopped daemon stops advertising: silence then says nothing about multicast (issue 26).
+            names = ", ".join(p["name"] or p["peer_id"][:7] for p in others[:5])
+            why = (f" — none of the {len(others)} known peer(s) ({names}) is advertising: they are stopped, "
+                   "asleep or off this LAN; if one is running on this LAN, multicast may be blocked (Wi-Fi "
+                   "isolation, VPN, Windows 'Public' network)")
+        else:
+            why = (" — if peers run on this LAN, multicast may be blocked (Wi-Fi isolation, VPN, Windows 'Public' "
+                   "network): add them with `palacectl peers add HOST:PORT`")
+        check("mdns", "ok" if seen or linked else "warn", f"advertising on {', '.join(lan)}; {seen} peer "
+              f"address(es) seen by mDNS{why}")
     for target in net.targets_view():
         if "static" not in target["sources"]:
             continue

@@ -135,3 +135,16 @@ def test_other_entries_stay_byte_for_byte_whatever_the_usual_layout(tmp_path, la
     install_hooks(HOOK_HARNESSES["claude"], path, command())
     assert remove_hooks(HOOK_HARNESSES["claude"], path) == "removed"
     assert path.read_text() == original
+
+
+def test_installing_the_codex_hook_says_codex_must_trust_it(tmp_path):
+    """Guards issue 26: Codex skips an untrusted hook without a word, so installing it says how
+    to trust it (once: nothing changed, nothing to say)."""
+    home = tmp_path / "palace"
+    env = {**os.environ, "HOME": str(tmp_path)}
+    first = run_ctl_process(home, "rules", "--agent", "win-codex", "--harness", "codex", "--hooks", env=env)
+    assert first.returncode == 0, first
+    assert "Codex runs it only once you trust it" in first.stderr
+    assert "session start --agent win-codex --hook codex" in (tmp_path / ".codex" / "hooks.json").read_text()
+    again = run_ctl_process(home, "rules", "--agent", "win-codex", "--harness", "codex", "--hooks", env=env)
+    assert again.returncode == 0 and "trust" not in again.stderr

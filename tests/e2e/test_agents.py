@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.fleet import api, append, ctl_json, peer_id, wait_converged, wait_until
-from tests.helpers import PYTHON, run_ctl
+from tests.helpers import PYTHON, append_event, run_ctl
 
 pytestmark = pytest.mark.transport_fixed  # about the peers: the local API's transport plays no part
 
@@ -198,3 +198,51 @@ def test_a_member_cannot_squat_the_operators_human_id(fleet):
     wait_converged(alpha, beta)
     seen = {e["body"]: e.get("impersonation") for e in events_of(alpha.home, "human:root")}
     assert seen["from the laptop, granted"] is None
+
+
+def at_a_terminal(home, *args: str) -> str:
+    """What ``palacectl ARGS`` prints to a person: stdout is a pseudo-terminal."""
+    import os
+    import pty
+
+    main, child = pty.openpty()
+    try:
+        done = subprocess.run([PYTHON, "-m", "palacectl", "--home", str(home), *args], stdout=child,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=60)
+        os.close(child)
+        child = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the other end is closed and drained
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(main)
+        if child != -1:
+            os.close(child)
+    assert done.returncode == 0, done.stderr
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_who_agents_and_digest_name_their_columns_for_a_person_only(daemon, ctl):
+    """Guards issue 26: a newcomer saw bare tab-separated rows. At a terminal the columns are
+    named; a script reading the pipe gets the rows alone, as before."""
+    append_event(ctl, from_agent="mac-claude", body="hello")
+    assert at_a_terminal(daemon.home, "agents").splitlines()[0] == "AGENT\tKIND\tDAEMON\tLAST ACTIVITY\tWATCHING\tFLAGS"
+    assert at_a_terminal(daemon.home, "digest").splitlines()[0] == "ORIGIN\tEVENTS\tHEAD HASH"
+    piped = run_ctl(daemon.home, "agents")
+    assert piped.stdout.splitlines()[0].startswith("mac-claude\tagent\t")
+    assert run_ctl(daemon.home, "digest").stdout.splitlines()[0].startswith("ori")
+    watcher = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(daemon.home), "watch", "--agent",
+                                "linux-codex"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: run_ctl(daemon.home, "who").stdout.strip() != "", "the watcher to connect")
+        shown = at_a_terminal(daemon.home, "who").splitlines()
+        assert shown[0] == "AGENT\tDAEMON\tSINCE\tWATCHING" and shown[1].startswith("linux-codex\there\t")
+    finally:
+        watcher.terminate()
+        watcher.wait(30)

@@ -4,9 +4,12 @@ a daemon of another palace on the same link is ignored. Never runs mDNS in the r
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.fleet import Fleet, append, connected, ctl_json, peer_id, wait_converged, wait_until
+from tests.helpers import run_ctl
 from tests.netns import needs_namespaces, netns_pair
 
 SUBNET = "10.213.79"
@@ -42,6 +45,18 @@ def test_daemons_find_each_other_by_mdns_and_replicate(daemon_factory, short_tmp
                 ("alpha", True, f"{SUBNET}.1:7437")]
             assert ctl_json(stranger.home, "peers")["peers"] == []
             assert connected(stranger.home) == []
+            # A peer that simply stopped is not a multicast problem: doctor says what it knows
+            # (issue 26: it blamed multicast). Beta still hears the stranger, so wait for alpha's goodbye.
+            a.stop()
+
+            def mdns_check() -> dict:
+                doctor = run_ctl(b.home, "doctor", "--json")
+                return next(c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "mdns")
+
+            wait_until(lambda: "known peer" in mdns_check()["detail"], "beta's doctor to notice alpha stopped")
+            check = mdns_check()
+            assert check["status"] == "warn"
+            assert "none of the 1 known peer(s) (alpha) is advertising: they are stopped" in check["detail"]
         finally:
             for daemon in (a, b, stranger):
                 daemon.stop()

@@ -363,3 +363,26 @@ def test_two_workers_that_both_claimed_across_a_partition_end_with_one_run(fleet
     finally:
         left.stop_workers()
         right.stop_workers()
+
+
+def test_a_first_start_names_the_tasks_already_waiting_before_it_takes_them(machine):
+    """Guards issue 26: a worker's first start took old broadcast tasks without a word. It names
+    what was waiting (and to whom it was addressed) before any claim; --skip-backlog leaves them
+    until something happens on one, and takes what comes after."""
+    old_broadcast, old_mine = machine.task(to="*"), machine.task()
+    machine.worker("bot", "claude", "--skip-backlog")
+    wait_until(lambda: "were waiting before this worker started" in machine.log(), "the worker to name its backlog")
+    said = next(line for line in machine.log().splitlines() if "were waiting before" in line)
+    assert "2 task(s)" in said and "left (--skip-backlog)" in said
+    assert f"{old_broadcast} from boss (to everyone" in said and f"{old_mine} from boss (to you" in said
+    fresh = machine.task()
+    wait_until(lambda: state_of(machine.home, fresh) == "ready", "a task created after the start to be delivered")
+    assert state_of(machine.home, old_broadcast) == "open" and state_of(machine.home, old_mine) == "open"
+    machine.stop_workers()
+    machine.workers.clear()
+    machine.worker("bot", "claude")  # without the flag: named first, then taken
+    for cid in (old_broadcast, old_mine):
+        wait_until(lambda: state_of(machine.home, cid) == "ready", f"{cid} to be delivered")
+    second_start = machine.log().rsplit("worker bot started", 1)[1]
+    assert "2 task(s) were waiting before this worker started; taking those its policy accepts" in second_start
+    assert second_start.index("taking those its policy accepts") < second_start.index(f"{old_broadcast}: ")
