@@ -82,8 +82,9 @@ BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
     # `gemini --prompt`: headless; auto_edit approves edits (not other tools); --skip-trust: a fresh
     # worktree is a folder Gemini has never been told to trust, and it refuses those (exit 55).
     "gemini": ["gemini", "--approval-mode", "auto_edit", "--skip-trust", "--prompt", "{handoff}"],
-    # `opencode run`: one prompt, non-interactive.
-    "opencode": ["opencode", "run", "{handoff}"],
+    # `opencode run`: one prompt, non-interactive; --dir: its project is the worktree (it takes the
+    # project from $PWD otherwise, and refuses edits outside it: issue 26's harness rig).
+    "opencode": ["opencode", "run", "--dir", "{workspace}", "{handoff}"],
 }
 PLACEHOLDERS: Final = ("{handoff}", "{workspace}", "{correlation_id}")
 # Why 2 KiB: the tail of a failed run's log that goes verbatim into the reply (the whole log is
@@ -394,8 +395,10 @@ class Launch:
                 signal.signal(sig, self._on_signal)
             with open(log_path, "wb") as log:
                 try:
+                    # PWD too: a runner that reads it (OpenCode) must not see the launching shell's.
                     self._proc = subprocess.Popen(command, cwd=self.worktree, stdout=log, stderr=subprocess.STDOUT,
-                                                  stdin=subprocess.DEVNULL, **NEW_PROCESS_GROUP)
+                                                  stdin=subprocess.DEVNULL, env={**os.environ, "PWD": str(self.worktree)},
+                                                  **NEW_PROCESS_GROUP)
                 except OSError as exc:
                     result.outcome, result.reason = "failed", f"cannot start runner {command[0]!r}: {exc.strerror or exc}"
                     self._finish(result, log_path)

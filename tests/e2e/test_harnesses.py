@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -25,33 +24,10 @@ import pytest
 
 from palacectl.launch import BUILTIN_RUNNERS
 from tests.fleet import append, ctl_json, wait_until
+from tests.harness_rig.install import QUIET, harnesses  # noqa: F401 - the install fixture, shared with the rig
 from tests.helpers import PYTHON, run_ctl_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.transport_fixed]
-
-PACKAGES = ("@anthropic-ai/claude-code", "@google/gemini-cli", "@openai/codex", "opencode-ai")
-QUIET = {  # what each harness documents to switch off traffic that is not the task
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
-    "GEMINI_TELEMETRY_ENABLED": "false", "NO_UPDATE_NOTIFIER": "1",
-}
-
-
-@pytest.fixture(scope="module")
-def harnesses(tmp_path_factory) -> Path:
-    """Both harnesses installed from the npm registry into a prefix of this module's own."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed here: the real-harness tests need Node.js and npm")
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("running the harnesses without network needs root and unshare (CI runs as root)")
-    prefix = tmp_path_factory.mktemp("harnesses")
-    result = subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
-                             *PACKAGES], capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        pytest.skip(f"npm could not install {', '.join(PACKAGES)} (is the registry reachable?): "
-                    f"{result.stderr.strip().splitlines()[-1:] or result.returncode}")
-    return prefix / "node_modules" / ".bin"
-
 
 def palacectl_words() -> list[str]:
     """palacectl as the README has harnesses start it: the console script beside this Python."""
