@@ -16,8 +16,9 @@ __all__ = ["printable"]
 # Why 120: a daemon name, an id or a short reason fits; anything longer is cut with a mark.
 DEFAULT_MAX_CHARS: Final = 120
 # Unicode categories shown escaped: controls, format characters (bidi overrides, zero-width),
-# surrogates, private use, unassigned, and line/paragraph separators.
-_UNSAFE_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+# surrogates, private use, unassigned, line/paragraph separators, and every space but " " (a
+# no-break or an em space passes for a plain one: str.isprintable says no to them too).
+_UNSAFE_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
 
 
 def printable(value: Any, max_chars: int = DEFAULT_MAX_CHARS) -> str:
@@ -28,7 +29,7 @@ def printable(value: Any, max_chars: int = DEFAULT_MAX_CHARS) -> str:
     length = 0
     for ch in text:
         piece = ch
-        if unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+        if ch != " " and unicodedata.category(ch) in _UNSAFE_CATEGORIES:
             code = ord(ch)
             piece = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
         if length + len(piece) > max_chars:

@@ -225,7 +225,9 @@ _links = st.lists(st.builds(
 
 
 @settings(max_examples=200, deadline=None)
-@given(_links, st.lists(st.text(alphabet=st.characters(codec="utf-8", categories=["L", "N", "P", "Zs"]),
+# Spaces: " " only (a no-break or em space is shown escaped, as str.isprintable would have it).
+@given(_links, st.lists(st.text(alphabet=st.characters(codec="utf-8", categories=["L", "N", "P"],
+                                                        include_characters=" "),
                                 max_size=MAX_PROBLEM_CHARS), max_size=MAX_HEALTH_PROBLEMS),
        st.sampled_from(["member", "observer"]), st.integers(0, 2**62))
 def test_every_report_within_its_bounds_round_trips(links, problems, role, events):

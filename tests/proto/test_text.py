@@ -15,6 +15,7 @@ from palace_proto.text import printable
     ("zero\u200bwidth", "zero\\u200bwidth"),
     ("lone\ud800", "lone\\ud800"),
     ("ünïcode ✓", "ünïcode ✓"),
+    ("no\u00a0break em\u2003space", "no\\xa0break em\\u2003space"),  # spaces that pass for " "
     (b"bytes", "b'bytes'"),
 ])
 def test_unsafe_characters_are_escaped(value, expected):
