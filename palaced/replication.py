@@ -435,7 +435,7 @@ class PeerLink:
                 await self._send_vector(self.send)
 
     async def _heads(self) -> dict[str, OriginHead]:
-        return await self.astore.read(self.store.heads)
+        return self.store.heads()  # kept in memory at each commit: no read, no thread hop
 
     async def _our_vector(self) -> Vector:
         heads = await self._heads()

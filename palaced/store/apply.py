@@ -165,6 +165,7 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                          (event.origin_seq, event.event_hash, event.origin))
             heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
+            store._batch_heads.append((event.origin, heads[event.origin]))
             store.refused_next.pop(event.origin, None)
             if event.type == "event.redact":
                 _apply_redaction(store, event, may_redact, report, source)
@@ -202,6 +203,7 @@ def _join_history(store: Store, origin: str, origin_seq: int, key: bytes, origin
     store._conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                         (origin_seq, stored.event_hash, origin))
     heads[origin] = OriginHead(origin_seq, stored.event_hash)
+    store._batch_heads.append((origin, heads[origin]))
     if stored.type in REGISTRY_TYPES:  # part of the chain now: the registry counts it from here on
         store._batch_registry.append(stored)
 

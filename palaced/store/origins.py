@@ -100,14 +100,20 @@ def own_origins(store: Store) -> list[tuple[str, bytes | None]]:
 
 
 def version_vector(store: Store) -> dict[str, int]:
-    """{origin: highest contiguous origin_seq held} — the replication cursor."""
-    return dict(store._reader().execute("SELECT origin, max_seq FROM origins WHERE max_seq > 0"))
+    """{origin: highest contiguous origin_seq held} — the replication cursor (as ``heads``)."""
+    return {origin: head.max_seq for origin, head in store._heads.items()}
 
 
 def heads(store: Store) -> dict[str, OriginHead]:
-    """Our version vector with head hashes (what a Vector message carries)."""
+    """Our version vector with head hashes (what a Vector message carries), as committed: kept in
+    memory by the writer (batch.py), so no read and no thread hop. Safe from any thread."""
+    return dict(store._heads)
+
+
+def read_heads(conn: apsw.Connection) -> dict[str, OriginHead]:
+    """The version vector with head hashes as the database holds it (once, when the store opens)."""
     return {o: OriginHead(m, bytes(h)) for o, m, h in
-            store._reader().execute("SELECT origin, max_seq, head_hash FROM origins WHERE max_seq > 0")}
+            conn.execute("SELECT origin, max_seq, head_hash FROM origins WHERE max_seq > 0")}
 
 
 def origins_of_key(store: Store, public_key: bytes) -> dict[str, int]:

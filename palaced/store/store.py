@@ -31,6 +31,7 @@ disk is full). Nothing is acknowledged before the commit returns.
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from palace_proto.envelope import SignedEvent
 from palace_proto.ids import fingerprint
 from palace_proto.paths import DATABASE_FILENAME
+from palace_proto.sync import OriginHead
 from palace_proto.validation import Limits
 
 from . import batch, origins, queries, schema, wal
@@ -102,11 +104,17 @@ class Store:
         self.redactions_pending_checkpoint = False
         #: (origin, origin_seq) -> the newest committed events, as signed (written by the writer
         #: thread after each commit, read by replication in trio: single dict operations only)
-        self._recent: dict[tuple[str, int], SignedEvent] = {}
+        self._recent: collections.OrderedDict[tuple[str, int], SignedEvent] = collections.OrderedDict()
         #: events the running batch stored (writer thread), for ``_recent`` once it commits
         self._batch_signed: list[SignedEvent] = []
         #: the registry events among them (agents.py counts them at once, and for good at the commit)
         self._batch_registry: list[SignedEvent] = []
+        #: our version vector with head hashes, as committed: origin -> its head (max_seq > 0). Kept
+        #: here so replication never reads back what it just wrote (issue 27); replaced whole after
+        #: each commit, so any thread may read it
+        self._heads: dict[str, OriginHead] = origins.read_heads(self._conn)
+        #: the heads the running batch moved, in order (written into ``_heads`` once it commits)
+        self._batch_heads: list[tuple[str, OriginHead]] = []
         #: which daemon holds each agent id (agents.py)
         self.agents = AgentRegistry(fingerprint(self.public_key), self.origin_id)
         self.agents.load(self._conn)

@@ -176,6 +176,10 @@ def test_quick_comparison_reports_both_sides_and_cleans_up():
         for side in ("palace", "jetstream"):
             figures = {k: r[side] for k, r in result["figures"].items()}
             assert figures[f"{prefix}_p50_ms"] <= figures[f"{prefix}_p99_ms"] <= result["details"][side][f"{prefix}_max_ms"]
+    # The floor (benchmarks/floor.py) ran on every one-node figure, and only there.
+    assert {k for k, r in result["figures"].items() if "floor" in r} == {
+        "append_1_client_per_s", "append_16_clients_per_s", "wake_p50_ms", "wake_p99_ms"}
+    assert all(r["floor"] > 0 and r["of_floor"] > 0 for r in result["figures"].values() if "floor" in r)
     assert isinstance(result["absolute_targets"]["palace_append_1_client_per_s"]["met"], bool)
     assert result["details"]["jetstream"]["cross_stream_leader"] in ("n1", "n2", "n3")
     assert not Path(workdir.group(1)).exists(), "the comparison's directory was left behind"
@@ -189,7 +193,9 @@ def test_table_shows_both_sides_ratio_and_targets():
               "wake_p99_ms": 2.0, "cross_wake_p50_ms": 1.0, "cross_wake_p99_ms": 4.0}
     jetstream = {"append_1_client_per_s": 2000.0, "append_16_clients_per_s": 3000.0, "wake_p50_ms": 0.6,
                  "wake_p99_ms": 1.0, "cross_wake_p50_ms": 1.3, "cross_wake_p99_ms": 3.0}
-    rows = script.judge(palace, jetstream)
+    floor = {"append_1_client_per_s": 2000.0, "append_16_clients_per_s": 6000.0, "wake_p50_ms": 0.4,
+             "wake_p99_ms": 1.0}
+    rows = script.judge(palace, jetstream, floor)
     assert rows["append_1_client_per_s"]["advantage"] == pytest.approx(1.3) and rows["append_1_client_per_s"]["met"]
     assert not rows["append_16_clients_per_s"]["met"]  # 1.67× against a 2× target
     assert rows["wake_p50_ms"]["advantage"] == pytest.approx(1.2) and rows["wake_p50_ms"]["met"]
@@ -201,5 +207,8 @@ def test_table_shows_both_sides_ratio_and_targets():
     table = script.render_table(result)
     row = next(line for line in table.splitlines() if line.startswith("| durable appends/s, 16 client"))
     assert [c.strip() for c in row.strip("|").split("|")] == ["durable appends/s, 16 client processes", "5,000",
-                                                               "3,000", "1.67×", "≥ 2.00×", "not met"]
+                                                               "3,000", "1.67×", "≥ 2.00×", "not met", "6,000",
+                                                               "0.83×"]
+    cross = next(line for line in table.splitlines() if line.startswith("| append on A → watcher on B, p50"))
+    assert [c.strip() for c in cross.strip("|").split("|")][-2:] == ["—", "—"]  # the floor does not replicate
     assert sum(line.startswith("| ") for line in table.splitlines()) == 1 + len(FIGURES)
