@@ -308,3 +308,54 @@ def test_history_joins_the_chain_only_when_the_stored_event_links(pair):
     claims = dataclasses.replace(second, event_hash=stray.event_hash)  # claims the history's hash
     report = apply_verified(b, [claims], keys_of(a))
     assert report.duplicates == [claims] and b.version_vector()[a.origin_id] == 1  # the head did not move
+
+
+def heads_on_disk(store):
+    """The version vector as the database file holds it, read by a connection of its own."""
+    import apsw
+
+    from palaced.store.origins import read_heads
+
+    conn = apsw.Connection(str(store.path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return read_heads(conn)
+    finally:
+        conn.close()
+
+
+def test_the_heads_kept_in_memory_are_the_committed_ones(pair):
+    """Guards issue 27's in-memory version vector: replication reads ``heads()`` without the
+    database, so it must say what is committed — not what a rolled-back job or a failed batch
+    applied — and the same again after the store is opened anew."""
+    a, b = pair
+    for i in range(3):
+        append(a, body=f"a{i}")
+    events = a.signed_events_of_origin(a.origin_id, 0, 10)
+
+    def applies_then_fails(ctx):
+        ctx.apply_remote(events, keys_of(a), source="test")
+        raise ValueError("rolled back after applying")
+
+    append(b, body="b1")
+    outcomes = b.write_batch([applies_then_fails, lambda ctx: ctx.apply_remote(events[:1], keys_of(a),
+                                                                               source="test")]).outcomes
+    assert [ok for ok, _ in outcomes] == [False, True]
+    assert b.heads() == heads_on_disk(b) and b.heads()[a.origin_id].max_seq == 1
+    b._conn.set_commit_hook(lambda: True)  # the commit fails: nothing of the batch exists
+    try:
+        with pytest.raises(Exception, match="could not commit"):
+            b.write_batch([lambda ctx: ctx.apply_remote(events[1:], keys_of(a), source="test")])
+    finally:
+        b._conn.set_commit_hook(None)
+    assert b.heads() == heads_on_disk(b) and b.heads()[a.origin_id].max_seq == 1
+    apply(b, events[1:], keys_of(a))
+    append(b, body="b2")
+    assert b.heads() == heads_on_disk(b)
+    assert {o: h.max_seq for o, h in b.heads().items()} == {a.origin_id: 3, b.origin_id: 2} == b.version_vector()
+    path, key = b.path, b._key
+    b.close()
+    again = Store(path, key, LIMITS)
+    try:
+        assert again.heads() == heads_on_disk(again) == heads_on_disk(a) | {again.origin_id: again.heads()[again.origin_id]}
+    finally:
+        again.close()

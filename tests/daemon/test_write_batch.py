@@ -59,6 +59,10 @@ def assert_chain_consistent(store: Store, bodies: list[str]) -> None:
         conn.close()
     assert (row[0], bytes(row[1])) == (len(bodies), prev)
     assert (store._origin_seq, store._head_hash) == (len(bodies), prev)
+    # The version vector kept in memory (issue 27) says the same as the file, rolled-back jobs and
+    # failed commits left out.
+    assert store.version_vector() == ({store.origin_id: len(bodies)} if bodies else {})
+    assert not bodies or store.heads()[store.origin_id].head_hash == prev
 
 
 def test_a_job_whose_database_error_leaves_the_transaction_usable_fails_alone(store):
