@@ -247,12 +247,19 @@ def replicated_args(args: Mapping[str, Any]) -> tuple[int, float]:
     return count, timeout_ms / 1000
 
 
+def require_peers_for(ctx: Context, count: int) -> None:
+    """Refuse to wait for ``count`` peers on a daemon in no palace: before anything is written (an
+    append asked to be replicated must not be stored and then answered with an error; issue 27)."""
+    if count and ctx.network is None:
+        raise ApiError("this daemon has not joined a palace: no peer can hold the event "
+                       "(run `palacectl init` / `palacectl join`)", code="not_member")
+
+
 async def wait_replicated(ctx: Context, event: Mapping[str, Any], count: int, timeout_s: float) -> dict[str, Any]:
     if count == 0:
         return {"replicated": [], "replicated_count": 0, "timed_out": False}
-    if ctx.network is None:
-        raise ApiError("this daemon has not joined a palace: no peer can hold the event "
-                       "(run `palacectl init` / `palacectl join`)", code="not_member")
+    require_peers_for(ctx, count)
+    assert ctx.network is not None
     holders = await ctx.network.wait_replicated(event["origin"], event["origin_seq"], count, timeout_s)
     return {"replicated": holders, "replicated_count": len(holders), "timed_out": len(holders) < count}
 

@@ -40,7 +40,7 @@ from ..store import WriteContext
 from ..store import event_search
 from ..store import memory_views as views
 from .context import Context, Watcher, utc_stamp
-from .fleet import replicated_args, wait_replicated
+from .fleet import replicated_args, require_peers_for, wait_replicated
 from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
 from .tasks import check_claim, check_task_move, view_of
 
@@ -60,6 +60,7 @@ Push = Callable[[dict[str, Any]], Awaitable[None]]
 async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     replicated, timeout_s = replicated_args(args)
+    require_peers_for(ctx, replicated)
     req = append_request(args, ctx.limits)
     if req.ack_of is not None:
         await ctx.event_or_404(req.ack_of, "ack_of")
