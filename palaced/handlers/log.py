@@ -62,10 +62,12 @@ async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     replicated, timeout_s = replicated_args(args)
     require_peers_for(ctx, replicated)
     req = append_request(args, ctx.limits)
-    if req.ack_of is not None:
-        await ctx.event_or_404(req.ack_of, "ack_of")
 
     def job(w: WriteContext) -> dict[str, Any]:
+        # In the writing transaction, as append_many does: no read (and thread hop) ahead of every
+        # ack, and the event it names is there when the ack is written (issue 27).
+        if req.ack_of is not None and w.get_event(req.ack_of) is None:
+            raise NotFound(f"event {req.ack_of!r} not found")
         check_task_move(ctx, w, req.correlation_id, req.from_agent, req.type, req.status)
         return w.append(req)
 

@@ -314,3 +314,16 @@ async def test_excluded_types_never_match_a_list_or_a_wait(tmp_path):
                 await log.append(ctx, note(type="status", body="another announce", to_agent="*"))
                 last = await log.append(ctx, note(body="wake", to_agent="*"))
         assert [e["id"] for e in got[0]["events"]] == [last["id"]]
+
+
+async def test_an_append_acking_an_unknown_event_is_refused_in_the_writer_and_uses_no_number(tmp_path):
+    """Guards issue 27's move of the ack_of check into the writing transaction: still refused with
+    the same words, nothing written, no sequence number used up; a known target is taken."""
+    async with open_context(tmp_path) as ctx:
+        with pytest.raises(NotFound) as missing:
+            await log.append(ctx, note(body="ack", ack_of="evt_nope"))
+        assert missing.value.message == "event 'evt_nope' not found"
+        assert await _count(ctx) == 0
+        target = await log.append(ctx, note(body="target"))
+        acked = await log.append(ctx, note(body="ack", ack_of=target["id"]))
+        assert (target["origin_seq"], acked["origin_seq"], acked["ack_of"]) == (1, 2, target["id"])
