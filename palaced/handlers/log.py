@@ -340,13 +340,6 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     operator = args.get("operator", False)
     if not isinstance(operator, bool):
         raise ValidationError("operator must be true or false", field="operator")
-    target = await ctx.event_or_404(target_id)
-    if target.get("body_redacted"):
-        raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
-    if not operator and from_agent != target["from_agent"]:
-        raise ApiError(f"only the event's author ({target['from_agent']}) or this daemon's operator may redact "
-                       f"{target_id}; if you are the operator, say so: palacectl redact {target_id} "
-                       "--from-agent … --operator", code="not_permitted")
     ca_key = ctx.ca_key() if ctx.membership is not None and ctx.membership.can_invite else None
     palace_id = ctx.membership.palace_id if ctx.membership is not None else ""
     own_origin = ctx.store.origin_id
@@ -368,6 +361,11 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             raise NotFound(f"event {target_id!r} not found")
         if target.get("body_redacted"):
             raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
+        # Checked once, here in the writing transaction (issue 27: it was read and checked before too).
+        if not operator and from_agent != target["from_agent"]:
+            raise ApiError(f"only the event's author ({target['from_agent']}) or this daemon's operator may redact "
+                           f"{target_id}; if you are the operator, say so: palacectl redact {target_id} "
+                           "--from-agent … --operator", code="not_permitted")
         allowed, _ = signer_for(w, target)
         if not allowed:
             raise ApiError(f"event {target_id} was written on another daemon (origin {target['origin']}): only "
