@@ -31,6 +31,7 @@ from typing import Any, Final
 import msgpack
 
 from palacectl.bench_clients import paced_wake_samples, report_wake, sample_body, sample_index
+from palacectl.bench_daemon import log_tail
 
 __all__ = ["FloorAppendJob", "FloorServer", "FloorWakeJob", "floor_appends", "floor_wake_watcher",
            "floor_wake_writer"]
@@ -211,10 +212,7 @@ class FloorServer:
                 self.proc.wait()
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
-        except FileNotFoundError:
-            return "(no log)"
+        return log_tail(self.log_path, lines)
 
 
 class _Client:

@@ -19,7 +19,8 @@ from typing import Any, Final
 
 from .client import Client, DaemonUnreachable
 
-__all__ = ["CONVERGE_TIMEOUT_S", "LOOPBACK_ANY_PORT", "NETWORK_ARGS", "START_TIMEOUT_S", "BenchDaemon", "BenchPalace"]
+__all__ = ["CONVERGE_TIMEOUT_S", "LOOPBACK_ANY_PORT", "NETWORK_ARGS", "START_TIMEOUT_S", "BenchDaemon", "BenchPalace",
+           "log_tail"]
 
 # Why these flags: the network rule. Nothing the benchmark starts multicasts or listens beyond
 # loopback; peers find each other through the invite address and remembered addresses only.
@@ -33,6 +34,14 @@ CONVERGE_TIMEOUT_MS: Final = int(CONVERGE_TIMEOUT_S * 1000)
 # Why 1 s: a link that is serving sends a batch every few milliseconds; a second without one
 # means the serving is over (and is far below the 10 s anti-entropy interval).
 SETTLE_QUIET_S: Final = 1.0
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` of a benchmark process's log, for the report of a run that failed."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
+    except FileNotFoundError:
+        return "(no log)"
 
 
 class BenchDaemon:
@@ -101,10 +110,7 @@ class BenchDaemon:
             self.proc.wait()
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
-        except FileNotFoundError:
-            return "(no log)"
+        return log_tail(self.log_path, lines)
 
     def rss_mb(self) -> float:
         """Resident memory of the daemon process (Linux /proc; NaN elsewhere)."""

@@ -10,7 +10,6 @@ command) or a typer app of its own (a group), and this module registers them exp
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,11 +17,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from palace_proto.errors import ApiError, ProtocolError, ValidationError
-
 from .. import output
-from ..client import DaemonUnreachable
-from ..output import EXIT_OK, EXIT_USAGE, CommandFailed
+from ..loop import guarded
+from ..output import EXIT_OK, EXIT_USAGE
 from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace, service,
                session, tasks, ui)
 
@@ -109,39 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args
     command = typer.main.get_command(app)
-    try:
-        rv = command.main(args=args, prog_name="palacectl", standalone_mode=False)
-    except _UsageError as exc:
-        output.report_error(exc.format_message() if hasattr(exc, "format_message") else str(exc), "usage", as_json=as_json)
-        return EXIT_USAGE
-    except CommandFailed as exc:
-        output.report_error(exc.message, exc.code, as_json=as_json)
-        return exc.exit_code
-    except ProtocolError as exc:
-        output.report_error(f"cannot send this request: {exc.message}", "invalid_argument", as_json=as_json)
-        return output.EXIT_FAILED
-    except ValidationError as exc:
-        output.report_error(exc.message, exc.code, as_json=as_json)
-        return output.EXIT_FAILED
-    except ApiError as exc:
-        output.report_error(exc.message, exc.code, as_json=as_json)
-        return output.EXIT_FAILED
-    except DaemonUnreachable as exc:
-        output.report_error(str(exc), "unreachable", as_json=as_json)
-        return output.EXIT_UNREACHABLE
-    except KeyboardInterrupt:
-        sys.stderr.write("Stopped.\n")
-        return output.EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # Our reader went away; stay quiet (like `head`) and point stdout at devnull for the exit flush.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return output.EXIT_FAILED
-    except typer.Abort:
-        sys.stderr.write("Stopped.\n")
-        return output.EXIT_INTERRUPTED
-    if rv == output.EXIT_INTERRUPTED:
-        # typer turns Ctrl-C into exit 130 itself; say so, as the watch contract promises.
-        sys.stderr.write("Stopped.\n")
-    if isinstance(rv, int):
-        return rv
-    return EXIT_OK
+
+    def run() -> int:
+        # What only the framework raises is mapped here; the rest as for the loop's quick path.
+        try:
+            rv = command.main(args=args, prog_name="palacectl", standalone_mode=False)
+        except _UsageError as exc:
+            output.report_error(exc.format_message() if hasattr(exc, "format_message") else str(exc), "usage",
+                                as_json=as_json)
+            return EXIT_USAGE
+        except typer.Abort:
+            sys.stderr.write("Stopped.\n")
+            return output.EXIT_INTERRUPTED
+        if rv == output.EXIT_INTERRUPTED:
+            # typer turns Ctrl-C into exit 130 itself; say so, as the watch contract promises.
+            sys.stderr.write("Stopped.\n")
+        return rv if isinstance(rv, int) else EXIT_OK
+
+    return guarded(run, as_json=as_json)
