@@ -324,7 +324,8 @@ class PalaceMCP(StdioServer):
 
         @tool(description=(
             "Deliver a diff (byte-exact, with its final newline): stores it and appends patch.ready in one step; "
-            "with correlation_id, stream and to_agent come from its task. Returns {success, artifact, event}."), extras=("stream", "room", "branch", "base_commit", "metadata", "topic", "from_agent"))
+            "with correlation_id, stream and to_agent come from its task. Returns {success, artifact, event}."),
+            extras=("stream", "room", "branch", "base_commit", "metadata", "topic", "from_agent"))
         async def mempalace_patch_submit(
             content: str, stream: str | None = None, room: str = "patches", to_agent: str | None = None,
             correlation_id: str | None = None, branch: str | None = None, base_commit: str | None = None,
