@@ -109,9 +109,10 @@ def _strip(value: str) -> str:
 
 def clean_required(field: str, value: Any) -> str:
     """A required routing field: non-empty string, ≤256 characters, no control characters."""
-    if not isinstance(value, str) or not _strip(value):
+    cleaned = _strip(value) if isinstance(value, str) else ""
+    if not cleaned:
         raise ValidationError(f"{field} must be a non-empty string", field=field)
-    return _check_routing(field, _strip(value))
+    return _check_routing(field, cleaned)
 
 
 def clean_optional(field: str, value: Any) -> str | None:
