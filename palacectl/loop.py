@@ -31,8 +31,8 @@ from .client import Client, DaemonUnreachable, home_from
 from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit_json, fail, note, write_stdout
 
 __all__ = [
-    "UsageProblem", "call", "capped", "decode_utf8", "event_filters", "guarded", "parse_metadata", "print_events",
-    "read_input", "run_quick", "text_or_file",
+    "UsageProblem", "call", "capped", "decode_utf8", "event_filters", "guarded", "parse_metadata", "print_event",
+    "print_events", "read_input", "run_quick", "text_or_file",
 ]
 
 
@@ -101,6 +101,14 @@ def event_filters(**values: list[str] | None) -> dict[str, list[str]]:
     return {name: list(v) for name, v in values.items() if v}
 
 
+def print_event(event: dict[str, Any], as_json: bool, heading: str) -> None:
+    """One event a command wrote: the JSON document, or ``heading:`` and its human line."""
+    if as_json:
+        emit_json(event)
+    else:
+        write_stdout(f"{heading}:\n" + output.event_line(event) + "\n")
+
+
 def print_events(result: dict[str, Any], as_json: bool) -> None:
     """A page of events: the JSON document, or a human block (a note on a terminal when empty)."""
     if as_json:
@@ -147,10 +155,7 @@ def append_event(home: Path, o: dict[str, Any]) -> dict[str, Any]:
     event: dict[str, Any] = call(home, "append", **routing, body=text, metadata=parse_metadata(o.get("metadata")),
                                  artifact_ids=o.get("artifact_id"), replicated=o.get("replicated"),
                                  timeout_ms=capped(o.get("timeout_ms"), 3_600_000))
-    if o.get("json"):
-        emit_json(event)
-    else:
-        write_stdout("Appended:\n" + output.event_line(event) + "\n")
+    print_event(event, bool(o.get("json")), "Appended")
     return event
 
 
@@ -158,10 +163,7 @@ def ack_event(home: Path, o: dict[str, Any]) -> int:
     text = text_or_file(o.get("body"), o.get("body_file"), "body")
     event = call(home, "ack", event_id=o["event_id"], from_agent=o["from_agent"], status=o.get("status"),
                  topic=o.get("topic"), body=text)
-    if o.get("json"):
-        emit_json(event)
-    else:
-        write_stdout("Acknowledged:\n" + output.event_line(event) + "\n")
+    print_event(event, bool(o.get("json")), "Acknowledged")
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ import typer
 
 from palace_proto.errors import ApiError
 
-from .. import loop, output
+from .. import loop
 from ..output import EXIT_IDLE, emit_json, fail, note, write_stdout
 from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home, event_filters
 
@@ -318,10 +318,9 @@ def redact(
     verifies. The author agent may redact its events, or the operator with --operator; an event
     written on another daemon only there or on the palace owner's machine."""
     event = call_daemon("redact", event_id=event_id, from_agent=from_agent, reason=reason, operator=operator)
+    loop.print_event(event, json_, f"Redacted {event_id}")
     if json_:
-        emit_json(event)
         return
-    write_stdout(f"Redacted {event_id}:\n" + output.event_line(event) + "\n")
     if event.get("also_redacted"):
         write_stdout(f"Also redacted (the same fact): {', '.join(event['also_redacted'])}\n")
     if event.get("purge") == "pending":
