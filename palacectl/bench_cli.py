@@ -11,7 +11,6 @@ comparison. Target: ≤ 60 ms per loop command (p50).
 
 from __future__ import annotations
 
-import math
 import shutil
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from .bench import percentile
 from .bench_daemon import BenchDaemon
 from .service.host import palacectl_command
 
@@ -41,9 +41,7 @@ def _time(argv: list[str]) -> float:
 
 
 def _stats(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    return {"p50_ms": round(statistics.median(ordered), 1),
-            "p90_ms": round(ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)], 1)}
+    return {"p50_ms": round(statistics.median(samples), 1), "p90_ms": round(percentile(samples, 90), 1)}
 
 
 def run_cli_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:

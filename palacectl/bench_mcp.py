@@ -11,7 +11,6 @@ the rest are warm. Targets: ready (tools listed) in ≤ 150 ms warm, ≤ 400 ms 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import statistics
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from .bench import percentile
 from .service.host import palacectl_command
 
 __all__ = ["run_mcp_bench", "time_mcp_start"]
@@ -68,11 +68,11 @@ def run_mcp_bench(*, quick: bool = False, progress: bool = True) -> dict[str, An
     finally:
         shutil.rmtree(home, ignore_errors=True)
     first, warm = runs[0], runs[1:]
-    ready = sorted(r[1] for r in warm)
+    ready = [r[1] for r in warm]
     result = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0], "runs": len(runs),
               "first_ready_ms": round(first[1], 1), "warm_initialize_p50_ms": round(statistics.median(r[0] for r in warm), 1),
               "warm_ready_p50_ms": round(statistics.median(ready), 1),
-              "warm_ready_p90_ms": round(ready[max(0, math.ceil(0.9 * len(ready)) - 1)], 1),  # nearest rank
+              "warm_ready_p90_ms": round(percentile(ready, 90), 1),
               "tools_list_bytes": first[2],
               "targets": {"warm_ready_ms": WARM_TARGET_MS, "cold_ready_ms": COLD_TARGET_MS}}
     say(f"palacectl mcp, {len(runs)} starts: first ready in {result['first_ready_ms']:.0f} ms "
