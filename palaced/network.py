@@ -906,7 +906,7 @@ class Network:
         """This daemon's own links as its report carries them: every peer it has a record of (met,
         dialled or seen by mDNS), with the state and lag ``peers`` shows; connected ones first, as
         the report keeps only the first ``MAX_REPORT_LINKS``."""
-        heads = await self.astore.read(self.store.version_vector)
+        heads = self.store.version_vector()  # kept in memory: no read
         views = [p for p in self.peers_view(heads) if p["peer_id"] in self._records]
         views.sort(key=lambda p: (p["state"] not in ("live", "catching up", "connecting"), p["peer_id"]))
         return [{key: p[key] for key in ("peer_id", "state", "direction", "last_contact", "we_lack", "they_lack")}

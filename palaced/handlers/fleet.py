@@ -181,7 +181,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 async def peers(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     membership = ctx.require_member()
     assert ctx.network is not None
-    heads = await ctx.astore.read(ctx.store.version_vector)
+    heads = ctx.store.version_vector()  # kept in memory: no read
     forks = await ctx.astore.read(ctx.store.forks)
     return {"peer_id": membership.peer_id, "listen": ctx.network.listen_addresses,
             "mdns": ctx.network.mdns_state, "peers": ctx.network.peers_view(heads), "forks": forks}
@@ -214,7 +214,7 @@ async def peer_counts(ctx: Context) -> dict[str, int]:
     """Peers connected and known (revoked ones left out), for ``status``."""
     if ctx.network is None:
         return {"live": 0, "total": 0}
-    heads = await ctx.astore.read(ctx.store.version_vector)
+    heads = ctx.store.version_vector()  # kept in memory: no read
     known = [p for p in ctx.network.peers_view(heads) if not p["revoked"]]
     return {"live": sum(p["state"] in ("live", "catching up") for p in known), "total": len(known)}
 
@@ -352,6 +352,8 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         check("listening", "ok" if reach == "accepts connections" and not host.startswith("127.") else "warn",
               f"port {port} {where}; {reach}; peers need this TCP port open in firewalls")
     lan = await trio.to_thread.run_sync(lambda: interface_ipv4_addresses(multicast=True))
+    known = [p for p in net.peers_view(ctx.store.version_vector()) if p["peer_id"]]
+    live = [p for p in known if p["state"] in ("live", "catching up")]
     if net.mdns_state == "off":
         check("mdns", "warn", "mDNS is off (--no-mdns or network.mdns = false): only static and remembered peers "
               "are dialled; add peers with `palacectl peers add HOST:PORT`")
@@ -359,12 +361,10 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         check("mdns", "warn", "no LAN interface with an IPv4 address: mDNS cannot see other machines")
     else:
         seen = sum(1 for t in net.targets_view() if "mdns" in t["sources"])
-        heads = await ctx.astore.read(ctx.store.version_vector)
-        others = [p for p in net.peers_view(heads) if p["peer_id"] and not p["revoked"]]
-        linked = [p for p in others if p["state"] in ("live", "catching up")]
+        others = [p for p in known if not p["revoked"]]
         if seen:
             why = ""
-        elif others and not linked:
+        elif others and not live:
             # A stopped daemon stops advertising: silence then says nothing about multicast (issue 26).
             names = ", ".join(p["name"] or p["peer_id"][:7] for p in others[:5])
             why = (f" — none of the {len(others)} known peer(s) ({names}) is advertising: they are stopped, "
@@ -373,7 +373,7 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         else:
             why = (" — if peers run on this LAN, multicast may be blocked (Wi-Fi isolation, VPN, Windows 'Public' "
                    "network): add them with `palacectl peers add HOST:PORT`")
-        check("mdns", "ok" if seen or linked else "warn", f"advertising on {', '.join(lan)}; {seen} peer "
+        check("mdns", "ok" if seen or live else "warn", f"advertising on {', '.join(lan)}; {seen} peer "
               f"address(es) seen by mDNS{why}")
     for target in net.targets_view():
         if "static" not in target["sources"]:
@@ -383,9 +383,6 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         else:
             check(f"static peer {target['address']}", "ok", f"{target['state']}"
                   + (f" ({target['peer_id']})" if target["peer_id"] else ""))
-    heads = await ctx.astore.read(ctx.store.version_vector)
-    known = [p for p in net.peers_view(heads) if p["peer_id"]]
-    live = [p for p in known if p["state"] in ("live", "catching up")]
     check("peers", "ok" if live else "warn",
           f"{len(live)} connected of {len(known)} known" + ("" if live else
                                                             "; nobody connected yet — see the checks above"))
