@@ -57,6 +57,7 @@ def test_read_commands_answer_the_same_both_ways(loop_home):
         ["wait", "--type", "nothing", "--timeout-ms", "50", "--json"],
         ["inbox", "--agent", "linux-codex"], ["inbox", "--agent", "linux-codex", "--json", "--limit", "1"],
         ["inbox"],  # --agent missing: the same usage error
+        ["list", "--type", "\udcff"],  # a byte that is not UTF-8 in argv: the same refusal, no traceback
         ["task", "ready", "--agent", "linux-codex"], ["task", "ready", "--agent", "linux-codex", "--json"],
     ):
         quick, full = both(loop_home, args)
