@@ -133,7 +133,7 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
     store.agents.ca_check = ca_checker(membership)
     if membership.can_invite:  # the CA's daemon: its registrations of people's ids count
         store.agents.human_grant = human_grant(ctx, membership)
-    await astore.write(lambda w: store.agents.reload_ca(w.conn), heavy=True)
+    await astore.write(store.agents.reload_ca, heavy=True)
     registered = await register_own_agents(ctx)
     if registered:
         LOGGER.info("registered %d agent(s) this daemon wrote as to it: %s", len(registered), ", ".join(registered[:20]))

@@ -36,7 +36,7 @@ from palace_proto.pki import (
     verify_member_certificate,
 )
 
-from .store import WriteContext
+from .store import WriteContext, invites
 from .store.aio import AsyncStore
 from .tls import certificate_pem, enrolment_client_context
 
@@ -107,10 +107,7 @@ async def serve_enrolment(stream: trio.SSLStream, astore: AsyncStore, *, ca_key:
         joined = verify_member_certificate(ca_pem, certificate, current)
 
         def mark_used(ctx: WriteContext) -> bool:
-            changes = ctx.conn.execute(
-                "UPDATE invites SET used_by=?, used_at=? WHERE invite_id=? AND used_by IS NULL RETURNING 1",
-                (joined.peer_id, current.strftime("%Y-%m-%dT%H:%M:%SZ"), message.invite_id)).fetchall()
-            return bool(changes)
+            return invites.spend(ctx, message.invite_id, joined.peer_id, current.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
         if not await astore.write(mark_used):
             return await refuse("this invite was already used; each invite admits one daemon — ask for a new one")

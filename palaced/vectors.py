@@ -29,6 +29,7 @@ from .bus import EventBus, TypeWatch
 from .embedding import Embedder, EmbeddingError
 from .files import fsync_directory
 from .store import Store
+from .store import memory_views as views
 
 if TYPE_CHECKING:
     import numpy as np
@@ -378,8 +379,7 @@ class MemoryIndexer:
             self._changed.set()
 
     def _fingerprint(self) -> tuple[int, int]:
-        return self.store.memory_read(
-            lambda conn: conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM drawers").fetchone())
+        return self.store.memory_read(views.drawers_fingerprint)
 
     async def _sync(self) -> None:
         fingerprint = await trio.to_thread.run_sync(self._fingerprint)
@@ -453,13 +453,10 @@ class MemoryIndexer:
         self._model_thread.shutdown(wait=False, cancel_futures=True)
 
     def _drawer_ids(self) -> list[tuple[str, str]]:
-        return self.store.memory_read(lambda conn: conn.execute("SELECT id, kind FROM drawers").fetchall())
+        return self.store.memory_read(views.drawer_ids)
 
     def _contents(self, ids: list[str]) -> dict[str, str]:
-        placeholders = ",".join("?" * len(ids))
-        rows = self.store.memory_read(
-            lambda conn: conn.execute(f"SELECT id, content FROM drawers WHERE id IN ({placeholders})", ids).fetchall())
-        return dict(rows)
+        return self.store.memory_read(views.drawer_contents, ids)
 
     async def search(self, query: str, k: int, timings: dict[str, float] | None = None) -> list[tuple[str, float]]:
         """(drawer id, cosine) of the nearest drawers; empty when vectors are unavailable.

@@ -40,6 +40,7 @@ from palace_proto.validation import AppendRequest, clean_optional
 
 from ..membership import Membership
 from ..store import WriteContext
+from ..store import agents as store_agents
 from ..store import memory_views as views
 from ..store.clock import utc_now as _now
 from .context import Context
@@ -123,11 +124,6 @@ def _record_wire(ctx: Context, record: AgentRecord | None, agent: str) -> dict[s
     return wire
 
 
-# Why a meta key: the scan of this daemon's own events for the agents it wrote as runs once, when
-# it first belongs to a palace; from then on every new agent is registered by its first write.
-_REGISTERED_OWN_KEY: Final = "agents_registered_own"
-
-
 async def register_own_agents(ctx: Context) -> list[str]:
     """This daemon belongs to a palace (founded, joined, or started as a member): from now on its
     writes register their agents, and the agents it wrote as before that nobody holds are
@@ -138,14 +134,14 @@ async def register_own_agents(ctx: Context) -> list[str]:
         return []
 
     def job(w: WriteContext) -> list[str]:
-        if w.conn.execute("SELECT 1 FROM meta WHERE key=?", (_REGISTERED_OWN_KEY,)).fetchone():
+        if store_agents.own_agents_registered(w):
             return []
         agents = store.agents.unregistered_own_agents(store)
         for agent in agents:
             w.append_system(_system_event(REGISTER, agent, f"{agent} is registered to this daemon (it wrote as "
                                           f"{agent} before belonging to a palace)",
                                           store.agents.register_metadata(agent), ctx))
-        w.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')", (_REGISTERED_OWN_KEY,))
+        store_agents.note_own_agents_registered(w)
         return agents
 
     return await ctx.astore.write(job, heavy=True)

@@ -37,7 +37,7 @@ from ..enrolment import enrol
 from ..interfaces import interface_ipv4_addresses
 from ..membership import Membership, create_palace, save_joined
 from ..network import ListenError
-from ..store import WriteContext
+from ..store import WriteContext, invites
 from .context import Context, utc_stamp
 
 __all__ = ["OPS", "fleet", "network_status", "peer_counts", "replicated_args", "wait_replicated", "who"]
@@ -112,8 +112,7 @@ async def invite(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                         expires_at)
 
     def job(w: WriteContext) -> None:
-        w.conn.execute("INSERT INTO invites (invite_id, secret, role, expires_at, created_at) VALUES (?,?,?,?,?)",
-                       (invitation.invite_id, secret, role, expires_at, utc_stamp(time.time())))
+        invites.issue(w, invitation.invite_id, secret, role, expires_at, utc_stamp(time.time()))
 
     await ctx.astore.write(job)
     assert ctx.network is not None

@@ -43,7 +43,7 @@ async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dic
     events = ctx.store.agents.annotate(events[:limit])
     if events and events[-1]["seq"] > cursor.listed_seq:
         last = events[-1]["seq"]
-        await ctx.astore.write(lambda w: store_inbox.note_listed(w.conn, agent, last))
+        await ctx.astore.write(lambda w: store_inbox.note_listed(w, agent, last))
         cursor = store_inbox.Cursor(cursor.read_seq, cursor.read_event_id, last)
     # The page holds every unread event unless there are more: only then count them apart.
     unread = (await ctx.astore.read(store_inbox.unread_count, ctx.store, agent, cursor.read_seq) if more
@@ -65,7 +65,7 @@ async def inbox_mark_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
     upto = clean_required("upto_event_id", args.get("upto_event_id"))
 
     def job(w: WriteContext) -> tuple[store_inbox.Cursor, bool]:
-        return store_inbox.mark_read(w.conn, agent, upto)
+        return store_inbox.mark_read(w, agent, upto)
 
     cursor, moved = await ctx.astore.write(job)
     unread = await ctx.astore.read(store_inbox.unread_count, ctx.store, agent, cursor.read_seq)

@@ -39,6 +39,7 @@ from palace_proto.validation import (
 from ..store import WriteContext
 from ..store import event_search
 from ..store import memory_views as views
+from ..store import origins as store_origins
 from .context import Context, Watcher, utc_stamp
 from .fleet import replicated_args, require_peers_for, wait_replicated
 from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
@@ -121,7 +122,7 @@ async def index_text(ctx: Context) -> int:
     (``store/event_search.py``); returns the index's position."""
     target = ctx.bus.latest_seq
     while True:
-        position, looked = await ctx.astore.write(lambda w: event_search.index_pending(w.conn))
+        position, looked = await ctx.astore.write(event_search.index_pending)
         if looked == 0 or position >= target:
             return position
 
@@ -348,8 +349,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         """(may we redact it on every replica that holds it, the CA signature that makes it so)."""
         if event["origin"] == own_origin:
             return True, None
-        row = w.conn.execute("SELECT max_seq FROM origins WHERE origin=?", (event["origin"],)).fetchone()
-        if row is None or row[0] == 0:
+        if store_origins.head_in(w, event["origin"]) is None:
             return True, None  # imported history: it never leaves this replica
         if ca_key is None:
             return False, None
@@ -373,7 +373,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                            "it on every replica — run the redact there", code="not_permitted")
         # In the same transaction as the redactions: what else carries the same words (a fact's
         # invalidations, the same drawer or fact filed again), found before the target's link goes.
-        related = views.related_memory_events(w.conn, target_id)
+        related = views.related_memory_events_in(w, target_id)
         first: dict[str, Any] | None = None
         also: list[str] = []
         for event_id in [target_id, *related]:

@@ -159,8 +159,7 @@ async def kg_invalidate(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
 
     def job(w: WriteContext) -> dict[str, Any]:
         event = w.append(req)
-        (ended,) = w.conn.execute("SELECT count(*) FROM kg_facts WHERE ended_by=?", (event["id"],)).fetchone()
-        return {"event": event, "ended": ended}
+        return {"event": event, "ended": views.facts_ended_by(w, event["id"])}
 
     result = await ctx.astore.write(job)
     return {"fact": change.text, "ended": change.ended, "facts_ended": result["ended"],

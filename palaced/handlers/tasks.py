@@ -274,7 +274,7 @@ async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
     if finished:
         # Written only when a task has just finished (once per task), not on every listing.
         try:
-            await ctx.astore.write(lambda w: settle(w.conn, finished))
+            await ctx.astore.write(lambda w: settle(w, finished))
         except (ApiError, StoreError) as exc:  # a full disk, shutting down: derived again next time
             LOGGER.info("could not record finished tasks: %s", getattr(exc, "message", exc))
     return views, capped

@@ -5,7 +5,9 @@ agent's record, each origin's daemon (the fingerprint of its key), and the agent
 registered — loaded when the store opens and brought up to date after each commit; the checks a
 local write as an agent must pass (``needs_registration``: held here, free, elsewhere, retired)
 and the one an arriving event must pass (``arrival_problem``); the verdict on any stored event
-(``verdict``), which the handlers attach to what they serve.
+(``verdict``), which the handlers attach to what they serve; and the meta flag saying this
+daemon's agents from before it belonged to a palace were registered to it (``own_agents_registered``,
+``note_own_agents_registered``: the handlers' write job registers them once).
 
 Threading: ``records`` and ``origin_daemons`` are replaced whole or only added to, so any thread
 reads them without a lock; everything else is the writer thread's. The registry events of the
@@ -47,9 +49,11 @@ from palace_proto.ids import fingerprint
 from .task_threads import unsettle_agents
 
 if TYPE_CHECKING:
+    from .batch import WriteContext
     from .store import Store
 
-__all__ = ["MAX_AGENTS_PER_ORIGIN", "AgentElsewhere", "AgentRegistry", "AgentRetired"]
+__all__ = ["MAX_AGENTS_PER_ORIGIN", "AgentElsewhere", "AgentRegistry", "AgentRetired", "note_own_agents_registered",
+           "own_agents_registered"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 # Why 10,000: the agents one origin may register. Each record stays in memory on every replica, so
@@ -57,6 +61,9 @@ _LOGGER: Final = logging.getLogger("palaced.store")
 # not a machine running agents. Counted along the origin's own chain: every replica agrees.
 MAX_AGENTS_PER_ORIGIN: Final = 10_000
 _NONE: Final[frozenset[str]] = frozenset()
+# Why a meta key: the scan of this daemon's own events for the agents it wrote as runs once, when
+# it first belongs to a palace; from then on every new agent is registered by its first write.
+_REGISTERED_OWN_KEY: Final = "agents_registered_own"
 
 
 class AgentElsewhere(ApiError):
@@ -162,9 +169,10 @@ class AgentRegistry:
                 records[agent] = derive_record(agent, self._claims[agent])
             self.records = records
 
-    def reload_ca(self, conn: apsw.Connection) -> None:
-        """The CA check changed (a palace founded or joined): derive again (in a write job: the
+    def reload_ca(self, ctx: WriteContext) -> None:
+        """The CA check changed (a palace founded or joined): derive again (a write job's step: the
         tasks of an agent whose record changed are derived again too, as its verdicts may have)."""
+        conn = ctx.conn
         before = self.records
         self.load(conn)
         unsettle_agents(conn, {agent for agent in before.keys() | self.records.keys()
@@ -323,3 +331,14 @@ class AgentRegistry:
                     event = {**event, "impersonation": found}
             out.append(event)
         return out
+
+
+def own_agents_registered(ctx: WriteContext) -> bool:
+    """Whether the agents this daemon wrote as before it belonged to a palace were registered to it
+    already (a write job's step, with ``note_own_agents_registered``)."""
+    return ctx.conn.execute("SELECT 1 FROM meta WHERE key=?", (_REGISTERED_OWN_KEY,)).fetchone() is not None
+
+
+def note_own_agents_registered(ctx: WriteContext) -> None:
+    """They were (in the same write job that registered them)."""
+    ctx.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')", (_REGISTERED_OWN_KEY,))

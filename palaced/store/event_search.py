@@ -19,6 +19,7 @@ from palace_proto.validation import ListQuery, text_match_expression
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
+    from .batch import WriteContext
     from .store import Store
 
 __all__ = ["INDEX_CHUNK", "forget", "index_pending", "indexed_seq", "search_events"]
@@ -34,9 +35,10 @@ def indexed_seq(conn: apsw.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def index_pending(conn: apsw.Connection, limit: int = INDEX_CHUNK) -> tuple[int, int]:
-    """Index the next ``limit`` events after the index's position (writer thread, in a write job).
-    Returns (the new position, how many events it looked at)."""
+def index_pending(ctx: WriteContext, limit: int = INDEX_CHUNK) -> tuple[int, int]:
+    """Index the next ``limit`` events after the index's position (a write job's step: writer
+    thread). Returns (the new position, how many events it looked at)."""
+    conn = ctx.conn
     start = indexed_seq(conn)
     rows = conn.execute("SELECT seq, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (start, limit)).fetchall()
     if not rows:

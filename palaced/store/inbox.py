@@ -4,7 +4,8 @@ Owns: the ``inbox_cursors`` table (schema 0007): reading an agent's cursor, the 
 after it (events addressed to the agent or to ``*``, not written by it, oldest first, through
 ``queries.list_events``), remembering how far a page listed (``note_listed``), and moving the
 cursor (``mark_read``: never backwards, never past what was listed). Reads on the caller's reader
-connection; the two writes run as write jobs (writer thread, inside a batch).
+connection; the two writes are steps of a write job (they take its ``WriteContext``: writer
+thread, inside a batch).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .clock import utc_now
 from .queries import list_events
 
 if TYPE_CHECKING:
+    from .batch import WriteContext
     from .store import Store
 
 __all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "cursor_of", "inbox_page", "mark_read", "note_listed",
@@ -83,20 +85,23 @@ def _ensure_row(conn: apsw.Connection, agent: str) -> None:
     conn.execute("INSERT INTO inbox_cursors (agent, updated_at) VALUES (?, ?)", (agent, utc_now()))
 
 
-def note_listed(conn: apsw.Connection, agent: str, seq: int) -> None:
-    """A page of the inbox showed events up to ``seq`` (writer thread)."""
+def note_listed(ctx: WriteContext, agent: str, seq: int) -> None:
+    """A page of the inbox showed events up to ``seq`` (a write job's step)."""
+    conn = ctx.conn
     _ensure_row(conn, agent)
     conn.execute("UPDATE inbox_cursors SET listed_seq=?, updated_at=? WHERE agent=? AND listed_seq < ?",
                  (seq, utc_now(), agent, seq))
 
 
-def mark_read(conn: apsw.Connection, agent: str, event_id: str) -> tuple[Cursor, bool]:
-    """Move the agent's cursor to ``event_id`` (writer thread): the new cursor, and whether it moved.
+def mark_read(ctx: WriteContext, agent: str, event_id: str) -> tuple[Cursor, bool]:
+    """Move the agent's cursor to ``event_id`` (a write job's step): the new cursor, and whether it
+    moved.
 
     Raises:
         NotFound: no such event.
         ValidationError: it lies beyond what the inbox listed.
     """
+    conn = ctx.conn
     row = conn.execute("SELECT seq FROM events WHERE id=?", (event_id,)).fetchone()
     if row is None:
         raise NotFound(f"upto names an unknown event {event_id!r}")

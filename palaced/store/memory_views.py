@@ -5,8 +5,10 @@ in the same transaction that stores the event, whether appended here or arrived 
 undoing that for a redacted event without leaving its words anywhere in the database (the keyword
 index included: ``unmaterialise``), finding the other events that carry the same drawer or fact
 (``related_memory_events``), rebuilding everything from the log, and the read queries (keyword
-search, facts as of a date, diary pages, agents, tunnels). Synchronous apsw, like the store: every
-function takes the connection it works on.
+search, facts as of a date, diary pages, agents, tunnels; the drawers the vector index embeds).
+Synchronous apsw, like the store: every function takes the connection it works on, except the two
+steps of a handler's write job (``related_memory_events_in``, ``facts_ended_by``), which take the
+job's ``WriteContext``.
 
 An event that breaks the memory rules (from a peer: ``palace_proto.memory.read_memory_event``
 says what is wrong) is left out of the views and logged once; it never fails the transaction
@@ -19,7 +21,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
@@ -39,8 +41,12 @@ from palace_proto.memory import (
 )
 from palace_proto.text import printable
 
-__all__ = ["VIEWS_VERSION", "agents", "diary_page", "drawers_by_id", "facts_about", "keyword_search", "materialise",
-           "passes", "rebuild", "related_memory_events", "tunnels", "unmaterialise"]
+if TYPE_CHECKING:
+    from .batch import WriteContext
+
+__all__ = ["VIEWS_VERSION", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
+           "drawers_fingerprint", "facts_about", "facts_ended_by", "keyword_search", "materialise", "passes", "rebuild",
+           "related_memory_events", "related_memory_events_in", "tunnels", "unmaterialise"]
 
 #: bump when the views' shape or derivation changes: the daemon then rebuilds them from the log.
 #: 2: external-content keyword index with secure-delete, memory_keys, fact format 2, strict reading.
@@ -142,6 +148,18 @@ def related_memory_events(conn: apsw.Connection, event_id: str) -> list[str]:
         "WHERE mine.event_id = ? AND other.event_id != mine.event_id AND e.body IS NOT NULL ORDER BY e.seq",
         (event_id,)).fetchall()
     return [r[0] for r in rows]
+
+
+def related_memory_events_in(ctx: WriteContext, event_id: str) -> list[str]:
+    """``related_memory_events`` as a write job's transaction sees it (the redaction's own)."""
+    return related_memory_events(ctx.conn, event_id)
+
+
+def facts_ended_by(ctx: WriteContext, event_id: str) -> int:
+    """How many facts the ``memory.kg.invalidate`` event ``event_id`` ended (in the write job that
+    appended it)."""
+    (ended,) = ctx.conn.execute("SELECT count(*) FROM kg_facts WHERE ended_by=?", (event_id,)).fetchone()
+    return ended
 
 
 def unmaterialise(conn: apsw.Connection, event_id: str, load: Loader) -> None:
@@ -290,6 +308,22 @@ def drawers_by_id(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, dict[s
         for row in conn.execute(f"SELECT {DRAWER_COLUMNS} FROM drawers d WHERE d.id IN ({placeholders})", chunk):
             out[row[0]] = drawer_from_row(row)
     return out
+
+
+def drawers_fingerprint(conn: apsw.Connection) -> tuple[int, int]:
+    """(how many drawers, the highest drawer rowid): changes whenever a drawer is filed or dropped."""
+    return conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM drawers").fetchone()
+
+
+def drawer_ids(conn: apsw.Connection) -> list[tuple[str, str]]:
+    """(id, kind) of every drawer."""
+    return conn.execute("SELECT id, kind FROM drawers").fetchall()
+
+
+def drawer_contents(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, str]:
+    """{id: content} of those of the drawers ``ids`` that exist."""
+    placeholders = ",".join("?" * len(ids))
+    return dict(conn.execute(f"SELECT id, content FROM drawers WHERE id IN ({placeholders})", ids).fetchall())
 
 
 def passes(drawer: dict[str, Any], *, wing: str | None = None, room: str | None = None, since: str | None = None,

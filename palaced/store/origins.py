@@ -4,8 +4,9 @@ Owns: minting the local origin (with a new database, a changed identity key, or 
 legacy ``ori_`` origin), the nonce each key-derived origin was minted with (its binding proof),
 the chain heads (``max_seq``, ``head_hash``: the version vector) and each origin's key. Minting
 runs when the store opens; the ``*_at``/``head``/``key`` helpers take whichever connection the
-caller is on (the writer's inside a batch, a reader's otherwise); the public reads take the store
-and use the calling thread's reader.
+caller is on (the writer's inside a batch, a reader's otherwise), and ``head_in`` is ``head``
+for a write job outside the store (it takes the job's ``WriteContext``); the public reads take
+the store and use the calling thread's reader.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from palace_proto.sync import OriginHead
 from .clock import utc_now
 
 if TYPE_CHECKING:
+    from .batch import WriteContext
     from .store import Store
 
-__all__ = ["chain_head", "ensure_origin", "head", "heads", "nonce", "origin_key", "origins_of_key", "own_origins",
-           "version_vector"]
+__all__ = ["chain_head", "ensure_origin", "head", "head_in", "heads", "nonce", "origin_key", "origins_of_key",
+           "own_origins", "version_vector"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 #: meta key prefix of the nonce each key-derived origin of this replica was minted with
@@ -81,6 +83,11 @@ def head(conn: apsw.Connection, origin: str) -> OriginHead | None:
     """The replicated head of ``origin`` (None: none of its chain held, or only as history)."""
     row = conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
     return OriginHead(row[0], bytes(row[1])) if row and row[0] > 0 else None
+
+
+def head_in(ctx: WriteContext, origin: str) -> OriginHead | None:
+    """``head`` as a write job's transaction sees it."""
+    return head(ctx.conn, origin)
 
 
 def origin_key(conn: apsw.Connection, origin: str) -> bytes | None:

@@ -6,7 +6,7 @@ finished task when anything new happens on it; this module reads the tasks worth
 events, and records the tasks derived as finished (``settle``), so they are not derived again
 until an event on them arrives. What a task's state is stays palace_proto.tasks's business; this
 table only says which finished tasks changed since. Reads on the calling thread's reader; the
-writes are a write job's (writer thread, inside a batch).
+writes are a write job's (writer thread, inside a batch): ``settle`` takes its ``WriteContext``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import apsw
 from .queries import correlation_events
 
 if TYPE_CHECKING:
+    from .batch import WriteContext
     from .store import Store
 
 __all__ = ["TaskThread", "settle", "tasks_to_derive", "unsettle_agents"]
@@ -54,9 +55,11 @@ def tasks_to_derive(store: Store, newest: int, unsettled: int) -> tuple[list[Tas
     return [TaskThread(cid, bool(settled), correlation_events(conn, cid)) for cid, settled, _ in rows], capped
 
 
-def settle(conn: apsw.Connection, finished: Iterable[tuple[str, int]]) -> int:
-    """Record tasks derived as finished from their events up to a local seq; how many rows moved.
-    A task with an event newer than that stays unsettled (it may have reopened since the read)."""
+def settle(ctx: WriteContext, finished: Iterable[tuple[str, int]]) -> int:
+    """Record tasks derived as finished from their events up to a local seq (a write job's step);
+    how many rows moved. A task with an event newer than that stays unsettled (it may have
+    reopened since the read)."""
+    conn = ctx.conn
     moved = 0
     for correlation_id, seen_seq in finished:
         conn.execute("UPDATE task_threads SET settled_seq=? WHERE correlation_id=? AND settled_seq IS NULL "

@@ -132,7 +132,7 @@ def test_an_event_on_a_settled_task_unsettles_it_and_a_stale_settle_moves_nothin
 
 
 def settled(store, finished):
-    ok, moved = store.write_batch([lambda w: settle(w.conn, finished)]).outcomes[0]
+    ok, moved = store.write_batch([lambda w: settle(w, finished)]).outcomes[0]
     assert ok, moved
     return moved
 
@@ -164,6 +164,6 @@ def test_a_registry_derived_anew_unsettles_the_tasks_of_the_agents_whose_record_
     request(a, "task_y", from_agent="carol")
     settled(a, [(cid, newest_seq(a, cid)) for cid in ("task_x", "task_y")])
     a.agents.records = {k: v for k, v in a.agents.records.items() if k != "bob"}  # as if derived without bob's
-    ok, value = a.write_batch([lambda w: a.agents.reload_ca(w.conn)]).outcomes[0]
+    ok, value = a.write_batch([a.agents.reload_ca]).outcomes[0]
     assert ok, value
     assert {t.correlation_id: t.settled for t in tasks_to_derive(a, 5, 5)[0]} == {"task_x": False, "task_y": True}
