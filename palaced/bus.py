@@ -1,26 +1,32 @@
 """In-process event bus: committed events fan out to waiters and watchers without touching SQLite.
 
 Owns: the ring of recently committed events and the wake-up of everyone waiting for new ones.
-The writer publishes each committed batch once; subscribers keep their own cursor (a local seq)
-and read the ring from it, so a slow subscriber never slows the writer or other subscribers. A
-subscriber whose cursor has fallen out of the ring gets ``None`` (a gap) and catches up from the
-store by seq (Syncthing lib/events: bounded buffers, resume by sequence). Must not import apsw.
+The writer publishes each committed batch once, as ``CommittedEvent`` records: the one copy of a
+new event in memory (issue 27), which local watchers read as public dicts and replication pushes as
+signed events (looked up by origin and chain position, without reading the database back).
+Subscribers keep their own cursor (a local seq) and read the ring from it, so a slow subscriber
+never slows the writer or other subscribers. A subscriber whose cursor has fallen out of the ring
+gets ``None`` (a gap) and catches up from the store by seq (Syncthing lib/events: bounded buffers,
+resume by sequence). A redaction purges the one record. Must not import apsw.
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any, Final
 
 import trio
 
+from palace_proto.envelope import CommittedEvent, SignedEvent
+
 __all__ = ["EventBus", "TypeWatch"]
 
-# Why 10,000: about a second of peak append rate; watchers further behind than that re-read
-# from SQLite, which is cheap, so a larger ring would only cost memory.
+# Why 10,000: about a second of peak append rate; watchers (and links pushing to a peer) further
+# behind than that re-read from SQLite, which is cheap, so a larger ring would only cost memory.
 RING_SIZE: Final = 10_000
+_SEQ: Final = attrgetter("seq")
 
 
 class TypeWatch:
@@ -39,12 +45,15 @@ class TypeWatch:
 
 
 class EventBus:
-    """Ring of recent committed events (public dicts with ``seq``) plus a broadcast wake-up."""
+    """Ring of recent committed events (``CommittedEvent``, in seq order) plus a broadcast wake-up."""
 
     def __init__(self, latest_seq: int = 0, ring_size: int = RING_SIZE) -> None:
         # A list trimmed in bulk (amortised O(1)) rather than a deque: bisect needs O(1) indexing.
-        self._ring: list[dict[str, Any]] = []
+        self._ring: list[CommittedEvent] = []
         self._ring_size = ring_size
+        #: (origin, origin_seq) -> the ring's record of it (replicated events only: imported history
+        #: is never offered to peers), for the push to peers
+        self._by_position: dict[tuple[str, int], CommittedEvent] = {}
         self.latest_seq = latest_seq
         self._changed = trio.Event()
         self.published = 0
@@ -57,37 +66,40 @@ class EventBus:
     def __repr__(self) -> str:
         return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)}>"
 
-    def publish(self, events: list[dict[str, Any]]) -> None:
+    def publish(self, records: list[CommittedEvent]) -> None:
         """Called by the writer after a commit, with the batch's new events in seq order."""
-        self._ring.extend(events)
-        if len(self._ring) > 2 * self._ring_size:
-            del self._ring[: len(self._ring) - self._ring_size]
-        self.latest_seq = max(self.latest_seq, events[-1]["seq"])
-        self.published += len(events)
+        ring, by_position = self._ring, self._by_position
+        ring.extend(records)
+        for record in records:
+            if not record.history:
+                by_position[(record.signed.origin, record.signed.origin_seq)] = record
+        if len(ring) > 2 * self._ring_size:
+            cut = len(ring) - self._ring_size
+            for record in ring[:cut]:
+                if not record.history:
+                    by_position.pop((record.signed.origin, record.signed.origin_seq), None)
+            del ring[:cut]
+        self.latest_seq = max(self.latest_seq, records[-1].seq)
+        self.published += len(records)
         changed, self._changed = self._changed, trio.Event()
         changed.set()
         for callback in self._on_publish:
             callback()
         if self._type_watches:
-            types = {event["type"] for event in events}
+            types = {record.signed.type for record in records}
             for watch in self._type_watches:
                 if not types.isdisjoint(watch.types):
                     watch.generation += 1
                     watch.event.set()
 
-    def scrub(self, event_ids: list[str]) -> None:
-        """Redacted events leave the ring body-less: a watcher replaying from the ring (subscribe
-        from the beginning, a catch-up) must never see what the database no longer holds."""
+    def scrub(self, event_ids: Iterable[str]) -> None:
+        """Redacted events lose their body in the ring (and wherever their record is held): a
+        watcher replaying from the ring (subscribe from the beginning, a catch-up) and a push to a
+        peer must never carry what the database no longer holds."""
         targets = set(event_ids)
-        for index, event in enumerate(self._ring):
-            if event["id"] in targets and not event.get("body_redacted"):
-                # What a redacted event reads as from the store: no body, and the hash of the one it had.
-                digest = hashlib.sha256(event.get("body", "").encode("utf-8", "surrogatepass")).hexdigest()
-                scrubbed = {**event, "body": "", "body_redacted": True, "body_sha256": digest}
-                scrubbed.pop("body_truncated", None)
-                scrubbed.pop("body_length", None)
-                self._ring[index] = scrubbed
-                event["body"] = ""  # and in place too: a reference someone still holds loses it
+        for record in self._ring:
+            if record.signed.body is not None and record.signed.id in targets:
+                record.redact()
 
     def watch_types(self, types: frozenset[str]) -> TypeWatch:
         """A watch that is woken only by batches holding an event of one of ``types`` (the memory
@@ -108,13 +120,31 @@ class EventBus:
         while self.latest_seq <= seq:
             await self._changed.wait()
 
-    def events_after(self, seq: int, limit: int) -> list[dict[str, Any]] | None:
-        """Events with seq > ``seq`` from the ring (oldest first, at most ``limit``), or ``None`` when
+    def records_after(self, seq: int, limit: int) -> list[CommittedEvent] | None:
+        """Records with seq > ``seq`` from the ring (oldest first, at most ``limit``), or ``None`` when
         the ring no longer reaches back to ``seq`` (the caller must read the store instead)."""
         if seq >= self.latest_seq:
             return []
-        if not self._ring or self._ring[0]["seq"] > seq + 1:
+        ring = self._ring
+        if not ring or ring[0].seq > seq + 1:
             # The ring starts after the first wanted event (or is empty after a restart).
             return None
-        start = bisect.bisect_right(self._ring, seq, key=lambda event: event["seq"])
-        return self._ring[start : start + limit]
+        start = bisect.bisect_right(ring, seq, key=_SEQ)
+        return ring[start : start + limit]
+
+    def events_after(self, seq: int, limit: int) -> list[dict[str, Any]] | None:
+        """``records_after`` as public event objects (what clients are sent)."""
+        records = self.records_after(seq, limit)
+        return None if records is None else [record.public for record in records]
+
+    def signed_after(self, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent] | None:
+        """The events of ``origin`` after ``after_origin_seq`` (at most ``limit``, in chain order) as
+        signed, from the ring; None when the next one is not in it (then the store reads them)."""
+        by_position = self._by_position
+        events = []
+        for origin_seq in range(after_origin_seq + 1, after_origin_seq + 1 + limit):
+            record = by_position.get((origin, origin_seq))
+            if record is None:
+                break
+            events.append(record.signed)
+        return events if events else None

@@ -852,9 +852,9 @@ class PeerLink:
         limit = SERVE_PAGE if owed.target is None else min(SERVE_PAGE, owed.target - cursor)
         if limit <= 0:
             return []
-        # Just committed, so usually still kept as signed: no read, no thread hop. (Only events of
-        # the version vector are kept: imported history is never offered.)
-        page = self.store.committed_signed(origin, cursor, limit) or []
+        # Just committed, so usually still on the bus as signed: no read, no thread hop. (Imported
+        # history is never offered: the bus finds only replicated events.)
+        page = self.bus.signed_after(origin, cursor, limit) or []
         if len(page) == limit:
             return page
         head = (await self._heads()).get(origin)
@@ -994,7 +994,7 @@ class PeerLink:
         """Owe the peer every event committed after local seq ``cursor`` (appended here or arrived
         from another peer: that is how a line relays) that it does not hold and does not hear
         first-hand; returns the new cursor."""
-        new = self.bus.events_after(cursor, 10_000)
+        new = self.bus.records_after(cursor, 10_000)
         if new is None:  # fell behind the ring: the anti-entropy vector exchange repairs it
             self._owe(LinkOutbox.vector)
             return self.bus.latest_seq
@@ -1003,8 +1003,10 @@ class PeerLink:
         # Per origin, the newest of these events: committed, so held up to there (an origin's
         # events are stored in chain order).
         newest: dict[str, int] = {}
-        for event in new:
-            newest[event["origin"]] = max(newest.get(event["origin"], 0), event["origin_seq"])
+        for record in new:
+            if not record.history:
+                event = record.signed
+                newest[event.origin] = max(newest.get(event.origin, 0), event.origin_seq)
         for origin, head in newest.items():
             if head <= self.peer_has.get(origin, 0) or not self._relayed(origin):
                 continue
@@ -1013,7 +1015,7 @@ class PeerLink:
                 self._owed[origin] = _Owed(self.peer_has.get(origin, 0), head, pulled=False)
             elif owed.target is not None:
                 owed.target = max(owed.target, head)
-        return int(new[-1]["seq"])
+        return new[-1].seq
 
     async def _anti_entropy(self) -> None:
         while True:

@@ -41,6 +41,7 @@ from .ids import EventId, event_id_for
 
 __all__ = [
     "CANONICAL_VERSION",
+    "CommittedEvent",
     "GENESIS_HASH",
     "PREVIEW_BODY_CHARS",
     "PUBLIC_KEYS",
@@ -124,6 +125,44 @@ class SignedEvent:
             out["body_redacted"] = True
             out["body_sha256"] = self.body_sha256.hex()
         return out
+
+
+class CommittedEvent:
+    """One committed event as a replica holds it in memory: its local ``seq``, the event as signed,
+    and its public view, built on first use and then shared (the writer's reply, the bus, every
+    watcher and the push to peers all hold this one record: issue 27).
+
+    ``history``: imported from a file, never offered to peers. ``redact()`` drops the body, as
+    the store does: a view handed out before loses its body in place too.
+    """
+
+    __slots__ = ("_public", "history", "seq", "signed")
+
+    def __init__(self, seq: int, signed: SignedEvent, *, history: bool = False) -> None:
+        self.seq = seq
+        self.signed = signed
+        self.history = history
+        self._public: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<CommittedEvent seq={self.seq} {self.signed.origin}#{self.signed.origin_seq} {self.signed.type}>"
+
+    @property
+    def public(self) -> dict[str, Any]:
+        """The MemPalace-compatible JSON object (``SignedEvent.to_public``), built once."""
+        view = self._public
+        if view is None:
+            view = self._public = self.signed.to_public(self.seq)
+        return view
+
+    def redact(self) -> None:
+        """The body was purged: the record reads as a redacted event from the store does."""
+        if self.signed.body is None:
+            return
+        if self._public is not None:
+            self._public["body"] = ""  # a reference someone still holds loses it too
+        self.signed = dataclasses.replace(self.signed, body=None)
+        self._public = None
 
 
 def _canonical(ev: Any) -> bytes:

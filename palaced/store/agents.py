@@ -42,7 +42,7 @@ from palace_proto.agents import (
     judge,
     registry_metadata,
 )
-from palace_proto.envelope import SignedEvent
+from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.ids import fingerprint
 
@@ -151,11 +151,11 @@ class AgentRegistry:
             self._origin_agents.setdefault(event["origin"], set()).add(claim.agent)
         return claim.agent
 
-    def after_commit(self, conn: apsw.Connection, new_events: Sequence[Mapping[str, Any]],
+    def after_commit(self, conn: apsw.Connection, new_events: Sequence[CommittedEvent],
                      registry_events: Sequence[SignedEvent]) -> None:
         """A batch committed: learn the origins of its events and take its registry events."""
-        for event in new_events:
-            self._daemon_of(conn, event["origin"])
+        for record in new_events:
+            self._daemon_of(conn, record.signed.origin)
         if not registry_events:
             return
         changed = set()

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 import trio
 
+from palace_proto.envelope import CommittedEvent
 from palace_proto.errors import ApiError
 
 from .backup import wal_bytes
@@ -106,7 +107,7 @@ class AsyncStore:
     """Async facade over ``Store``. Run ``serve_writer`` in a nursery (idle maintenance, and the
     drain at shutdown) before calling ``write``."""
 
-    def __init__(self, store: Store, on_committed: Callable[[list[dict[str, Any]]], None],
+    def __init__(self, store: Store, on_committed: Callable[[list[CommittedEvent]], None],
                  on_purged: Callable[[list[str]], None] | None = None) -> None:
         self.store = store
         self._on_committed = on_committed

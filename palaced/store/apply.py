@@ -15,12 +15,12 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import msgpack
 
 from palace_proto.agents import REGISTRY_TYPES
-from palace_proto.envelope import GENESIS_HASH, SignedEvent, verify_hashes
+from palace_proto.envelope import GENESIS_HASH, CommittedEvent, SignedEvent, verify_hashes
 from palace_proto.errors import SignatureError, ValidationError
 from palace_proto.memory import MEMORY_TYPES, check_memory_event
 from palace_proto.peer import event_to_wire
@@ -45,7 +45,7 @@ _LOGGER: Final = logging.getLogger("palaced.store")
 class ApplyReport:
     """What happened to a batch of events from a peer."""
 
-    applied: list[dict[str, Any]] = field(default_factory=list)
+    applied: list[CommittedEvent] = field(default_factory=list)
     duplicates: list[SignedEvent] = field(default_factory=list)
     gaps: list[SignedEvent] = field(default_factory=list)
     forks: list[SignedEvent] = field(default_factory=list)
@@ -161,7 +161,7 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
             conn.execute("INSERT OR IGNORE INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
                          (event.origin, key, GENESIS_HASH))
             bound_keys[event.origin] = key
-            local_seq = insert_event(store, event)
+            record = insert_event(store, event)
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                          (event.origin_seq, event.event_hash, event.origin))
             heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
@@ -169,7 +169,7 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
             store.refused_next.pop(event.origin, None)
             if event.type == "event.redact":
                 _apply_redaction(store, event, may_redact, report, source)
-            report.applied.append(event.to_public(local_seq))
+            report.applied.append(record)
             if on_applied is not None:
                 on_applied(event)
     return report

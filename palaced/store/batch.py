@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import apsw
 
 from palace_proto.agents import AgentRecord
-from palace_proto.envelope import SignedEvent
+from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.sync import OriginHead
 from palace_proto.validation import AppendRequest
@@ -36,16 +36,13 @@ from .writes import append_event, append_system, put_artifact, redact
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["RECENT_SIGNED", "WriteBatchResult", "WriteContext", "committed_signed", "write_batch"]
+__all__ = ["WriteBatchResult", "WriteContext", "write_batch"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 
 # Why 3: each re-run drops the job that lost the transaction; more such jobs in one batch means the
 # disk is failing for everyone, and the rest of the batch is better failed than run again and again.
 _MAX_BATCH_RERUNS: Final = 3
-# Why 8,192: the newest committed events kept as signed, for replication to push them to a peer
-# as they are committed without reading them back (a second of a busy palace; older ones are read).
-RECENT_SIGNED: Final = 8192
 
 
 @dataclass(slots=True)
@@ -53,7 +50,7 @@ class WriteBatchResult:
     """Outcome of one write batch: per-job results (value or exception) and the new events."""
 
     outcomes: list[tuple[bool, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[CommittedEvent] = field(default_factory=list)
     #: ids of events whose bodies this batch purged (the bus scrubs them from its ring)
     purged: list[str] = field(default_factory=list)
 
@@ -63,7 +60,7 @@ class WriteContext:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self.new_events: list[dict[str, Any]] = []
+        self.new_events: list[CommittedEvent] = []
         #: ids of events whose bodies were purged by this batch's jobs
         self.purged: list[str] = []
 
@@ -186,7 +183,7 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
         job_savepoint = "palace_job" if len(jobs) > 1 else "palace_batch"
         for index, job in enumerate(jobs):
             before = (store._origin_seq, store._head_hash, len(ctx.new_events), len(ctx.purged),
-                      len(store._batch_signed), len(store._batch_registry), len(store._batch_heads))
+                      len(store._batch_registry), len(store._batch_heads))
             if job_savepoint == "palace_job":
                 conn.execute("SAVEPOINT palace_job")
             try:
@@ -195,9 +192,8 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
                 store._origin_seq, store._head_hash = before[0], before[1]
                 del ctx.new_events[before[2]:]
                 del ctx.purged[before[3]:]
-                del store._batch_signed[before[4]:]
-                del store._batch_registry[before[5]:]
-                del store._batch_heads[before[6]:]
+                del store._batch_registry[before[4]:]
+                del store._batch_heads[before[5]:]
                 # in_transaction is sqlite3_get_autocommit: SQLite's documented (and only) way
                 # to learn that an error made it roll the whole transaction back.
                 if not conn.in_transaction:
@@ -218,7 +214,6 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
             store._batch_heads.append((store.origin_id, OriginHead(store._origin_seq, store._head_hash)))
         conn.execute("RELEASE palace_batch")  # the commit, and its fsync
     except BaseException as exc:
-        store._batch_signed.clear()
         store._batch_registry.clear()
         store._batch_heads.clear()
         # Nothing of the batch is in the database: the chain goes back to what is committed, so
@@ -232,7 +227,11 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
     result.purged = ctx.purged
     registry, store._batch_registry = store._batch_registry, []
     store.agents.after_commit(conn, ctx.new_events, registry)
-    _remember_committed(store, bool(ctx.purged))
+    if ctx.purged:  # a body purged in the batch that stored it: its record must not carry it on
+        targets = set(ctx.purged)
+        for record in ctx.new_events:
+            if record.signed.id in targets:
+                record.redact()
     if store._batch_heads:  # the committed vector, replaced whole: readers on any thread see one or the other
         store._heads = {**store._heads, **dict(store._batch_heads)}
         store._batch_heads = []
@@ -252,33 +251,3 @@ def _leave_stuck_transaction(store: Store, *, quiet: bool = False) -> None:
         if not quiet:
             raise write_error(store.path, conn, exc) from exc
         _LOGGER.warning("could not roll back a failed write batch: %s (retried before the next batch)", exc)
-
-
-def _remember_committed(store: Store, purged: bool) -> None:
-    """After a commit: keep its events in ``_recent`` (none at all after a batch that purged
-    a body: whatever was kept may hold it, and older events are read back anyway)."""
-    recent, stored = store._recent, store._batch_signed
-    store._batch_signed = []
-    if purged:
-        recent.clear()
-        return
-    for event in stored:
-        recent[(event.origin, event.origin_seq)] = event
-    # An OrderedDict: a plain dict's first key after many deletions from the front is a scan
-    # over the deleted slots (5 % of an append's CPU, profiled for issue 27).
-    while len(recent) > RECENT_SIGNED:
-        recent.popitem(last=False)
-
-
-def committed_signed(store: Store, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent] | None:
-    """The events of ``origin`` after ``after_origin_seq`` (at most ``limit``, in chain order)
-    from the newest committed ones, without reading the database; None if any is not kept
-    (then ``signed_events_of_origin`` reads them). Safe from any thread."""
-    recent = store._recent
-    events = []
-    for seq in range(after_origin_seq + 1, after_origin_seq + 1 + limit):
-        event = recent.get((origin, seq))
-        if event is None:
-            break
-        events.append(event)
-    return events if events else None

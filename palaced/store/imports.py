@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from palace_proto.envelope import GENESIS_HASH, SignedEvent
+from palace_proto.envelope import GENESIS_HASH, CommittedEvent, SignedEvent
 from palace_proto.errors import SignatureError
 from palace_proto.sync import verify_incoming
 
@@ -30,11 +30,11 @@ def import_history(store: Store, events: Sequence[SignedEvent], keys: Mapping[st
 
     Refused: our own origin, and an origin this palace replicates (its events come from peers or
     a backup, never from a file: an import must not be able to put words in a member's mouth that
-    the member's chain does not hold). Returns the stored events' public objects (``stored``), how
+    the member's chain does not hold). Returns the stored events' records (``stored``), how
     many were imported, duplicates, and the refused ones with their reasons.
     """
     conn = store._conn
-    stored: list[dict[str, Any]] = []
+    stored: list[CommittedEvent] = []
     duplicates = 0
     refused: list[dict[str, str]] = []
     known: dict[str, tuple[bytes, int] | None] = {}
@@ -79,6 +79,6 @@ def import_history(store: Store, events: Sequence[SignedEvent], keys: Mapping[st
             conn.execute("INSERT INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
                          (event.origin, key, GENESIS_HASH))
             known[event.origin] = (key, 0)
-        seq = insert_event(store, event, history=True)  # a body redacted before the export stays absent
-        stored.append(event.to_public(seq))
+        # a body redacted before the export stays absent
+        stored.append(insert_event(store, event, history=True))
     return {"stored": stored, "imported": len(stored), "duplicates": duplicates, "refused": refused}

@@ -6,7 +6,7 @@ Each responsibility lives in its own module, as functions taking the store (or a
 - ``schema``: opening (connection settings, migrations, the memory views' derivation version);
 - ``origins``: our origin (minted, legacy ones retired), nonces, chain heads, the version vector;
 - ``batch``: write batches (group commit, savepoints, re-runs), ``WriteContext``, and the
-  committed-signed cache replication pushes from;
+  records of what a batch committed (the bus keeps them: replication pushes from there);
 - ``writes``: the rows a job adds: local appends, the one event insert, artifacts, redaction;
 - ``apply``: events from peers (verification, chains, forks, rules, redaction authority);
 - ``agents``: the agent registry (which daemon holds each agent id; impersonation verdicts);
@@ -31,7 +31,6 @@ disk is full). Nothing is acknowledged before the commit returns.
 
 from __future__ import annotations
 
-import collections
 import functools
 import threading
 from collections.abc import Callable
@@ -66,7 +65,7 @@ class Store:
 
     State shared by its modules: ``_conn`` (the writer connection: writer thread only),
     ``_origin_seq``/``_head_hash`` (our chain's head, this batch's uncommitted appends included),
-    ``_batch_signed`` and ``_recent`` (batch.py's committed-signed cache), and the counters below.
+    ``_batch_registry``/``_batch_heads`` (what the running batch moved), and the counters below.
     """
 
     def __init__(self, path: Path, private_key: Ed25519PrivateKey, limits: Limits) -> None:
@@ -102,12 +101,8 @@ class Store:
             self._conn.close()
             raise
         self.redactions_pending_checkpoint = False
-        #: (origin, origin_seq) -> the newest committed events, as signed (written by the writer
-        #: thread after each commit, read by replication in trio: single dict operations only)
-        self._recent: collections.OrderedDict[tuple[str, int], SignedEvent] = collections.OrderedDict()
-        #: events the running batch stored (writer thread), for ``_recent`` once it commits
-        self._batch_signed: list[SignedEvent] = []
-        #: the registry events among them (agents.py counts them at once, and for good at the commit)
+        #: the registry events the running batch stored (agents.py counts them at once, and for
+        #: good at the commit)
         self._batch_registry: list[SignedEvent] = []
         #: our version vector with head hashes, as committed: origin -> its head (max_seq > 0). Kept
         #: here so replication never reads back what it just wrote (issue 27); replaced whole after
@@ -156,7 +151,6 @@ class Store:
     # -- writing (writer thread only) ---------------------------------------------------------
 
     write_batch = batch.write_batch
-    committed_signed = batch.committed_signed  # any thread
     checkpoint_after_redaction = wal.checkpoint_after_redaction
     truncate_wal = wal.truncate_wal
     copy_back = wal.copy_back  # a worker thread, concurrently with the writer

@@ -3,8 +3,8 @@ and redactions.
 
 Owns: this replica's chain as it grows inside a batch (``store._origin_seq``/``_head_hash``; the
 origins row itself is written once per batch, by batch.py), the one insert every event goes
-through (the memory views follow it in the same transaction, and it is noted for the
-committed-signed cache unless it is history), and purging a redacted body with what the views
+through (the memory views follow it in the same transaction; it makes the event's one
+``CommittedEvent`` record, which the batch hands to the bus), and purging a redacted body with what the views
 derived from it. Writer thread only, inside a batch's transaction (batch.py). This is the append
 hot path: keep it to these few calls.
 """
@@ -24,7 +24,7 @@ from palace_proto.agents import (
     SYSTEM_WRITTEN_TYPES,
 )
 from palace_proto.canonical import canonical_json
-from palace_proto.envelope import SignedEvent, seal_event
+from palace_proto.envelope import CommittedEvent, SignedEvent, seal_event
 from palace_proto.errors import ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["append_event", "append_system", "insert_event", "put_artifact", "redact"]
 
 
-def append_event(store: Store, req: AppendRequest, stored: list[dict[str, Any]]) -> dict[str, Any]:
+def append_event(store: Store, req: AppendRequest, stored: list[CommittedEvent]) -> dict[str, Any]:
     """Sign ``req`` as the next event of our origin and store it; its public object, which
     ``stored`` gets too, after any event stored before it (a registration).
 
@@ -73,10 +73,10 @@ def append_event(store: Store, req: AppendRequest, stored: list[dict[str, Any]])
         artifact_ids=req.artifact_ids,
     )
     stored.append(event)
-    return event
+    return event.public
 
 
-def append_system(store: Store, req: AppendRequest, stored: list[dict[str, Any]]) -> dict[str, Any]:
+def append_system(store: Store, req: AppendRequest, stored: list[CommittedEvent]) -> dict[str, Any]:
     """Store a registry event the daemon writes itself (``agent register``, ``transfer``,
     ``retire``): as ``palaced``, checked by the handler that built it, never by a client."""
     if req.type not in REGISTRY_TYPES or req.from_agent != SYSTEM_AGENT:
@@ -88,22 +88,22 @@ def append_system(store: Store, req: AppendRequest, stored: list[dict[str, Any]]
     event = _seal_and_insert(store, type=req.type, stream=req.stream, room=req.room, topic=req.topic,
                              from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json)
     stored.append(event)
-    return event
+    return event.public
 
 
-def _seal_and_insert(store: Store, **fields: Any) -> dict[str, Any]:
-    """Sign the fields as the next event of our origin, store it; its public object."""
+def _seal_and_insert(store: Store, **fields: Any) -> CommittedEvent:
+    """Sign the fields as the next event of our origin, store it; its record."""
     seq = store._origin_seq + 1
     event = seal_event(store._key, origin=store.origin_id, origin_seq=seq, prev_hash=store._head_hash,
                        created_at=utc_now(), **fields)
-    local_seq = insert_event(store, event)
+    record = insert_event(store, event)
     # The origins row (the version vector) is written once per batch, in the same transaction.
     store._origin_seq, store._head_hash = seq, event.event_hash
-    return event.to_public(local_seq)
+    return record
 
 
-def insert_event(store: Store, ev: SignedEvent, *, history: bool = False) -> int:
-    """Store ``ev`` (already verified or signed here); its new local ``seq``."""
+def insert_event(store: Store, ev: SignedEvent, *, history: bool = False) -> CommittedEvent:
+    """Store ``ev`` (already verified or signed here); its record, with its new local ``seq``."""
     conn = store._conn
     conn.execute(INSERT_EVENT, insert_params(ev))
     # Taken before the memory views write rows of their own: last_insert_rowid() would then be a
@@ -112,11 +112,9 @@ def insert_event(store: Store, ev: SignedEvent, *, history: bool = False) -> int
     seq = conn.last_insert_rowid()
     # The memory views follow the log in the same transaction (local appends and peer events alike).
     memory_views.materialise(conn, ev)
-    if not history:  # imported history is never offered to peers: nothing to keep for them
-        store._batch_signed.append(ev)
-        if ev.type in REGISTRY_TYPES:  # history's registry is another palace's: it never counts here
-            store._batch_registry.append(ev)
-    return seq
+    if not history and ev.type in REGISTRY_TYPES:  # history's registry is another palace's: never counts here
+        store._batch_registry.append(ev)
+    return CommittedEvent(seq, ev, history=history)
 
 
 def put_artifact(store: Store, *, kind: str, created_by: str, content: bytes,

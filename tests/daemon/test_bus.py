@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import trio
 import trio.testing
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
 from palaced.bus import EventBus
 
+_KEY = Ed25519PrivateKey.generate()
 
-def ev(seq, type="note"):
-    return {"seq": seq, "id": f"e{seq}", "type": type}
+
+def ev(seq, type="note", *, origin="ori_a", history=False, body=None):
+    signed = seal_event(_KEY, origin=origin, origin_seq=seq, prev_hash=GENESIS_HASH,
+                        created_at="2026-12-04T00:00:00.000000Z", type=type, stream="s", room="r",
+                        from_agent="a", body=f"body {seq}" if body is None else body)
+    return CommittedEvent(seq, signed, history=history)
 
 
 async def test_wait_beyond_wakes_on_publish(autojump_clock):
@@ -85,3 +92,32 @@ def test_call_on_publish_calls_back_on_every_publish_until_stopped():
     stop()
     bus.publish([ev(4)])
     assert calls == [1, 3]
+
+
+def test_signed_after_finds_replicated_events_by_chain_position_only():
+    """Guards the push path (issue 27): replication takes what it pushes from the bus by origin
+    and origin_seq; imported history is never offered; what left the ring is not found."""
+    bus = EventBus(ring_size=2)
+    bus.publish([ev(1), ev(2), ev(1, origin="ori_old", history=True)])
+    assert [e.origin_seq for e in bus.signed_after("ori_a", 0, 10)] == [1, 2]
+    assert bus.signed_after("ori_old", 0, 10) is None
+    bus.publish([ev(3), ev(4)])  # five records: the ring is cut back to the last two
+    assert bus.signed_after("ori_a", 0, 10) is None
+    assert [e.origin_seq for e in bus.signed_after("ori_a", 2, 10)] == [3, 4]
+    assert set(bus._by_position) == {("ori_a", 3), ("ori_a", 4)}
+
+
+def test_scrub_purges_the_one_record_for_watchers_and_peers_alike():
+    """Guards redaction (issue 27): one record per event, so a purge reaches the view a watcher
+    replays, the signed event a link pushes, and a view someone still holds."""
+    bus = EventBus()
+    secret, other = ev(1, body="hunter2"), ev(2)
+    held = secret.public
+    bus.publish([secret, other])
+    bus.scrub([secret.signed.id])
+    [view, _] = bus.events_after(0, 10)
+    assert view["body"] == "" and view["body_redacted"] is True
+    assert view["body_sha256"] == secret.signed.body_sha256.hex()
+    assert bus.signed_after("ori_a", 0, 1)[0].body is None
+    assert held["body"] == ""
+    assert bus.events_after(1, 10)[0]["body"] == "body 2"

@@ -40,7 +40,7 @@ async def _apply_from(ctx, peer: Store) -> list[dict]:
     signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
     report = await ctx.astore.write(lambda w: w.apply_remote(
         signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
-    return report.applied
+    return [record.public for record in report.applied]
 
 
 async def _derived_from_scratch(ctx) -> list[dict]:

@@ -39,8 +39,8 @@ def test_a_stored_event_reads_back_as_signed_and_as_public(tmp_path):
         req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": "x",
                                        "topic": "t", "metadata": {"k": 1}}, LIMITS)
         result = store.write_batch([lambda ctx: ctx.append(req)])
-        (public,) = result.events
-        (kept,) = store.committed_signed(store.origin_id, 0, 10)
+        (record,) = result.events
+        public, kept = record.public, record.signed
         assert store.signed_events_of_origin(store.origin_id, 0, 10) == [kept]
         assert store.get_event(public["id"]) == public == kept.to_public(public["seq"])
     finally:

@@ -127,7 +127,7 @@ def test_batch_rolls_back_only_the_failing_job(store):
     assert oks == [True, False, True]
     assert isinstance(result.outcomes[1][1], ValidationError)
     assert "references unknown artifact" in result.outcomes[1][1].message
-    assert [e["origin_seq"] for e in result.events] == [1, 2]
+    assert [e.signed.origin_seq for e in result.events] == [1, 2]
     assert store.version_vector() == {store.origin_id: 2}
 
 

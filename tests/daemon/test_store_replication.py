@@ -52,8 +52,8 @@ def test_events_replicate_with_new_local_seq_and_verify(pair):
         append(a, body=f"a{i}")
     events = a.signed_events_of_origin(a.origin_id, 0, 10)
     report, published = apply(b, events, keys_of(a))
-    assert [e["body"] for e in report.applied] == ["a0", "a1", "a2"]
-    assert [e["seq"] for e in published] == [2, 3, 4]  # arrival order on b
+    assert [e.signed.body for e in report.applied] == ["a0", "a1", "a2"]
+    assert [e.seq for e in published] == [2, 3, 4]  # arrival order on b
     assert b.version_vector() == {a.origin_id: 3, b.origin_id: 1}
     assert b.heads()[a.origin_id].head_hash == events[-1].event_hash
     replicated = b.signed_events_of_origin(a.origin_id, 0, 10)
@@ -189,7 +189,7 @@ def test_imported_history_stays_out_of_the_vector_and_joins_it_when_replication_
     assert a.origin_id not in b.version_vector() and a.origin_id not in b.heads()
     assert _import(b, [events[1]], {a.origin_id: a.public_key})["duplicates"] == 1
     report, _ = apply(b, events, keys_of(a))
-    assert [e["body"] for e in report.applied] == ["a0", "a3"] and len(report.duplicates) == 2
+    assert [e.signed.body for e in report.applied] == ["a0", "a3"] and len(report.duplicates) == 2
     assert b.version_vector()[a.origin_id] == 4 and b.heads()[a.origin_id].head_hash == events[-1].event_hash
 
 
@@ -234,13 +234,13 @@ def test_a_forged_event_cannot_borrow_a_genuine_events_verification(pair):
                                  body_sha256=hashlib.sha256(b"forged by mallory").digest(), from_agent="mallory",
                                  created_at="2031-01-01T00:00:00.000000Z")  # another id, so it is not a duplicate
     report = apply_verified(b, [first, second, forged], keys_of(a))
-    assert [e["body"] for e in report.applied] == ["a1", "a2"] and report.rejected == [forged]
+    assert [e.signed.body for e in report.applied] == ["a1", "a2"] and report.rejected == [forged]
     assert b.version_vector()[a.origin_id] == 2
     # The genuine third event then applies as the next one, not as a fork.
     append(a, body="a3")
     third = a.signed_events_of_origin(a.origin_id, 2, 10)
     report = apply_verified(b, third, keys_of(a))
-    assert [e["body"] for e in report.applied] == ["a3"] and not report.forks and b.forks() == []
+    assert [e.signed.body for e in report.applied] == ["a3"] and not report.forks and b.forks() == []
     # Verification handed in for the wrong objects is never trusted: hashes are recomputed here.
     report = apply_verified(b, [forged], keys_of(a))
     assert report.rejected == [forged] or report.duplicates == [forged]
@@ -257,7 +257,7 @@ def test_an_authentic_event_that_breaks_a_rule_is_refused_alone_and_not_asked_fo
     bad = seal_event(a._key, origin=a.origin_id, origin_seq=2, prev_hash=good.event_hash, created_at="last tuesday",
                      type="NOT A TYPE", stream="s", room="r", from_agent="a", body="x")
     report = apply_verified(b, [good, bad], keys_of(a))
-    assert [e["body"] for e in report.applied] == ["fine"]
+    assert [e.signed.body for e in report.applied] == ["fine"]
     assert [(e, "type" in reason) for e, reason in report.refused] == [(bad, True)]
     assert b.refused_next[a.origin_id][0] == 2
     assert b.counts()["events"] == 1

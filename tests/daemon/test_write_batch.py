@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.envelope import GENESIS_HASH
 from palace_proto.errors import ApiError, DiskFull
 from palace_proto.validation import AppendRequest, Limits
+from palaced.bus import EventBus
 from palaced.store import Store, StoreError
 
 LIMITS = Limits()
@@ -78,7 +79,7 @@ def test_a_job_whose_database_error_leaves_the_transaction_usable_fails_alone(st
     (ok1, first), (ok2, failure), (ok3, third) = result.outcomes
     assert ok1 and ok3 and not ok2
     assert isinstance(failure, ApiError) and failure.code == "internal"
-    assert [e["id"] for e in result.events] == [first["id"], third["id"]]
+    assert [e.public["id"] for e in result.events] == [first["id"], third["id"]]
     assert (first["origin_seq"], third["origin_seq"]) == (1, 2)
     assert_chain_consistent(store, ["one", "two"])
 
@@ -121,7 +122,7 @@ def test_a_job_after_which_sqlite_rolled_everything_back_fails_alone_and_the_oth
     assert oks == [True, False, True, False, True]
     assert isinstance(result.outcomes[1][1], DiskFull) and str(store.path) in result.outcomes[1][1].message
     assert result.outcomes[3][1].code == "internal"
-    assert [e["origin_seq"] for e in result.events] == [2, 3, 4]
+    assert [e.signed.origin_seq for e in result.events] == [2, 3, 4]
     assert_chain_consistent(store, ["kept", "one", "two", "three"])
 
 
@@ -154,74 +155,112 @@ def test_a_failed_commit_leaves_no_transaction_open_for_the_next_batch(store):
     assert_chain_consistent(store, ["fresh"])
 
 
-# -- the newest committed events, kept as signed for replication (issue 13) ---------------------
+# -- what a batch committed, as records on the bus (issue 13, issue 27) ---------------------------
 
 
-def test_committed_events_are_kept_as_signed_exactly_as_stored(store):
-    """Guards the push path that skips the read: what ``committed_signed`` hands replication is
-    what the database holds, in chain order, and only what is committed."""
-    store.write_batch([append("one"), append("two"), append("three")])
-    kept = store.committed_signed(store.origin_id, 0, 10)
+def _published(store, jobs, bus):
+    """Run ``jobs`` as the daemon's writer does: a commit, then the bus (scrubbed, then published)."""
+    result = store.write_batch(jobs)
+    if result.purged:
+        bus.scrub(result.purged)
+    if result.events:
+        bus.publish(result.events)
+    return result
+
+
+def test_committed_events_reach_the_bus_as_signed_exactly_as_stored(store):
+    """Guards the push path that skips the read: what the bus hands replication is what the
+    database holds, in chain order, and only what is committed."""
+    bus = EventBus()
+    result = _published(store, [append("one"), append("two"), append("three")], bus)
+    kept = bus.signed_after(store.origin_id, 0, 10)
     assert kept == store.signed_events_of_origin(store.origin_id, 0, 10)
     assert [e.body for e in kept] == ["one", "two", "three"]
-    assert [e.body for e in store.committed_signed(store.origin_id, 1, 1)] == ["two"]
-    assert store.committed_signed(store.origin_id, 3, 10) is None
-    assert store.committed_signed("ori2_" + "a" * 26, 0, 10) is None
+    assert [e.body for e in bus.signed_after(store.origin_id, 1, 1)] == ["two"]
+    assert bus.signed_after(store.origin_id, 3, 10) is None
+    assert bus.signed_after("ori2_" + "a" * 26, 0, 10) is None
+    # One record per event: the writer's reply, the bus and the push share it.
+    assert [r.public for r in result.events] == bus.events_after(0, 10)
+    assert [o[1] for o in result.outcomes] == [r.public for r in result.events]
+    assert all(o[1] is r.public for o, r in zip(result.outcomes, result.events, strict=True))
 
 
-def test_a_job_that_fails_leaves_nothing_kept_and_a_batch_that_fails_neither(store):
+def test_a_job_that_fails_publishes_nothing_and_a_batch_that_fails_neither(store):
     """A job rolled back alone, or a whole batch that cannot commit, must never be pushed to a
     peer: it is not in the database."""
+    bus = EventBus()
 
     def appends_then_fails(ctx):
         ctx.append(req("rolled back"))
         raise ApiError("no", code="bad_request")
 
-    store.write_batch([append("kept"), appends_then_fails])
-    assert [e.body for e in store.committed_signed(store.origin_id, 0, 10)] == ["kept"]
+    _published(store, [append("kept"), appends_then_fails], bus)
+    assert [e.body for e in bus.signed_after(store.origin_id, 0, 10)] == ["kept"]
     store._conn.set_commit_hook(lambda: True)  # True: turn this commit into a rollback
     try:
         with pytest.raises(StoreError, match="could not commit"):
-            store.write_batch([append(f"lost {i}") for i in range(3)])
+            _published(store, [append(f"lost {i}") for i in range(3)], bus)
     finally:
         store._conn.set_commit_hook(None)
-    assert [e.body for e in store.committed_signed(store.origin_id, 0, 10)] == ["kept"]
-    store.write_batch([append("next")])
-    assert store.committed_signed(store.origin_id, 0, 10) == store.signed_events_of_origin(store.origin_id, 0, 10)
-    assert [e.body for e in store.committed_signed(store.origin_id, 0, 10)] == ["kept", "next"]
+    assert [e.body for e in bus.signed_after(store.origin_id, 0, 10)] == ["kept"]
+    _published(store, [append("next")], bus)
+    assert bus.signed_after(store.origin_id, 0, 10) == store.signed_events_of_origin(store.origin_id, 0, 10)
+    assert [e.body for e in bus.signed_after(store.origin_id, 0, 10)] == ["kept", "next"]
 
 
-def test_a_batch_that_purges_a_body_forgets_every_kept_event(store):
-    """Guards redaction: no body a redaction purged may be served from memory afterwards."""
-    store.write_batch([append("secret")])
-    [secret] = store.committed_signed(store.origin_id, 0, 1)
-
-    def redact(ctx):
+def _redact(target_id):
+    def job(ctx):
         event = ctx.append(AppendRequest.from_wire({"type": "event.redact", "stream": "s", "room": "r",
-                                                    "from_agent": "a", "ack_of": secret.id}, LIMITS))
-        ctx.redact(secret.id, event["id"])
-
-    store.write_batch([redact])
-    assert store.committed_signed(store.origin_id, 0, 10) is None
-    assert store.signed_events_of_origin(store.origin_id, 0, 1)[0].body is None
+                                                    "from_agent": "a", "ack_of": target_id}, LIMITS))
+        ctx.redact(target_id, event["id"])
+    return job
 
 
-def test_kept_events_are_bounded(store, monkeypatch):
-    monkeypatch.setattr("palaced.store.batch.RECENT_SIGNED", 5)
-    store.write_batch([append(str(i)) for i in range(8)])
-    assert store.committed_signed(store.origin_id, 0, 10) is None  # 1..3 are no longer kept
-    assert [e.body for e in store.committed_signed(store.origin_id, 3, 10)] == ["3", "4", "5", "6", "7"]
+def test_a_purged_body_leaves_the_one_record_everywhere(store):
+    """Guards redaction: no body a redaction purged may be served from memory afterwards, not to
+    a peer, not to a watcher, not through a view handed out before."""
+    bus = EventBus()
+    [(_, handed_out)] = _published(store, [append("secret")], bus).outcomes
+    _published(store, [_redact(handed_out["id"])], bus)
+    [secret, _] = bus.signed_after(store.origin_id, 0, 10)
+    assert secret.body is None
+    assert bus.signed_after(store.origin_id, 0, 10) == store.signed_events_of_origin(store.origin_id, 0, 10)
+    [view, _] = bus.events_after(0, 10)
+    assert view == store.get_event(handed_out["id"]) and view["body_redacted"] is True
+    assert handed_out["body"] == ""
 
 
-def test_imported_history_is_not_kept_for_peers(store, tmp_path):
+def test_a_body_purged_in_the_batch_that_stored_it_is_never_published(store):
+    bus = EventBus()
+    secret = {}
+
+    def append_secret(ctx):
+        secret.update(ctx.append(req("secret in the same batch")))
+
+    _published(store, [append_secret, lambda ctx: _redact(secret["id"])(ctx)], bus)
+    assert [e.body for e in bus.signed_after(store.origin_id, 0, 10)] == [None, ""]
+    assert bus.events_after(0, 10)[0] == store.get_event(secret["id"])
+
+
+def test_the_bus_keeps_a_bounded_ring_of_records(store):
+    bus = EventBus(ring_size=5)
+    _published(store, [append(str(i)) for i in range(11)], bus)
+    assert bus.signed_after(store.origin_id, 0, 10) is None  # 1..6 are no longer kept
+    assert [e.body for e in bus.signed_after(store.origin_id, 6, 10)] == ["6", "7", "8", "9", "10"]
+    assert len(bus._by_position) == 5
+
+
+def test_imported_history_is_never_offered_from_the_bus(store, tmp_path):
     """Guards the push path (issue 13): history is never offered to peers, so none of it may be
-    handed to replication from memory either."""
+    handed to replication from memory either (watchers see it, as they do from the store)."""
     other = Store(tmp_path / "other.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
     try:
         other.write_batch([append("theirs")])
         [theirs] = other.signed_events_of_origin(other.origin_id, 0, 1)
     finally:
         other.close()
-    result = store.write_batch([lambda ctx: ctx.import_history([theirs], {theirs.origin: other.public_key})])
+    bus = EventBus()
+    result = _published(store, [lambda ctx: ctx.import_history([theirs], {theirs.origin: other.public_key})], bus)
     assert result.outcomes[0][1]["imported"] == 1
-    assert store.committed_signed(theirs.origin, 0, 1) is None
+    assert bus.signed_after(theirs.origin, 0, 1) is None
+    assert [e["body"] for e in bus.events_after(0, 10)] == ["theirs"]
