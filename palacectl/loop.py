@@ -25,13 +25,14 @@ from typing import Any, Final
 
 from palace_proto.bounds import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 from palace_proto.errors import ApiError, ProtocolError, ValidationError
+from palace_proto.filters import FILTER_OPTIONS, filter_args
 
 from . import output
 from .client import Client, DaemonUnreachable, home_from
 from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit_json, fail, note, write_stdout
 
 __all__ = [
-    "UsageProblem", "call", "capped", "decode_utf8", "event_filters", "guarded", "parse_metadata", "print_event",
+    "UsageProblem", "call", "capped", "decode_utf8", "guarded", "parse_metadata", "print_event",
     "print_events", "read_input", "run_quick", "text_or_file",
 ]
 
@@ -96,11 +97,6 @@ def capped(value: int | None, cap: int) -> int | None:
     return None if value is None else min(value, cap)
 
 
-def event_filters(**values: list[str] | None) -> dict[str, list[str]]:
-    """The filters given (name → values), leaving out the options not used."""
-    return {name: list(v) for name, v in values.items() if v}
-
-
 def print_event(event: dict[str, Any], as_json: bool, heading: str) -> None:
     """One event a command wrote: the JSON document, or ``heading:`` and its human line."""
     if as_json:
@@ -122,13 +118,9 @@ def print_events(result: dict[str, Any], as_json: bool) -> None:
 # -- the bodies ---------------------------------------------------------------------------------
 # Each takes the home and the parsed options (None: not given) and returns the exit code.
 
-_FILTERS: Final = {"stream": "streams", "room": "rooms", "topic": "topics", "type": "types",
-                   "to_agent": "to_agents", "from_agent": "from_agents", "exclude_from_agent": "exclude_from_agents",
-                   "correlation_id": "correlation_ids", "status": "statuses"}
-
-
 def _filters(o: dict[str, Any]) -> dict[str, list[str]]:
-    return event_filters(**{wire: o.get(name) for name, wire in _FILTERS.items()})
+    """The event filter options given (``--stream``, ``--to-agent``, …) as the request's filters."""
+    return filter_args(**{name: o.get(name) for name in FILTER_OPTIONS})
 
 
 def list_events(home: Path, o: dict[str, Any]) -> int:
@@ -179,7 +171,7 @@ def wait_events(home: Path, o: dict[str, Any]) -> int:
         # A mistyped or made-up correlation id waits for something that will never come: say so
         # (issue 26: an example id copied from the docs timed out without a word).
         for cid in o.get("correlation_id") or ():
-            if not call(home, "list", correlation_ids=[cid], limit=1)["count"]:
+            if not call(home, "list", **filter_args(correlation_id=cid), limit=1)["count"]:
                 note(f"No event carries correlation {cid} here: check the id (`palacectl task list` shows "
                      "tasks' ids; `task create` printed yours).")
     else:
@@ -273,7 +265,7 @@ def guarded(run: Callable[[], int], *, as_json: bool) -> int:
 # -- the quick parser ---------------------------------------------------------------------------
 # An option's kind: "str" (one value, the last given wins), "int", "multi" (repeatable), "flag".
 
-_EVENT_FILTERS: Final = {f"--{name.replace('_', '-')}": (name, "multi") for name in _FILTERS}
+_EVENT_FILTERS: Final = {f"--{name.replace('_', '-')}": (name, "multi") for name in FILTER_OPTIONS}
 _COMMON: Final = {"--json": ("json", "flag")}
 
 

@@ -18,6 +18,7 @@ from typing import Any, Final, final
 from .bounds import DEFAULT_LIST_LIMIT, DEFAULT_WAIT_TIMEOUT_MS, MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 from .canonical import canonical_json
 from .errors import ValidationError
+from .filters import FILTER_FIELDS
 
 __all__ = [
     "ARTIFACT_KINDS",
@@ -77,20 +78,6 @@ def text_match_expression(text: str) -> str:
     """The full-text (FTS5) expression for a search text: every word must occur (each word quoted,
     so no character of it is query syntax; punctuation inside a word makes it a phrase)."""
     return " ".join('"' + word.replace('"', '""') + '"' for word in text.split())
-
-#: list/wait/watch filters: wire name (plural, each a list meaning OR) -> event field.
-FILTER_FIELDS: Final = {
-    "streams": "stream",
-    "rooms": "room",
-    "topics": "topic",
-    "types": "type",
-    "to_agents": "to_agent",
-    "from_agents": "from_agent",
-    "exclude_from_agents": "from_agent",
-    "exclude_types": "type",
-    "correlation_ids": "correlation_id",
-    "statuses": "status",
-}
 
 
 @final
@@ -419,7 +406,10 @@ def _filter_values(field: str, value: Any) -> frozenset[str] | None:
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListQuery:
-    """Filters and paging shared by list, wait and watch. Each filter set means OR; None means any."""
+    """Filters and paging shared by list, wait and watch. Each filter set means OR; None means any.
+
+    The filters' names are ``palace_proto.filters``'s table, the one clients build their requests
+    with (``filter_args``)."""
 
     streams: frozenset[str] | None = None
     rooms: frozenset[str] | None = None

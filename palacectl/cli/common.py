@@ -19,12 +19,12 @@ import typer
 
 from ..client import home_from
 from ..loop import (
-    UsageProblem, call, capped, decode_utf8, event_filters, parse_metadata, print_events, read_input, text_or_file,
+    UsageProblem, call, capped, decode_utf8, parse_metadata, print_events, read_input, text_or_file,
 )
 
 __all__ = [
-    "JsonOpt", "Multi", "UsageProblem", "call_daemon", "capped", "current_home", "decode_utf8", "event_filters",
-    "parse_metadata", "print_events", "read_input", "set_home", "text_or_file",
+    "JsonOpt", "Multi", "UsageProblem", "call_daemon", "capped", "current_home", "decode_utf8", "parse_metadata",
+    "print_events", "read_input", "set_home", "text_or_file",
 ]
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]

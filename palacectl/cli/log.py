@@ -15,10 +15,11 @@ from typing import Annotated, Any, Optional
 import typer
 
 from palace_proto.errors import ApiError
+from palace_proto.filters import filter_args
 
 from .. import loop
 from ..output import EXIT_IDLE, emit_json, fail, note, write_stdout
-from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home, event_filters
+from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home
 
 __all__ = ["ack", "append", "list_", "redact", "wait", "watch"]
 
@@ -277,13 +278,13 @@ def watch(
         path = default_state_file(home, agent) if agent else None
     else:
         path = Path(state_file).expanduser() if state_file else None
+    filters = filter_args(stream=stream, room=room, topic=topic, type=type_, to_agent=to_agents, from_agent=from_agent,
+                          exclude_from_agent=excluded, correlation_id=correlation_id, status=status_)
     # The shared-brain rules: status is the type fleet watchers sleep through, so one agent's
     # `watch --announce` (a status to *) wakes nobody else (issue 26). Asked for by --type or
     # --with-status, it wakes.
-    sleep_through = ["status"] if agent is not None and not with_status and not type_ else None
-    filters = event_filters(streams=stream, rooms=room, topics=topic, types=type_, to_agents=to_agents,
-                            from_agents=from_agent, exclude_from_agents=excluded, correlation_ids=correlation_id,
-                            statuses=status_, exclude_types=sleep_through)
+    if agent is not None and not with_status and not type_:
+        filters["exclude_types"] = ["status"]
     code = run_watch(WatchOptions(
         home=home, filters=filters, agent=agent.strip() if agent else None, since_event_id=since_event_id,
         state_file=path, from_start=from_start, follow=follow, idle_exit_ms=idle_exit_ms, announce=announce,

@@ -24,6 +24,7 @@ from typing import Any, Final
 import trio
 
 from palace_proto.errors import ApiError
+from palace_proto.filters import FILTER_OPTIONS
 
 from ..aclient import AsyncDaemon
 from ..client import DaemonUnreachable
@@ -31,11 +32,9 @@ from .http import HttpError, Receive, Send, start_headers
 
 __all__ = ["FILTER_PARAMS", "HEARTBEAT_S", "PING", "StreamSlots", "event_frame", "serve_stream", "stream_args"]
 
-#: query parameter -> the daemon's subscribe filter (proto/PROTOCOL.md §3.1)
-FILTER_PARAMS: Final = {
-    "stream": "streams", "room": "rooms", "topic": "topics", "type": "types", "to_agent": "to_agents",
-    "from_agent": "from_agents", "correlation_id": "correlation_ids", "status": "statuses",
-}
+#: query parameter -> the daemon's subscribe filter (proto/PROTOCOL.md §3.1): every filter a client
+#: offers but the exclusion, which MemPalace's stream does not take
+FILTER_PARAMS: Final = {name: wire for name, wire in FILTER_OPTIONS.items() if name != "exclude_from_agent"}
 #: parameters that are not filters: the cursor, and the secret (the gate has used it)
 OTHER_PARAMS: Final = frozenset({"since_event_id", "secret"})
 #: Why 16: OR over more values than this is a different question (list them with event_list).

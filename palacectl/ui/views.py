@@ -28,6 +28,7 @@ import trio
 from palace_proto.agents import check_agent_id, is_human
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.export import ExportError, verify_export_event
+from palace_proto.filters import filter_args
 
 from ..aclient import AsyncDaemon
 from .http import HttpError, Request
@@ -185,7 +186,8 @@ class Views:
         roster = sorted(agents.get("agents", []), key=lambda a: a.get("last_activity") or "", reverse=True)
         shown = roster[:MAX_AGENTS_SHOWN]
         last_events = await gather([
-            (lambda name=a["agent"]: self.call("list", from_agents=[name], order="desc", limit=1, preview=True))
+            (lambda name=a["agent"]: self.call("list", **filter_args(from_agent=name), order="desc", limit=1,
+                                               preview=True))
             for a in shown
         ])
         workers: dict[str, list[dict[str, Any]]] = {}
@@ -234,8 +236,10 @@ class Views:
             return []
         humans = humans[:64]  # the daemon's filter takes a list; 64 people is a large company
         to_them, from_them = await gather([
-            lambda: self.call("list", to_agents=humans, order="desc", limit=WAITING_LOOKBACK, preview=True),
-            lambda: self.call("list", from_agents=humans, order="desc", limit=ANSWERS_LOOKBACK, preview=True),
+            lambda: self.call("list", **filter_args(to_agent=humans), order="desc", limit=WAITING_LOOKBACK,
+                              preview=True),
+            lambda: self.call("list", **filter_args(from_agent=humans), order="desc", limit=ANSWERS_LOOKBACK,
+                              preview=True),
         ])
         answered_ids: set[str] = set()
         answered_after: dict[str, int] = {}
@@ -289,10 +293,8 @@ class Views:
     async def events(self, request: Request) -> dict[str, Any]:
         """A page of the log, newest first, with the CLI's filters; ``before`` pages back."""
         args: dict[str, Any] = {"order": "desc", "preview": True, "limit": _positive(request, "limit", 50, MAX_PAGE)}
-        for name, target in FILTER_PARAMS.items():  # the same names as the event stream's
-            value = (request.one(name) or "").strip()
-            if value:
-                args[target] = [value]
+        # The same names as the event stream's; a blank one is left out.
+        args.update(filter_args(**{name: (request.one(name) or "").strip() for name in FILTER_PARAMS}))
         text = (request.one("text") or "").strip()
         if text:
             args["text"] = text
@@ -311,7 +313,7 @@ class Views:
         cid = event.get("correlation_id")
         proof, daemon, thread = await gather([
             lambda: self.proof(event), lambda: self.daemon_of(event.get("origin")),
-            lambda: self.call("list", correlation_ids=[cid], limit=100, preview=True) if cid else _nothing(),
+            lambda: self.call("list", **filter_args(correlation_id=cid), limit=100, preview=True) if cid else _nothing(),
         ])
         proof["daemon"] = daemon
         return {"event": event, "proof": proof, "thread": (thread or {}).get("events", [])}
