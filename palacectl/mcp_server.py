@@ -5,7 +5,10 @@ MCP (``initialize`` with ``notifications/initialized``, as Claude Code, Codex, G
 OpenCode speak it, and ``server/discover`` with the version in every request's ``_meta``, as the
 2026 SDKs do), ``tools/list`` with schemas built from the tools' signatures, ``tools/call`` with
 their arguments checked (and coerced the lax way models need: ``"5"`` for 5), resources and
-their templates, ``ping``, cancellation, batches, and errors by JSON-RPC code.
+their templates, ``ping``, cancellation, batches, and errors by JSON-RPC code; and the
+``Registry`` tools and resources are declared into by decorator (a module's: palace's tools are
+module-level functions in ``mcp_tools.py``; or a server's own). It knows nothing of palace, and
+imports nothing but the stdlib (trio only once it serves asynchronously; never the ``mcp`` SDK).
 
 Why not the ``mcp`` SDK: importing it takes ~0.5-0.8 s here, and harnesses give a server about
 a second (Codex) or nothing at all (Claude Code's ``--print``) before the first turn: palace's
@@ -29,7 +32,7 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
-__all__ = ["LEGACY_VERSIONS", "MODERN_VERSIONS", "McpError", "StdioServer", "ToolSpec"]
+__all__ = ["LEGACY_VERSIONS", "MODERN_VERSIONS", "McpError", "Registry", "ResourceSpec", "StdioServer", "ToolSpec"]
 
 #: the handshake generation of ``initialize`` (the newest first)
 LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -77,6 +80,12 @@ class ToolSpec:
     #: Arguments accepted but, in a compact listing, only named in the description (their
     #: schemas cost every agent tokens on every turn; issue 26).
     extras: tuple[str, ...] = ()
+    #: ``fn`` takes the server calling it first, positional-only (no argument of the tool).
+    takes_server: bool = False
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self.annotations.get("readOnlyHint"))
 
     def to_wire(self, full: bool = True) -> dict[str, Any]:
         if full or not self.extras:
@@ -95,6 +104,8 @@ class ResourceSpec:
     description: str
     mime_type: str
     fn: Callable[..., Awaitable[str]]
+    #: ``fn`` takes the server reading it first, positional-only (no variable of the URI).
+    takes_server: bool = False
 
     @property
     def template(self) -> bool:
@@ -141,11 +152,22 @@ def _schema_of(hint: Any) -> dict[str, Any]:
     raise TypeError(f"no JSON schema for {hint!r}")
 
 
+def _takes_server(fn: Callable[..., Any]) -> bool:
+    """Does ``fn`` take the server first, as its one positional-only parameter?"""
+    kinds = [p.kind for p in inspect.signature(fn).parameters.values()]
+    if kinds.count(inspect.Parameter.POSITIONAL_ONLY) > 1:
+        raise TypeError(f"{fn.__name__}: only the server may be positional-only")
+    return bool(kinds) and kinds[0] is inspect.Parameter.POSITIONAL_ONLY
+
+
 def _signature_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The input schema of a tool: its parameters but the server."""
     hints = typing.get_type_hints(fn)
     properties: dict[str, Any] = {}
     required = []
     for name, param in inspect.signature(fn).parameters.items():
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            continue  # the server calling it (_takes_server)
         schema = _schema_of(hints[name])
         if param.default is inspect.Parameter.empty:
             required.append(name)
@@ -210,23 +232,28 @@ def _kind(schema: dict[str, Any]) -> str:
             "object": "an object"}.get(kind, kind)
 
 
-# -- the server ---------------------------------------------------------------------------------
+# -- the registry -------------------------------------------------------------------------------
 
 
-class StdioServer:
-    """Tools and resources, and the protocol to serve them on stdin/stdout."""
+class Registry:
+    """Tools and resources registered by decorator, in the order they were.
 
-    def __init__(self, name: str, version: str, instructions: str) -> None:
-        self.name, self.version, self.instructions = name, version, instructions
+    A tool or resource is an async function. Its signature is its input schema (a resource's are
+    the variables of its URI); a module-level one takes the server calling it as its first,
+    positional-only parameter (``async def who(server, /) -> dict``), which is no argument.
+    """
+
+    def __init__(self) -> None:
         self.tools: dict[str, ToolSpec] = {}
-        self.full_schemas = True  # False: tools/list leaves each tool's extras out of its schema
         self.resources: list[ResourceSpec] = []
-        self._initialized_version = LEGACY_VERSIONS[0]
+
+    def __repr__(self) -> str:
+        return f"<Registry tools={len(self.tools)} resources={len(self.resources)}>"
 
     def tool(self, description: str, *, read_only: bool, idempotent: bool = False,
              extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
-        """Register an async function as a tool; its signature is its input schema. ``extras``:
-        optional arguments a compact listing names in the description instead of the schema."""
+        """Register an async function as a tool named as it is. ``extras``: optional arguments a
+        compact listing names in the description instead of the schema."""
         def register(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Any:
             # What lets a harness approve palace's reads alone (MCP's defaults say the opposite:
             # a tool may destroy and reach the world). Only what differs from them is sent.
@@ -237,21 +264,57 @@ class StdioServer:
             schema = _signature_schema(fn)
             if not set(extras) <= set(schema["properties"]) - set(schema.get("required", ())):
                 raise TypeError(f"{fn.__name__}: extras must be optional parameters of it")
-            self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, schema, annotations, extras)
+            if fn.__name__ in self.tools:
+                raise TypeError(f"{fn.__name__}: a tool of that name is registered already")
+            self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, schema, annotations, extras,
+                                               _takes_server(fn))
             return fn
         return register
 
     def resource(self, uri: str, *, name: str, mime_type: str,
                  description: str) -> Callable[[Callable[..., Awaitable[str]]], Any]:
         def register(fn: Callable[..., Awaitable[str]]) -> Any:
-            self.resources.append(ResourceSpec(uri, name, description, mime_type, fn))
+            self.resources.append(ResourceSpec(uri, name, description, mime_type, fn, _takes_server(fn)))
             return fn
         return register
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+class StdioServer:
+    """Tools and resources, and the protocol to serve them on stdin/stdout."""
+
+    def __init__(self, name: str, version: str, instructions: str, registry: Registry | None = None) -> None:
+        """``registry``: the tools and resources served (by default a new one, filled by
+        ``server.tool`` and ``server.resource``; what those add to a given one joins it)."""
+        self.name, self.version, self.instructions = name, version, instructions
+        self.registry = Registry() if registry is None else registry
+        self.tools = self.registry.tools
+        self.full_schemas = True  # False: tools/list leaves each tool's extras out of its schema
+        self.resources = self.registry.resources
+        self._initialized_version = LEGACY_VERSIONS[0]
+
+    def tool(self, description: str, *, read_only: bool, idempotent: bool = False,
+             extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
+        """Register an async function as a tool of this server (``Registry.tool``)."""
+        return self.registry.tool(description, read_only=read_only, idempotent=idempotent, extras=extras)
+
+    def resource(self, uri: str, *, name: str, mime_type: str,
+                 description: str) -> Callable[[Callable[..., Awaitable[str]]], Any]:
+        """Register an async function as a resource of this server (``Registry.resource``)."""
+        return self.registry.resource(uri, name=name, mime_type=mime_type, description=description)
 
     # -- what subclasses may narrow -----------------------------------------------------------
 
     def listed_tools(self) -> Iterable[ToolSpec]:
         return self.tools.values()
+
+    async def run_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A tool's result for its checked arguments (what it raises is a tool error, but McpError)."""
+        if spec.takes_server:
+            return await spec.fn(self, **arguments)
+        return await spec.fn(**arguments)
 
     async def before_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Checks of a call before its arguments are (raise McpError); returns the arguments."""
@@ -323,7 +386,7 @@ class StdioServer:
         except ValueError as exc:
             return _tool_error(f"Error executing tool {name}: {exc}")
         try:
-            result = await spec.fn(**values)
+            result = await self.run_tool(spec, values)
         except McpError:
             raise
         except Exception as exc:  # a tool's own failure is its result, as the SDK had it
@@ -338,7 +401,7 @@ class StdioServer:
         for spec in self.resources:
             found = spec.match(uri)
             if found is not None:
-                text = await spec.fn(**found)
+                text = await (spec.fn(self, **found) if spec.takes_server else spec.fn(**found))
                 return {"contents": [{"uri": uri, "mimeType": spec.mime_type, "text": text}]}
         raise McpError(INVALID_PARAMS, f"Unknown resource: {uri}")
 

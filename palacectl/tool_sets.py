@@ -3,7 +3,8 @@
 Owns: the group table (``core``, ``log``, ``memory``, ``leases``), the parsing of
 ``palacectl mcp --tools …`` / ``palacectl rules --mcp-tools …`` into a set of tool names, and
 whether parameters beyond a tool's loop arguments are advertised. Stdlib only: the MCP server's
-fast path and the rules renderer both read it before anything heavy is imported.
+fast path and the rules renderer both read it before anything heavy is imported. The tools
+themselves are in ``mcp_tools.py``, each naming its group here (checked when that is imported).
 
 Why a small default (issue 26): every tool's schema is sent to the model on every turn. All 33
 tools cost 15 KB (~3,500 tokens) per turn; ``core`` is the delegation loop alone (session start,
