@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError, ProtocolError
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.peer import Enrol, Enrolled, Goodbye, from_wire, parse_peer_address, to_wire
+from palace_proto.stamps import format_stamp_seconds
 from palace_proto.text import printable
 from palace_proto.pki import (
     CertificateError,
@@ -107,7 +108,7 @@ async def serve_enrolment(stream: trio.SSLStream, astore: AsyncStore, *, ca_key:
         joined = verify_member_certificate(ca_pem, certificate, current)
 
         def mark_used(ctx: WriteContext) -> bool:
-            return invites.spend(ctx, message.invite_id, joined.peer_id, current.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            return invites.spend(ctx, message.invite_id, joined.peer_id, format_stamp_seconds(current.timestamp()))
 
         if not await astore.write(mark_used):
             return await refuse("this invite was already used; each invite admits one daemon — ask for a new one")

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError
 from palace_proto.ids import fingerprint
 from palace_proto.pki import MemberCertificate, issue_certificate, new_palace, verify_member_certificate
+from palace_proto.stamps import format_stamp_seconds
 
 from .files import write_atomically
 
@@ -55,7 +56,7 @@ class Membership:
     def to_wire(self) -> dict[str, Any]:
         return {"palace_id": self.palace_id, "palace_name": self.palace_name, "name": self.name, "role": self.role,
                 "peer_id": self.peer_id, "since": self.since, "can_invite": self.can_invite,
-                "certificate_expires": self.member.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")}
+                "certificate_expires": format_stamp_seconds(self.member.not_after.timestamp())}
 
 
 def load_membership(home: Path, identity: Ed25519PrivateKey, now: datetime.datetime) -> Membership | None:
@@ -105,7 +106,7 @@ def _save(home: Path, identity: Ed25519PrivateKey, *, palace_id: str, palace_nam
     write_atomically(folder / "member.crt", member_pem, 0o644)
     # palace.json last: its presence is what marks the membership complete.
     info = {"palace_id": palace_id, "palace_name": palace_name, "name": name, "role": role,
-            "peer_id": fingerprint(_own_key(identity)), "since": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            "peer_id": fingerprint(_own_key(identity)), "since": format_stamp_seconds(now.timestamp())}
     write_atomically(folder / "palace.json", (json.dumps(info, indent=2) + "\n").encode(), 0o600)
     membership = load_membership(home, identity, now)
     assert membership is not None

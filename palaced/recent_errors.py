@@ -7,10 +7,11 @@ Owns: ``RECENT_ERRORS``, a logging handler that ``__main__`` installs on the "pa
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from typing import Any, Final
+
+from palace_proto.stamps import format_stamp_seconds
 
 __all__ = ["RECENT_ERRORS", "RecentErrors"]
 
@@ -34,8 +35,7 @@ class RecentErrors(logging.Handler):
     def recent(self, within_s: float = RECENT_ERROR_S) -> dict[str, Any] | None:
         if self.last is None or time.time() - self.last[0] > within_s:
             return None
-        at = datetime.datetime.fromtimestamp(self.last[0], datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {"at": at, "message": self.last[1]}
+        return {"at": format_stamp_seconds(self.last[0]), "message": self.last[1]}
 
 
 #: installed on the "palaced" logger by the app; module-level so every part of the daemon shares it

@@ -40,16 +40,11 @@ if TYPE_CHECKING:
     from ..network import Network
     from ..vectors import MemoryIndexer
 
-__all__ = ["Context", "ReadOnly", "Watcher", "utc_stamp"]
+__all__ = ["Context", "ReadOnly", "Watcher"]
 
 
 class ReadOnly(ApiError):
     code = "read_only"
-
-
-def utc_stamp(epoch: float) -> str:
-    """RFC 3339 UTC to the second, as every timestamp of the API is written."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 @dataclass(slots=True)

@@ -30,6 +30,7 @@ from palace_proto.pki import (
     Revocation,
     ca_fingerprint,
 )
+from palace_proto.stamps import format_stamp_seconds
 from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
@@ -38,7 +39,7 @@ from ..interfaces import interface_ipv4_addresses
 from ..membership import Membership, create_palace, save_joined
 from ..network import ListenError
 from ..store import WriteContext, invites
-from .context import Context, utc_stamp
+from .context import Context
 
 __all__ = ["OPS", "fleet", "network_status", "peer_counts", "replicated_args", "wait_replicated", "who"]
 
@@ -112,14 +113,14 @@ async def invite(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                         expires_at)
 
     def job(w: WriteContext) -> None:
-        invites.issue(w, invitation.invite_id, secret, role, expires_at, utc_stamp(time.time()))
+        invites.issue(w, invitation.invite_id, secret, role, expires_at, format_stamp_seconds(time.time()))
 
     await ctx.astore.write(job)
     assert ctx.network is not None
     await ctx.network.refresh_invites()
-    LOGGER.info("issued a %s invite (expires %s) for %s", role, utc_stamp(expires_at), address)
+    LOGGER.info("issued a %s invite (expires %s) for %s", role, format_stamp_seconds(expires_at), address)
     return {"code": invitation.encode(), "role": role, "address": address, "palace_id": membership.palace_id,
-            "expires_at": utc_stamp(expires_at)}
+            "expires_at": format_stamp_seconds(expires_at)}
 
 
 async def join(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,7 +159,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError(f"peer {peer_id} is already revoked", field="peer_id")
     cutoffs = await ctx.astore.read(ctx.store.origins_of_key, cert.public_key)
     revocation = Revocation(membership.palace_id, peer_id, cert.public_key, tuple(sorted(cutoffs.items())),
-                            utc_stamp(time.time())).signed(ctx.ca_key())
+                            format_stamp_seconds(time.time())).signed(ctx.ca_key())
     req = AppendRequest.from_wire(
         {"type": REVOKE_EVENT_TYPE, "stream": "palace", "room": "members", "from_agent": "palaced",
          "topic": "revoke", "body": f"revoked {peer_id} ({cert.name})", "metadata": revocation.to_metadata()},

@@ -24,6 +24,7 @@ from palace_proto.envelope import preview_event
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request
 from palace_proto.pki import sign_redaction
+from palace_proto.stamps import format_stamp_seconds
 from palace_proto.workers import check_activity
 from palace_proto.validation import (
     AppendRequest,
@@ -40,7 +41,7 @@ from ..store import WriteContext
 from ..store import event_search
 from ..store import memory_views as views
 from ..store import origins as store_origins
-from .context import Context, Watcher, utc_stamp
+from .context import Context, Watcher
 from .fleet import replicated_args, require_peers_for, wait_replicated
 from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
 from .tasks import check_claim, check_task_move, view_of
@@ -225,7 +226,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
     if worker is not None and agent is None:
         raise ValidationError("a worker's watch needs its agent", field="agent")
     watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
-                      since=utc_stamp(time.time()), pid=pid, worker=worker, token=secrets.token_hex(16))
+                      since=format_stamp_seconds(time.time()), pid=pid, worker=worker, token=secrets.token_hex(16))
     ctx.watchers[conn_id] = watcher
     ctx.watchers_changed()
     LOGGER.info("watch started: agent=%s filters=%s from=%s%s", agent or "-", watcher.filters, cursor_id or start,

@@ -33,12 +33,13 @@ from palace_proto.export import (
     verify_export_artifact,
     verify_export_event,
 )
+from palace_proto.stamps import format_stamp_seconds
 from palace_proto.validation import clean_required
 
 from ..recent_errors import RECENT_ERRORS
 from ..store import StoreError, WriteContext
 from ..store.backup import backup_database, wal_bytes
-from .context import Context, utc_stamp
+from .context import Context
 from .fleet import network_status, peer_counts
 
 __all__ = ["OPS", "health", "report_facts"]
@@ -73,7 +74,7 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "memory": {"drawers": counts["drawers"], "facts": counts["facts"],
                    "embedding": ctx.indexer.status() if ctx.indexer else None,
                    "rebuild": dict(ctx.memory_rebuild_progress) if ctx.memory_rebuild_progress else None},
-        "started_at": utc_stamp(ctx.started_at),
+        "started_at": format_stamp_seconds(ctx.started_at),
         "uptime_s": round(time.monotonic() - ctx.started_monotonic, 3),
         "watchers": len(ctx.watchers), "writer": ctx.astore.statistics(),
         "storage": await trio.to_thread.run_sync(storage_sizes, ctx),

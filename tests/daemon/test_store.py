@@ -191,6 +191,7 @@ def test_created_at_stamps_are_utc_microseconds_and_follow_the_clock(tmp_path, k
     import re
     import time as time_module
 
+    from palace_proto.stamps import format_stamp
     from palaced.store import store as store_module
 
     stamp = store_module.utc_now()
@@ -200,7 +201,7 @@ def test_created_at_stamps_are_utc_microseconds_and_follow_the_clock(tmp_path, k
                          (1_780_000_001_000_001_000, "2026-05-28T20:26:41.000001Z"),
                          (1_780_000_000_000_000_000, "2026-05-28T20:26:40.000000Z")]:
         monkeypatch.setattr(time_module, "time_ns", lambda ns=ns: ns)
-        assert store_module.utc_now() == expected
+        assert store_module.utc_now() == expected == format_stamp(ns // 1000 / 1_000_000)  # stamps' one format
 
 
 def test_no_commit_checkpoints_and_a_copy_back_lets_the_wal_start_over(tmp_path, key):
