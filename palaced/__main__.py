@@ -27,7 +27,7 @@ from .app import AlreadyRunning, serve
 from .config import DEFAULT_LISTEN, ConfigError, default_home, load_config
 from .identity import IdentityError
 from .membership import MembershipError
-from .network import ListenError
+from .peers import ListenError
 from .store import StoreError
 
 EXIT_USAGE = 64

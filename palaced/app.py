@@ -38,7 +38,7 @@ from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
-from .network import Network, NetworkSettings
+from .peers import Network, NetworkSettings
 from .store import DB_FILENAME, Store
 from .store.aio import AsyncStore
 from .vectors import MemoryIndexer

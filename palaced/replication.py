@@ -7,7 +7,7 @@ confirm them (``have``) once they are durable; fetch the artifacts an arriving e
 chunks, verifying the sha256 before anything is visible; push every new event (local or relayed)
 the peer lacks and cannot hear first-hand as soon as it is committed; and resend our vector on
 the anti-entropy timer so a silently stalled push is repaired. Transport security and discovery
-live in ``network.py`` (the stream handed in is already authenticated); membership in
+live in ``palaced/peers`` (the stream handed in is already authenticated); membership in
 ``members.py``.
 
 Theory of operation: reading never waits on writing
@@ -183,7 +183,7 @@ def _raise_link_outcome(group: BaseExceptionGroup) -> None:
 
 
 class LinkHooks(Protocol):
-    """What a link tells the rest of the daemon (implemented by ``network.Network``)."""
+    """What a link tells the rest of the daemon (implemented by ``peers.Network``)."""
 
     def link_progress(self, link: PeerLink) -> None:
         """The peer confirmed holding more events (``have`` or ``vector``)."""

@@ -99,7 +99,7 @@ def daemon_label(ctx: Context) -> Callable[[str], str]:
 
 
 def _daemon_names(ctx: Context) -> dict[str, str]:
-    names = ctx.network.peer_names() if ctx.network is not None else {}
+    names = ctx.network.views.peer_names() if ctx.network is not None else {}
     if ctx.membership is not None:
         names[ctx.fingerprint] = ctx.membership.name
     return names

@@ -37,7 +37,7 @@ from ..store.aio import AsyncStore
 
 if TYPE_CHECKING:
     from ..members import MemberDirectory
-    from ..network import Network
+    from ..peers import Network
     from ..vectors import MemoryIndexer
 
 __all__ = ["Context", "ReadOnly", "Watcher"]
@@ -127,7 +127,7 @@ class Context:
     def watchers_changed(self) -> None:
         """Tell the peers (presence gossip) that a watch started or ended."""
         if self.network is not None:
-            self.network.watchers_changed()
+            self.network.presence.watchers_changed()
 
     # -- guards ----------------------------------------------------------------------------------
 

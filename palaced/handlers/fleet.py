@@ -37,7 +37,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 from ..enrolment import enrol
 from ..interfaces import interface_ipv4_addresses
 from ..membership import Membership, create_palace, save_joined
-from ..network import ListenError
+from ..peers import ListenError
 from ..store import WriteContext, invites
 from .context import Context
 
@@ -117,7 +117,7 @@ async def invite(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
     await ctx.astore.write(job)
     assert ctx.network is not None
-    await ctx.network.refresh_invites()
+    await ctx.network.admission.refresh_invites()
     LOGGER.info("issued a %s invite (expires %s) for %s", role, format_stamp_seconds(expires_at), address)
     return {"code": invitation.encode(), "role": role, "address": address, "palace_id": membership.palace_id,
             "expires_at": format_stamp_seconds(expires_at)}
@@ -141,7 +141,7 @@ async def join(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     LOGGER.info("joined palace %s (%s) as %s via %s", membership.palace_id, palace_name, membership.role, used)
     await _joined(ctx, membership)
     assert ctx.network is not None
-    ctx.network.add_target(used, "invite")
+    ctx.network.dialer.add_target(used, "invite")
     return _membership_view(ctx)
 
 
@@ -184,14 +184,14 @@ async def peers(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     heads = ctx.store.version_vector()  # kept in memory: no read
     forks = await ctx.astore.read(ctx.store.forks)
     return {"peer_id": membership.peer_id, "listen": ctx.network.listen_addresses,
-            "mdns": ctx.network.mdns_state, "peers": ctx.network.peers_view(heads), "forks": forks}
+            "mdns": ctx.network.dialer.mdns_state, "peers": ctx.network.views.peers_view(heads), "forks": forks}
 
 
 async def peers_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_member()
     assert ctx.network is not None
     try:
-        address = await ctx.network.add_static(clean_required("address", args.get("address")))
+        address = await ctx.network.dialer.add_static(clean_required("address", args.get("address")))
     except ValueError as exc:
         raise ValidationError(f"address: {exc}", field="address") from None
     return {"added": address}
@@ -202,7 +202,7 @@ async def peers_remove(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     assert ctx.network is not None
     address = clean_required("address", args.get("address"))
     try:
-        removed = await ctx.network.remove_static(address)
+        removed = await ctx.network.dialer.remove_static(address)
     except ValueError as exc:
         raise ValidationError(f"address: {exc}", field="address") from None
     if not removed:
@@ -215,7 +215,7 @@ async def peer_counts(ctx: Context) -> dict[str, int]:
     if ctx.network is None:
         return {"live": 0, "total": 0}
     heads = ctx.store.version_vector()  # kept in memory: no read
-    known = [p for p in ctx.network.peers_view(heads) if not p["revoked"]]
+    known = [p for p in ctx.network.views.peers_view(heads) if not p["revoked"]]
     return {"live": sum(p["state"] in ("live", "catching up") for p in known), "total": len(known)}
 
 
@@ -225,10 +225,10 @@ async def network_status(ctx: Context) -> dict[str, Any] | None:
     if network is None:
         return None
     forks = await ctx.astore.read(ctx.store.forks)
-    return {"listen": network.listen_addresses, "mdns": network.mdns_state,
-            "connected": network.connected_peers(), "forks": len(forks),
-            "limits": network.limits.statistics(), "link_failures": network.link_failures,
-            "stalled_links": network.stalled_links(), "sent": network.link_totals(),
+    return {"listen": network.listen_addresses, "mdns": network.dialer.mdns_state,
+            "connected": network.views.connected_peers(), "forks": len(forks),
+            "limits": network.limits.statistics(), "link_failures": network.links.failures,
+            "stalled_links": network.views.stalled_links(), "sent": network.views.link_totals(),
             "refused_next": len(ctx.store.refused_next), "refused_redactions": ctx.store.refused_redactions}
 
 
@@ -260,7 +260,7 @@ async def wait_replicated(ctx: Context, event: Mapping[str, Any], count: int, ti
         return {"replicated": [], "replicated_count": 0, "timed_out": False}
     require_peers_for(ctx, count)
     assert ctx.network is not None
-    holders = await ctx.network.wait_replicated(event["origin"], event["origin_seq"], count, timeout_s)
+    holders = await ctx.network.receipts.wait_replicated(event["origin"], event["origin_seq"], count, timeout_s)
     return {"replicated": holders, "replicated_count": len(holders), "timed_out": len(holders) < count}
 
 
@@ -280,7 +280,7 @@ async def who(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     for watcher in local:
         watcher["daemon"] = me
         watcher["local"] = True
-    remote = sorted(ctx.network.remote_watchers() if ctx.network is not None else [], key=lambda w: w["since"])
+    remote = sorted(ctx.network.presence.remote_watchers() if ctx.network is not None else [], key=lambda w: w["since"])
     for watcher in remote:
         watcher["local"] = False
     # A retired agent is gone from the roster and from here, even while an old watch of it runs.
@@ -305,8 +305,8 @@ async def fleet(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                      key=lambda o: o["origin"])
     revoked = [{"peer_id": r.peer_id, "name": names.get(r.peer_id, ""), "at": printable(r.revoked_at, 64)}
                for r in directory.revocations()]
-    return {"self": {"peer_id": membership.peer_id, "name": membership.name, "report": await network.current_report()},
-            "daemons": network.heard_reports(), "origins": origins, "revoked": revoked}
+    return {"self": {"peer_id": membership.peer_id, "name": membership.name, "report": await network.reports.current()},
+            "daemons": network.reports.heard(), "origins": origins, "revoked": revoked}
 
 
 async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -352,15 +352,15 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         check("listening", "ok" if reach == "accepts connections" and not host.startswith("127.") else "warn",
               f"port {port} {where}; {reach}; peers need this TCP port open in firewalls")
     lan = await trio.to_thread.run_sync(lambda: interface_ipv4_addresses(multicast=True))
-    known = [p for p in net.peers_view(ctx.store.version_vector()) if p["peer_id"]]
+    known = [p for p in net.views.peers_view(ctx.store.version_vector()) if p["peer_id"]]
     live = [p for p in known if p["state"] in ("live", "catching up")]
-    if net.mdns_state == "off":
+    if net.dialer.mdns_state == "off":
         check("mdns", "warn", "mDNS is off (--no-mdns or network.mdns = false): only static and remembered peers "
               "are dialled; add peers with `palacectl peers add HOST:PORT`")
     elif not lan:
         check("mdns", "warn", "no LAN interface with an IPv4 address: mDNS cannot see other machines")
     else:
-        seen = sum(1 for t in net.targets_view() if "mdns" in t["sources"])
+        seen = sum(1 for t in net.views.targets_view() if "mdns" in t["sources"])
         others = [p for p in known if not p["revoked"]]
         if seen:
             why = ""
@@ -375,7 +375,7 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                    "network): add them with `palacectl peers add HOST:PORT`")
         check("mdns", "ok" if seen or live else "warn", f"advertising on {', '.join(lan)}; {seen} peer "
               f"address(es) seen by mDNS{why}")
-    for target in net.targets_view():
+    for target in net.views.targets_view():
         if "static" not in target["sources"]:
             continue
         if target["last_error"] and target["state"] not in ("connected", "connected (other direction)"):
@@ -391,7 +391,7 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             check(f"peer {p['name'] or p['peer_id'][:7]}", "warn", "revoked: refused on every link")
         elif p["state"] in ("error", "disconnected") and p["last_error"]:
             check(f"peer {p['name'] or p['peer_id'][:7]}", "warn", f"{p['state']}: {p['last_error']}")
-    for peer_id, skew in sorted(net.clock_skews().items()):
+    for peer_id, skew in sorted(net.presence.clock_skews().items()):
         if abs(skew) >= CLOCK_SKEW_WARNING_S:
             check(f"clock {peer_id[:7]}", "warn", f"clock differs from peer {peer_id[:7]} by {skew:+.1f} s: event "
                   "timestamps will disagree; enable time sync (NTP) on both machines")

@@ -1,4 +1,4 @@
-"""Daemon reports in palaced/network.py, in-process: a real daemon (``app.serve``) that ran
+"""Daemon reports in palaced/peers/reports.py, in-process: a real daemon (``app.serve``) that ran
 ``init``, its network fed reports through the hook its links call (``link_report``) by stand-in
 links, and read back through the ``fleet`` operation. What is kept is newest-first, one per member
 daemon, and only what verifies with that daemon's key; a relay's outbox holds the newest report per
@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto import __version__
 from palace_proto.fleet import decode_report, encode_report
 from palace_proto.peer import Presence, Report, report_signing_bytes
-from palaced import network as network_module
 from palaced.app import serve
 from palaced.config import Config
 from palaced.handlers import Context, fleet
+from palaced.peers import reports as reports_module
 from tests.hostile_peer import Credentials, issue_member
 
 
@@ -133,7 +133,7 @@ async def test_a_verified_report_is_kept_and_relayed_newest_first(daemon, monkey
     assert (await fleet.fleet(ctx, {}))["daemons"][0]["report"]["events"] == 100
     assert [r.serial for r in other.reports(beta.peer_id)] == [100]
     # Unheard for three heartbeats: silent.
-    monkeypatch.setattr(network_module, "REPORT_SILENT_S", 0.0)
+    monkeypatch.setattr(reports_module, "REPORT_SILENT_S", 0.0)
     assert (await fleet.fleet(ctx, {}))["daemons"][0]["silent"] is True
     origins = {o["origin"]: o["name"] for o in (await fleet.fleet(ctx, {}))["origins"]}
     assert origins == {ctx.store.origin_id: "alpha", beta.origin: "beta"}

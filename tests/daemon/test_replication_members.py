@@ -134,7 +134,7 @@ async def test_a_full_mesh_sends_each_event_once_per_peer_and_heals_a_lost_link_
         bc, cb, _ = connect_cuttable(nursery, b, c)
         ac, ca, cut_ac = connect_cuttable(nursery, a, c)
         links = {a: (ab, ac), b: (ba, bc), c: (ca, cb)}
-        for member, own in links.items():  # what network.Network tells its links once hellos are in
+        for member, own in links.items():  # what the link registry (palaced.peers) tells its links once hellos are in
             others = tuple(sorted(peer(m) for m in links if m is not member))
             for link in own:
                 link.tell_neighbours(others)

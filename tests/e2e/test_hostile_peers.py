@@ -43,7 +43,7 @@ from palace_proto.peer import (
 )
 from palace_proto.session import ConnectionClosed
 from palaced.members import MAX_ORIGINS_PER_KEY
-from palaced.network import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
+from palaced.peers.admission import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
 from palaced.replication import HELLO_TIMEOUT_S, MAX_ARTIFACT_ASKS, SEND_STALL_S, SILENCE_S
 from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.hostile_peer import HostilePeer, issue_member, sealed

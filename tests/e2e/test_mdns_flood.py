@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from palaced.network import MAX_TARGETS
+from palaced.peers.dialing import MAX_TARGETS
 from tests.fleet import Fleet, ctl_json, wait_until
 from tests.helpers import PYTHON
 from tests.netns import needs_namespaces, netns_pair
