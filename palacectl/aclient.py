@@ -10,7 +10,8 @@ subscription) when its client goes away.
 
 The plain CLI keeps using the blocking ``client.Client`` (no trio import on its start-up path).
 Both drive the same ``ClientConnection`` state machine (proto/apiconn.py): this module only reads
-and writes the trio stream.
+and writes the trio stream. Both treat what the daemon sends that the API does not allow the same
+way: a ``DaemonProtocolError`` naming it (client.py's "Error handling"), never a skipped frame.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.apiconn import NEED_DATA, ClientConnection, MalformedReply, Push, Reply, result_of
+from palace_proto.apiconn import NEED_DATA, ClientConnection, Push, Reply, result_of
 from palace_proto.errors import ProtocolError
 from palace_proto.paths import default_home
 
-from .client import DaemonUnreachable, endpoint_for, socket_for
+from .client import DaemonProtocolError, DaemonUnreachable, endpoint_for, malformed, socket_for
 
 __all__ = ["AsyncDaemon", "Subscription"]
 
@@ -117,15 +118,15 @@ class AsyncDaemon:
         """The next reply or push on ``conn``, reading ``stream`` as needed.
 
         Raises:
-            DaemonUnreachable: the daemon closed the connection, or sent what is not a frame.
+            DaemonUnreachable: the daemon closed the connection.
+            DaemonProtocolError: the daemon sent what is not a message (a frame that is not a
+                message map included: what came with it could be what the caller waits for).
         """
         while True:
             try:
                 event = conn.next_event()
-            except MalformedReply:
-                continue  # not a message map: not ours either (the frame is consumed)
-            except ProtocolError as exc:
-                raise DaemonUnreachable(f"palaced sent a malformed reply: {exc.message}") from None
+            except ProtocolError as exc:  # MalformedReply too
+                raise malformed(exc) from None
             if event is not NEED_DATA:
                 return event
             try:
@@ -163,6 +164,8 @@ class Subscription:
         Raises:
             ApiError: the daemon ended the subscription with an error.
             DaemonUnreachable: the daemon closed the connection (it stopped, or restarted).
+            DaemonProtocolError: the daemon sent what is not a message, or a reply where only
+                this subscription's pushes may come.
         """
         while True:
             event = await self._daemon._next_event(self._stream, self._conn)
@@ -172,4 +175,4 @@ class Subscription:
                 continue
             if event.id in (self._rid, None):
                 result_of(event.message)  # an error reply: raises ApiError
-                raise DaemonUnreachable("palaced answered a subscription with a reply")
+                raise DaemonProtocolError("palaced answered a subscription with a reply")

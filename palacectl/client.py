@@ -5,8 +5,14 @@ proto/paths.py), connecting, and the socket IO of request/reply calls and subscr
 What is sent when (the hello first, request ids, replies paired with requests, pushes told from
 replies, the receive limit) is the ``ClientConnection`` state machine's (proto/apiconn.py).
 Deliberately blocking and trio-free: palacectl runs in agents' loops, so a simple command must
-start fast (stdlib socket + msgpack only). The daemon pushes watch events over the socket; the
-client only blocks in ``recv`` (no polling anywhere).
+start fast (stdlib socket + msgpack only). The daemon pushes watch events over the socket
+(``Client.subscribe``: a ``Subscription`` of them); the client only blocks in ``recv`` (no polling
+anywhere).
+
+Error handling: what the daemon sends that the local API does not allow (a frame that is not a
+message map, an undecodable or oversized one, a reply where only pushes may come) is a protocol
+error, ``DaemonProtocolError``, naming it. It is never skipped: whatever came with it could be
+what the caller waits for. ``aclient`` treats it the same way.
 """
 
 from __future__ import annotations
@@ -14,14 +20,18 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.apiconn import NEED_DATA, ClientConnection, MalformedReply, Push, Reply, result_of
+from palace_proto.apiconn import NEED_DATA, ClientConnection, Push, Reply, result_of
 from palace_proto.errors import ProtocolError
 from palace_proto.paths import ApiEndpoint, api_file, default_home, parse_api_file, socket_path
 
-__all__ = ["Client", "DaemonUnreachable", "IdleTimeout", "endpoint_for", "home_from", "socket_for"]
+__all__ = [
+    "Client", "DaemonProtocolError", "DaemonUnreachable", "IdleTimeout", "Subscription", "endpoint_for", "home_from",
+    "socket_for",
+]
 
 # Why 10 s: connecting to loopback is instant or refused; only a wedged machine takes longer.
 CONNECT_TIMEOUT_S: Final = 10.0
@@ -34,8 +44,19 @@ class DaemonUnreachable(Exception):
     """palaced is not running on this home (or the connection broke)."""
 
 
+class DaemonProtocolError(DaemonUnreachable):
+    """palaced sent what the local API does not allow (module docstring, "Error handling"). A
+    kind of ``DaemonUnreachable``: the connection cannot be trusted any more, and every caller
+    already ends (or starts again) on that; its message names what was wrong."""
+
+
 class IdleTimeout(Exception):
     """No message arrived within the requested time (watch idle exit)."""
+
+
+def malformed(exc: ProtocolError) -> DaemonProtocolError:
+    """The error for a frame the client's machine refused (``aclient`` says it the same way)."""
+    return DaemonProtocolError(f"palaced sent a malformed reply: {exc.message}")
 
 
 def home_from(home: str | os.PathLike[str] | None) -> Path:
@@ -169,10 +190,8 @@ class Client:
         while True:
             try:
                 event = conn.next_event()
-            except MalformedReply:
-                raise DaemonUnreachable("palaced sent a malformed reply") from None
-            except ProtocolError as exc:
-                raise DaemonUnreachable(f"palaced sent a malformed reply: {exc.message}") from None
+            except ProtocolError as exc:  # MalformedReply too: a frame that is not a message map
+                raise malformed(exc) from None
             if event is not NEED_DATA:
                 return event
             self._sock.settimeout(timeout)
@@ -192,6 +211,7 @@ class Client:
         Raises:
             IdleTimeout: nothing arrived within ``timeout`` seconds.
             DaemonUnreachable: the daemon closed the connection.
+            DaemonProtocolError: the daemon sent what is not a message.
         """
         return dict(self._next_event(timeout).message)
 
@@ -207,6 +227,74 @@ class Client:
 
         Raises:
             ApiError: the daemon answered with an error (``code`` says which).
-            DaemonUnreachable: the connection failed.
+            DaemonUnreachable: the connection failed (``DaemonProtocolError``: the daemon sent
+                what is not a message).
         """
         return self._result(self.send(op, **args))
+
+    def subscribe(self, **args: Any) -> Subscription:
+        """Start a subscription (``subscribe``, proto/PROTOCOL.md §3.2) on this connection, which
+        then belongs to it (open another for requests). Its ``started`` push is read before this
+        returns, so a bad filter or an unknown cursor raises here, before anything was promised.
+
+        Args:
+            args: the subscription's arguments: filters (``palace_proto.filters.filter_args``),
+                ``start``, ``since_event_id``, ``limit``, ``preview``, ``agent``, ``worker``;
+                ``pid`` is this process's unless given.
+
+        Raises:
+            ApiError: the daemon refused the subscription (its message, word for word).
+            DaemonUnreachable: the connection failed, or the daemon sent what is not a push.
+        """
+        args.setdefault("pid", os.getpid())
+        subscription = Subscription(self, self.send("subscribe", **args))
+        subscription.started = subscription.next_push()
+        return subscription
+
+
+class Subscription:
+    """The pushes of one subscription, on the ``Client`` connection it owns (``Client.subscribe``):
+    ``started`` (the daemon's first push), then ``next_push()`` for each ``batch`` or ``cursor``
+    push, in order; iterating it yields the same, waiting as long as it takes. Closing it (or
+    leaving its ``with`` block) closes the connection, which ends the subscription."""
+
+    def __init__(self, client: Client, rid: int) -> None:
+        self.client = client
+        self._rid = rid
+        self.started: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.client.path} cursor={self.started.get('cursor')!r}>"
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while True:
+            yield self.next_push()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def next_push(self, timeout: float | None = None) -> dict[str, Any]:
+        """The next push of this subscription (its message map: ``push`` names its kind).
+
+        Raises:
+            IdleTimeout: nothing arrived within ``timeout`` seconds.
+            ApiError: the daemon refused or ended the subscription with an error.
+            DaemonUnreachable: the daemon closed the connection (it stopped, or restarted).
+            DaemonProtocolError: the daemon sent what is not a message, or a reply where only
+                this subscription's pushes may come.
+        """
+        while True:
+            event = self.client._next_event(timeout)
+            if isinstance(event, Push):
+                if event.id == self._rid:
+                    return dict(event.message)
+                continue
+            if event.id in (self._rid, None):
+                result_of(event.message)  # an error reply: raises ApiError
+                raise DaemonProtocolError("palaced answered a subscription with a reply")

@@ -10,6 +10,10 @@ checkpointed, and the exit codes. Rules (reference §3.3–3.4, made stricter wh
 * the starting position is checkpointed before waiting; afterwards the cursor is written only
   after the output was written, so a broken pipe replays and never skips.
 * exit 0 on a hit, 2 on idle timeout with no hit, 130 on Ctrl-C.
+* palaced restarts: reconnect and resume from the cursor. palaced sends what is not a message
+  (``DaemonProtocolError``): the watch ends with that error (exit 3), its cursor where the last
+  output left it, so a new watch replays; reconnecting would hide a daemon's fault behind
+  "palaced went away".
 
 No polling: the client blocks in ``recv`` until the daemon pushes a batch or the idle deadline.
 """
@@ -17,17 +21,15 @@ No polling: the client blocks in ``recv`` until the daemon pushes a batch or the
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.control import api_error_from_wire
 from palace_proto.errors import ApiError
 
-from .client import Client, DaemonUnreachable, IdleTimeout
+from .client import Client, DaemonProtocolError, DaemonUnreachable, IdleTimeout, Subscription
 from .files import write_atomically
 from .output import (
     EXIT_FAILED, EXIT_IDLE, EXIT_OK, CommandFailed, emit_json, events_block, note, utc_now, warn, write_stdout,
@@ -102,17 +104,20 @@ class WatchOptions:
     as_json: bool
 
 
+def _described(filters: dict[str, list[str]]) -> str:
+    """The filters as a watch says them: ``name=a,b`` by name, or ``everything``."""
+    return " ".join(f"{name}={','.join(values)}" for name, values in sorted(filters.items()) if values) or "everything"
+
+
 def _who(opts: WatchOptions) -> str:
-    if opts.agent:
-        return opts.agent
-    described = " ".join(f"{name}={','.join(values)}" for name, values in sorted(opts.filters.items()) if values)
-    return described or "everything"
+    return opts.agent or _described(opts.filters)
 
 
 class _Watch:
     def __init__(self, opts: WatchOptions) -> None:
         self.opts = opts
         self.cursor: str | None = None
+        self.subscription: Subscription | None = None
         self.hits = 0
         self.deadline = time.monotonic() + opts.idle_exit_ms / 1000 if opts.idle_exit_ms > 0 else None
 
@@ -129,16 +134,25 @@ class _Watch:
                 ) from None
             warn(f"could not checkpoint the watch cursor to {self.opts.state_file}: {exc.strerror or exc}")
 
-    def subscribe(self, client: Client, start: str, since: str | None) -> dict[str, Any]:
-        args: dict[str, Any] = {**self.opts.filters, "start": start, "limit": self.opts.limit,
-                                "agent": self.opts.agent, "pid": os.getpid()}
+    def subscribe(self, start: str, since: str | None) -> dict[str, Any]:
+        """Subscribe from ``start`` on a connection of its own (``self.subscription``); the
+        ``started`` push. Raises what ``Client.subscribe`` raises, with no connection left open."""
+        args: dict[str, Any] = {**self.opts.filters, "start": start, "limit": self.opts.limit, "agent": self.opts.agent}
         if since:
             args["since_event_id"] = since
-        client.send("subscribe", **args)
-        message = client.receive()
-        if message.get("ok") is False:
-            raise api_error_from_wire(message.get("error"))
-        return message
+        client = Client(self.opts.home)
+        try:
+            client.connect()
+            self.subscription = client.subscribe(**args)
+        except BaseException:
+            client.close()
+            raise
+        return self.subscription.started
+
+    def close(self) -> None:
+        if self.subscription is not None:
+            self.subscription.close()
+            self.subscription = None
 
     def output(self, batch: dict[str, Any]) -> None:
         doc = {"events": batch["events"], "count": len(batch["events"]), "cursor": batch["cursor"], "timed_out": False}
@@ -182,22 +196,17 @@ def run_watch(opts: WatchOptions) -> int:
     """Run a watch to completion; returns the exit code (raises CommandFailed / DaemonUnreachable)."""
     watch = _Watch(opts)
     start, since, condition = _decide_start(opts)
-    client = Client(opts.home)
-    client.connect()
     try:
         try:
-            started = watch.subscribe(client, start, since)
+            started = watch.subscribe(start, since)
         except ApiError as exc:
             if exc.code != "not_found":
                 raise
             if condition == "explicit":
                 raise CommandFailed(f"{exc.message}. Nothing was written to the state file.") from None
             warn(f"stored watch cursor {since} is not in this palace ({exc.message}); replaying from the beginning")
-            client.close()
-            client = Client(opts.home)
-            client.connect()
             start, since, condition = "beginning", None, "stale"
-            started = watch.subscribe(client, start, since)
+            started = watch.subscribe(start, since)
         watch.cursor = started.get("cursor")
         if start == "tip":
             note(f"Starting at the tip ({watch.cursor or 'empty log'}); earlier events are not replayed. "
@@ -207,17 +216,16 @@ def run_watch(opts: WatchOptions) -> int:
         if condition != "ok":
             watch.checkpoint(required=True)
         if opts.announce:
-            _announce(client, opts, watch.cursor)
-        return _loop(watch, client)
+            _announce(opts, watch.cursor)
+        return _loop(watch)
     finally:
-        client.close()
+        watch.close()
 
 
-def _announce(client: Client, opts: WatchOptions, cursor: str | None) -> None:
-    filters = " ".join(f"{k}={','.join(v)}" for k, v in sorted(opts.filters.items()) if v) or "everything"
-    body = (f"{opts.agent} is watching ({filters}) from {cursor or 'the beginning'}; "
+def _announce(opts: WatchOptions, cursor: str | None) -> None:
+    body = (f"{opts.agent} is watching ({_described(opts.filters)}) from {cursor or 'the beginning'}; "
             f"wake me with an event to_agent={opts.agent}.")
-    # A second connection: the first one now belongs to the subscription stream.
+    # A second connection: the first one now belongs to the subscription.
     with Client(opts.home) as announcer:
         announcer.call(
             "append", type="status", stream="presence", room="watch", from_agent=opts.agent, to_agent="*",
@@ -226,27 +234,29 @@ def _announce(client: Client, opts: WatchOptions, cursor: str | None) -> None:
         )
 
 
-def _loop(watch: _Watch, client: Client) -> int:
+def _loop(watch: _Watch) -> int:
     opts = watch.opts
     while True:
+        assert watch.subscription is not None
         try:
-            message = client.receive(timeout=watch.remaining())
+            push = watch.subscription.next_push(timeout=watch.remaining())
         except IdleTimeout:
             return watch.idle()
+        except DaemonProtocolError:
+            raise  # not a restart: the watch ends naming it (module docstring)
         except DaemonUnreachable:
-            client = _reconnect(watch)
-            if client is None:
+            if not _reconnect(watch):
                 return watch.idle()
             continue
-        kind = message.get("push")
+        kind = push["push"]
         if kind == "batch":
             try:
-                watch.output(message)
+                watch.output(push)
             except BrokenPipeError:
                 # The cursor stays where it was: the next watch replays this batch, never skips it.
                 sys.stderr.write("palacectl: output closed (broken pipe); cursor not advanced\n")
                 return EXIT_FAILED
-            watch.cursor = message["cursor"]
+            watch.cursor = push["cursor"]
             watch.hits += 1
             watch.checkpoint()
             if not opts.follow:
@@ -254,25 +264,24 @@ def _loop(watch: _Watch, client: Client) -> int:
             if opts.idle_exit_ms > 0:
                 watch.deadline = time.monotonic() + opts.idle_exit_ms / 1000
         elif kind == "cursor":
-            watch.cursor = message["cursor"]
+            watch.cursor = push["cursor"]
             watch.checkpoint()
-        elif message.get("ok") is False:
-            raise api_error_from_wire(message.get("error"))
 
 
-def _reconnect(watch: _Watch) -> Client | None:
-    """Resume after palaced restarted: reconnect and re-subscribe from the last cursor."""
+def _reconnect(watch: _Watch) -> bool:
+    """Resume after palaced restarted: reconnect and re-subscribe from the last cursor (False:
+    the idle time ran out first)."""
     note("palaced went away; reconnecting (the watch resumes from its cursor)")
+    watch.close()
     while watch.remaining() is None or watch.remaining() > 0:
         time.sleep(min(RECONNECT_INTERVAL_S, watch.remaining() or RECONNECT_INTERVAL_S))
-        client = Client(watch.opts.home)
         try:
-            client.connect()
-            started = watch.subscribe(client, "cursor" if watch.cursor else "beginning", watch.cursor)
+            started = watch.subscribe("cursor" if watch.cursor else "beginning", watch.cursor)
+        except DaemonProtocolError:
+            raise
         except DaemonUnreachable:
-            client.close()
             continue
         watch.cursor = started.get("cursor")
         note("reconnected to palaced")
-        return client
-    return None
+        return True
+    return False

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.control import api_error_from_wire
 from palace_proto.errors import ApiError, NotFound
+from palace_proto.filters import filter_args
 from palace_proto.tasks import project_stream
 from palace_proto.workers import fit_activity
 
@@ -197,16 +197,10 @@ class Worker:
                              "project": self.opts.project, "tasks": tasks, "accepts": self.opts.accept.describe()})
 
     def _session(self) -> None:
-        with Client(self.opts.home, client_name="palacectl-worker") as sub:
-            args: dict[str, Any] = {"agent": self.opts.agent, "worker": self._activity(), "start": "tip",
-                                    "preview": True, "pid": os.getpid()}
-            if self._stream:
-                args["streams"] = [self._stream]
-            sub.send("subscribe", **args)
-            started = sub.receive()
-            if started.get("ok") is False:
-                raise api_error_from_wire(started.get("error"))
-            self._token = started.get("watch_token")
+        with Client(self.opts.home, client_name="palacectl-worker") as client:
+            sub = client.subscribe(agent=self.opts.agent, worker=self._activity(), start="tip", preview=True,
+                                   **filter_args(stream=self._stream))
+            self._token = sub.started.get("watch_token")
             self._changed.clear()
             self.say(f"connected to palaced; watching for tasks for {self.opts.agent} (or *)")
             if not self._recovered:
@@ -219,13 +213,11 @@ class Worker:
                     self._tell_activity()
                     self._look()
                 try:
-                    message = sub.receive(timeout=LOOP_TICK_S)
+                    push = sub.next_push(timeout=LOOP_TICK_S)
                 except IdleTimeout:
                     continue
-                if message.get("push") == "batch":
-                    self._on_events(message.get("events") or [])
-                elif message.get("ok") is False:
-                    raise api_error_from_wire(message.get("error"))
+                if push["push"] == "batch":
+                    self._on_events(push.get("events") or [])
 
     def _call(self, op: str, **args: Any) -> Any:
         with Client(self.opts.home, client_name="palacectl-worker") as client:
