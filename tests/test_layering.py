@@ -88,3 +88,30 @@ def test_palacectl_command_modules_import_no_other_command_module():
                 assert names <= shared, f"palacectl/cli/{path.name}:{node.lineno} imports {sorted(names - shared)}"
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 assert not node.module.startswith("palacectl.cli"), f"palacectl/cli/{path.name}:{node.lineno}"
+
+
+def test_peers_package_imports_run_one_way():
+    """Guards the peer network's shape (issue 27 §3): its modules import each other without a
+    cycle, and the link registry imports none of them but ``clock`` — the parts hear of links
+    through its change hook, so it never calls (or imports) them."""
+    folder = ROOT / "palaced" / "peers"
+    graph: dict[str, set[str]] = {}
+    for path in sorted(folder.glob("*.py")):
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps |= {node.module.split(".")[0]} if node.module else {alias.name for alias in node.names}
+        graph[path.stem] = deps
+    assert graph["registry"] <= {"clock"}, f"palaced/peers/registry.py imports {sorted(graph['registry'])}"
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle in palaced/peers: {' -> '.join((*path, module))}"
+        if module in done:
+            return
+        for dep in graph.get(module, ()):
+            visit(dep, (*path, module))
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
