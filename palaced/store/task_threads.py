@@ -1,6 +1,6 @@
 """Which tasks to derive: the newest requests and every task not known to be finished.
 
-Owns: the ``task_threads`` table (schema 0009). Triggers keep one row per task and unsettle a
+Owns: the ``task_threads`` table (schema 0009). follow.py keeps one row per task and unsettles a
 finished task when anything new happens on it; this module reads the tasks worth deriving
 (``tasks_to_derive``: the newest requests, then the unsettled ones however old) with their
 events, and records the tasks derived as finished (``settle``), so they are not derived again
