@@ -11,7 +11,7 @@ and every command module cost more at start-up (~45 ms) than the rest of the cal
 commands in ``palacectl.cli`` call the same bodies, so the output is one function's; the quick
 parser takes only command lines it fully understands — known options, well-formed values — and
 answers None for anything else (``--help``, a typo, a value that looks like an option), which
-then goes through typer and gets its message. ``tests/ctl/test_loop.py`` runs each command both
+then goes through typer and gets its message. ``tests/e2e/test_cli_quick.py`` runs each command both
 ways and compares stdout, stderr and exit code. Must not import typer, trio or palaced.
 """
 
@@ -29,10 +29,10 @@ from palace_proto.filters import FILTER_OPTIONS, filter_args
 
 from . import output
 from .client import Client, DaemonUnreachable, home_from
-from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit_json, fail, note, write_stdout
+from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit, fail, note, write_stdout
 
 __all__ = [
-    "UsageProblem", "call", "capped", "decode_utf8", "guarded", "parse_metadata", "print_event",
+    "UsageProblem", "call", "capped", "decode_utf8", "guarded", "open_client", "parse_metadata", "print_event",
     "print_events", "read_input", "run_quick", "text_or_file",
 ]
 
@@ -47,9 +47,15 @@ class UsageProblem(CommandFailed):
 # -- input helpers (every command's) ----------------------------------------------------------
 
 
+def open_client(home: Path) -> Client:
+    """The client every command's request goes through (``call``); connected when its ``with``
+    block starts. The seam the command line's unit tests put a fake client in (tests/ctl/test_cli.py)."""
+    return Client(home)
+
+
 def call(home: Path, op: str, **args: Any) -> Any:
     """One request to the daemon; arguments that are None are left out (its defaults apply)."""
-    with Client(home) as client:
+    with open_client(home) as client:
         return client.call(op, **{k: v for k, v in args.items() if v is not None})
 
 
@@ -99,17 +105,15 @@ def capped(value: int | None, cap: int) -> int | None:
 
 def print_event(event: dict[str, Any], as_json: bool, heading: str) -> None:
     """One event a command wrote: the JSON document, or ``heading:`` and its human line."""
-    if as_json:
-        emit_json(event)
-    else:
+    if not emit(event, as_json):
         write_stdout(f"{heading}:\n" + output.event_line(event) + "\n")
 
 
 def print_events(result: dict[str, Any], as_json: bool) -> None:
     """A page of events: the JSON document, or a human block (a note on a terminal when empty)."""
-    if as_json:
-        emit_json(result)
-    elif result["events"]:
+    if emit(result, as_json):
+        return
+    if result["events"]:
         write_stdout(output.events_block(result["events"]))
     elif sys.stderr.isatty():
         note("No matching events.")
@@ -164,9 +168,10 @@ def wait_events(home: Path, o: dict[str, Any]) -> int:
     result = call(home, "wait", **_filters(o), since_event_id=o.get("since_event_id"),
                   since_created_at=o.get("since_created_at"), limit=capped(o.get("limit"), MAX_LIST_LIMIT),
                   preview=bool(o.get("preview")), timeout_ms=capped(o.get("timeout_ms"), MAX_WAIT_TIMEOUT_MS))
-    if o.get("json"):
-        emit_json(result)
-    elif result["timed_out"]:
+    code = EXIT_IDLE if result["timed_out"] else EXIT_OK
+    if emit(result, o.get("json")):
+        return code
+    if result["timed_out"]:
         note("Timed out; no matching events.")
         # A mistyped or made-up correlation id waits for something that will never come: say so
         # (issue 26: an example id copied from the docs timed out without a word).
@@ -176,7 +181,7 @@ def wait_events(home: Path, o: dict[str, Any]) -> int:
                      "tasks' ids; `task create` printed yours).")
     else:
         write_stdout(output.events_block(result["events"]))
-    return EXIT_IDLE if result["timed_out"] else EXIT_OK
+    return code
 
 
 def inbox(home: Path, o: dict[str, Any]) -> int:
@@ -184,8 +189,7 @@ def inbox(home: Path, o: dict[str, Any]) -> int:
     if agent is None:
         raise UsageProblem("inbox needs --agent ID (whose inbox): palacectl inbox --agent ID")
     result = call(home, "inbox", agent=agent, limit=o.get("limit"), preview=o.get("preview") or None)
-    if o.get("json"):
-        emit_json(result)
+    if emit(result, o.get("json")):
         return EXIT_OK
     print_events(result, False)
     if result["more"]:
@@ -199,8 +203,7 @@ def inbox(home: Path, o: dict[str, Any]) -> int:
 def mark_read(home: Path, o: dict[str, Any]) -> int:
     agent = o["agent"]
     result = call(home, "inbox_mark_read", agent=agent, upto_event_id=o["upto"])
-    if o.get("json"):
-        emit_json(result)
+    if emit(result, o.get("json")):
         return EXIT_OK
     unread = f"{result['unread']}{'+' if result['unread_capped'] else ''}"
     if result["moved"]:
@@ -213,8 +216,7 @@ def mark_read(home: Path, o: dict[str, Any]) -> int:
 
 def task_ready(home: Path, o: dict[str, Any]) -> int:
     result = call(home, "task_ready", agent=o["agent"])
-    if o.get("json"):
-        emit_json(result)
+    if emit(result, o.get("json")):
         return EXIT_OK
     if not result["tasks"]:
         note("Nothing ready.")
@@ -226,10 +228,7 @@ def task_ready(home: Path, o: dict[str, Any]) -> int:
 def task_claim(home: Path, o: dict[str, Any]) -> int:
     correlation_id, agent = o["correlation_id"], o["agent"]
     result = call(home, "task_claim", correlation_id=correlation_id, agent=agent)
-    if o.get("json"):
-        emit_json(result)
-        return EXIT_OK
-    write_stdout(f"{'Already yours' if result['already'] else 'Claimed'}: {correlation_id} ({agent})\n")
+    emit(result, o.get("json"), f"{'Already yours' if result['already'] else 'Claimed'}: {correlation_id} ({agent})")
     return EXIT_OK
 
 

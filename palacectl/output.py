@@ -19,7 +19,7 @@ from palace_proto.text import printable
 
 __all__ = [
     "EXIT_FAILED", "EXIT_IDLE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
-    "RFC3339_UTC", "STAMP_UTC", "CommandFailed", "ProgressBar", "emit_json", "event_line", "fail", "render_bar",
+    "RFC3339_UTC", "STAMP_UTC", "CommandFailed", "ProgressBar", "emit", "emit_json", "event_line", "fail", "render_bar",
     "table_header", "utc_now", "warn",
 ]
 
@@ -67,6 +67,20 @@ def emit_json(value: Any, *, compact: bool = False) -> None:
         write_stdout(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
     else:
         write_stdout(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+
+def emit(document: Any, as_json: bool, line: str | None = None) -> bool:
+    """The tail of a command that got its answer: with ``--json`` (``as_json``), ``document`` as
+    one JSON document on stdout (STYLE §24), and True; otherwise ``line`` and a newline on stdout
+    when one is given, and False. A command whose human answer takes more than a line of text
+    renders it after ``if emit(result, json_): return``.
+    """
+    if as_json:
+        emit_json(document)
+        return True
+    if line is not None:
+        write_stdout(line + "\n")
+    return False
 
 
 def table_header(*columns: str) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..output import emit_json, note, table_header, write_stdout
+from ..output import emit, note, table_header, write_stdout
 from .common import JsonOpt, call_daemon
 
 __all__ = ["agent_app", "agents"]
@@ -36,8 +36,7 @@ def _where(agent: dict[str, Any]) -> str:
 def register(agent: AgentArg, json_: JsonOpt = False) -> None:
     """Register an agent id to this daemon (its first write here does it too)."""
     result = call_daemon("agent_register", agent=agent)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     record = result["agent"]
     note(f"{record['agent']} {'is now registered' if result['registered'] else 'was already registered'} to "
@@ -52,8 +51,7 @@ def transfer(
 ) -> None:
     """Move an agent id to another daemon of the palace (on its daemon, or on the palace CA's)."""
     result = call_daemon("agent_transfer", agent=agent, to=to)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     record = result["agent"]
     note(f"{record['agent']} now belongs to {_where(record)}" + (" (by the palace CA)" if result["by_ca"] else "")
@@ -68,8 +66,7 @@ def retire(
 ) -> None:
     """End an agent id held here: its leases and claims are released; its history stays."""
     result = call_daemon("agent_retire", agent=agent, reason=reason)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     leases, tasks = result["released_leases"], result["released_tasks"]
     note(f"{agent} is retired: {len(leases)} lease(s) and {len(tasks)} claimed task(s) released"
@@ -83,8 +80,7 @@ def agents(
 ) -> None:
     """Every agent of the palace: its daemon, last activity, watching now or not, stale or not."""
     result = call_daemon("agents", all=all_ or None, agent=agent)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     if not result["agents"]:
         note("No agents yet: an agent appears with its first write.")

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from .. import output
-from ..output import emit_json, fail, warn, write_stdout
+from ..output import emit, fail, warn, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, parse_metadata, read_input
 
 __all__ = ["artifact_app", "patch_app"]
@@ -42,11 +42,8 @@ def artifact_put(
     content = read_input(file, "--file")
     record = call_daemon("artifact_put", kind=kind, created_by=created_by, content=content, metadata=parse_metadata(metadata))
     _print_warnings(record)
-    if json_:
-        emit_json(record)
-    else:
-        write_stdout(f"Stored {record['id']}  kind={record['kind']}\n  sha256={record['sha256']}\n"
-                     f"  size={record['size_bytes']} bytes\n")
+    emit(record, json_, f"Stored {record['id']}  kind={record['kind']}\n  sha256={record['sha256']}\n"
+                        f"  size={record['size_bytes']} bytes")
 
 
 @artifact_app.command("get")
@@ -70,9 +67,9 @@ def artifact_get(
             write_atomically(out, content, new_file_mode())
         except OSError as exc:
             fail(f"cannot write {out}: {exc.strerror or exc}")
-    if json_:
-        emit_json({**record, "content_written_to": str(out) if out is not None else None})
-    elif out is not None:
+    if emit({**record, "content_written_to": str(out) if out is not None else None}, json_):
+        return
+    if out is not None:
         write_stdout(f"Wrote {len(content)} bytes to {out}\n  sha256={record['sha256']}\n")
     else:
         sys.stdout.buffer.write(content)
@@ -105,9 +102,8 @@ def patch_submit(
                          content=content, stream=stream, room=room, topic=topic, branch=branch,
                          base_commit=base_commit, body=body, metadata=parse_metadata(metadata))
     _print_warnings(result["artifact"])
-    if json_:
-        emit_json(result)
-    else:
-        a = result["artifact"]
-        write_stdout(f"Stored {a['id']}  sha256={a['sha256']}  size={a['size_bytes']} bytes\n"
-                     + output.event_line(result["event"]) + "\n")
+    if emit(result, json_):
+        return
+    a = result["artifact"]
+    write_stdout(f"Stored {a['id']}  sha256={a['sha256']}  size={a['size_bytes']} bytes\n"
+                 + output.event_line(result["event"]) + "\n")

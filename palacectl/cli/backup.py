@@ -26,7 +26,7 @@ from palace_proto.paths import DATABASE_FILENAME as DATABASE_FILE
 from palace_proto.paths import LOCK_FILENAME as LOCK_FILE
 
 from ..client import Client, DaemonUnreachable
-from ..output import STAMP_UTC, emit_json, fail, utc_now, write_stdout
+from ..output import STAMP_UTC, emit, fail, utc_now, write_stdout
 from .common import JsonOpt, call_daemon, current_home
 
 __all__ = ["backup", "restore"]
@@ -44,8 +44,7 @@ def backup(
 ) -> None:
     """Write a consistent copy of the running daemon's database (writes go on meanwhile)."""
     result: dict[str, Any] = call_daemon("backup", path=str(file.expanduser().absolute()), overwrite=force or None)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     write_stdout(f"Backed up {result['events']:,} events ({result['bytes']:,} bytes) to {result['path']}\n"
                  f"  sha256 {result['sha256']}\n")
@@ -155,8 +154,7 @@ def restore(
                  + (f" (the database it would have replaced is kept as {home / kept})" if kept else ""))
     result = {"home": str(home), "restored_from": str(source), "events": backup_info["events"],
               "retired_origin": backup_info["origin"], "kept_previous": str(home / kept) if kept else None}
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     write_stdout(f"Restored {result['events']:,} events into {home}.\n"
                  f"The backup's origin {result['retired_origin']} is retired: its events stay as signed history, "

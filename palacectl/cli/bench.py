@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..output import emit_json
+from ..output import emit
 from .common import JsonOpt, UsageProblem
 
 __all__ = ["bench_app"]
@@ -36,8 +36,7 @@ def bench(
     from ..bench import run_bench
 
     result = run_bench(quick=quick, progress=not json_)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 @bench_app.command("memory")
@@ -53,8 +52,7 @@ def bench_memory(
     if drawers is not None and drawers < 1:
         raise UsageProblem("--drawers must be a positive number")
     result = run_memory_bench(quick=quick, progress=not json_, drawers=drawers, peer=peer)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 @bench_app.command("replication")
@@ -66,8 +64,7 @@ def bench_replication(
     from ..bench_replication import run_replication_bench
 
     result = run_replication_bench(quick=quick, progress=not json_)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 @bench_app.command("mesh")
@@ -79,8 +76,7 @@ def bench_mesh(
     from ..bench_mesh import run_mesh_bench
 
     result = run_mesh_bench(quick=quick, progress=not json_)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 @bench_app.command("leases")
@@ -92,8 +88,7 @@ def bench_leases(
     from ..bench_leases import run_leases_bench
 
     result = run_leases_bench(quick=quick, progress=not json_)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 @bench_app.command("mcp")
@@ -105,8 +100,7 @@ def bench_mcp(
     from ..bench_mcp import run_mcp_bench
 
     result = run_mcp_bench(quick=quick, progress=not json_)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 @bench_app.command("cli")
@@ -118,8 +112,7 @@ def bench_cli(
     from ..bench_cli import run_cli_bench
 
     result = run_cli_bench(quick=quick, progress=not json_)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 @bench_app.command("ui")
@@ -134,8 +127,7 @@ def bench_ui(
     if events is not None and events < 1000:
         raise UsageProblem("--events must be at least 1000")
     result = run_ui_bench(quick=quick, progress=not json_, events=events)
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 # Command groups in their own modules (memory, backup/restore, export/import, service); importing them registers

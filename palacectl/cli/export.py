@@ -39,7 +39,7 @@ import typer
 from palace_proto.errors import ApiError
 
 from ..client import Client
-from ..output import EXIT_FAILED, ProgressBar, emit_json, fail, note, utc_now, write_stdout
+from ..output import EXIT_FAILED, ProgressBar, emit, emit_json, fail, note, utc_now, write_stdout
 from .common import JsonOpt, current_home
 
 __all__ = ["export", "import_"]
@@ -102,11 +102,9 @@ def export(
             bar.close()
     if target is None:
         return
-    if json_:
-        emit_json({"path": str(target), **counts})
-    else:
-        write_stdout(f"Exported {counts['events']:,} events from {counts['origins']} origin(s)"
-                     + (f" and {counts['artifacts']} artifact(s)" if with_artifacts else "") + f" to {target}\n")
+    emit({"path": str(target), **counts}, json_,
+         f"Exported {counts['events']:,} events from {counts['origins']} origin(s)"
+         + (f" and {counts['artifacts']} artifact(s)" if with_artifacts else "") + f" to {target}")
 
 
 def _write_export(sink: BinaryIO, client: Client, status: dict[str, Any], bar: ProgressBar,
@@ -408,8 +406,7 @@ def import_(
     late = totals.pop("late_failures")  # only if the file changed between the passes
     failed = scan.failures + late
     totals["failed"], totals["failed_count"] = failed, failure_count + len(late)
-    if json_:
-        emit_json(totals)
+    if emit(totals, json_):
         return
     write_stdout(f"Imported {totals['imported']:,} event(s) as history ({totals['duplicates']:,} already here"
                  + (f", {totals['artifacts']} artifact(s)" if totals["artifacts"] else "") + ").\n")

@@ -15,7 +15,7 @@ import typer
 
 from .. import guard
 from ..client import Client
-from ..output import emit_json, fail, note, write_stdout
+from ..output import emit, fail, note, write_stdout
 from .common import JsonOpt, current_home
 
 __all__ = ["guard_app"]
@@ -37,8 +37,7 @@ def install(
         done = guard.install(repo, agent=agent, project=project, home=current_home().resolve())
     except guard.GuardError as exc:
         fail(str(exc), code="invalid_argument")
-    if json_:
-        emit_json({"hooks_dir": str(done.hooks_dir), "installed": done.hooks, "chained": done.chained})
+    if emit({"hooks_dir": str(done.hooks_dir), "installed": done.hooks, "chained": done.chained}, json_):
         return
     write_stdout(f"Guard installed in {done.hooks_dir} ({', '.join(done.hooks)}) for {agent}"
                  f"{' in project ' + project if project else ''}.\n")
@@ -53,10 +52,8 @@ def uninstall(repo: RepoOpt = Path("."), json_: JsonOpt = False) -> None:
         done = guard.uninstall(repo)
     except guard.GuardError as exc:
         fail(str(exc), code="invalid_argument")
-    if json_:
-        emit_json({"hooks_dir": str(done.hooks_dir), "removed": done.hooks, "restored": done.chained})
-        return
-    write_stdout(f"Removed {', '.join(done.hooks) or 'nothing (no palace hook here)'} from {done.hooks_dir}.\n")
+    emit({"hooks_dir": str(done.hooks_dir), "removed": done.hooks, "restored": done.chained}, json_,
+         f"Removed {', '.join(done.hooks) or 'nothing (no palace hook here)'} from {done.hooks_dir}.")
 
 
 @guard_app.command("run", hidden=True)

@@ -17,7 +17,7 @@ import typer
 from palace_proto.validation import validate_agent_token
 
 from ..client import home_from
-from ..output import emit_json, fail, note, write_stdout
+from ..output import emit, fail, note, write_stdout
 from .common import JsonOpt, UsageProblem, current_home
 
 __all__ = ["mcp", "rules"]
@@ -65,18 +65,14 @@ def rules(
             raise UsageProblem(f"--harness must be one of: {', '.join(sorted(HARNESS_FILES))}")
         target = Path(HARNESS_FILES[harness]).expanduser()
     if target is None:
-        if json_:
-            emit_json({"agent": agent, "rules": block})
-        else:
+        if not emit({"agent": agent, "rules": block}, json_):
             write_stdout(block)
         return
     try:
         action = install_rules(target, block)
     except (OSError, ValueError) as exc:
         fail(str(exc))
-    if json_:
-        emit_json({"agent": agent, "path": str(target), "action": action})
-    else:
+    if not emit({"agent": agent, "path": str(target), "action": action}, json_):
         note(f"Rules for {agent}: {action} in {target}")
 
 
@@ -98,13 +94,12 @@ def _harness_hooks(agent: str, harness: str, *, remove: bool, as_json: bool) -> 
             action = install_hooks(spec, path, hook_command(palacectl_command(), current_home(), agent, harness))
     except (HooksError, OSError) as exc:
         fail(str(exc))
-    if as_json:
-        emit_json({"agent": agent, "harness": harness, "hooks_path": str(path), "hooks": action})
-    else:
-        note(f"Session-start hook for {agent} ({harness}): {action} in {path}")
-        if harness == "codex" and not remove and action != "unchanged":
-            # Codex skips an untrusted hook without a word (issue 26): say what it takes.
-            note("Codex runs it only once you trust it: start `codex` in a terminal and trust palace's SessionStart "
+    if emit({"agent": agent, "harness": harness, "hooks_path": str(path), "hooks": action}, as_json):
+        return
+    note(f"Session-start hook for {agent} ({harness}): {action} in {path}")
+    if harness == "codex" and not remove and action != "unchanged":
+        # Codex skips an untrusted hook without a word (issue 26): say what it takes.
+        note("Codex runs it only once you trust it: start `codex` in a terminal and trust palace's SessionStart "
                  "hook when it asks you to review it; headless runs can pass --dangerously-bypass-hook-trust")
 
 

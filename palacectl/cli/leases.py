@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 from palace_proto.text import printable
 
-from ..output import EXIT_FAILED, emit_json, note, write_stdout
+from ..output import EXIT_FAILED, emit, note, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon
 
 __all__ = ["describe_lease", "lease_app"]
@@ -53,8 +53,7 @@ def acquire(
     """Take a lease; refused (exit 1, naming the holder) if another agent holds an overlapping one."""
     result = call_daemon("lease_acquire", patterns=patterns, agent=agent, project=project, ttl_s=ttl,
                          shared=shared or None, reason=reason, force=force or None)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     lease = result["lease"]
     if lease is None or lease["state"] != "active":
@@ -74,8 +73,7 @@ def renew(
 ) -> None:
     """Extend a lease (by --ttl, or as long as it was taken for)."""
     result = call_daemon("lease_renew", lease_id=lease_id, ttl_s=ttl, agent=agent)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     write_stdout(f"Renewed: {describe_lease(result['lease'])}\n")
 
@@ -94,10 +92,8 @@ def release(
     if all_ and not agent:
         raise UsageProblem("Missing option '--agent' (release --all needs the agent whose leases to release)")
     result = call_daemon("lease_release", lease_id=lease_id, all=all_ or None, agent=agent, project=project)
-    if json_:
-        emit_json(result)
-        return
-    write_stdout(f"Released {result['count']} lease(s){': ' + ', '.join(result['released']) if result['released'] else ''}\n")
+    emit(result, json_,
+         f"Released {result['count']} lease(s){': ' + ', '.join(result['released']) if result['released'] else ''}")
 
 
 @lease_app.command("list")
@@ -110,8 +106,7 @@ def list_(
 ) -> None:
     """Active leases (with --all: every lease of the last 30 days)."""
     result = call_daemon("lease_list", project=project, agent=agent, path=path, all=all_ or None)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     if not result["leases"] and sys.stderr.isatty():
         note("No leases.")
@@ -128,9 +123,7 @@ def check(
 ) -> None:
     """Exit 1 if a path is under another agent's exclusive lease (printing who holds it)."""
     result = call_daemon("lease_check", paths=paths, agent=agent, project=project)
-    if json_:
-        emit_json(result)
-    else:
+    if not emit(result, json_):
         for blocked in result["blocked"]:
             for lease in blocked["leases"]:
                 write_stdout(f"{blocked['path']}: {describe_lease(lease)}\n")

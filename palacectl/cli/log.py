@@ -18,7 +18,7 @@ from palace_proto.errors import ApiError
 from palace_proto.filters import filter_args
 
 from .. import loop
-from ..output import EXIT_IDLE, emit_json, fail, note, write_stdout
+from ..output import EXIT_IDLE, emit, fail, note, write_stdout
 from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home
 
 __all__ = ["ack", "append", "list_", "redact", "wait", "watch"]
@@ -152,10 +152,8 @@ def _append_ndjson(source: str, defaults: dict[str, Any], *, as_json: bool) -> N
             chunk.append((number, event))
             size += weight
         send()
-    if as_json:
-        emit_json({"events": appended, "count": len(appended)})
-    else:
-        write_stdout(f"Appended {len(appended)} events ({appended[0]['id']} … {appended[-1]['id']})\n")
+    emit({"events": appended, "count": len(appended)}, as_json,
+         f"Appended {len(appended)} events ({appended[0]['id']} … {appended[-1]['id']})")
 
 
 def _check_replicated(replicated: int | None, timeout_ms: int | None) -> None:
@@ -228,11 +226,8 @@ def wait(
         _check_replicated(replicated, timeout_ms)
         result = call_daemon("replicated", event_id=event_id, replicated=replicated,
                              timeout_ms=capped(timeout_ms, 3_600_000))
-        if json_:
-            emit_json(result)
-        else:
-            write_stdout(f"{result['event_id']}\t{result['replicated_count']} peer(s)\t"
-                         f"{' '.join(result['replicated']) or '-'}\n")
+        emit(result, json_, f"{result['event_id']}\t{result['replicated_count']} peer(s)\t"
+                            f"{' '.join(result['replicated']) or '-'}")
         if result["timed_out"]:
             raise typer.Exit(EXIT_IDLE)
         return
@@ -321,7 +316,7 @@ def redact(
     event = call_daemon("redact", event_id=event_id, from_agent=from_agent, reason=reason, operator=operator)
     loop.print_event(event, json_, f"Redacted {event_id}")
     if json_:
-        return
+        return  # the event is the whole answer
     if event.get("also_redacted"):
         write_stdout(f"Also redacted (the same fact): {', '.join(event['also_redacted'])}\n")
     if event.get("purge") == "pending":

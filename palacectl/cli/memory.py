@@ -20,7 +20,7 @@ from typing import Annotated, Any, Final, Optional
 import typer
 
 from ..client import Client
-from ..output import ProgressBar, emit_json, fail, note, write_stdout
+from ..output import ProgressBar, emit, fail, note, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home, decode_utf8, read_input
 
 __all__ = ["diary_app", "kg_app", "memory_app", "remember", "search", "tunnels"]
@@ -55,11 +55,8 @@ def remember(
     content = decode_utf8(read_input(file, "--file"), f"--file {file}")
     result = call_daemon("memory_add", wing=wing, room=room, content=content, source_file=source_file,
                          added_by=_who(added_by))
-    if json_:
-        emit_json(result)
-    else:
-        state = "already filed" if result["duplicate"] else "filed"
-        write_stdout(f"{result['drawer_id']}  {state} in {result['wing']}/{result['room']}\n")
+    state = "already filed" if result["duplicate"] else "filed"
+    emit(result, json_, f"{result['drawer_id']}  {state} in {result['wing']}/{result['room']}")
 
 
 def search(
@@ -74,8 +71,7 @@ def search(
     """Search the drawers by meaning and keywords; every hit is the verbatim content with its place."""
     result = call_daemon("search", query=query, wing=wing, room=room, since=since, before=before, mode=mode,
                          limit=None if limit is None else min(limit, 1000))
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     if not result["results"]:
         note("Nothing found.")
@@ -96,10 +92,7 @@ def kg_add(
     """Record a fact: SUBJECT PREDICATE OBJECT, optionally valid from / to a date."""
     result = call_daemon("kg_add", subject=subject, predicate=predicate, object=object_, valid_from=valid_from,
                          valid_to=valid_to, source_drawer_id=source_drawer_id, added_by=_who(added_by))
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(f"{result['triple_id']}  {result['fact']}\n")
+    emit(result, json_, f"{result['triple_id']}  {result['fact']}")
 
 
 @kg_app.command("invalidate")
@@ -112,10 +105,7 @@ def kg_invalidate(
     """End a fact's validity (the fact stays as history; add the new one after)."""
     result = call_daemon("kg_invalidate", subject=subject, predicate=predicate, object=object_, ended=ended,
                          added_by=_who(added_by))
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(f"ended {result['ended']}: {result['fact']} ({result['facts_ended']} fact(s))\n")
+    emit(result, json_, f"ended {result['ended']}: {result['fact']} ({result['facts_ended']} fact(s))")
 
 
 @kg_app.command("query")
@@ -127,8 +117,7 @@ def kg_query(
 ) -> None:
     """What was true about ENTITY as of a date: active, historical and future facts."""
     result = call_daemon("kg_query", entity=entity, as_of=as_of, direction=direction)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     if not result["count"]:
         note(f"No facts about {entity!r}." + (f" Did you mean: {', '.join(result['candidates'])}?"
@@ -152,10 +141,7 @@ def diary_write(
         raise UsageProblem("pass the entry with --entry TEXT or --file PATH|-, one of them")
     text = entry if entry is not None else decode_utf8(read_input(file or "-", "--file"), f"--file {file}")
     result = call_daemon("diary_write", agent_name=agent, entry=text, topic=topic)
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(f"{result['entry_id']}  {result['wing']}/diary  {result['topic']}  {result['timestamp']}\n")
+    emit(result, json_, f"{result['entry_id']}  {result['wing']}/diary  {result['topic']}  {result['timestamp']}")
 
 
 @diary_app.command("read")
@@ -166,8 +152,7 @@ def diary_read(
 ) -> None:
     """Read an agent's diary, newest first."""
     result = call_daemon("diary_read", agent_name=agent, last_n=last)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     write_stdout(f"{result['wing']}: showing {result['showing']} of {result['total']}\n")
     for e in result["entries"]:
@@ -181,8 +166,7 @@ def tunnels(
 ) -> None:
     """Rooms that two wings share (or that any two wings share)."""
     result = call_daemon("tunnels", wing_a=wing_a, wing_b=wing_b)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     if not result["tunnels"]:
         note("No shared rooms.")
@@ -204,8 +188,7 @@ def memory_rebuild(
                                            lambda status: status["memory"]["rebuild"])
     views_bar.update(result["events"], result["events"], force=True)
     views_bar.close()
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     write_stdout(f"Rebuilt from {result['events']} memory event(s): {result['drawers']} drawer(s), "
                  f"{result['facts']} fact(s) in {result['seconds']:.2f} s\n")

@@ -17,7 +17,7 @@ import typer
 
 from .. import output
 from ..client import Client
-from ..output import EXIT_OK, agent_label, emit_json, note, write_stdout
+from ..output import EXIT_OK, agent_label, emit, note, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home
 
 __all__ = ["digest", "doctor", "init", "invite", "join", "peers_app", "revoke", "status", "who"]
@@ -29,8 +29,7 @@ def status(json_: JsonOpt = False) -> int:
     """Show the daemon and its health; exits 1 when something needs attention (a health check)."""
     result = call_daemon("status")
     health = result.get("health") or {"ok": True, "problems": [], "notes": []}
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return EXIT_OK if health["ok"] else output.EXIT_FAILED
     write_stdout(
         f"palaced {result['version']} (pid {result['pid']}) up {result['uptime_s']:.0f}s\n"
@@ -80,13 +79,10 @@ def init(
 ) -> None:
     """Create a new palace with this daemon as its first member."""
     result = call_daemon("init", name=name, daemon_name=daemon_name)
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(f"Created palace {result['palace_id']} ({result['palace_name']})\n"
-                     f"  this daemon: {result['peer_id']} ({result['name']}, {result['role']})\n"
-                     f"  listening on {', '.join(result['listen']) or '-'}\n"
-                     "Next: `palacectl invite` here, then `palacectl join CODE` on each other machine.\n")
+    emit(result, json_, f"Created palace {result['palace_id']} ({result['palace_name']})\n"
+                        f"  this daemon: {result['peer_id']} ({result['name']}, {result['role']})\n"
+                        f"  listening on {', '.join(result['listen']) or '-'}\n"
+                        "Next: `palacectl invite` here, then `palacectl join CODE` on each other machine.")
 
 
 def _parse_ttl(text: str) -> int:
@@ -109,10 +105,7 @@ def invite(
     if role not in ("member", "observer"):
         raise UsageProblem("--role must be member or observer")
     result = call_daemon("invite", role=role, ttl_s=_parse_ttl(ttl), address=address)
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(result["code"] + "\n")
+    if not emit(result, json_, result["code"]):
         note(f"Single use, {result['role']}, valid until {result['expires_at']}; the joiner dials {result['address']}.")
 
 
@@ -190,8 +183,7 @@ def join(
         result["events"] = _follow_catch_up(bar, plain=wait and not bar.enabled and not json_)
     elif not json_:
         write_stdout("Catching up in the background; `palacectl peers` shows how far.\n")
-    if json_:
-        emit_json(result)
+    emit(result, json_)
 
 
 def _follow_catch_up(bar: output.ProgressBar, *, plain: bool) -> int | None:
@@ -232,18 +224,13 @@ def revoke(
 ) -> None:
     """Revoke a daemon: a signed revocation that replicates; peers refuse it from then on."""
     result = call_daemon("revoke", peer_id=peer_id)
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(f"Revoked {result['revoked']} ({result['name']}); the revocation replicates to every peer.\n")
+    emit(result, json_, f"Revoked {result['revoked']} ({result['name']}); the revocation replicates to every peer.")
 
 
 def doctor(json_: JsonOpt = False) -> None:
     """Check why a peer might be invisible, and say what to do (exit 1 if a check fails)."""
     result = call_daemon("doctor")
-    if json_:
-        emit_json(result)
-    else:
+    if not emit(result, json_):
         marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
         for c in result["checks"]:
             write_stdout(f"{marks[c['status']]}  {c['check']}: {c['detail']}\n")
@@ -254,8 +241,7 @@ def doctor(json_: JsonOpt = False) -> None:
 def digest(json_: JsonOpt = False) -> None:
     """Per origin (origin_seq, head hash), and one digest of it all: equal digests, equal logs."""
     result = call_daemon("digest")
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     output.table_header("ORIGIN", "EVENTS", "HEAD HASH")
     for o in result["origins"]:
@@ -267,8 +253,7 @@ def who(json_: JsonOpt = False) -> None:
     """Watchers connected anywhere in the palace right now (what daemons see, not what agents claim);
     a worker shows the tasks it runs."""
     result = call_daemon("who")
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     if not result["watchers"]:
         note("No watchers connected.")
@@ -293,8 +278,7 @@ def peers(ctx: typer.Context, json_: JsonOpt = False) -> None:
     if ctx.invoked_subcommand is not None:
         return
     result = call_daemon("peers")
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     write_stdout(f"this daemon {result['peer_id']}  listening {', '.join(result['listen'])}  mDNS {result['mdns']}\n")
     if not result["peers"]:
@@ -324,10 +308,7 @@ def peers_add(
 ) -> None:
     """Dial a peer at a fixed address (kept across restarts)."""
     result = call_daemon("peers_add", address=address)
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(f"Added static peer {result['added']}\n")
+    emit(result, json_, f"Added static peer {result['added']}")
 
 
 @peers_app.command("remove")
@@ -337,7 +318,4 @@ def peers_remove(
 ) -> None:
     """Stop dialling a static peer."""
     result = call_daemon("peers_remove", address=address)
-    if json_:
-        emit_json(result)
-    else:
-        write_stdout(f"Removed static peer {result['removed']}\n")
+    emit(result, json_, f"Removed static peer {result['removed']}")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Optional, cast
 
 import typer
 
-from ..output import emit_json, fail, note, write_stdout
+from ..output import emit, fail, note, write_stdout
 from .common import JsonOpt, UsageProblem, current_home
 
 if TYPE_CHECKING:
@@ -301,12 +301,10 @@ def install(
     if not daemon["answering"]:
         fail(f"{plan.path.name} is installed and started, but palaced did not answer on {daemon['socket']} "
              f"within {START_WAIT_S:.0f} s; see {_logs_hint(kind)}")
-    if json_:
-        emit_json({**plan.to_json(dry_run=False, steps=ran), "home_created": home_created, "daemon": daemon,
-                   "filesystem_sandbox": None if kind != "systemd" else sandbox_problem is None,
-                   "filesystem_sandbox_problem": sandbox_problem})
-    else:
-        say(f"palaced answers on {daemon['socket']}. Logs: {_logs_hint(kind)}")
+    emit({**plan.to_json(dry_run=False, steps=ran), "home_created": home_created, "daemon": daemon,
+          "filesystem_sandbox": None if kind != "systemd" else sandbox_problem is None,
+          "filesystem_sandbox_problem": sandbox_problem}, json_,
+         f"palaced answers on {daemon['socket']}. Logs: {_logs_hint(kind)}")
 
 
 def _write_and_start(plan: InstallPlan, say: Callable[[str], None]) -> list[Step]:
@@ -349,11 +347,9 @@ def _install_worker(kind: Platform, spec: Worker, *, dry_run: bool, force: bool,
     if not daemon["answering"]:
         note(f"Note: palaced does not answer on {daemon['socket']}; the worker waits for it "
              "(`palacectl service install` runs palaced as a service too).")
-    if as_json:
-        emit_json({**plan.to_json(dry_run=False, steps=ran), "manager": state.to_json(), "daemon": daemon})
-    else:
-        say(f"The worker for {spec.agent} is {'running' if state.running else 'not running'} "
-            f"({kind}: {state.state}). Logs: {_logs_hint(kind, spec.agent)}")
+    emit({**plan.to_json(dry_run=False, steps=ran), "manager": state.to_json(), "daemon": daemon}, as_json,
+         f"The worker for {spec.agent} is {'running' if state.running else 'not running'} "
+         f"({kind}: {state.state}). Logs: {_logs_hint(kind, spec.agent)}")
 
 
 def _print_dry_run(plan: InstallPlan, *, force: bool, preview: bool, as_json: bool) -> None:
@@ -367,8 +363,7 @@ def _print_dry_run(plan: InstallPlan, *, force: bool, preview: bool, as_json: bo
     if plan.platform == "systemd" and plan.worker is None:
         note("Note: install first checks that this user manager can build the filesystem sandbox "
              f"(`{runner.command_text(managers.SANDBOX_PROBE)}`) and leaves those lines commented out if it cannot.")
-    if as_json:
-        emit_json(plan.to_json(dry_run=True, steps=plan.steps))
+    if emit(plan.to_json(dry_run=True, steps=plan.steps), as_json):
         return
     lines = []
     if plan.worker is None and not plan.home.is_dir():
@@ -425,9 +420,9 @@ def uninstall(dry_run: DryRunOpt = False, worker: WorkerOpt = False, agent: Agen
         say(f"Removed {path}")
         ran += managers.run_steps(after, lambda step: say(f"Ran: {step}"), service=service)
         result.update(removed=True, commands=[s.to_json() for s in ran])
-    if json_:
-        emit_json(result)
-    elif installed and worker_agent is None:
+    if emit(result, json_):
+        return
+    if installed and worker_agent is None:
         say(f"The palace home {home} and its data were not touched.")
     elif installed:
         say(f"The palace home {home}, its data and the worker's workspace were not touched.")
@@ -447,10 +442,9 @@ def status(worker: WorkerOpt = False, agent: AgentOpt = None, json_: JsonOpt = F
     installed = path is not None and path.exists()
     manager = managers.manager_state(kind, service)
     daemon = daemon_status(home)
-    if json_:
-        emit_json({"platform": kind, "path": None if path is None else str(path), "installed": installed,
-                   "manager": manager.to_json(), "daemon": daemon, "home": str(home),
-                   **({} if worker_agent is None else {"worker": worker_json(kind, worker_agent)})})
+    if emit({"platform": kind, "path": None if path is None else str(path), "installed": installed,
+             "manager": manager.to_json(), "daemon": daemon, "home": str(home),
+             **({} if worker_agent is None else {"worker": worker_json(kind, worker_agent)})}, json_):
         return
     file_line = "-" if path is None else f"{path} ({'installed' if installed else 'not installed'})"
     manager_line = f"{kind or '-'}: {manager.state}"

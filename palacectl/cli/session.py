@@ -17,7 +17,7 @@ from palace_proto.errors import ApiError
 
 from .. import loop
 from ..client import DaemonUnreachable
-from ..output import emit_json, write_stdout
+from ..output import emit, write_stdout
 from ..session_text import render_session
 from .common import JsonOpt, UsageProblem, call_daemon, current_home
 
@@ -77,8 +77,7 @@ def start(
         write_stdout(hook_output(hook, text) + "\n")
         return
     result = call_daemon("session_start", agent=agent)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     write_stdout(render_session(result))
 

@@ -19,7 +19,7 @@ from palace_proto.errors import ValidationError
 from palace_proto.stamps import parse_duration
 
 from .. import loop, output
-from ..output import emit_json, note, warn, write_stdout
+from ..output import emit, note, warn, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home, text_or_file
 
 __all__ = ["task_app", "worker"]
@@ -51,8 +51,7 @@ def task_create(
     result = call_daemon("task_create", project=project, from_agent=from_agent, to_agent=to_agent, goal=goal_text or "",
                          branch=branch, base_commit=base_commit, done=done_text or "", blocked_by=blocked_by or None,
                          priority=priority, stall_after=stall_after)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     task = result["task"]
     write_stdout(f"Task created: {task['correlation_id']}\nEvent: {task['id']}\nTo: {task['to_agent']}\n\n"
@@ -66,8 +65,7 @@ def task_show(
 ) -> None:
     """A task's lifecycle: the request, every event on its correlation, its state and claimant."""
     view = call_daemon("task_show", correlation_id=correlation_id)
-    if json_:
-        emit_json(view)
+    if emit(view, json_):
         return
     lines = [f"Task {view['correlation_id']}: {view['state']}"
              f"{' (claimed by ' + view['claimed_by'] + ')' if view['claimed_by'] else ''}",
@@ -91,8 +89,7 @@ def task_list(
 ) -> None:
     """Tasks and their state (with --open: the loops still to close)."""
     result = call_daemon("task_list", agent=agent, open=open_, stalled=stalled or None)
-    if json_:
-        emit_json(result)
+    if emit(result, json_):
         return
     if not result["tasks"]:  # said also to an agent's shell: an empty answer looked like a failure
         note("No open tasks." if open_ else "No tasks.")
@@ -133,10 +130,7 @@ def task_release(
 ) -> None:
     """Give a claimed task back: it is open again for anyone it is addressed to."""
     result = call_daemon("task_release", correlation_id=correlation_id, agent=agent, reason=reason)
-    if json_:
-        emit_json(result)
-        return
-    write_stdout(f"Released: {correlation_id} is open again\n")
+    emit(result, json_, f"Released: {correlation_id} is open again")
 
 
 @task_app.command("reassign")
@@ -148,10 +142,7 @@ def task_reassign(
 ) -> None:
     """The requester hands a task to another agent: open again, addressed to them (it wakes them)."""
     result = call_daemon("task_reassign", correlation_id=correlation_id, to_agent=to_agent, agent=agent)
-    if json_:
-        emit_json(result)
-        return
-    write_stdout(f"Reassigned: {correlation_id} to {to_agent}\n")
+    emit(result, json_, f"Reassigned: {correlation_id} to {to_agent}")
 
 
 @task_app.command("launch")
@@ -175,12 +166,9 @@ def task_launch(
         result = launch.run()
     except LaunchRefused as exc:
         output.fail(str(exc), code="refused")
-    if json_:
-        emit_json(result.to_wire())
-    else:
-        write_stdout(f"{result.outcome}: {correlation_id} — {result.reason}\n"
-                     f"  worktree {result.worktree}, log {result.log_artifact or '-'}"
-                     f"{', patch ' + result.patch_event if result.patch_event else ''}\n")
+    emit(result.to_wire(), json_, f"{result.outcome}: {correlation_id} — {result.reason}\n"
+                                  f"  worktree {result.worktree}, log {result.log_artifact or '-'}"
+                                  f"{', patch ' + result.patch_event if result.patch_event else ''}")
     if result.outcome != "delivered":
         raise typer.Exit(output.EXIT_FAILED)
 

@@ -3,7 +3,7 @@ silenced or when the run is short."""
 
 from __future__ import annotations
 
-from palacectl.output import ProgressBar, render_bar
+from palacectl.output import ProgressBar, emit, render_bar
 
 
 def test_render_bar_shows_fraction_and_counts():
@@ -36,3 +36,13 @@ def test_silenced_and_forced_terminal_modes(capsys, monkeypatch):
     bar.close()
     err = capsys.readouterr().err
     assert err.startswith("\r\x1b[K") and err.endswith("\n") and "50%" in err
+
+
+def test_emit_is_the_json_document_or_the_human_line(capsys):
+    """The tail of nearly every command (issue 27 §3): one JSON document with --json, else a line."""
+    assert emit({"a": "é"}, True, "not this") is True
+    assert capsys.readouterr() == ('{\n  "a": "é"\n}\n', "")
+    assert emit({"a": 1}, False, "Released: task_a is open again") is False
+    assert capsys.readouterr() == ("Released: task_a is open again\n", "")
+    assert emit({"a": 1}, False) is False  # the command renders the rest itself
+    assert capsys.readouterr() == ("", "")
