@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from types import SimpleNamespace
+import operator
 from typing import Any, Final, final
 
 import msgpack
@@ -165,16 +165,20 @@ class CommittedEvent:
         self._public = None
 
 
+#: The signed content of an event, in canonical order: ``SignedEvent``'s first fields (the rest are
+#: the hash, the signature and the body, which enters only through ``body_sha256``).
+SIGNED_FIELDS: Final = tuple(f.name for f in dataclasses.fields(SignedEvent))[:18]
+assert SIGNED_FIELDS[-1] == "metadata_json" and SIGNED_FIELDS[15] == "artifact_ids"
+_signed_values: Final = operator.attrgetter(*SIGNED_FIELDS)
+
+
+def _pack(values: tuple[Any, ...]) -> bytes:
+    """The canonical encoding of the signed content ``values`` (in ``SIGNED_FIELDS`` order)."""
+    return msgpack.packb([CANONICAL_VERSION, *values[:15], list(values[15]), *values[16:]], use_bin_type=True)
+
+
 def _canonical(ev: Any) -> bytes:
-    return msgpack.packb(
-        [
-            CANONICAL_VERSION, ev.origin, ev.origin_seq, ev.prev_hash, ev.created_at, ev.type,
-            ev.stream, ev.room, ev.topic, ev.from_agent, ev.to_agent, ev.correlation_id, ev.branch,
-            ev.base_commit, ev.status, ev.ack_of, list(ev.artifact_ids), ev.body_sha256,
-            ev.metadata_json,
-        ],
-        use_bin_type=True,
-    )
+    return _pack(_signed_values(ev))
 
 
 def _hash(canonical: bytes) -> bytes:
@@ -204,15 +208,13 @@ def seal_event(
     artifact_ids: tuple[str, ...] = (),
 ) -> SignedEvent:
     """Hash and sign an (already validated) event; returns the complete ``SignedEvent``."""
-    draft = dict(
-        origin=origin, origin_seq=origin_seq, prev_hash=prev_hash, created_at=created_at, type=type,
-        stream=stream, room=room, topic=topic, from_agent=from_agent, to_agent=to_agent,
-        correlation_id=correlation_id, branch=branch, base_commit=base_commit, status=status,
-        ack_of=ack_of, artifact_ids=tuple(artifact_ids), body_sha256=body_sha256(body),
-        metadata_json=metadata_json,
-    )
-    event_hash = _hash(_canonical(SimpleNamespace(**draft)))
-    return SignedEvent(**draft, event_hash=event_hash, signature=private_key.sign(event_hash), body=body)
+    # In SIGNED_FIELDS order, once: encoded, hashed, and then the event's own fields (issue 27: no
+    # draft dict, no namespace, no keyword unpacking on the append path).
+    values = (origin, origin_seq, prev_hash, created_at, type, stream, room, topic, from_agent, to_agent,
+              correlation_id, branch, base_commit, status, ack_of, tuple(artifact_ids), body_sha256(body),
+              metadata_json)
+    event_hash = _hash(_pack(values))
+    return SignedEvent(*values, event_hash, private_key.sign(event_hash), body)
 
 
 def verify_hashes(event: SignedEvent) -> None:
