@@ -3,8 +3,9 @@
 Owns: everything palacectl writes to stdout/stderr, the exit codes (the contract in README):
 0 ok / a wait or watch hit, 1 operation failed, 2 timed out or idle (wait/watch only),
 3 daemon not reachable, 64 usage error, 130 interrupted; and ``utc_now``, the one clock-to-text
-helper for the UTC times palacectl writes itself (export headers, watch checkpoints, the name of
-the database a restore keeps aside).
+helper for the UTC times palacectl writes itself (export headers, watch checkpoints, the
+dashboard's ui.json, the name of the database a restore keeps aside), in the API's form
+(``palace_proto.stamps.format_stamp_seconds``) unless a file name needs another.
 """
 
 from __future__ import annotations
@@ -38,8 +39,16 @@ STAMP_UTC: Final = "%Y%m%dT%H%M%SZ"
 
 
 def utc_now(form: str = RFC3339_UTC) -> str:
-    """The current time in UTC, as ``RFC3339_UTC`` (the default) or ``STAMP_UTC``."""
-    return time.strftime(form, time.gmtime())
+    """The current time in UTC: as the API reports times (``RFC3339_UTC``, the default:
+    ``palace_proto.stamps.format_stamp_seconds``), or in another ``time.strftime`` form
+    (``STAMP_UTC``, for a file name)."""
+    now = time.time()
+    if form == RFC3339_UTC:
+        # Imported here: the loop's quick path never writes a time, and skips the module's cost.
+        from palace_proto.stamps import format_stamp_seconds
+
+        return format_stamp_seconds(now)
+    return time.strftime(form, time.gmtime(now))
 
 
 class CommandFailed(Exception):

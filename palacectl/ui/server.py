@@ -14,7 +14,6 @@ need), with bounded headers and keep-alive, and adds no framework.
 
 from __future__ import annotations
 
-import datetime
 import errno
 import json
 import logging
@@ -33,7 +32,7 @@ from palace_proto.agents import HUMAN_PREFIX, check_agent_id
 
 from ..aclient import AsyncDaemon
 from ..files import write_atomically
-from ..output import EXIT_INTERRUPTED, EXIT_OK, CommandFailed, note
+from ..output import EXIT_INTERRUPTED, EXIT_OK, CommandFailed, note, utc_now
 from .app import Dashboard
 from .security import Gate, new_secret
 
@@ -201,8 +200,7 @@ async def _serve(home: Path, port: int, open_browser: bool, human: str, max_stre
     pid = os.getpid()
     try:
         ui_file = _write_ui_file(home, {"url": base, "port": actual_port, "secret": gate.secret, "pid": pid,
-                                        "human": human, "started_at": datetime.datetime.now(datetime.UTC)
-                                        .strftime("%Y-%m-%dT%H:%M:%SZ")})
+                                        "human": human, "started_at": utc_now()})
     except OSError as exc:
         sock.close()
         raise CommandFailed(f"cannot write {home / UI_FILE}: {exc.strerror or exc}") from None

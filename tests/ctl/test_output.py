@@ -3,7 +3,8 @@ silenced or when the run is short."""
 
 from __future__ import annotations
 
-from palacectl.output import ProgressBar, emit, render_bar
+from palacectl import output
+from palacectl.output import STAMP_UTC, ProgressBar, emit, render_bar, utc_now
 
 
 def test_render_bar_shows_fraction_and_counts():
@@ -46,3 +47,10 @@ def test_emit_is_the_json_document_or_the_human_line(capsys):
     assert capsys.readouterr() == ("Released: task_a is open again\n", "")
     assert emit({"a": 1}, False) is False  # the command renders the rest itself
     assert capsys.readouterr() == ("", "")
+
+
+def test_now_is_written_as_the_api_writes_times_and_to_the_second_for_file_names(monkeypatch):
+    """utc_now takes its form from palace_proto.stamps (the daemon's one writer of times)."""
+    monkeypatch.setattr(output.time, "time", lambda: 1_700_000_000.999)
+    assert utc_now() == "2023-11-14T22:13:20Z"  # the fraction dropped, never rounded up
+    assert utc_now(STAMP_UTC) == "20231114T221320Z"
