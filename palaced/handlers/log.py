@@ -269,6 +269,9 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
                     reported_id, last_progress = cursor_id, time.monotonic()
                 if len(new) < CATCH_UP_PAGE and not matches:
                     break
+                # A catch-up of many pages lets others run between them (a push that fits in the
+                # socket buffer does not yield: api.Connection.send).
+                await trio.lowlevel.checkpoint()
     finally:
         del ctx.watchers[conn_id]
         ctx.watchers_changed()
