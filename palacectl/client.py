@@ -151,6 +151,7 @@ class Client:
         except OSError as exc:
             raise self._unreachable(exc.strerror or str(exc)) from None
         self._sock = sock
+        self._sock_timeout = sock.gettimeout()
         self._conn = ClientConnection()
         try:
             rid, data = self._conn.hello(client=self._client_name, pid=os.getpid(), token=endpoint.token)
@@ -194,7 +195,9 @@ class Client:
                 raise malformed(exc) from None
             if event is not NEED_DATA:
                 return event
-            self._sock.settimeout(timeout)
+            if timeout != self._sock_timeout:  # settimeout is two fcntl calls: only when it changes
+                self._sock.settimeout(timeout)
+                self._sock_timeout = timeout
             try:
                 data = self._sock.recv(RECEIVE_CHUNK)
             except TimeoutError:

@@ -439,7 +439,7 @@ class ClientConnection:
             raise
         if message is NEED_DATA:
             return NEED_DATA
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):  # (the ABC check is slow)
             raise MalformedReply("a frame from the daemon is not a message map")
         rid = message.get("id")
         kind = message.get("push")
