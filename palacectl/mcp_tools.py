@@ -16,11 +16,11 @@ and ``tests/ctl/test_mcp_server.py`` (the size of the default listing). It must 
 typer, the command line or the ``mcp`` SDK: the first answers of ``palacectl mcp`` are given
 before trio is imported (issue 26).
 
-Filters are built by hand (``_filter_args``: MemPalace's singular names, a value or a list, are
-the daemon's filter sets), not by ``palace_proto.validation.ListQuery``: its ``to_wire`` always
-names ``order``, ``limit`` and ``preview``, which a text search and a wait leave to the daemon
-here, and checking them in this process would answer some refusals before the daemon is asked
-(a different answer while it is down). Either would change what a client sees.
+Filters are built by ``palace_proto.filters.filter_args`` (MemPalace's singular names, a value or
+a list, as the daemon's filter sets), as the CLI builds them; not by ``ListQuery.to_wire``, which
+always names ``order``, ``limit`` and ``preview`` (a text search and a wait leave them to the
+daemon here), and whose checks in this process would answer some refusals before the daemon is
+asked (a different answer while it is down).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from palace_proto.errors import ApiError
+from palace_proto.filters import filter_args
 from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .client import DaemonUnreachable
@@ -47,10 +48,6 @@ DAEMON_DOWN: Final = -32001
 
 Filter = str | list[str] | None
 Result = dict[str, Any]
-# MemPalace filter inputs (singular, a value or a list) -> the daemon's filter sets.
-_FILTERS: Final = {"stream": "streams", "room": "rooms", "topic": "topics", "type": "types",
-                   "to_agent": "to_agents", "from_agent": "from_agents", "correlation_id": "correlation_ids",
-                   "status": "statuses", "exclude_from_agent": "exclude_from_agents"}
 
 
 class _Daemon(Protocol):
@@ -77,15 +74,6 @@ def tool(group: str, *, description: str, mutating: bool = False,
             raise TypeError(f"{fn.__name__} is not in tool_sets.GROUPS[{group!r}]")
         return TOOLS.tool(description, read_only=not mutating, extras=extras)(fn)
     return register
-
-
-def _filter_args(**values: Filter) -> dict[str, list[str]]:
-    out = {}
-    for name, value in values.items():
-        if value is None or value == "" or value == []:
-            continue
-        out[_FILTERS[name]] = [value] if isinstance(value, str) else list(value)
-    return out
 
 
 def _drop_none(**args: Any) -> dict[str, Any]:
@@ -169,7 +157,7 @@ async def mempalace_event_wait(
 ) -> Result:
     if timeout_ms < 0:
         raise ApiError("timeout_ms must be a non-negative number", code="invalid_argument")
-    return await palace.daemon.call("wait", **_filter_args(
+    return await palace.daemon.call("wait", **filter_args(
         stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
         exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status),
         **_drop_none(since_event_id=since_event_id, since_created_at=since_created_at, limit=limit,
@@ -274,7 +262,7 @@ async def mempalace_event_list(
     before_event_id: str | None = None, since_created_at: str | None = None, order: str | None = None,
     limit: int | None = None, preview: bool = False, text: str | None = None,
 ) -> Result:
-    filters = _filter_args(
+    filters = filter_args(
         stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
         exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status)
     if text is not None:  # a text search is ranked, best match first
