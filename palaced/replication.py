@@ -16,16 +16,16 @@ A link is a handful of tasks in one nursery, and only some of them write to the 
 
 * the **reader** decodes what arrives and acts on it; it never writes. What it owes the peer in
   return is recorded — our pulls and receipts in the ``LinkOutbox`` (palace_proto.outbox), the
-  peer's own pulls in ``_owed``, its artifact requests in ``_artifact_asks`` — all coalesced per
-  origin or artifact, so recording never blocks and is bounded by our bindings, not by what the
-  peer sends. The reader waits only on local work: verifying a batch, and handing it to the
+  peer's own pulls and artifact requests in the ``ServePlan`` (palace_proto.sync_plan) — all
+  coalesced per origin or artifact, so recording never blocks and is bounded by our bindings, not
+  by what the peer sends. The reader waits only on local work: verifying a batch, and handing it to the
   applier.
 * the **applier** commits verified batches (one in hand, one queued) and records receipts and
   gap pulls in the outbox; it never writes to the stream either.
 * the **senders** write: the control sender (the outbox, and our vector when due), the event
-  sender (``_owed``: the peer's pulls and what we commit that it lacks, one entry per origin, so
-  an origin's events leave in order from one place, never twice at once; a page at a time,
-  round-robin over origins; woken by the bus on every commit), the artifact server, and the
+  sender (what the ``ServePlan`` owes: the peer's pulls and what we commit that it lacks, one
+  entry per origin, so an origin's events leave in order from one place, never twice at once; a
+  page at a time, round-robin over origins; woken by the bus on every commit), the artifact server, and the
   network's gossip sender. They share one lock, taken per frame, so a receipt waits behind at
   most one batch; each waits on the socket as long as the peer is slow to read, which
   back-pressures exactly what we send, never what we read.
@@ -38,18 +38,21 @@ A link that still makes no progress (the peer sends nothing, takes nothing, or n
 our pulls) says so through ``stall`` (``status`` health), and one that takes nothing for
 ``SEND_STALL_S`` or sends nothing for ``SILENCE_S`` is ended and dialled again.
 
+Every decision of what to send, pull or ask again is the planners' (``ServePlan`` and
+``PullPlan``, palace_proto.sync_plan, sans IO and tested there): this class owns the socket, the
+tasks, the bus and the store, tells them what happened and fills, sends or records what they
+answer.
+
 Error handling: the peer's protocol errors raise ``RemoteProtocolError`` out of ``run`` (the
 caller logs it, closes the stream and backs off); transport errors end ``run`` normally.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
 import trio
@@ -58,12 +61,10 @@ from palace_proto.envelope import SignedEvent
 from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError, ValidationError
 from palace_proto.framing import NEED_DATA
 from palace_proto.bindings import OriginBinding
-from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.outbox import LinkOutbox
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES,
     MAX_BINDINGS_PER_MESSAGE,
-    MAX_VECTOR_ENTRIES,
     ArtifactChunk,
     ArtifactWant,
     Events,
@@ -79,7 +80,17 @@ from palace_proto.peer import (
     Want,
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession
-from palace_proto.sync import OriginHead, batch_events, plan_wants, vector_forks, verify_batch
+from palace_proto.sync import OriginHead, batch_events, vector_forks, verify_batch
+from palace_proto.sync_plan import (
+    SERVE_RATE_EVENTS_S,
+    ArtifactReceived,
+    Chunk,
+    Fetch,
+    OwedPage,
+    PullPlan,
+    ServePlan,
+    receipts,
+)
 from palace_proto.text import printable
 from palace_proto.validation import Limits, check_replicated_artifact
 
@@ -96,19 +107,10 @@ LOGGER: Final = logging.getLogger("palaced.replication")
 # (eight signatures if every event starts a chain of its own); bigger ones (a catch-up) on a thread,
 # so the loop keeps serving while they are checked.
 INLINE_VERIFY_EVENTS: Final = 8
-# Why 500: one read of the store per page when serving a want; batches are then bounded by bytes.
-SERVE_PAGE: Final = 500
 RECEIVE_CHUNK: Final = 1 << 16
 # Why 10 s: an authenticated peer that does not say hello within the TLS handshake's own limit is
 # stuck or stalling on purpose; its link would block the real one (one link per peer).
 HELLO_TIMEOUT_S: Final = 10.0
-# Why 16 and max_artifact_bytes + 16 MiB: artifacts being received are held in memory until their
-# sha256 is checked; a peer must not make us hold more than about one maximal artifact at a time.
-MAX_FETCHES: Final = 16
-FETCH_SLACK_BYTES: Final = 16 << 20
-# Why 64: an honest peer has at most MAX_FETCHES artifact requests open on a link; four times that
-# leaves room for requests crossing our answers, and no more (each is served whole, up to 64 MiB).
-MAX_ARTIFACT_ASKS: Final = 4 * MAX_FETCHES
 # Why 30 s: a frame goes out in pieces of 64 KiB; a peer that has not taken one in 30 s (a link
 # slower than 2 KB/s) has stopped reading — on purpose or not — and would hold this link's
 # senders, and everything queued behind them, forever. The link ends and is dialled again.
@@ -127,11 +129,6 @@ STALL_REPORT_S: Final = 1.5 * ANTI_ENTROPY_S
 PULL_STALL_S: Final = 3 * ANTI_ENTROPY_S
 # Why 1 s: how often a link looks at its own progress (the stall judgements above are tens of s).
 WATCHDOG_S: Final = 1.0
-# Why 250,000 events at once and 25,000/s after: a fresh peer's whole catch-up of a large palace
-# is served at full speed, while a peer that pulls the log again and again (endless wants) gets
-# at most this rate from us — throttled, never refused, so an honest re-ask is only delayed.
-SERVE_BURST_EVENTS: Final = 250_000
-SERVE_RATE_EVENTS_S: Final = 25_000.0
 
 
 # Why 512: the fixed fields (hashes, signature, ids, names) of an event on the wire stay below it.
@@ -202,28 +199,6 @@ class LinkHooks(Protocol):
         link to the daemon that writes it, whose vector shows at least as much)?"""
 
 
-class _Fetch:
-    """An artifact being received in chunks."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.origins: set[str] = set()
-
-
-@dataclasses.dataclass(slots=True)
-class _Owed:
-    """Events of one origin a link owes its peer: those after ``cursor``, up to ``target`` (None: up
-    to our head, looked up when served). One per origin, so an origin's events leave in order from
-    one place, never twice at once from a push and a pull."""
-
-    cursor: int
-    target: int | None
-    #: the peer asked (a want: throttled by the serve budget), rather than being pushed to
-    pulled: bool
-    #: a want came while a page of this origin was on its way: its ``cursor`` stands
-    reset: bool = False
-
-
 class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"peer {self.extra['peer']}: {msg}", kwargs  # type: ignore[index]
@@ -257,38 +232,25 @@ class PeerLink:
         self.max_artifact_bytes = max_artifact_bytes
         #: peer id of the side that dialled (tie-break between two connections of one pair)
         self.dialer = dialer
-        #: what we believe the peer holds, per origin (its vectors and what we sent: push planning);
-        #: only origins we can verify are kept, so a peer cannot grow these maps with invented ids
-        self.peer_has: dict[str, int] = {}
-        #: what the peer confirmed holding durably, per origin (its vectors and haves)
-        self.confirmed: dict[str, int] = {}
         #: the daemons the peer hears first-hand (its Neighbours): their events are not relayed to it
         self.peer_neighbours: frozenset[str] = frozenset()
-        #: the peer's newest vector, origin -> max_seq (at most MAX_VECTOR_ENTRIES: one message's)
-        self.their_heads: dict[str, int] = {}
-        self.forks: list[str] = []
         self._bindings_sent: set[str] = set()
-        self._fetches: dict[str, _Fetch] = {}
-        #: origins we are pulling, with our head when we last (re)asked or saw progress
-        self._pulling: dict[str, int] = {}
-        #: trio time of the last sign of progress on our pulls (set when a pull starts, and
-        #: whenever events arrive); None while we pull nothing
-        self._pull_progress_at: float | None = None
-        #: origins whose next event this peer sent us and we rejected (bad signature, no key), with
-        #: our head then: not asked of this peer again until our head moves (never re-pulled forever)
-        self._rejected_at: dict[str, int] = {}
+        #: the peer's side (palace_proto.sync_plan): what it holds, the events it is owed — its
+        #: pulls and our new commits, per origin, served a page at a time round-robin — the serve
+        #: budget, its artifact requests; only origins we can verify are kept, so a peer cannot
+        #: grow it with invented ids
+        self.serving = ServePlan(verifiable=self._verifiable if directory is not None else None,
+                                 relayed=self._relayed if directory is not None else None)
+        #: our side: what we pull from the peer and whether it comes, forks, the origins it sent us
+        #: events of that we rejected, the artifacts we receive from it
+        self.pulls = PullPlan(self.key_for, max_artifact_bytes=max_artifact_bytes)
         #: what we owe the peer besides events (receipts, pulls, neighbours, a vector), coalesced
         self.outbox = LinkOutbox()
         self._outbox_kick = trio.Event()
-        #: events owed to the peer, per origin, pulled (its wants) or pushed (our new commits); the
-        #: event sender serves them a page at a time, round-robin over origins
-        self._owed: dict[str, _Owed] = {}
+        #: set when the peer is owed events (its wants, and every commit on the bus)
         self._owed_kick = trio.Event()
-        #: the peer's artifact requests waiting to be served: artifact id -> offset
-        self._artifact_asks: dict[str, int] = {}
+        #: set when the peer asks for an artifact
         self._artifact_kick = trio.Event()
-        #: events this peer may still be sent in answer to wants, and when that was reckoned
-        self._serve_budget = (float(SERVE_BURST_EVENTS), 0.0)
         self.sent_events = 0
         self.received_events = 0
         self.rejected_events = 0
@@ -332,7 +294,22 @@ class PeerLink:
     @property
     def fetching(self) -> bool:
         """Artifacts are on their way (events wait for them)."""
-        return bool(self._fetches)
+        return self.pulls.fetching
+
+    @property
+    def confirmed(self) -> dict[str, int]:
+        """What the peer confirmed holding durably, per origin (its vectors and receipts)."""
+        return self.serving.confirmed
+
+    @property
+    def their_heads(self) -> dict[str, int]:
+        """The peer's newest vector, origin -> max_seq (at most MAX_VECTOR_ENTRIES: one message's)."""
+        return self.pulls.their_heads
+
+    @property
+    def forks(self) -> list[str]:
+        """Origins whose history the peer holds differently (seen in its vectors)."""
+        return self.pulls.forks
 
     @property
     def their_hello(self) -> Hello | None:
@@ -345,9 +322,10 @@ class PeerLink:
             return f"it has taken nothing we sent for {now - self._sending_since:.0f} s"
         if self._reading_since is not None and now - self._reading_since > STALL_REPORT_S:
             return f"it has sent nothing for {now - self._reading_since:.0f} s"
-        if self._pull_progress_at is not None and now - self._pull_progress_at > PULL_STALL_S:
-            return (f"we asked for events of {len(self._pulling)} origin(s) it holds and none came for "
-                    f"{now - self._pull_progress_at:.0f} s")
+        progress_at = self.pulls.progress_at
+        if progress_at is not None and now - progress_at > PULL_STALL_S:
+            return (f"we asked for events of {self.pulls.pulling} origin(s) it holds and none came for "
+                    f"{now - progress_at:.0f} s")
         return None
 
     # -- sending -------------------------------------------------------------------------------
@@ -419,6 +397,12 @@ class PeerLink:
     def _owe(self, record: Callable[[LinkOutbox], None]) -> None:
         record(self.outbox)
         self._outbox_kick.set()
+
+    def _owe_wants(self, wants: Iterable[Want]) -> None:
+        """Record the pulls a planner asked for (the control sender sends them)."""
+        for want in wants:
+            self.outbox.want(want.origin, want.after_seq)
+            self._outbox_kick.set()
 
     async def _send_outbox(self) -> None:
         """The control sender: whatever the reader and the applier recorded, in one go each time."""
@@ -628,36 +612,8 @@ class PeerLink:
             self._owe(LinkOutbox.vector)
 
     def _confirm(self, entries: Any) -> None:
-        changed = False
-        for origin, max_seq in entries:
-            if not self._verifiable(origin):
-                continue
-            if max_seq > self.confirmed.get(origin, 0):
-                self.confirmed[origin] = max_seq
-                changed = True
-            self.peer_has[origin] = max(self.peer_has.get(origin, 0), max_seq)
-        if changed and self.hooks is not None:
+        if self.serving.confirm(entries) and self.hooks is not None:
             self.hooks.link_progress(self)
-
-    def _not_to_ask(self, heads: dict[str, OriginHead], vector: Vector) -> set[str]:
-        """Origins not worth a want: unbound (what came would be rejected), an origin whose next
-        event this replica refused for breaking a rule, or one whose next event this very peer sent
-        us and we rejected — unless our head moved since (another peer filled it)."""
-        skip: set[str] = set()
-        refused = self.store.refused_next
-        for entry in vector.entries:
-            origin = entry.origin
-            ours = heads[origin].max_seq if origin in heads else 0
-            if self.key_for(origin, ours + 1) is None:
-                skip.add(origin)
-            elif origin in refused and refused[origin][0] == ours + 1:
-                skip.add(origin)
-            elif self._rejected_at.get(origin) == ours:
-                skip.add(origin)
-        for origin, at in list(self._rejected_at.items()):
-            if (heads[origin].max_seq if origin in heads else 0) != at:
-                del self._rejected_at[origin]
-        return skip
 
     async def _on_vector(self, vector: Vector) -> None:
         self._confirm((e.origin, e.max_seq) for e in vector.entries)
@@ -667,58 +623,20 @@ class PeerLink:
             return self.store.stored_hash(origin, seq)
 
         forks = await self.astore.read(vector_forks, heads, vector, hash_at)
-        theirs = self.their_heads = {e.origin: e.max_seq for e in vector.entries}
-        for origin in forks:
-            if origin not in self.forks:
-                self.forks.append(origin)
-                self.log.error("holds a different history of origin %s (fork)", origin)
-                # Pull their differing event once, so the store keeps it as evidence of the fork.
-                self._owe(lambda outbox, o=origin: outbox.want(o, theirs[o] - 1))
-        skip = self._not_to_ask(heads, vector)
-        if self.hooks is not None:
-            # Each origin is pulled from the daemon that writes it when we are linked to it: pulling
-            # it from every peer that holds some of it would bring each event once per such peer.
-            elsewhere = {o for o, seq in theirs.items() if o not in skip and self.hooks.pull_elsewhere(self, o, seq)}
-            for origin in elsewhere:
-                self._pulling.pop(origin, None)
-            skip |= elsewhere
-        for want in plan_wants(heads, vector, skip):
-            if want.origin in forks:
-                continue
-            asked = self._pulling.get(want.origin)
-            if asked is not None and want.after_seq > asked:
-                # A pull of this origin is under way and advanced since the last vector: asking
-                # again would make the peer send the rest of the log a second time.
-                self._pulling[want.origin] = want.after_seq
-                continue
-            if not self._pulling:
-                self._pull_progress_at = trio.current_time()
-            self._pulling[want.origin] = want.after_seq  # new, or stalled since last time: (re)ask
-            self._owe(lambda outbox, w=want: outbox.want(w.origin, w.after_seq))
-        for origin, seq in list(self._pulling.items()):
-            if origin not in theirs or (origin in heads and heads[origin].max_seq >= theirs[origin]):
-                del self._pulling[origin]  # caught up with what that vector showed
-        if not self._pulling:
-            self._pull_progress_at = None
+        hooks = self.hooks
+        plan = self.pulls.on_vector(
+            vector, heads, forks, refused_next=self.store.refused_next, now=trio.current_time(),
+            elsewhere=(lambda origin, max_seq: hooks.pull_elsewhere(self, origin, max_seq)) if hooks is not None else None)
+        for origin in plan.new_forks:
+            self.log.error("holds a different history of origin %s (fork)", origin)
+        self._owe_wants(plan.wants)
         self._vector_known.set()
 
     def _on_want(self, want: Want) -> None:
-        """Record the peer's pull; the event sender answers it. The pull says exactly what the peer
-        holds, so it replaces whatever we believed and whatever of that origin was still owed (a
-        peer re-asks from its head when events it was sent could not be applied yet). Only
-        origins we could hold are recorded: what this keeps is bounded by our bindings."""
-        origin = want.origin
-        if not self._verifiable(origin):
-            return
-        owed = self._owed.get(origin)
-        if owed is None:
-            if len(self._owed) >= MAX_VECTOR_ENTRIES:
-                return
-            self._owed[origin] = _Owed(want.after_seq, None, pulled=True)
-        else:
-            owed.cursor, owed.target, owed.pulled, owed.reset = want.after_seq, None, True, True
-        self.peer_has[origin] = want.after_seq
-        self._owed_kick.set()
+        """Record the peer's pull (``ServePlan.on_want``: it replaces whatever of that origin was
+        owed); the event sender answers it."""
+        if self.serving.on_want(want.origin, want.after_seq):
+            self._owed_kick.set()
 
     async def _on_events(self, message: Events) -> None:
         """Verify a batch (reader side), then queue it for the applier.
@@ -726,8 +644,7 @@ class PeerLink:
         Two stages run side by side: while the writer commits batch N, this side already reads
         and verifies batch N+1. Order is kept (one applier, FIFO)."""
         events = list(message.events)
-        if self._pull_progress_at is not None:
-            self._pull_progress_at = trio.current_time()
+        self.pulls.events_arrived(trio.current_time())
         # Signatures are checked here, on a worker thread, one per chained run (verify_batch):
         # the single writer thread then recomputes the hashes of exactly these objects and stores.
         if len(events) <= INLINE_VERIFY_EVENTS:
@@ -762,8 +679,7 @@ class PeerLink:
         heads = await self._heads()
         if report.rejected:
             self.rejected_events += len(report.rejected)
-            for event in report.rejected:
-                self._rejected_at.setdefault(event.origin, heads[event.origin].max_seq if event.origin in heads else 0)
+            self.pulls.rejected(report.rejected, heads)
             self.limits.hit(f"events_rejected/{self.peer_id}", "peer %s: rejected %d event(s) it sent (not from a "
                             "member in good standing, or a bad hash or signature)", self._short, len(report.rejected))
         if report.refused:
@@ -774,33 +690,24 @@ class PeerLink:
         if report.forks:
             self.log.error("refused %d forked event(s) it sent", len(report.forks))
         # Receipt: what we now hold durably of every origin in the batch (the write was fsynced).
-        for origin in sorted({e.origin for e in events}):
-            if origin in heads:
-                self._owe(lambda outbox, o=origin: outbox.have(o, heads[o].max_seq))
+        for origin, max_seq in receipts(events, heads):
+            self.outbox.have(origin, max_seq)
+            self._outbox_kick.set()
         for event in report.missing_artifacts:
             await self._fetch_artifacts(event)
         # A gap means we missed something: pull again from our head (not what we cannot accept).
-        refused = self.store.refused_next
-        for origin in sorted({e.origin for e in report.gaps}):
-            ours = heads[origin].max_seq if origin in heads else 0
-            if origin in refused and refused[origin][0] == ours + 1 or self._rejected_at.get(origin) == ours:
-                continue
-            if not any(origin in f.origins for f in self._fetches.values()):
-                self._owe(lambda outbox, o=origin, s=ours: outbox.want(o, s))
+        self._owe_wants(self.pulls.gap_wants(report.gaps, heads, self.store.refused_next))
 
     # -- serving the peer's pulls --------------------------------------------------------------
 
     async def _spend_serve_budget(self, events: int) -> None:
-        """Wait until ``events`` more may be served to this peer (token bucket, see SERVE_RATE_EVENTS_S)."""
-        budget, at = self._serve_budget
-        now = trio.current_time()
-        budget = min(float(SERVE_BURST_EVENTS), budget + (now - at) * SERVE_RATE_EVENTS_S if at else budget)
-        if budget < events:
+        """Wait until ``events`` more may be served to this peer (``ServePlan.throttle``)."""
+        wait = self.serving.throttle(events, trio.current_time())
+        if wait:
             self.limits.hit(f"serve_rate/{self.peer_id}", "peer %s: pulls more than %d events/s; serving it at that "
                             "rate", self._short, int(SERVE_RATE_EVENTS_S))
-            await trio.sleep((events - budget) / SERVE_RATE_EVENTS_S)
-            now, budget = trio.current_time(), float(events)
-        self._serve_budget = (budget - events, now)
+            await trio.sleep(wait)
+            self.serving.throttled(trio.current_time())
 
     async def _send_owed(self) -> None:
         """The event sender: what the peer pulled and what we commit that it lacks (our pushes), a
@@ -814,7 +721,7 @@ class PeerLink:
             # Whatever was committed before the peer's vector was known is covered by the vectors.
             while True:
                 cursor = self._owe_new_commits(cursor)
-                if not self._owed:
+                if not self.serving.owes:
                     self._owed_kick = trio.Event()
                     if self.bus.latest_seq <= cursor:
                         await self._owed_kick.wait()
@@ -824,49 +731,35 @@ class PeerLink:
             stop_waking()
 
     async def _send_next_page(self) -> None:
-        origin, owed = next(iter(self._owed.items()))
-        if not self._relayed(origin):
-            # The peer has since linked to the origin's daemon: it hears (and pulls) it there.
-            del self._owed[origin]
+        page = self.serving.next_page()
+        if page is None:
+            return  # the peer has since linked to the origin's daemon: it hears (and pulls) it there
+        events = await self._fill(page)
+        if not events:
+            self.serving.page_empty(page.origin)  # nothing beyond what the peer holds (or not ours to offer)
             return
-        page = await self._next_page(origin, owed)
-        if not page:
-            if not owed.reset:
-                del self._owed[origin]  # nothing beyond what the peer holds (or not ours to offer)
-            owed.reset = False
-            return
-        owed.reset = False
-        if owed.pulled:
-            await self._spend_serve_budget(len(page))
-        await self._send_events(page)
-        if not owed.reset:  # (a want that came meanwhile set where to go on from)
-            owed.cursor = page[-1].origin_seq
-        if not owed.reset and owed.target is not None and owed.cursor >= owed.target:
-            del self._owed[origin]
-        else:
-            self._owed[origin] = self._owed.pop(origin)  # the rest after the other origins' next page
+        if self.serving.page_ready(page.origin):
+            await self._spend_serve_budget(len(events))
+        await self._send_events(events)
+        self.serving.page_sent(page.origin, events[-1].origin_seq)
 
-    async def _next_page(self, origin: str, owed: _Owed) -> list[SignedEvent]:
-        """The next events of ``origin`` owed to the peer (at most SERVE_PAGE); empty when none."""
-        cursor = max(owed.cursor, self.peer_has.get(origin, 0))
-        limit = SERVE_PAGE if owed.target is None else min(SERVE_PAGE, owed.target - cursor)
-        if limit <= 0:
+    async def _fill(self, page: OwedPage) -> list[SignedEvent]:
+        """The events of a page owed to the peer (at most ``page.limit``); empty when none."""
+        if page.limit <= 0:
             return []
         # Just committed, so usually still on the bus as signed: no read, no thread hop. (Imported
         # history is never offered: the bus finds only replicated events.)
-        page = self.bus.signed_after(origin, cursor, limit) or []
-        if len(page) == limit:
-            return page
-        head = (await self._heads()).get(origin)
-        if head is None:
-            return []  # not an origin we replicate (unknown, or history only)
-        owed.target = head.max_seq if owed.target is None else min(owed.target, head.max_seq)
-        limit = min(SERVE_PAGE, owed.target - cursor)
+        events = self.bus.signed_after(page.origin, page.after_seq, page.limit) or []
+        if len(events) == page.limit:
+            return events
+        head = (await self._heads()).get(page.origin)
+        # Bounded by what we hold (None: not an origin we replicate — unknown, or history only).
+        limit = self.serving.bound_by_head(page, head.max_seq if head is not None else None)
         if limit <= 0:
             return []
-        if len(page) < limit:
-            page = await self.astore.read(self.store.signed_events_of_origin, origin, cursor, limit)
-        return page
+        if len(events) < limit:
+            events = await self.astore.read(self.store.signed_events_of_origin, page.origin, page.after_seq, limit)
+        return events
 
     async def _send_events(self, events: list[SignedEvent]) -> None:
         if self.directory is not None:
@@ -876,8 +769,7 @@ class PeerLink:
         for batch in batch_events(events, _wire_size):
             await self.send(Events(tuple(batch)))
             self.sent_events += len(batch)
-            for event in batch:
-                self.peer_has[event.origin] = max(self.peer_has.get(event.origin, 0), event.origin_seq)
+            self.serving.sent(batch)
             await trio.sleep(0)  # interleave with local work: a big catch-up must not starve appends
 
     # -- artifacts -----------------------------------------------------------------------------
@@ -887,18 +779,15 @@ class PeerLink:
             present = await self.astore.read(self._has_artifact, artifact_id)
             if present:
                 continue
-            fetch = self._fetches.get(artifact_id)
-            if fetch is None:
-                if len(self._fetches) >= MAX_FETCHES:
-                    return  # the rest is asked for once these arrive (the origin is pulled again then)
-                fetch = self._fetches[artifact_id] = _Fetch()
+            step = self.pulls.fetch(artifact_id, event.origin)
+            if step is Fetch.FULL:
+                return  # the rest is asked for once these arrive (the origin is pulled again then)
+            if step is Fetch.ASK:
                 self._owe(lambda outbox, a=artifact_id: outbox.artifact_want(a, 0))
-            fetch.origins.add(event.origin)
         if await self.astore.read(lambda: all(self._has_artifact(a) for a in event.artifact_ids)):
             # Another link fetched them meanwhile: just pull the origin again.
             heads = await self._heads()
-            ours = heads[event.origin].max_seq if event.origin in heads else 0
-            self._owe(lambda outbox: outbox.want(event.origin, ours))
+            self._owe_wants([self.pulls.pull_from_head(event.origin, heads)])
 
     def _has_artifact(self, artifact_id: str) -> bool:
         try:
@@ -908,21 +797,18 @@ class PeerLink:
         return True
 
     def _on_artifact_want(self, want: ArtifactWant) -> None:
-        if want.artifact_id not in self._artifact_asks and len(self._artifact_asks) >= MAX_ARTIFACT_ASKS:
-            raise RemoteProtocolError(f"it asked for more than {MAX_ARTIFACT_ASKS} artifacts at once (an honest "
-                                      f"peer has at most {MAX_FETCHES} in flight)")
-        self._artifact_asks[want.artifact_id] = want.offset
+        self.serving.on_artifact_want(want.artifact_id, want.offset)
         self._artifact_kick.set()
 
     async def _serve_artifacts(self) -> None:
         """The artifact server: the peer's artifact requests, one at a time, in chunks."""
         while True:
-            if not self._artifact_asks:
+            want = self.serving.next_artifact_ask()
+            if want is None:
                 self._artifact_kick = trio.Event()
                 await self._artifact_kick.wait()
                 continue
-            artifact_id = next(iter(self._artifact_asks))
-            await self._serve_artifact(ArtifactWant(artifact_id, self._artifact_asks.pop(artifact_id)))
+            await self._serve_artifact(want)
 
     async def _serve_artifact(self, want: ArtifactWant) -> None:
         try:
@@ -943,30 +829,12 @@ class PeerLink:
             await trio.sleep(0)  # other messages (pushes, wants) interleave between chunks
 
     async def _on_artifact_chunk(self, chunk: ArtifactChunk) -> None:
-        fetch = self._fetches.get(chunk.artifact_id)
-        if fetch is None:
-            return  # not asked for (or already given up): ignore
-        if chunk.size < 0:
+        received = self.pulls.on_chunk(chunk)
+        if received is Chunk.ABSENT:
             self.log.warning("does not have artifact %s", printable(chunk.artifact_id))
-            del self._fetches[chunk.artifact_id]
-            return
-        if chunk.size > self.max_artifact_bytes:
-            del self._fetches[chunk.artifact_id]
-            raise RemoteProtocolError(
-                f"artifact {chunk.artifact_id} is {chunk.size} bytes, over this daemon's limit of "
-                f"{self.max_artifact_bytes} (raise limits.max_artifact_bytes to accept it)")
-        if chunk.offset != len(fetch.buffer) or artifact_id_for_sha256(chunk.sha256) != chunk.artifact_id:
-            raise RemoteProtocolError(f"artifact {printable(chunk.artifact_id)}: chunk out of order or for another "
-                                      "artifact")
-        if sum(len(f.buffer) for f in self._fetches.values()) + len(chunk.data) > self.max_artifact_bytes + FETCH_SLACK_BYTES:
-            raise RemoteProtocolError("artifacts in flight exceed what one link may hold in memory")
-        fetch.buffer += chunk.data
-        if len(fetch.buffer) < chunk.size:
-            return
-        del self._fetches[chunk.artifact_id]
-        content = bytes(fetch.buffer)
-        if hashlib.sha256(content).hexdigest() != chunk.sha256:
-            raise RemoteProtocolError(f"artifact {chunk.artifact_id} does not match its sha256")
+        if not isinstance(received, ArtifactReceived):
+            return  # more to come, given up, or not asked for
+        content = received.content
         record = artifact_record_from_peer(chunk, self.store.limits)
         if record is None:
             raise RemoteProtocolError(f"artifact {chunk.artifact_id}: its descriptive fields break the rules "
@@ -975,10 +843,7 @@ class PeerLink:
                                 heavy=len(content) > HEAVY_ARTIFACT_BYTES)
         self.log.info("sent artifact %s (%d bytes)", chunk.artifact_id, len(content))
         heads = await self._heads()
-        for origin in sorted(fetch.origins):
-            if not any(origin in f.origins for f in self._fetches.values()):
-                ours = heads[origin].max_seq if origin in heads else 0
-                self._owe(lambda outbox, o=origin, s=ours: outbox.want(o, s))
+        self._owe_wants(self.pulls.resume(received.origins, heads))
 
     # -- pushing -------------------------------------------------------------------------------
 
@@ -1000,21 +865,7 @@ class PeerLink:
             return self.bus.latest_seq
         if not new:
             return cursor
-        # Per origin, the newest of these events: committed, so held up to there (an origin's
-        # events are stored in chain order).
-        newest: dict[str, int] = {}
-        for record in new:
-            if not record.history:
-                event = record.signed
-                newest[event.origin] = max(newest.get(event.origin, 0), event.origin_seq)
-        for origin, head in newest.items():
-            if head <= self.peer_has.get(origin, 0) or not self._relayed(origin):
-                continue
-            owed = self._owed.get(origin)
-            if owed is None:
-                self._owed[origin] = _Owed(self.peer_has.get(origin, 0), head, pulled=False)
-            elif owed.target is not None:
-                owed.target = max(owed.target, head)
+        self.serving.owe_committed(new)
         return new[-1].seq
 
     async def _anti_entropy(self) -> None:

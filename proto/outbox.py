@@ -13,7 +13,7 @@ sends it. Recording never blocks and never grows without bound, because everythi
 *state*, not as a queue of messages: the newest receipt and the newest pull per origin (a newer one
 replaces an older one: the peer needs only the latest), one entry per artifact, one neighbour set,
 one "vector due" flag. What a link records is bounded by the origins it can verify (its member
-directory) and by the artifacts it may have in flight (``MAX_FETCHES`` in the daemon), never by
+directory) and by the artifacts it may have in flight (``sync_plan.MAX_FETCHES``), never by
 what the peer sends.
 """
 
