@@ -86,8 +86,12 @@ def connect(nursery, left, right, key_for, pair=trio.testing.memory_stream_pair)
 
 
 async def converged(*reps, count, timeout=15):
+    """Until every replica holds ``count`` events, and its in-memory version vector says so too:
+    a batch committed on a thread (a catch-up) is visible in SQLite a moment before the writer
+    sets the vector it keeps (``bodies`` reads through it)."""
     with trio.fail_after(timeout):
-        while not all(r.store.counts()["events"] == count for r in reps):
+        while not all(r.store.counts()["events"] == count
+                      and sum(head.max_seq for head in r.store.heads().values()) == count for r in reps):
             await trio.sleep(0.01)
 
 
