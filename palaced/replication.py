@@ -49,9 +49,9 @@ caller logs it, closes the stream and backs off); transport errors end ``run`` n
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
@@ -80,6 +80,7 @@ from palace_proto.peer import (
     Want,
 )
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession
+from palace_proto.stamps import format_stamp
 from palace_proto.sync import OriginHead, batch_events, vector_forks, verify_batch
 from palace_proto.sync_plan import (
     SERVE_RATE_EVENTS_S,
@@ -142,7 +143,7 @@ def _wire_size(event: SignedEvent) -> int:
 
 
 def _utc_now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_stamp(time.time())
 
 
 def artifact_record_from_peer(chunk: ArtifactChunk, limits: Limits) -> dict[str, str] | None:
