@@ -626,7 +626,7 @@ class PeerLink:
         forks = await self.astore.read(vector_forks, heads, vector, hash_at)
         hooks = self.hooks
         plan = self.pulls.on_vector(
-            vector, heads, forks, refused_next=self.store.refused_next, now=trio.current_time(),
+            vector, heads, forks, refused_next=self.store.refusals.next, now=trio.current_time(),
             elsewhere=(lambda origin, max_seq: hooks.pull_elsewhere(self, origin, max_seq)) if hooks is not None else None)
         for origin in plan.new_forks:
             self.log.error("holds a different history of origin %s (fork)", origin)
@@ -697,7 +697,7 @@ class PeerLink:
         for event in report.missing_artifacts:
             await self._fetch_artifacts(event)
         # A gap means we missed something: pull again from our head (not what we cannot accept).
-        self._owe_wants(self.pulls.gap_wants(report.gaps, heads, self.store.refused_next))
+        self._owe_wants(self.pulls.gap_wants(report.gaps, heads, self.store.refusals.next))
 
     # -- serving the peer's pulls --------------------------------------------------------------
 

@@ -136,7 +136,7 @@ async def register_own_agents(ctx: Context) -> list[str]:
     def job(w: WriteContext) -> list[str]:
         if store_agents.own_agents_registered(w):
             return []
-        agents = store.agents.unregistered_own_agents(store)
+        agents = store.agents.unregistered_own_agents(w)
         for agent in agents:
             w.append_system(_system_event(REGISTER, agent, f"{agent} is registered to this daemon (it wrote as "
                                           f"{agent} before belonging to a palace)",
@@ -159,7 +159,7 @@ async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
         if current is not None and current.daemon is not None:
             if current.daemon != store.agents.daemon:
                 raise store.agents.elsewhere(agent, current.daemon)
-            if agent in store.agents.registered_by(store, store.origin_id):
+            if agent in store.agents.registered_by(w, store.origin_id):
                 return None
         body = f"{agent} is registered to this daemon" + (" again" if record and record.retired else "")
         return w.append_system(_system_event(REGISTER, agent, body, store.agents.register_metadata(agent), ctx))

@@ -229,7 +229,7 @@ async def network_status(ctx: Context) -> dict[str, Any] | None:
             "connected": network.views.connected_peers(), "forks": len(forks),
             "limits": network.limits.statistics(), "link_failures": network.links.failures,
             "stalled_links": network.views.stalled_links(), "sent": network.views.link_totals(),
-            "refused_next": len(ctx.store.refused_next), "refused_redactions": ctx.store.refused_redactions}
+            "refused_next": len(ctx.store.refusals.next), "refused_redactions": ctx.store.refusals.redactions}
 
 
 # -- replicated writes ---------------------------------------------------------------------------

@@ -410,7 +410,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     LOGGER.warning("event %s redacted by %s%s", target_id, from_agent, " (operator)" if operator else "")
     # Said only once it is true: a reader holding an old snapshot keeps the WAL (and the old
     # page images in it) until it lets go; the writer retries, and `status` shows it meanwhile.
-    pending = ctx.store.redactions_pending_checkpoint
+    pending = ctx.store.wal.purge_pending
     return {**event, "purge": "pending" if pending else "done"}
 
 

@@ -82,8 +82,8 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "network": await network_status(ctx),
         # The local API's connections: open, accepted, refused by its limits, failed (set by palaced/api.py)
         "api_connections": ctx.api_statistics() if ctx.api_statistics is not None else None,
-        "redactions": {"purge_pending": ctx.store.redactions_pending_checkpoint,
-                       "refused_from_peers": ctx.store.refused_redactions},
+        "redactions": {"purge_pending": ctx.store.wal.purge_pending,
+                       "refused_from_peers": ctx.store.refusals.redactions},
         # A note, not a health problem: a stalled task needs a person or its requester, not a fix here.
         "tasks": {"stalled": len(ctx.stalled_tasks), "stalled_ids": ctx.stalled_tasks[:20]},
     }

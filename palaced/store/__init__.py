@@ -1,5 +1,5 @@
-"""The replica's storage: the synchronous apsw store (``store.Store``, a facade over one module per
-responsibility — see store.py) and its trio adapter (aio.py).
+"""The replica's storage: the synchronous apsw store (``store.Store``, the owner of the small state
+objects one module per responsibility works on — see store.py) and its trio adapter (aio.py).
 
 Import direction: palace_proto → palaced.store → everything else in palaced.
 """

@@ -11,8 +11,9 @@ daemon's agents from before it belonged to a palace were registered to it (``own
 
 Threading: ``records`` and ``origin_daemons`` are replaced whole or only added to, so any thread
 reads them without a lock; everything else is the writer thread's. The registry events of the
-running batch (``store._batch_registry``) count for the checks at once and for ``records`` once
-the batch commits (a rolled-back batch leaves no trace here).
+running batch (``WriteContext.batch.registry``) count for the checks at once and for ``records``
+once the batch commits (a rolled-back batch leaves no trace here). The checks take the job's
+``WriteContext``.
 
 Which registry events count: those of the replicated chains (``origin_seq <= max_seq``), never
 imported history of other palaces (its agents belong to daemons of its own).
@@ -50,7 +51,6 @@ from .task_threads import unsettle_agents
 
 if TYPE_CHECKING:
     from .batch import WriteContext
-    from .store import Store
 
 __all__ = ["MAX_AGENTS_PER_ORIGIN", "AgentElsewhere", "AgentRegistry", "AgentRetired", "note_own_agents_registered",
            "own_agents_registered"]
@@ -188,43 +188,41 @@ class AgentRegistry:
                 daemon = self.origin_daemons[origin] = fingerprint(bytes(row[0]))
         return daemon
 
-    def _pending(self, store: Store, agent: str) -> list[SignedEvent]:
-        return [event for event in store._batch_registry if _metadata(event).get("agent") == agent]
-
-    def record_of(self, store: Store, agent: str) -> AgentRecord | None:
+    def record_of(self, ctx: WriteContext, agent: str) -> AgentRecord | None:
         """``agent``'s record with the running batch's registry events (writer thread)."""
-        pending = self._pending(store, agent) if store._batch_registry else []
+        registry = ctx.batch.registry
+        pending = [event for event in registry if _metadata(event).get("agent") == agent] if registry else []
         if not pending:
             return self.records.get(agent)
         claims = list(self._claims.get(agent, ()))
         for event in pending:
             claim = self._claim({**_public_view(event), "origin": event.origin},
-                                self._daemon_of(store._conn, event.origin))
+                                self._daemon_of(ctx.conn, event.origin))
             if claim is not None:
                 claims.append(claim)
         return derive_record(agent, claims)
 
-    def registered_by(self, store: Store, origin: str) -> AbstractSet[str]:
+    def registered_by(self, ctx: WriteContext, origin: str) -> AbstractSet[str]:
         """The agents ``origin`` registered, the running batch included (on the arrival path of
         every event: no copy unless the batch registered something for that origin)."""
         committed = self._origin_agents.get(origin, _NONE)
-        pending = [agent for agent in (_metadata(e).get("agent") for e in store._batch_registry
+        pending = [agent for agent in (_metadata(e).get("agent") for e in ctx.batch.registry
                                        if e.origin == origin and e.type == REGISTER) if isinstance(agent, str)]
         return committed | set(pending) if pending else committed
 
-    def needs_registration(self, store: Store, agent: str) -> bool:
+    def needs_registration(self, ctx: WriteContext, agent: str) -> bool:
         """Whether a local write as ``agent`` must first register it from our origin (writer thread).
 
         Raises:
             AgentElsewhere: another daemon holds it (the message names it, and how to move it).
             AgentRetired: it was retired.
         """
-        record = self.record_of(store, agent)
+        record = self.record_of(ctx, agent)
         current = record.current if record is not None else None
         if current is None:
             # A person's id this daemon registered without the CA's word stays unproven: asking
             # again would change nothing (and fill the log).
-            if is_human(agent) and self.human_grant is None and agent in self.registered_by(store, self.origin):
+            if is_human(agent) and self.human_grant is None and agent in self.registered_by(ctx, self.origin):
                 return False
             return self.enforcing
         if current.daemon is None:
@@ -234,7 +232,7 @@ class AgentRegistry:
             raise self.elsewhere(agent, current.daemon)
         if not self.enforcing:
             return False
-        return agent not in self.registered_by(store, self.origin)
+        return agent not in self.registered_by(ctx, self.origin)
 
     def elsewhere(self, agent: str, holder: str) -> AgentElsewhere:
         """The refusal of a write as ``agent``, which daemon ``holder`` holds: where it lives, and how to move it."""
@@ -250,29 +248,29 @@ class AgentRegistry:
         return registry_metadata(REGISTER, agent, self.daemon, ca_nonce=grant.get("ca_nonce"),
                                  ca_signature=grant.get("ca_signature"))
 
-    def check_room(self, store: Store, agent: str) -> None:
+    def check_room(self, ctx: WriteContext, agent: str) -> None:
         """Refuse one more registration from our origin past ``MAX_AGENTS_PER_ORIGIN``."""
-        if len(self.registered_by(store, self.origin)) >= MAX_AGENTS_PER_ORIGIN:
+        if len(self.registered_by(ctx, self.origin)) >= MAX_AGENTS_PER_ORIGIN:
             raise ValidationError(f"this daemon has registered {MAX_AGENTS_PER_ORIGIN} agent ids already, the most "
                                   f"one daemon may; write as one of them instead of {agent!r}", field="from_agent")
 
-    def unregistered_own_agents(self, store: Store) -> list[str]:
+    def unregistered_own_agents(self, ctx: WriteContext) -> list[str]:
         """The agents this daemon's origins wrote as that nobody holds yet (writer thread): what
         joining or founding a palace registers, so that they are this daemon's from then on."""
         own = [origin for origin, daemon in self.origin_daemons.items() if daemon == self.daemon]
         if not own:
             return []
         marks = ",".join("?" * len(own))
-        rows = store._conn.execute(f"SELECT DISTINCT from_agent FROM events WHERE origin IN ({marks}) AND "
+        rows = ctx.conn.execute(f"SELECT DISTINCT from_agent FROM events WHERE origin IN ({marks}) AND "
                                    f"from_agent != ?", (*own, SYSTEM_AGENT)).fetchall()
         out = []
         for (agent,) in rows:
-            record = self.record_of(store, agent)
+            record = self.record_of(ctx, agent)
             if record is None or record.current is None:
                 out.append(agent)
         return sorted(out)
 
-    def arrival_problem(self, store: Store, event: SignedEvent, key: bytes) -> str | None:
+    def arrival_problem(self, ctx: WriteContext, event: SignedEvent, key: bytes) -> str | None:
         """Why an authentic event from outside breaks the registry's rules (None: it does not).
         Deterministic: it depends only on the event and its own origin's chain before it.
 
@@ -292,7 +290,7 @@ class AgentRegistry:
             if view["metadata"].get("daemon") != daemon:
                 return f"{event.type} names another daemon than the one that wrote it"
             if event.type == REGISTER:
-                registered = self.registered_by(store, event.origin)
+                registered = self.registered_by(ctx, event.origin)
                 if view["metadata"]["agent"] not in registered and len(registered) >= MAX_AGENTS_PER_ORIGIN:
                     return f"origin {event.origin} registers more than {MAX_AGENTS_PER_ORIGIN} agents"
             return None
@@ -300,7 +298,7 @@ class AgentRegistry:
             if event.type not in SYSTEM_WRITTEN_TYPES:
                 return f"only the daemon's own notices are written as {SYSTEM_AGENT}, not {event.type}"
             return None
-        registered = self.registered_by(store, event.origin)
+        registered = self.registered_by(ctx, event.origin)
         if registered and agent not in registered:
             return (f"origin {event.origin} writes as {agent} without registering it first "
                     f"(an {REGISTER} of {agent} must come before)")

@@ -307,7 +307,7 @@ class AsyncStore:
     async def _committed(self, batch: list[_Pending], result: WriteBatchResult) -> None:
         if result.purged and self._on_purged is not None:
             self._on_purged(result.purged)  # before anyone is answered: no ring replays a purged body
-        if self.store.redactions_pending_checkpoint:
+        if self.store.wal.purge_pending:
             # Before anyone is told "redacted": push the old page images out of the WAL.
             await self._purge_wal()
         full = [value for ok, value in result.outcomes if not ok and isinstance(value, DiskFullError)]
@@ -321,7 +321,7 @@ class AsyncStore:
         self._answer(batch, result.outcomes)
         if result.events:
             self._on_committed(result.events)
-        if self.store.wal_pages >= COPY_BACK_PAGES and not self._copying:
+        if self.store.wal.pages >= COPY_BACK_PAGES and not self._copying:
             self._copy_wanted.set()
 
     def _answer(self, batch: list[_Pending], outcomes: list[tuple[bool, Any]]) -> None:
@@ -390,7 +390,7 @@ class AsyncStore:
 
     async def _run_copy(self) -> bool:
         try:
-            await trio.to_thread.run_sync(self.store.copy_back)
+            await trio.to_thread.run_sync(self.store.wal.copy_back)
         except StoreError as exc:
             # Nothing is lost (the WAL keeps every page); the next big WAL tries again, and the
             # writer's own truncation (``_checkpoint``) reports a lasting failure in ``status``.
@@ -415,7 +415,7 @@ class AsyncStore:
         writer."""
         self._last_checkpoint_try = time.monotonic()
         try:
-            done = await trio.to_thread.run_sync(self.store.truncate_wal)
+            done = await trio.to_thread.run_sync(self.store.wal.truncate)
         except StoreError as exc:
             if self.checkpoint_error != str(exc):
                 LOGGER.warning("WAL checkpoint failed (retried every %.0f s): %s", CHECKPOINT_ERROR_RETRY_S, exc)
@@ -453,7 +453,7 @@ class AsyncStore:
         retried after the next batch and whenever the writer is idle; it never turns committed
         writes into errors."""
         try:
-            if await trio.to_thread.run_sync(self.store.checkpoint_after_redaction):
+            if await trio.to_thread.run_sync(self.store.wal.checkpoint_after_redaction):
                 self.checkpoint_error = None
         except StoreError as exc:
             if self.checkpoint_error != str(exc):
@@ -463,7 +463,7 @@ class AsyncStore:
     async def _idle(self) -> None:
         """Between writes: finish a pending redaction purge, checkpoint a WAL worth it, and notice
         that space has returned."""
-        if self.store.redactions_pending_checkpoint:
+        if self.store.wal.purge_pending:
             await self._purge_wal()
         if self._copy_tail_due:
             await self._copy_tail()

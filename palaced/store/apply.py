@@ -5,7 +5,10 @@ missing artifacts), joining imported history when replication reaches it, the da
 authentic event from outside must keep (imports.py applies the same ones; the agent registry's
 own rules, agents.arrival_problem, apply to the replicated chains only), fork evidence, and
 whether an ``event.redact`` from outside may purge its target (on its arrival or the target's).
-Writer thread only, inside a batch's transaction (batch.py, through ``WriteContext.apply_remote``).
+What was refused from peers stays in ``Refusals`` (replication asks it which origins not to ask
+again; ``status`` counts the redactions not honoured). Each function takes the job's
+``WriteContext``. Writer thread only, inside a batch's transaction (batch.py, through
+``WriteContext.apply_remote``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+import apsw
 import msgpack
 
 from palace_proto.agents import REGISTRY_TYPES
@@ -34,9 +38,9 @@ from .queries import hash_at, signed_event_at
 from .writes import insert_event, redact
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .batch import WriteContext
 
-__all__ = ["ApplyReport", "apply_remote", "rule_broken"]
+__all__ = ["ApplyReport", "Refusals", "apply_remote", "rule_broken"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 
@@ -59,7 +63,24 @@ class ApplyReport:
     purged: list[str] = field(default_factory=list)
 
 
-def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
+class Refusals:
+    """What this replica refused from peers since it started (the writer thread writes; any thread
+    reads: ``next`` is only ever changed one key at a time)."""
+
+    __slots__ = ("next", "redactions")
+
+    def __init__(self) -> None:
+        #: origin -> (origin_seq, event_hash, reason) of its next event, authentic but refused for
+        #: breaking a rule: replication does not ask for that origin again
+        self.next: dict[str, tuple[int, bytes, str]] = {}
+        #: peer redactions not honoured (their author was neither the origin nor the CA)
+        self.redactions = 0
+
+    def __repr__(self) -> str:
+        return f"<Refusals origins={len(self.next)} redactions={self.redactions}>"
+
+
+def apply_remote(ctx: WriteContext, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
                  source: str | None, on_applied: Callable[[SignedEvent], None] | None = None,
                  verified_keys: Sequence[bytes | None] | None = None,
                  may_redact: Callable[[SignedEvent, str], bool] | None = None) -> ApplyReport:
@@ -69,7 +90,7 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
     are ignored (idempotent), gaps wait for the missing events, forks are recorded and never
     applied; an event of our own origin from outside is an echo (ignored) or a fork. An
     authentic event that breaks a data-model rule is refused on its own (``report.refused``)
-    and its origin is not asked for again (``refused_next``). Events whose artifacts are
+    and its origin is not asked for again (``Refusals.next``). Events whose artifacts are
     missing are held back (and, by the chain rule, everything after them in their origin).
     Applied events get a new local ``seq`` in arrival order.
 
@@ -84,7 +105,10 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
     if verified_keys is not None and len(verified_keys) != len(events):
         raise ValueError("verified_keys must give one key (or None) per event")
     report = ApplyReport()
-    conn = store._conn
+    conn = ctx.conn
+    batch_heads = ctx.batch.heads
+    own_origin = ctx.chain.origin
+    own_key = ctx.chain.public_key
     heads: dict[str, OriginHead | None] = {}
     bound_keys: dict[str, bytes | None] = {}
     forked: set[str] = set()
@@ -95,10 +119,10 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
         return heads[origin]
 
     for index, event in enumerate(events):
-        own = event.origin == store.origin_id
+        own = event.origin == own_origin
         # key_for answers for this exact event: a revoked member's origin stays valid up to its
         # cutoff only, so the key depends on origin_seq too.
-        key = store.public_key if own else key_for(event.origin, event.origin_seq)
+        key = own_key if own else key_for(event.origin, event.origin_seq)
         if own:
             bound = None
         elif event.origin in bound_keys:
@@ -114,7 +138,7 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
             # of it needs verifying (a catch-up that overlaps what we have costs a lookup per
             # event, not a signature).
             if not own:
-                _join_history(store, event.origin, event.origin_seq, key, head_of(event.origin), heads)
+                _join_history(ctx, event.origin, event.origin_seq, key, head_of(event.origin), heads)
             report.duplicates.append(event)
             continue
         try:
@@ -128,7 +152,7 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
         if own:
             # Only we write our origin: a validly signed event we did not write means our key
             # and origin run somewhere else too (a copied home or a restored backup) — a fork.
-            _record_fork(store, event, hash_at(conn, event.origin, event.origin_seq), source)
+            _record_fork(conn, event, hash_at(conn, event.origin, event.origin_seq), source)
             report.forks.append(event)
             continue
         origin_head = head_of(event.origin)
@@ -141,14 +165,14 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
             report.gaps.append(event)
         elif verdict is Verdict.FORK:
             if event.origin not in forked:  # one piece of evidence per origin and batch is enough
-                _record_fork(store, event,
+                _record_fork(conn, event,
                              stored if stored is not None else (origin_head.head_hash if origin_head else None), source)
                 forked.add(event.origin)
             report.forks.append(event)
         else:
-            reason = rule_broken(event, store.limits) or store.agents.arrival_problem(store, event, key)
+            reason = rule_broken(event, ctx.limits) or ctx.agents.arrival_problem(ctx, event, key)
             if reason is not None:
-                _refuse(store, event, reason, source)
+                _refuse(ctx.refusals, event, reason, source)
                 report.refused.append((event, reason))
                 continue
             missing = [a for a in event.artifact_ids
@@ -156,19 +180,19 @@ def apply_remote(store: Store, events: Sequence[SignedEvent], key_for: Callable[
             if missing:
                 report.missing_artifacts.append(event)
                 continue
-            if _redacted_on_arrival(store, event):
+            if _redacted_on_arrival(ctx, event):
                 event = dataclasses.replace(event, body=None)  # redacted elsewhere first: never store the body
             conn.execute("INSERT OR IGNORE INTO origins (origin, public_key, max_seq, head_hash) VALUES (?, ?, 0, ?)",
                          (event.origin, key, GENESIS_HASH))
             bound_keys[event.origin] = key
-            record = insert_event(store, event)
+            record = insert_event(ctx, event)
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                          (event.origin_seq, event.event_hash, event.origin))
             heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
-            store._batch_heads.append((event.origin, heads[event.origin]))
-            store.refused_next.pop(event.origin, None)
+            batch_heads.append((event.origin, heads[event.origin]))
+            ctx.refusals.next.pop(event.origin, None)
             if event.type == "event.redact":
-                _apply_redaction(store, event, may_redact, report, source)
+                _apply_redaction(ctx, event, may_redact, report, source)
             report.applied.append(record)
             if on_applied is not None:
                 on_applied(event)
@@ -186,42 +210,42 @@ def rule_broken(event: SignedEvent, limits: Limits) -> str | None:
     return None
 
 
-def _join_history(store: Store, origin: str, origin_seq: int, key: bytes, origin_head: OriginHead | None,
+def _join_history(ctx: WriteContext, origin: str, origin_seq: int, key: bytes, origin_head: OriginHead | None,
                   heads: dict[str, OriginHead | None]) -> None:
     """Replication reached an event we hold as imported history: the head moves on over it —
     but only if the stored event itself is the next link of the chain and verifies with the
     origin's key (the arriving copy only *claims* its hash; what we keep is the stored one)."""
     if origin_seq != (origin_head.max_seq if origin_head else 0) + 1:
         return
-    stored = signed_event_at(store._conn, origin, origin_seq)
+    conn = ctx.conn
+    stored = signed_event_at(conn, origin, origin_seq)
     if stored.prev_hash != (origin_head.head_hash if origin_head else GENESIS_HASH):
         return
     try:
         verify_incoming(stored, key)
     except SignatureError:
         return
-    store._conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
-                        (origin_seq, stored.event_hash, origin))
+    conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?", (origin_seq, stored.event_hash, origin))
     heads[origin] = OriginHead(origin_seq, stored.event_hash)
-    store._batch_heads.append((origin, heads[origin]))
+    ctx.batch.heads.append((origin, heads[origin]))
     if stored.type in REGISTRY_TYPES:  # part of the chain now: the registry counts it from here on
-        store._batch_registry.append(stored)
+        ctx.batch.registry.append(stored)
 
 
-def _refuse(store: Store, event: SignedEvent, reason: str, source: str | None) -> None:
+def _refuse(refusals: Refusals, event: SignedEvent, reason: str, source: str | None) -> None:
     """Remember (once per origin and sequence) that this origin's next event breaks a rule, so
     nobody asks for it again until something changes (a restart, or the chain moving on)."""
-    known = store.refused_next.get(event.origin)
+    known = refusals.next.get(event.origin)
     if known is not None and known[0] == event.origin_seq:
         return
-    store.refused_next[event.origin] = (event.origin_seq, event.event_hash, reason)
+    refusals.next[event.origin] = (event.origin_seq, event.event_hash, reason)
     _LOGGER.warning("refused event %s (origin %s #%d, from %s): %s; that origin stops here on this replica",
                     event.id, event.origin, event.origin_seq, printable(source or "?"), printable(reason, 200))
 
 
-def _redacted_on_arrival(store: Store, event: SignedEvent) -> bool:
+def _redacted_on_arrival(ctx: WriteContext, event: SignedEvent) -> bool:
     """Whether an arriving event was already redacted here (an authorised redaction came first)."""
-    conn = store._conn
+    conn = ctx.conn
     if conn.execute("SELECT 1 FROM redactions WHERE target_id=?", (event.id,)).fetchone():
         return True
     for redact_event, redact_origin, by_ca in conn.execute(
@@ -229,12 +253,12 @@ def _redacted_on_arrival(store: Store, event: SignedEvent) -> bool:
             (event.id,)).fetchall():
         if by_ca or redact_origin == event.origin:
             conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event.id, redact_event))
-            store.redactions_pending_checkpoint = True
+            ctx.wal.purge_pending = True
             return True
     return False
 
 
-def _apply_redaction(store: Store, redaction: SignedEvent, may_redact: Callable[[SignedEvent, str], bool] | None,
+def _apply_redaction(ctx: WriteContext, redaction: SignedEvent, may_redact: Callable[[SignedEvent, str], bool] | None,
                      report: ApplyReport, source: str | None) -> None:
     """An ``event.redact`` from a peer purges its target only if its author may (its own origin's
     event, or with the palace CA's signature); otherwise it stays in the log, unhonoured."""
@@ -242,7 +266,7 @@ def _apply_redaction(store: Store, redaction: SignedEvent, may_redact: Callable[
     if not isinstance(target_id, str):
         return
     authorised = may_redact if may_redact is not None else (lambda r, origin: r.origin == origin)
-    conn = store._conn
+    conn = ctx.conn
     row = conn.execute("SELECT origin FROM events WHERE id=?", (target_id,)).fetchone()
     if row is None:
         # The target has not arrived yet: keep the claim, judged when it does.
@@ -250,21 +274,21 @@ def _apply_redaction(store: Store, redaction: SignedEvent, may_redact: Callable[
                      (target_id, redaction.id, redaction.origin, int(authorised(redaction, ""))))
         return
     if authorised(redaction, row[0]):
-        redact(store, target_id, redaction.id)
+        redact(ctx, target_id, redaction.id)
         report.purged.append(target_id)
         return
-    store.refused_redactions += 1
+    ctx.refusals.redactions += 1
     report.redactions_refused.append((redaction, target_id))
     _LOGGER.warning("did not honour redaction %s of %s (from %s): written by origin %s, not by the event's own "
                     "origin %s nor signed by the palace CA", redaction.id, printable(target_id),
                     printable(source or "?"), redaction.origin, row[0])
 
 
-def _record_fork(store: Store, event: SignedEvent, kept_hash: bytes | None, source: str | None) -> None:
+def _record_fork(conn: apsw.Connection, event: SignedEvent, kept_hash: bytes | None, source: str | None) -> None:
     _LOGGER.error("fork: origin %s seq %d has two different events (kept %s, rejected %s from %s)",
                   event.origin, event.origin_seq, kept_hash.hex()[:16] if kept_hash else "-",
                   event.event_hash.hex()[:16], source or "?")
-    store._conn.execute(
+    conn.execute(
         "INSERT OR IGNORE INTO forks VALUES (?,?,?,?,?,?,?)",
         # Without the body: the signed part holds its sha256, so the evidence still proves the
         # fork, and a body kept here would outlive its redaction (a fork is never applied).

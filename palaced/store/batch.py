@@ -1,10 +1,11 @@
 """Write batches: many write jobs, one transaction, one fsync (group commit), and what they commit.
 
 Owns: ``write_batch`` (a savepoint per job, so a job that raises fails alone; re-runs after SQLite
-rolled the whole transaction back by itself), ``WriteContext`` (everything a job may write, through
-writes.py, apply.py and imports.py), the origins row of our chain written once per batch, and the
-committed-signed cache (``store._recent``) that lets replication push new events without reading
-them back. Writer thread only, except ``committed_signed`` (any thread).
+rolled the whole transaction back by itself), ``Batch`` (what a running batch accumulates: the
+records of the events it stored, the bodies it purged, its registry events and the heads it
+moved, with the ``mark``/``rewind`` a failed job goes back with), ``WriteContext`` (everything a
+job may write, through writes.py, apply.py and imports.py), and the origins row of our chain
+written once per batch. Writer thread only.
 
 Nothing is acknowledged before the commit returns: an apsw error on commit fails the whole batch
 as ``StoreError`` (``DiskFullError`` when the disk is full), and the chain goes back to what is
@@ -25,18 +26,22 @@ from palace_proto.agents import AgentRecord
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.sync import OriginHead
-from palace_proto.validation import AppendRequest
+from palace_proto.validation import AppendRequest, Limits
 
-from .apply import ApplyReport, apply_remote
+from .apply import ApplyReport, Refusals, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
 from .imports import import_history
 from .queries import correlation_events, event_by_id, events_of_types_after_seq, events_of_types_since, latest_seq_of_types
 from .writes import append_event, append_system, put_artifact, redact
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .agents import AgentRegistry
+    from .chain import Chain
+    from .db import Db
+    from .origins import Vector
+    from .wal import Wal
 
-__all__ = ["WriteBatchResult", "WriteContext", "write_batch"]
+__all__ = ["Batch", "WriteBatchResult", "WriteContext", "write_batch"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 
@@ -55,32 +60,78 @@ class WriteBatchResult:
     purged: list[str] = field(default_factory=list)
 
 
-class WriteContext:
-    """What a write job may do inside the batch transaction (handed to each job callable)."""
+class Batch:
+    """What one try of a write batch accumulated, and our chain as it grew: all of it is the
+    batch's until the commit, and dropped with it if the commit fails. A job that fails goes
+    back to its ``mark`` (``rewind``)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self.new_events: list[CommittedEvent] = []
-        #: ids of events whose bodies were purged by this batch's jobs
+    __slots__ = ("chain", "events", "heads", "purged", "registry")
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        #: the records of the events stored, in order (the bus gets them once committed)
+        self.events: list[CommittedEvent] = []
+        #: ids of events whose bodies were purged
         self.purged: list[str] = []
+        #: the registry events stored (agents.py counts them at once, and for good at the commit)
+        self.registry: list[SignedEvent] = []
+        #: the heads moved, in order (the committed ``Vector`` takes them at the commit)
+        self.heads: list[tuple[str, OriginHead]] = []
 
-    @property
-    def conn(self) -> apsw.Connection:
-        return self._store._conn
+    def __repr__(self) -> str:
+        return f"<Batch events={len(self.events)} purged={len(self.purged)} chain={self.chain.seq}>"
+
+    def mark(self) -> tuple[int, bytes, int, int, int, int]:
+        """Where the batch and our chain stand (before a job runs)."""
+        chain = self.chain
+        return (chain.seq, chain.head_hash, len(self.events), len(self.purged), len(self.registry),
+                len(self.heads))
+
+    def rewind(self, mark: tuple[int, bytes, int, int, int, int]) -> None:
+        """Drop everything added since ``mark`` (the job's savepoint was rolled back)."""
+        self.chain.seq, self.chain.head_hash = mark[0], mark[1]
+        del self.events[mark[2]:]
+        del self.purged[mark[3]:]
+        del self.registry[mark[4]:]
+        del self.heads[mark[5]:]
+
+
+class WriteContext:
+    """What a write job may do inside the batch transaction (handed to each job callable), and
+    the state the store's write modules share: the writer connection (``conn``), our ``chain``,
+    the running ``batch``, the agent registry, the committed ``vector``, the ``wal``'s pending
+    purge, and what was refused from peers (``refusals``). One per store; writer thread only.
+    """
+
+    def __init__(self, db: Db, chain: Chain, agents: AgentRegistry, vector: Vector, wal: Wal, limits: Limits,
+                 refusals: Refusals) -> None:
+        self.path = db.path
+        self.conn: apsw.Connection = db.writer
+        self.chain = chain
+        self.agents = agents
+        self.vector = vector
+        self.wal = wal
+        self.limits = limits
+        self.refusals = refusals
+        #: the batch being written (a new one for each try of ``write_batch``)
+        self.batch = Batch(chain)
+
+    def __repr__(self) -> str:
+        return f"<WriteContext {self.path} {self.batch!r}>"
 
     def append(self, req: AppendRequest) -> dict[str, Any]:
-        return append_event(self._store, req, self.new_events)
+        return append_event(self, req)
 
     def append_system(self, req: AppendRequest) -> dict[str, Any]:
         """A registry event of the daemon's own (``writes.append_system``)."""
-        return append_system(self._store, req, self.new_events)
+        return append_system(self, req)
 
     def agent_record(self, agent: str) -> AgentRecord | None:
         """``agent``'s registry record as this transaction sees it."""
-        return self._store.agents.record_of(self._store, agent)
+        return self.agents.record_of(self, agent)
 
     def put_artifact(self, **kwargs: Any) -> dict[str, Any]:
-        return put_artifact(self._store, **kwargs)
+        return put_artifact(self, **kwargs)
 
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         return event_by_id(self.conn, event_id)
@@ -99,8 +150,8 @@ class WriteContext:
         return latest_seq_of_types(self.conn, types)
 
     def redact(self, event_id: str, redact_event_id: str) -> None:
-        redact(self._store, event_id, redact_event_id)
-        self.purged.append(event_id)
+        redact(self, event_id, redact_event_id)
+        self.batch.purged.append(event_id)
 
     def put_verified_artifact(self, *, sha256: str, kind: str, created_by: str, created_at: str,
                               metadata_json: str, content: bytes) -> None:
@@ -121,8 +172,8 @@ class WriteContext:
 
     def import_history(self, events: Sequence[SignedEvent], keys: Mapping[str, bytes]) -> dict[str, Any]:
         """Store verified events of other palaces (or of this one's past) as history."""
-        result = import_history(self._store, events, keys)
-        self.new_events.extend(result.pop("stored"))
+        result = import_history(self, events, keys)
+        self.batch.events.extend(result.pop("stored"))
         return result
 
     def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
@@ -131,13 +182,14 @@ class WriteContext:
                      may_redact: Callable[[SignedEvent, str], bool] | None = None) -> ApplyReport:
         """Verify and store peer events; ``on_applied`` sees each stored event before the next is
         judged (a revocation earlier in a batch governs the rest of it)."""
-        report = apply_remote(self._store, events, key_for, source, on_applied, verified_keys, may_redact)
-        self.new_events.extend(report.applied)
-        self.purged.extend(report.purged)
+        report = apply_remote(self, events, key_for, source, on_applied, verified_keys, may_redact)
+        batch = self.batch
+        batch.events.extend(report.applied)
+        batch.purged.extend(report.purged)
         return report
 
 
-def write_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
+def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
     """Run write jobs in one transaction (group commit): one fsync for the whole batch.
 
     Each job runs in its own savepoint. A job that raises is rolled back alone and its exception
@@ -157,43 +209,39 @@ def write_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> 
     running = list(range(len(jobs)))
     for _ in range(_MAX_BATCH_RERUNS + 1):
         try:
-            result = _run_batch(store, [jobs[i] for i in running])
+            result = _run_batch(ctx, [jobs[i] for i in running])
         except TransactionLost as lost:
             culprit = running.pop(lost.index)
-            failed[culprit] = (False, job_failure(store.path, store._conn, lost.cause or lost))
+            failed[culprit] = (False, job_failure(ctx.path, ctx.conn, lost.cause or lost))
             continue
         outcomes = dict(zip(running, result.outcomes, strict=True)) | failed
         result.outcomes = [outcomes[i] for i in range(len(jobs))]
         return result
-    raise StoreError(f"could not commit to {store.path}: the transaction was rolled back "
+    raise StoreError(f"could not commit to {ctx.path}: the transaction was rolled back "
                      f"{_MAX_BATCH_RERUNS + 1} times in one batch")
 
 
-def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
+def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
     """One try of ``write_batch``. Raises ``TransactionLost`` naming the job after which SQLite
     had rolled the whole transaction back."""
-    conn = store._conn
+    conn = ctx.conn
+    chain = ctx.chain
     result = WriteBatchResult()
-    ctx = WriteContext(store)
-    saved_chain = (store._origin_seq, store._head_hash)
+    batch = ctx.batch = Batch(chain)
+    committed_chain = (chain.seq, chain.head_hash)  # chain.mark(), written out: once per batch
     try:
-        _leave_stuck_transaction(store)
+        _leave_stuck_transaction(ctx)
         conn.execute("SAVEPOINT palace_batch")
         # A job alone in its batch needs no savepoint of its own: the batch's is its own.
         job_savepoint = "palace_job" if len(jobs) > 1 else "palace_batch"
         for index, job in enumerate(jobs):
-            before = (store._origin_seq, store._head_hash, len(ctx.new_events), len(ctx.purged),
-                      len(store._batch_registry), len(store._batch_heads))
+            mark = batch.mark()
             if job_savepoint == "palace_job":
                 conn.execute("SAVEPOINT palace_job")
             try:
                 value = job(ctx)
             except Exception as exc:
-                store._origin_seq, store._head_hash = before[0], before[1]
-                del ctx.new_events[before[2]:]
-                del ctx.purged[before[3]:]
-                del store._batch_registry[before[4]:]
-                del store._batch_heads[before[5]:]
+                batch.rewind(mark)
                 # in_transaction is sqlite3_get_autocommit: SQLite's documented (and only) way
                 # to learn that an error made it roll the whole transaction back.
                 if not conn.in_transaction:
@@ -201,53 +249,51 @@ def _run_batch(store: Store, jobs: Sequence[Callable[[WriteContext], Any]]) -> W
                 conn.execute(f"ROLLBACK TO {job_savepoint}")
                 if job_savepoint == "palace_job":
                     conn.execute("RELEASE palace_job")
-                result.outcomes.append((False, job_failure(store.path, conn, exc)))
+                result.outcomes.append((False, job_failure(ctx.path, conn, exc)))
                 continue
             if not conn.in_transaction:  # the job swallowed an error after which SQLite rolled back
                 raise TransactionLost(index, None)
             if job_savepoint == "palace_job":
                 conn.execute("RELEASE palace_job")
             result.outcomes.append((True, value))
-        if store._origin_seq != saved_chain[0]:
+        if chain.seq != committed_chain[0]:
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
-                         (store._origin_seq, store._head_hash, store.origin_id))
-            store._batch_heads.append((store.origin_id, OriginHead(store._origin_seq, store._head_hash)))
+                         (chain.seq, chain.head_hash, chain.origin))
+            batch.heads.append((chain.origin, OriginHead(chain.seq, chain.head_hash)))
         conn.execute("RELEASE palace_batch")  # the commit, and its fsync
     except BaseException as exc:
-        store._batch_registry.clear()
-        store._batch_heads.clear()
         # Nothing of the batch is in the database: the chain goes back to what is committed, so
-        # the next append reuses neither a sequence number nor leaves a gap.
-        store._origin_seq, store._head_hash = saved_chain
-        _leave_stuck_transaction(store, quiet=True)
+        # the next append reuses neither a sequence number nor leaves a gap (the batch's registry
+        # events and heads go with it).
+        chain.rewind(committed_chain)
+        _leave_stuck_transaction(ctx, quiet=True)
         if isinstance(exc, (apsw.Error, OSError)):
-            raise write_error(store.path, conn, exc) from exc
+            raise write_error(ctx.path, conn, exc) from exc
         raise
-    result.events = ctx.new_events
-    result.purged = ctx.purged
-    registry, store._batch_registry = store._batch_registry, []
-    store.agents.after_commit(conn, ctx.new_events, registry)
-    if ctx.purged:  # a body purged in the batch that stored it: its record must not carry it on
-        targets = set(ctx.purged)
-        for record in ctx.new_events:
+    result.events = batch.events
+    result.purged = batch.purged
+    ctx.agents.after_commit(conn, batch.events, batch.registry)
+    if batch.purged:  # a body purged in the batch that stored it: its record must not carry it on
+        targets = set(batch.purged)
+        for record in batch.events:
             if record.signed.id in targets:
                 record.redact()
-    if store._batch_heads:  # the committed vector, replaced whole: readers on any thread see one or the other
-        store._heads = {**store._heads, **dict(store._batch_heads)}
-        store._batch_heads = []
+    if batch.heads:  # the committed vector, replaced whole: readers on any thread see one or the other
+        vector = ctx.vector
+        vector.heads = {**vector.heads, **dict(batch.heads)}
     return result
 
 
-def _leave_stuck_transaction(store: Store, *, quiet: bool = False) -> None:
+def _leave_stuck_transaction(ctx: WriteContext, *, quiet: bool = False) -> None:
     """Make sure the writer connection is outside any transaction. A failed COMMIT (e.g.
     SQLITE_FULL while writing the WAL) leaves the transaction open; a batch begun inside it
     would commit the failed batch's rows along with its own."""
-    conn = store._conn
+    conn = ctx.conn
     if not conn.in_transaction:
         return
     try:
         conn.execute("ROLLBACK")
     except apsw.Error as exc:
         if not quiet:
-            raise write_error(store.path, conn, exc) from exc
+            raise write_error(ctx.path, conn, exc) from exc
         _LOGGER.warning("could not roll back a failed write batch: %s (retried before the next batch)", exc)

@@ -20,7 +20,6 @@ from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
     from .batch import WriteContext
-    from .store import Store
 
 __all__ = ["INDEX_CHUNK", "forget", "index_pending", "indexed_seq", "search_events"]
 
@@ -59,16 +58,16 @@ def forget(conn: apsw.Connection, seq: int, body: str) -> None:
         conn.execute("INSERT INTO events_fts (events_fts, rowid, body) VALUES ('delete', ?, ?)", (seq, body))
 
 
-def search_events(store: Store, query: ListQuery, conds: list[str], params: list[Any]) -> list[dict[str, Any]]:
+def search_events(conn: apsw.Connection, query: ListQuery, conds: list[str], params: list[Any]) -> list[dict[str, Any]]:
     """Events whose body has every word of ``query.text``, passing ``conds`` (the list filters as
-    SQL over ``events``), best match first (bm25), then newest."""
+    SQL over ``events``), best match first (bm25), then newest; on ``conn`` (a reader's)."""
     assert query.text is not None
     if query.to_agents:
         targets = sorted(query.to_agents | {"*"})
         conds = [*conds, f"to_agent IN ({','.join('?' * len(targets))})"]
         params = [*params, *targets]
     where = f"AND {' AND '.join(conds)}" if conds else ""
-    rows = store._reader().execute(
+    rows = conn.execute(
         f"SELECT {PUBLIC_COLUMNS} FROM events JOIN (SELECT rowid AS hit, rank AS score FROM events_fts "
         f"WHERE events_fts MATCH ?) ON hit = seq WHERE 1 {where} ORDER BY score, seq DESC LIMIT ?",
         [text_match_expression(query.text), *params, query.limit]).fetchall()

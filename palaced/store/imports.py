@@ -20,12 +20,12 @@ from .apply import rule_broken
 from .writes import insert_event
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .batch import WriteContext
 
 __all__ = ["import_history"]
 
 
-def import_history(store: Store, events: Sequence[SignedEvent], keys: Mapping[str, bytes]) -> dict[str, Any]:
+def import_history(ctx: WriteContext, events: Sequence[SignedEvent], keys: Mapping[str, bytes]) -> dict[str, Any]:
     """Verify each event against its origin's key and store it as history.
 
     Refused: our own origin, and an origin this palace replicates (its events come from peers or
@@ -33,7 +33,7 @@ def import_history(store: Store, events: Sequence[SignedEvent], keys: Mapping[st
     the member's chain does not hold). Returns the stored events' records (``stored``), how
     many were imported, duplicates, and the refused ones with their reasons.
     """
-    conn = store._conn
+    conn = ctx.conn
     stored: list[CommittedEvent] = []
     duplicates = 0
     refused: list[dict[str, str]] = []
@@ -48,7 +48,7 @@ def import_history(store: Store, events: Sequence[SignedEvent], keys: Mapping[st
         if conn.execute("SELECT 1 FROM events WHERE id=?", (event.id,)).fetchone():
             duplicates += 1
             continue
-        if event.origin == store.origin_id:
+        if event.origin == ctx.chain.origin:
             refused.append({"id": event.id, "reason": "this replica's own origin (only it writes there)"})
             continue
         if event.origin in members or (here is not None and here[1] > 0):
@@ -66,7 +66,7 @@ def import_history(store: Store, events: Sequence[SignedEvent], keys: Mapping[st
         except SignatureError as exc:
             refused.append({"id": event.id, "reason": f"does not verify: {exc}"})
             continue
-        broken = rule_broken(event, store.limits)  # a file is as hostile as a peer: the same rules
+        broken = rule_broken(event, ctx.limits)  # a file is as hostile as a peer: the same rules
         if broken is not None:
             refused.append({"id": event.id, "reason": f"breaks a rule: {broken}"})
             continue
@@ -80,5 +80,5 @@ def import_history(store: Store, events: Sequence[SignedEvent], keys: Mapping[st
                          (event.origin, key, GENESIS_HASH))
             known[event.origin] = (key, 0)
         # a body redacted before the export stays absent
-        stored.append(insert_event(store, event, history=True))
+        stored.append(insert_event(ctx, event, history=True))
     return {"stored": stored, "imported": len(stored), "duplicates": duplicates, "refused": refused}

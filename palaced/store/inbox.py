@@ -2,9 +2,9 @@
 
 Owns: the ``inbox_cursors`` table (schema 0007): reading an agent's cursor, the page of its inbox
 after it (events addressed to the agent or to ``*``, not written by it, oldest first, through
-``queries.list_events``), remembering how far a page listed (``note_listed``), and moving the
-cursor (``mark_read``: never backwards, never past what was listed). Reads on the caller's reader
-connection; the two writes are steps of a write job (they take its ``WriteContext``: writer
+``Reads.list_events``), remembering how far a page listed (``note_listed``), and moving the
+cursor (``mark_read``: never backwards, never past what was listed). The reads take the store's
+``Reads`` (the caller's reader connection); the two writes are steps of a write job (they take its ``WriteContext``: writer
 thread, inside a batch).
 """
 
@@ -19,11 +19,10 @@ from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import ListQuery
 
 from .clock import utc_now
-from .queries import list_events
 
 if TYPE_CHECKING:
     from .batch import WriteContext
-    from .store import Store
+    from .queries import Reads
 
 __all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "cursor_of", "inbox_page", "mark_read", "note_listed",
            "unread_count"]
@@ -55,8 +54,8 @@ def _cursor(conn: apsw.Connection, agent: str) -> Cursor:
     return Cursor(*row) if row else Cursor()
 
 
-def cursor_of(store: Store, agent: str) -> Cursor:
-    return _cursor(store._reader(), agent)
+def cursor_of(reads: Reads, agent: str) -> Cursor:
+    return _cursor(reads.db.reader(), agent)
 
 
 def _query(agent: str, limit: int, preview: bool) -> ListQuery:
@@ -64,15 +63,15 @@ def _query(agent: str, limit: int, preview: bool) -> ListQuery:
                                 "limit": limit, "preview": preview})
 
 
-def inbox_page(store: Store, agent: str, limit: int, preview: bool) -> tuple[Cursor, list[dict[str, Any]]]:
+def inbox_page(reads: Reads, agent: str, limit: int, preview: bool) -> tuple[Cursor, list[dict[str, Any]]]:
     """The agent's cursor and the first ``limit`` events of its inbox after it."""
-    cursor = cursor_of(store, agent)
-    return cursor, list_events(store, _query(agent, limit, preview), after_seq=cursor.read_seq)
+    cursor = cursor_of(reads, agent)
+    return cursor, reads.list_events(_query(agent, limit, preview), after_seq=cursor.read_seq)
 
 
-def unread_count(store: Store, agent: str, after_seq: int) -> int:
+def unread_count(reads: Reads, agent: str, after_seq: int) -> int:
     """How many inbox events follow ``after_seq`` (counted up to ``UNREAD_COUNT_CAP``)."""
-    return len(list_events(store, _query(agent, UNREAD_COUNT_CAP, True), after_seq=after_seq))
+    return len(reads.list_events(_query(agent, UNREAD_COUNT_CAP, True), after_seq=after_seq))
 
 
 def _ensure_row(conn: apsw.Connection, agent: str) -> None:

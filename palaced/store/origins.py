@@ -2,11 +2,10 @@
 
 Owns: minting the local origin (with a new database, a changed identity key, or to retire a
 legacy ``ori_`` origin), the nonce each key-derived origin was minted with (its binding proof),
-the chain heads (``max_seq``, ``head_hash``: the version vector) and each origin's key. Minting
-runs when the store opens; the ``*_at``/``head``/``key`` helpers take whichever connection the
-caller is on (the writer's inside a batch, a reader's otherwise), and ``head_in`` is ``head``
-for a write job outside the store (it takes the job's ``WriteContext``); the public reads take
-the store and use the calling thread's reader.
+the chain heads (``max_seq``, ``head_hash``: the version vector, kept in memory as committed:
+``Vector``) and each origin's key. Minting runs when the store opens; every other function takes
+whichever connection the caller is on (the writer's inside a batch, a reader's otherwise), and
+``head_in`` is ``head`` for a write job outside the store (it takes the job's ``WriteContext``).
 """
 
 from __future__ import annotations
@@ -25,10 +24,9 @@ from .clock import utc_now
 
 if TYPE_CHECKING:
     from .batch import WriteContext
-    from .store import Store
 
-__all__ = ["chain_head", "ensure_origin", "head", "head_in", "heads", "nonce", "origin_key", "origins_of_key",
-           "own_origins", "version_vector"]
+__all__ = ["Vector", "chain_head", "ensure_origin", "head", "head_in", "nonce", "origin_key", "origins_of_key",
+           "own_origins", "read_heads"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 #: meta key prefix of the nonce each key-derived origin of this replica was minted with
@@ -95,26 +93,16 @@ def origin_key(conn: apsw.Connection, origin: str) -> bytes | None:
     return bytes(row[0]) if row else None
 
 
-# -- public reads (bound as Store methods; the calling thread's reader) ---------------------------
-
-
-def own_origins(store: Store) -> list[tuple[str, bytes | None]]:
-    """Every origin written with this replica's key, with the nonce it was minted with (its
-    binding proof; None for a legacy origin, whose proof is a signature made on demand)."""
-    conn = store._reader()
-    rows = conn.execute("SELECT origin FROM origins WHERE public_key=? ORDER BY origin", (store.public_key,)).fetchall()
+def own_origins(conn: apsw.Connection, public_key: bytes) -> list[tuple[str, bytes | None]]:
+    """Every origin written with ``public_key`` (this replica's), with the nonce it was minted with
+    (its binding proof; None for a legacy origin, whose proof is a signature made on demand)."""
+    rows = conn.execute("SELECT origin FROM origins WHERE public_key=? ORDER BY origin", (public_key,)).fetchall()
     return [(origin, nonce(conn, origin)) for (origin,) in rows]
 
 
-def version_vector(store: Store) -> dict[str, int]:
-    """{origin: highest contiguous origin_seq held} — the replication cursor (as ``heads``)."""
-    return {origin: head.max_seq for origin, head in store._heads.items()}
-
-
-def heads(store: Store) -> dict[str, OriginHead]:
-    """Our version vector with head hashes (what a Vector message carries), as committed: kept in
-    memory by the writer (batch.py), so no read and no thread hop. Safe from any thread."""
-    return dict(store._heads)
+def origins_of_key(conn: apsw.Connection, public_key: bytes) -> dict[str, int]:
+    """{origin: max_seq held} for every origin written with ``public_key``."""
+    return dict(conn.execute("SELECT origin, max_seq FROM origins WHERE public_key=?", (public_key,)))
 
 
 def read_heads(conn: apsw.Connection) -> dict[str, OriginHead]:
@@ -123,6 +111,18 @@ def read_heads(conn: apsw.Connection) -> dict[str, OriginHead]:
             conn.execute("SELECT origin, max_seq, head_hash FROM origins WHERE max_seq > 0")}
 
 
-def origins_of_key(store: Store, public_key: bytes) -> dict[str, int]:
-    """{origin: max_seq held} for every origin written with ``public_key``."""
-    return dict(store._reader().execute("SELECT origin, max_seq FROM origins WHERE public_key=?", (public_key,)))
+class Vector:
+    """Our version vector with head hashes, as committed: origin -> its head (max_seq > 0).
+
+    Kept in memory so replication never reads back what it just wrote (issue 27): the writer
+    (batch.py) moves it after each commit by replacing ``heads`` whole with the heads the batch
+    moved merged in, so any thread may read it without a lock or a thread hop.
+    """
+
+    __slots__ = ("heads",)
+
+    def __init__(self, heads: dict[str, OriginHead]) -> None:
+        self.heads = heads
+
+    def __repr__(self) -> str:
+        return f"<Vector origins={len(self.heads)}>"

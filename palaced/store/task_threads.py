@@ -20,7 +20,7 @@ from .queries import correlation_events
 
 if TYPE_CHECKING:
     from .batch import WriteContext
-    from .store import Store
+    from .queries import Reads
 
 __all__ = ["TaskThread", "settle", "tasks_to_derive", "unsettle_agents"]
 
@@ -37,11 +37,11 @@ class TaskThread(NamedTuple):
         return max((e["seq"] for e in self.events), default=0)
 
 
-def tasks_to_derive(store: Store, newest: int, unsettled: int) -> tuple[list[TaskThread], bool]:
+def tasks_to_derive(reads: Reads, newest: int, unsettled: int) -> tuple[list[TaskThread], bool]:
     """The ``newest`` tasks by request, then up to ``unsettled`` older tasks not known to be
     finished (newest first), each with every event on it; and whether unsettled tasks were left
     out (more than ``unsettled`` of them are older than the newest requests)."""
-    conn = store._reader()
+    conn = reads.db.reader()
     columns = "correlation_id, settled_seq IS NOT NULL, request_seq"
     rows = conn.execute(f"SELECT {columns} FROM task_threads ORDER BY request_seq DESC LIMIT ?", (newest,)).fetchall()
     capped = False

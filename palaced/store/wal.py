@@ -1,14 +1,15 @@
-"""The write-ahead log's upkeep: copying it back into the database file off the commit path,
+"""The write-ahead log's checkpoints: copying it back into the database file off the commit path,
 the checkpoint that follows a redaction, and the writer's own truncation between batches.
 
-Owns: when the WAL is copied back into the database file and truncated. No commit ever
+Owns: how the WAL is copied back into the database file and truncated. No commit ever
 checkpoints (SQLite's automatic checkpoint is off: it ran inside the commit that crossed its
 threshold, two more fsyncs and a copy of the WAL, tens of milliseconds for one unlucky append).
-Instead a commit only counts the WAL's pages (``note_wal_pages``, SQLite's WAL hook), and
-store/aio.py decides when: ``copy_back`` on a connection of its own, concurrently with commits
-(SQLite's passive checkpoint takes no writer lock), and the truncations on the writer connection
-between batches. A checkpoint that fails loses nothing: the WAL keeps every committed page, and a
-later checkpoint copies them.
+Instead a commit only counts the WAL's pages (``Wal.pages``, from SQLite's WAL hook), and the
+WAL keeper (store/wal_keeper.py) decides when: ``copy_back`` on a connection of its own,
+concurrently with commits (SQLite's passive checkpoint takes no writer lock), and the truncations
+on the writer connection between batches. A checkpoint that fails loses nothing: the WAL keeps
+every committed page, and a later checkpoint copies them. ``Wal`` also remembers that a
+redaction still owes the WAL its truncation (``purge_pending``: writes.py and apply.py set it).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import apsw
 from .errors import checkpoint_error
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .db import Db
 
-__all__ = ["COPY_BACK_PAGES", "checkpoint_after_redaction", "copy_back", "note_wal_pages", "truncate_wal"]
+__all__ = ["COPY_BACK_PAGES", "Wal"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 
@@ -37,69 +38,83 @@ _TRUNCATE_BUSY_MS: Final = 250
 _BUSY_MS: Final = 10_000
 
 
-def note_wal_pages(store: Store, conn: apsw.Connection, name: str, pages: int) -> int:
-    """SQLite's WAL hook on the writer connection, after each commit: how many pages the WAL
-    holds now. Installing a hook also turns SQLite's automatic checkpoint off (one replaces the
-    other), which is the point."""
-    store.wal_pages = pages
-    return apsw.SQLITE_OK
+class Wal:
+    """The write-ahead log of ``db``: its size after the last commit, whether a redaction still
+    owes it a truncation, and the three checkpoints (each on a thread: the keeper's)."""
 
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        #: pages in the WAL after the last commit (the writer's WAL hook counts them)
+        self.pages = 0
+        #: a redaction purged a body since the WAL was last truncated: old page images holding its
+        #: bytes may remain there (``checkpoint_after_redaction`` clears it; writer thread sets it)
+        self.purge_pending = False
+        db.writer.set_wal_hook(self._note_pages)
 
-def copy_back(store: Store) -> bool:
-    """A worker thread, while commits go on: copy what the WAL holds into the database file (a
-    passive checkpoint, on the checkpointer connection: it waits for no lock and blocks no
-    writer). True if it copied every page, so the next commit starts the WAL over; False if a
-    reader still needs some, or another checkpoint was running (the next one copies them).
+    def __repr__(self) -> str:
+        return f"<Wal {self.db.path} pages={self.pages} purge_pending={self.purge_pending}>"
 
-    Raises:
-        DiskFullError, StoreError: the copy failed; the WAL still holds every page.
-    """
-    conn = store.checkpointer()
-    try:
-        in_wal, copied = conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
-    except apsw.BusyError:
-        return False
-    except apsw.Error as exc:
-        raise checkpoint_error(store.path, conn, exc) from exc
-    return copied >= in_wal
+    def _note_pages(self, conn: apsw.Connection, name: str, pages: int) -> int:
+        """SQLite's WAL hook on the writer connection, after each commit: how many pages the WAL
+        holds now. Installing a hook also turns SQLite's automatic checkpoint off (one replaces
+        the other), which is the point."""
+        self.pages = pages
+        return apsw.SQLITE_OK
 
+    def copy_back(self) -> bool:
+        """A worker thread, while commits go on: copy what the WAL holds into the database file (a
+        passive checkpoint, on the checkpointer connection: it waits for no lock and blocks no
+        writer). True if it copied every page, so the next commit starts the WAL over; False if a
+        reader still needs some, or another checkpoint was running (the next one copies them).
 
-def checkpoint_after_redaction(store: Store) -> bool:
-    """Copy the WAL into the database file and truncate it, so no old page image holding
-    redacted bytes survives in the WAL. Returns False (and stays pending, to be retried after
-    the next batch) if a reader kept the checkpoint from completing.
+        Raises:
+            DiskFullError, StoreError: the copy failed; the WAL still holds every page.
+        """
+        conn = self.db.checkpointer()
+        try:
+            in_wal, copied = conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        except apsw.BusyError:
+            return False
+        except apsw.Error as exc:
+            raise checkpoint_error(self.db.path, conn, exc) from exc
+        return copied >= in_wal
 
-    Raises:
-        DiskFullError, StoreError: the checkpoint failed (it stays pending, as above).
-    """
-    try:
-        store._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-    except apsw.BusyError:
-        _LOGGER.warning("redaction checkpoint blocked by a reader; retrying after the next write")
-        return False
-    except apsw.Error as exc:
-        raise checkpoint_error(store.path, store._conn, exc) from exc
-    store.redactions_pending_checkpoint = False
-    return True
+    def checkpoint_after_redaction(self) -> bool:
+        """Copy the WAL into the database file and truncate it, so no old page image holding
+        redacted bytes survives in the WAL. Returns False (and stays pending, to be retried after
+        the next batch) if a reader kept the checkpoint from completing.
 
+        Raises:
+            DiskFullError, StoreError: the checkpoint failed (it stays pending, as above).
+        """
+        conn = self.db.writer
+        try:
+            conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        except apsw.BusyError:
+            _LOGGER.warning("redaction checkpoint blocked by a reader; retrying after the next write")
+            return False
+        except apsw.Error as exc:
+            raise checkpoint_error(self.db.path, conn, exc) from exc
+        self.purge_pending = False
+        return True
 
-def truncate_wal(store: Store) -> bool:
-    """Writer thread, between batches: copy the WAL into the database file and truncate it.
-    Waits at most 250 ms for readers (not the usual 10 s: the writer must not stall); False
-    if a reader kept it from completing.
+    def truncate(self) -> bool:
+        """Writer thread, between batches: copy the WAL into the database file and truncate it.
+        Waits at most 250 ms for readers (not the usual 10 s: the writer must not stall); False
+        if a reader kept it from completing.
 
-    Raises:
-        DiskFullError, StoreError: the checkpoint failed. Nothing is lost (the WAL keeps every
-            committed page and a later checkpoint copies them); the caller retries later.
-    """
-    conn = store._conn
-    conn.set_busy_timeout(_TRUNCATE_BUSY_MS)
-    try:
-        conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-    except apsw.BusyError:
-        return False
-    except apsw.Error as exc:
-        raise checkpoint_error(store.path, conn, exc) from exc
-    finally:
-        conn.set_busy_timeout(_BUSY_MS)
-    return True
+        Raises:
+            DiskFullError, StoreError: the checkpoint failed. Nothing is lost (the WAL keeps every
+                committed page and a later checkpoint copies them); the caller retries later.
+        """
+        conn = self.db.writer
+        conn.set_busy_timeout(_TRUNCATE_BUSY_MS)
+        try:
+            conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        except apsw.BusyError:
+            return False
+        except apsw.Error as exc:
+            raise checkpoint_error(self.db.path, conn, exc) from exc
+        finally:
+            conn.set_busy_timeout(_BUSY_MS)
+        return True

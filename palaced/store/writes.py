@@ -1,12 +1,13 @@
 """The rows a write job adds: local appends (validated, signed, chained), stored events, artifacts
 and redactions.
 
-Owns: this replica's chain as it grows inside a batch (``store._origin_seq``/``_head_hash``; the
-origins row itself is written once per batch, by batch.py), the one insert every event goes
+Owns: growing this replica's chain inside a batch (``Chain``: sealed here, moved on once stored;
+the origins row itself is written once per batch, by batch.py), the one insert every event goes
 through (the memory views follow it in the same transaction; it makes the event's one
 ``CommittedEvent`` record, which the batch hands to the bus), and purging a redacted body with what the views
-derived from it. Writer thread only, inside a batch's transaction (batch.py). This is the append
-hot path: keep it to these few calls.
+derived from it. Each function takes the job's ``WriteContext`` (its connection, chain, running
+batch, agent registry, limits and WAL). Writer thread only, inside a batch's transaction (batch.py).
+This is the append hot path: keep it to these few calls.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from palace_proto.agents import (
     SYSTEM_WRITTEN_TYPES,
 )
 from palace_proto.canonical import canonical_json
-from palace_proto.envelope import CommittedEvent, SignedEvent, seal_event
+from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
@@ -35,21 +36,21 @@ from .queries import artifact_record, signed_event_at
 from .rows import INSERT_EVENT, insert_params
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .batch import WriteContext
 
 __all__ = ["append_event", "append_system", "insert_event", "put_artifact", "redact"]
 
 
-def append_event(store: Store, req: AppendRequest, stored: list[CommittedEvent]) -> dict[str, Any]:
-    """Sign ``req`` as the next event of our origin and store it; its public object, which
-    ``stored`` gets too, after any event stored before it (a registration).
+def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
+    """Sign ``req`` as the next event of our origin and store it; its public object. The batch
+    gets its record, after that of any event stored before it (a registration).
 
     The agent it is written as must be ours: an agent nobody holds yet is registered to this
     daemon first, in the same transaction (an ``agent.register`` just before it), and so is one
     of ours that this origin has not registered yet; one another daemon holds, or a retired one,
     is refused (``AgentElsewhere``, ``AgentRetired``). ``palaced`` writes only its notices.
     """
-    conn = store._conn
+    conn = ctx.conn
     for artifact_id in req.artifact_ids:
         if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (artifact_id,)).fetchone() is None:
             raise ValidationError(
@@ -60,51 +61,54 @@ def append_event(store: Store, req: AppendRequest, stored: list[CommittedEvent])
         if req.type not in SYSTEM_WRITTEN_TYPES:
             raise ValidationError(f"from_agent {SYSTEM_AGENT!r} is the daemon's own id; write as your agent id",
                                   field="from_agent")
-    elif store.agents.needs_registration(store, agent):
-        store.agents.check_room(store, agent)
-        stored.append(_seal_and_insert(store, type=REGISTER, stream=AGENT_EVENT_STREAM, room=AGENT_EVENT_ROOM, topic=agent,
-                         from_agent=SYSTEM_AGENT, body=f"{agent} is registered to this daemon",
-                         metadata_json=canonical_json(store.agents.register_metadata(agent))))
-    event = _seal_and_insert(
-        store, type=req.type, stream=req.stream, room=req.room,
+    elif ctx.agents.needs_registration(ctx, agent):
+        ctx.agents.check_room(ctx, agent)
+        _store_sealed(ctx, ctx.chain.seal(
+            type=REGISTER, stream=AGENT_EVENT_STREAM, room=AGENT_EVENT_ROOM, topic=agent, from_agent=SYSTEM_AGENT,
+            body=f"{agent} is registered to this daemon",
+            metadata_json=canonical_json(ctx.agents.register_metadata(agent))))
+    chain = ctx.chain
+    event = chain.seal(
+        type=req.type, stream=req.stream, room=req.room,
         from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json,
         topic=req.topic, to_agent=req.to_agent, correlation_id=req.correlation_id,
         branch=req.branch, base_commit=req.base_commit, status=req.status, ack_of=req.ack_of,
         artifact_ids=req.artifact_ids,
     )
-    stored.append(event)
-    return event.public
+    # _store_sealed, written out: every append comes this way
+    record = insert_event(ctx, event)
+    ctx.batch.events.append(record)
+    chain.seq, chain.head_hash = event.origin_seq, event.event_hash
+    return record.public
 
 
-def append_system(store: Store, req: AppendRequest, stored: list[CommittedEvent]) -> dict[str, Any]:
+def append_system(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
     """Store a registry event the daemon writes itself (``agent register``, ``transfer``,
     ``retire``): as ``palaced``, checked by the handler that built it, never by a client."""
     if req.type not in REGISTRY_TYPES or req.from_agent != SYSTEM_AGENT:
         raise ValidationError(f"append_system takes registry events written as {SYSTEM_AGENT}", field="type")
     if req.type == REGISTER:
         agent = json.loads(req.metadata_json).get("agent")
-        if agent not in store.agents.registered_by(store, store.origin_id):
-            store.agents.check_room(store, str(agent))
-    event = _seal_and_insert(store, type=req.type, stream=req.stream, room=req.room, topic=req.topic,
-                             from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json)
-    stored.append(event)
-    return event.public
+        if agent not in ctx.agents.registered_by(ctx, ctx.chain.origin):
+            ctx.agents.check_room(ctx, str(agent))
+    return _store_sealed(ctx, ctx.chain.seal(type=req.type, stream=req.stream, room=req.room, topic=req.topic,
+                                             from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json))
 
 
-def _seal_and_insert(store: Store, **fields: Any) -> CommittedEvent:
-    """Sign the fields as the next event of our origin, store it; its record."""
-    seq = store._origin_seq + 1
-    event = seal_event(store._key, origin=store.origin_id, origin_seq=seq, prev_hash=store._head_hash,
-                       created_at=utc_now(), **fields)
-    record = insert_event(store, event)
+def _store_sealed(ctx: WriteContext, event: SignedEvent) -> dict[str, Any]:
+    """Store ``event``, just sealed as the next of our chain, and move the chain on to it; its
+    public object (the batch gets its record)."""
+    record = insert_event(ctx, event)
+    ctx.batch.events.append(record)
     # The origins row (the version vector) is written once per batch, in the same transaction.
-    store._origin_seq, store._head_hash = seq, event.event_hash
-    return record
+    chain = ctx.chain
+    chain.seq, chain.head_hash = event.origin_seq, event.event_hash
+    return record.public
 
 
-def insert_event(store: Store, ev: SignedEvent, *, history: bool = False) -> CommittedEvent:
+def insert_event(ctx: WriteContext, ev: SignedEvent, *, history: bool = False) -> CommittedEvent:
     """Store ``ev`` (already verified or signed here); its record, with its new local ``seq``."""
-    conn = store._conn
+    conn = ctx.conn
     conn.execute(INSERT_EVENT, insert_params(ev))
     # Taken before the memory views write rows of their own: last_insert_rowid() would then be a
     # drawer's or a fact's, and the event would be published with that for its seq (issue 26: the
@@ -114,21 +118,21 @@ def insert_event(store: Store, ev: SignedEvent, *, history: bool = False) -> Com
     # The memory views follow the log in the same transaction (local appends and peer events alike).
     memory_views.materialise(conn, ev)
     if not history and ev.type in REGISTRY_TYPES:  # history's registry is another palace's: never counts here
-        store._batch_registry.append(ev)
+        ctx.batch.registry.append(ev)
     return CommittedEvent(seq, ev, history=history)
 
 
-def put_artifact(store: Store, *, kind: str, created_by: str, content: bytes,
+def put_artifact(ctx: WriteContext, *, kind: str, created_by: str, content: bytes,
                  metadata_json: str = "{}") -> dict[str, Any]:
     """Store a blob under its sha256 (once: the same content again is the same artifact); its record."""
-    if len(content) > store.limits.max_artifact_bytes:
+    if len(content) > ctx.limits.max_artifact_bytes:
         raise ValidationError(
-            f"content is {len(content)} bytes; maximum is {store.limits.max_artifact_bytes} bytes",
+            f"content is {len(content)} bytes; maximum is {ctx.limits.max_artifact_bytes} bytes",
             field="content",
         )
     digest = hashlib.sha256(content).hexdigest()
     artifact_id = artifact_id_for_sha256(digest)
-    conn = store._conn
+    conn = ctx.conn
     conn.execute(
         "INSERT INTO artifacts (id, sha256, kind, size_bytes, content, created_by, created_at, metadata) "
         "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
@@ -139,9 +143,9 @@ def put_artifact(store: Store, *, kind: str, created_by: str, content: bytes,
     return record
 
 
-def redact(store: Store, event_id: str, redact_event_id: str) -> None:
+def redact(ctx: WriteContext, event_id: str, redact_event_id: str) -> None:
     """Purge the body of ``event_id`` (redacted by ``redact_event_id``), and what the views hold of it."""
-    conn = store._conn
+    conn = ctx.conn
     conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
     for seq, body in conn.execute("SELECT seq, body FROM events WHERE id=? AND body IS NOT NULL",
                                   (event_id,)).fetchall():
@@ -154,4 +158,4 @@ def redact(store: Store, event_id: str, redact_event_id: str) -> None:
     memory_views.unmaterialise(
         conn, event_id, lambda keys: [signed_event_at(conn, origin, seq) for origin, seq in keys])
     if changed:
-        store.redactions_pending_checkpoint = True
+        ctx.wal.purge_pending = True

@@ -56,8 +56,8 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
     alone with ``disk_full``; the twenty appends batched with it commit, numbered 1..20; status
     shows the full disk until a write succeeds again, with no restart."""
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
-    (pages,) = store._conn.execute("PRAGMA page_count").fetchone()
-    store._conn.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small appends, not for 1 MiB
+    (pages,) = store.db.writer.execute("PRAGMA page_count").fetchone()
+    store.db.writer.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small appends, not for 1 MiB
     astore = AsyncStore(store, EventBus().publish)
     started, gate = threading.Event(), threading.Event()
     appended, failures = [], []
@@ -88,7 +88,7 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
         assert len(failures) == 1 and failures[0].code == "disk_full" and str(store.path) in failures[0].message
         assert sorted(e["origin_seq"] for e in appended) == list(range(1, 21))
         assert astore.statistics()["disk_full"]["path"] == str(store.path)
-        store._conn.execute("PRAGMA max_page_count=1073741823")  # the disk has room again
+        store.db.writer.execute("PRAGMA max_page_count=1073741823")  # the disk has room again
         await astore.write(lambda ctx: ctx.append(req("resumed")))
         assert astore.statistics()["disk_full"] is None
         astore.close_writes()
@@ -169,7 +169,7 @@ async def test_the_wal_is_copied_back_in_the_background_while_writes_go_on(tmp_p
             # when copies lag, the writer's own truncation may restart the WAL too.)
             while astore.statistics()["wal_copies"] < 2:
                 await astore.write(lambda ctx, k=k: ctx.append(req(f"{k} " + "x" * 2_000)))
-                pages.append(store.wal_pages)
+                pages.append(store.wal.pages)
                 k += 1
         assert sum(1 for a, b in zip(pages, pages[1:]) if b < a) >= 1  # and the WAL started over
         astore.close_writes()
@@ -186,7 +186,7 @@ async def test_a_failing_copy_back_is_logged_and_writes_go_on(tmp_path, monkeypa
     def broken():
         raise StoreError("disk I/O error (planted)")
 
-    monkeypatch.setattr(store, "copy_back", broken)
+    monkeypatch.setattr(store.wal, "copy_back", broken)
     astore = AsyncStore(store, EventBus().publish)
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
@@ -194,7 +194,7 @@ async def test_a_failing_copy_back_is_logged_and_writes_go_on(tmp_path, monkeypa
             await astore.write(lambda ctx, k=k: ctx.append(req(str(k))))
             await trio.sleep(0.001)
         astore.close_writes()
-    assert store._conn.execute("SELECT count(*) FROM events").fetchone() == (20,)
+    assert store.db.writer.execute("SELECT count(*) FROM events").fetchone() == (20,)
     store.close()
     assert "copying the WAL back into the database failed: disk I/O error (planted)" in caplog.text
 

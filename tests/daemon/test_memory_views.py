@@ -163,7 +163,7 @@ def test_keyword_search_narrowed_to_rare_words_ranks_like_the_full_query(store, 
 
 def database_bytes(store):
     """Every byte of the store's files (database, WAL, shm), once the WAL is checkpointed."""
-    assert store.checkpoint_after_redaction()
+    assert store.wal.checkpoint_after_redaction()
     return b"".join(p.read_bytes() for p in store.path.parent.iterdir() if p.name.startswith(store.path.name))
 
 
@@ -214,7 +214,7 @@ def test_a_separator_key_left_by_secure_delete_is_purged(store, monkeypatch):
         reqs = [AppendRequest.from_wire(Drawer("w", "r", t, "a").event(), LIMITS) for t in texts[start:start + 100]]
         outcomes = store.write_batch([lambda ctx, req=req: ctx.append(req) for req in reqs]).outcomes
         events.update({req.body.split()[0]: value["id"] for req, (_, value) in zip(reqs, outcomes, strict=True)})
-    conn = store._conn  # the writer's connection: this test looks inside the index
+    conn = store.db.writer  # the writer's connection: this test looks inside the index
     conn.execute("INSERT INTO drawers_fts (drawers_fts) VALUES ('optimize')")  # one segment, keys made afresh
     conn.execute("CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, drawers_fts, 'row')")
     terms = [t.encode() for (t,) in conn.execute("SELECT term FROM temp.terms")]
@@ -358,13 +358,13 @@ def test_malformed_memory_events_are_left_out_of_the_views_and_logged_once(store
 def test_fork_evidence_keeps_no_body(store):
     """Guards finding 4: the forks table kept the full body of every rejected event."""
     secret = "fork-secret-Zq81x"
-    forged = seal_event(store._key, origin=store.origin_id, origin_seq=1, prev_hash=b"\0" * 32,
+    forged = seal_event(store.chain.key, origin=store.origin_id, origin_seq=1, prev_hash=b"\0" * 32,
                         created_at="2026-01-01T00:00:00.000000Z", type="note", stream="s", room="r",
                         from_agent="a", body=f"the body says {secret}", metadata_json="{}")
     write(store, {"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": "the real first event"})
     report = store.write_batch([lambda ctx: ctx.apply_remote([forged], lambda o, s: None, "peer")]).outcomes[0][1]
     assert report.forks == [forged]
-    (blob,) = store._conn.execute("SELECT rejected FROM forks").fetchone()
+    (blob,) = store.db.writer.execute("SELECT rejected FROM forks").fetchone()
     evidence = msgpack.unpackb(bytes(blob), raw=False)
     assert evidence["body"] is None and evidence["body_sha256"] == forged.body_sha256
     assert not traces(database_bytes(store), secret)
@@ -412,7 +412,7 @@ def test_upgrading_to_schema_5_removes_traces_left_by_earlier_releases(tmp_path)
     store = Store(path, Ed25519PrivateKey.generate(), LIMITS)
     try:
         assert not traces(database_bytes(store), secret)
-        evidence = [msgpack.unpackb(bytes(b), raw=False) for (b,) in store._conn.execute("SELECT rejected FROM forks")]
+        evidence = [msgpack.unpackb(bytes(b), raw=False) for (b,) in store.db.writer.execute("SELECT rejected FROM forks")]
         assert sorted(e.get("body", "absent") or "none" for e in evidence) == ["absent", "none"]
         assert [f["rejected_hash"] for f in store.forks() if f["origin"] == forged.origin] == [forged.event_hash.hex()]
         assert store.counts()["drawers"] == 0  # the views are the log's (which holds no drawer here)

@@ -32,7 +32,7 @@ class Member(Replica):
         self.directory.bind(OriginBinding(self.store.origin_id, self.cert, self.nonce))
         self.role = role
         (path.parent / f"{name}.crt").write_bytes(self.cert)
-        (path.parent / f"{name}.key").write_bytes(self.store._key.private_bytes(
+        (path.parent / f"{name}.key").write_bytes(self.store.chain.key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         self.ca_pem = ca_pem
         self.dir = path.parent

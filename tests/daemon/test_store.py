@@ -111,7 +111,7 @@ def test_changed_identity_key_starts_a_new_origin_and_keeps_history(tmp_path, ke
 
 def test_database_from_a_newer_release_is_refused(tmp_path, key):
     s = Store(tmp_path / "p.sqlite3", key, LIMITS)
-    s._conn.execute("INSERT INTO _migrations VALUES (9999, 'future.sql', 'x')")
+    s.db.writer.execute("INSERT INTO _migrations VALUES (9999, 'future.sql', 'x')")
     s.close()
     with pytest.raises(StoreError, match="newer palace"):
         Store(tmp_path / "p.sqlite3", key, LIMITS)
@@ -175,7 +175,7 @@ def test_redaction_drops_body_bytes_but_keeps_the_signature_valid(tmp_path, stor
     secret = "SECRET-5d0c3b7a9e"
     event = append(store, body=f"token {secret}")
     store.write_batch([lambda ctx: ctx.redact(event["id"], "evt_test_redaction")])
-    assert store.checkpoint_after_redaction()
+    assert store.wal.checkpoint_after_redaction()
     shown = store.get_event(event["id"])
     assert shown["body"] == "" and shown["body_redacted"] is True and len(shown["body_sha256"]) == 64
     (signed,) = store.signed_events_of_origin(store.origin_id, 0, 10)
@@ -214,12 +214,12 @@ def test_no_commit_checkpoints_and_a_copy_back_lets_the_wal_start_over(tmp_path,
         pages = []
         for k in range(300):
             s.write_batch([lambda ctx, k=k: ctx.append(req(body=f"{k} " + "x" * 8_000))])
-            pages.append(s.wal_pages)
+            pages.append(s.wal.pages)
         assert pages[-1] > 1_000  # past SQLite's default threshold: nothing checkpointed on the way
         assert pages == sorted(pages)  # the WAL only grew: no commit started it over
-        assert s.copy_back() is True
+        assert s.wal.copy_back() is True
         append(s, body="after the copy")
-        assert 0 < s.wal_pages < 50  # the WAL started over from its beginning
-        assert s._conn.execute("SELECT count(*) FROM events").fetchone() == (301,)
+        assert 0 < s.wal.pages < 50  # the WAL started over from its beginning
+        assert s.db.writer.execute("SELECT count(*) FROM events").fetchone() == (301,)
     finally:
         s.close()

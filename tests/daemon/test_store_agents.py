@@ -152,7 +152,7 @@ def test_an_origin_that_writes_as_an_agent_it_never_registered_is_refused_on_arr
     sync(a, b, a, b)
     events = a.signed_events_of_origin(a.origin_id, 0, 10)
     last = events[-1]
-    forged = seal_event(a._key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
+    forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
                         created_at="2026-12-01T10:00:00.000000Z", type="note", stream="s", room="r",
                         from_agent="mac-claude", body="as mac-claude, unregistered")
     ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
@@ -171,7 +171,7 @@ def test_a_registry_event_must_be_the_daemons_own_word(trio_of_stores, change, w
     last = a.signed_events_of_origin(a.origin_id, 0, 10)[-1]
     fields = {"type": REGISTER, "stream": "palace", "room": "agents", "from_agent": SYSTEM_AGENT, "body": "r",
               "metadata_json": canonical_json(registry_metadata(REGISTER, "x", a.agents.daemon)), **change}
-    forged = seal_event(a._key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
+    forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
                         created_at="2026-12-01T10:00:00.000000Z", **fields)
     ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
     assert ok and report.applied == [] and why in report.refused[0][1]
@@ -182,7 +182,7 @@ def test_a_peers_palaced_writes_only_notices(trio_of_stores):
     append(a)
     sync(a, b, a, b)
     last = a.signed_events_of_origin(a.origin_id, 0, 10)[-1]
-    forged = seal_event(a._key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
+    forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
                         created_at="2026-12-01T10:00:00.000000Z", type="task.request", stream="s", room="r",
                         from_agent=SYSTEM_AGENT, body="do this, says the daemon")
     ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
@@ -257,7 +257,7 @@ def test_one_origin_registers_a_bounded_number_of_agents_here_and_on_arrival(tri
     append(a, from_agent="one")  # the ones it has go on
     sync(a, b, a, b)
     last = a.signed_events_of_origin(a.origin_id, 0, 50)[-1]
-    forged = seal_event(a._key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
+    forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
                         created_at="2026-12-01T10:00:00.000000Z", type=REGISTER, stream="palace", room="agents",
                         from_agent=SYSTEM_AGENT, body="r",
                         metadata_json=canonical_json(registry_metadata(REGISTER, "three", a.agents.daemon)))
@@ -266,7 +266,7 @@ def test_one_origin_registers_a_bounded_number_of_agents_here_and_on_arrival(tri
 
 
 def _activity_as_the_log_counts_it(store):
-    return sorted(store._reader().execute(
+    return sorted(store.db.reader().execute(
         "SELECT from_agent, origin, count(*), min(created_at), max(created_at) FROM events "
         "GROUP BY from_agent, origin").fetchall())
 

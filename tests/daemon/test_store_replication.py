@@ -82,7 +82,7 @@ def test_a_fork_is_recorded_and_never_applied(pair, tmp_path):
     append(a, body="original")
     (original,) = a.signed_events_of_origin(a.origin_id, 0, 10)
     # The same origin and seq, different content, signed by the same key: a restored backup or a copied key.
-    forged = seal_event(a._key, origin=a.origin_id, origin_seq=1, prev_hash=original.prev_hash,
+    forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=1, prev_hash=original.prev_hash,
                         created_at=original.created_at, type="note", stream="s", room="r", from_agent="a",
                         body="alternative history")
     apply(b, [original], keys_of(a))
@@ -118,7 +118,7 @@ def test_forged_unknown_and_own_origin_events_are_rejected(pair):
     report, _ = apply(b, [event, dataclasses.replace(event_2, body="altered")], keys_of(a))
     assert report.rejected == [dataclasses.replace(event_2, body="altered")] and len(report.applied) == 1
     # A validly signed event of our own origin that we never wrote: our key runs elsewhere.
-    copy = seal_event(b._key, origin=b.origin_id, origin_seq=1, prev_hash=own.prev_hash, created_at=own.created_at,
+    copy = seal_event(b.chain.key, origin=b.origin_id, origin_seq=1, prev_hash=own.prev_hash, created_at=own.created_at,
                       type="note", stream="s", room="r", from_agent="a", body="written by a copied home")
     report, _ = apply(b, [copy], keys_of(a))
     assert report.forks == [copy] and b.forks()[0]["origin"] == b.origin_id
@@ -139,7 +139,7 @@ def test_redaction_replicates_and_wins_over_a_late_original(pair, tmp_path):
     report, _ = apply(b, [original_with_body, events[1]], keys_of(a))
     assert len(report.applied) == 2
     assert b.get_event(secret["id"])["body_redacted"] is True
-    b.checkpoint_after_redaction()
+    b.wal.checkpoint_after_redaction()
     for path in tmp_path.glob("b.sqlite3*"):
         assert b"SECRET-0f9e8d" not in path.read_bytes()
 
@@ -254,12 +254,12 @@ def test_an_authentic_event_that_breaks_a_rule_is_refused_alone_and_not_asked_fo
     a, b = pair
     append(a, body="fine")
     (good,) = a.signed_events_of_origin(a.origin_id, 0, 10)
-    bad = seal_event(a._key, origin=a.origin_id, origin_seq=2, prev_hash=good.event_hash, created_at="last tuesday",
+    bad = seal_event(a.chain.key, origin=a.origin_id, origin_seq=2, prev_hash=good.event_hash, created_at="last tuesday",
                      type="NOT A TYPE", stream="s", room="r", from_agent="a", body="x")
     report = apply_verified(b, [good, bad], keys_of(a))
     assert [e.signed.body for e in report.applied] == ["fine"]
     assert [(e, "type" in reason) for e, reason in report.refused] == [(bad, True)]
-    assert b.refused_next[a.origin_id][0] == 2
+    assert b.refusals.next[a.origin_id][0] == 2
     assert b.counts()["events"] == 1
 
 
@@ -301,7 +301,7 @@ def test_history_joins_the_chain_only_when_the_stored_event_links(pair):
     first, second = a.signed_events_of_origin(a.origin_id, 0, 10)
     # History for a's origin, signed by a's key, that does not follow a's first event (a fork
     # someone exported): held as history, never the next link of the replicated chain.
-    stray = seal_event(a._key, origin=a.origin_id, origin_seq=2, prev_hash=b"\x07" * 32,
+    stray = seal_event(a.chain.key, origin=a.origin_id, origin_seq=2, prev_hash=b"\x07" * 32,
                        created_at=second.created_at, type="note", stream="s", room="r", from_agent="a", body="stray")
     assert _import(b, [stray], {a.origin_id: a.public_key})["imported"] == 1
     apply_verified(b, [first], keys_of(a))
@@ -341,18 +341,18 @@ def test_the_heads_kept_in_memory_are_the_committed_ones(pair):
                                                                                source="test")]).outcomes
     assert [ok for ok, _ in outcomes] == [False, True]
     assert b.heads() == heads_on_disk(b) and b.heads()[a.origin_id].max_seq == 1
-    b._conn.set_commit_hook(lambda: True)  # the commit fails: nothing of the batch exists
+    b.db.writer.set_commit_hook(lambda: True)  # the commit fails: nothing of the batch exists
     try:
         with pytest.raises(Exception, match="could not commit"):
             b.write_batch([lambda ctx: ctx.apply_remote(events[1:], keys_of(a), source="test")])
     finally:
-        b._conn.set_commit_hook(None)
+        b.db.writer.set_commit_hook(None)
     assert b.heads() == heads_on_disk(b) and b.heads()[a.origin_id].max_seq == 1
     apply(b, events[1:], keys_of(a))
     append(b, body="b2")
     assert b.heads() == heads_on_disk(b)
     assert {o: h.max_seq for o, h in b.heads().items()} == {a.origin_id: 3, b.origin_id: 2} == b.version_vector()
-    path, key = b.path, b._key
+    path, key = b.path, b.chain.key
     b.close()
     again = Store(path, key, LIMITS)
     try:

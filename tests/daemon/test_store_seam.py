@@ -24,9 +24,11 @@ EXEMPT: frozenset[str] = frozenset()
 #: where an attribute named ``conn`` is not a database connection: the control API's protocol
 #: connection (``Connection.conn``, a ``ServerConnection``), reached as ``self.conn`` there only
 PROTOCOL_CONN_FILES: frozenset[str] = frozenset({"palaced/api.py"})
-#: the store's own connections and the means to reach them (store.py: ``_conn``, ``_reader()``,
-#: ``checkpointer()``): never used from outside the store
-STORE_CONNECTION_ATTRS: frozenset[str] = frozenset({"conn", "_conn", "_reader", "checkpointer"})
+#: the store's own connections and the means to reach them (its ``Db``: ``db.writer``,
+#: ``db.reader()``, ``db.checkpointer()``; a job's ``conn``; the old ``_conn``, ``_reader()``):
+#: never used from outside the store
+STORE_CONNECTION_ATTRS: frozenset[str] = frozenset({"conn", "_conn", "_reader", "checkpointer", "db", "writer",
+                                                    "reader"})
 #: statements run on a connection or a cursor
 EXECUTE_ATTRS: frozenset[str] = frozenset({"execute", "executemany"})
 # Upper case only, as statements are written here: prose says "select", "update" and "create".

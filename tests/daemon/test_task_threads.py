@@ -43,17 +43,17 @@ def reply(store, cid, status=None):
 
 
 def rows(store):
-    return sorted(store._reader().execute("SELECT correlation_id, request_seq, settled_seq FROM task_threads").fetchall())
+    return sorted(store.db.reader().execute("SELECT correlation_id, request_seq, settled_seq FROM task_threads").fetchall())
 
 
 def as_the_log_says(store):
     """(correlation_id, first request seq) of every task, computed from the events themselves."""
-    return sorted(store._reader().execute("SELECT coalesce(correlation_id, id), min(seq) FROM events "
+    return sorted(store.db.reader().execute("SELECT coalesce(correlation_id, id), min(seq) FROM events "
                                           "WHERE type='task.request' GROUP BY 1").fetchall())
 
 
 def newest_seq(store, cid):
-    (seq,) = store._reader().execute("SELECT max(seq) FROM events WHERE correlation_id=? OR id=?", (cid, cid)).fetchone()
+    (seq,) = store.db.reader().execute("SELECT max(seq) FROM events WHERE correlation_id=? OR id=?", (cid, cid)).fetchone()
     return seq
 
 
@@ -97,7 +97,7 @@ def test_the_migration_builds_the_rows_the_insert_path_keeps(stores):
         reply(a, f"task_{n}", "claimed")
     request(a)
     kept = rows(a)
-    conn = a._conn  # as a home from before schema 0009 is opened
+    conn = a.db.writer  # as a home from before schema 0009 is opened
     conn.execute("DROP TABLE task_threads; DELETE FROM _migrations WHERE version >= 9")
     migrate(conn, a.path)
     assert rows(a) == kept == [(c, f, None) for c, f in as_the_log_says(a)]
@@ -109,7 +109,7 @@ def test_no_trigger_runs_on_an_event_insert(stores):
     """Guards the append path (issue 27): any trigger on events cost every insert a trigger
     sub-program (42 us an insert against 11 us without), whether or not it concerned the event."""
     for store in stores:
-        assert store._conn.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND "
+        assert store.db.writer.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND "
                                    "tbl_name='events'").fetchall() == []
 
 

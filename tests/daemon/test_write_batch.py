@@ -59,7 +59,7 @@ def assert_chain_consistent(store: Store, bodies: list[str]) -> None:
     finally:
         conn.close()
     assert (row[0], bytes(row[1])) == (len(bodies), prev)
-    assert (store._origin_seq, store._head_hash) == (len(bodies), prev)
+    assert (store.chain.seq, store.chain.head_hash) == (len(bodies), prev)
     # The version vector kept in memory (issue 27) says the same as the file, rolled-back jobs and
     # failed commits left out.
     assert store.version_vector() == ({store.origin_id: len(bodies)} if bodies else {})
@@ -88,8 +88,8 @@ def test_sqlite_full_while_one_job_writes_fails_that_job_alone_as_disk_full(stor
     """Guards finding 7 of issue 11: SQLITE_FULL while one job writes its rows (here a big
     artifact that does not fit) fails that job with ``disk_full`` naming the database, not
     ``internal`` and not the whole batch; the small appends around it commit."""
-    (pages,) = store._conn.execute("PRAGMA page_count").fetchone()
-    store._conn.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small rows, not for 1 MiB
+    (pages,) = store.db.writer.execute("PRAGMA page_count").fetchone()
+    store.db.writer.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small rows, not for 1 MiB
     result = store.write_batch([append("before"),
                                 lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"x" * (1 << 20)),
                                 append("after")])
@@ -131,13 +131,13 @@ def test_a_failed_commit_fails_every_job_and_keeps_the_chain_at_what_is_committe
     writing the WAL; here a commit hook refuses it) nothing of the batch exists, so every job
     fails (none acknowledged) and the next append takes the next committed number."""
     assert store.write_batch([append("kept")]).outcomes[0][0]
-    store._conn.set_commit_hook(lambda: True)  # True: turn this commit into a rollback
+    store.db.writer.set_commit_hook(lambda: True)  # True: turn this commit into a rollback
     try:
         with pytest.raises(StoreError, match="could not commit"):
             store.write_batch([append("lost 1"), append("lost 2")])
     finally:
-        store._conn.set_commit_hook(None)
-    assert not store._conn.in_transaction
+        store.db.writer.set_commit_hook(None)
+    assert not store.db.writer.in_transaction
     assert_chain_consistent(store, ["kept"])
     assert store.write_batch([append("next")]).outcomes[0][1]["origin_seq"] == 2
     assert_chain_consistent(store, ["kept", "next"])
@@ -147,11 +147,11 @@ def test_a_failed_commit_leaves_no_transaction_open_for_the_next_batch(store):
     """Guards finding 7 of issue 11: a COMMIT that fails (SQLITE_FULL writing the WAL) leaves
     SQLite's transaction open; the next batch must not begin inside it (it would commit the
     failed batch's rows with its own, unacknowledged and out of the chain)."""
-    store._conn.execute("BEGIN")
-    store._conn.execute("INSERT INTO meta VALUES ('left-over', 'from a failed commit')")
-    assert store._conn.in_transaction  # as a failed commit leaves it
+    store.db.writer.execute("BEGIN")
+    store.db.writer.execute("INSERT INTO meta VALUES ('left-over', 'from a failed commit')")
+    assert store.db.writer.in_transaction  # as a failed commit leaves it
     assert store.write_batch([append("fresh")]).outcomes[0][0]
-    assert store._conn.execute("SELECT value FROM meta WHERE key='left-over'").fetchone() is None
+    assert store.db.writer.execute("SELECT value FROM meta WHERE key='left-over'").fetchone() is None
     assert_chain_consistent(store, ["fresh"])
 
 
@@ -196,12 +196,12 @@ def test_a_job_that_fails_publishes_nothing_and_a_batch_that_fails_neither(store
 
     _published(store, [append("kept"), appends_then_fails], bus)
     assert [e.body for e in bus.signed_after(store.origin_id, 0, 10)] == ["kept"]
-    store._conn.set_commit_hook(lambda: True)  # True: turn this commit into a rollback
+    store.db.writer.set_commit_hook(lambda: True)  # True: turn this commit into a rollback
     try:
         with pytest.raises(StoreError, match="could not commit"):
             _published(store, [append(f"lost {i}") for i in range(3)], bus)
     finally:
-        store._conn.set_commit_hook(None)
+        store.db.writer.set_commit_hook(None)
     assert [e.body for e in bus.signed_after(store.origin_id, 0, 10)] == ["kept"]
     _published(store, [append("next")], bus)
     assert bus.signed_after(store.origin_id, 0, 10) == store.signed_events_of_origin(store.origin_id, 0, 10)
