@@ -107,13 +107,13 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
     directory = MemberDirectory(membership.ca_cert_pem, lambda: datetime.datetime.now(datetime.UTC))
     # Our own origins first, each with its proof: a key-derived origin's nonce, or for a legacy one
     # a signature made now (only we can); they are relayed to every peer that lacks them.
-    for origin, nonce in await astore.read(store.own_origins):
+    for origin, nonce in await astore.own_origins():
         proof = nonce if nonce is not None else legacy_binding_signature(key, directory.palace_id, origin)
         try:
             directory.bind(OriginBinding(origin, membership.member_pem, proof))
         except BindingError as exc:
             LOGGER.warning("cannot bind this daemon's own origin %s: %s", origin, exc)
-    for origin, certificate, proof in await astore.read(store.bindings):
+    for origin, certificate, proof in await astore.bindings():
         try:
             directory.bind(OriginBinding(origin, certificate, proof or b""), stored=True)
         except BindingError as exc:
@@ -121,7 +121,7 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
     unsaved = directory.take_unsaved()
     if unsaved:
         await astore.write(lambda ctx: ctx.save_bindings(unsaved))
-    for event in await astore.read(store.signed_events_of_type, REVOKE_EVENT_TYPE):
+    for event in await astore.signed_events_of_type(REVOKE_EVENT_TYPE):
         directory.observe(event)
     host, port = parse_peer_address(config.listen)
     network = Network(settings=NetworkSettings(host, port, config.mdns), home=config.home, membership=membership,

@@ -89,8 +89,7 @@ async def serve_enrolment(stream: trio.SSLStream, astore: AsyncStore, *, ca_key:
         if not message.name.strip() or printable(message.name, len(message.name)) != message.name:
             return await refuse("the daemon name must be visible text (no control or invisible characters); "
                                 "join again with --name NAME")
-        store = astore.store
-        invite = await astore.read(store.invite, message.invite_id)
+        invite = await astore.invite(message.invite_id)
         current = now()
         if invite is None:
             return await refuse("this invite was not issued here (check the code, or ask for a new one)")

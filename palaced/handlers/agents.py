@@ -264,9 +264,9 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     only = clean_optional("agent", args.get("agent"))
     registry = ctx.store.agents
     records = registry.records
-    activity = await ctx.astore.read(ctx.store.agent_activity)
+    activity = await ctx.astore.agent_activity()
     # Diaries only: the events were counted by agent_activity (one scan of the log, not two).
-    diaries = await ctx.astore.read(ctx.store.memory_read, views.diaries)
+    diaries = await ctx.astore.memory_read(views.diaries)
     live: dict[str, list[str]] = {}
     for watcher in (await who(ctx, {}))["watchers"]:
         if watcher.get("agent") and not watcher.get("daemon_silent"):
@@ -300,7 +300,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         last = max(info["last_activity"] or "", diary.get("last_activity") or "") or None
         impersonations = 0
         if agent in suspects:  # only daemons that did not hold the id all along can have written one
-            written = await ctx.astore.read(ctx.store.events_written_as, agent, suspects[agent], MAX_SUSPECT_EVENTS)
+            written = await ctx.astore.events_written_as(agent, suspects[agent], MAX_SUSPECT_EVENTS)
             impersonations = sum(1 for event in written if registry.verdict(event) is not None)
         wire = _record_wire(ctx, record, agent)
         out.append({

@@ -158,7 +158,7 @@ class Context:
     async def event_or_404(self, event_id: Any, field: str = "event_id") -> dict[str, Any]:
         """The event named by a request's ``field``, or ``not_found``."""
         eid = clean_required(field, event_id)
-        event = await self.astore.read(self.store.get_event, eid)
+        event = await self.astore.get_event(eid)
         if event is None:
             raise NotFound(f"event {eid!r} not found")
         return event

@@ -157,7 +157,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         raise NotFound(f"no member {peer_id!r} is known here (see `palacectl peers` for peer ids)")
     if directory.is_revoked(peer_id):
         raise ValidationError(f"peer {peer_id} is already revoked", field="peer_id")
-    cutoffs = await ctx.astore.read(ctx.store.origins_of_key, cert.public_key)
+    cutoffs = await ctx.astore.origins_of_key(cert.public_key)
     revocation = Revocation(membership.palace_id, peer_id, cert.public_key, tuple(sorted(cutoffs.items())),
                             format_stamp_seconds(time.time())).signed(ctx.ca_key())
     req = AppendRequest.from_wire(
@@ -182,7 +182,7 @@ async def peers(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     membership = ctx.require_member()
     assert ctx.network is not None
     heads = ctx.store.version_vector()  # kept in memory: no read
-    forks = await ctx.astore.read(ctx.store.forks)
+    forks = await ctx.astore.forks()
     return {"peer_id": membership.peer_id, "listen": ctx.network.listen_addresses,
             "mdns": ctx.network.dialer.mdns_state, "peers": ctx.network.views.peers_view(heads), "forks": forks}
 
@@ -224,7 +224,7 @@ async def network_status(ctx: Context) -> dict[str, Any] | None:
     network = ctx.network
     if network is None:
         return None
-    forks = await ctx.astore.read(ctx.store.forks)
+    forks = await ctx.astore.forks()
     return {"listen": network.listen_addresses, "mdns": network.dialer.mdns_state,
             "connected": network.views.connected_peers(), "forks": len(forks),
             "limits": network.limits.statistics(), "link_failures": network.links.failures,
@@ -395,7 +395,7 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         if abs(skew) >= CLOCK_SKEW_WARNING_S:
             check(f"clock {peer_id[:7]}", "warn", f"clock differs from peer {peer_id[:7]} by {skew:+.1f} s: event "
                   "timestamps will disagree; enable time sync (NTP) on both machines")
-    forks = await ctx.astore.read(ctx.store.forks)
+    forks = await ctx.astore.forks()
     if forks:
         check("forks", "fail", f"{len(forks)} forked event(s) refused: two daemons write the same origin "
               "(a copied home or restored backup); see `palacectl peers`")

@@ -479,7 +479,7 @@ class LeaseReconciler:
         # Looked up by lease id (the correlation index): only the notices of leases not known told,
         # and only this daemon's (the one that tells; a notice forged elsewhere silences nobody).
         ids = [lease.id for lease in lost]
-        notices = await ctx.astore.read(lambda: ctx.store.correlations_present(ids, (CONFLICT,), own))
+        notices = await ctx.astore.correlations_present(ids, (CONFLICT,), own)
         self._remember(notices)
         requests = [self._notice(lease) for lease in lost if lease.id not in self._told]
         if not requests:

@@ -114,7 +114,7 @@ async def list_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     query = ListQuery.from_wire(args)
     if query.text is not None:
         await index_text(ctx)  # a search never misses a committed event the indexer has not reached
-    events = ctx.store.agents.annotate(await ctx.astore.read(ctx.store.list_events, query))
+    events = ctx.store.agents.annotate(await ctx.astore.list_events(query))
     return {"events": events, "count": len(events)}
 
 
@@ -158,7 +158,7 @@ async def _new_events_after(ctx: Context, seq: int, limit: int) -> list[dict[str
     """Committed events with seq > ``seq`` (oldest first): from the bus ring, else SQLite."""
     events = ctx.bus.events_after(seq, limit)
     if events is None:
-        events = await ctx.astore.read(ctx.store.events_after_seq, seq, min(limit, CATCH_UP_PAGE))
+        events = await ctx.astore.events_after_seq(seq, min(limit, CATCH_UP_PAGE))
     return events
 
 
@@ -174,12 +174,12 @@ async def wait(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     timeout_ms = validate_timeout_ms(args.get("timeout_ms"))
     after = None
     if query.since_event_id:
-        after = await ctx.astore.read(ctx.store.resolve_seq, "since_event_id", query.since_event_id)
+        after = await ctx.astore.resolve_seq("since_event_id", query.since_event_id)
     if query.before_event_id:
-        await ctx.astore.read(ctx.store.resolve_seq, "before_event_id", query.before_event_id)
+        await ctx.astore.resolve_seq("before_event_id", query.before_event_id)
     # Note the tip *before* querying: anything committed later is seen by the bus loop below.
     mark = ctx.bus.latest_seq
-    events = ctx.store.agents.annotate(await ctx.astore.read(ctx.store.list_events, query, after_seq=after))
+    events = ctx.store.agents.annotate(await ctx.astore.list_events(query, after_seq=after))
     if events or query.before_event_id:
         return {"timed_out": not events, "events": events, "count": len(events)}
     cursor = max(mark, after or 0)
@@ -217,12 +217,12 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
     if start == "cursor":
         if not query.since_event_id:
             raise ValidationError("since_event_id is required when start is 'cursor'", field="since_event_id")
-        cursor_seq = await ctx.astore.read(ctx.store.resolve_seq, "since_event_id", query.since_event_id)
+        cursor_seq = await ctx.astore.resolve_seq("since_event_id", query.since_event_id)
         cursor_id: str | None = query.since_event_id
     elif start == "beginning":
         cursor_seq, cursor_id = 0, None
     else:
-        cursor_seq, cursor_id = await ctx.astore.read(ctx.store.latest)
+        cursor_seq, cursor_id = await ctx.astore.latest()
     if worker is not None and agent is None:
         raise ValidationError("a worker's watch needs its agent", field="agent")
     watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,

@@ -62,8 +62,8 @@ async def ping(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
-    counts = await ctx.astore.read(ctx.store.counts)
-    _, latest_id = await ctx.astore.read(ctx.store.latest)
+    counts = await ctx.astore.counts()
+    _, latest_id = await ctx.astore.latest()
     config = ctx.config
     result: dict[str, Any] = {
         "version": __version__, "protocol": PROTOCOL_VERSION, "home": str(config.home),
@@ -153,16 +153,16 @@ async def export_page(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     since = args.get("since_event_id")
     if since is not None:
         since_id = clean_required("since_event_id", since)
-        after = await ctx.astore.read(ctx.store.resolve_seq, "since_event_id", since_id)
+        after = await ctx.astore.resolve_seq("since_event_id", since_id)
     streams = _streams(args)
-    events, keys = await ctx.astore.read(ctx.store.export_page, after, limit, streams)
+    events, keys = await ctx.astore.export_page(after, limit, streams)
     page: dict[str, Any] = {
         "events": [{"seq": seq, **event_to_export(event)} for seq, event in events],
         "origins": {origin: key.hex() for origin, key in keys.items()},
         "next_after_seq": events[-1][0] if events else after, "done": len(events) < limit,
     }
     if args.get("with_total"):
-        page["total"] = await ctx.astore.read(ctx.store.count_events, after, streams)
+        page["total"] = await ctx.astore.count_events(after, streams)
     return page
 
 

@@ -65,7 +65,7 @@ async def memory_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     """File a drawer; the same content in the same wing and room returns the existing drawer."""
     ctx.require_writer()
     drawer = Drawer.from_wire(args, ctx.limits)
-    existing = await ctx.astore.read(ctx.store.drawer, drawer.id)
+    existing = await ctx.astore.drawer(drawer.id)
     if existing is not None:
         return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": True,
                 "filed_at": existing["filed_at"]}
@@ -98,15 +98,15 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                            code="invalid_argument")
         mode = "keyword"
     depth = max(CANDIDATES, limit * 4)
-    keyword = [] if mode == "vector" else await ctx.astore.read(
-        ctx.store.memory_read, views.keyword_search, query, limit=depth, **filters)
+    keyword = [] if mode == "vector" else await ctx.astore.memory_read(views.keyword_search, query, limit=depth,
+                                                                       **filters)
     if mode == "keyword":
         hits = keyword[:limit]
         return {"query": query, "results": hits, "count": len(hits), "mode": mode}
     assert indexer is not None
     timings: dict[str, float] = {}
     nearest = await indexer.search(query, depth * 2 if any(filters.values()) else depth, timings)
-    drawers = await ctx.astore.read(ctx.store.memory_read, views.drawers_by_id, [d for d, _ in nearest])
+    drawers = await ctx.astore.memory_read(views.drawers_by_id, [d for d, _ in nearest])
     cosine = {d: s for d, s in nearest}
     floor = args.get("min_similarity", DEFAULT_MIN_SIMILARITY)
     if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not -1 <= floor <= 1:
@@ -135,7 +135,7 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 async def drawer_get(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     drawer_id = clean_required("drawer_id", args.get("drawer_id"))
-    drawer = await ctx.astore.read(ctx.store.drawer, drawer_id)
+    drawer = await ctx.astore.drawer(drawer_id)
     if drawer is None:
         raise NotFound(f"drawer {drawer_id!r} not found")
     return drawer
@@ -172,9 +172,9 @@ async def kg_query(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     direction = args.get("direction") or "both"
     if direction not in ("outgoing", "incoming", "both"):
         raise ValidationError("direction must be 'outgoing', 'incoming' or 'both'", field="direction")
-    result = await ctx.astore.read(ctx.store.memory_read, views.facts_about, entity, as_of, direction)
+    result = await ctx.astore.memory_read(views.facts_about, entity, as_of, direction)
     if not result["count"]:
-        result["candidates"] = await ctx.astore.read(ctx.store.memory_read, views.known_entities, entity)
+        result["candidates"] = await ctx.astore.memory_read(views.known_entities, entity)
     return result
 
 
@@ -195,14 +195,14 @@ async def diary_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     agent = clean_required("agent_name", args.get("agent_name")).lower()
     wing = clean_optional("wing", args.get("wing")) or diary_wing(agent)
     last_n = _bounded_int(args, "last_n", DEFAULT_DIARY_LAST, MAX_DIARY_LAST)
-    page = await ctx.astore.read(ctx.store.memory_read, views.diary_page, wing, last_n)
+    page = await ctx.astore.memory_read(views.diary_page, wing, last_n)
     return {"agent": agent, **page}
 
 
 async def tunnels(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     wing_a = clean_optional("wing_a", args.get("wing_a"))
     wing_b = clean_optional("wing_b", args.get("wing_b"))
-    found = await ctx.astore.read(ctx.store.memory_read, views.tunnels, wing_a, wing_b)
+    found = await ctx.astore.memory_read(views.tunnels, wing_a, wing_b)
     return {"wing_a": wing_a, "wing_b": wing_b, "tunnels": found, "count": len(found)}
 
 

@@ -122,7 +122,7 @@ async def session_start(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
             for lease in mine if lease.end in ("lost", "forced") and lease.ended_at
             and seconds_between(lease.ended_at, now) <= LOST_LEASE_WINDOW_S]
 
-    diary = await ctx.astore.read(ctx.store.memory_read, views.diary_page, diary_wing(agent.lower()), DIARY_SHOWN)
+    diary = await ctx.astore.memory_read(views.diary_page, diary_wing(agent.lower()), DIARY_SHOWN)
     entries = [{"date": e["date"], "topic": e["topic"], "content": _cut(e["content"])} for e in diary["entries"]]
 
     watching = []

@@ -42,7 +42,7 @@ from palace_proto.validation import AppendRequest, Limits, clean_optional, clean
 
 from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
-from ..store.task_threads import settle, tasks_to_derive
+from ..store.task_threads import settle
 from .context import Context
 
 __all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
@@ -147,7 +147,7 @@ def view_of(ctx: Context, correlation_id: str, events: Sequence[dict[str, Any]])
 
 
 async def task_view(ctx: Context, correlation_id: str) -> dict[str, Any] | None:
-    events = await ctx.astore.read(ctx.store.events_by_correlation, correlation_id)
+    events = await ctx.astore.events_by_correlation(correlation_id)
     return view_of(ctx, correlation_id, events)
 
 
@@ -257,7 +257,7 @@ async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
     tasks were left out. A task derived as finished, with every conflict on it told, is recorded
     as settled, so it is not read again until an event on it arrives; an old open task therefore
     stays in every listing, the ready queue and the reconciler, however many newer tasks there are."""
-    threads, capped = await ctx.astore.read(tasks_to_derive, ctx.store, MAX_TASKS, MAX_UNSETTLED)
+    threads, capped = await ctx.astore.tasks_to_derive(MAX_TASKS, MAX_UNSETTLED)
     if capped and (ctx.unsettled_capped_logged_at is None or time.monotonic() - ctx.unsettled_capped_logged_at > 3600):
         ctx.unsettled_capped_logged_at = time.monotonic()
         LOGGER.warning("more than %d tasks older than the newest %d are not finished; the oldest of them are left "

@@ -75,7 +75,7 @@ class Admission:
         """Whether the listener should let certificate-less joiners through to enrolment."""
         if self._enrol_ctx is None:
             return
-        self.invites_pending = await self.astore.read(self.store.pending_invites, int(time.time())) > 0
+        self.invites_pending = await self.astore.pending_invites(int(time.time())) > 0
 
     def _admit(self, host: str) -> bool:
         """May a new connection from ``host`` proceed to the TLS handshake? (Bounds: total, per host

@@ -99,9 +99,9 @@ class Dialer:
 
     async def dial_known(self) -> None:
         """Dial the static peers and the addresses remembered from earlier connections."""
-        for address in await self.astore.read(self.store.static_peers):
+        for address in await self.astore.static_peers():
             self.add_target(address, "static")
-        for peer_id, address, _source, _ok in await self.astore.read(self.store.peer_addresses):
+        for peer_id, address, _source, _ok in await self.astore.peer_addresses():
             self.add_target(address, "remembered", peer_id=peer_id)
 
     # -- mDNS ----------------------------------------------------------------------------------

@@ -26,17 +26,20 @@ page meanwhile, so nothing acknowledged is lost.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import trio
 
-from palace_proto.envelope import CommittedEvent
+from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import ApiError
+from palace_proto.validation import ListQuery
 
+from . import inbox, task_threads
 from .backup import wal_bytes
 from .store import DiskFullError, Store, StoreError, WriteBatchResult, WriteContext
 from .wal import COPY_BACK_PAGES
@@ -474,5 +477,105 @@ class AsyncStore:
         if self._checkpoint_due(IDLE_WAL_BYTES, 0.0):
             await self._checkpoint()
 
+    # -- reading (each on a reader thread, under the readers' limiter) ---------------------------
+    # The store's reads (queries.Reads, inbox, task_threads) as the event loop calls them: each
+    # does its own thread hop, so a caller holds this one object and never picks the hop itself.
+
     async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn``, reads of the store that belong together (one hop for all), on a reader thread."""
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._read_limiter)
+
+    async def _hop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._read_limiter)
+
+    async def get_event(self, event_id: str) -> dict[str, Any] | None:
+        return await self._hop(self.store.get_event, event_id)
+
+    async def resolve_seq(self, field_name: str, event_id: str) -> int:
+        """Raises ``NotFound`` (naming ``field_name``) for an unknown id."""
+        return await self._hop(self.store.resolve_seq, field_name, event_id)
+
+    async def latest(self) -> tuple[int, str | None]:
+        return await self._hop(self.store.latest)
+
+    async def list_events(self, query: ListQuery, *, after_seq: int | None = None) -> list[dict[str, Any]]:
+        return await self._hop(functools.partial(self.store.list_events, query, after_seq=after_seq))
+
+    async def events_after_seq(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
+        return await self._hop(self.store.events_after_seq, after_seq, limit)
+
+    async def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        return await self._hop(self.store.events_by_correlation, correlation_id, limit)
+
+    async def correlations_present(self, correlation_ids: Sequence[str], types: Sequence[str] = (),
+                                   origin: str | None = None) -> set[str]:
+        return await self._hop(self.store.correlations_present, correlation_ids, types, origin)
+
+    async def signed_events_of_origin(self, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent]:
+        return await self._hop(self.store.signed_events_of_origin, origin, after_origin_seq, limit)
+
+    async def signed_events_of_type(self, event_type: str) -> list[SignedEvent]:
+        return await self._hop(self.store.signed_events_of_type, event_type)
+
+    async def export_page(self, after_seq: int, limit: int, streams: Sequence[str] | None = None,
+                          ) -> tuple[list[tuple[int, SignedEvent]], dict[str, bytes]]:
+        return await self._hop(self.store.export_page, after_seq, limit, streams)
+
+    async def count_events(self, after_seq: int = 0, streams: Sequence[str] | None = None) -> int:
+        return await self._hop(self.store.count_events, after_seq, streams)
+
+    async def counts(self) -> dict[str, int]:
+        return await self._hop(self.store.counts)
+
+    async def forks(self) -> list[dict[str, Any]]:
+        return await self._hop(self.store.forks)
+
+    async def get_artifact(self, id_or_sha256: str, *, with_content: bool = True) -> dict[str, Any]:
+        """Raises ``NotFound``: no such artifact on this replica."""
+        return await self._hop(functools.partial(self.store.get_artifact, id_or_sha256, with_content=with_content))
+
+    async def own_origins(self) -> list[tuple[str, bytes | None]]:
+        return await self._hop(self.store.own_origins)
+
+    async def origins_of_key(self, public_key: bytes) -> dict[str, int]:
+        return await self._hop(self.store.origins_of_key, public_key)
+
+    async def bindings(self) -> list[tuple[str, bytes, bytes | None]]:
+        return await self._hop(self.store.bindings)
+
+    async def static_peers(self) -> list[str]:
+        return await self._hop(self.store.static_peers)
+
+    async def peer_addresses(self) -> list[tuple[str, str, str, str]]:
+        return await self._hop(self.store.peer_addresses)
+
+    async def invite(self, invite_id: str) -> tuple[bytes, str, int, str | None] | None:
+        return await self._hop(self.store.invite, invite_id)
+
+    async def pending_invites(self, now_unix: int) -> int:
+        return await self._hop(self.store.pending_invites, now_unix)
+
+    async def memory_read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A memory_views query (``fn``, given the reader connection first) on a reader thread."""
+        return await self._hop(functools.partial(self.store.memory_read, fn, *args, **kwargs))
+
+    async def drawer(self, drawer_id: str) -> dict[str, Any] | None:
+        return await self._hop(self.store.drawer, drawer_id)
+
+    async def agent_activity(self) -> list[tuple[str, str, int, str, str]]:
+        return await self._hop(self.store.agent_activity)
+
+    async def events_written_as(self, agent: str, origins: Sequence[str], limit: int) -> list[dict[str, Any]]:
+        return await self._hop(self.store.events_written_as, agent, origins, limit)
+
+    async def inbox_page(self, agent: str, limit: int, preview: bool) -> tuple[inbox.Cursor, list[dict[str, Any]]]:
+        """``inbox.inbox_page``: the agent's cursor and the first ``limit`` events after it."""
+        return await self._hop(inbox.inbox_page, self.store, agent, limit, preview)
+
+    async def unread_count(self, agent: str, after_seq: int) -> int:
+        """``inbox.unread_count``: the inbox events after ``after_seq`` (up to its cap)."""
+        return await self._hop(inbox.unread_count, self.store, agent, after_seq)
+
+    async def tasks_to_derive(self, newest: int, unsettled: int) -> tuple[list[task_threads.TaskThread], bool]:
+        """``task_threads.tasks_to_derive``: the tasks worth deriving, with their events."""
+        return await self._hop(task_threads.tasks_to_derive, self.store, newest, unsettled)

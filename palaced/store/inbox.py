@@ -4,8 +4,8 @@ Owns: the ``inbox_cursors`` table (schema 0007): reading an agent's cursor, the 
 after it (events addressed to the agent or to ``*``, not written by it, oldest first, through
 ``Reads.list_events``), remembering how far a page listed (``note_listed``), and moving the
 cursor (``mark_read``: never backwards, never past what was listed). The reads take the store's
-``Reads`` (the caller's reader connection); the two writes are steps of a write job (they take its ``WriteContext``: writer
-thread, inside a batch).
+``Reads`` (the caller's reader connection); the two writes are steps of a write job (they take
+its ``WriteContext``: writer thread, inside a batch).
 """
 
 from __future__ import annotations

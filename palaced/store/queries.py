@@ -214,7 +214,8 @@ class Reads:
             chunk = ids[start:start + 500]
             marks = ",".join("?" * len(chunk))
             found.update(row[0] for row in conn.execute(
-                f"SELECT DISTINCT correlation_id FROM events WHERE correlation_id IN ({marks}){also}", [*chunk, *extra]))
+                f"SELECT DISTINCT correlation_id FROM events WHERE correlation_id IN ({marks}){also}",
+                [*chunk, *extra]))
         return found
 
     def lease_events(self, types: Sequence[str], since_created_at: str, stream: str | None,
@@ -313,7 +314,8 @@ class Reads:
         Raises:
             NotFound: no such artifact on this replica.
         """
-        key = id_or_sha256.strip().lower() if SHA256_HEX_RE.match(id_or_sha256.strip().lower()) else id_or_sha256.strip()
+        stripped = id_or_sha256.strip()
+        key = stripped.lower() if SHA256_HEX_RE.match(stripped.lower()) else stripped
         artifact_id = artifact_id_for_sha256(key) if SHA256_HEX_RE.match(key) else key
         record = None
         if ARTIFACT_ID_RE.match(artifact_id):

@@ -10,8 +10,8 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.errors import ApiError, ValidationError
-from palace_proto.validation import AppendRequest, Limits
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.validation import AppendRequest, Limits, ListQuery
 from palaced.bus import EventBus
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
@@ -259,4 +259,33 @@ async def test_every_writer_returns_once_its_write_is_committed_while_others_kee
             stop.set()
         astore.close_writes()
     assert min(done) >= 5, done  # the first leader among them used to stay at 0 the whole time
+    store.close()
+
+
+async def test_typed_reads_hop_to_a_reader_thread_and_answer_as_the_store(tmp_path):
+    """The async reads (issue 27 §3: a caller holds one store object and never picks the thread
+    hop itself) each run the store's read of the same name on a reader thread."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    astore = AsyncStore(store, EventBus().publish)
+    threads = []
+    real = store.list_events
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    store.list_events = spy
+    async with trio.open_nursery() as n:
+        await n.start(astore.serve_writer)
+        first = await astore.write(lambda ctx: ctx.append(req("one")))
+        await astore.write(lambda ctx: ctx.append(req("two")))
+        query = ListQuery.from_wire({"limit": 10})
+        assert await astore.list_events(query) == real(query)
+        assert await astore.list_events(query, after_seq=first["seq"]) == real(query, after_seq=first["seq"])
+        assert threads and all(t is not threading.main_thread() for t in threads)
+        assert await astore.get_event(first["id"]) == store.get_event(first["id"])
+        assert await astore.latest() == store.latest() and (await astore.counts())["events"] == 2
+        with pytest.raises(NotFound, match="since_event_id"):
+            await astore.resolve_seq("since_event_id", "evt_nope")
+        astore.close_writes()
     store.close()
