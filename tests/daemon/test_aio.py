@@ -43,7 +43,7 @@ async def test_concurrent_writes_are_group_committed(tmp_path):
         astore.close_writes()
     assert len(results) == 63 and len(errors) == 1
     assert sorted(e["origin_seq"] for e in results) == list(range(1, 64))
-    assert astore.batches < 64, "writes were not batched"
+    assert astore.writer.batches < 64, "writes were not batched"
     assert bus.latest_seq == 63
     with pytest.raises(ApiError, match="shutting down"):
         await astore.write(lambda ctx: ctx.append(req("late")))
@@ -84,7 +84,7 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
                 while astore.statistics()["queued"] < 21:
                     await trio.sleep(0.01)
             gate.set()
-        assert astore.batches == 2
+        assert astore.writer.batches == 2
         assert len(failures) == 1 and failures[0].code == "disk_full" and str(store.path) in failures[0].message
         assert sorted(e["origin_seq"] for e in appended) == list(range(1, 21))
         assert astore.statistics()["disk_full"]["path"] == str(store.path)
@@ -101,7 +101,7 @@ async def test_slow_commits_send_the_next_batches_to_a_thread_but_one_hiccup_doe
     they commit on a worker thread for a while (status shows ``slow_disk``), so a disk that
     takes long to fsync never holds every connection and peer for that long. A lone slow
     commit (a virtual disk's hiccup) changes nothing: it used to cost seconds of thread hops."""
-    from palaced.store import aio
+    from palaced.store import writer
 
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
     astore = AsyncStore(store, EventBus().publish)
@@ -115,11 +115,11 @@ async def test_slow_commits_send_the_next_batches_to_a_thread_but_one_hiccup_doe
         await n.start(astore.serve_writer)
         # The first commit must not count as slow, however slow this machine's disk is right now
         # (CI saw a real 20 ms fsync here, which made the loop's second "hiccup" the third).
-        monkeypatch.setattr(aio, "SLOW_COMMIT_S", 3600.0)
+        monkeypatch.setattr(writer, "SLOW_COMMIT_S", 3600.0)
         await astore.write(job)
         assert threads[-1] is threading.main_thread() and astore.statistics()["slow_disk"] is False
-        monkeypatch.setattr(aio, "SLOW_COMMIT_S", 0.0)  # every commit is now "slow"
-        for _ in range(aio.SLOW_COMMITS - 1):
+        monkeypatch.setattr(writer, "SLOW_COMMIT_S", 0.0)  # every commit is now "slow"
+        for _ in range(writer.SLOW_COMMITS - 1):
             await astore.write(job)
             assert threads[-1] is threading.main_thread()  # a hiccup, or two: still in the loop
             assert astore.statistics()["slow_disk"] is False
@@ -133,18 +133,18 @@ async def test_slow_commits_send_the_next_batches_to_a_thread_but_one_hiccup_doe
 
 
 async def test_slow_commits_far_apart_never_send_batches_to_a_thread(tmp_path, monkeypatch):
-    from palaced.store import aio
+    from palaced.store import writer
 
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
     astore = AsyncStore(store, EventBus().publish)
     now = [1000.0]
-    monkeypatch.setattr(aio.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(aio, "SLOW_COMMIT_S", 0.0)
+    monkeypatch.setattr(writer.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(writer, "SLOW_COMMIT_S", 0.0)
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
-        for _ in range(3 * aio.SLOW_COMMITS):
+        for _ in range(3 * writer.SLOW_COMMITS):
             await astore.write(lambda ctx: ctx.append(req("x")))
-            now[0] += aio.SLOW_WINDOW_S / (aio.SLOW_COMMITS - 1) + 0.01  # each window holds one too few
+            now[0] += writer.SLOW_WINDOW_S / (writer.SLOW_COMMITS - 1) + 0.01  # each window holds one too few
         assert astore.statistics()["slow_disk"] is False
         astore.close_writes()
     store.close()
@@ -154,9 +154,9 @@ async def test_the_wal_is_copied_back_in_the_background_while_writes_go_on(tmp_p
     """Once a commit leaves COPY_BACK_PAGES in the WAL, a worker thread copies it back into the
     database file (no commit waits for it), and the WAL starts over: it stays small however
     long a burst lasts."""
-    from palaced.store import aio
+    from palaced.store import wal_keeper
 
-    monkeypatch.setattr(aio, "COPY_BACK_PAGES", 20)
+    monkeypatch.setattr(wal_keeper, "COPY_BACK_PAGES", 20)
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
     astore = AsyncStore(store, EventBus().publish)
     pages = []
@@ -177,10 +177,10 @@ async def test_the_wal_is_copied_back_in_the_background_while_writes_go_on(tmp_p
 
 
 async def test_a_failing_copy_back_is_logged_and_writes_go_on(tmp_path, monkeypatch, caplog):
-    from palaced.store import aio
+    from palaced.store import wal_keeper
     from palaced.store.errors import StoreError
 
-    monkeypatch.setattr(aio, "COPY_BACK_PAGES", 1)
+    monkeypatch.setattr(wal_keeper, "COPY_BACK_PAGES", 1)
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
 
     def broken():

@@ -65,7 +65,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
 
                 await astore.checkpoint()  # the WAL cannot be copied into a database that cannot grow
                 await astore.checkpoint()
-                assert "full" in astore.checkpoint_error
+                assert "full" in astore.keeper.checkpoint_error
                 failures = [r for r in caplog.records if "WAL checkpoint failed" in r.getMessage()]
                 assert len(failures) == 1, "a failing checkpoint is logged once, not at every retry"
                 assert len([r for r in caplog.records if "is full" in r.getMessage()
@@ -75,7 +75,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                 acknowledged.append(await astore.write(lambda ctx: ctx.append(req("space is back"))))
                 assert astore.statistics()["disk_full"] is None
                 await astore.checkpoint()
-                assert astore.checkpoint_error is None and wal_bytes(store.path) == 0
+                assert astore.keeper.checkpoint_error is None and wal_bytes(store.path) == 0
                 astore.close_writes()
             listed = await astore.read(store.list_events, ListQuery.from_wire({"limit": 1000}))
             assert [e["id"] for e in listed] == [e["id"] for e in acknowledged]

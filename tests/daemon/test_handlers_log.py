@@ -246,7 +246,7 @@ async def test_append_many_commits_every_event_in_order_with_a_slim_reply(tmp_pa
         listed = (await log.list_events(ctx, {"order": "asc"}))["events"]
         assert [e["body"] for e in listed] == ["before", *(f"bulk {i}" for i in range(5)), "an ack"]
         assert [e["id"] for e in listed[1:]] == [e["id"] for e in reply["events"]]
-        assert ctx.astore.batches == 2, "the bulk request is one commit"
+        assert ctx.astore.writer.batches == 2, "the bulk request is one commit"
 
 
 @pytest.mark.parametrize(("events", "field"), [

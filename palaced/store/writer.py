@@ -1,0 +1,315 @@
+"""The group-commit writer: the one way trio code writes to the store.
+
+Owns: the queue of writes, the batches it commits, and answering them. The first write to arrive
+while no commit runs becomes the batch's *leader*; it lets every task that is runnable at that
+moment queue its write too (one scheduler pass), then commits the whole queue as one transaction
+with one fsync and answers every write of it; writes that arrive meanwhile wait for the next
+batch. Once the leader's own write is committed it hands the lead to the task of the next write
+still queued, so no caller waits on writes that came after its own. Nobody is acknowledged before
+the commit returns. A short batch (the usual appends) commits in the event loop itself: no thread
+hop on the way in or out, which is most of a lone append's latency; while it commits, new
+requests gather in their sockets and form the next batch. Heavy writes (imports, memory rebuilds,
+big artifacts, catch-up batches from peers) run on a worker thread, so the loop keeps serving
+meanwhile; so does every batch for a while once commits keep taking longer than
+``SLOW_COMMIT_S`` (a slow disk; one slow commit, a hiccup of a virtual disk, is not one).
+
+The WAL is not the writer's: the WAL keeper (wal_keeper.py) is its ``Upkeep``. The writer tells
+it about every commit (awaiting, before anyone is answered, the purge a redaction owes the WAL)
+and about a batch the full disk failed, and gives it the slot between two batches it asks for
+(``between_batches_due``); the keeper asks for a slot of its own, between batches, with
+``maintain``.
+
+A failing write never stops the writer: a job that raises fails alone (store.write_batch), a batch
+that cannot commit fails every job in it (a full disk is answered ``disk_full``, and the next
+batch tries again). Must be the only writer of its store.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Protocol
+
+import trio
+
+from palace_proto.envelope import CommittedEvent
+from palace_proto.errors import ApiError
+
+from .store import DiskFullError, Store, StoreError, WriteBatchResult, WriteContext
+
+__all__ = ["HEAVY_ARTIFACT_BYTES", "Upkeep", "Writer"]
+
+LOGGER: Final = logging.getLogger("palaced.store")
+# Why 2048: how many writes may wait for a commit before ``write`` itself waits (backpressure on
+# every client at once, instead of an unbounded queue).
+MAX_QUEUED: Final = 2048
+# Why 512: bounds a batch's transaction time (a few ms) so a burst cannot delay the first writer
+# of the next batch by more than one batch.
+MAX_BATCH: Final = 512
+# Why 1 MiB: writing a bigger blob takes milliseconds; such writes commit on a thread (``heavy``).
+HEAVY_ARTIFACT_BYTES: Final = 1 << 20
+# Why 20 ms: a commit on a healthy disk takes about half a millisecond (an SSD's fsync, even a
+# virtual disk's; a busy moment may take a few); one that takes 20 ms is a slow disk (an SD card, a
+# spinning disk under load), and would hold the event loop (every connection, every peer) for as
+# long each time, so batches go to a thread...
+SLOW_COMMIT_S: Final = 0.02
+# ...once this many commits within SLOW_WINDOW_S were that slow. Why 3 in 2 s: a virtual disk
+# stalls a single fsync now and then (seen here: 20-40 ms, every few seconds under load), which
+# says nothing about the next one, and a lone slow commit used to send every batch to a thread
+# for seconds (a thread hop per batch: a lone append's latency doubled). A disk that is slow
+# takes three slow commits in well under a second...
+SLOW_COMMITS: Final = 3
+SLOW_WINDOW_S: Final = 2.0
+# ...for this long (then the loop tries again: the disk may have been busy).
+SLOW_DISK_BACKOFF_S: Final = 10.0
+
+
+class Upkeep(Protocol):
+    """What the writer tells the WAL keeper, and the slot between batches it gives it."""
+
+    async def purge(self) -> None:
+        """A committed batch redacted a body (``store.wal.purge_pending``): push the old page images
+        out of the WAL before anyone is answered."""
+
+    def committed(self, outcomes: list[tuple[bool, Any]]) -> None:
+        """A batch committed with these outcomes (after ``purge``; nobody is answered yet)."""
+
+    def batch_failed(self, error: DiskFullError, writes: int) -> None:
+        """A batch of ``writes`` could not commit: the disk is full."""
+
+    def between_batches_due(self) -> bool:
+        """Whether the keeper wants the slot after this batch (cheap: it is asked after each one)."""
+
+    async def between_batches(self) -> None:
+        """The slot: the leader runs it before the next batch."""
+
+
+class _Pending:
+    """One queued write: its job, and (once its batch is committed) its outcome — or, while still
+    queued, the lead handed to its task (``lead``)."""
+
+    __slots__ = ("job", "done", "ok", "value", "heavy", "lead")
+
+    def __init__(self, job: Callable[[WriteContext], Any], heavy: bool) -> None:
+        self.job = job
+        self.heavy = heavy
+        self.done = trio.Event()
+        self.ok = False
+        self.value: Any = None
+        self.lead = False
+
+
+class Writer:
+    """Group-commits the write jobs of ``store`` (see the module docstring). ``on_committed`` gets
+    the records of each batch's new events once it is answered; ``on_purged`` the ids of the
+    bodies it purged, before anyone is answered."""
+
+    def __init__(self, store: Store, upkeep: Upkeep, on_committed: Callable[[list[CommittedEvent]], None],
+                 on_purged: Callable[[list[str]], None] | None = None) -> None:
+        self.store = store
+        self._wal = store.wal
+        self._upkeep = upkeep
+        self._on_committed = on_committed
+        self._on_purged = on_purged
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._room = trio.Semaphore(MAX_QUEUED)
+        #: whether a task leads: commits what is queued (or runs maintenance, then commits); one at a time
+        self.leading = False
+        self._not_leading = trio.Event()
+        #: writes are refused (shutdown)
+        self.closed = False
+        #: when the last batch was answered (monotonic seconds): the keeper's idle clock
+        self.last_write = time.monotonic()
+        #: until when batches commit on a thread because the disk was slow (monotonic seconds)
+        self._slow_until = 0.0
+        #: when the last few slow commits ended (monotonic seconds)
+        self._slow_commits: collections.deque[float] = collections.deque(maxlen=SLOW_COMMITS)
+        self.batches = 0
+        self.writes = 0
+
+    def __repr__(self) -> str:
+        return f"<Writer {self.store.path} batches={self.batches} writes={self.writes} closed={self.closed}>"
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @property
+    def slow_disk(self) -> bool:
+        return time.monotonic() < self._slow_until
+
+    async def write(self, job: Callable[[WriteContext], Any], *, heavy: bool = False) -> Any:
+        """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
+
+        ``heavy``: the job may take long (many rows, big blobs): it is committed on a worker
+        thread, in a batch of its own, so the event loop keeps serving meanwhile.
+
+        Raises:
+            ValidationError, NotFound, ApiError: raised by the job (nothing it did was written).
+            DiskFullError: the disk is full (``disk_full``); nothing of this write was written.
+            StoreError: the batch could not be committed.
+        """
+        if self.closed:
+            raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down")
+        try:
+            self._room.acquire_nowait()  # the usual case: no scheduler pass on the way in
+        except trio.WouldBlock:
+            await self._room.acquire()
+            if self.closed:  # shutdown began while this write waited for room
+                self._room.release()
+                raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
+        pending = _Pending(job, heavy)
+        self._queue.append(pending)
+        # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
+        with trio.CancelScope(shield=True):
+            if not self.leading:
+                await self._lead(pending)
+            else:
+                await pending.done.wait()  # committed, or handed the lead while still queued
+                if pending.lead:
+                    pending.lead = False
+                    await self._lead(pending, handed=True)
+        if pending.ok:
+            return pending.value
+        raise pending.value
+
+    async def maintain(self, work: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``work`` between batches: as the leader, once the current one has finished (then
+        commit what was queued meanwhile)."""
+        while self.leading:
+            await self._not_leading.wait()
+        await self._lead(first=work)
+
+    async def drained(self) -> None:
+        """Wait until nobody leads: the last leader has answered what it took."""
+        while self.leading:
+            await self._not_leading.wait()
+
+    def close(self) -> None:
+        """Refuse new writes (shutdown); queued ones still commit."""
+        self.closed = True
+
+    def stop(self) -> None:
+        """Refuse new writes, and answer those still queued ``shutting_down`` (the writer is done)."""
+        self.closed = True
+        self._fail_queued(ApiError("palaced is shutting down", code="shutting_down"))
+
+    async def _lead(self, mine: _Pending | None = None, *, first: Callable[[], Awaitable[Any]] | None = None,
+                    handed: bool = False) -> None:
+        """Lead: run ``first`` (maintenance, awaited), then commit what is queued, batch after
+        batch, until ``mine`` is committed; then hand the lead to the task of the next write still
+        queued (a leader that drained the queue for everyone would keep its own caller waiting for
+        as long as others keep writing: a peer's catch-up held an append for seconds), or stop
+        leading when the queue is empty. Only when nobody leads (the caller checks), or when the
+        lead was ``handed`` to ``mine``'s task."""
+        if not handed:
+            assert not self.leading
+            self.leading = True
+            self._not_leading = trio.Event()
+        handed_on = False
+        upkeep = self._upkeep
+        try:
+            if first is not None:
+                await first()
+            # One scheduler pass: every task runnable now (requests read in this loop iteration)
+            # queues its write before the batch is taken.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            while self._queue:
+                await self._commit(self._take_batch())
+                if upkeep.between_batches_due():
+                    await upkeep.between_batches()
+                if self._queue and (mine is None or mine.done.is_set()):
+                    self._hand_lead(self._queue[0])
+                    handed_on = True
+                    return
+        finally:
+            if not handed_on:
+                self.leading = False
+                self._not_leading.set()
+                # Only after a failure (a bug): nobody else would ever answer what is still queued.
+                self._fail_queued(ApiError("internal error in the writer; see the palaced log", code="internal"))
+
+    @staticmethod
+    def _hand_lead(successor: _Pending) -> None:
+        """Wake the task of a write still queued as the next leader (its ``done`` starts anew)."""
+        successor.lead = True
+        woken, successor.done = successor.done, trio.Event()
+        woken.set()
+
+    def _fail_queued(self, error: ApiError) -> None:
+        while self._queue:
+            pending = self._queue.popleft()
+            pending.ok, pending.value = False, error
+            pending.done.set()
+            self._room.release()
+
+    def _take_batch(self) -> list[_Pending]:
+        """The next batch: a heavy write alone, else the light writes at the front (up to MAX_BATCH)."""
+        first = self._queue.popleft()
+        batch = [first]
+        if first.heavy:
+            return batch
+        while self._queue and len(batch) < MAX_BATCH and not self._queue[0].heavy:
+            batch.append(self._queue.popleft())
+        return batch
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        jobs = [p.job for p in batch]
+        on_thread = batch[0].heavy or time.monotonic() < self._slow_until
+        try:
+            if on_thread:
+                # Never abandoned on cancel: a started batch always finishes (clean shutdown).
+                result = await trio.to_thread.run_sync(self.store.write_batch, jobs)
+            else:
+                started = time.perf_counter()
+                result = self.store.write_batch(jobs)
+                took = time.perf_counter() - started
+                if took > SLOW_COMMIT_S:
+                    self._note_slow_commit(took)
+        except DiskFullError as exc:
+            # Nothing of the batch was written; every job is told so, and the next batch tries again.
+            self._upkeep.batch_failed(exc, len(batch))
+            self._answer(batch, [(False, exc)] * len(batch))
+            return
+        except StoreError as exc:
+            LOGGER.error("write batch of %d failed: %s", len(batch), exc)
+            self._answer(batch, [(False, exc)] * len(batch))
+            return
+        except BaseException:
+            error = ApiError("internal error in the writer; see the palaced log", code="internal")
+            self._answer(batch, [(False, error)] * len(batch))
+            raise
+        await self._committed(batch, result)
+
+    def _note_slow_commit(self, took: float) -> None:
+        now = time.monotonic()
+        self._slow_commits.append(now)
+        if len(self._slow_commits) < SLOW_COMMITS or now - self._slow_commits[0] > SLOW_WINDOW_S:
+            return
+        self._slow_commits.clear()
+        if now >= self._slow_until:
+            LOGGER.info("%d commits within %.0f s took over %.0f ms, the last %.0f ms (a slow or busy disk): "
+                        "writes commit on a thread for %.0f s", SLOW_COMMITS, SLOW_WINDOW_S, SLOW_COMMIT_S * 1000,
+                        took * 1000, SLOW_DISK_BACKOFF_S)
+        self._slow_until = now + SLOW_DISK_BACKOFF_S
+
+    async def _committed(self, batch: list[_Pending], result: WriteBatchResult) -> None:
+        if result.purged and self._on_purged is not None:
+            self._on_purged(result.purged)  # before anyone is answered: no ring replays a purged body
+        if self._wal.purge_pending:
+            await self._upkeep.purge()  # before anyone is told "redacted"
+        self._upkeep.committed(result.outcomes)
+        self.batches += 1
+        self.writes += len(batch)
+        self.last_write = time.monotonic()
+        self._answer(batch, result.outcomes)
+        if result.events:
+            self._on_committed(result.events)
+
+    def _answer(self, batch: list[_Pending], outcomes: list[tuple[bool, Any]]) -> None:
+        for p, (ok, value) in zip(batch, outcomes, strict=True):
+            p.ok, p.value = ok, value
+            p.done.set()
+            self._room.release()

@@ -1,0 +1,92 @@
+"""The group-commit writer and its ``Upkeep`` (the WAL keeper's side of it), with a fake keeper
+that records when the writer calls it: the interface the two halves of the old aio.py share."""
+
+from __future__ import annotations
+
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palace_proto.validation import AppendRequest, Limits
+from palaced.store import Store
+from palaced.store.writer import Writer
+
+
+def req(body):
+    return AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": body},
+                                   Limits())
+
+
+class FakeUpkeep:
+    """Records the writer's calls; wants the slot between batches when ``due`` says so."""
+
+    def __init__(self, store):
+        self.store = store
+        self.calls = []
+        self.due = False
+
+    async def purge(self):
+        self.calls.append("purge")
+        self.store.wal.purge_pending = False
+
+    def committed(self, outcomes):
+        self.calls.append(("committed", len(outcomes)))
+
+    def batch_failed(self, error, writes):
+        self.calls.append(("failed", writes))
+
+    def between_batches_due(self):
+        self.calls.append("due?")
+        return self.due
+
+    async def between_batches(self):
+        self.calls.append("slot")
+        self.due = False
+
+
+async def test_the_writer_tells_the_keeper_of_each_commit_and_asks_it_between_batches(tmp_path):
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    upkeep = FakeUpkeep(store)
+    committed = []
+    writer = Writer(store, upkeep, committed.extend)
+    await writer.write(lambda ctx: ctx.append(req("one")))
+    assert upkeep.calls == [("committed", 1), "due?"] and len(committed) == 1
+    upkeep.due, upkeep.calls = True, []
+    await writer.write(lambda ctx: ctx.append(req("two")))
+    assert upkeep.calls == [("committed", 1), "due?", "slot"]
+    assert (writer.batches, writer.writes, writer.leading) == (2, 2, False)
+    store.close()
+
+
+async def test_a_redaction_is_purged_from_the_wal_before_its_writer_is_answered(tmp_path):
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    upkeep = FakeUpkeep(store)
+    writer = Writer(store, upkeep, lambda events: None)
+    event = await writer.write(lambda ctx: ctx.append(req("secret")))
+    upkeep.calls = []
+
+    def redact(ctx):
+        ctx.redact(event["id"], "evt_x")
+        return list(upkeep.calls)  # what the keeper was told while the job ran: nothing yet
+
+    assert await writer.write(redact) == []
+    assert upkeep.calls == ["purge", ("committed", 1), "due?"] and not store.wal.purge_pending
+    store.close()
+
+
+async def test_maintenance_runs_in_a_slot_between_batches_never_during_one(tmp_path):
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    upkeep = FakeUpkeep(store)
+    writer = Writer(store, upkeep, lambda events: None)
+    seen = []
+
+    async def work():
+        seen.append(writer.leading)
+        await trio.sleep(0)  # writes that arrive meanwhile wait for the next batch
+
+    async with trio.open_nursery() as n:
+        n.start_soon(writer.maintain, work)
+        n.start_soon(writer.write, lambda ctx: ctx.append(req("queued behind the slot")))
+    assert seen == [True] and writer.batches == 1 and not writer.leading
+    writer.stop()
+    assert writer.closed
+    store.close()
