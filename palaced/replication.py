@@ -759,7 +759,7 @@ class PeerLink:
         if limit <= 0:
             return []
         if len(events) < limit:
-            events = await self.astore.read(self.store.signed_events_of_origin, page.origin, page.after_seq, limit)
+            events = await self.astore.signed_events_of_origin(page.origin, page.after_seq, limit)
         return events
 
     async def _send_events(self, events: list[SignedEvent]) -> None:
@@ -813,7 +813,7 @@ class PeerLink:
 
     async def _serve_artifact(self, want: ArtifactWant) -> None:
         try:
-            record = await self.astore.read(self.store.get_artifact, want.artifact_id)
+            record = await self.astore.get_artifact(want.artifact_id)
         except NotFound:
             await self.send(ArtifactChunk(want.artifact_id, 0, -1, "", "", "", "", "{}", b""))
             return
