@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import json
 import operator
+from types import SimpleNamespace
 from typing import Any, Final, final
 
 import msgpack
@@ -50,6 +51,7 @@ __all__ = [
     "canonical_json",
     "preview_event",
     "seal_event",
+    "seal_request",
     "verify_chain_link",
     "verify_event",
     "verify_hashes",
@@ -185,6 +187,24 @@ def _hash(canonical: bytes) -> bytes:
     return hashlib.sha256(_DOMAIN + canonical).digest()
 
 
+#: The fields an author writes (a validated append: ``palace_proto.validation.AppendRequest``),
+#: in ``SIGNED_FIELDS`` order: the routing, then the artifacts; the body enters through its hash.
+_routing_values: Final = operator.attrgetter(*SIGNED_FIELDS[4:15])
+
+
+def seal_request(private_key: Ed25519PrivateKey, content: Any, *, origin: str, origin_seq: int, prev_hash: bytes,
+                 created_at: str) -> SignedEvent:
+    """Hash and sign ``content`` (an already validated append: an ``AppendRequest``, or anything
+    with its fields) as event ``origin_seq`` of ``origin``; the complete ``SignedEvent``."""
+    # In SIGNED_FIELDS order, once: encoded, hashed, and then the event's own fields (issue 27: the
+    # request is read as it is, with no draft dict, namespace or keyword unpacking per append).
+    body = content.body
+    values = (origin, origin_seq, prev_hash, created_at, *_routing_values(content), tuple(content.artifact_ids),
+              body_sha256(body), content.metadata_json)
+    event_hash = _hash(_pack(values))
+    return SignedEvent(*values, event_hash, private_key.sign(event_hash), body)
+
+
 def seal_event(
     private_key: Ed25519PrivateKey,
     *,
@@ -207,14 +227,13 @@ def seal_event(
     ack_of: str | None = None,
     artifact_ids: tuple[str, ...] = (),
 ) -> SignedEvent:
-    """Hash and sign an (already validated) event; returns the complete ``SignedEvent``."""
-    # In SIGNED_FIELDS order, once: encoded, hashed, and then the event's own fields (issue 27: no
-    # draft dict, no namespace, no keyword unpacking on the append path).
-    values = (origin, origin_seq, prev_hash, created_at, type, stream, room, topic, from_agent, to_agent,
-              correlation_id, branch, base_commit, status, ack_of, tuple(artifact_ids), body_sha256(body),
-              metadata_json)
-    event_hash = _hash(_pack(values))
-    return SignedEvent(*values, event_hash, private_key.sign(event_hash), body)
+    """``seal_request`` with the fields given one by one (the daemon's own notices, tests)."""
+    content = SimpleNamespace(type=type, stream=stream, room=room, topic=topic, from_agent=from_agent,
+                              to_agent=to_agent, correlation_id=correlation_id, branch=branch,
+                              base_commit=base_commit, status=status, ack_of=ack_of, artifact_ids=artifact_ids,
+                              body=body, metadata_json=metadata_json)
+    return seal_request(private_key, content, origin=origin, origin_seq=origin_seq, prev_hash=prev_hash,
+                        created_at=created_at)
 
 
 def verify_hashes(event: SignedEvent) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from palace_proto.envelope import SignedEvent, seal_event
+from palace_proto.envelope import SignedEvent, seal_event, seal_request
+from palace_proto.validation import AppendRequest
 
 from .clock import utc_now
 
@@ -44,6 +45,12 @@ class Chain:
         """``fields`` signed as the event after the head, stamped with the daemon's clock."""
         return seal_event(self.key, origin=self.origin, origin_seq=self.seq + 1, prev_hash=self.head_hash,
                           created_at=utc_now(), **fields)
+
+    def seal_request(self, req: AppendRequest) -> SignedEvent:
+        """A validated append signed as the event after the head (the append path: the request
+        is read as it is)."""
+        return seal_request(self.key, req, origin=self.origin, origin_seq=self.seq + 1, prev_hash=self.head_hash,
+                            created_at=utc_now())
 
     def mark(self) -> tuple[int, bytes]:
         """The head as it stands (to ``rewind`` to)."""

@@ -68,13 +68,7 @@ def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
             body=f"{agent} is registered to this daemon",
             metadata_json=canonical_json(ctx.agents.register_metadata(agent))))
     chain = ctx.chain
-    event = chain.seal(
-        type=req.type, stream=req.stream, room=req.room,
-        from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json,
-        topic=req.topic, to_agent=req.to_agent, correlation_id=req.correlation_id,
-        branch=req.branch, base_commit=req.base_commit, status=req.status, ack_of=req.ack_of,
-        artifact_ids=req.artifact_ids,
-    )
+    event = chain.seal_request(req)
     # _store_sealed, written out: every append comes this way
     record = insert_event(ctx, event)
     ctx.batch.events.append(record)

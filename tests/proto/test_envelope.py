@@ -21,6 +21,7 @@ from palace_proto.envelope import (
     body_sha256,
     preview_event,
     seal_event,
+    seal_request,
     verify_chain_link,
     verify_event,
 )
@@ -389,3 +390,24 @@ def test_body_sha256_hashes_utf8():
 def test_signed_event_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         seal().body = None  # type: ignore[misc]
+
+
+def test_sealing_a_validated_request_is_sealing_its_fields():
+    """Guards the append path (issue 27): ``seal_request`` reads an ``AppendRequest`` as it is, and
+    signs exactly what ``seal_event`` signs for the same fields."""
+    from palace_proto.validation import AppendRequest, Limits
+
+    key = Ed25519PrivateKey.generate()
+    req = AppendRequest.from_wire({"type": "task.reply", "stream": "s", "room": "r", "from_agent": "codex",
+                                   "to_agent": "claude", "topic": "t", "correlation_id": "task_1", "branch": "b",
+                                   "base_commit": "abc", "status": "done", "ack_of": None, "body": "é done",
+                                   "metadata": {"k": [1, 2]}}, Limits())
+    where = {"origin": "ori2_" + "a" * 26, "origin_seq": 7, "prev_hash": b"\x01" * 32,
+             "created_at": "2026-12-04T00:00:00.000001Z"}
+    sealed = seal_request(key, req, **where)
+    assert sealed == seal_event(key, **where, type=req.type, stream=req.stream, room=req.room, topic=req.topic,
+                                from_agent=req.from_agent, to_agent=req.to_agent, correlation_id=req.correlation_id,
+                                branch=req.branch, base_commit=req.base_commit, status=req.status,
+                                ack_of=req.ack_of, artifact_ids=req.artifact_ids, body=req.body,
+                                metadata_json=req.metadata_json)
+    verify_event(sealed, key.public_key())
