@@ -400,7 +400,7 @@ def test_sealing_a_validated_request_is_sealing_its_fields():
     key = Ed25519PrivateKey.generate()
     req = AppendRequest.from_wire({"type": "task.reply", "stream": "s", "room": "r", "from_agent": "codex",
                                    "to_agent": "claude", "topic": "t", "correlation_id": "task_1", "branch": "b",
-                                   "base_commit": "abc", "status": "done", "ack_of": None, "body": "é done",
+                                   "base_commit": "abc", "status": "applied", "ack_of": None, "body": "é applied",
                                    "metadata": {"k": [1, 2]}}, Limits())
     where = {"origin": "ori2_" + "a" * 26, "origin_seq": 7, "prev_hash": b"\x01" * 32,
              "created_at": "2026-12-04T00:00:00.000001Z"}
