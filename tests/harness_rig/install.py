@@ -1,9 +1,14 @@
 """The four real harnesses, installed once per test run from the npm registry.
 
 Claude Code, Gemini CLI, Codex and OpenCode go into one prefix shared by every module (and every
-xdist worker: the first to get the lock installs, the rest reuse it); npm runs outside any network
-namespace and reaches only the registry. Skipped, with the reason, where npm, root or the
-namespace tools are missing or the registry cannot be reached.
+xdist worker: the first to get the lock runs `npm install`, the rest reuse what it did); npm runs
+outside any network namespace and reaches only the registry. Skipped, with the reason, where npm,
+root or the namespace tools are missing or the registry cannot be reached.
+
+The prefix is kept between runs in ``$PALACE_TEST_CACHE/harnesses`` when that is set (`.ci/run`
+sets it to a folder outside the checkout): each run still runs `npm install` there once, which
+takes the newest releases, but finds the last run's ~1 GB already unpacked (about a second instead
+of 20-100 s). Without it the prefix is the run's own temporary folder.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ QUIET = {  # what each harness documents to switch off traffic that is not the t
 INSTALL_TIMEOUT_S = 600
 
 
-def install_harnesses(root: Path) -> Path:
-    """The harnesses' bin directory under ``root`` (installed at the first call); skips the test
-    with the reason when they cannot be installed or run offline here."""
+def install_harnesses(root: Path, outcome: Path) -> Path:
+    """The harnesses' bin directory under ``root`` (`npm install` runs there at the first call of
+    a run, whose result ``outcome`` keeps for the other calls); skips the test with the reason
+    when they cannot be installed or run offline here."""
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip("npm is not installed here: the real-harness tests need Node.js and npm")
@@ -40,8 +46,7 @@ def install_harnesses(root: Path) -> Path:
     if reason is not None:
         pytest.skip(reason)
     root.mkdir(parents=True, exist_ok=True)
-    outcome = root / "outcome.json"
-    with open(root / "lock", "w") as lock:
+    with open(root / "lock", "w") as lock:  # also keeps two runs sharing the cache from installing at once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not outcome.exists():
             result = subprocess.run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund",
@@ -59,5 +64,7 @@ def install_harnesses(root: Path) -> Path:
 def harnesses(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin directory of the four harnesses, installed from the npm registry once per run."""
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # one install for all workers
-    return install_harnesses(shared / "palace-harnesses")
+    run = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # one install for all workers
+    cache = os.environ.get("PALACE_TEST_CACHE")
+    root = Path(cache) / "harnesses" if cache else run / "palace-harnesses"
+    return install_harnesses(root, run / "palace-harnesses-outcome.json")
