@@ -129,6 +129,22 @@ def seed(daemon: Daemon, count: int, *, depth: int = 16, padding: int = 0) -> No
             answered += 1
 
 
+#: events per append_many request (the API's bound is 1,000)
+BULK = 1_000
+
+
+def seed_bulk(daemon: Daemon, count: int, *, agent: str = "bulk") -> None:
+    """Append ``count`` events ("event N", all from ``agent``) in append_many requests of
+    ``BULK``: a backlog to replicate, where how it was written is not the point (20,000 take 2-3 s
+    this way, 30 s one append at a time)."""
+    with RawClient(daemon.socket_path) as client:
+        client.hello()
+        for start in range(0, count, BULK):
+            client.call("append_many", events=[
+                {"type": "note", "stream": "s", "room": "r", "from_agent": agent, "body": f"event {i}"}
+                for i in range(start, min(count, start + BULK))])
+
+
 def fork_an_origin(fleet: Fleet, copies_dir: Path) -> tuple[Daemon, Daemon]:
     """alpha and beta, one palace, where a copy of alpha's home (a restored backup, a cloned VM)
     wrote seq 3 of alpha's origin before alpha did: beta kept the copy's event and holds

@@ -20,7 +20,7 @@ from tests.fleet import (
     fork_an_origin,
     listen_address,
     peer_id,
-    seed,
+    seed_bulk,
     wait_converged,
     wait_until,
 )
@@ -111,9 +111,11 @@ def test_a_partition_heals_to_identical_digests(fleet):
 
 @pytest.mark.slow
 def test_a_receiver_killed_mid_catch_up_loses_and_duplicates_nothing(fleet):
+    # 20,000: a catch-up of several seconds, so the kill (the moment beta holds its first batch of
+    # a few hundred) lands mid-way with a wide margin.
     total = 20_000
     a = fleet.found("alpha")
-    seed(a, total)
+    seed_bulk(a, total)
     b = fleet.enrol_offline("beta").start()
     ctl_json(b.home, "peers", "add", listen_address(a.home))
     wait_until(lambda: 0 < event_count(b.home), "the catch-up to start", timeout=30)
