@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto import __version__
@@ -81,7 +82,9 @@ def content(**fields: Any) -> bytes:
 
 
 async def settle() -> None:
-    await trio.sleep(0.05)
+    """Until every task of the daemon is blocked: the gossip senders have sent (or decided not to
+    send) what the last call put in their outboxes (they run on no thread: nothing is in flight)."""
+    await trio.testing.wait_all_tasks_blocked()
 
 
 async def test_a_daemon_reports_itself_as_status_sees_it(daemon):
@@ -102,7 +105,9 @@ async def test_a_daemon_reports_itself_as_status_sees_it(daemon):
     # What a new link is sent first: this daemon's report, signed with its key.
     link = StandInLink("SOMEONE")
     ctx.network.link_ready(link)  # type: ignore[arg-type]
-    await settle()
+    with trio.fail_after(10):  # the first report is built at start, from status read on a thread
+        while not link.reports(ctx.membership.peer_id):
+            await trio.sleep(0.01)
     (sent,) = link.reports(ctx.membership.peer_id)
     public = ctx.identity.public_key()
     public.verify(sent.signature, report_signing_bytes(sent.peer_id, sent.name, sent.serial, sent.report))

@@ -138,10 +138,13 @@ async def test_events_of_an_unknown_origin_are_not_accepted(tmp_path):
     async with replicas(tmp_path, "a", "b") as ((a, b), key_for, nursery):
         await a.append("from a non-member")
         only_b = {b.store.origin_id: b.store.public_key}.get
-        connect(nursery, a, b, only_b)
+        _, link_b = connect(nursery, a, b, only_b)
         await b.append("b")
         await converged(a, count=2)
-        await trio.sleep(0.2)
+        await a.append("live from a non-member")  # pushed to b, with the one before (b holds neither)
+        with trio.fail_after(10):  # until b has turned both away
+            while link_b.rejected_events < 2:
+                await trio.sleep(0.01)
         assert b.store.counts()["events"] == 1
 
 

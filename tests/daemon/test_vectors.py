@@ -57,7 +57,9 @@ async def test_the_worker_embeds_drawers_and_drops_redacted_ones(tmp_path):
             await nursery.start(astore.serve_writer)
             indexer = MemoryIndexer(store, bus, embedder, tmp_path)
             nursery.start_soon(indexer.run)
-            await trio.sleep(0.1)
+            with trio.fail_after(20):  # until its first look at the drawers (there are none) is done
+                while indexer._synced_fingerprint is None:
+                    await trio.sleep(0.01)
             assert indexer.index is None and embedder.calls == 0  # no drawers: no model work at all
             events = []
             for text in ("the cat sleeps on the router", "sqlite keeps the log", "deploys go out on mondays"):

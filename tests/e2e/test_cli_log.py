@@ -550,7 +550,10 @@ def test_wait_wakes_on_append_from_another_process(ctl, daemon):
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(0.8)  # let the wait reach the daemon and block
+        # Until the daemon has greeted the wait's connection (its wait request follows at once).
+        deadline = time.monotonic() + 60
+        while _greeted_connections(daemon.home) < 1 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert proc.poll() is None, "wait returned before anything matched"
         append_event(ctl, to_agent="carol", body="not for bob")
         fresh = append_event(ctl, to_agent="bob", body="new")

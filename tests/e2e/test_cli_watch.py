@@ -644,7 +644,7 @@ def test_watch_survives_daemon_restart(ctl, daemon, spawn) -> None:
     w.wait_armed()
     wait_until(state.exists, what="initial checkpoint")
     assert daemon.stop() == 0, daemon.log()
-    time.sleep(0.3)
+    wait_until(lambda: "palaced went away" in w.stderr() or not w.running(), what="the watch to notice")
     assert w.running(), w
     daemon.start()
     after = to_bob(ctl, body="after restart")

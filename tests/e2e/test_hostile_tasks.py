@@ -9,7 +9,6 @@ git, a stand-in runner that only reads and writes files.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -192,7 +191,10 @@ def test_a_task_whose_worktree_cannot_be_made_is_answered_once_and_not_relaunche
     worker = victim.start_worker()
     cid = victim.task("@write feature.txt\nthe feature\n@end", cid="task_no_room_1")
     wait_until(lambda: events(victim.home, cid, "task.reply"), "the task to be answered")
-    time.sleep(3)  # a loop would have claimed it again by now
+    # A later task (blocked the same way) is answered after the worker has looked at its queue
+    # again: a loop would have claimed the first one again by then (it is older: first in line).
+    later = victim.task("@write other.txt\nother\n@end", cid="task_no_room_2")
+    wait_until(lambda: events(victim.home, later, "task.reply"), "the later task to be answered")
     (reply,) = events(victim.home, cid, "task.reply")
     assert reply["status"] == "blocked" and "could not prepare a worktree" in reply["body"], reply
     assert len(claims(victim.home, cid)) == 1 and not events(victim.home, cid, "task.release")
@@ -236,16 +238,16 @@ def test_a_worker_declines_a_members_task_unless_its_owner_accepts_that_requeste
     assert reply["status"] == "blocked" and "runs tasks only from this daemon's agents and people" in reply["body"]
     assert "--accept-from mallory-agent" in reply["body"]
     assert state_of(victim.home, broadcast) == "open"  # another worker, one that accepts mallory, may take it
-    time.sleep(2)
+    who = ctl_json(victim.home, "who")["watchers"]
+    assert any(w.get("worker", {}).get("accepts") == "this daemon's agents and people" for w in who), who
+    # A local request is still run: delivered once the worker has looked at its queue again, so
+    # anything it would do about mallory's tasks it has done by then.
+    honest = victim.task("@write feature.txt\nthe feature\n@end", cid="task_local_1")
+    wait_until(lambda: state_of(victim.home, honest) == "ready", "the local task to be delivered")
     for cid in (direct, broadcast):
         assert not claims(victim.home, cid) and not events(victim.home, cid, "patch.ready")
         assert len([e for e in events(victim.home, cid) if e["from_agent"] == "bot"]) == 1  # said once
     assert "hunter2" not in victim.log()
-    who = ctl_json(victim.home, "who")["watchers"]
-    assert any(w.get("worker", {}).get("accepts") == "this daemon's agents and people" for w in who), who
-    # A local request is still run.
-    honest = victim.task("@write feature.txt\nthe feature\n@end", cid="task_local_1")
-    wait_until(lambda: state_of(victim.home, honest) == "ready", "the local task to be delivered")
     assert worker.poll() is None, victim.log()
 
 

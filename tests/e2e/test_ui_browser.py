@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -327,7 +326,10 @@ def test_a_hostile_body_is_shown_as_text_and_never_runs(single, ctl, browser_fac
     driver.find_element("css selector", "ol.events > li summary").click()
     wait_for(driver, lambda d: d.find_elements("css selector", ".ev-detail pre.body"), "the hostile event's detail")
     assert payload in driver.find_element("css selector", ".ev-detail pre.body").text
-    time.sleep(0.5)
+    # Until an image of ours that fails to load has fired its onerror: the payload's, loading the
+    # same missing URL since the page was drawn, would have run by then.
+    driver.execute_async_script("const done = arguments[arguments.length - 1]; const probe = new Image(); "
+                                "probe.onerror = () => done(); probe.src = 'x';")
     assert driver.execute_script("return window.__pwned") is None
     assert driver.find_elements("css selector", "main img") == []
 

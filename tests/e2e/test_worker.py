@@ -237,8 +237,10 @@ def test_a_worker_killed_mid_task_reports_it_when_it_starts_again(machine):
     reply = events(machine.home, cid, "task.reply")[-1]
     assert reply["status"] == "blocked" and "for the 2th time" in reply["body"]
     assert state_of(machine.home, cid) == "blocked"
-    time.sleep(1)
-    assert cid not in machine.state()["runs"]  # not retried again
+    # Not retried again: a later task's run starts once the worker has looked at its queue since.
+    later = machine.task()
+    wait_until(lambda: machine.state()["runs"].get(later, {}).get("pid"), "a later task's run to start")
+    assert cid not in machine.state()["runs"]
 
 
 def test_a_worker_goes_on_across_a_daemon_restart(machine):
@@ -247,7 +249,8 @@ def test_a_worker_goes_on_across_a_daemon_restart(machine):
     wait_until(lambda: machine.state()["runs"].get(cid, {}).get("pid"), "the run to start")
     assert machine.daemon.stop() == 0
     machine.open_gate(cid)  # the run ends while palaced is down: its outcome waits for the daemon
-    time.sleep(1.5)
+    wait_until(lambda: f"waiting for palaced to record the outcome of {cid}" in machine.log(),
+               "the run to end while palaced is down")
     machine.daemon.start()
     wait_until(lambda: state_of(machine.home, cid) == "ready", "the outcome to be recorded after the restart")
     assert len(events(machine.home, cid, "patch.ready")) == 1
