@@ -167,6 +167,7 @@ def run_ctl(home: Path, *args: str, input: bytes | None = None, timeout: float =
 def _run_ctl_in_process(home: Path, args: Sequence[str], input: bytes | None) -> CtlResult:
     from palacectl.cli import main
 
+    _build_palacectl_command_once()
     out, err = io.BytesIO(), io.BytesIO()
     streams = (io.TextIOWrapper(io.BytesIO(input or b""), encoding="utf-8"),
                io.TextIOWrapper(out, encoding="utf-8", write_through=True),
@@ -184,6 +185,29 @@ def _run_ctl_in_process(home: Path, args: Sequence[str], input: bytes | None) ->
             os.environ["PALACE_HOME"] = palace_home
     data = out.getvalue()
     return CtlResult(code, data.decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"), data)
+
+
+def _build_palacectl_command_once() -> None:
+    """Have ``typer.main.get_command`` give palacectl's app the click command it built for it the
+    first time in this process. ``palacectl.cli.main`` builds it at every call: ~80 ms of CPU
+    (typer reads every command's signature and type hints), once in a real palacectl's life but
+    once per call in a test process making thousands of them, the suite's largest cost after the
+    daemons. The tree is built from the same app either way; every call still parses its command
+    line and runs through ``main``."""
+    import typer.main
+
+    from palacectl.cli.root import app
+
+    if getattr(typer.main.get_command, "palacectl_cached", False):
+        return
+    build = typer.main.get_command
+    built = build(app)
+
+    def get_command(typer_instance: typer.Typer) -> Any:
+        return built if typer_instance is app else build(typer_instance)
+
+    get_command.palacectl_cached = True  # type: ignore[attr-defined]
+    typer.main.get_command = get_command
 
 
 def run_ctl_process(home: Path, *args: str, input: bytes | None = None, timeout: float = 60.0,
