@@ -186,7 +186,8 @@ def test_who_shows_the_tasks_a_worker_runs_and_concurrency_gives_each_its_own_wo
     for cid, tree in trees.items():
         assert git(tree, "rev-parse", "HEAD").strip() == machine.base  # at the task's base commit
         assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == task_branch(cid)  # palace/<slug>
-        status = events(machine.home, cid, "task.status")[0]
+        # The run's status event follows its start (what `who` shows) by a moment.
+        status = wait_until(lambda cid=cid: events(machine.home, cid, "task.status"), f"{cid}'s status")[0]
         assert status["metadata"]["worktree"] == str(tree) and status["metadata"]["runner"] == "gated"
     waiting = ({first, second, third} - set(running)).pop()
     assert state_of(machine.home, waiting) == "open"  # the third waits for a free slot
