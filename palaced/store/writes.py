@@ -67,13 +67,7 @@ def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
             type=REGISTER, stream=AGENT_EVENT_STREAM, room=AGENT_EVENT_ROOM, topic=agent, from_agent=SYSTEM_AGENT,
             body=f"{agent} is registered to this daemon",
             metadata_json=canonical_json(ctx.agents.register_metadata(agent))))
-    chain = ctx.chain
-    event = chain.seal_request(req)
-    # _store_sealed, written out: every append comes this way
-    record = insert_event(ctx, event)
-    ctx.batch.events.append(record)
-    chain.seq, chain.head_hash = event.origin_seq, event.event_hash
-    return record.public
+    return _store_sealed(ctx, ctx.chain.seal_request(req))
 
 
 def append_system(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
