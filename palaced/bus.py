@@ -8,6 +8,11 @@ Subscribers keep their own cursor (a local seq) and read the ring from it, so a 
 never slows the writer or other subscribers. A subscriber whose cursor has fallen out of the ring
 gets ``None`` (a gap) and catches up from the store by seq (Syncthing lib/events: bounded buffers,
 resume by sequence). A redaction purges the one record. Must not import apsw.
+
+Who is woken first: ``publish`` says whether it woke someone who pushes the events on (a watcher, a
+``wait``, a replication link), and the writer lets those run before it answers the writers
+(writer.py). Background work (the text indexer, the memory workers) waits in its own lane
+(``wait_beyond(..., background=True)``, ``watch_types``), which never delays an answer.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class EventBus:
         self._by_position: dict[tuple[str, int], CommittedEvent] = {}
         self.latest_seq = latest_seq
         self._changed = trio.Event()
+        #: the background lane's wake-up (see the module docstring)
+        self._changed_background = trio.Event()
         self.published = 0
         # Bounded: one per memory worker and the lease book (code of this daemon, never a client,
         # registers them).
@@ -66,8 +73,9 @@ class EventBus:
     def __repr__(self) -> str:
         return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)}>"
 
-    def publish(self, records: list[CommittedEvent]) -> None:
-        """Called by the writer after a commit, with the batch's new events in seq order."""
+    def publish(self, records: list[CommittedEvent]) -> bool:
+        """Called by the writer after a commit, with the batch's new events in seq order. Returns
+        whether a watcher, a waiter or a replication link was woken (see the module docstring)."""
         ring, by_position = self._ring, self._by_position
         ring.extend(records)
         for record in records:
@@ -82,7 +90,10 @@ class EventBus:
         self.latest_seq = max(self.latest_seq, records[-1].seq)
         self.published += len(records)
         changed, self._changed = self._changed, trio.Event()
+        woke = changed.statistics().tasks_waiting > 0 or bool(self._on_publish)
         changed.set()
+        background, self._changed_background = self._changed_background, trio.Event()
+        background.set()
         for callback in self._on_publish:
             callback()
         if self._type_watches:
@@ -91,6 +102,7 @@ class EventBus:
                 if not types.isdisjoint(watch.types):
                     watch.generation += 1
                     watch.event.set()
+        return woke
 
     def scrub(self, event_ids: Iterable[str]) -> None:
         """Redacted events lose their body in the ring (and wherever their record is held): a
@@ -115,10 +127,11 @@ class EventBus:
         self._on_publish.append(callback)
         return lambda: self._on_publish.remove(callback)
 
-    async def wait_beyond(self, seq: int) -> None:
-        """Return once an event with a seq greater than ``seq`` has been committed."""
+    async def wait_beyond(self, seq: int, *, background: bool = False) -> None:
+        """Return once an event with a seq greater than ``seq`` has been committed. ``background``:
+        the caller does not push what it finds to anyone waiting (see the module docstring)."""
         while self.latest_seq <= seq:
-            await self._changed.wait()
+            await (self._changed_background if background else self._changed).wait()
 
     def records_after(self, seq: int, limit: int) -> list[CommittedEvent] | None:
         """Records with seq > ``seq`` from the ring (oldest first, at most ``limit``), or ``None`` when

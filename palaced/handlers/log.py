@@ -145,7 +145,7 @@ class TextIndexer:
         ctx = self.ctx
         seen = 0
         while True:
-            await ctx.bus.wait_beyond(seen)
+            await ctx.bus.wait_beyond(seen, background=True)
             await trio.sleep(self.SETTLE_S)
             seen = ctx.bus.latest_seq
             try:

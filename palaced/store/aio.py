@@ -42,7 +42,7 @@ class AsyncStore:
     """Async facade over ``Store``. Run ``serve_writer`` in a nursery (idle maintenance, and the
     drain at shutdown) before calling ``write``."""
 
-    def __init__(self, store: Store, on_committed: Callable[[list[CommittedEvent]], None],
+    def __init__(self, store: Store, on_committed: Callable[[list[CommittedEvent]], bool | None],
                  on_purged: Callable[[list[str]], None] | None = None) -> None:
         self.store = store
         #: keeps the WAL small; the writer's ``Upkeep``

@@ -6,7 +6,8 @@ moment queue its write too (one scheduler pass), then commits the whole queue as
 with one fsync and answers every write of it; writes that arrive meanwhile wait for the next
 batch. Once the leader's own write is committed it hands the lead to the task of the next write
 still queued, so no caller waits on writes that came after its own. Nobody is acknowledged before
-the commit returns. A short batch (the usual appends) commits in the event loop itself: no thread
+the commit returns; watchers and peers waiting for the batch's events are woken before the
+writers are answered, and run first. A short batch (the usual appends) commits in the event loop itself: no thread
 hop on the way in or out, which is most of a lone append's latency; while it commits, new
 requests gather in their sockets and form the next batch. Heavy writes (imports, memory rebuilds,
 big artifacts, catch-up batches from peers) run on a worker thread, so the loop keeps serving
@@ -103,10 +104,11 @@ class _Pending:
 
 class Writer:
     """Group-commits the write jobs of ``store`` (see the module docstring). ``on_committed`` gets
-    the records of each batch's new events once it is answered; ``on_purged`` the ids of the
-    bodies it purged, before anyone is answered."""
+    the records of each batch's new events once committed, before its writes are answered, and
+    returns whether it woke someone to run first (``EventBus.publish``); ``on_purged`` the ids of
+    the bodies it purged, before anyone is answered."""
 
-    def __init__(self, store: Store, upkeep: Upkeep, on_committed: Callable[[list[CommittedEvent]], None],
+    def __init__(self, store: Store, upkeep: Upkeep, on_committed: Callable[[list[CommittedEvent]], bool | None],
                  on_purged: Callable[[list[str]], None] | None = None) -> None:
         self.store = store
         self._wal = store.wal
@@ -304,9 +306,16 @@ class Writer:
         self.batches += 1
         self.writes += len(batch)
         self.last_write = time.monotonic()
-        self._answer(batch, result.outcomes)
-        if result.events:
-            self._on_committed(result.events)
+        try:
+            if result.events and self._on_committed(result.events):
+                # Someone waits for these events (a watcher, a `wait`, a peer's link): it runs
+                # first, so its push leaves before the replies to the writers, not after them
+                # (issue 27: the wake and the push to a peer are the latencies that count; the
+                # reply's send and the writer's return to its socket cost a watcher ~70 us).
+                # Nobody waits: no scheduler pass.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+        finally:
+            self._answer(batch, result.outcomes)  # committed: answered even if publishing failed
 
     def _answer(self, batch: list[_Pending], outcomes: list[tuple[bool, Any]]) -> None:
         for p, (ok, value) in zip(batch, outcomes, strict=True):

@@ -121,3 +121,24 @@ def test_scrub_purges_the_one_record_for_watchers_and_peers_alike():
     assert bus.signed_after("ori_a", 0, 1)[0].body is None
     assert held["body"] == ""
     assert bus.events_after(1, 10)[0]["body"] == "body 2"
+
+
+async def test_publish_says_whether_it_woke_a_watcher_or_a_link():
+    bus = EventBus()
+    assert bus.publish([ev(1)]) is False  # nobody waits
+
+    async def background():
+        await bus.wait_beyond(1, background=True)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(background)
+        await trio.testing.wait_all_tasks_blocked()
+        assert bus.publish([ev(2)]) is False  # the background lane never counts
+    async with trio.open_nursery() as n:
+        n.start_soon(bus.wait_beyond, 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert bus.publish([ev(3)]) is True
+    stop = bus.call_on_publish(lambda: None)
+    assert bus.publish([ev(4)]) is True  # a replication link pushes what it is told of
+    stop()
+    assert bus.publish([ev(5)]) is False

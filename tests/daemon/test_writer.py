@@ -4,6 +4,7 @@ that records when the writer calls it: the interface the two halves of the old a
 from __future__ import annotations
 
 import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.validation import AppendRequest, Limits
@@ -89,4 +90,72 @@ async def test_maintenance_runs_in_a_slot_between_batches_never_during_one(tmp_p
     assert seen == [True] and writer.batches == 1 and not writer.leading
     writer.stop()
     assert writer.closed
+    store.close()
+
+
+async def test_watchers_of_a_batch_run_before_its_writers_are_answered(tmp_path):
+    """Guards issue 27's wake order: a watcher's push leaves before the writer's reply."""
+    from palaced.bus import EventBus
+
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    bus = EventBus()
+    writer = Writer(store, FakeUpkeep(store), bus.publish)
+    order = []
+
+    async def watcher():
+        await bus.wait_beyond(0)
+        order.append("watcher")
+
+    async with trio.open_nursery() as n:
+        n.start_soon(watcher)
+        await trio.testing.wait_all_tasks_blocked()
+        await writer.write(lambda ctx: ctx.append(req("wake me")))
+        order.append("writer answered")
+    assert order == ["watcher", "writer answered"]
+    store.close()
+
+
+async def test_a_batch_nobody_waits_for_is_answered_without_a_scheduler_pass(tmp_path):
+    """Only a waiter earns the pass: a background waiter (the text indexer) does not."""
+    from palaced.bus import EventBus
+
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    bus = EventBus()
+    writer = Writer(store, FakeUpkeep(store), bus.publish)
+    order = []
+
+    async def indexer():
+        await bus.wait_beyond(0, background=True)
+        order.append("indexer")
+
+    async with trio.open_nursery() as n:
+        n.start_soon(indexer)
+        await trio.testing.wait_all_tasks_blocked()
+        await writer.write(lambda ctx: ctx.append(req("no hurry")))
+        order.append("writer answered")
+    assert order == ["writer answered", "indexer"]
+    store.close()
+
+
+async def test_a_failing_publish_still_answers_the_committed_batch(tmp_path):
+    """A bug in publishing fails the leader's task, but every write of the committed batch is
+    answered with its event (none waits for ever)."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+
+    def publish(events):
+        raise RuntimeError("a bug in a subscriber")
+
+    writer = Writer(store, FakeUpkeep(store), publish)
+    results = []
+
+    async def write(body):
+        results.append((await writer.write(lambda ctx: ctx.append(req(body))))["body"])
+
+    try:
+        async with trio.open_nursery() as n:
+            n.start_soon(write, "leader")
+            n.start_soon(write, "follower")  # queued in the leader's pass: the same batch
+    except* RuntimeError:
+        pass
+    assert results == ["follower"] and writer.batches == 1 and not writer.leading
     store.close()
