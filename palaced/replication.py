@@ -273,6 +273,8 @@ class PeerLink:
         self._to_apply_send, self._to_apply_recv = trio.open_memory_channel[
             tuple[list[SignedEvent], list[bytes | None]]](1)
         self._applier_done = trio.Event()
+        #: the applier is applying a batch (a live push may be applied by the reader only when not)
+        self._applying = False
         self.closed = trio.Event()
 
     def __repr__(self) -> str:
@@ -343,20 +345,33 @@ class PeerLink:
         await self._send_now(message)
 
     async def _send_now(self, message: Any) -> None:
-        async with self._send_lock:
-            data = memoryview(self.session.send(message, now=trio.current_time()))
-            # In pieces, each with its own limit: what is judged is whether the peer takes anything
-            # at all (a slow link moving a 1 MiB batch for a minute is fine; one that takes no
-            # 64 KiB in 30 s has stopped reading).
-            for start in range(0, len(data), SEND_PIECE_BYTES):
-                piece = data[start:start + SEND_PIECE_BYTES]
-                self._sending_since = trio.current_time()
-                with trio.move_on_after(SEND_STALL_S) as stalled:
-                    await self.stream.send_all(piece)
-                self._sending_since = None
-                if stalled.cancelled_caught:
-                    raise RemoteProtocolError(f"it took nothing we sent for {SEND_STALL_S:.0f} s (it stopped reading)")
-                self.bytes_sent += len(piece)
+        lock = self._send_lock
+        try:
+            # Free (the usual case): taken without the scheduler pass of ``async with``, so a push
+            # leaves in its task's first turn after the commit (issue 27).
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            await self._send_frame(message)
+        finally:
+            lock.release()
+
+    async def _send_frame(self, message: Any) -> None:
+        """Encode and send one message (the send lock held)."""
+        data = memoryview(self.session.send(message, now=trio.current_time()))
+        # In pieces, each with its own limit: what is judged is whether the peer takes anything
+        # at all (a slow link moving a 1 MiB batch for a minute is fine; one that takes no
+        # 64 KiB in 30 s has stopped reading).
+        for start in range(0, len(data), SEND_PIECE_BYTES):
+            piece = data[start:start + SEND_PIECE_BYTES]
+            self._sending_since = trio.current_time()
+            with trio.move_on_after(SEND_STALL_S) as stalled:
+                await self.stream.send_all(piece)
+            self._sending_since = None
+            if stalled.cancelled_caught:
+                raise RemoteProtocolError(f"it took nothing we sent for {SEND_STALL_S:.0f} s (it stopped reading)")
+            self.bytes_sent += len(piece)
 
     async def send_bindings_of(self, peer_id: str) -> None:
         """Send the bindings of daemon ``peer_id``'s origins that this peer was not sent yet.
@@ -655,6 +670,16 @@ class PeerLink:
             verified_keys = await trio.to_thread.run_sync(verify_batch, events, self.key_for)
         # What the sender could prove it holds counts as held by it (it stores before it serves).
         self._confirm([(e.origin, e.origin_seq) for e, k in zip(events, verified_keys, strict=True) if k is not None])
+        if (len(events) <= INLINE_VERIFY_EVENTS and not self._applying
+                and self._to_apply_send.statistics().current_buffer_used == 0):
+            # A live push with nothing ahead of it: applied right here, a scheduler pass sooner
+            # than through the applier (issue 27); the order holds, as nothing else is applying.
+            self._applying = True
+            try:
+                await self._apply(events, verified_keys)
+            finally:
+                self._applying = False
+            return
         await self._to_apply_send.send((events, verified_keys))
 
     # -- applying ------------------------------------------------------------------------------
@@ -662,7 +687,11 @@ class PeerLink:
     async def _apply_loop(self) -> None:
         try:
             async for events, verified_keys in self._to_apply_recv:
-                await self._apply(events, verified_keys)
+                self._applying = True
+                try:
+                    await self._apply(events, verified_keys)
+                finally:
+                    self._applying = False
         finally:
             self._applier_done.set()
 
