@@ -12,10 +12,13 @@ checkpoints either (wal.py). So the keeper does it all, around the group-commit 
   the batches committed meanwhile is copied in the slot between two batches (``_copy_tail``):
   only then has every page been copied with no commit in between, which lets the next commit
   start the WAL over instead of growing it;
+- the WAL file is written to its working size (``wal.KEEP_BYTES``) in the first slot the writer
+  gives, and again after each truncation, so commits overwrite the file instead of growing it
+  (wal.py says why);
 - the WAL is truncated in the slot between two batches once it holds more than
   ``BUSY_WAL_BYTES`` (at most every ``CHECKPOINT_RETRY_S`` while a reader keeps blocking it), and
   in a maintenance slot of its own when the writer has been idle for ``IDLE_CHECKPOINT_S`` and it
-  holds more than ``IDLE_WAL_BYTES``;
+  has grown past its working size (a reader that pinned it, a burst faster than the copies);
 - after a batch that redacted a body, before anyone is answered, the WAL is truncated so no old
   page image holding the redacted bytes survives there (``purge``: pending until it succeeds);
 - a full disk (a write failed for want of space) is logged once per episode and shown by
@@ -37,7 +40,7 @@ import trio
 
 from .backup import wal_bytes
 from .store import DiskFullError, Store, StoreError
-from .wal import COPY_BACK_PAGES
+from .wal import COPY_BACK_PAGES, KEEP_BYTES
 
 if TYPE_CHECKING:
     from .writer import Writer
@@ -45,11 +48,12 @@ if TYPE_CHECKING:
 __all__ = ["WalKeeper"]
 
 LOGGER: Final = logging.getLogger("palaced.store")
-# The keeper truncates the WAL when the writer is idle this long and it holds more than IDLE_WAL_BYTES,
-# and after a commit that leaves more than BUSY_WAL_BYTES (at most every CHECKPOINT_RETRY_S while a
-# reader keeps blocking it).
+# The keeper truncates the WAL when the writer is idle this long and it has grown past its working
+# size (IDLE_WAL_BYTES), and after a commit that leaves more than BUSY_WAL_BYTES (at most every
+# CHECKPOINT_RETRY_S while a reader keeps blocking it).
 IDLE_CHECKPOINT_S: Final = 5.0
-IDLE_WAL_BYTES: Final = 1 << 20
+# Why a MiB over: SQLite's own writes can take the file a few frames past KEEP_BYTES before a copy.
+IDLE_WAL_BYTES: Final = KEEP_BYTES + (1 << 20)
 BUSY_WAL_BYTES: Final = 64 << 20
 CHECKPOINT_RETRY_S: Final = 5.0
 # Why 0.5 s: how often a busy writer looks at the WAL's size (64 MiB take seconds to fill).
@@ -113,6 +117,7 @@ class WalKeeper:
         took (a copy under way finishes first: its thread is waited for)."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._copy_back)
+            await writer.maintain(lambda: trio.to_thread.run_sync(self.wal.keep_written))
             while not writer.closed:
                 await trio.sleep(IDLE_CHECKPOINT_S / 5)
                 if not writer.leading and time.monotonic() - writer.last_write >= IDLE_CHECKPOINT_S:

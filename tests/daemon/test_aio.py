@@ -4,6 +4,7 @@ database) never affects the others."""
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 import pytest
@@ -288,4 +289,48 @@ async def test_typed_reads_hop_to_a_reader_thread_and_answer_as_the_store(tmp_pa
         with pytest.raises(NotFound, match="since_event_id"):
             await astore.resolve_seq("since_event_id", "evt_nope")
         astore.close_writes()
+    store.close()
+
+
+async def test_the_wal_is_kept_written_to_its_working_size_so_commits_overwrite_it(tmp_path):
+    """Guards issue 27's commit latency: once the keeper serves, the WAL file is written (zeros,
+    not a sparse hole) to KEEP_BYTES, commits land inside it without growing it, and every
+    event committed before and after reads back (SQLite reads no zeros as frames), also after
+    the store is opened again."""
+    from palaced.store.backup import wal_bytes
+    from palaced.store.wal import KEEP_BYTES
+
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store.write_batch([lambda ctx: ctx.append(req("before"))])
+    assert 0 < wal_bytes(store.path) < KEEP_BYTES
+    astore = AsyncStore(store, EventBus().publish)
+    async with trio.open_nursery() as n:
+        await n.start(astore.serve_writer)
+        with trio.fail_after(30):
+            while wal_bytes(store.path) < KEEP_BYTES:  # the keeper's first slot
+                await trio.sleep(0.01)
+        await astore.write(lambda ctx: ctx.append(req("after")))
+        assert wal_bytes(store.path) == KEEP_BYTES
+        assert os.stat(f"{store.path}-wal").st_blocks * 512 >= KEEP_BYTES  # written, not a hole
+        for k in range(50):
+            await astore.write(lambda ctx, k=k: ctx.append(req(f"{k}")))
+        assert wal_bytes(store.path) == KEEP_BYTES and store.wal.pages > 0
+        astore.close_writes()
+    store.close()
+    again = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    bodies = [r[0] for r in again.db.writer.execute("SELECT body FROM events ORDER BY seq")]
+    assert bodies == ["before", "after", *map(str, range(50))]
+    again.close()
+
+
+def test_a_truncated_wal_is_written_back_to_its_working_size(tmp_path):
+    from palaced.store.backup import wal_bytes
+    from palaced.store.wal import KEEP_BYTES
+
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store.write_batch([lambda ctx: ctx.append(req("x" * 50_000))])
+    assert store.wal.truncate()
+    assert wal_bytes(store.path) == KEEP_BYTES
+    store.write_batch([lambda ctx: ctx.append(req("after the truncation"))])
+    assert store.db.writer.execute("SELECT count(*) FROM events").fetchone() == (2,)
     store.close()

@@ -18,6 +18,7 @@ from palaced.bus import EventBus
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
 from palaced.store.backup import wal_bytes
+from palaced.store.wal import KEEP_BYTES
 from palaced.vectors import INDEX_FILE, MemoryIndexer
 from tests.daemon.test_vectors import WordEmbedder, settle
 from tests.tmpfs import needs_tmpfs, small_tmpfs
@@ -75,7 +76,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                 acknowledged.append(await astore.write(lambda ctx: ctx.append(req("space is back"))))
                 assert astore.statistics()["disk_full"] is None
                 await astore.checkpoint()
-                assert astore.keeper.checkpoint_error is None and wal_bytes(store.path) == 0
+                assert astore.keeper.checkpoint_error is None and wal_bytes(store.path) == KEEP_BYTES
                 astore.close_writes()
             listed = await astore.read(store.list_events, ListQuery.from_wire({"limit": 1000}))
             assert [e["id"] for e in listed] == [e["id"] for e in acknowledged]
@@ -123,3 +124,18 @@ async def test_the_vector_worker_survives_a_full_disk_and_saves_once_space_retur
                 nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+async def test_a_disk_too_small_for_the_kept_wal_keeps_its_space_for_the_database():
+    """The WAL's zeros (wal.KEEP_BYTES) never take the last free space: on a disk without room
+    for them the file goes back to its size, and appends go on."""
+    with small_tmpfs("4m") as disk:
+        store = Store(disk.path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+        try:
+            before = wal_bytes(store.path)
+            store.wal.keep_written()  # what the keeper does in its first slot
+            assert wal_bytes(store.path) == before < KEEP_BYTES
+            store.write_batch([lambda ctx: ctx.append(req("x" * 1_000))])
+            assert store.db.writer.execute("SELECT count(*) FROM events").fetchone() == (1,)
+        finally:
+            store.close()
