@@ -123,7 +123,9 @@ async def index_text(ctx: Context) -> int:
     (``store/event_search.py``); returns the index's position."""
     target = ctx.bus.latest_seq
     while True:
-        position, looked = await ctx.astore.write(event_search.index_pending)
+        # Derived data: committed without waiting for its fsync, a short chunk at a time, so the
+        # indexer never holds an append up for long (issue 27).
+        position, looked = await ctx.astore.write(event_search.index_pending, durable=False)
         if looked == 0 or position >= target:
             return position
 

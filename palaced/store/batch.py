@@ -115,6 +115,8 @@ class WriteContext:
         self.refusals = refusals
         #: the batch being written (a new one for each try of ``write_batch``)
         self.batch = Batch(chain)
+        #: whether commits wait for their fsync now (``synchronous=FULL``, as schema.connect sets it)
+        self.durable_commits = True
 
     def __repr__(self) -> str:
         return f"<WriteContext {self.path} {self.batch!r}>"
@@ -189,8 +191,14 @@ class WriteContext:
         return report
 
 
-def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
+def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]], *,
+                durable: bool = True) -> WriteBatchResult:
     """Run write jobs in one transaction (group commit): one fsync for the whole batch.
+
+    ``durable=False``: the commit does not wait for its fsync (``synchronous=NORMAL`` for this
+    transaction): only for derived data a crash may lose and the daemon redoes (the text index).
+    The next durable commit's fsync covers it (the WAL is synced as a whole, in order), and a
+    power cut before that loses the whole transaction, never part of it.
 
     Each job runs in its own savepoint. A job that raises is rolled back alone and its exception
     becomes its outcome, while the others commit: a rule it breaks (``ValidationError``,
@@ -209,7 +217,7 @@ def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]
     running = list(range(len(jobs)))
     for _ in range(_MAX_BATCH_RERUNS + 1):
         try:
-            result = _run_batch(ctx, [jobs[i] for i in running])
+            result = _run_batch(ctx, [jobs[i] for i in running], durable)
         except TransactionLost as lost:
             culprit = running.pop(lost.index)
             failed[culprit] = (False, job_failure(ctx.path, ctx.conn, lost.cause or lost))
@@ -221,7 +229,7 @@ def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]
                      f"{_MAX_BATCH_RERUNS + 1} times in one batch")
 
 
-def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]) -> WriteBatchResult:
+def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]], durable: bool = True) -> WriteBatchResult:
     """One try of ``write_batch``. Raises ``TransactionLost`` naming the job after which SQLite
     had rolled the whole transaction back."""
     conn = ctx.conn
@@ -231,6 +239,11 @@ def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]])
     committed_chain = (chain.seq, chain.head_hash)  # chain.mark(), written out: once per batch
     try:
         _leave_stuck_transaction(ctx)
+        if durable is not ctx.durable_commits:
+            # Set before the transaction (SQLite's rule), and set back by the next durable batch
+            # whatever became of this one: no durable batch ever commits without its fsync.
+            conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+            ctx.durable_commits = durable
         conn.execute("SAVEPOINT palace_batch")
         # A job alone in its batch needs no savepoint of its own: the batch's is its own.
         job_savepoint = "palace_job" if len(jobs) > 1 else "palace_batch"

@@ -28,6 +28,7 @@ batch tries again). Must be the only writer of its store.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -91,11 +92,12 @@ class _Pending:
     """One queued write: its job, and (once its batch is committed) its outcome — or, while still
     queued, the lead handed to its task (``lead``)."""
 
-    __slots__ = ("job", "done", "ok", "value", "heavy", "lead")
+    __slots__ = ("job", "done", "ok", "value", "heavy", "durable", "lead")
 
-    def __init__(self, job: Callable[[WriteContext], Any], heavy: bool) -> None:
+    def __init__(self, job: Callable[[WriteContext], Any], heavy: bool, durable: bool = True) -> None:
         self.job = job
         self.heavy = heavy
+        self.durable = durable
         self.done = trio.Event()
         self.ok = False
         self.value: Any = None
@@ -142,11 +144,15 @@ class Writer:
     def slow_disk(self) -> bool:
         return time.monotonic() < self._slow_until
 
-    async def write(self, job: Callable[[WriteContext], Any], *, heavy: bool = False) -> Any:
+    async def write(self, job: Callable[[WriteContext], Any], *, heavy: bool = False, durable: bool = True) -> Any:
         """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
 
         ``heavy``: the job may take long (many rows, big blobs): it is committed on a worker
         thread, in a batch of its own, so the event loop keeps serving meanwhile.
+
+        ``durable=False``: derived data only (the text index): committed in a batch of its own
+        that does not wait for its fsync (``store.write_batch``), so it holds the writer only
+        for its own work; returned once committed, not once on disk.
 
         Raises:
             ValidationError, NotFound, ApiError: raised by the job (nothing it did was written).
@@ -162,7 +168,7 @@ class Writer:
             if self.closed:  # shutdown began while this write waited for room
                 self._room.release()
                 raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
-        pending = _Pending(job, heavy)
+        pending = _Pending(job, heavy, durable)
         self._queue.append(pending)
         # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
         with trio.CancelScope(shield=True):
@@ -248,25 +254,28 @@ class Writer:
             self._room.release()
 
     def _take_batch(self) -> list[_Pending]:
-        """The next batch: a heavy write alone, else the light writes at the front (up to MAX_BATCH)."""
-        first = self._queue.popleft()
+        """The next batch: a heavy or a non-durable write alone, else the light durable writes at
+        the front (up to MAX_BATCH)."""
+        queue = self._queue
+        first = queue.popleft()
         batch = [first]
-        if first.heavy:
+        if first.heavy or not first.durable:
             return batch
-        while self._queue and len(batch) < MAX_BATCH and not self._queue[0].heavy:
-            batch.append(self._queue.popleft())
+        while queue and len(batch) < MAX_BATCH and not queue[0].heavy and queue[0].durable:
+            batch.append(queue.popleft())
         return batch
 
     async def _commit(self, batch: list[_Pending]) -> None:
         jobs = [p.job for p in batch]
+        durable = batch[0].durable
         on_thread = batch[0].heavy or time.monotonic() < self._slow_until
         try:
             if on_thread:
                 # Never abandoned on cancel: a started batch always finishes (clean shutdown).
-                result = await trio.to_thread.run_sync(self.store.write_batch, jobs)
+                result = await trio.to_thread.run_sync(functools.partial(self.store.write_batch, jobs, durable=durable))
             else:
                 started = time.perf_counter()
-                result = self.store.write_batch(jobs)
+                result = self.store.write_batch(jobs, durable=durable)
                 took = time.perf_counter() - started
                 if took > SLOW_COMMIT_S:
                     self._note_slow_commit(took)
@@ -312,7 +321,9 @@ class Writer:
                 # first, so its push leaves before the replies to the writers, not after them
                 # (issue 27: the wake and the push to a peer are the latencies that count; the
                 # reply's send and the writer's return to its socket cost a watcher ~70 us).
-                # Nobody waits: no scheduler pass.
+                # Two passes: trio runs the tasks of a pass in either order, so only in the second
+                # is every woken task's first turn sure to be over. Nobody waits: no pass at all.
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             self._answer(batch, result.outcomes)  # committed: answered even if publishing failed

@@ -327,3 +327,20 @@ async def test_an_append_acking_an_unknown_event_is_refused_in_the_writer_and_us
         target = await log.append(ctx, note(body="target"))
         acked = await log.append(ctx, note(body="ack", ack_of=target["id"]))
         assert (target["origin_seq"], acked["origin_seq"], acked["ack_of"]) == (1, 2, target["id"])
+
+
+async def test_a_text_search_indexes_every_event_before_it_across_many_index_chunks(tmp_path):
+    """The text index fills a short chunk at a time (event_search.INDEX_CHUNK, committed without
+    waiting for its fsync): a search right after a burst still finds the first, a middle and
+    the last event of it, and its position in the index is where the burst ended."""
+    from palaced.store import event_search
+
+    async with open_context(tmp_path) as ctx:
+        count = event_search.INDEX_CHUNK * 3 + 7
+        for k in range(count):
+            await log.append(ctx, note(body=f"burst word{k} common"))
+        for k in (0, count // 2, count - 1):
+            found = await log.list_events(ctx, {"text": f"word{k}"})
+            assert [e["body"] for e in found["events"]] == [f"burst word{k} common"]
+        assert (await log.list_events(ctx, {"text": "common", "limit": 500}))["count"] == count
+        assert event_search.indexed_seq(ctx.store.db.writer) == ctx.bus.latest_seq

@@ -3,10 +3,14 @@ that records when the writer calls it: the interface the two halves of the old a
 
 from __future__ import annotations
 
+import functools
+
+import pytest
 import trio
 import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from palace_proto.errors import ApiError
 from palace_proto.validation import AppendRequest, Limits
 from palaced.store import Store
 from palaced.store.writer import Writer
@@ -151,11 +155,48 @@ async def test_a_failing_publish_still_answers_the_committed_batch(tmp_path):
     async def write(body):
         results.append((await writer.write(lambda ctx: ctx.append(req(body))))["body"])
 
-    try:
+    with pytest.raises(ExceptionGroup) as raised:
         async with trio.open_nursery() as n:
-            n.start_soon(write, "leader")
-            n.start_soon(write, "follower")  # queued in the leader's pass: the same batch
-    except* RuntimeError:
-        pass
-    assert results == ["follower"] and writer.batches == 1 and not writer.leading
+            n.start_soon(write, "one")
+            n.start_soon(write, "two")  # queued in the first one's pass: the same batch
+    # The leader (whichever started first) got the bug; the other write its event.
+    assert [str(e) for e in raised.value.exceptions] == ["a bug in a subscriber"]
+    assert len(results) == 1 and results[0] in ("one", "two")
+    assert writer.batches == 1 and not writer.leading
+    store.close()
+
+
+async def test_a_non_durable_write_commits_alone_without_its_fsync_and_durable_ones_keep_theirs(tmp_path):
+    """Guards the text indexer's writes (issue 27): ``durable=False`` commits in a batch of its
+    own under synchronous=NORMAL, and every durable batch after it under FULL again, even when
+    the non-durable job failed."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    writer = Writer(store, FakeUpkeep(store), lambda events: None)
+    seen = []
+
+    def level(name):
+        def job(ctx):
+            seen.append((name, ctx.conn.execute("PRAGMA synchronous").fetchone()[0], len(ctx.batch.events)))
+            if name == "failing derived":
+                raise ValueError("a bug in an indexer")
+            return ctx.append(req(name))
+        return job
+
+    release = trio.Event()
+    async with trio.open_nursery() as n:
+        n.start_soon(writer.maintain, release.wait)  # holds the lead while the writes queue in order
+        await trio.testing.wait_all_tasks_blocked()
+        for name, durable in (("append 1", True), ("append 2", True), ("derived", False), ("append 3", True)):
+            n.start_soon(functools.partial(writer.write, level(name), durable=durable))
+            await trio.testing.wait_all_tasks_blocked()
+        release.set()
+    with pytest.raises(ApiError):
+        await writer.write(level("failing derived"), durable=False)
+    await writer.write(level("append 4"))
+    full, normal = 2, 1
+    # (name, synchronous, events before it in its batch): append 1 and 2 share a batch; the
+    # derived writes are alone; every durable batch is FULL again.
+    assert seen == [("append 1", full, 0), ("append 2", full, 1), ("derived", normal, 0), ("append 3", full, 0),
+                    ("failing derived", normal, 0), ("append 4", full, 0)]
+    assert writer.batches == 5
     store.close()
