@@ -344,3 +344,39 @@ async def test_a_text_search_indexes_every_event_before_it_across_many_index_chu
             assert [e["body"] for e in found["events"]] == [f"burst word{k} common"]
         assert (await log.list_events(ctx, {"text": "common", "limit": 500}))["count"] == count
         assert event_search.indexed_seq(ctx.store.db.writer) == ctx.bus.latest_seq
+
+
+async def _indexed_after(ctx, seconds):
+    from palaced.store import event_search
+
+    await trio.sleep(seconds)
+    return event_search.indexed_seq(ctx.store.db.writer)
+
+
+async def test_the_text_indexer_catches_up_once_the_writer_is_idle(tmp_path):
+    async with open_context(tmp_path) as ctx, trio.open_nursery() as nursery:
+        nursery.start_soon(log.TextIndexer(ctx).run)
+        for k in range(3):
+            await log.append(ctx, note(body=f"idle word{k}"))
+        with trio.fail_after(10):
+            while await _indexed_after(ctx, 0.05) < ctx.bus.latest_seq:
+                pass
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_text_indexer_waits_out_a_busy_writer_until_its_backlog_is_full(tmp_path, monkeypatch):
+    """Guards issue 27's wake p99: between the appends of a busy moment the indexer's chunks
+    would hold appends up, so it waits for an idle writer, or for BACKLOG events."""
+    monkeypatch.setattr(log.TextIndexer, "IDLE_S", 3600.0)  # the writer is never idle long enough
+    monkeypatch.setattr(log.TextIndexer, "BACKLOG", 20)
+    async with open_context(tmp_path) as ctx, trio.open_nursery() as nursery:
+        nursery.start_soon(log.TextIndexer(ctx).run)
+        for k in range(10):
+            await log.append(ctx, note(body=f"busy word{k}"))
+        assert await _indexed_after(ctx, 0.3) == 0
+        for k in range(10, 25):
+            await log.append(ctx, note(body=f"busy word{k}"))
+        with trio.fail_after(10):
+            while await _indexed_after(ctx, 0.05) < 20:
+                pass
+        nursery.cancel_scope.cancel()
