@@ -153,14 +153,12 @@ class TextIndexer:
 
     async def run(self) -> None:
         ctx = self.ctx
-        writer = ctx.astore.writer
         position = 0
         while True:
             await ctx.bus.wait_beyond(position, background=True)
             while True:
                 await trio.sleep(self.SETTLE_S)
-                if (time.monotonic() - writer.last_write >= self.IDLE_S
-                        or ctx.bus.latest_seq - position >= self.BACKLOG):
+                if ctx.astore.idle_s >= self.IDLE_S or ctx.bus.latest_seq - position >= self.BACKLOG:
                     break
             try:
                 position = await index_text(ctx)

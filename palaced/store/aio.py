@@ -16,6 +16,8 @@ page meanwhile, so nothing acknowledged is lost.
 
 from __future__ import annotations
 
+import time
+
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -57,6 +59,11 @@ class AsyncStore:
     def __repr__(self) -> str:
         writer = self.writer
         return f"<AsyncStore {self.store.path} batches={writer.batches} writes={writer.writes} closed={writer.closed}>"
+
+    @property
+    def idle_s(self) -> float:
+        """How long since the writer answered its last batch (seconds)."""
+        return time.monotonic() - self.writer.last_write
 
     def statistics(self) -> dict[str, Any]:
         writer = self.writer
