@@ -16,10 +16,9 @@ page meanwhile, so nothing acknowledged is lost.
 
 from __future__ import annotations
 
-import time
-
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
