@@ -32,7 +32,7 @@ from .embedding import FastEmbedder
 from .handlers import Context, op_table
 from .handlers.agents import ca_checker, daemon_label, human_grant, register_own_agents
 from .handlers.leases import LeaseReconciler
-from .handlers.log import TextIndexer
+from .handlers.log import LogFollower
 from .handlers.maintenance import report_facts
 from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
@@ -203,7 +203,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                             api_nursery.start_soon(indexer.run)
                         api_nursery.start_soon(LeaseReconciler(ctx).run)
                         api_nursery.start_soon(TaskReconciler(ctx).run)
-                        api_nursery.start_soon(TextIndexer(ctx).run)
+                        api_nursery.start_soon(LogFollower(ctx).run)
                         task_status.started(ctx)
                         await trio.sleep_forever()
                 finally:

@@ -38,7 +38,7 @@ from palace_proto.validation import (
 )
 
 from ..store import WriteContext
-from ..store import event_search
+from ..store import event_search, follow
 from ..store import memory_views as views
 from ..store import origins as store_origins
 from .context import Context, Watcher
@@ -46,7 +46,7 @@ from .fleet import replicated_args, require_peers_for, wait_replicated
 from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
 from .tasks import check_claim, check_task_move, view_of
 
-__all__ = ["OPS", "RESERVED_TYPES", "Push", "TextIndexer", "index_text", "subscribe"]
+__all__ = ["OPS", "RESERVED_TYPES", "LogFollower", "Push", "fold_activity", "index_text", "subscribe"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.log")
 # Why 1 s: cursor-only progress (events examined, none matched) matters only for checkpoints; a
@@ -130,12 +130,23 @@ async def index_text(ctx: Context) -> int:
             return position
 
 
-class TextIndexer:
-    """Keeps the full-text index of event bodies up to date in the background: once the writer
-    has been idle for ``IDLE_S``, or ``BACKLOG`` events wait, whichever comes first (never inside
-    an append's own transaction, and not between the appends of a busy moment, where its chunks
-    would hold appends up: issue 27, wake p99). A search never waits for it: ``list`` with text
-    indexes what is left first."""
+async def fold_activity(ctx: Context) -> int:
+    """Fold the events committed so far into the agent activity counts, a chunk per write job
+    (``store/follow.py``); returns the fold's position."""
+    target = ctx.bus.latest_seq
+    while True:
+        position, counted = await ctx.astore.write(follow.fold_activity, durable=False)
+        if counted == 0 or position >= target:
+            return position
+
+
+class LogFollower:
+    """Keeps what is derived from the log after its commits up to date in the background (the
+    full-text index of event bodies, the agent activity counts): once the writer has been idle
+    for ``IDLE_S``, or ``BACKLOG`` events wait, whichever comes first (never inside an append's
+    own transaction, and not between the appends of a busy moment, where its chunks would hold
+    appends up: issue 27, wake p99). Nothing waits for it: ``list`` with text indexes what is
+    left first, and the activity read adds what is not folded yet."""
 
     #: Why 0.05 s: how often it looks (and the shortest pause it takes as the writer being idle).
     SETTLE_S: Final = 0.05
@@ -149,7 +160,7 @@ class TextIndexer:
         self.ctx = ctx
 
     def __repr__(self) -> str:
-        return "<TextIndexer>"
+        return "<LogFollower>"
 
     async def run(self) -> None:
         ctx = self.ctx
@@ -161,9 +172,9 @@ class TextIndexer:
                 if ctx.astore.idle_s >= self.IDLE_S or ctx.bus.latest_seq - position >= self.BACKLOG:
                     break
             try:
-                position = await index_text(ctx)
+                position = min(await index_text(ctx), await fold_activity(ctx))
             except ApiError as exc:  # a full disk, shutting down: tried again after the next commit
-                LOGGER.warning("could not index event bodies for text search: %s", exc.message)
+                LOGGER.warning("could not bring the text index and the activity counts up to date: %s", exc.message)
                 position = ctx.bus.latest_seq
 
 

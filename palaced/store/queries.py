@@ -23,7 +23,7 @@ from palace_proto.validation import ListQuery
 
 from palace_proto.sync import OriginHead
 
-from . import event_search, memory_views, origins
+from . import event_search, follow, memory_views, origins
 from .rows import PUBLIC_COLUMNS, SIGNED_COLUMNS, row_to_public, row_to_signed
 
 if TYPE_CHECKING:
@@ -32,6 +32,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Reads", "artifact_record", "correlation_events", "event_by_id", "events_of_types_after_seq",
            "events_of_types_since", "hash_at", "latest_seq_of_types", "signed_event_at"]
+
+# The activity table plus the events after its fold position, grouped again: one statement.
+_ACTIVITY_WITH_BACKLOG = (
+    "SELECT from_agent, origin, sum(n), min(f), max(l) FROM ("
+    "SELECT from_agent, origin, events AS n, first_at AS f, last_at AS l FROM agent_activity UNION ALL "
+    "SELECT from_agent, origin, count(*), min(created_at), max(created_at) FROM events WHERE seq > "
+    "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0) GROUP BY from_agent, origin) "
+    "GROUP BY from_agent, origin")
 
 # -- on a given connection ----------------------------------------------------------------------
 
@@ -366,9 +374,10 @@ class Reads:
     def agent_activity(self) -> list[tuple[str, str, int, str, str]]:
         """Who wrote what: (from_agent, origin, events, first created_at, last created_at) for every
         agent and origin that wrote as it (the roster's and the impersonation counts' source), as the
-        ``agent_activity`` table keeps it (schema 0008): one row per pair, never a scan of the log."""
-        return self.db.reader().execute(
-            "SELECT from_agent, origin, events, first_at, last_at FROM agent_activity").fetchall()
+        ``agent_activity`` table keeps it (schema 0008: one row per pair, never a scan of the log),
+        with the events not folded into it yet (schema 0011: a few, the log follower's backlog)
+        added, in one statement: one snapshot, whatever a fold commits meanwhile."""
+        return self.db.reader().execute(_ACTIVITY_WITH_BACKLOG, (follow.ACTIVITY_SEQ_KEY,)).fetchall()
 
     def events_written_as(self, agent: str, origins: Sequence[str], limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` of the events written as ``agent`` by ``origins`` (the oldest first), as

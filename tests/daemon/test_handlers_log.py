@@ -355,7 +355,7 @@ async def _indexed_after(ctx, seconds):
 
 async def test_the_text_indexer_catches_up_once_the_writer_is_idle(tmp_path):
     async with open_context(tmp_path) as ctx, trio.open_nursery() as nursery:
-        nursery.start_soon(log.TextIndexer(ctx).run)
+        nursery.start_soon(log.LogFollower(ctx).run)
         for k in range(3):
             await log.append(ctx, note(body=f"idle word{k}"))
         with trio.fail_after(10):
@@ -367,10 +367,10 @@ async def test_the_text_indexer_catches_up_once_the_writer_is_idle(tmp_path):
 async def test_the_text_indexer_waits_out_a_busy_writer_until_its_backlog_is_full(tmp_path, monkeypatch):
     """Guards issue 27's wake p99: between the appends of a busy moment the indexer's chunks
     would hold appends up, so it waits for an idle writer, or for BACKLOG events."""
-    monkeypatch.setattr(log.TextIndexer, "IDLE_S", 3600.0)  # the writer is never idle long enough
-    monkeypatch.setattr(log.TextIndexer, "BACKLOG", 20)
+    monkeypatch.setattr(log.LogFollower, "IDLE_S", 3600.0)  # the writer is never idle long enough
+    monkeypatch.setattr(log.LogFollower, "BACKLOG", 20)
     async with open_context(tmp_path) as ctx, trio.open_nursery() as nursery:
-        nursery.start_soon(log.TextIndexer(ctx).run)
+        nursery.start_soon(log.LogFollower(ctx).run)
         for k in range(10):
             await log.append(ctx, note(body=f"busy word{k}"))
         assert await _indexed_after(ctx, 0.3) == 0

@@ -294,3 +294,22 @@ def test_agent_activity_counts_every_event_whichever_way_it_came(trio_of_stores,
         assert sorted(reopened.agent_activity()) == _activity_as_the_log_counts_it(reopened)
     finally:
         reopened.close()
+
+
+def test_agent_activity_folded_later_reads_the_same_before_during_and_after_the_fold(trio_of_stores):
+    """Guards schema 0011: the counts are folded by a write job after the commits, in chunks;
+    a read adds what is not folded yet, so it equals the log's own count at every step."""
+    from palaced.store import follow
+
+    a, _, _ = trio_of_stores
+    for k in range(7):
+        append(a, from_agent="early" if k < 4 else "late")
+    assert sorted(a.agent_activity()) == _activity_as_the_log_counts_it(a)
+    position, counted = a.write_batch([lambda w: follow.fold_activity(w, limit=3)]).outcomes[0][1]
+    assert counted == 3 and sorted(a.agent_activity()) == _activity_as_the_log_counts_it(a)
+    while counted:
+        position, counted = a.write_batch([lambda w: follow.fold_activity(w, limit=3)]).outcomes[0][1]
+    assert position == a.latest()[0]
+    assert sorted(a.agent_activity()) == _activity_as_the_log_counts_it(a)
+    folded = a.db.reader().execute("SELECT from_agent, events FROM agent_activity ORDER BY from_agent").fetchall()
+    assert [(agent, n) for agent, n in folded if agent in ("early", "late")] == [("early", 4), ("late", 3)]
