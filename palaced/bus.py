@@ -11,7 +11,7 @@ resume by sequence). A redaction purges the one record. Must not import apsw.
 
 Who is woken first: ``publish`` says whether it woke someone who pushes the events on (a watcher, a
 ``wait``, a replication link), and the writer lets those run before it answers the writers
-(writer.py). Background work (the text indexer, the memory workers) waits in its own lane
+(writer.py). Background work (the log follower, the memory workers) waits in its own lane
 (``wait_beyond(..., background=True)``, ``watch_types``), which never delays an answer.
 """
 

@@ -196,7 +196,8 @@ def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]
     """Run write jobs in one transaction (group commit): one fsync for the whole batch.
 
     ``durable=False``: the commit does not wait for its fsync (``synchronous=NORMAL`` for this
-    transaction): only for derived data a crash may lose and the daemon redoes (the text index).
+    transaction): only for derived data a crash may lose and the daemon redoes (the text index, the
+    activity counts).
     The next durable commit's fsync covers it (the WAL is synced as a whole, in order), and a
     power cut before that loses the whole transaction, never part of it.
 
