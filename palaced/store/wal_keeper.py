@@ -19,6 +19,7 @@ checkpoints either (wal.py). So the keeper does it all, around the group-commit 
   ``BUSY_WAL_BYTES`` (at most every ``CHECKPOINT_RETRY_S`` while a reader keeps blocking it), and
   in a maintenance slot of its own when the writer has been idle for ``IDLE_CHECKPOINT_S`` and it
   has grown past its working size (a reader that pinned it, a burst faster than the copies);
+  otherwise that idle slot copies back what the WAL holds, without truncating it;
 - after a batch that redacted a body, before anyone is answered, the WAL is truncated so no old
   page image holding the redacted bytes survives there (``purge``: pending until it succeeds);
 - a full disk (a write failed for want of space) is logged once per episode and shown by
@@ -88,6 +89,8 @@ class WalKeeper:
         self.checkpoint_error: str | None = None
         self._checkpoint_error_at = 0.0
         self._wal_checked_at = 0.0
+        #: a commit wrote to the WAL since it was last copied back whole (the idle copy's due)
+        self._uncopied = False
         #: since when writes fail because the disk is full, and what they are told (None: they do not)
         self.disk_full_since: float | None = None
         self.disk_full_message: str | None = None
@@ -133,19 +136,40 @@ class WalKeeper:
         try:
             done = await trio.to_thread.run_sync(self.wal.truncate)
         except StoreError as exc:
-            if self.checkpoint_error != str(exc):
-                LOGGER.warning("WAL checkpoint failed (retried every %.0f s): %s", CHECKPOINT_ERROR_RETRY_S, exc)
-            self.checkpoint_error, self._checkpoint_error_at = str(exc), time.monotonic()
+            self._checkpoint_failed(exc)
             return
-        if self.checkpoint_error is not None:
-            LOGGER.info("WAL checkpoint succeeded again")
-            self.checkpoint_error = None
+        self._checkpoint_succeeded()
         if done:
+            self._uncopied = False
             self.checkpoints += 1
             self.checkpoint_blocked_since = None
         elif self.checkpoint_blocked_since is None:
             self.checkpoint_blocked_since = time.monotonic()
             LOGGER.warning("WAL checkpoint blocked by a reader still inside a transaction; retrying")
+
+    async def _idle_copy(self) -> None:
+        """Copy what the WAL holds back into the database file while the writer is idle, without
+        truncating it (the file stays written to its working size; the next commit starts it
+        over). A failure is reported as a checkpoint's is."""
+        self._last_checkpoint_try = time.monotonic()
+        try:
+            done = await trio.to_thread.run_sync(self.wal.copy_back)
+        except StoreError as exc:
+            self._checkpoint_failed(exc)
+            return
+        self._checkpoint_succeeded()
+        if done:
+            self._uncopied = False
+
+    def _checkpoint_failed(self, exc: StoreError) -> None:
+        if self.checkpoint_error != str(exc):
+            LOGGER.warning("WAL checkpoint failed (retried every %.0f s): %s", CHECKPOINT_ERROR_RETRY_S, exc)
+        self.checkpoint_error, self._checkpoint_error_at = str(exc), time.monotonic()
+
+    def _checkpoint_succeeded(self) -> None:
+        if self.checkpoint_error is not None:
+            LOGGER.info("WAL checkpoint succeeded again")
+            self.checkpoint_error = None
 
     # -- the writer's Upkeep (writer.py) ----------------------------------------------------------
 
@@ -169,6 +193,8 @@ class WalKeeper:
             self.batch_failed(full[0], len(full))
         elif self.disk_full_since is not None and any(ok for ok, _ in outcomes):
             self._disk_has_room("a write succeeded")
+        if any(ok for ok, _ in outcomes):
+            self._uncopied = True
         if self.wal.pages >= COPY_BACK_PAGES and not self._copying:
             self._copy_wanted.set()
 
@@ -250,8 +276,8 @@ class WalKeeper:
             self._checkpoint_error_at = 0.0  # a checkpoint that failed for want of space: retry it now
 
     async def _idle(self) -> None:
-        """Between writes: finish a pending redaction purge, checkpoint a WAL worth it, and notice
-        that space has returned."""
+        """Between writes: finish a pending redaction purge, truncate a WAL grown past its working
+        size or else copy back what it holds, and notice that space has returned."""
         if self.wal.purge_pending:
             await self.purge()
         if self._copy_tail_due:
@@ -262,3 +288,7 @@ class WalKeeper:
                 self._disk_has_room(f"{free >> 20} MiB free")
         if self._checkpoint_due(IDLE_WAL_BYTES, 0.0):
             await self.checkpoint()
+        elif self._uncopied and not self._copying and (
+                self.checkpoint_error is None
+                or time.monotonic() - self._checkpoint_error_at >= CHECKPOINT_ERROR_RETRY_S):
+            await self._idle_copy()

@@ -7,6 +7,7 @@ import functools
 import os
 import threading
 
+import apsw
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -333,4 +334,28 @@ def test_a_truncated_wal_is_written_back_to_its_working_size(tmp_path):
     assert wal_bytes(store.path) == KEEP_BYTES
     store.write_batch([lambda ctx: ctx.append(req("after the truncation"))])
     assert store.db.writer.execute("SELECT count(*) FROM events").fetchone() == (2,)
+    store.close()
+
+
+async def test_an_idle_writer_copies_the_wal_back_without_truncating_it(tmp_path, monkeypatch):
+    """The idle slot copies back what the WAL holds (the database file is up to date, the next
+    commit starts the WAL over) and leaves the file at its working size."""
+    from palaced.store import wal_keeper
+    from palaced.store.backup import wal_bytes
+    from palaced.store.wal import KEEP_BYTES
+
+    monkeypatch.setattr(wal_keeper, "IDLE_CHECKPOINT_S", 0.05)
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    astore = AsyncStore(store, EventBus().publish)
+    async with trio.open_nursery() as n:
+        await n.start(astore.serve_writer)
+        for k in range(20):
+            await astore.write(lambda ctx, k=k: ctx.append(req(f"{k}")))
+        with trio.fail_after(30):
+            while astore.keeper._uncopied:
+                await trio.sleep(0.02)
+        astore.close_writes()
+    in_wal, copied = store.db.checkpointer().wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+    assert in_wal == copied  # nothing left to copy
+    assert wal_bytes(store.path) == KEEP_BYTES and astore.keeper.checkpoints == 0  # copied, not truncated
     store.close()
