@@ -118,26 +118,28 @@ async def list_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return {"events": events, "count": len(events)}
 
 
-async def index_text(ctx: Context) -> int:
-    """Index event bodies for text search up to the newest committed event, a chunk per write job
-    (``store/event_search.py``); returns the index's position."""
+async def _catch_up(ctx: Context, job: Callable[[WriteContext], tuple[int, int]]) -> int:
+    """Run a job of derived data (``job(ctx)`` -> its new position, the events it took) chunk after
+    chunk until it reaches the newest committed event; returns its position. Committed without
+    waiting for their fsync, a short chunk at a time, so it never holds an append up for long
+    (issue 27)."""
     target = ctx.bus.latest_seq
     while True:
-        # Derived data: committed without waiting for its fsync, a short chunk at a time, so the
-        # indexer never holds an append up for long (issue 27).
-        position, looked = await ctx.astore.write(event_search.index_pending, durable=False)
-        if looked == 0 or position >= target:
+        position, taken = await ctx.astore.write(job, durable=False)
+        if taken == 0 or position >= target:
             return position
+
+
+async def index_text(ctx: Context) -> int:
+    """Index event bodies for text search up to the newest committed event
+    (``store/event_search.py``); returns the index's position."""
+    return await _catch_up(ctx, event_search.index_pending)
 
 
 async def fold_activity(ctx: Context) -> int:
-    """Fold the events committed so far into the agent activity counts, a chunk per write job
-    (``store/follow.py``); returns the fold's position."""
-    target = ctx.bus.latest_seq
-    while True:
-        position, counted = await ctx.astore.write(follow.fold_activity, durable=False)
-        if counted == 0 or position >= target:
-            return position
+    """Fold the events committed so far into the agent activity counts (``store/follow.py``);
+    returns the fold's position."""
+    return await _catch_up(ctx, follow.fold_activity)
 
 
 class LogFollower:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -132,15 +133,10 @@ class WalKeeper:
         """Truncate the WAL (on a thread; only in a slot the writer gives: never concurrent with a
         batch). A failure is logged once, shown in ``status`` and retried later: it must never
         stop the writer."""
-        self._last_checkpoint_try = time.monotonic()
-        try:
-            done = await trio.to_thread.run_sync(self.wal.truncate)
-        except StoreError as exc:
-            self._checkpoint_failed(exc)
+        done = await self._run_checkpoint(self.wal.truncate)
+        if done is None:
             return
-        self._checkpoint_succeeded()
         if done:
-            self._uncopied = False
             self.checkpoints += 1
             self.checkpoint_blocked_since = None
         elif self.checkpoint_blocked_since is None:
@@ -151,25 +147,25 @@ class WalKeeper:
         """Copy what the WAL holds back into the database file while the writer is idle, without
         truncating it (the file stays written to its working size; the next commit starts it
         over). A failure is reported as a checkpoint's is."""
+        await self._run_checkpoint(self.wal.copy_back)
+
+    async def _run_checkpoint(self, checkpoint: Callable[[], bool]) -> bool | None:
+        """Run ``checkpoint`` on a thread: whether it copied every page (then the WAL holds nothing
+        uncopied), or None when it failed (logged once, shown in ``status``, retried later)."""
         self._last_checkpoint_try = time.monotonic()
         try:
-            done = await trio.to_thread.run_sync(self.wal.copy_back)
+            done = await trio.to_thread.run_sync(checkpoint)
         except StoreError as exc:
-            self._checkpoint_failed(exc)
-            return
-        self._checkpoint_succeeded()
-        if done:
-            self._uncopied = False
-
-    def _checkpoint_failed(self, exc: StoreError) -> None:
-        if self.checkpoint_error != str(exc):
-            LOGGER.warning("WAL checkpoint failed (retried every %.0f s): %s", CHECKPOINT_ERROR_RETRY_S, exc)
-        self.checkpoint_error, self._checkpoint_error_at = str(exc), time.monotonic()
-
-    def _checkpoint_succeeded(self) -> None:
+            if self.checkpoint_error != str(exc):
+                LOGGER.warning("WAL checkpoint failed (retried every %.0f s): %s", CHECKPOINT_ERROR_RETRY_S, exc)
+            self.checkpoint_error, self._checkpoint_error_at = str(exc), time.monotonic()
+            return None
         if self.checkpoint_error is not None:
             LOGGER.info("WAL checkpoint succeeded again")
             self.checkpoint_error = None
+        if done:
+            self._uncopied = False
+        return done
 
     # -- the writer's Upkeep (writer.py) ----------------------------------------------------------
 

@@ -97,47 +97,31 @@ async def test_maintenance_runs_in_a_slot_between_batches_never_during_one(tmp_p
     store.close()
 
 
-async def test_watchers_of_a_batch_run_before_its_writers_are_answered(tmp_path):
-    """Guards issue 27's wake order: a watcher's push leaves before the writer's reply."""
+@pytest.mark.parametrize(("background", "order"), [
+    (False, ["woken", "writer answered"]),  # a watcher: its push leaves first
+    (True, ["writer answered", "woken"]),  # the log follower: never ahead of an answer
+])
+async def test_watchers_of_a_batch_run_before_its_writers_are_answered_and_background_work_after(
+        tmp_path, background, order):
+    """Guards issue 27's wake order: a watcher's push leaves before the writer's reply; a waiter in
+    the bus's background lane earns no scheduler pass before the answer."""
     from palaced.bus import EventBus
 
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
     bus = EventBus()
     writer = Writer(store, FakeUpkeep(store), bus.publish)
-    order = []
+    seen = []
 
-    async def watcher():
-        await bus.wait_beyond(0)
-        order.append("watcher")
+    async def waiter():
+        await bus.wait_beyond(0, background=background)
+        seen.append("woken")
 
     async with trio.open_nursery() as n:
-        n.start_soon(watcher)
+        n.start_soon(waiter)
         await trio.testing.wait_all_tasks_blocked()
         await writer.write(lambda ctx: ctx.append(req("wake me")))
-        order.append("writer answered")
-    assert order == ["watcher", "writer answered"]
-    store.close()
-
-
-async def test_a_batch_nobody_waits_for_is_answered_without_a_scheduler_pass(tmp_path):
-    """Only a waiter earns the pass: a background waiter (the text indexer) does not."""
-    from palaced.bus import EventBus
-
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
-    bus = EventBus()
-    writer = Writer(store, FakeUpkeep(store), bus.publish)
-    order = []
-
-    async def indexer():
-        await bus.wait_beyond(0, background=True)
-        order.append("indexer")
-
-    async with trio.open_nursery() as n:
-        n.start_soon(indexer)
-        await trio.testing.wait_all_tasks_blocked()
-        await writer.write(lambda ctx: ctx.append(req("no hurry")))
-        order.append("writer answered")
-    assert order == ["writer answered", "indexer"]
+        seen.append("writer answered")
+    assert seen == order
     store.close()
 
 
