@@ -184,11 +184,12 @@ def test_who_shows_the_tasks_a_worker_runs_and_concurrency_gives_each_its_own_wo
     trees = {cid: Path(machine.state()["runs"][cid]["worktree"]) for cid in running}
     assert len(set(trees.values())) == 2
     for cid, tree in trees.items():
-        assert git(tree, "rev-parse", "HEAD").strip() == machine.base  # at the task's base commit
-        assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == task_branch(cid)  # palace/<slug>
-        # The run's status event follows its start (what `who` shows) by a moment.
+        # The run's status event follows its start (what `who` shows, and the state file names the
+        # worktree from the claim on) by a moment: the worktree is made in between.
         status = wait_until(lambda cid=cid: events(machine.home, cid, "task.status"), f"{cid}'s status")[0]
         assert status["metadata"]["worktree"] == str(tree) and status["metadata"]["runner"] == "gated"
+        assert git(tree, "rev-parse", "HEAD").strip() == machine.base  # at the task's base commit
+        assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == task_branch(cid)  # palace/<slug>
     waiting = ({first, second, third} - set(running)).pop()
     assert state_of(machine.home, waiting) == "open"  # the third waits for a free slot
     machine.open_gate()
