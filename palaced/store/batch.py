@@ -230,7 +230,8 @@ def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]]
                      f"{_MAX_BATCH_RERUNS + 1} times in one batch")
 
 
-def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]], durable: bool = True) -> WriteBatchResult:
+def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]],
+               durable: bool = True) -> WriteBatchResult:
     """One try of ``write_batch``. Raises ``TransactionLost`` naming the job after which SQLite
     had rolled the whole transaction back."""
     conn = ctx.conn

@@ -71,8 +71,8 @@ class Wal:
 
     def keep_written(self) -> None:
         """Extend the WAL file with zeros to ``KEEP_BYTES`` (see the module docstring), and sync
-        them. Only where no commit can run meanwhile (the store's opening, a writer's slot): a
-        commit growing the file at the same time would have frames overwritten. A failure (a full
+        them. Only where no commit can run meanwhile (a slot the writer gives): a commit growing
+        the file at the same time would have its frames overwritten. A failure (a full
         disk) is harmless: the WAL then grows as it would have anyway."""
         try:
             fd = os.open(self.path, os.O_WRONLY)  # never created here: SQLite owns its existence

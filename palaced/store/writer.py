@@ -7,11 +7,11 @@ with one fsync and answers every write of it; writes that arrive meanwhile wait 
 batch. Once the leader's own write is committed it hands the lead to the task of the next write
 still queued, so no caller waits on writes that came after its own. Nobody is acknowledged before
 the commit returns; watchers and peers waiting for the batch's events are woken before the
-writers are answered, and run first. A short batch (the usual appends) commits in the event loop itself: no thread
-hop on the way in or out, which is most of a lone append's latency; while it commits, new
-requests gather in their sockets and form the next batch. Heavy writes (imports, memory rebuilds,
-big artifacts, catch-up batches from peers) run on a worker thread, so the loop keeps serving
-meanwhile; so does every batch for a while once commits keep taking longer than
+writers are answered, and run first. A short batch (the usual appends) commits in the event loop
+itself: no thread hop on the way in or out, which is most of a lone append's latency; while it
+commits, new requests gather in their sockets and form the next batch. Heavy writes (imports,
+memory rebuilds, big artifacts, catch-up batches from peers) run on a worker thread, so the loop
+keeps serving meanwhile; so does every batch for a while once commits keep taking longer than
 ``SLOW_COMMIT_S`` (a slow disk; one slow commit, a hiccup of a virtual disk, is not one).
 
 The WAL is not the writer's: the WAL keeper (wal_keeper.py) is its ``Upkeep``. The writer tells
@@ -150,7 +150,7 @@ class Writer:
         ``heavy``: the job may take long (many rows, big blobs): it is committed on a worker
         thread, in a batch of its own, so the event loop keeps serving meanwhile.
 
-        ``durable=False``: derived data only (the text index): committed in a batch of its own
+        ``durable=False``: derived data only (the text index, the activity counts): committed in a batch of its own
         that does not wait for its fsync (``store.write_batch``), so it holds the writer only
         for its own work; returned once committed, not once on disk.
 
