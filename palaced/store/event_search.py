@@ -16,6 +16,7 @@ import apsw
 from palace_proto.envelope import preview_event
 from palace_proto.validation import ListQuery, text_match_expression
 
+from .follow import follow_to, followed_to
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
@@ -32,8 +33,7 @@ INDEX_CHUNK: Final = 50
 
 
 def indexed_seq(conn: apsw.Connection) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE key=?", (_META_KEY,)).fetchone()
-    return int(row[0]) if row else 0
+    return followed_to(conn, _META_KEY)
 
 
 def index_pending(ctx: WriteContext, limit: int = INDEX_CHUNK) -> tuple[int, int]:
@@ -47,8 +47,7 @@ def index_pending(ctx: WriteContext, limit: int = INDEX_CHUNK) -> tuple[int, int
     conn.executemany("INSERT INTO events_fts (rowid, body) VALUES (?, ?)",
                      [(seq, body) for seq, body in rows if body])
     last = rows[-1][0]
-    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                 (_META_KEY, str(last)))
+    follow_to(conn, _META_KEY, last)
     return last, len(rows)
 
 

@@ -24,7 +24,7 @@ from palace_proto.envelope import SignedEvent
 if TYPE_CHECKING:
     from .batch import WriteContext
 
-__all__ = ["ACTIVITY_CHUNK", "ACTIVITY_SEQ_KEY", "event_stored", "fold_activity"]
+__all__ = ["ACTIVITY_CHUNK", "ACTIVITY_SEQ_KEY", "event_stored", "fold_activity", "followed_to", "follow_to"]
 
 #: the meta key of the last event counted in ``agent_activity``
 ACTIVITY_SEQ_KEY: Final = "agent_activity_seq"
@@ -58,13 +58,24 @@ def event_stored(conn: apsw.Connection, ev: SignedEvent, seq: int) -> None:
         conn.execute(_UNSETTLE_AGENT, (ev.metadata_json,))
 
 
+def followed_to(conn: apsw.Connection, key: str) -> int:
+    """How far a follower of the log got: the last local seq it took (meta ``key``; 0 before any)."""
+    row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def follow_to(conn: apsw.Connection, key: str, seq: int) -> None:
+    """A follower of the log took every event up to local ``seq`` (in its write job's transaction)."""
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                 (key, str(seq)))
+
+
 def fold_activity(ctx: WriteContext, limit: int = ACTIVITY_CHUNK) -> tuple[int, int]:
     """Count the next ``limit`` events after meta ``agent_activity_seq`` into ``agent_activity``
     (a write job; derived data: ``durable=False`` is fine). Returns (the new position, how many
     events it counted)."""
     conn = ctx.conn
-    row = conn.execute("SELECT value FROM meta WHERE key=?", (ACTIVITY_SEQ_KEY,)).fetchone()
-    start = int(row[0]) if row else 0
+    start = followed_to(conn, ACTIVITY_SEQ_KEY)
     groups = conn.execute(
         "SELECT from_agent, origin, count(*), min(created_at), max(created_at), max(seq) FROM "
         "(SELECT seq, from_agent, origin, created_at FROM events WHERE seq > ? ORDER BY seq LIMIT ?) "
@@ -73,6 +84,5 @@ def fold_activity(ctx: WriteContext, limit: int = ACTIVITY_CHUNK) -> tuple[int, 
         return start, 0
     conn.executemany(_FOLD_ACTIVITY, [g[:5] for g in groups])
     last = max(g[5] for g in groups)
-    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                 (ACTIVITY_SEQ_KEY, str(last)))
+    follow_to(conn, ACTIVITY_SEQ_KEY, last)
     return last, sum(g[2] for g in groups)
