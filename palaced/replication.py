@@ -674,11 +674,7 @@ class PeerLink:
                 and self._to_apply_send.statistics().current_buffer_used == 0):
             # A live push with nothing ahead of it: applied right here, a scheduler pass sooner
             # than through the applier (issue 27); the order holds, as nothing else is applying.
-            self._applying = True
-            try:
-                await self._apply(events, verified_keys)
-            finally:
-                self._applying = False
+            await self._apply(events, verified_keys)
             return
         await self._to_apply_send.send((events, verified_keys))
 
@@ -687,15 +683,18 @@ class PeerLink:
     async def _apply_loop(self) -> None:
         try:
             async for events, verified_keys in self._to_apply_recv:
-                self._applying = True
-                try:
-                    await self._apply(events, verified_keys)
-                finally:
-                    self._applying = False
+                await self._apply(events, verified_keys)
         finally:
             self._applier_done.set()
 
     async def _apply(self, events: list[SignedEvent], verified_keys: list[bytes | None]) -> None:
+        self._applying = True
+        try:
+            await self._store_batch(events, verified_keys)
+        finally:
+            self._applying = False
+
+    async def _store_batch(self, events: list[SignedEvent], verified_keys: list[bytes | None]) -> None:
         observe = self.directory.observe if self.directory is not None else None
         may_redact = self.directory.redaction_authorized if self.directory is not None else None
 
