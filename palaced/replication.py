@@ -429,6 +429,8 @@ class PeerLink:
                 await self._outbox_kick.wait()
                 continue
             vector_due, messages = self.outbox.take()
+            # A receipt says "on disk here": a live push was committed without its fsync.
+            await self.astore.sync()
             for message in messages:
                 await self.send(message)
             if vector_due:
@@ -442,6 +444,7 @@ class PeerLink:
         return Vector(tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(heads.items())))
 
     async def _send_vector(self, send: Any) -> None:
+        await self.astore.sync()  # a vector confirms what it names, as a receipt does
         vector = await self._our_vector()
         if self.directory is not None:
             # The bindings of the origins it names go first: a peer that cannot verify an origin
@@ -702,8 +705,12 @@ class PeerLink:
             return ctx.apply_remote(events, self.key_for, source=self.peer_id, on_applied=observe,
                                     verified_keys=verified_keys, may_redact=may_redact)
 
-        # A catch-up batch (hundreds of events) commits on a thread; a live push in the loop.
-        report = await self.astore.write(job, heavy=len(events) > INLINE_VERIFY_EVENTS)
+        # A catch-up batch (hundreds of events) commits on a thread; a live push in the loop,
+        # without waiting for its fsync: the events are on disk at their origin already (it
+        # syncs before it pushes), so our watchers see them a fsync sooner (issue 27: ~0.4 ms of
+        # the wake from A to B). Our receipt waits for our own sync (``_send_outbox``).
+        live = len(events) <= INLINE_VERIFY_EVENTS
+        report = await self.astore.write(job, heavy=not live, durable=not live)
         self.received_events += len(report.applied)
         heads = await self._heads()
         if report.rejected:
@@ -718,7 +725,7 @@ class PeerLink:
                             printable(report.refused[0][1], 200))
         if report.forks:
             self.log.error("refused %d forked event(s) it sent", len(report.forks))
-        # Receipt: what we now hold durably of every origin in the batch (the write was fsynced).
+        # Receipt: what we now hold of every origin in the batch (sent once it is on disk here).
         for origin, max_seq in receipts(events, heads):
             self.outbox.have(origin, max_seq)
             self._outbox_kick.set()

@@ -53,6 +53,8 @@ class AsyncStore:
         #: ``write(job, *, heavy=False)``: ``Writer.write`` itself (no call layer of its own on the
         #: append path): ``job(ctx)`` runs in the next write batch; its value once committed and fsynced
         self.write: Callable[..., Awaitable[Any]] = self.writer.write
+        #: ``sync()``: every write so far on disk, those made with ``durable=False`` too (``Writer.sync``)
+        self.sync: Callable[[], Awaitable[None]] = self.writer.sync
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
 
     def __repr__(self) -> str:

@@ -47,6 +47,8 @@ _ZEROS: Final = bytes(1 << 20)
 # Why 250 ms (not the usual 10 s busy timeout): the writer must not stall waiting for readers.
 _TRUNCATE_BUSY_MS: Final = 250
 _BUSY_MS: Final = 10_000
+# macOS has no fdatasync (its fsync flushes the file's data alike).
+_datasync: Final = getattr(os, "fdatasync", os.fsync)
 
 
 class Wal:
@@ -85,13 +87,28 @@ class Wal:
             try:
                 while size < KEEP_BYTES:
                     size += os.pwrite(fd, _ZEROS[:KEEP_BYTES - size], size)
-                os.fdatasync(fd)
+                _datasync(fd)
             except OSError as exc:
                 # A nearly full disk: the zeros must not take the last free space from the database.
                 _LOGGER.debug("could not extend the WAL of %s to %d bytes: %s", self.db.path, KEEP_BYTES, exc)
                 os.ftruncate(fd, was)
         except OSError as exc:
             _LOGGER.debug("could not extend the WAL of %s: %s", self.db.path, exc)
+        finally:
+            os.close(fd)
+
+    def sync(self) -> None:
+        """Put every commit so far on disk: those made with ``synchronous=NORMAL`` (a write with
+        ``durable=False``) wrote their frames to the WAL without syncing it. SQLite syncs the WAL
+        as a whole, in order, so one sync of the file covers them all; a checkpoint that copied
+        frames back meanwhile synced the database file before it let the WAL start over.
+
+        Raises:
+            OSError: the file could not be opened or synced (nothing is known to be on disk).
+        """
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            _datasync(fd)
         finally:
             os.close(fd)
 

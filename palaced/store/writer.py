@@ -132,6 +132,10 @@ class Writer:
         self._slow_commits: collections.deque[float] = collections.deque(maxlen=SLOW_COMMITS)
         self.batches = 0
         self.writes = 0
+        #: how many of the batches are known to be on disk: a durable commit syncs the WAL, so
+        #: every batch before it too; ``sync`` for those committed with ``durable=False``
+        self._synced = 0
+        self._sync_lock = trio.Lock()
 
     def __repr__(self) -> str:
         return f"<Writer {self.store.path} batches={self.batches} writes={self.writes} closed={self.closed}>"
@@ -150,9 +154,11 @@ class Writer:
         ``heavy``: the job may take long (many rows, big blobs): it is committed on a worker
         thread, in a batch of its own, so the event loop keeps serving meanwhile.
 
-        ``durable=False``: derived data only (the text index, the activity counts): committed in a batch of its own
-        that does not wait for its fsync (``store.write_batch``), so it holds the writer only
-        for its own work; returned once committed, not once on disk.
+        ``durable=False``: committed in a batch of its own that does not wait for its fsync
+        (``store.write_batch``), so it holds the writer only for its own work; returned once
+        committed, not once on disk (``sync`` waits for that). For data that exists elsewhere
+        already: derived data (the text index, the activity counts), and a peer's events, durable
+        at their origin, which a watcher here may see before this replica's own fsync.
 
         Raises:
             ValidationError, NotFound, ApiError: raised by the job (nothing it did was written).
@@ -182,6 +188,27 @@ class Writer:
         if pending.ok:
             return pending.value
         raise pending.value
+
+    async def sync(self) -> None:
+        """Wait until every batch committed so far is on disk (those written with
+        ``durable=False`` too). Callers at the same time share one fsync, and a durable commit
+        meanwhile counts: usually nothing is left to do.
+
+        Raises:
+            StoreError: the WAL could not be synced.
+        """
+        target = self.batches
+        if self._synced >= target:
+            return
+        async with self._sync_lock:
+            if self._synced >= target:
+                return
+            through = self.batches
+            try:
+                await trio.to_thread.run_sync(self._wal.sync)
+            except OSError as exc:
+                raise StoreError(f"could not sync the write-ahead log of {self.store.path}: {exc}") from exc
+            self._synced = max(self._synced, through)
 
     async def maintain(self, work: Callable[[], Awaitable[Any]]) -> None:
         """Run ``work`` between batches: as the leader, once the current one has finished (then
@@ -313,6 +340,8 @@ class Writer:
             await self._upkeep.purge()  # before anyone is told "redacted"
         self._upkeep.committed(result.outcomes)
         self.batches += 1
+        if batch[0].durable:
+            self._synced = self.batches
         self.writes += len(batch)
         self.last_write = time.monotonic()
         try:

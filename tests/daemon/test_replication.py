@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import random
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,31 @@ def test_any_backlogs_over_any_buffers_converge(backlogs, body_bytes, capacity, 
 
     with tempfile.TemporaryDirectory(prefix="pl-prop") as folder:
         trio.run(scenario, Path(folder))
+
+
+async def test_a_live_push_is_visible_before_the_replicas_fsync_and_confirmed_only_after_it(tmp_path):
+    """Guards the receipt's meaning (issue 27): a peer's live push commits without waiting for its
+    fsync (its origin synced it before pushing), so watchers see it sooner; the ``have`` that
+    tells the origin "on disk here" still waits until this replica's WAL is synced."""
+    async with replicas(tmp_path, "a", "b") as ((a, b), key_for, nursery):
+        await a.append("before")
+        link_a, _ = connect(nursery, a, b, key_for)
+        await converged(a, b, count=1)
+        with trio.fail_after(10):
+            while link_a.confirmed.get(a.store.origin_id) != 1:
+                await trio.sleep(0.01)
+        real_sync, release = b.store.wal.sync, threading.Event()
+
+        def held_sync():
+            release.wait(10)
+            real_sync()
+
+        b.store.wal.sync = held_sync
+        await a.append("live")
+        await converged(a, b, count=2)  # committed on b, and its watchers told, with b's sync held
+        await trio.sleep(0.2)
+        assert link_a.confirmed[a.store.origin_id] == 1
+        release.set()
+        with trio.fail_after(10):
+            while link_a.confirmed.get(a.store.origin_id) != 2:
+                await trio.sleep(0.01)

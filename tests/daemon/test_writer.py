@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import Store
+from palaced.store import Store, StoreError
 from palaced.store.writer import Writer
 
 
@@ -184,3 +184,51 @@ async def test_a_non_durable_write_commits_alone_without_its_fsync_and_durable_o
                     ("failing derived", normal, 0), ("append 4", full, 0)]
     assert writer.batches == 5
     store.close()
+
+
+async def test_sync_puts_non_durable_batches_on_disk_once_and_counts_a_durable_commit(tmp_path):
+    """Guards the receipt of a peer's live push (issue 27): ``sync`` syncs the WAL once for the
+    ``durable=False`` batches before it, callers at the same time share that one sync, a durable
+    commit since makes it unnecessary, and a failed sync is a ``StoreError`` that a later call retries."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    writer = Writer(store, FakeUpkeep(store), lambda events: None)
+    real_sync, syncs, failing = store.wal.sync, [], []
+
+    def counting_sync():
+        syncs.append(writer.batches)
+        if failing:
+            raise OSError(5, "Input/output error")
+        real_sync()  # the real WAL file, synced for real
+
+    store.wal.sync = counting_sync
+    await writer.sync()
+    assert syncs == []  # nothing committed yet: nothing to sync
+    await writer.write(lambda ctx: ctx.append(req("replicated 1")), durable=False)
+    await writer.write(lambda ctx: ctx.append(req("replicated 2")), durable=False)
+    async with trio.open_nursery() as n:
+        for _ in range(3):
+            n.start_soon(writer.sync)
+    assert syncs == [2]  # one sync for both batches and all three callers
+    await writer.sync()
+    assert syncs == [2]
+    await writer.write(lambda ctx: ctx.append(req("replicated 3")), durable=False)
+    await writer.write(lambda ctx: ctx.append(req("local")))  # FULL: its fsync covers the batch before
+    await writer.sync()
+    assert syncs == [2]
+    await writer.write(lambda ctx: ctx.append(req("replicated 4")), durable=False)
+    failing.append(True)
+    with pytest.raises(StoreError, match="could not sync the write-ahead log"):
+        await writer.sync()
+    failing.clear()
+    await writer.sync()
+    assert syncs == [2, 5, 5]
+    store.close()
+
+
+def test_the_wal_sync_of_a_missing_file_raises_oserror(tmp_path):
+    """``Wal.sync`` never creates the WAL (SQLite owns its existence): no file, an OSError."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store.wal.sync()
+    store.close()  # the last connection closing removes the WAL
+    with pytest.raises(OSError):
+        store.wal.sync()
