@@ -54,7 +54,7 @@ class AsyncStore:
         #: append path): ``job(ctx)`` runs in the next write batch; its value once committed and fsynced
         self.write: Callable[..., Awaitable[Any]] = self.writer.write
         #: ``sync()``: every write so far on disk, those made with ``durable=False`` too (``Writer.sync``)
-        self.sync: Callable[[], Awaitable[None]] = self.writer.sync
+        self.sync: Callable[..., Awaitable[None]] = self.writer.sync
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
 
     def __repr__(self) -> str:

@@ -232,3 +232,24 @@ def test_the_wal_sync_of_a_missing_file_raises_oserror(tmp_path):
     store.close()  # the last connection closing removes the WAL
     with pytest.raises(OSError):
         store.wal.sync()
+
+
+async def test_sync_within_lets_a_durable_commit_cover_the_batches_before_syncing_itself(tmp_path):
+    """Guards the receipts' grace (issue 27): ``sync(within)`` first waits up to ``within`` for a
+    durable commit to cover the non-durable batches (no sync of its own), and syncs itself once
+    it is over."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    writer = Writer(store, FakeUpkeep(store), lambda events: None)
+    real_sync, syncs = store.wal.sync, []
+    store.wal.sync = lambda: (syncs.append(writer.batches), real_sync())
+    await writer.write(lambda ctx: ctx.append(req("replicated")), durable=False)
+    async with trio.open_nursery() as n:
+        n.start_soon(writer.sync, 30.0)
+        await trio.testing.wait_all_tasks_blocked()
+        await writer.write(lambda ctx: ctx.append(req("local")))
+    assert syncs == []
+    await writer.write(lambda ctx: ctx.append(req("replicated again")), durable=False)
+    with trio.fail_after(10):
+        await writer.sync(0.05)
+    assert syncs == [3]
+    store.close()
