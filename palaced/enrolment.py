@@ -40,6 +40,7 @@ from palace_proto.pki import (
 from .store import WriteContext, invites
 from .store.aio import AsyncStore
 from .tls import certificate_pem, enrolment_client_context
+from .tls_stream import TlsStream
 
 __all__ = ["EnrolmentError", "enrol", "serve_enrolment"]
 
@@ -66,7 +67,7 @@ async def _read_message(stream: trio.abc.Stream) -> Any:
         buffer.feed(data)
 
 
-async def serve_enrolment(stream: trio.SSLStream, astore: AsyncStore, *, ca_key: Callable[[], Ed25519PrivateKey],
+async def serve_enrolment(stream: TlsStream, astore: AsyncStore, *, ca_key: Callable[[], Ed25519PrivateKey],
                           ca_pem: bytes, palace_id: str, palace_name: str, remote: str,
                           now: Callable[[], datetime.datetime]) -> None:
     """Inviter side: answer one ``enrol`` on a connection that presented no certificate."""
@@ -131,7 +132,7 @@ async def enrol(invite: Invite, public_key: bytes, name: str,
     try:
         with trio.fail_after(ENROL_TIMEOUT_S):
             tcp = await trio.open_tcp_stream(host, port)
-            stream = trio.SSLStream(tcp, enrolment_client_context(), server_hostname=None)
+            stream = TlsStream(tcp, enrolment_client_context(), server_side=False)
             try:
                 await stream.do_handshake()
                 server_pem = certificate_pem(stream)

@@ -17,11 +17,15 @@ import datetime
 import ssl
 from pathlib import Path
 
-import trio
+from typing import TYPE_CHECKING
+
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from palace_proto.pki import MemberCertificate, verify_member_certificate
+
+if TYPE_CHECKING:
+    from .tls_stream import TlsStream
 
 __all__ = ["certificate_pem", "client_context", "enrolment_client_context", "peer_certificate", "server_context"]
 
@@ -60,14 +64,14 @@ def enrolment_client_context() -> ssl.SSLContext:
     return ctx
 
 
-def certificate_pem(stream: trio.SSLStream) -> bytes | None:
+def certificate_pem(stream: TlsStream) -> bytes | None:
     der = stream.getpeercert(binary_form=True)
     if not der:
         return None
     return x509.load_der_x509_certificate(der).public_bytes(serialization.Encoding.PEM)
 
 
-def peer_certificate(stream: trio.SSLStream, ca_pem: bytes, now: datetime.datetime) -> MemberCertificate | None:
+def peer_certificate(stream: TlsStream, ca_pem: bytes, now: datetime.datetime) -> MemberCertificate | None:
     """The verified member certificate the peer presented, or None if it presented none.
 
     Raises:

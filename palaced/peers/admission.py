@@ -31,6 +31,7 @@ from ..limits import LimitLog
 from ..membership import Membership, load_ca_key
 from ..store.aio import AsyncStore
 from ..tls import peer_certificate
+from ..tls_stream import TlsStream
 from .links import HANDSHAKE_TIMEOUT_S, LinkRunner
 
 __all__ = ["MAX_ACCEPTS_PER_HOST", "MAX_INBOUND", "MAX_INBOUND_PER_HOST", "Admission"]
@@ -137,7 +138,7 @@ class Admission:
         except OSError:
             remote = "?"
         enrolling = self._enrol_ctx is not None and self.invites_pending
-        stream = trio.SSLStream(tcp, self._enrol_ctx if enrolling else self._server_ctx, server_side=True)
+        stream = TlsStream(tcp, self._enrol_ctx if enrolling else self._server_ctx, server_side=True)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 await stream.do_handshake()

@@ -37,6 +37,7 @@ from ..membership import Membership
 from ..store import StoreError, WriteContext, peer_rows
 from ..store.aio import AsyncStore
 from ..tls import peer_certificate
+from ..tls_stream import TlsStream
 from .clock import _utc
 from .links import HANDSHAKE_TIMEOUT_S, LinkRunner
 from .registry import LinkRegistry
@@ -249,7 +250,7 @@ class Dialer:
             host, port = parse_peer_address(target.address)
             with trio.fail_after(CONNECT_TIMEOUT_S):
                 tcp = await trio.open_tcp_stream(host, port)
-            stream = trio.SSLStream(tcp, self._client_ctx, server_hostname=None)
+            stream = TlsStream(tcp, self._client_ctx, server_side=False)
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 await stream.do_handshake()
             cert = peer_certificate(stream, self.membership.ca_cert_pem, datetime.datetime.now(datetime.UTC))

@@ -29,6 +29,7 @@ from ..members import MemberDirectory
 from ..replication import LinkHooks, PeerLink
 from ..store import StoreError
 from ..store.aio import AsyncStore
+from ..tls_stream import TlsStream
 from .clock import _utc
 from .registry import LinkRegistry
 
@@ -59,7 +60,7 @@ class LinkRunner:
     def __repr__(self) -> str:
         return f"<LinkRunner {self.peer_id[:7]} failures={self.failures}>"
 
-    async def run(self, stream: trio.SSLStream, cert: MemberCertificate, *, dialer: str,
+    async def run(self, stream: TlsStream, cert: MemberCertificate, *, dialer: str,
                   remote: str) -> str:
         """Run one authenticated connection as the peer's link until it ends, however it ends.
 
