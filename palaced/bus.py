@@ -68,7 +68,7 @@ class EventBus:
         # registers them).
         self._type_watches: list[TypeWatch] = []
         # Bounded: one per replication link (registered and removed by the link itself).
-        self._on_publish: list[Callable[[], None]] = []
+        self._on_publish: list[Callable[[list[CommittedEvent]], bool]] = []
 
     def __repr__(self) -> str:
         return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)}>"
@@ -90,12 +90,13 @@ class EventBus:
         self.latest_seq = max(self.latest_seq, records[-1].seq)
         self.published += len(records)
         changed, self._changed = self._changed, trio.Event()
-        woke = changed.statistics().tasks_waiting > 0 or bool(self._on_publish)
+        woke = changed.statistics().tasks_waiting > 0
         changed.set()
         background, self._changed_background = self._changed_background, trio.Event()
         background.set()
         for callback in self._on_publish:
-            callback()
+            if callback(records):
+                woke = True
         if self._type_watches:
             types = {record.signed.type for record in records}
             for watch in self._type_watches:
@@ -120,10 +121,11 @@ class EventBus:
         self._type_watches.append(watch)
         return watch
 
-    def call_on_publish(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` (synchronously, cheaply: it should only set an event) on every publish,
-        until the returned function is called. For a task that waits on the bus *or* on something
-        else at once (a replication link's event sender), where ``wait_beyond`` cannot."""
+    def call_on_publish(self, callback: Callable[[list[CommittedEvent]], bool]) -> Callable[[], None]:
+        """Call ``callback(records)`` (synchronously, cheaply: it should at most set an event) on
+        every publish, until the returned function is called; it returns whether it woke a task
+        that pushes the records on. For a task that waits on the bus *or* on something else at
+        once (a replication link's event sender), where ``wait_beyond`` cannot."""
         self._on_publish.append(callback)
         return lambda: self._on_publish.remove(callback)
 

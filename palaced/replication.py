@@ -57,7 +57,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
-from palace_proto.envelope import SignedEvent
+from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError, ValidationError
 from palace_proto.framing import NEED_DATA
 from palace_proto.bindings import OriginBinding
@@ -761,7 +761,15 @@ class PeerLink:
         origins (never imported history). It is woken by the peer's wants and by every commit (the
         bus calls it directly: a push leaves in the first turn after its commit)."""
         cursor = self.bus.latest_seq
-        stop_waking = self.bus.call_on_publish(lambda: self._owed_kick.set())
+        def kick(records: list[CommittedEvent]) -> bool:
+            # Not for events the peer holds (it sent them to us): that would only cost a turn,
+            # ahead of the watchers they are for (issue 27).
+            if not self.serving.lacks_any(records):
+                return False
+            self._owed_kick.set()
+            return True
+
+        stop_waking = self.bus.call_on_publish(kick)
         try:
             await self._vector_known.wait()
             # Whatever was committed before the peer's vector was known is covered by the vectors.

@@ -208,6 +208,13 @@ class ServePlan:
 
     # -- pushing ---------------------------------------------------------------------------
 
+    def lacks_any(self, records: Iterable[CommittedEvent]) -> bool:
+        """Whether the peer may lack one of these committed events: one it is not known to hold
+        (imported history is never offered, so it never counts)."""
+        peer_has = self.peer_has
+        return any(not record.history and record.signed.origin_seq > peer_has.get(record.signed.origin, 0)
+                   for record in records)
+
     def owe_committed(self, records: Iterable[CommittedEvent]) -> None:
         """These events were committed here (appended, or arrived from another peer: that is how a
         line relays), in local seq order: owe the peer every one it does not hold and does not hear

@@ -86,7 +86,7 @@ def test_call_on_publish_calls_back_on_every_publish_until_stopped():
     calls it back on each publish (no task of its own), and forgets it when told."""
     bus = EventBus(latest_seq=0)
     calls = []
-    stop = bus.call_on_publish(lambda: calls.append(bus.latest_seq))
+    stop = bus.call_on_publish(lambda records: calls.append(bus.latest_seq))
     bus.publish([ev(1)])
     bus.publish([ev(2), ev(3)])
     stop()
@@ -138,7 +138,8 @@ async def test_publish_says_whether_it_woke_a_watcher_or_a_link():
         n.start_soon(bus.wait_beyond, 2)
         await trio.testing.wait_all_tasks_blocked()
         assert bus.publish([ev(3)]) is True
-    stop = bus.call_on_publish(lambda: None)
+    stop = bus.call_on_publish(lambda records: records[0].seq == 4)
     assert bus.publish([ev(4)]) is True  # a replication link pushes what it is told of
+    assert bus.publish([ev(5)]) is False  # ... and says when it has nothing to push
     stop()
-    assert bus.publish([ev(5)]) is False
+    assert bus.publish([ev(6)]) is False

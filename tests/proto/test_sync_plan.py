@@ -117,6 +117,17 @@ def test_new_commits_the_peer_lacks_are_owed_up_to_the_newest_of_each_origin():
     assert plan.owed(OB) is None
 
 
+def test_lacks_any_says_whether_a_commit_holds_anything_for_the_peer():
+    """Guards the link sender's wake (issue 27): events the peer sent us do not wake the sender
+    that pushes to it (a turn ahead of the watchers they are for); one it lacks does."""
+    plan = ServePlan()
+    plan.confirm([(OA, 3)])
+    assert not plan.lacks_any(committed((OA, 2), (OA, 3)))
+    assert not plan.lacks_any(committed((OB, 1), history=True))  # imported history is never pushed
+    assert plan.lacks_any(committed((OA, 3), (OA, 4)))
+    assert plan.lacks_any(committed((OB, 1)))
+
+
 def test_imported_history_is_never_pushed():
     plan = ServePlan()
     plan.owe_committed(committed((OA, 1), (OA, 2), history=True))
