@@ -1,7 +1,7 @@
 """The peer network: every TCP connection to other daemons of the palace.
 
 It listens on the configured address and dials static peers (``palacectl peers add``), addresses
-remembered from earlier connections and peers mDNS reports; runs mutual TLS (``tls.py``) and
+remembered from earlier connections and peers mDNS reports; runs mutual TLS (``tls.py``, on ``tls_stream.TlsStream``) and
 hands each authenticated stream to a ``PeerLink`` (replication.py, where the replication rules
 live with ``palace_proto``); keeps **one link per peer pair**; refuses revoked peers and drops
 their links the moment a revocation is observed; answers enrolments while invites are pending;
