@@ -320,6 +320,35 @@ async def mempalace_peers(palace: Palace, /) -> Result:
     return await palace.daemon.call("peers")
 
 
+# -- people: questions to a person --------------------------------------------------------------
+
+
+@tool("people", mutating=True, extras=("correlation_id", "question_id"), description=(
+    "Ask a person (to: human:NAME, or human:* for anyone) and wait for the answer: before irreversible or "
+    "outward-facing actions, or unclear requirements. choices: e.g. [\"yes\",\"no\"] (else free text). Returns "
+    "{status, answer: {by, text}}; status open after wait_s (default 300): call again with question_id to keep "
+    "waiting; expired: nobody answered, so do NOT do it (silence is never a yes)."))
+async def mempalace_ask_human(palace: Palace, /, question: str | None = None, to: str = "human:*",
+                              choices: list[str] | None = None, timeout_s: int = 1800, wait_s: int = 300,
+                              correlation_id: str | None = None, question_id: str | None = None) -> Result:
+    if question_id is not None:
+        return await palace.daemon.call("ask", question_id=question_id, wait_s=max(0, int(wait_s)))
+    if not question:
+        raise ApiError("question is required (or question_id, to keep waiting for one asked before)",
+                       code="invalid_argument")
+    return await palace.daemon.call("ask", **_drop_none(
+        from_agent=palace.speaks_as("from_agent", None), to=to, body=question, choices=choices,
+        timeout_s=timeout_s, wait_s=max(0, int(wait_s)), correlation_id=correlation_id))
+
+
+@tool("people", description=(
+    "Questions to people with their state (open, answered, expired), newest first; to: human:NAME "
+    "(includes those to human:*)."))
+async def mempalace_questions(palace: Palace, /, to: str | None = None, status: str | None = None,
+                              limit: int = 20) -> Result:
+    return await palace.daemon.call("questions", **_drop_none(to=to, status=status, limit=limit))
+
+
 # -- memory: the knowledge graph, diaries, agents and tunnels -------------------------------------
 
 

@@ -1,13 +1,13 @@
 """Which of palace's MCP tools a harness is offered: the default set and the opt-in groups.
 
-Owns: the group table (``core``, ``log``, ``memory``, ``leases``), the parsing of
+Owns: the group table (``core``, ``log``, ``memory``, ``leases``, ``people``), the parsing of
 ``palacectl mcp --tools …`` / ``palacectl rules --mcp-tools …`` into a set of tool names, and
 whether parameters beyond a tool's loop arguments are advertised. Stdlib only: the MCP server's
 fast path and the rules renderer both read it before anything heavy is imported. The tools
 themselves are in ``mcp_tools.py``, each naming its group here (checked when that is imported).
 
-Why a small default (issue 26): every tool's schema is sent to the model on every turn. All 33
-tools cost 15 KB (~3,500 tokens) per turn; ``core`` is the delegation loop alone (session start,
+Why a small default (issue 26): every tool's schema is sent to the model on every turn. All 35
+tools cost 16.3 KB (~3,900 tokens) per turn; ``core`` is the delegation loop alone (session start,
 inbox, append/ack, wait, patch, artifact, task create/ready/claim, memory search/add) and stays
 under ``CORE_BUDGET_BYTES``, pinned by a test. In ``core`` and the groups a tool advertises its
 loop arguments and names the rest in its description; every argument is accepted either way, so
@@ -44,6 +44,7 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
         "mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release", "mempalace_lease_list",
         "mempalace_lease_check",
     ),
+    "people": ("mempalace_ask_human", "mempalace_questions"),
 }
 _EVERY_TOOL: Final = frozenset(name for names in GROUPS.values() for name in names)
 #: The order tools are listed in: the loop first, then each group's.

@@ -35,6 +35,8 @@ RESERVED_TYPES: Final = {
     "lease.conflict": "palaced writes it to a lease's loser (`palacectl lease list` shows who holds what)",
     "task.conflict": "palaced writes it to a claim's loser (`palacectl task show` shows the claims)",
     "task.stalled": "palaced writes it to a stalled task's requester (`palacectl task list --stalled`)",
+    "question.ask": "use `palacectl ask` (it waits for the answer)",
+    "question.answer": "use `palacectl answer QUESTION_ID TEXT`",
 }
 # Why 1,000: one commit of a thousand events takes tens of milliseconds, which bounds how long
 # other writers wait behind a bulk writer; a bigger file is sent as several requests.

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from palace_proto.agents import is_human
+from palace_proto.questions import ANYONE
 from palace_proto.errors import ApiError
 from palace_proto.filters import filter_args
 
@@ -266,6 +268,8 @@ def watch(
             fail("agent identity is required to name a watch state file", code="invalid_argument")
         to_agents.append(agent.strip())
         excluded.append(agent.strip())
+        if is_human(agent.strip()):
+            to_agents.append(ANYONE)  # a person is woken by a question to anyone (human:*) too
     if announce and not agent:
         raise UsageProblem("--announce needs --agent (the announcement is posted as that agent)")
     home = current_home()

@@ -20,8 +20,8 @@ import typer
 from .. import output
 from ..loop import guarded
 from ..output import EXIT_OK, EXIT_USAGE
-from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace, service,
-               session, tasks, ui)
+from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace,
+               questions, service, session, tasks, ui)
 
 __all__ = ["app", "main"]
 
@@ -47,6 +47,9 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("watch", log.watch),
     ("ack", log.ack),
     ("redact", log.redact),
+    ("ask", questions.ask),
+    ("answer", questions.answer),
+    ("questions", questions.questions),
     ("init", palace.init),
     ("invite", palace.invite),
     ("join", palace.join),

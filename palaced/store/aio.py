@@ -123,6 +123,9 @@ class AsyncStore:
     async def events_after_seq(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
         return await self._hop(self.store.events_after_seq, after_seq, limit)
 
+    async def acks_of(self, event_ids: Sequence[str], event_type: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        return await self._hop(self.store.acks_of, event_ids, event_type, limit)
+
     async def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         return await self._hop(self.store.events_by_correlation, correlation_id, limit)
 

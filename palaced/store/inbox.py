@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.agents import is_human
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.questions import ANYONE
 from palace_proto.validation import ListQuery
 
 from .clock import utc_now
@@ -59,7 +61,9 @@ def cursor_of(reads: Reads, agent: str) -> Cursor:
 
 
 def _query(agent: str, limit: int, preview: bool) -> ListQuery:
-    return ListQuery.from_wire({"to_agents": [agent], "exclude_from_agents": [agent], "order": "asc",
+    # A person's inbox holds the questions to anyone (human:*) too: any person may answer them.
+    to = [agent, ANYONE] if is_human(agent) else [agent]
+    return ListQuery.from_wire({"to_agents": to, "exclude_from_agents": [agent], "order": "asc",
                                 "limit": limit, "preview": preview})
 
 

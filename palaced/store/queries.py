@@ -201,6 +201,21 @@ class Reads:
         ).fetchall()
         return [row_to_public(r) for r in rows]
 
+    def acks_of(self, event_ids: Sequence[str], event_type: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        """Events of ``event_type`` acknowledging one of ``event_ids`` (``ack_of``), in local order, at
+        most ``limit``: the answers to some questions. On the ack_of index, 500 ids a query."""
+        conn, found = self.db.reader(), []
+        ids = list(dict.fromkeys(event_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            rows = conn.execute(
+                f"SELECT {PUBLIC_COLUMNS} FROM events WHERE ack_of IN ({','.join('?' * len(chunk))}) AND type=? "
+                "ORDER BY seq LIMIT ?", [*chunk, event_type, limit - len(found)]).fetchall()
+            found.extend(row_to_public(r) for r in rows)
+            if len(found) >= limit:
+                break
+        return found
+
     def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         return correlation_events(self.db.reader(), correlation_id, limit)
 

@@ -458,3 +458,24 @@ async def test_the_default_set_accepts_every_mempalace_argument_it_does_not_list
         with pytest.raises(MCPError) as misspelt:
             await client.call_tool("mempalace_event_wait", {"topik": "compat", "timeout_ms": 10})
         assert misspelt.value.code == -32602 and "Unknown parameter topik" in str(misspelt.value)
+
+
+async def test_an_agent_asks_a_person_over_mcp_and_keeps_waiting_by_question_id(daemon, ctl):
+    """Questions through the official MCP client: the agent asks (bounded by wait_s, then keeps
+    waiting by question_id); the person answers with palacectl (never through an agent's tools:
+    a model must not be able to answer for a person)."""
+    async with adapter(daemon.home, "mac-claude") as agent:
+        asked = await call(agent, "mempalace_ask_human", question="Ship v2 today?", to="human:ana",
+                           choices=["yes", "no"], wait_s=0)
+        assert asked["status"] == "open" and asked["timed_out"] is True and asked["asked_by"] == "mac-claude"
+        [listed] = (await call(agent, "mempalace_questions", to="human:ana", status="open"))["questions"]
+        assert listed["question_id"] == asked["question_id"] and listed["choices"] == ["yes", "no"]
+        tools = {t.name for t in (await agent.list_tools()).tools}
+        assert "mempalace_ask_human" in tools and not any("answer" in name for name in tools)
+        answered = ctl("answer", asked["question_id"], "No", "--as", "human:ana", "--json")
+        assert answered.returncode == 0, answered
+        waited = await call(agent, "mempalace_ask_human", question_id=asked["question_id"], wait_s=5)
+        assert waited["status"] == "answered" and waited["answer"]["by"] == "human:ana"
+        assert waited["answer"]["text"] == "no"
+        missing = await call(agent, "mempalace_ask_human", to="human:ana")
+        assert missing["success"] is False and "question is required" in missing["error"]

@@ -1,0 +1,231 @@
+"""Questions to a person: ``ask`` (and wait for the answer), ``answer``, ``questions``.
+
+Owns: the three operations (proto/PROTOCOL.md, "Questions"). What a question and an answer are,
+and how a question is settled from its answers the same way on every replica, is
+``palace_proto.questions``; this module writes the events, waits on the bus for an answer (pushed:
+no polling), and says who here counts as a proven person: the daemon that holds the person's id
+(granted by the palace CA, ``store/agents.py``), or, on a daemon that belongs to no palace, the
+machine's own user.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import trio
+
+from palace_proto.agents import is_human
+from palace_proto.errors import ApiError, ValidationError
+from palace_proto.questions import (
+    ANSWER,
+    ASK,
+    DEFAULT_TIMEOUT_S,
+    MAX_TIMEOUT_S,
+    QUESTION_ROOM,
+    QUESTION_STREAM,
+    QuestionState,
+    ask_metadata,
+    check_addressee,
+    check_choices,
+    check_timeout,
+    match_choice,
+    settle,
+)
+from palace_proto.stamps import format_stamp, seconds_between
+from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
+
+from .context import Context
+
+__all__ = ["OPS", "held_people", "proven_person"]
+
+# Why 500: the page a waiting ``ask`` reads from the bus after each wake (as ``wait`` does).
+_PAGE: Final = 500
+# Why 200: a person's list of questions; older ones are in the log (``list --type question.ask``).
+MAX_QUESTIONS: Final = 200
+
+
+def proven_person(ctx: Context, event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` was written as a person's id by the daemon that holds it. A daemon in no
+    palace has no registry to ask: its own user is the only person there is."""
+    agents = ctx.store.agents
+    if not is_human(event.get("from_agent")):
+        return False
+    if not agents.enforcing and ctx.membership is None:
+        return True
+    record = agents.records.get(event.get("from_agent"))  # type: ignore[arg-type]
+    return record is not None and agents.verdict(event) is None
+
+
+def held_people(ctx: Context) -> list[str]:
+    """The person ids this daemon holds now (whom it may answer as, and notify)."""
+    daemon = ctx.store.agents.daemon
+    return sorted(agent for agent, record in ctx.store.agents.records.items()
+                  if is_human(agent) and record.current is not None and record.current.daemon == daemon)
+
+
+async def _question(ctx: Context, event_id: Any) -> dict[str, Any]:
+    event = await ctx.event_or_404(event_id)
+    if event.get("type") != ASK:
+        raise ValidationError(f"event {event['id']} is a {event.get('type')}, not a question ({ASK})", field="event_id")
+    return event
+
+
+async def _settled(ctx: Context, question: Mapping[str, Any]) -> QuestionState:
+    answers = await ctx.astore.acks_of([question["id"]], ANSWER, 1_000)
+    return settle(question, answers, lambda a: proven_person(ctx, a), format_stamp(time.time()))
+
+
+def _reply(state: QuestionState) -> dict[str, Any]:
+    return {**state.to_wire(), "timed_out": state.status != "answered"}
+
+
+async def ask(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Write a question to a person and, unless ``wait`` is false, wait for the answer that counts
+    (or the question's timeout). With ``question_id``: no new question, wait for that one's answer.
+    ``wait_s`` bounds this call's wait (a harness whose tool calls time out asks again with the id).
+    The reply is the question's state: ``status`` answered, open or expired, ``answer`` ({by,
+    text, event_id}) when answered, and ``timed_out`` unless answered."""
+    wait = args.get("wait", True)
+    if not isinstance(wait, bool):
+        raise ValidationError("wait must be true or false", field="wait")
+    wait_s = args.get("wait_s")
+    if wait_s is not None and (isinstance(wait_s, bool) or not isinstance(wait_s, int) or wait_s < 0):
+        raise ValidationError("wait_s must be a number of seconds (0 or more)", field="wait_s")
+    if args.get("question_id") is not None:
+        question = await _question(ctx, args.get("question_id"))
+    else:
+        question = await _write_question(ctx, args)
+    # The tip before reading the answers: one committed after it is seen by the loop below.
+    cursor = ctx.bus.latest_seq
+    state = await _settled(ctx, question)
+    remaining = (seconds_between(format_stamp(time.time()), state.terms.expires_at)
+                 if state.terms.expires_at is not None else MAX_TIMEOUT_S)
+    limit = min(remaining, wait_s) if wait_s is not None else remaining
+    if not wait or state.status != "open" or limit <= 0:
+        return _reply(state)
+    with trio.move_on_after(limit):
+        while True:
+            await ctx.bus.wait_beyond(cursor)
+            new = ctx.bus.events_after(cursor, _PAGE)
+            if new is None:
+                new = await ctx.astore.events_after_seq(cursor, _PAGE)
+            if not new:
+                continue
+            cursor = new[-1]["seq"]
+            if any(e.get("type") == ANSWER and e.get("ack_of") == question["id"] for e in new):
+                state = await _settled(ctx, question)
+                if state.status == "answered":
+                    return _reply(state)
+    return _reply(await _settled(ctx, question))
+
+
+async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    ctx.require_writer()
+    to = check_addressee(args.get("to"))
+    choices = check_choices(args.get("choices"))
+    timeout_s = check_timeout(args.get("timeout_s", DEFAULT_TIMEOUT_S))
+    req = AppendRequest.from_wire({
+        "type": ASK, "stream": args.get("stream") or QUESTION_STREAM, "room": args.get("room") or QUESTION_ROOM,
+        "topic": args.get("topic"), "from_agent": clean_required("from_agent", args.get("from_agent")), "to_agent": to,
+        "body": args.get("body"), "correlation_id": args.get("correlation_id"),
+        "metadata": ask_metadata(choices, format_stamp(time.time()), timeout_s),
+    }, ctx.limits)
+    if is_human(req.from_agent):
+        raise ValidationError("a question is asked by an agent (from_agent); people answer", field="from_agent")
+    return await ctx.astore.write(lambda w: w.append(req))
+
+
+async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Answer a question as a person this daemon holds (``as``; by default the one it holds).
+
+    Refused: a person this daemon does not hold, a question for someone else, an answer that is
+    none of the choices, a question already answered or expired. Two answers written at once (or
+    apart, in a partition) are settled by ``settle``: ``won`` says whether this one counts.
+    """
+    ctx.require_writer()
+    question = await _question(ctx, args.get("event_id"))
+    text = clean_required("text", args.get("text"))
+    person = clean_optional("as", args.get("as"))
+    held = held_people(ctx)
+    in_palace = ctx.store.agents.enforcing or ctx.membership is not None
+    if person is None:
+        if len(held) == 1:
+            person = held[0]
+        elif not in_palace and is_human(question.get("to_agent")) and question.get("to_agent") != "human:*":
+            person = question["to_agent"]
+        else:
+            raise ValidationError("say who answers: --as human:NAME" + (
+                f" (this daemon holds {', '.join(held)})" if held else
+                " (this daemon holds no person's id: the palace owner grants one with `palacectl agent transfer "
+                "human:NAME --to PEER_ID` on the daemon holding the palace CA)"), field="as")
+    if not is_human(person):
+        raise ValidationError(f"as={person!r}: answers come from a person, human:NAME", field="as")
+    if in_palace and person not in held and not _grantable_here(ctx, person):
+        raise ApiError(f"{person} is not held by this daemon, so its answer would not count; answer from the "
+                       f"daemon holding {person}, or have it moved here (`palacectl agent transfer {person} --to "
+                       f"{ctx.store.agents.daemon}` on the palace owner's daemon)", code="forbidden")
+    to = question.get("to_agent")
+    if to != "human:*" and to != person:
+        raise ApiError(f"the question is for {to}, not {person}", code="forbidden")
+    state = await _settled(ctx, question)
+    if state.status == "answered":
+        assert state.answer is not None
+        raise ApiError(f"already answered by {state.answer.get('from_agent')} at {state.answer.get('created_at')}: "
+                       f"{state.choice!r}", code="conflict")
+    if state.status == "expired":
+        raise ApiError(f"the question expired at {state.terms.expires_at}; nobody waits for its answer any more",
+                       code="conflict")
+    choice = match_choice(state.terms, text)
+    if choice is None:
+        raise ValidationError(f"{text!r} is not one of the choices: {', '.join(state.terms.choices or ())}", field="text")
+    req = AppendRequest.from_wire({
+        "type": ANSWER, "stream": question["stream"], "room": question["room"], "topic": question.get("topic"),
+        "from_agent": person, "to_agent": question["from_agent"], "ack_of": question["id"],
+        "correlation_id": question.get("correlation_id"), "body": choice,
+    }, ctx.limits)
+    written = await ctx.astore.write(lambda w: w.append(req))
+    state = await _settled(ctx, question)
+    return {"answer": written, "won": state.answer is not None and state.answer.get("id") == written["id"],
+            "question": state.to_wire()}
+
+
+def _grantable_here(ctx: Context, person: str) -> bool:
+    """The daemon holding the palace CA grants a person's id to itself on first use."""
+    agents = ctx.store.agents
+    return agents.human_grant is not None and agents.records.get(person) is None
+
+
+async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Questions, newest first, with their state: to a person (``to``: human:NAME takes those to
+    human:* too), of a ``status`` (open, answered, expired; default any), at most ``limit``."""
+    to = args.get("to")
+    if to is not None:
+        to = check_addressee(to)
+    status = args.get("status")
+    if status not in (None, "open", "answered", "expired"):
+        raise ValidationError("status must be open, answered or expired", field="status")
+    limit = args.get("limit", 50)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_QUESTIONS:
+        raise ValidationError(f"limit must be 1 to {MAX_QUESTIONS}", field="limit")
+    filters: dict[str, Any] = {"types": [ASK], "order": "desc", "limit": MAX_QUESTIONS if status else limit}
+    if to is not None:
+        filters["to_agents"] = sorted({to, "human:*"})
+    asked = await ctx.astore.list_events(ListQuery.from_wire(filters))
+    answers = await ctx.astore.acks_of([q["id"] for q in asked], ANSWER, 10_000) if asked else []
+    by_question: dict[str, list[dict[str, Any]]] = {}
+    for a in answers:
+        by_question.setdefault(a["ack_of"], []).append(a)
+    now = format_stamp(time.time())
+    out = []
+    for q in asked:
+        state = settle(q, by_question.get(q["id"], []), lambda a: proven_person(ctx, a), now)
+        if status is None or state.status == status:
+            out.append(state.to_wire())
+        if len(out) >= limit:
+            break
+    return {"questions": out, "count": len(out)}
+
+
+OPS: Final = {"ask": ask, "answer": answer, "questions": questions}

@@ -1,0 +1,215 @@
+"""Questions to a person: an agent asks, a person answers, and every replica agrees who answered.
+
+Owns: the two event types (``question.ask``, ``question.answer``), what their metadata says
+(``AskTerms``: the choices, if any, and when the question expires), the checks on both, and
+``settle``: the state of one question from its answers, the same on every replica.
+
+Theory of operation
+-------------------
+An agent (or an unattended run) asks ``human:NAME`` — or ``human:*``, anyone — a question and
+waits. The question is an event like any other: signed, replicated, seen by every daemon. An
+answer is a ``question.answer`` event that acknowledges it (``ack_of``), written as the person.
+
+Only a *proven* person answers: an event written as ``human:NAME`` by the daemon that holds that
+id (people's ids are granted by the palace CA: ``agents.py``), the caller's ``proven`` says so. A
+question to ``human:ana`` is answered by ana only; one to ``human:*`` by any proven person. A
+question with choices takes one of them (matched without regard to case). An answer written after
+the question expired (by the answerer's clock, as for claims and leases) does not count.
+
+Several answers can exist — two people answering at once, or on two sides of a partition. They are
+ordered by ``(created_at, event id)``, the order every replica computes from the same events; the
+first that counts wins, and every other is *flagged* with why it did not count. So each replica
+settles a question the same way once it holds the same events, whatever order they arrived in.
+
+Pure: stdlib only; no clock (``now`` is a parameter), no IO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from .agents import HUMAN_PREFIX, check_agent_id, is_human
+from .errors import ValidationError
+from .stamps import STAMP_RE, add_seconds, seconds_between
+
+__all__ = [
+    "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S", "MIN_TIMEOUT_S",
+    "QUESTION_ROOM", "QUESTION_STREAM", "AskTerms", "QuestionState", "ask_metadata", "check_addressee",
+    "check_choices", "check_timeout", "match_choice", "settle",
+]
+
+ASK: Final = "question.ask"
+ANSWER: Final = "question.answer"
+#: ``to`` of a question anyone (any proven person) may answer
+ANYONE: Final = HUMAN_PREFIX + "*"
+#: where questions live unless the asker says otherwise
+QUESTION_STREAM: Final = "questions"
+QUESTION_ROOM: Final = "general"
+# Why 30 minutes: long enough for a person to notice a notification and answer from a phone;
+# short enough that a run waiting on nobody gives up within a working session.
+DEFAULT_TIMEOUT_S: Final = 30 * 60
+# Why 1 s and 7 days: a script may ask with a short fuse (and gets exit 2, never a yes); longer
+# than a week is a task, not a wait.
+MIN_TIMEOUT_S: Final = 1
+MAX_TIMEOUT_S: Final = 7 * 86400
+# Why 12 choices of 100 characters: a question is answered with one click on a phone; more is a form.
+MAX_CHOICES: Final = 12
+MAX_CHOICE_CHARS: Final = 100
+
+
+def check_addressee(to: Any) -> str:
+    """``human:NAME`` or ``human:*``.
+
+    Raises:
+        ValidationError: anything else (an agent's id, an empty value).
+    """
+    if not isinstance(to, str) or not (to == ANYONE or is_human(to)):
+        raise ValidationError(f"to={to!r}: a question goes to a person, human:NAME, or to anyone, human:*",
+                              field="to")
+    if to != ANYONE:
+        check_agent_id(to, field="to")
+    return to
+
+
+def check_choices(choices: Any) -> tuple[str, ...] | None:
+    """The choices offered (None: a free-text answer): 2..MAX_CHOICES distinct, non-empty, short.
+
+    Raises:
+        ValidationError: naming what is wrong.
+    """
+    if choices is None:
+        return None
+    if not isinstance(choices, (list, tuple)) or not all(isinstance(c, str) for c in choices):
+        raise ValidationError("choices must be a list of strings (--choices yes,no)", field="choices")
+    cleaned = tuple(c.strip() for c in choices)
+    if not 2 <= len(cleaned) <= MAX_CHOICES:
+        raise ValidationError(f"choices: offer 2 to {MAX_CHOICES} (or none, for a free-text answer)", field="choices")
+    for choice in cleaned:
+        if not choice or len(choice) > MAX_CHOICE_CHARS or any(ch < " " for ch in choice):
+            raise ValidationError(f"choices: each is 1 to {MAX_CHOICE_CHARS} characters on one line ({choice!r})",
+                                  field="choices")
+    if len({c.casefold() for c in cleaned}) != len(cleaned):
+        raise ValidationError("choices: each must differ from the others (case aside)", field="choices")
+    return cleaned
+
+
+def check_timeout(seconds: Any) -> int:
+    """Raises ValidationError unless ``seconds`` is an integer from MIN_TIMEOUT_S to MAX_TIMEOUT_S."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S:
+        raise ValidationError(f"timeout: from {MIN_TIMEOUT_S} s to {MAX_TIMEOUT_S // 86400} days (e.g. 30m, 2h)",
+                              field="timeout_s")
+    return seconds
+
+
+def ask_metadata(choices: tuple[str, ...] | None, asked_at: str, timeout_s: int) -> dict[str, Any]:
+    """The metadata of a ``question.ask`` written at ``asked_at`` (the daemon's clock)."""
+    meta: dict[str, Any] = {"expires_at": add_seconds(asked_at, timeout_s), "timeout_s": timeout_s}
+    if choices is not None:
+        meta["choices"] = list(choices)
+    return meta
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AskTerms:
+    """What a question's metadata says, read defensively (it may come from any peer)."""
+
+    choices: tuple[str, ...] | None = None
+    expires_at: str | None = None
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> AskTerms:
+        meta = metadata if isinstance(metadata, Mapping) else {}
+        try:
+            choices = check_choices(meta.get("choices"))
+        except ValidationError:
+            choices = None  # a peer's malformed choices: the question takes any text
+        expires = meta.get("expires_at")
+        return cls(choices, expires if isinstance(expires, str) and STAMP_RE.match(expires) else None)
+
+
+def match_choice(terms: AskTerms, text: str) -> str | None:
+    """The answer as it counts: the choice ``text`` names (case aside; the choice as offered), or
+    the text itself for a free-text question; None when it names no choice."""
+    text = text.strip()
+    if terms.choices is None:
+        return text or None
+    folded = text.casefold()
+    return next((c for c in terms.choices if c.casefold() == folded), None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuestionState:
+    """One question as settled from the answers known here."""
+
+    question: Mapping[str, Any]
+    terms: AskTerms
+    #: open (waiting), answered, or expired (no answer counted before it expired)
+    status: str
+    #: the answer that counts (the event), if any
+    answer: Mapping[str, Any] | None
+    #: (answer event, why it did not count), in the settling order
+    flagged: tuple[tuple[Mapping[str, Any], str], ...]
+
+    @property
+    def choice(self) -> str | None:
+        """The answer's text as it counts (the choice as offered), if answered."""
+        return match_choice(self.terms, self.answer.get("body") or "") if self.answer is not None else None
+
+    def to_wire(self) -> dict[str, Any]:
+        q = self.question
+        out: dict[str, Any] = {
+            "question_id": q.get("id"), "asked_by": q.get("from_agent"), "to": q.get("to_agent"),
+            "question": q.get("body"), "asked_at": q.get("created_at"), "correlation_id": q.get("correlation_id"),
+            "choices": list(self.terms.choices) if self.terms.choices is not None else None,
+            "expires_at": self.terms.expires_at, "status": self.status, "answer": None,
+            "flagged": [{"event_id": a.get("id"), "by": a.get("from_agent"), "created_at": a.get("created_at"),
+                         "why": why} for a, why in self.flagged],
+        }
+        if self.answer is not None:
+            out["answer"] = {"event_id": self.answer.get("id"), "by": self.answer.get("from_agent"),
+                             "text": self.choice, "answered_at": self.answer.get("created_at")}
+        return out
+
+
+def _expired(expires_at: str | None, at: str) -> bool:
+    return expires_at is not None and seconds_between(expires_at, at) > 0
+
+
+def settle(question: Mapping[str, Any], answers: Iterable[Mapping[str, Any]],
+           proven: Callable[[Mapping[str, Any]], bool], now: str) -> QuestionState:
+    """The state of ``question`` from ``answers`` (any order; events other than its answers are
+    ignored), judged at ``now``. ``proven(answer)``: whether the answer was written by the daemon
+    that holds its author's person id (see the module docstring)."""
+    terms = AskTerms.from_metadata(question.get("metadata"))
+    addressee = question.get("to_agent")
+    mine = [a for a in answers if a.get("type") == ANSWER and a.get("ack_of") == question.get("id")]
+    ordered: Sequence[Mapping[str, Any]] = sorted(mine, key=lambda a: (str(a.get("created_at")), str(a.get("id"))))
+    winner: Mapping[str, Any] | None = None
+    flagged: list[tuple[Mapping[str, Any], str]] = []
+    seen: set[Any] = set()
+    for answer in ordered:
+        if answer.get("id") in seen:
+            continue
+        seen.add(answer.get("id"))
+        author = answer.get("from_agent")
+        why: str | None = None
+        if winner is not None:
+            why = f"answered already by {winner.get('from_agent')} ({winner.get('id')})"
+        elif not is_human(author):
+            why = f"{author} is not a person's id"
+        elif addressee != ANYONE and author != addressee:
+            why = f"the question is for {addressee}, not {author}"
+        elif not proven(answer):
+            why = f"{author} is not held by the daemon that wrote this answer (not a proven person)"
+        elif _expired(terms.expires_at, str(answer.get("created_at"))):
+            why = f"written after the question expired ({terms.expires_at})"
+        elif match_choice(terms, answer.get("body") or "") is None:
+            why = "not one of the choices (" + ", ".join(terms.choices or ()) + ")"
+        if why is None:
+            winner = answer
+        else:
+            flagged.append((answer, why))
+    status = "answered" if winner is not None else "expired" if _expired(terms.expires_at, now) else "open"
+    return QuestionState(question, terms, status, winner, tuple(flagged))

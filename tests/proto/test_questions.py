@@ -1,0 +1,129 @@
+"""``palace_proto.questions``: the checks on a question and an answer, and ``settle``, which every
+replica runs on the same events to agree on the answer that counts."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from palace_proto.errors import ValidationError
+from palace_proto.questions import (
+    ANSWER, ANYONE, ASK, AskTerms, ask_metadata, check_addressee, check_choices, check_timeout, match_choice, settle,
+)
+
+ASKED_AT = "2026-12-04T10:00:00.000000Z"
+
+
+def question(to="human:ana", choices=("yes", "no"), timeout_s=600, qid="evt_q"):
+    return {"id": qid, "type": ASK, "from_agent": "mac-claude", "to_agent": to, "body": "Drop the orders table?",
+            "created_at": ASKED_AT, "metadata": ask_metadata(tuple(choices) if choices else None, ASKED_AT, timeout_s)}
+
+
+def answer(body, by="human:ana", at="2026-12-04T10:01:00.000000Z", aid="evt_a1", of="evt_q"):
+    return {"id": aid, "type": ANSWER, "from_agent": by, "ack_of": of, "body": body, "created_at": at}
+
+
+def everyone_proven(event):
+    return True
+
+
+NOW = "2026-12-04T10:02:00.000000Z"
+
+
+def test_the_addressee_is_a_person_or_anyone():
+    assert check_addressee("human:ana") == "human:ana"
+    assert check_addressee(ANYONE) == ANYONE
+    for bad in ("mac-claude", "*", "", None, "human:", "human:a b"):
+        with pytest.raises(ValidationError):
+            check_addressee(bad)
+
+
+def test_choices_are_a_short_list_of_distinct_one_line_strings():
+    assert check_choices(None) is None
+    assert check_choices([" yes", "no "]) == ("yes", "no")
+    for bad in (["yes"], [str(i) for i in range(13)], ["yes", "YES"], ["yes", ""], ["a\nb", "c"], "yes,no",
+                ["x" * 101, "y"], [1, 2]):
+        with pytest.raises(ValidationError):
+            check_choices(bad)
+
+
+def test_the_timeout_is_bounded():
+    assert check_timeout(1) == 1 and check_timeout(7 * 86400) == 7 * 86400
+    for bad in (0, 7 * 86400 + 1, True, "30", 2.5):
+        with pytest.raises(ValidationError):
+            check_timeout(bad)
+
+
+def test_a_choice_matches_without_regard_to_case_and_is_given_as_offered():
+    terms = AskTerms(("Yes", "No"))
+    assert match_choice(terms, " yes ") == "Yes"
+    assert match_choice(terms, "maybe") is None
+    assert match_choice(AskTerms(), "  any text ") == "any text"
+    assert match_choice(AskTerms(), "   ") is None
+
+
+def test_a_peers_malformed_terms_are_read_defensively():
+    terms = AskTerms.from_metadata({"choices": "yes", "expires_at": "tomorrow"})
+    assert terms == AskTerms(None, None)
+    assert AskTerms.from_metadata(None) == AskTerms()
+
+
+def test_an_open_question_expires_at_its_timeout():
+    q = question(timeout_s=60)
+    assert settle(q, [], everyone_proven, "2026-12-04T10:00:59.000000Z").status == "open"
+    assert settle(q, [], everyone_proven, "2026-12-04T10:01:01.000000Z").status == "expired"
+
+
+def test_the_first_answer_that_counts_wins_and_every_other_is_flagged_with_why():
+    q = question()
+    answers = [
+        answer("yes", by="human:bob", aid="evt_1", at="2026-12-04T10:00:10.000000Z"),   # not the addressee
+        answer("maybe", aid="evt_2", at="2026-12-04T10:00:20.000000Z"),                 # not a choice
+        answer("No", aid="evt_3", at="2026-12-04T10:00:30.000000Z"),                    # counts
+        answer("yes", aid="evt_4", at="2026-12-04T10:00:40.000000Z"),                   # too late
+        answer("yes", by="mac-claude", aid="evt_5", at="2026-12-04T10:00:05.000000Z"),  # not a person
+        {**answer("yes", aid="evt_6"), "ack_of": "evt_other"},                          # another question's
+    ]
+    state = settle(q, answers, everyone_proven, NOW)
+    assert state.status == "answered" and state.answer["id"] == "evt_3" and state.choice == "no"  # the choice as offered
+    why = {a["id"]: reason for a, reason in state.flagged}
+    assert set(why) == {"evt_1", "evt_2", "evt_4", "evt_5"}
+    assert "for human:ana, not human:bob" in why["evt_1"]
+    assert "not one of the choices" in why["evt_2"]
+    assert "answered already by human:ana (evt_3)" in why["evt_4"]
+    assert "not a person" in why["evt_5"]
+    wire = state.to_wire()
+    assert wire["answer"] == {"event_id": "evt_3", "by": "human:ana", "text": "no", "answered_at": "2026-12-04T10:00:30.000000Z"}
+    assert wire["status"] == "answered" and wire["choices"] == ["yes", "no"] and len(wire["flagged"]) == 4
+
+
+def test_an_unproven_person_and_an_answer_after_expiry_never_count():
+    q = question(to=ANYONE, timeout_s=60)
+    forged = answer("yes", by="human:root", aid="evt_f", at="2026-12-04T10:00:10.000000Z")
+    late = answer("yes", aid="evt_l", at="2026-12-04T10:05:00.000000Z")
+    state = settle(q, [forged, late], lambda a: a["id"] != "evt_f", NOW)
+    assert state.status == "expired" and state.answer is None
+    why = dict((a["id"], reason) for a, reason in state.flagged)
+    assert "not a proven person" in why["evt_f"] and "after the question expired" in why["evt_l"]
+
+
+def test_anyone_may_answer_a_question_to_anyone():
+    state = settle(question(to=ANYONE, choices=None), [answer("go ahead", by="human:bob")], everyone_proven, NOW)
+    assert state.answer["from_agent"] == "human:bob" and state.choice == "go ahead"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.permutations(range(5)), st.lists(st.booleans(), min_size=5, max_size=5))
+def test_every_replica_settles_the_same_whatever_order_the_answers_arrived_in(order, proven_flags):
+    """Guards convergence: the answer that counts depends on the set of answers only."""
+    answers = [answer(["yes", "no", "maybe", "YES", "No"][i], by=["human:ana", "human:bob"][i % 2], aid=f"evt_{i}",
+                      at=f"2026-12-04T10:00:0{i % 3}.000000Z") for i in range(5)]
+    proven = {f"evt_{i}": flag for i, flag in enumerate(proven_flags)}
+    reference = settle(question(to=ANYONE), answers, lambda a: proven[a["id"]], NOW)
+    shuffled = [answers[i] for i in order]
+    state = settle(question(to=ANYONE), shuffled + shuffled[:2], lambda a: proven[a["id"]], NOW)  # duplicates too
+    assert (state.status, state.answer and state.answer["id"]) == (reference.status, reference.answer and reference.answer["id"])
+    assert [a["id"] for a, _ in state.flagged] == [a["id"] for a, _ in reference.flagged]
