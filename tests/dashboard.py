@@ -121,13 +121,13 @@ class DashboardProcess:
         return page[page.index(marker) + len(marker):].split('"', 1)[0]
 
     def post_message(self, doc: Any, *, csrf: str | None = None, origin: str | None = None,
-                     content_type: str = "application/json") -> Answer:
+                     content_type: str = "application/json", path: str = "/api/message") -> Answer:
         body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
         headers = {"Cookie": self.cookie, "Content-Type": content_type,
                    "Origin": origin if origin is not None else f"http://127.0.0.1:{self.port}"}
         if csrf is not False:
             headers["X-CSRF-Token"] = csrf if csrf is not None else self.csrf_token()
-        return http_request(self.port, "POST", "/api/message", headers=headers, body=body)
+        return http_request(self.port, "POST", path, headers=headers, body=body)
 
     def stream(self, path: str = "/logstream/stream", headers: Mapping[str, str] | None = None) -> EventStream:
         return EventStream(self.port, path, {**self.auth(), **(headers or {})})

@@ -15,6 +15,7 @@ Routes (all but ``/healthz`` behind the gate):
     GET  /logstream/stream      the log as server-sent events (``sse``)
     GET  /api/...               one JSON document per page or panel (``views``)
     POST /api/message           a person's message (CSRF token and Origin required; not on observers)
+    POST /api/answer            a person's answer to a question (the same requirements)
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class Dashboard:
             ("GET", re.compile(r"^/api/memory/entity$"), self._json(self.views.entity)),
             ("GET", re.compile(r"^/api/memory/diary$"), self._json(self.views.diary)),
             ("POST", re.compile(r"^/api/message$"), self._message),
+            ("POST", re.compile(r"^/api/answer$"), self._answer),
             ("GET", re.compile(r"^/logstream/stream$"), self._stream),
             ("GET", re.compile(r"^/statusz$"), self._json(lambda r: self.statusz())),
             ("GET", re.compile(r"^/static/([^/]{1,64})$"), self._static),
@@ -282,3 +284,10 @@ class Dashboard:
             raise HttpError(403, "this daemon is a read-only observer: it sends no messages")
         doc = await request.json_body(MAX_BODY_BYTES)
         await send_json(send, 200, await self._bounded(self.views.send_message(doc)))
+
+    async def _answer(self, request: Request, send: Send) -> None:
+        session = await self.views.session()
+        if not session["can_write"]:
+            raise HttpError(403, "this daemon is a read-only observer: it writes no answers")
+        doc = await request.json_body(MAX_BODY_BYTES)
+        await send_json(send, 200, await self._bounded(self.views.answer_question(doc)))

@@ -29,6 +29,8 @@ from palace_proto.agents import check_agent_id, is_human
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.export import ExportError, verify_export_event
 from palace_proto.filters import filter_args
+from palace_proto.questions import ANSWER as QUESTION_ANSWER
+from palace_proto.questions import ASK as QUESTION_ASK
 
 from ..aclient import AsyncDaemon
 from .http import HttpError, Request
@@ -212,7 +214,8 @@ class Views:
         # dashboard, who may be written to before ever writing.
         humans = list(dict.fromkeys([self.human, *(a["agent"] for a in roster
                                                    if a.get("kind") == "human" or is_human(a["agent"]))]))
-        waiting = await self._waiting_on_humans(humans)
+        waiting, questions = await gather([lambda: self._waiting_on_humans(humans),
+                                           lambda: self.call("questions", to=self.human, status="open", limit=50)])
         conflicts = self._conflicts(tasks, leases.get("leases", []), agents.get("agents", []), status)
         health = status.get("health") or {}
         return {
@@ -226,6 +229,8 @@ class Views:
             "open": [t for t in tasks if t["state"] == "open"][:20],
             "conflicts": conflicts,
             "waiting": waiting,
+            # Questions to this dashboard's person (and to anyone): answered here with one click.
+            "questions": questions.get("questions", []),
             "watching": who.get("count", 0),
         }
 
@@ -256,6 +261,8 @@ class Views:
         for event in to_them.get("events", []):
             if event.get("to_agent") == "*" or is_human(event.get("from_agent") or ""):
                 continue
+            if event.get("type") in (QUESTION_ASK, QUESTION_ANSWER):
+                continue  # questions have their own list, settled by the daemon
             if event["id"] in answered_ids:
                 continue
             cid = event.get("correlation_id")
@@ -519,7 +526,24 @@ class Views:
                                for a in agents.get("agents", [])]}
         return await self.call("diary_read", agent_name=agent, last_n=_positive(request, "last_n", 20, 100))
 
-    # -- the one write -------------------------------------------------------------------------
+    # -- the writes: a person's message, a person's answer ---------------------------------------
+
+    async def answer_question(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """This dashboard's person answers a question (the daemon checks that it holds the person,
+        that the question is theirs, open, and that the text is one of its choices)."""
+        unknown = set(doc) - {"question_id", "text"}
+        if unknown:
+            raise HttpError(400, f"unknown field {sorted(unknown)[0]!r}; an answer has question_id, text")
+        question_id, text = doc.get("question_id"), doc.get("text")
+        if not isinstance(question_id, str):
+            raise HttpError(400, "question_id must be the question's event id")
+        if not isinstance(text, str) or not text.strip():
+            raise HttpError(400, "text must be the answer (one of the choices, or any text)")
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
+            raise HttpError(400, f"the answer is over {MAX_MESSAGE_BYTES} bytes")
+        return await self.call("answer", event_id=_event_id(question_id, "question_id"), text=text,
+                               **{"as": self.human})
+
 
     async def send_message(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         """A person's message to an agent or to everyone, with high importance (it wakes the

@@ -196,6 +196,29 @@ def test_an_answer_from_a_person_takes_a_message_off_the_waiting_list(ui, ctl):
     assert ui.get_json("/api/now")["waiting"] == []
 
 
+def test_a_question_is_answered_from_the_now_page_and_ends_the_askers_wait(ui, daemon):
+    """Issue 28: a question to the dashboard's person (or to anyone) is listed on the Now page
+    with its choices, answered in one request as that person (CSRF token and Origin required),
+    and the asker's `palacectl ask` returns the answer."""
+    asking = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(daemon.home), "ask", "Drop the old view?",
+                               "--agent", "linux-codex", "--to", "human:ana", "--choices", "yes,no", "--timeout", "2m"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    [question] = wait_until(lambda: ui.get_json("/api/now")["questions"], "the question on the Now page")
+    assert question["choices"] == ["yes", "no"] and question["asked_by"] == "linux-codex"
+    assert ui.get_json("/api/now")["waiting"] == []  # listed once, as a question
+    doc = {"question_id": question["question_id"], "text": "yes"}
+    assert ui.post_message(doc, path="/api/answer", csrf=False).status == 403
+    assert ui.post_message({**doc, "as": "human:root"}, path="/api/answer").status == 400
+    answered = ui.post_message(doc, path="/api/answer")
+    assert answered.status == 200, answered
+    assert answered.json()["won"] is True and answered.json()["answer"]["from_agent"] == "human:ana"
+    out, err = asking.communicate(timeout=30)
+    assert asking.returncode == 0 and out.decode().strip() == "yes", err
+    assert ui.get_json("/api/now")["questions"] == []
+    again = ui.post_message(doc, path="/api/answer")
+    assert again.status >= 400 and b"already answered" in again.body
+
+
 def test_an_event_is_shown_with_its_signature_verified_by_the_dashboard(ui, ctl):
     event = append_event(ctl, from_agent="mac-claude", body="signed words")
     detail = ui.get_json(f"/api/event/{event['id']}")

@@ -257,6 +257,29 @@ def test_a_message_sent_from_the_page_reaches_the_agents_watch(single, daemon, b
     assert console_errors(driver) == []
 
 
+def test_a_question_is_answered_with_one_click_on_now(single, daemon, browser_factory):
+    """Issue 28: the person sees the question on Now with its choices; one click answers it, and
+    the asker's `palacectl ask` prints that answer."""
+    asking = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(daemon.home), "ask", "Run the migration now?",
+                               "--agent", "linux-codex", "--to", "human:*", "--choices", "now,tonight",
+                               "--timeout", "2m"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: ctl_json(daemon.home, "questions", "--status", "open")["questions"], "the question")
+        driver = browser_factory()
+        sign_in(driver, single)
+        open_page(driver, single, "now")
+        wait_for(driver, lambda d: "Questions for you (1)" in text_of(d) and "Run the migration now?" in text_of(d),
+                 "the question on Now")
+        [tonight] = [b for b in driver.find_elements("css selector", "button.answer-choice") if b.text == "tonight"]
+        tonight.click()
+        out, err = asking.communicate(timeout=30)
+    finally:
+        asking.kill()
+    assert asking.returncode == 0 and out.decode().strip() == "tonight", err
+    wait_for(driver, lambda d: "Questions for you" not in text_of(d), "the question answered")
+    assert console_errors(driver) == []
+
+
 def test_a_browser_without_the_secret_sees_nothing_of_the_palace(single, ctl, browser_factory):
     append_event(ctl, from_agent="mac-claude", body="private plans")
     driver = browser_factory()

@@ -260,7 +260,8 @@ async function pageNow(page) {
 function nowSummary(data) {
   const health = data.health || {};
   const waiting = data.waiting || [];
-  const needs = waiting.length + data.stalled.length + data.conflicts.length + data.stuck.length;
+  const questions = data.questions || [];
+  const needs = questions.length + waiting.length + data.stalled.length + data.conflicts.length + data.stuck.length;
   const cards = h("div", { class: "cards" },
     h("div", { class: "card" }, h("div", { class: `figure ${needs ? "warn" : "ok"}` }, String(needs)),
       h("div", { class: "label" }, "things waiting on you")),
@@ -277,6 +278,8 @@ function nowSummary(data) {
     parts.push(h("div", { class: "banner bad", role: "alert" }, h("strong", {}, "Daemon: "), health.problems.join(" · ")));
   }
   const needsPanel = panel("Needs you",
+    questions.length ? h("div", { id: "questions" }, h("h3", {}, `Questions for you (${questions.length})`),
+      h("ul", { class: "questions" }, questions.map(questionItem))) : null,
     waiting.length ? h("div", {}, h("h3", {}, `Waiting on a person (${waiting.length})`),
       table(["when", "from", "to", "message", ""], waiting.map((ev) => [
         time(ev.created_at), agent(ev.from_agent), agent(ev.to_agent),
@@ -378,6 +381,40 @@ function messageForm() {
     } catch (error) { status.textContent = `Not sent: ${error.message}`; }
   });
   return form;
+}
+
+function questionItem(q) {
+  const status = h("span", { class: "small", role: "status" });
+  const send = async (text, buttons) => {
+    buttons.forEach((b) => { b.disabled = true; });
+    status.textContent = "Answering…";
+    try {
+      const result = await api("/api/answer", { method: "POST", body: JSON.stringify({ question_id: q.question_id, text }),
+        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRF-Token": CSRF } });
+      status.textContent = result.won ? `Answered: ${result.question.answer.text}` :
+        `Another answer counted first: ${result.question.answer ? result.question.answer.text : "none"}`;
+    } catch (error) {
+      status.textContent = `Not answered: ${error.message}`;
+      buttons.forEach((b) => { b.disabled = false; });
+    }
+  };
+  const controls = [];
+  if (session.can_write && q.choices) {
+    const buttons = q.choices.map((choice) => h("button", { type: "button", class: "secondary answer-choice",
+      "data-choice": choice }, choice));
+    buttons.forEach((b) => b.addEventListener("click", () => send(b.getAttribute("data-choice"), buttons)));
+    controls.push(...buttons);
+  } else if (session.can_write) {
+    const input = h("input", { type: "text", class: "answer-text", "aria-label": "Your answer", maxlength: "2000" });
+    const button = h("button", { type: "button", class: "secondary" }, "Answer");
+    button.addEventListener("click", () => { if (input.value.trim()) send(input.value, [button]); });
+    controls.push(input, button);
+  }
+  return h("li", { class: "question", "data-question": q.question_id },
+    h("div", {}, agent(q.asked_by), " asks ", agent(q.to), " · ", time(q.asked_at),
+      q.correlation_id ? [" · ", taskLink(q.correlation_id)] : "", " · expires ", time(q.expires_at)),
+    h("p", { class: "question-text" }, q.question || ""),
+    h("div", { class: "row" }, controls, status));
 }
 
 function refreshAgentList() {
