@@ -1,8 +1,8 @@
 """What each dashboard page shows, gathered from the local daemon's operations.
 
 Owns: one method per page or panel (``now``, ``events``, ``event``, ``tasks``, ``task``,
-``artifact``, ``fleet``, ``leases``, ``search``, ``drawer``, ``entity``, ``diary``), the one write
-(``send_message``, a person's message), and how their query parameters become daemon arguments.
+``artifact``, ``fleet``, ``leases``, ``search``, ``drawer``, ``entity``, ``diary``), the two writes
+(``send_message``, a person's message; ``answer_question``, a person's answer), and how their query parameters become daemon arguments.
 Every read is a bounded daemon operation — a page of ``list`` through its cursors, the newest 500
 tasks and the older unfinished ones, one agent's last event by its index — so a page costs the
 same on a palace of a million events as on a new one; nothing here loads the whole log.
