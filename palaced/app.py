@@ -38,6 +38,7 @@ from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
+from .notify.notifier import Notifier
 from .peers import Network, NetworkSettings
 from .store import DB_FILENAME, Store
 from .store.aio import AsyncStore
@@ -176,6 +177,9 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                                         config.home, exact_max=config.memory_exact_index_max)
             ctx = Context(config, astore, bus, key, membership=membership, indexer=indexer,
                           start_network=start_network)
+            if config.notify is not None and config.notify.configured:
+                # Notifications out: a background follower of the bus, never on the append path.
+                ctx.notifier = Notifier(ctx, config.notify)
             ops = op_table(ctx)
             store.agents.daemon_label = daemon_label(ctx)
 
@@ -204,6 +208,8 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                         api_nursery.start_soon(LeaseReconciler(ctx).run)
                         api_nursery.start_soon(TaskReconciler(ctx).run)
                         api_nursery.start_soon(LogFollower(ctx).run)
+                        if ctx.notifier is not None:
+                            await api_nursery.start(ctx.notifier.run)
                         task_status.started(ctx)
                         await trio.sleep_forever()
                 finally:

@@ -22,6 +22,8 @@ from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
 from palace_proto.tasks import DEFAULT_STALL_AFTER_S, check_stall_after
 from palace_proto.validation import Limits
 
+from .notify.settings import NotifyConfigError, NotifySettings, parse_notify
+
 __all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "default_home", "load_config"]
 
 CONFIG_FILENAME: Final = paths.CONFIG_FILENAME
@@ -64,6 +66,8 @@ class Config:
     tasks_stall_after_s: int = DEFAULT_STALL_AFTER_S
     #: an agent silent for this long is marked stale in `agents` ([agents] stale_after)
     agents_stale_after_s: int = DEFAULT_STALE_AFTER_S
+    #: who is told of what, through which channels ([notify]; docs/notifications.md); None: nobody
+    notify: NotifySettings | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -121,11 +125,18 @@ def load_config(home: Path) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     values: dict[str, dict[str, Any]] = {}
+    notify = None
     for section, table in raw.items():
         if section in PALACECTL_SECTIONS:
             continue  # palacectl's (runners, the worker's policy): it checks them when it uses them
+        if section == "notify":  # nested tables (people, channels): checked by palaced/notify/settings.py
+            try:
+                notify = parse_notify(table, home)
+            except NotifyConfigError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
+            continue
         if section not in _SCHEMA or not isinstance(table, dict):
-            raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted(_SCHEMA))})")
+            raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted({*_SCHEMA, 'notify'}))})")
         for key, value in table.items():
             expected = _SCHEMA[section].get(key)
             if expected is None:
@@ -174,4 +185,4 @@ def load_config(home: Path) -> Config:
                   tasks_stall_after_s=stall_after_s, agents_stale_after_s=stale_after_s,
                   mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
-                  memory_exact_index_max=memory.get("exact_index_max", 50_000))
+                  memory_exact_index_max=memory.get("exact_index_max", 50_000), notify=notify)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from palace_proto.text import printable
 
 from .. import output
 from ..client import Client
@@ -53,6 +54,13 @@ def status(json_: JsonOpt = False) -> int:
         embedding = result["memory"].get("embedding") or {}
         write_stdout(f"  storage      database {_mib(storage['database_bytes'])}, WAL {_mib(storage['wal_bytes'])}"
                      + (f"; {embedding['pending']:,} drawer(s) await embedding" if embedding.get("pending") else "")
+                     + "\n")
+    notify = result.get("notify")
+    if notify:
+        error = notify.get("last_error")
+        write_stdout(f"  notify       {len(notify['channels'])} channel(s), {notify['sent']} sent, {notify['failed']} failed, "
+                     f"{notify['dropped']} dropped, {notify['pending']} waiting"
+                     + (f"; last error: {printable(error['channel'])}: {printable(error['message'], 200)}" if error else "")
                      + "\n")
     write_stdout("  health       " + ("ok" if health["ok"] else "NEEDS ATTENTION") + "\n")
     for problem in health["problems"]:

@@ -20,7 +20,7 @@ import typer
 from .. import output
 from ..loop import guarded
 from ..output import EXIT_OK, EXIT_USAGE
-from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, palace,
+from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, notify, palace,
                questions, service, session, tasks, ui)
 
 __all__ = ["app", "main"]
@@ -86,6 +86,7 @@ GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("diary", memory.diary_app),
     ("memory", memory.memory_app),
     ("service", service.service_app),
+    ("notify", notify.notify_app),
 )
 
 

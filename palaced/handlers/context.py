@@ -93,6 +93,8 @@ class Context:
     watchers: dict[int, Watcher] = field(default_factory=dict)
     #: correlation ids of the stalled tasks among the recent ones (the task reconciler's last look)
     stalled_tasks: list[str] = field(default_factory=list)
+    #: the notifier (palaced.notify.notifier.Notifier) when [notify] names people; set by app.py
+    notifier: Any = None
     #: the leases as last derived (handlers.leases.LeaseBook, made on first use)
     lease_book: Any = None
     #: when it was last logged that unfinished tasks were left out of task listings (monotonic)

@@ -86,6 +86,8 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                        "refused_from_peers": ctx.store.refusals.redactions},
         # A note, not a health problem: a stalled task needs a person or its requester, not a fix here.
         "tasks": {"stalled": len(ctx.stalled_tasks), "stalled_ids": ctx.stalled_tasks[:20]},
+        # Notifications out ([notify]): people, channels, sent/failed/dropped, last error; null when off
+        "notify": ctx.notifier.statistics() if ctx.notifier is not None else None,
     }
     result["peers"] = await peer_counts(ctx)
     result["health"] = await health(ctx, result)
