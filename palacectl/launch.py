@@ -23,6 +23,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -35,6 +36,8 @@ from palace_proto.paths import CONFIG_FILENAME
 
 from .client import Client, DaemonUnreachable
 from .git import GitDirSnapshot, PinnedGit
+from .permission_policy import DEFAULT_TIMEOUT_S as DEFAULT_APPROVAL_TIMEOUT_S
+from .permission_policy import RUNNER_ENV, TASK_ENV, PermissionPolicy, PolicyError
 from .rules import render_rules
 
 __all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "remove_worktree",
@@ -75,8 +78,10 @@ def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
 #: Each harness's documented headless invocation (docs/coordination.md, "Let a machine work by itself").
 #: ``{handoff}`` is the prompt, ``{workspace}`` the task's worktree (also the working directory).
 BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
-    # `claude --print`: non-interactive; acceptEdits lets it edit files without a prompt.
-    "claude": ["claude", "--print", "--permission-mode", "acceptEdits", "{handoff}"],
+    # `claude --print`: non-interactive; acceptEdits lets it edit files without a prompt; every
+    # other permission request goes to palace's `approve` tool (the policy, or a person: issue 28).
+    "claude": ["claude", "--print", "--permission-mode", "acceptEdits", "--mcp-config", "{palace_mcp}",
+               "--permission-prompt-tool", "mcp__palace_run__approve", "{handoff}"],
     # `codex exec`: non-interactive; workspace-write lets it edit inside --cd.
     "codex": ["codex", "exec", "--cd", "{workspace}", "--sandbox", "workspace-write", "{handoff}"],
     # `gemini --prompt`: headless; auto_edit approves edits (not other tools); --skip-trust: a fresh
@@ -86,7 +91,13 @@ BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
     # project from $PWD otherwise, and refuses edits outside it: issue 26's harness rig).
     "opencode": ["opencode", "run", "--dir", "{workspace}", "{handoff}"],
 }
-PLACEHOLDERS: Final = ("{handoff}", "{workspace}", "{correlation_id}")
+PLACEHOLDERS: Final = ("{handoff}", "{workspace}", "{correlation_id}", "{palace_mcp}")
+#: the MCP server a run's harness is given for its permission requests (``{palace_mcp}``: a JSON
+#: file of ``mcpServers``), and the tool it names: ``mcp__palace_run__approve`` in Claude Code
+RUN_MCP_SERVER: Final = "palace_run"
+# Why a minute over the policy's timeout: the harness must not give up on the approve tool before
+# palace has had its answer (or its timeout, a deny) from the person.
+_APPROVAL_MARGIN_S: Final = 60
 # Why 2 KiB: the tail of a failed run's log that goes verbatim into the reply (the whole log is
 # the artifact); enough for a traceback's last frames and the error.
 LOG_TAIL_BYTES: Final = 2048
@@ -116,12 +127,7 @@ def runner_command(name: str, home: Path) -> list[str]:
         LaunchRefused: unknown runner, or a malformed ``[runners.NAME]``.
     """
     path = home / CONFIG_FILENAME
-    try:
-        config = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        config = {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise LaunchRefused(f"cannot read {path}: {exc}") from None
+    config = _read_config(home)
     runners = config.get("runners", {})
     custom = runners.get(name) if isinstance(runners, dict) else None
     if custom is not None:
@@ -135,6 +141,21 @@ def runner_command(name: str, home: Path) -> list[str]:
     known = sorted(set(BUILTIN_RUNNERS) | (set(runners) if isinstance(runners, dict) else set()))
     raise LaunchRefused(f"unknown runner {name!r}: use one of {', '.join(known)}, or define "
                         f"[runners.{name}] command = [...] in {path}")
+
+
+def _read_config(home: Path) -> dict[str, Any]:
+    """``config.toml`` of ``home``, parsed ({} when there is none).
+
+    Raises:
+        LaunchRefused: it cannot be read or parsed.
+    """
+    path = home / CONFIG_FILENAME
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise LaunchRefused(f"cannot read {path}: {exc}") from None
 
 
 def fill(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
@@ -383,10 +404,11 @@ class Launch:
                 self._event("task.reply", reason, status="blocked")
                 raise LaunchRefused(f"cannot create the worktree {self.worktree}: {exc}") from None
         prompt = self._prompt()
-        command = fill(self.template, {"handoff": prompt, "workspace": str(self.worktree),
-                                       "correlation_id": self.cid})
         log_path = self.log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        mcp_config = self._write_run_mcp_config(log_path.with_suffix(".mcp.json"))
+        command = fill(self.template, {"handoff": prompt, "workspace": str(self.worktree),
+                                       "correlation_id": self.cid, "palace_mcp": str(mcp_config)})
         result = LaunchResult(self.cid, self.agent, self.runner, str(self.worktree), "failed", None, "")
         previous = ({sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
                     if self.handle_signals else {})
@@ -397,8 +419,7 @@ class Launch:
                 try:
                     # PWD too: a runner that reads it (OpenCode) must not see the launching shell's.
                     self._proc = subprocess.Popen(command, cwd=self.worktree, stdout=log, stderr=subprocess.STDOUT,
-                                                  stdin=subprocess.DEVNULL, env={**os.environ, "PWD": str(self.worktree)},
-                                                  **NEW_PROCESS_GROUP)
+                                                  stdin=subprocess.DEVNULL, env=self._run_env(), **NEW_PROCESS_GROUP)
                 except OSError as exc:
                     result.outcome, result.reason = "failed", f"cannot start runner {command[0]!r}: {exc.strerror or exc}"
                     self._finish(result, log_path)
@@ -420,6 +441,28 @@ class Launch:
         self._judge(result)
         self._finish(result, log_path)
         return result
+
+    def _write_run_mcp_config(self, path: Path) -> Path:
+        """The MCP server of this run's permission requests (``{palace_mcp}``): palace's ``approve``
+        tool, speaking as the run's agent, on this home. Beside the log, never in the worktree."""
+        server = {"type": "stdio", "command": sys.executable,
+                  "args": ["-m", "palacectl", "mcp", "--agent", self.agent, "--home", str(self.home),
+                           "--tools", "approvals"]}
+        path.write_text(json.dumps({"mcpServers": {RUN_MCP_SERVER: server}}, indent=2) + "\n", encoding="utf-8")
+        return path
+
+    def _run_env(self) -> dict[str, str]:
+        """The runner's environment: ours, its working directory (a runner that reads ``PWD``,
+        OpenCode, must not see the launching shell's), and what palace's ``approve`` tool reads:
+        the task, the runner (whose ``[permissions.RUNNER]`` applies), and, for Claude Code, an MCP
+        tool timeout past the policy's (a person may take that long to answer)."""
+        env = {**os.environ, "PWD": str(self.worktree), TASK_ENV: self.cid, RUNNER_ENV: self.runner}
+        try:
+            timeout_s = PermissionPolicy.from_config(_read_config(self.home), self.runner).timeout_s
+        except (PolicyError, LaunchRefused):
+            timeout_s = DEFAULT_APPROVAL_TIMEOUT_S  # the run's approve tool says what is wrong, and denies
+        env.setdefault("MCP_TOOL_TIMEOUT", str((timeout_s + _APPROVAL_MARGIN_S) * 1000))
+        return env
 
     def _prompt(self) -> str:
         return (f"You are agent {self.agent}, working on palace task {self.cid} in the git worktree "

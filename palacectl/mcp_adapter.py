@@ -34,16 +34,20 @@ this module must not import trio, typer or the SDK at its top.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any, Final
 
 from palace_proto import __version__
 from palace_proto.errors import ApiError
+from palace_proto.paths import CONFIG_FILENAME
 
 from .client import Client, DaemonUnreachable
 from .mcp_server import McpError, StdioServer, ToolSpec
 from .mcp_tools import TOOLS
+from .permission_policy import RUNNER_ENV, PermissionPolicy, PolicyError
 from .tool_sets import ALL, DEFAULT_TOOLS, GROUPS, LISTING_ORDER, parse_tool_sets
 
 __all__ = ["MUTATING_TOOLS", "READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
@@ -149,6 +153,22 @@ class PalaceMCP(StdioServer):
             return self.agent
         raise ApiError(f"this adapter speaks as {self.agent!r}; {field}={value.strip()!r} would impersonate "
                        "another agent (run one adapter per agent identity)", code="invalid_argument")
+
+    def permission_policy(self) -> PermissionPolicy:
+        """``[permissions]`` of this home's ``config.toml`` for the runner named by the run's
+        environment (``PALACE_RUNNER``), read at each request: an edit applies to the next one.
+
+        Raises:
+            PolicyError: the file or its ``[permissions]`` is not readable as a policy.
+        """
+        path = self.home / CONFIG_FILENAME
+        try:
+            config = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            config = {}
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise PolicyError(f"cannot read {path}: {exc}") from None
+        return PermissionPolicy.from_config(config, os.environ.get(RUNNER_ENV) or None)
 
     async def run_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """A tool's result in MemPalace's shapes: a writing tool's is ``{"success": true, …}`` or

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -37,6 +38,7 @@ from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .client import DaemonUnreachable
 from .mcp_server import INVALID_PARAMS, McpError, Registry
+from .permission_policy import TASK_ENV, PermissionPolicy, PolicyError, main_argument
 from .tool_sets import GROUPS, LISTING_ORDER
 
 __all__ = ["DAEMON_DOWN", "TOOLS", "Palace"]
@@ -62,6 +64,14 @@ class Palace(Protocol):
 
     def speaks_as(self, field: str, value: str | None) -> str:
         """The agent a write names in ``field``: this one, or ApiError (never impersonate)."""
+        ...
+
+    def permission_policy(self) -> PermissionPolicy:
+        """The permission policy of this machine for the runner this server serves (``config.toml``).
+
+        Raises:
+            PolicyError: the configuration is not a policy.
+        """
         ...
 
 
@@ -324,10 +334,9 @@ async def mempalace_peers(palace: Palace, /) -> Result:
 
 
 @tool("people", mutating=True, extras=("correlation_id", "question_id"), description=(
-    "Ask a person (to: human:NAME, or human:* for anyone) and wait for the answer: before irreversible or "
-    "outward-facing actions, or unclear requirements. choices: e.g. [\"yes\",\"no\"] (else free text). Returns "
-    "{status, answer: {by, text}}; status open after wait_s (default 300): call again with question_id to keep "
-    "waiting; expired: nobody answered, so do NOT do it (silence is never a yes)."))
+    "Ask a person (to: human:NAME or human:*) and wait: before irreversible or outward-facing acts. "
+    "choices e.g. [\"yes\",\"no\"]. Returns {status, answer}; open after wait_s: call again with question_id; "
+    "expired: nobody answered, so do NOT do it."))
 async def mempalace_ask_human(palace: Palace, /, question: str | None = None, to: str = "human:*",
                               choices: list[str] | None = None, timeout_s: int = 1800, wait_s: int = 300,
                               correlation_id: str | None = None, question_id: str | None = None) -> Result:
@@ -347,6 +356,54 @@ async def mempalace_ask_human(palace: Palace, /, question: str | None = None, to
 async def mempalace_questions(palace: Palace, /, to: str | None = None, status: str | None = None,
                               limit: int = 20) -> Result:
     return await palace.daemon.call("questions", **_drop_none(to=to, status=status, limit=limit))
+
+
+# -- approvals: a harness's permission requests, answered by palace ------------------------------
+
+# Why 1,000 characters: what a question shows of the command or path it is about.
+_ASKED_ARGUMENT_CHARS: Final = 1000
+
+
+@tool("approvals", description=(
+    "palace's answer to a permission request of the harness running you (Claude Code's "
+    "--permission-prompt-tool): allowed or refused by this machine's policy, or asked of a person."))
+async def approve(palace: Palace, /, tool_name: str, input: dict | None = None,  # noqa: A002 - the harness's name
+                  tool_use_id: str | None = None) -> Result:
+    """Returns Claude Code's permission result: ``{"behavior": "allow", "updatedInput"}`` or
+    ``{"behavior": "deny", "message"}``. Anything that goes wrong is a deny, never a yes."""
+    tool_input = input if isinstance(input, dict) else {}
+
+    def deny(message: str) -> Result:
+        return {"behavior": "deny", "message": message}
+
+    try:
+        policy = palace.permission_policy()
+    except PolicyError as exc:
+        return deny(f"palace's permission policy cannot be read ({exc}): refused")
+    decision = policy.decide(tool_name, tool_input)
+    if decision.verdict == "allow":
+        return {"behavior": "allow", "updatedInput": tool_input}
+    if decision.verdict == "deny":
+        return deny(decision.reason)
+    task = os.environ.get(TASK_ENV) or None
+    argument = main_argument(tool_name, tool_input)
+    if len(argument) > _ASKED_ARGUMENT_CHARS:
+        argument = argument[:_ASKED_ARGUMENT_CHARS] + "…"
+    question = (f"{palace.agent} asks to run {tool_name}: {argument}" + (f"\n(task {task})" if task else "")
+                + "\nallow or deny?")
+    try:
+        state = await palace.daemon.call("ask", from_agent=palace.agent, to=policy.ask_to, body=question,
+                                         choices=["allow", "deny"], timeout_s=policy.timeout_s, correlation_id=task)
+    except (ApiError, DaemonUnreachable, OSError) as exc:
+        return deny(f"palace could not ask a person ({exc}): refused")
+    answer = state.get("answer") or {}
+    if state.get("status") == "answered" and answer.get("text") == "allow":
+        return {"behavior": "allow", "updatedInput": tool_input}
+    if state.get("status") == "answered":
+        return deny(f"{answer.get('by')} said no (question {state.get('question_id')}): do not do it; find another "
+                    "way or reply blocked with what you need")
+    return deny(f"nobody answered within {policy.timeout_s} s (question {state.get('question_id')}): refused, "
+                "silence is never a yes")
 
 
 # -- memory: the knowledge graph, diaries, agents and tunnels -------------------------------------

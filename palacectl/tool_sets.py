@@ -45,8 +45,13 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
         "mempalace_lease_check",
     ),
     "people": ("mempalace_ask_human", "mempalace_questions"),
+    # Only for a launched run's harness (its --permission-prompt-tool): never part of "all".
+    "approvals": ("approve",),
 }
-_EVERY_TOOL: Final = frozenset(name for names in GROUPS.values() for name in names)
+#: groups ``all`` leaves out: they serve palace's own runs, not an agent's loop
+_NOT_IN_ALL: Final = frozenset({"approvals"})
+_EVERY_TOOL: Final = frozenset(name for group, names in GROUPS.items() for name in names)
+_ALL_TOOLS: Final = frozenset(name for group, names in GROUPS.items() if group not in _NOT_IN_ALL for name in names)
 #: The order tools are listed in: the loop first, then each group's.
 LISTING_ORDER: Final = {name: i for i, name in enumerate(n for names in GROUPS.values() for n in names)}
 
@@ -72,7 +77,7 @@ def parse_tool_sets(value: str | None) -> tuple[frozenset[str], bool]:
     for word in words:
         word = word.strip().lower()
         if word == ALL:
-            names |= _EVERY_TOOL
+            names |= _ALL_TOOLS
             full = True
         elif word in GROUPS:
             names.update(GROUPS[word])

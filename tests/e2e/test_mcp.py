@@ -35,10 +35,13 @@ MEMORY_TOOLS = ["mempalace_search", "mempalace_add_drawer", "mempalace_kg_query"
 LEASE_TOOLS = ["mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release", "mempalace_lease_list",
                "mempalace_lease_check"]
 SESSION_TOOLS = ["mempalace_inbox", "mempalace_inbox_mark_read", "mempalace_session_start"]
+PEOPLE_TOOLS = ["mempalace_ask_human", "mempalace_questions"]
+#: what ``--tools all`` lists: every tool but the approve tool of palace's own runs, in listing order
+ALL_LISTED = [name for name in LISTING_ORDER if name != "approve"]
 MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_lease_acquire",
             "mempalace_lease_renew", "mempalace_lease_release", "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
             "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
-            "mempalace_diary_write"}
+            "mempalace_diary_write", "mempalace_ask_human"}
 
 
 @contextlib.asynccontextmanager
@@ -63,8 +66,8 @@ async def test_tools_are_listed_with_their_inputs(daemon):
     async with adapter(daemon.home) as client:
         listed = await client.list_tools()
     names = [t.name for t in listed.tools]
-    assert names == list(LISTING_ORDER)  # the loop first, then each group
-    assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS)
+    assert names == ALL_LISTED  # the loop first, then each group
+    assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS + PEOPLE_TOOLS)
     schemas = {t.name: t.input_schema for t in listed.tools}
     assert set(schemas["mempalace_event_append"]["required"]) == {"type", "stream", "room"}
     assert "since_event_id" in schemas["mempalace_event_list"]["properties"]
@@ -266,8 +269,9 @@ async def test_the_adapter_starts_without_a_daemon_and_connects_once_it_runs(dae
     d = daemon_factory(home, start=False)
     async with adapter(home) as client:
         names = [t.name for t in (await client.list_tools()).tools]
-        assert names == list(LISTING_ORDER)  # the loop first, then each group
-        assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS)
+        assert names == ALL_LISTED  # the loop first, then each group
+        assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS
+                                 + PEOPLE_TOOLS)
         down = await call(client, "mempalace_event_wait", timeout_ms=100)
         assert "palaced is not running" in down["error"]
         await trio.to_thread.run_sync(d.start)
@@ -479,3 +483,52 @@ async def test_an_agent_asks_a_person_over_mcp_and_keeps_waiting_by_question_id(
         assert waited["answer"]["text"] == "no"
         missing = await call(agent, "mempalace_ask_human", to="human:ana")
         assert missing["success"] is False and "question is required" in missing["error"]
+
+
+async def test_the_approve_tool_answers_a_runs_permission_requests_by_policy_or_by_a_person(daemon, ctl):
+    """Issue 28: what Claude Code's --permission-prompt-tool calls in a launched run. The policy
+    allows and refuses on its own; the rest is a question on the task that the run waits on,
+    and the person's answer (or the timeout, as a deny) is what the harness is told."""
+    import os
+
+    (daemon.home / "config.toml").write_text('[permissions]\nask_to = "human:ana"\n'
+                                              '[permissions.claude]\ntimeout = 60\n', encoding="utf-8")
+    params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "mcp", "--agent", "linux-claude", "--home",
+                                                         str(daemon.home), "--tools", "approvals"],
+                                   env={**os.environ, "PALACE_TASK_ID": "task_42", "PALACE_RUNNER": "claude"})
+    async with Client(params) as run:
+        assert [t.name for t in (await run.list_tools()).tools] == ["approve"]
+        read = await call(run, "approve", tool_name="Read", input={"file_path": "/w/a.py"}, tool_use_id="t1")
+        assert read == {"behavior": "allow", "updatedInput": {"file_path": "/w/a.py"}}
+        push = await call(run, "approve", tool_name="Bash", input={"command": "git push origin main"})
+        assert push["behavior"] == "deny" and "Bash(git push*)" in push["message"]
+        outcomes = {}
+
+        async def request(name, command):
+            outcomes[name] = await call(run, "approve", tool_name="Bash", input={"command": command})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(request, "deploy", "make deploy")
+            with trio.fail_after(30):
+                while not (asked := ctl_json(daemon.home, "questions", "--status", "open")["questions"]):
+                    await trio.sleep(0.1)
+            [question] = asked
+            assert question["to"] == "human:ana" and question["correlation_id"] == "task_42"
+            assert "linux-claude asks to run Bash: make deploy" in question["question"]
+            assert ctl("answer", question["question_id"], "allow", "--as", "human:ana").returncode == 0
+        assert outcomes["deploy"] == {"behavior": "allow", "updatedInput": {"command": "make deploy"}}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(request, "drop", "psql -c 'drop table orders'")
+            with trio.fail_after(30):
+                while not (asked := ctl_json(daemon.home, "questions", "--status", "open")["questions"]):
+                    await trio.sleep(0.1)
+            assert ctl("answer", asked[0]["question_id"], "deny", "--as", "human:ana").returncode == 0
+        assert outcomes["drop"]["behavior"] == "deny" and "human:ana said no" in outcomes["drop"]["message"]
+    (daemon.home / "config.toml").write_text('[permissions]\ntimeout = 1\n', encoding="utf-8")
+    async with Client(params) as run:
+        silent = await call(run, "approve", tool_name="Bash", input={"command": "make deploy"})
+        assert silent["behavior"] == "deny" and "silence is never a yes" in silent["message"]
+    (daemon.home / "config.toml").write_text('[permissions]\nallow = "Bash"\n', encoding="utf-8")
+    async with Client(params) as run:
+        broken = await call(run, "approve", tool_name="Read", input={"file_path": "x"})
+        assert broken["behavior"] == "deny" and "must be a list of rules" in broken["message"]
