@@ -7,7 +7,7 @@ fast path and the rules renderer both read it before anything heavy is imported.
 themselves are in ``mcp_tools.py``, each naming its group here (checked when that is imported).
 
 Why a small default (issue 26): every tool's schema is sent to the model on every turn. All 35
-tools cost 16.3 KB (~3,900 tokens) per turn; ``core`` is the delegation loop alone (session start,
+tools cost 16.1 KB (~3,900 tokens) per turn; ``core`` is the delegation loop alone (session start,
 inbox, append/ack, wait, patch, artifact, task create/ready/claim, memory search/add) and stays
 under ``CORE_BUDGET_BYTES``, pinned by a test. In ``core`` and the groups a tool advertises its
 loop arguments and names the rest in its description; every argument is accepted either way, so
