@@ -82,6 +82,9 @@ class ToolSpec:
     extras: tuple[str, ...] = ()
     #: ``fn`` takes the server calling it first, positional-only (no argument of the tool).
     takes_server: bool = False
+    #: its result goes out as one text block only, with no ``structuredContent`` (Claude Code's
+    #: permission prompt tool must answer exactly one text block holding its JSON)
+    text_only: bool = False
 
     @property
     def read_only(self) -> bool:
@@ -250,10 +253,10 @@ class Registry:
     def __repr__(self) -> str:
         return f"<Registry tools={len(self.tools)} resources={len(self.resources)}>"
 
-    def tool(self, description: str, *, read_only: bool, idempotent: bool = False,
-             extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
+    def tool(self, description: str, *, read_only: bool, idempotent: bool = False, extras: tuple[str, ...] = (),
+             text_only: bool = False) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
         """Register an async function as a tool named as it is. ``extras``: optional arguments a
-        compact listing names in the description instead of the schema."""
+        compact listing names in the description instead of the schema; ``text_only``: see ToolSpec."""
         def register(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Any:
             # What lets a harness approve palace's reads alone (MCP's defaults say the opposite:
             # a tool may destroy and reach the world). Only what differs from them is sent.
@@ -267,7 +270,7 @@ class Registry:
             if fn.__name__ in self.tools:
                 raise TypeError(f"{fn.__name__}: a tool of that name is registered already")
             self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, schema, annotations, extras,
-                                               _takes_server(fn))
+                                               _takes_server(fn), text_only)
             return fn
         return register
 
@@ -392,6 +395,8 @@ class StdioServer:
         except Exception as exc:  # a tool's own failure is its result, as the SDK had it
             return _tool_error(f"Error executing tool {name}: {exc}")
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        if spec.text_only:
+            return {"content": [{"type": "text", "text": text}], "isError": False}
         return {"content": [{"type": "text", "text": text}], "structuredContent": result, "isError": False}
 
     async def _read_resource(self, params: dict[str, Any]) -> dict[str, Any]:

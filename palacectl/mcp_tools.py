@@ -75,14 +75,14 @@ class Palace(Protocol):
         ...
 
 
-def tool(group: str, *, description: str, mutating: bool = False,
-         extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Any]:
+def tool(group: str, *, description: str, mutating: bool = False, extras: tuple[str, ...] = (),
+         text_only: bool = False) -> Callable[[Callable[..., Any]], Any]:
     """Register a tool in ``TOOLS``. ``group``: the one of ``tool_sets.GROUPS`` that lists it
     (a mismatch fails at import); ``mutating``: it writes, so read-only mode leaves it out."""
     def register(fn: Callable[..., Any]) -> Any:
         if fn.__name__ not in GROUPS.get(group, ()):
             raise TypeError(f"{fn.__name__} is not in tool_sets.GROUPS[{group!r}]")
-        return TOOLS.tool(description, read_only=not mutating, extras=extras)(fn)
+        return TOOLS.tool(description, read_only=not mutating, extras=extras, text_only=text_only)(fn)
     return register
 
 
@@ -364,7 +364,7 @@ async def mempalace_questions(palace: Palace, /, to: str | None = None, status: 
 _ASKED_ARGUMENT_CHARS: Final = 1000
 
 
-@tool("approvals", description=(
+@tool("approvals", text_only=True, description=(
     "palace's answer to a permission request of the harness running you (Claude Code's "
     "--permission-prompt-tool): allowed or refused by this machine's policy, or asked of a person."))
 async def approve(palace: Palace, /, tool_name: str, input: dict | None = None,  # noqa: A002 - the harness's name

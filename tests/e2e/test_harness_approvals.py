@@ -1,0 +1,95 @@
+"""A launched Claude Code run asks palace for permission (issue 28), through the real harness
+driven by a scripted model: a command the policy refuses is refused with palace's reason, the
+model sees it and goes on; a command the policy does not cover becomes a question to a person on
+the task, the run waits, and once the person allows it the command runs in the same run and its
+work reaches the requester as a patch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fleet import api, ctl_json
+from tests.harness_rig.install import harnesses  # noqa: F401 - the fixture
+from tests.harness_rig.launchers import HARNESSES, Rig, User
+from tests.harness_rig.script import Call, Script
+from tests.helpers import init_repo, run_ctl
+
+pytestmark = [pytest.mark.slow, pytest.mark.transport_fixed]
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+RECORD = "python3 -c \"open('approved.txt', 'w').write('approved\\n')\""
+
+
+@pytest.fixture
+def user(harnesses, daemon_factory, short_tmp) -> User:  # noqa: F811 - the fixture imported above
+    root = short_tmp / "user"
+    root.mkdir()
+    return User(root, daemon_factory(root / ".palace").home, harnesses, README)
+
+
+def answer_when_asked(home: Path, cid: str, text: str, seen: list[dict]) -> threading.Thread:
+    """A person who answers the first open question on task ``cid`` (from another thread: the
+    run waits on the question meanwhile)."""
+    def person() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            open_ = [q for q in ctl_json(home, "questions", "--status", "open")["questions"] if q["correlation_id"] == cid]
+            if open_:
+                seen.append(open_[0])
+                run_ctl(home, "answer", open_[0]["question_id"], text, "--as", "human:ana")
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=person, daemon=True)
+    return thread
+
+
+def test_a_claude_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_another_daemon(
+        user, daemon_factory, short_tmp):
+    """The run's machine (the user's daemon) joined a palace whose owner's daemon (alpha) holds
+    human:ana: the question replicates there, ana answers there, the answer comes back."""
+    alpha = daemon_factory(short_tmp / "alpha")
+    ctl_json(alpha.home, "init", "--name", "rig", "--daemon-name", "alpha")
+    ctl_json(user.home, "join", ctl_json(alpha.home, "invite", "--role", "member")["code"], "--name", "laptop")
+    agent, _, _ = user.configure("claude")
+    (user.home / "config.toml").write_text('[permissions]\nask_to = "human:ana"\ntimeout = "2m"\n', encoding="utf-8")
+    repo = short_tmp / "repo"
+    base = init_repo(repo)
+    cid = ctl_json(user.home, "task", "create", "--project", "rig", "--from-agent", "boss", "--to-agent", agent,
+                   "--goal", "Record that the deploy was approved", "--branch", "main", "--base-commit", base,
+                   "--done", "approved.txt exists")["task"]["correlation_id"]
+    asked: list[dict] = []
+    person = answer_when_asked(alpha.home, cid, "allow", asked)
+    script = Script([
+        Call(("Bash",), {"command": "git push origin main", "description": "push"}, label="push"),
+        # Not a plain file write (those acceptEdits lets through without asking anyone).
+        Call(("Bash",), {"command": RECORD, "description": "record"}, label="record", on_issue=person.start),
+    ], final="approved.txt is written.", id_prefix=HARNESSES["claude"].id_prefix)
+    rig = Rig(HARNESSES["claude"], script, user.root, user.env, repo, short_tmp)
+    try:
+        rig.start([user.palacectl, "--home", str(user.home), "task", "launch", cid, "--runner", "claude",
+                   "--workspace", str(repo), "--timeout", "150s", "--json"])
+        code = rig.wait(180)
+        push, record = (rig.script.outcomes + [None, None])[:2]
+        report = rig.report()
+        assert push is not None and push.answered_at is not None, report
+        assert "refused by palace's policy (Bash(git push*))" in str(push.raw), report
+        assert record is not None and record.answered_at is not None, report
+        assert asked and f"asks to run Bash: {RECORD}" in asked[0]["question"], asked
+        assert code == 0, report
+        patches = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
+                   if e["type"] == "patch.ready"]
+        assert patches, report
+        patch = api(user.home, "artifact_get", artifact_id=patches[0]["artifact_ids"][0])["content"].decode()
+        assert "approved.txt" in patch and "+approved" in patch
+        [state] = [q for q in ctl_json(user.home, "questions")["questions"] if q["correlation_id"] == cid]
+        refused_here = run_ctl(user.home, "answer", state["question_id"], "deny", "--as", "human:ana")
+        assert refused_here.returncode == 1  # answered already; and not ana's daemon
+        assert state["status"] == "answered" and state["answer"] == {**state["answer"], "by": "human:ana",
+                                                                       "text": "allow"}
+    finally:
+        rig.close()
