@@ -77,6 +77,11 @@ def task_show(
     for conflict in view["conflicts"]:
         lines.append(f"  double claim: {conflict['agent']} claimed too ({conflict['event_id']}); the first claim, "
                      f"{conflict['claimant']}'s, holds")
+    for question in view.get("questions", []):
+        state = (f"{question['answer']['by']}: {question['answer']['text']}" if question["answer"] else
+                 "waiting for a person" if question["status"] == "open" else "expired, unanswered")
+        text = " ".join(str(question["question"] or "").split())[:100]
+        lines.append(f"  question {question['question_id']} to {question['to']}: {text} ({state})")
     write_stdout("\n".join(lines) + "\n" + output.events_block(view["events"]))
 
 

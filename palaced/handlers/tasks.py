@@ -22,7 +22,10 @@ from typing import Any, Final
 import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
-from palace_proto.stamps import seconds_between
+from palace_proto.questions import ANSWER as QUESTION_ANSWER
+from palace_proto.questions import ASK as QUESTION_ASK
+from palace_proto.questions import settle as settle_question
+from palace_proto.stamps import format_stamp, seconds_between
 from palace_proto.tasks import (
     project_stream,
     slugify,
@@ -44,6 +47,7 @@ from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
 from ..store.task_threads import settle
 from .context import Context
+from .questions import proven_person
 
 __all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
 
@@ -243,7 +247,21 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     correlation_id = clean_required("correlation_id", args.get("correlation_id"))
     view = await _task_or_404(ctx, correlation_id)
     view["waiting_on"] = await _blockers_open(ctx, view)
+    view["questions"] = await _questions_on(ctx, view)
+    # A run waiting for a person (a question asked on the task, not answered yet): shown as such
+    # on every daemon, since the question replicates with the task (issue 28).
+    view["waiting_for_person"] = any(q["status"] == "open" for q in view["questions"])
     return view
+
+
+async def _questions_on(ctx: Context, view: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The questions asked on the task, with their state (``palace_proto.questions``)."""
+    asked = [e for e in view.get("events", []) if e.get("type") == QUESTION_ASK]
+    if not asked:
+        return []
+    answers = await ctx.astore.acks_of([q["id"] for q in asked], QUESTION_ANSWER, 10_000)
+    now = format_stamp(time.time())
+    return [settle_question(q, answers, lambda a: proven_person(ctx, a), now).to_wire() for q in asked]
 
 
 async def recent_views(ctx: Context) -> list[dict[str, Any]]:

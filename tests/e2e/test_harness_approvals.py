@@ -40,6 +40,7 @@ def answer_when_asked(home: Path, cid: str, text: str, seen: list[dict]) -> thre
             open_ = [q for q in ctl_json(home, "questions", "--status", "open")["questions"] if q["correlation_id"] == cid]
             if open_:
                 seen.append(open_[0])
+                seen.append(ctl_json(home, "task", "show", cid))  # as the person's daemon shows the task
                 run_ctl(home, "answer", open_[0]["question_id"], text, "--as", "human:ana")
                 return
             time.sleep(0.2)
@@ -80,6 +81,9 @@ def test_a_claude_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_an
         assert "refused by palace's policy (Bash(git push*))" in str(push.raw), report
         assert record is not None and record.answered_at is not None, report
         assert asked and f"asks to run Bash: {RECORD}" in asked[0]["question"], asked
+        task_while_waiting = asked[1]
+        assert task_while_waiting["waiting_for_person"] is True and task_while_waiting["state"] == "claimed"
+        assert task_while_waiting["questions"][0]["question_id"] == asked[0]["question_id"]
         assert code == 0, report
         patches = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
                    if e["type"] == "patch.ready"]

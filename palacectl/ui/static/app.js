@@ -621,7 +621,10 @@ async function pageTask(page, route) {
       h("dt", {}, "last word"), h("dd", {}, time(task.last_activity)),
       task.stalled ? [h("dt", {}, "stalled"), h("dd", { class: "warn" }, `since ${task.stalls_at}`)] : null,
       (task.waiting_on || []).length ? [h("dt", {}, "waiting on"), h("dd", {}, task.waiting_on.map((w) => [taskLink(w), " "]))] : null,
-      (task.conflicts || []).length ? [h("dt", {}, "conflicts"), h("dd", { class: "flag" }, `${task.conflicts.length} losing claim(s)`)] : null));
+      (task.conflicts || []).length ? [h("dt", {}, "conflicts"), h("dd", { class: "flag" }, `${task.conflicts.length} losing claim(s)`)] : null,
+      task.waiting_for_person ? [h("dt", {}, "waiting"), h("dd", { class: "warn" }, "for a person's answer (see Now)")] : null,
+      (task.questions || []).map((q) => [h("dt", {}, "question"), h("dd", {}, q.question || "", " — ",
+        q.answer ? `${q.answer.by}: ${q.answer.text}` : q.status === "open" ? "waiting" : "expired, unanswered")])));
   if (data.graph.nodes.length > 1) page.append(panel("Dependencies", dependencyGraph(data.graph, cid)));
   const viewer = h("div", { id: "artifact-viewer" });
   if (data.artifacts.length) {
