@@ -127,7 +127,7 @@ def runner_command(name: str, home: Path) -> list[str]:
         LaunchRefused: unknown runner, or a malformed ``[runners.NAME]``.
     """
     path = home / CONFIG_FILENAME
-    config = _read_config(home)
+    config = read_config(home)
     runners = config.get("runners", {})
     custom = runners.get(name) if isinstance(runners, dict) else None
     if custom is not None:
@@ -143,7 +143,7 @@ def runner_command(name: str, home: Path) -> list[str]:
                         f"[runners.{name}] command = [...] in {path}")
 
 
-def _read_config(home: Path) -> dict[str, Any]:
+def read_config(home: Path) -> dict[str, Any]:
     """``config.toml`` of ``home``, parsed ({} when there is none).
 
     Raises:
@@ -458,7 +458,7 @@ class Launch:
         tool timeout past the policy's (a person may take that long to answer)."""
         env = {**os.environ, "PWD": str(self.worktree), TASK_ENV: self.cid, RUNNER_ENV: self.runner}
         try:
-            timeout_s = PermissionPolicy.from_config(_read_config(self.home), self.runner).timeout_s
+            timeout_s = PermissionPolicy.from_config(read_config(self.home), self.runner).timeout_s
         except (PolicyError, LaunchRefused):
             timeout_s = DEFAULT_APPROVAL_TIMEOUT_S  # the run's approve tool says what is wrong, and denies
         env.setdefault("MCP_TOOL_TIMEOUT", str((timeout_s + _APPROVAL_MARGIN_S) * 1000))

@@ -44,8 +44,9 @@ from palace_proto.workers import fit_activity
 from .client import Client, DaemonUnreachable, IdleTimeout
 from .files import write_atomically
 from .git import run_git
-from .launch import Launch, LaunchRefused, append_on_task, remove_worktree, runner_command
+from .launch import Launch, LaunchRefused, read_config, append_on_task, remove_worktree, runner_command
 from .output import utc_now
+from .permission_policy import PermissionPolicy, PolicyError
 from .watch import sanitise_agent
 from .worker_policy import WorkerPolicy
 
@@ -194,7 +195,15 @@ class Worker:
             tasks = sorted(self._runs)
         # What the daemon accepts, whatever ids the tasks have (a refused report stopped the worker).
         return fit_activity({"runner": self.opts.runner, "concurrency": self.opts.concurrency,
-                             "project": self.opts.project, "tasks": tasks, "accepts": self.opts.accept.describe()})
+                             "project": self.opts.project, "tasks": tasks, "accepts": self.opts.accept.describe(),
+                             "permissions": self._permissions_line()})
+
+    def _permissions_line(self) -> str:
+        """What its runs may do without asking (``[permissions]``), in one line for ``who``."""
+        try:
+            return PermissionPolicy.from_config(read_config(self.opts.home), self.opts.runner).describe()
+        except (PolicyError, LaunchRefused) as exc:
+            return f"unreadable [permissions] ({exc}): every request is refused"
 
     def _session(self) -> None:
         with Client(self.opts.home, client_name="palacectl-worker") as client:

@@ -68,9 +68,16 @@ def check_activity(value: Any) -> dict[str, Any]:
                                 or printable(accepts, MAX_ACCEPTS_CHARS * 10) != accepts):
         raise ValidationError(f"worker.accepts must be visible text of at most {MAX_ACCEPTS_CHARS} characters "
                               "(whose tasks it runs)", field="worker.accepts")
+    permissions = value.get("permissions")
+    if permissions is not None and (not isinstance(permissions, str) or not 0 < len(permissions) <= MAX_ACCEPTS_CHARS
+                                    or printable(permissions, MAX_ACCEPTS_CHARS * 10) != permissions):
+        raise ValidationError(f"worker.permissions must be visible text of at most {MAX_ACCEPTS_CHARS} characters "
+                              "(what its runs may do without asking)", field="worker.permissions")
     checked = {"runner": runner, "concurrency": concurrency, "project": project, "tasks": list(dict.fromkeys(tasks))}
     if accepts is not None:
         checked["accepts"] = accepts
+    if permissions is not None:
+        checked["permissions"] = permissions
     if len(encode_activity(checked)) > MAX_ACTIVITY_CHARS:
         raise ValidationError(f"worker is over {MAX_ACTIVITY_CHARS} characters once encoded: report fewer tasks "
                               "(fit_activity)", field="worker.tasks")
@@ -87,9 +94,10 @@ def fit_activity(activity: dict[str, Any]) -> dict[str, Any]:
     MAX_ACTIVITY_CHARS once encoded (the worker's own view of what it runs is never refused)."""
     tasks = [t for t in activity.get("tasks", []) if isinstance(t, str) and is_task_id(t)][:MAX_REPORTED_TASKS]
     fitted = {**activity, "tasks": tasks}
-    accepts = fitted.get("accepts")
-    if isinstance(accepts, str):
-        fitted["accepts"] = printable(accepts, MAX_ACCEPTS_CHARS - 1)  # (a cut line ends in one "…")
+    for line in ("accepts", "permissions"):
+        text = fitted.get(line)
+        if isinstance(text, str):
+            fitted[line] = printable(text, MAX_ACCEPTS_CHARS - 1)  # (a cut line ends in one "…")
     while tasks and len(encode_activity(fitted)) > MAX_ACTIVITY_CHARS:
         tasks.pop()
     return fitted

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from palacectl.launch import task_branch
+from palacectl.permission_policy import PermissionPolicy
 from tests.fleet import api, ctl_json, wait_converged, wait_until
 from tests.helpers import PYTHON, init_repo, run_ctl_process, run_git
 
@@ -153,7 +154,9 @@ def test_a_worker_picks_up_tasks_and_delivers_patches_that_apply(machine):
     worker = machine.worker(runner="claude")
     entry = machine.worker_entry()
     assert entry["worker"] == {"runner": "claude", "concurrency": 1, "project": None, "tasks": [],
-                               "accepts": "this daemon's agents and people"}
+                               "accepts": "this daemon's agents and people",
+                               "permissions": PermissionPolicy().describe()}  # the default: who shows it
+    assert "ask human:*" in entry["worker"]["permissions"]
     mine, broadcast = machine.task(), machine.task(to="*")
     for cid in (mine, broadcast):
         wait_until(lambda: state_of(machine.home, cid) == "ready", f"{cid} to be delivered")

@@ -52,6 +52,10 @@ def test_an_activity_is_normalised_and_round_trips_through_its_text():
     ({"tasks": [f"t{i}" * 100 for i in range(12)]}, "worker.tasks"),
     ({"tasks": [f"task_{i}" for i in range(MAX_REPORTED_TASKS + 1)]}, "worker.tasks"),
     ({"tasks": [7]}, "worker.tasks"),
+    ({"permissions": ""}, "worker.permissions"),
+    ({"permissions": "allow \x1b[2J everything"}, "worker.permissions"),
+    ({"permissions": "p" * 513}, "worker.permissions"),
+    ({"permissions": 3}, "worker.permissions"),
 ])
 def test_a_bad_activity_names_its_field(change, field):
     with pytest.raises(ValidationError) as refused:
@@ -97,3 +101,12 @@ def test_any_visible_correlation_id_names_a_task_and_what_a_worker_reports_alway
 def test_fit_activity_always_gives_what_check_activity_accepts(tasks):
     fitted = fit_activity({**GOOD, "tasks": tasks})
     assert check_activity(fitted)["tasks"] == list(dict.fromkeys(fitted["tasks"]))
+
+
+def test_a_workers_permissions_line_is_kept_and_cut_to_fit():
+    """Issue 28: `who` shows what a worker's runs may do without asking; a line too long is cut."""
+    line = "allow 3 rule(s), deny 1 (Bash(git push*)), ask human:ana (timeout 600 s)"
+    assert check_activity({**GOOD, "permissions": line})["permissions"] == line
+    fitted = fit_activity({**GOOD, "permissions": "x" * 2000})
+    assert len(fitted["permissions"]) <= 512 and fitted["permissions"].endswith("…")
+    assert check_activity(fitted) == fitted

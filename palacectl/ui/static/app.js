@@ -319,8 +319,10 @@ function doing(a) {
   const items = [];
   for (const t of a.claimed) items.push(h("div", {}, taskLink(t.correlation_id, t.title), " ", stateChip(t.state)));
   for (const w of a.workers) {
-    items.push(h("div", { class: "small" }, h("span", { class: "chip info" }, "worker"),
-      ` ${w.runner}, ${(w.tasks || []).length}/${w.concurrency} running` + (w.daemon ? ` on ${w.daemon}` : "")));
+    items.push(h("div", { class: "small", title: w.permissions ? `runs may: ${w.permissions}` : null },
+      h("span", { class: "chip info" }, "worker"),
+      ` ${w.runner}, ${(w.tasks || []).length}/${w.concurrency} running` + (w.daemon ? ` on ${w.daemon}` : "")),
+      w.permissions ? h("div", { class: "small muted" }, `runs may: ${w.permissions}`) : null);
   }
   return items.length ? h("div", {}, items) : h("span", { class: "muted" }, "idle");
 }
@@ -852,7 +854,9 @@ function fleetView(data) {
   const anonymous = data.watchers.length - agents.length;
   parts.push(panel(`Watching now (${agents.length})`, agents.length ? table(["agent", "on", "since", "doing"],
     agents.map((w) => [agent(w.agent), w.local ? "here" : ((w.daemon || {}).name || "?") + (w.daemon_silent ? " (silent)" : ""),
-      time(w.since), w.worker ? `worker: ${(w.worker.tasks || []).join(", ") || "idle"}` : h("span", { class: "mono small" }, w.filters || "")]))
+      time(w.since), w.worker ? [`worker: ${(w.worker.tasks || []).join(", ") || "idle"}`,
+        w.worker.permissions ? h("div", { class: "small muted" }, `runs may: ${w.worker.permissions}`) : null]
+        : h("span", { class: "mono small" }, w.filters || "")]))
     : empty("No agent is watching anywhere in the palace."),
     anonymous ? h("p", { class: "small muted" }, `and ${anonymous} stream(s) that name no agent (dashboards, plain watches)`) : null));
   return parts;
