@@ -585,3 +585,12 @@ def test_status_works_with_a_config_file_that_leaves_memory_at_its_defaults(daem
     assert status.returncode == 0, status
     assert run_ctl(home, "remember", "--wing", "w", "--room", "r", input=b"x").returncode == 0
     assert run_ctl(home, "status", "--json").json()["memory"]["drawers"] == 1
+
+
+def test_palacectls_own_sections_do_not_stop_palaced(daemon_factory, short_tmp):
+    """Guards the sections palacectl reads (runners, the worker's acceptance, what launched runs
+    may do without asking): a config.toml holding them starts palaced, which leaves them to it."""
+    home = short_tmp / "palacectl-sections"
+    _write_config(home, '[runners.mine]\ncommand = ["my-agent", "{handoff}"]\n[worker]\naccept_from = ["local"]\n'
+                        '[permissions]\nask_to = "human:ana"\nallow = ["Read"]\n[permissions.claude]\ntimeout = "10m"\n')
+    daemon_factory(home)
