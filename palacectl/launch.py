@@ -124,10 +124,15 @@ def runner_command(name: str, home: Path) -> list[str]:
     (a custom one, or overriding a built-in), else a built-in.
 
     Raises:
-        LaunchRefused: unknown runner, or a malformed ``[runners.NAME]``.
+        LaunchRefused: unknown runner, a malformed ``[runners.NAME]``, or a ``[permissions]`` that is
+            not a policy (its runs' approve tool would refuse every request).
     """
     path = home / CONFIG_FILENAME
     config = read_config(home)
+    try:
+        PermissionPolicy.from_config(config, name)  # refused here, before anything starts, not at its first use
+    except PolicyError as exc:
+        raise LaunchRefused(f"{path}: {exc}") from None
     runners = config.get("runners", {})
     custom = runners.get(name) if isinstance(runners, dict) else None
     if custom is not None:

@@ -165,6 +165,16 @@ def test_every_refusal_is_one_line_and_starts_nothing(scene, short_tmp):
         result = scene.launch(*args, **kwargs)
         assert result.returncode == 1 and message in result.stderr and result.stderr.count("\n") == 1, (args, result)
     git(scene.repo, "checkout", "-q", "main")
+    config = scene.home / "config.toml"
+    kept = config.read_text() if config.exists() else None
+    config.write_text(kept + '\n[permissions]\nalow = ["Read"]\n' if kept else '[permissions]\nalow = ["Read"]\n')
+    bad_policy = scene.launch(mine)
+    assert bad_policy.returncode == 1 and "[permissions] has no key 'alow'" in bad_policy.stderr, bad_policy
+    assert bad_policy.stderr.count("\n") == 1
+    if kept is None:
+        config.unlink()
+    else:
+        config.write_text(kept)
     (scene.repo / "README.md").write_text("dirty\n")
     dirty = scene.launch(mine)
     assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr
