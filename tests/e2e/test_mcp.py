@@ -485,6 +485,14 @@ async def test_an_agent_asks_a_person_over_mcp_and_keeps_waiting_by_question_id(
         assert missing["success"] is False and "question is required" in missing["error"]
 
 
+async def approve(client: Any, **args: Any) -> dict[str, Any]:
+    """What Claude Code reads of the approve tool: exactly one text block holding the JSON."""
+    with trio.fail_after(90):
+        result = await client.call_tool("approve", args)
+    assert result.is_error is False and result.structured_content is None and len(result.content) == 1, result
+    return json.loads(result.content[0].text)
+
+
 async def test_the_approve_tool_answers_a_runs_permission_requests_by_policy_or_by_a_person(daemon, ctl):
     """Issue 28: what Claude Code's --permission-prompt-tool calls in a launched run. The policy
     allows and refuses on its own; the rest is a question on the task that the run waits on,
@@ -498,14 +506,14 @@ async def test_the_approve_tool_answers_a_runs_permission_requests_by_policy_or_
                                    env={**os.environ, "PALACE_TASK_ID": "task_42", "PALACE_RUNNER": "claude"})
     async with Client(params) as run:
         assert [t.name for t in (await run.list_tools()).tools] == ["approve"]
-        read = await call(run, "approve", tool_name="Read", input={"file_path": "/w/a.py"}, tool_use_id="t1")
+        read = await approve(run, tool_name="Read", input={"file_path": "/w/a.py"}, tool_use_id="t1")
         assert read == {"behavior": "allow", "updatedInput": {"file_path": "/w/a.py"}}
-        push = await call(run, "approve", tool_name="Bash", input={"command": "git push origin main"})
+        push = await approve(run, tool_name="Bash", input={"command": "git push origin main"})
         assert push["behavior"] == "deny" and "Bash(git push*)" in push["message"]
         outcomes = {}
 
         async def request(name, command):
-            outcomes[name] = await call(run, "approve", tool_name="Bash", input={"command": command})
+            outcomes[name] = await approve(run, tool_name="Bash", input={"command": command})
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(request, "deploy", "make deploy")
@@ -526,9 +534,9 @@ async def test_the_approve_tool_answers_a_runs_permission_requests_by_policy_or_
         assert outcomes["drop"]["behavior"] == "deny" and "human:ana said no" in outcomes["drop"]["message"]
     (daemon.home / "config.toml").write_text('[permissions]\ntimeout = 1\n', encoding="utf-8")
     async with Client(params) as run:
-        silent = await call(run, "approve", tool_name="Bash", input={"command": "make deploy"})
+        silent = await approve(run, tool_name="Bash", input={"command": "make deploy"})
         assert silent["behavior"] == "deny" and "silence is never a yes" in silent["message"]
     (daemon.home / "config.toml").write_text('[permissions]\nallow = "Bash"\n', encoding="utf-8")
     async with Client(params) as run:
-        broken = await call(run, "approve", tool_name="Read", input={"file_path": "x"})
+        broken = await approve(run, tool_name="Read", input={"file_path": "x"})
         assert broken["behavior"] == "deny" and "must be a list of rules" in broken["message"]
