@@ -279,15 +279,16 @@ class Dashboard:
                                   ("x-palace-sha256", str(record.get("sha256")))])
 
     async def _message(self, request: Request, send: Send) -> None:
-        session = await self.views.session()
-        if not session["can_write"]:
-            raise HttpError(403, "this daemon is a read-only observer: it sends no messages")
-        doc = await request.json_body(MAX_BODY_BYTES)
-        await send_json(send, 200, await self._bounded(self.views.send_message(doc)))
+        await self._persons_write(request, send, self.views.send_message, "it sends no messages")
 
     async def _answer(self, request: Request, send: Send) -> None:
+        await self._persons_write(request, send, self.views.answer_question, "it writes no answers")
+
+    async def _persons_write(self, request: Request, send: Send,
+                             write: Callable[[Any], Awaitable[dict[str, Any]]], refusal: str) -> None:
+        """One of the person's writes (CSRF and Origin were checked by ``_handle``): never on an observer."""
         session = await self.views.session()
         if not session["can_write"]:
-            raise HttpError(403, "this daemon is a read-only observer: it writes no answers")
+            raise HttpError(403, f"this daemon is a read-only observer: {refusal}")
         doc = await request.json_body(MAX_BODY_BYTES)
-        await send_json(send, 200, await self._bounded(self.views.answer_question(doc)))
+        await send_json(send, 200, await self._bounded(write(doc)))

@@ -10,25 +10,12 @@ import os
 
 import pytest
 import trio
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from palace_proto.pki import issue_certificate, new_palace
+from palace_proto.pki import new_palace
 from palaced.tls import client_context, enrolment_client_context, peer_certificate, server_context
 from palaced.tls_stream import TlsStream
+from tests.daemon.test_tls_membership import member  # a member's certificate and key, as there
 
 NOW = datetime.datetime.now(datetime.UTC)
-
-
-def member(tmp_path, name, ca_key, ca_pem):
-    key = Ed25519PrivateKey.generate()
-    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    cert = tmp_path / f"{name}.crt"
-    cert.write_bytes(issue_certificate(ca_key, ca_pem, raw, role="member", name=name, now=NOW))
-    key_path = tmp_path / f"{name}.key"
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert, key_path
 
 
 @pytest.fixture
