@@ -44,6 +44,9 @@ __all__ = ["OPS", "held_people", "proven_person"]
 _PAGE: Final = 500
 # Why 200: a person's list of questions; older ones are in the log (``list --type question.ask``).
 MAX_QUESTIONS: Final = 200
+# Why 10,000: the answers read to settle a question (a member could write answers that never
+# count, as someone it is not; a question has a handful of real ones).
+MAX_ANSWERS: Final = 10_000
 
 
 def proven_person(ctx: Context, event: Mapping[str, Any]) -> bool:
@@ -73,7 +76,7 @@ async def _question(ctx: Context, event_id: Any) -> dict[str, Any]:
 
 
 async def _settled(ctx: Context, question: Mapping[str, Any]) -> QuestionState:
-    answers = await ctx.astore.acks_of([question["id"]], ANSWER, 1_000)
+    answers = await ctx.astore.acks_of([question["id"]], ANSWER, MAX_ANSWERS)
     return settle(question, answers, lambda a: proven_person(ctx, a), format_stamp(time.time()))
 
 
@@ -213,7 +216,7 @@ async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if to is not None:
         filters["to_agents"] = sorted({to, "human:*"})
     asked = await ctx.astore.list_events(ListQuery.from_wire(filters))
-    answers = await ctx.astore.acks_of([q["id"] for q in asked], ANSWER, 10_000) if asked else []
+    answers = await ctx.astore.acks_of([q["id"] for q in asked], ANSWER, MAX_ANSWERS) if asked else []
     by_question: dict[str, list[dict[str, Any]]] = {}
     for a in answers:
         by_question.setdefault(a["ack_of"], []).append(a)
