@@ -22,6 +22,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from palace_proto.paths import CONFIG_FILENAME
+from palace_proto.stamps import format_stamp
+from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, parse_usage, usage_metadata
 
 from .client import Client, DaemonUnreachable
 from .git import GitDirSnapshot, PinnedGit
@@ -146,6 +149,17 @@ def runner_command(name: str, home: Path) -> list[str]:
     known = sorted(set(BUILTIN_RUNNERS) | (set(runners) if isinstance(runners, dict) else set()))
     raise LaunchRefused(f"unknown runner {name!r}: use one of {', '.join(known)}, or define "
                         f"[runners.{name}] command = [...] in {path}")
+
+
+def utc_stamp() -> str:
+    """Now, as the log stamps events (compared with their ``created_at``)."""
+    return format_stamp(time.time())
+
+
+def _machine_name() -> str:
+    """The machine a run's usage report names (its host name, visible text, bounded)."""
+    name = "".join(ch for ch in socket.gethostname() if ch.isprintable() and not ch.isspace())[:MAX_MACHINE_CHARS]
+    return name or "unknown"
 
 
 def read_config(home: Path) -> dict[str, Any]:
@@ -266,6 +280,8 @@ class Launch:
         self._proc: subprocess.Popen[bytes] | None = None
         #: names this run in the events that record its outcome (so a retry never records it twice)
         self.run_id = secrets.token_hex(8)
+        #: when the runner started (the daemon's stamp format): its usage report is written after it
+        self._run_started = "9999"
 
     @property
     def proc(self) -> subprocess.Popen[bytes] | None:
@@ -429,6 +445,7 @@ class Launch:
                     result.outcome, result.reason = "failed", f"cannot start runner {command[0]!r}: {exc.strerror or exc}"
                     self._finish(result, log_path)
                     return result
+                self._run_started = utc_stamp()
                 if self.on_start is not None:
                     self.on_start(self)
                 try:
@@ -604,6 +621,31 @@ class Launch:
     def _record(self, result: LaunchResult, data: bytes) -> None:
         if result.outcome == "lost":
             return  # someone else's claim holds: their run reports the task, this one says nothing
+        self._record_outcome(result, data)
+        if result.outcome != "lost":
+            self._record_usage(data)
+
+    def _record_usage(self, data: bytes) -> None:
+        """The run's usage as the harness reported it (``palace_proto.usage``: its JSON output, or
+        a ``palace-usage:`` line), as a ``usage.report`` on the task; nothing when it reported none.
+        After the outcome, so a retry after a daemon restart finds this run recorded (the usage of
+        this run already there is not written twice)."""
+        usage = parse_usage(self.runner, data.decode("utf-8", errors="replace"))
+        if usage is None:
+            return
+        metadata = usage_metadata(usage, task_id=self.cid, machine=_machine_name())
+        with Client(self.home, client_name="palacectl-launch") as client:
+            events = client.call("task_show", correlation_id=self.cid)["events"]
+            if any(e["type"] == USAGE_TYPE and e["from_agent"] == self.agent and e["created_at"] >= self._run_started
+                   for e in events):
+                return
+            cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
+            client.call("append", type=USAGE_TYPE, stream=self.request["stream"], room=self.request["room"],
+                        from_agent=self.agent, correlation_id=self.cid, metadata=metadata,
+                        body=f"{self.agent} ({self.runner}) used {usage.tokens_in} tokens in, {usage.tokens_out} out"
+                             f"{cost} on {self.cid}")
+
+    def _record_outcome(self, result: LaunchResult, data: bytes) -> None:
         with Client(self.home, client_name="palacectl-launch") as client:
             view = client.call("task_show", correlation_id=self.cid)
             if any(_run_of(e) == self.run_id for e in view["events"]):

@@ -96,8 +96,8 @@ class Config:
 
 
 #: sections of config.toml that palacectl reads (`task launch` runners, `worker`'s accept_from, what
-#: launched runs may do without asking: palacectl/permission_policy.py)
-PALACECTL_SECTIONS: Final = frozenset({"runners", "worker", "permissions"})
+#: launched runs may do without asking: palacectl/permission_policy.py; budgets: palace_proto.usage)
+PALACECTL_SECTIONS: Final = frozenset({"runners", "worker", "permissions", "budgets"})
 
 _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},

@@ -10,6 +10,7 @@ daemon and the client never disagree on what is valid. Pure: no IO.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -17,6 +18,7 @@ from .agents import REGISTER, RETIRE, TRANSFER
 from .errors import ValidationError
 from .memory import DIARY_EVENT, DRAWER_EVENT, KG_ADD_EVENT, KG_INVALIDATE_EVENT
 from .pki import REVOKE_EVENT_TYPE
+from .usage import USAGE_TYPE, check_usage_metadata
 from .validation import AppendRequest, Limits
 
 __all__ = ["MAX_APPEND_MANY", "RESERVED_TYPES", "append_many_requests", "append_request"]
@@ -52,6 +54,9 @@ def append_request(args: Mapping[str, Any], limits: Limits) -> AppendRequest:
     request = AppendRequest.from_wire(args, limits)
     if request.type in RESERVED_TYPES:
         raise ValidationError(f"type {request.type!r} is reserved; {RESERVED_TYPES[request.type]}", field="type")
+    if request.type == USAGE_TYPE:
+        # What every replica sums: a usage report is checked field by field (palace_proto.usage).
+        check_usage_metadata(json.loads(request.metadata_json))
     return request
 
 

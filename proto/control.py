@@ -55,7 +55,7 @@ OPS: Final = frozenset({
     "kg_query", "diary_write", "diary_read", "agents", "tunnels", "memory_rebuild", "backup", "export_page",
     "import_events", "task_ready", "task_claim", "task_release", "task_reassign", "lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check",
     "watch_update", "agent_register", "agent_transfer", "agent_retire", "inbox", "inbox_mark_read",
-    "session_start", "fleet", "ask", "answer", "questions",
+    "session_start", "fleet", "ask", "answer", "questions", "usage",
     "notify_test",
 })
 

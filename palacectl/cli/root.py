@@ -21,7 +21,7 @@ from .. import output
 from ..loop import guarded
 from ..output import EXIT_OK, EXIT_USAGE
 from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, notify, palace,
-               questions, service, session, tasks, ui)
+               questions, service, session, tasks, ui, usage)
 
 __all__ = ["app", "main"]
 
@@ -50,6 +50,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("ask", questions.ask),
     ("answer", questions.answer),
     ("questions", questions.questions),
+    ("usage", usage.usage),
     ("init", palace.init),
     ("invite", palace.invite),
     ("join", palace.join),

@@ -126,6 +126,9 @@ class AsyncStore:
     async def acks_of(self, event_ids: Sequence[str], event_type: str, limit: int = 10_000) -> list[dict[str, Any]]:
         return await self._hop(self.store.acks_of, event_ids, event_type, limit)
 
+    async def events_of_types(self, types: Sequence[str], since_created_at: str, limit: int) -> list[dict[str, Any]]:
+        return await self._hop(self.store.events_of_types, types, since_created_at, limit)
+
     async def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         return await self._hop(self.store.events_by_correlation, correlation_id, limit)
 

@@ -241,6 +241,10 @@ class Reads:
                 [*chunk, *extra]))
         return found
 
+    def events_of_types(self, types: Sequence[str], since_created_at: str, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` events of ``types`` created since ``since_created_at``, oldest first."""
+        return events_of_types_since(self.db.reader(), types, since_created_at, None, limit)
+
     def lease_events(self, types: Sequence[str], since_created_at: str, stream: str | None,
                      limit: int) -> list[dict[str, Any]]:
         return events_of_types_since(self.db.reader(), types, since_created_at, stream, limit)
