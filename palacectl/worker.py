@@ -39,12 +39,13 @@ from typing import Any, Final
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.filters import filter_args
 from palace_proto.tasks import project_stream
+from palace_proto.usage import BUDGET_TYPE as BUDGET_EVENT
 from palace_proto.workers import fit_activity
 
 from .client import Client, DaemonUnreachable, IdleTimeout
 from .files import write_atomically
 from .git import run_git
-from .launch import Launch, LaunchRefused, read_config, append_on_task, remove_worktree, runner_command
+from .launch import Launch, LaunchRefused, append_on_task, read_config, remove_worktree, runner_command
 from .output import utc_now
 from .permission_policy import PermissionPolicy, PolicyError
 from .watch import sanitise_agent
@@ -114,6 +115,8 @@ class Worker:
         #: this worker's own daemon (peer id), and origin -> (peer id, name) of the daemons heard of
         self._own_peer_id: str | None = None
         self._daemons: dict[str, tuple[str | None, str | None]] = {}
+        #: budgets reached that were said already (budget/subject/window/state)
+        self._budgets_told: set[str] = set()
         #: tasks declined under the policy (said once on the task, never run)
         self._declined: dict[str, str] = {}
         self._backlog_said = False  # the tasks ready at the first look are named before any is taken
@@ -279,6 +282,8 @@ class Worker:
             free = self.opts.concurrency - len(self._runs)
         if free <= 0:
             return
+        if self._over_budget():
+            return
         ready = self._call("task_ready", agent=self.opts.agent)["tasks"]
         if not self._backlog_said:
             self._backlog_said = True
@@ -303,6 +308,48 @@ class Worker:
             thread.start()
             if free <= 0:
                 break
+
+    # -- budgets: what it may still spend ------------------------------------------------------
+
+    def _over_budget(self) -> bool:
+        """Whether a budget of ``[budgets]`` that stops this worker is over (its agent's day, the
+        palace's month): then it claims nothing. A budget reached (80 %, or over) is said once, in
+        the log and as a ``usage.budget`` event the people's daemons notify them of (one per
+        budget, subject and window across the palace: a second worker finds the first's event)."""
+        try:
+            table = read_config(self.opts.home).get("budgets")
+        except LaunchRefused:
+            return False  # `check` refused an unreadable config before the worker started; a later edit waits
+        if table is None:
+            return False
+        try:
+            judged = self._call("usage", by="agent", budgets=table).get("budgets") or []
+        except ApiError as exc:
+            self.say(f"[budgets] cannot be judged ({exc.message}); the worker claims nothing until it can")
+            return True
+        stopping = False
+        for breach in judged:
+            mine = breach["scope"] == "palace" or (breach["scope"] == "agent" and breach["subject"] == self.opts.agent)
+            if not mine or breach["state"] == "ok":
+                continue
+            stopping = stopping or breach["state"] == "over"
+            self._tell_budget(breach)
+        return stopping
+
+    def _tell_budget(self, breach: dict[str, Any]) -> None:
+        key = "/".join((breach["budget"], breach["subject"], breach["window"], breach["state"]))
+        if key in self._budgets_told:
+            return
+        self._budgets_told.add(key)
+        stops = breach["state"] == "over"
+        line = (f"worker {self.opts.agent} claims nothing more: " if stops else f"worker {self.opts.agent}: ") + breach["line"]
+        self.say(line)
+        told = self._call("list", types=[BUDGET_EVENT], topics=[key], limit=1)["events"]
+        if not told:
+            self._call("append", type=BUDGET_EVENT, stream="usage", room="budgets", topic=key,
+                       from_agent=self.opts.agent, body=line, status="blocked" if stops else None,
+                       metadata={"budget": breach["budget"], "subject": breach["subject"], "window": breach["window"],
+                                 "state": breach["state"], "spent": breach["spent"], "limit": breach["limit"]})
 
     def _backlog(self, ready: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Say which tasks were already waiting when the worker started, before it takes any

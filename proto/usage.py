@@ -75,6 +75,7 @@ from .text import printable
 from .workers import is_task_id
 
 __all__ = [
+    "BUDGET_TYPE",
     "BUDGET_KEYS", "BY_FIELDS", "CUSTOM_PREFIX", "DEFAULT_WARN_AT", "MAX_COST_USD", "MAX_DURATION_S",
     "MAX_SCAN_CHARS", "MAX_TOKENS", "MAX_TURNS", "STATES", "USAGE_TYPE", "AgentBudget", "Breach", "Budgets", "Record", "Spending",
     "Total", "Usage", "blocking", "check_usage_metadata", "judge_budgets", "parse_budgets", "parse_claude",
@@ -84,6 +85,8 @@ __all__ = [
 
 #: the event type of a run's usage report (on the task: its correlation id is the task's)
 USAGE_TYPE: Final = "usage.report"
+#: the event a worker writes when one of its budgets is reached (people are notified of it)
+BUDGET_TYPE: Final = "usage.budget"
 #: the custom usage line's prefix (docs/usage.md, "The custom line")
 CUSTOM_PREFIX: Final = "palace-usage:"
 # Why the last 1 MiB: every harness prints its usage last (a final object, or the last events of

@@ -32,6 +32,7 @@ from typing import Any, Final
 from palace_proto.agents import HUMAN_PREFIX, is_human
 from palace_proto.leases import CONFLICT as LEASE_CONFLICT
 from palace_proto.pki import REVOKE_EVENT_TYPE
+from palace_proto.usage import BUDGET_TYPE
 from palace_proto.tasks import CONFLICT as TASK_CONFLICT
 from palace_proto.tasks import STALLED
 
@@ -42,8 +43,8 @@ __all__ = [
 
 #: a question to a person (another engineer's part 1: from_agent = asker, to_agent = the person)
 QUESTION: Final = "question.ask"
-#: a budget reached (part 4's usage events; the row is here so the table needs no change then)
-BUDGET: Final = "usage.budget"
+#: a budget reached (a worker writes it: palacectl/worker.py)
+BUDGET: Final = BUDGET_TYPE
 #: ``to_agent`` of a question or message to every person
 ANYONE: Final = HUMAN_PREFIX + "*"
 #: every kind of thing, in the order the docs list them (a person's ``on`` names some of them)

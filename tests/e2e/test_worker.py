@@ -394,3 +394,22 @@ def test_a_first_start_names_the_tasks_already_waiting_before_it_takes_them(mach
     second_start = machine.log().rsplit("worker bot started", 1)[1]
     assert "2 task(s) were waiting before this worker started; taking those its policy accepts" in second_start
     assert second_start.index("taking those its policy accepts") < second_start.index(f"{old_broadcast}: ")
+
+
+def test_a_worker_over_its_agents_daily_budget_claims_nothing_and_says_so_once(machine):
+    """Issue 28: [budgets] agent_daily_tokens reached: the worker takes no task, says why in its
+    log, and writes one usage.budget event (what people's daemons notify them of)."""
+    config = machine.home / "config.toml"
+    config.write_text(config.read_text() + "[budgets]\nagent_daily_tokens = 1000\n", encoding="utf-8")
+    spent = {"runner": "gated", "tokens_in": 900, "tokens_out": 200, "task_id": "task_earlier_1", "machine": "m"}
+    ctl_json(machine.home, "append", "--type", "usage.report", "--stream", "usage", "--room", "runs", "--from-agent",
+             "bot", "--correlation-id", "task_earlier_1", "--metadata", json.dumps(spent), "--body", "earlier run")
+    machine.worker()
+    cid = machine.task()
+    wait_until(lambda: "claims nothing more" in machine.log(), "the worker to say it stops claiming")
+    time.sleep(1)  # another look at the queue, after the task arrived
+    assert state_of(machine.home, cid) == "open"
+    [told] = api(machine.home, "list", types=["usage.budget"])["events"]
+    assert told["from_agent"] == "bot" and told["status"] == "blocked"
+    assert told["topic"].startswith("agent_daily_tokens/bot/") and "1,100 tokens spent, 110%" in told["body"], told
+    assert machine.log().count("claims nothing more") == 1
