@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from palace_proto.errors import ValidationError
 from palace_proto.paths import CONFIG_FILENAME
 from palace_proto.stamps import format_stamp
-from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, parse_usage, usage_metadata
+from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, parse_budgets, parse_usage, usage_metadata
 
 from .client import Client, DaemonUnreachable
 from .git import GitDirSnapshot, PinnedGit
@@ -127,15 +128,20 @@ def runner_command(name: str, home: Path) -> list[str]:
     (a custom one, or overriding a built-in), else a built-in.
 
     Raises:
-        LaunchRefused: unknown runner, a malformed ``[runners.NAME]``, or a ``[permissions]`` that is
-            not a policy (its runs' approve tool would refuse every request).
+        LaunchRefused: unknown runner, a malformed ``[runners.NAME]``, a ``[permissions]`` that is
+            not a policy (its runs' approve tool would refuse every request), or a malformed ``[budgets]``.
     """
     path = home / CONFIG_FILENAME
     config = read_config(home)
     try:
-        PermissionPolicy.from_config(config, name)  # refused here, before anything starts, not at its first use
+        # Refused here, before anything starts, not at their first use.
+        PermissionPolicy.from_config(config, name)
+        if config.get("budgets") is not None:
+            parse_budgets(config["budgets"])
     except PolicyError as exc:
         raise LaunchRefused(f"{path}: {exc}") from None
+    except ValidationError as exc:
+        raise LaunchRefused(f"{path}: {exc.message}") from None
     runners = config.get("runners", {})
     custom = runners.get(name) if isinstance(runners, dict) else None
     if custom is not None:
@@ -405,8 +411,15 @@ class Launch:
             claimed = client.call("task_claim", correlation_id=self.cid, agent=self.agent)
             self.request = view["request"]
             stall = float(claimed["task"]["stall_after_s"])
+            over = self._task_budget_over(client)
         if self.on_claim is not None:
             self.on_claim(self)
+        if over is not None:
+            # Its earlier runs spent what the task may cost: no run starts; the requester is told.
+            result = LaunchResult(self.cid, self.agent, self.runner, "", "blocked", None, over)
+            result.reply_event = self._event("task.reply", f"{self.agent} did not run {self.cid}: {over}",
+                                             status="blocked")
+            return result
         if self.in_place:
             # What a run in the checkout itself could turn into a command runner for palace's own
             # git (or the user's next one): compared, and put back, once the run is over.
@@ -624,6 +637,17 @@ class Launch:
         self._record_outcome(result, data)
         if result.outcome != "lost":
             self._record_usage(data)
+
+    def _task_budget_over(self, client: Client) -> str | None:
+        """The line saying this task is over its ``[budgets]`` (``task_usd``, ``task_tokens``) from
+        the runs it had already, or None. Harnesses report usage when a run ends, so a budget
+        stops the next run of a task, not one under way."""
+        table = read_config(self.home).get("budgets")
+        if table is None:
+            return None
+        judged = client.call("usage", by="task", budgets=table).get("budgets") or []
+        over = [b["line"] for b in judged if b["scope"] == "task" and b["subject"] == self.cid and b["state"] == "over"]
+        return "; ".join(over) or None
 
     def _record_usage(self, data: bytes) -> None:
         """The run's usage as the harness reported it (``palace_proto.usage``: its JSON output, or

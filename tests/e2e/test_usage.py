@@ -76,3 +76,24 @@ def test_usage_is_the_same_on_every_replica_and_a_bad_report_is_refused(fleet):
     (alpha.home / "config.toml").write_text("[budgets]\ntask_euros = 3\n", encoding="utf-8")
     bad_budget = run_ctl(alpha.home, "usage")
     assert bad_budget.returncode == 1 and "task_euros" in bad_budget.stderr and bad_budget.stderr.count("\n") == 1
+
+
+def test_a_task_over_its_budget_from_earlier_runs_is_not_run_again(daemon, short_tmp):
+    repo = short_tmp / "shop"
+    base = init_repo(repo)
+    script = short_tmp / "metered.py"
+    script.write_text(RUNNER)
+    config = daemon.home / "config.toml"
+    config.write_text(f'[runners.metered]\ncommand = ["{PYTHON}", "{script}", "{{handoff}}"]\n'
+                      '[budgets]\ntask_usd = 0.5\n', encoding="utf-8")
+    cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bot",
+                   "--goal", "Add feature.txt", "--branch", "main", "--base-commit", base, "--done", "it exists")[
+        "task"]["correlation_id"]
+    assert report(daemon.home, "bot", cid, cost_usd=0.75).returncode == 0  # an earlier run's cost
+    launched = run_ctl(daemon.home, "task", "launch", cid, "--runner", "metered", "--workspace", str(repo))
+    assert launched.returncode == 1 and not (repo / "feature.txt").exists(), launched
+    [reply] = [e for e in ctl_json(daemon.home, "task", "show", cid)["events"] if e["type"] == "task.reply"]
+    assert reply["status"] == "blocked" and "over its $0.50 budget" in reply["body"] and "$0.75" in reply["body"]
+    config.write_text(config.read_text() + "[budgets.agents.bot]\nweekly_usd = 3\n", encoding="utf-8")
+    refused = run_ctl(daemon.home, "task", "launch", cid, "--runner", "metered", "--workspace", str(repo))
+    assert refused.returncode == 1 and "weekly_usd" in refused.stderr and refused.stderr.count("\n") == 1
