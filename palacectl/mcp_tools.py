@@ -358,6 +358,13 @@ async def mempalace_questions(palace: Palace, /, to: str | None = None, status: 
     return await palace.daemon.call("questions", **_drop_none(to=to, status=status, limit=limit))
 
 
+@tool("people", description=(
+    "What runs cost: usage reports summed by task, agent, machine, day or model (by), since a date; "
+    "{totals: [{key, runs, tokens_in, tokens_out, cost_usd}]}."))
+async def mempalace_usage(palace: Palace, /, by: str = "task", since: str | None = None) -> Result:
+    return await palace.daemon.call("usage", **_drop_none(by=by, since=since))
+
+
 # -- approvals: a harness's permission requests, answered by palace ------------------------------
 
 # Why 1,000 characters: what a question shows of the command or path it is about.

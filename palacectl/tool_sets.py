@@ -6,8 +6,8 @@ whether parameters beyond a tool's loop arguments are advertised. Stdlib only: t
 fast path and the rules renderer both read it before anything heavy is imported. The tools
 themselves are in ``mcp_tools.py``, each naming its group here (checked when that is imported).
 
-Why a small default (issue 26): every tool's schema is sent to the model on every turn. All 35
-tools cost 16.1 KB (~3,900 tokens) per turn; ``core`` is the delegation loop alone (session start,
+Why a small default (issue 26): every tool's schema is sent to the model on every turn. All 36
+tools cost 16.5 KB (~3,900 tokens) per turn; ``core`` is the delegation loop alone (session start,
 inbox, append/ack, wait, patch, artifact, task create/ready/claim, memory search/add) and stays
 under ``CORE_BUDGET_BYTES``, pinned by a test. In ``core`` and the groups a tool advertises its
 loop arguments and names the rest in its description; every argument is accepted either way, so
@@ -44,7 +44,7 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
         "mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release", "mempalace_lease_list",
         "mempalace_lease_check",
     ),
-    "people": ("mempalace_ask_human", "mempalace_questions"),
+    "people": ("mempalace_ask_human", "mempalace_questions", "mempalace_usage"),
     # Only for a launched run's harness (its --permission-prompt-tool): never part of "all".
     "approvals": ("approve",),
 }

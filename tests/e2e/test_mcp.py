@@ -35,7 +35,7 @@ MEMORY_TOOLS = ["mempalace_search", "mempalace_add_drawer", "mempalace_kg_query"
 LEASE_TOOLS = ["mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release", "mempalace_lease_list",
                "mempalace_lease_check"]
 SESSION_TOOLS = ["mempalace_inbox", "mempalace_inbox_mark_read", "mempalace_session_start"]
-PEOPLE_TOOLS = ["mempalace_ask_human", "mempalace_questions"]
+PEOPLE_TOOLS = ["mempalace_ask_human", "mempalace_questions", "mempalace_usage"]
 #: what ``--tools all`` lists: every tool but the approve tool of palace's own runs, in listing order
 ALL_LISTED = [name for name in LISTING_ORDER if name != "approve"]
 MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_lease_acquire",
@@ -483,6 +483,8 @@ async def test_an_agent_asks_a_person_over_mcp_and_keeps_waiting_by_question_id(
         assert waited["answer"]["text"] == "no"
         missing = await call(agent, "mempalace_ask_human", to="human:ana")
         assert missing["success"] is False and "question is required" in missing["error"]
+        cost = await call(agent, "mempalace_usage", by="agent")
+        assert cost["totals"] == [] and cost["by"] == "agent"
 
 
 async def approve(client: Any, **args: Any) -> dict[str, Any]:
