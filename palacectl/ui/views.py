@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -214,8 +215,11 @@ class Views:
         # dashboard, who may be written to before ever writing.
         humans = list(dict.fromkeys([self.human, *(a["agent"] for a in roster
                                                    if a.get("kind") == "human" or is_human(a["agent"]))]))
-        waiting, questions = await gather([lambda: self._waiting_on_humans(humans),
-                                           lambda: self.call("questions", to=self.human, status="open", limit=50)])
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        waiting, questions, spent = await gather([
+            lambda: self._waiting_on_humans(humans),
+            lambda: self.call("questions", to=self.human, status="open", limit=50),
+            lambda: self.optional("usage", by="agent", since=today)])
         conflicts = self._conflicts(tasks, leases.get("leases", []), agents.get("agents", []), status)
         health = status.get("health") or {}
         return {
@@ -231,6 +235,8 @@ class Views:
             "waiting": waiting,
             # Questions to this dashboard's person (and to anyone): answered here with one click.
             "questions": questions.get("questions", []),
+            # What runs cost today, by agent (their usage reports: docs/usage.md).
+            "usage_today": (spent or {}).get("totals", []),
             "watching": who.get("count", 0),
         }
 

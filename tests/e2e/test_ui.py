@@ -169,6 +169,13 @@ def test_pages_give_their_json(ui, ctl, daemon):
     assert [t["correlation_id"] for t in codex["claimed"]] == [cid]
     assert codex["last_event"]["body"] == "May I drop the old view?"
     assert [e["body"] for e in now["waiting"]] == ["May I drop the old view?"]
+    assert now["usage_today"] == []
+    spent = {"runner": "claude", "tokens_in": 1200, "tokens_out": 300, "cost_usd": 0.04, "task_id": cid,
+             "machine": "mac"}
+    append_event(ctl, from_agent="linux-codex", type="usage.report", correlation_id=cid, body="usage",
+                 metadata=json.dumps(spent))
+    [today] = ui.get_json("/api/now")["usage_today"]
+    assert (today["key"], today["runs"], today["tokens_in"], today["cost_usd"]) == ("linux-codex", 1, 1200, 0.04)
     board = ui.get_json("/api/tasks")
     assert [c["name"] for c in board["columns"]] == ["open", "claimed", "stalled", "delivered", "applied", "failed", "blocked"]
     assert [t["title"] for t in board["columns"][1]["tasks"]] == ["Add the orders table"]

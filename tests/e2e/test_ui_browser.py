@@ -265,11 +265,15 @@ def test_a_question_is_answered_with_one_click_on_now(single, daemon, browser_fa
                                "--timeout", "2m"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: ctl_json(daemon.home, "questions", "--status", "open")["questions"], "the question")
+        spent = {"runner": "claude", "tokens_in": 1200, "tokens_out": 300, "task_id": "task_x", "machine": "mac"}
+        ctl_json(daemon.home, "append", "--type", "usage.report", "--stream", "usage", "--room", "runs",
+                 "--from-agent", "linux-codex", "--metadata", json.dumps(spent), "--body", "usage")
         driver = browser_factory()
         sign_in(driver, single)
         open_page(driver, single, "now")
         wait_for(driver, lambda d: "Questions for you (1)" in text_of(d) and "Run the migration now?" in text_of(d),
                  "the question on Now")
+        assert "Runs today (usage)" in text_of(driver) and "unknown" in text_of(driver)  # a cost not reported
         [tonight] = [b for b in driver.find_elements("css selector", "button.answer-choice") if b.text == "tonight"]
         tonight.click()
         out, err = asking.communicate(timeout=30)

@@ -296,6 +296,12 @@ function nowSummary(data) {
         taskLink(t.correlation_id, t.title), stateChip(t.state), agent(t.claimed_by), time(t.last_activity)]))) : null,
     needs ? null : empty("Nothing is waiting on you: no stalled tasks, conflicts or messages to people."));
   parts.push(needsPanel);
+  const usage = data.usage_today || [];
+  if (usage.length) {
+    parts.push(panel("Runs today (usage)", table(["agent", "runs", "tokens in", "tokens out", "cost"], usage.map((u) => [
+      agent(u.key), String(u.runs), String(u.tokens_in), String(u.tokens_out),
+      u.cost_usd === null ? "unknown" : `$${u.cost_usd.toFixed(2)}${u.unpriced_runs ? "+" : ""}`]))));
+  }
   parts.push(panel(`Agents (${data.agents_total})`, data.agents.length ? table(
     ["agent", "daemon", "watching", "working on", "last event"],
     data.agents.map((a) => [
