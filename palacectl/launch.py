@@ -83,9 +83,10 @@ def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
 #: ``{handoff}`` is the prompt, ``{workspace}`` the task's worktree (also the working directory).
 BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
     # `claude --print`: non-interactive; acceptEdits lets it edit files without a prompt; every
-    # other permission request goes to palace's `approve` tool (the policy, or a person: issue 28).
-    "claude": ["claude", "--print", "--permission-mode", "acceptEdits", "--mcp-config", "{palace_mcp}",
-               "--permission-prompt-tool", "mcp__palace_run__approve", "{handoff}"],
+    # other permission request goes to palace's `approve` tool (the policy, or a person: issue 28);
+    # its JSON result carries the run's usage (recorded as a usage.report: palace_proto.usage).
+    "claude": ["claude", "--print", "--permission-mode", "acceptEdits", "--output-format", "json",
+               "--mcp-config", "{palace_mcp}", "--permission-prompt-tool", "mcp__palace_run__approve", "{handoff}"],
     # `codex exec`: non-interactive; workspace-write lets it edit inside --cd.
     "codex": ["codex", "exec", "--cd", "{workspace}", "--sandbox", "workspace-write", "{handoff}"],
     # `gemini --prompt`: headless; auto_edit approves edits (not other tools); --skip-trust: a fresh

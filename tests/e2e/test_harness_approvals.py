@@ -90,6 +90,10 @@ def test_a_claude_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_an
         assert patches, report
         patch = api(user.home, "artifact_get", artifact_id=patches[0]["artifact_ids"][0])["content"].decode()
         assert "approved.txt" in patch and "+approved" in patch
+        # Its JSON result carried the run's usage (what the scripted model server reported).
+        [spent] = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
+                   if e["type"] == "usage.report"]
+        assert spent["metadata"]["runner"] == "claude" and spent["metadata"]["tokens_in"] > 0, spent
         [state] = [q for q in ctl_json(user.home, "questions")["questions"] if q["correlation_id"] == cid]
         refused_here = run_ctl(user.home, "answer", state["question_id"], "deny", "--as", "human:ana")
         assert refused_here.returncode == 1  # answered already; and not ana's daemon
