@@ -88,13 +88,14 @@ BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
     "claude": ["claude", "--print", "--permission-mode", "acceptEdits", "--output-format", "json",
                "--mcp-config", "{palace_mcp}", "--permission-prompt-tool", "mcp__palace_run__approve", "{handoff}"],
     # `codex exec`: non-interactive; workspace-write lets it edit inside --cd.
-    "codex": ["codex", "exec", "--cd", "{workspace}", "--sandbox", "workspace-write", "{handoff}"],
+    "codex": ["codex", "exec", "--json", "--cd", "{workspace}", "--sandbox", "workspace-write", "{handoff}"],
     # `gemini --prompt`: headless; auto_edit approves edits (not other tools); --skip-trust: a fresh
     # worktree is a folder Gemini has never been told to trust, and it refuses those (exit 55).
-    "gemini": ["gemini", "--approval-mode", "auto_edit", "--skip-trust", "--prompt", "{handoff}"],
+    "gemini": ["gemini", "--approval-mode", "auto_edit", "--skip-trust", "--output-format", "json", "--prompt",
+               "{handoff}"],
     # `opencode run`: one prompt, non-interactive; --dir: its project is the worktree (it takes the
     # project from $PWD otherwise, and refuses edits outside it: issue 26's harness rig).
-    "opencode": ["opencode", "run", "--dir", "{workspace}", "{handoff}"],
+    "opencode": ["opencode", "run", "--dir", "{workspace}", "--format", "json", "{handoff}"],
 }
 PLACEHOLDERS: Final = ("{handoff}", "{workspace}", "{correlation_id}", "{palace_mcp}")
 #: the MCP server a run's harness is given for its permission requests (``{palace_mcp}``: a JSON

@@ -249,9 +249,17 @@ def _json_lines(text: str, marker: str) -> list[dict[str, Any]]:
 
 
 def _document(text: str) -> Any:
-    """The one JSON document ``text`` holds (surrounding blank space allowed), or None."""
+    """The one JSON document ``text`` holds (surrounding blank space allowed), or None. Lines of
+    text a harness prints before it are skipped: the document is read from the first line that
+    opens one (Gemini CLI warns on stdout first, about colours or a missing ripgrep)."""
     stripped = text.strip()
-    return _loads(stripped) if stripped[:1] in ("{", "[") else None
+    if stripped[:1] in ("{", "["):
+        return _loads(stripped)
+    for marker in ("\n{", "\n["):
+        start = stripped.find(marker)
+        if start >= 0:
+            return _loads(stripped[start + 1:])
+    return None
 
 
 def _count(value: Any) -> int | None:

@@ -15,6 +15,7 @@ import re
 import shlex
 import subprocess
 import time
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,7 @@ def test_task_launch_runs_each_harness_whose_own_edit_reaches_the_requester_as_a
                        "--workspace", str(repo), "--timeout", "150s", "--json"])
         codes = {name: rig.wait(180 - (time.monotonic() - started)) for name, (rig, _, _) in rigs.items()}
         problems = []
+        usage_seen: dict[str, Any] = {}
         for name, (rig, cid, repo) in rigs.items():
             write = rig.script.outcomes[0] if rig.script.outcomes else None
             patches = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
@@ -113,6 +115,9 @@ def test_task_launch_runs_each_harness_whose_own_edit_reaches_the_requester_as_a
             content = (repo / "feature.txt").read_text() if (repo / "feature.txt").exists() else None
             delivered = (codes[name] == 0 and write is not None and write.answered_at is not None
                          and applied is not None and applied.returncode == 0 and content == CONTENT.format(harness=name))
+            spent = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
+                     if e["type"] == "usage.report"]
+            usage_seen[name] = spent[0]["metadata"] if spent else None
             if delivered and name in KNOWN_BROKEN:
                 problems.append(f"{name}: its launch works now: remove it from KNOWN_BROKEN")
             elif not delivered and (name not in KNOWN_BROKEN or KNOWN_BROKEN[name] not in run_log(user, cid)):
@@ -122,6 +127,10 @@ def test_task_launch_runs_each_harness_whose_own_edit_reaches_the_requester_as_a
             run_git(repo, "checkout", "-q", ".")
         used = {name: [o.name for o in rig.script.outcomes] for name, (rig, _, _) in rigs.items()}
         assert not problems, "\n\n".join(problems) + f"\n\ntools used: {used}"
+        # Each harness's own JSON output carried the run's usage (what the scripted model reported):
+        # palace_proto.usage read it from the real harness, not from a sample.
+        for name, spent in usage_seen.items():
+            assert spent is not None and spent["runner"] == name and spent["tokens_in"] > 0, (name, usage_seen)
     finally:
         for rig, _, _ in rigs.values():
             rig.close()

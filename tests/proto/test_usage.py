@@ -672,3 +672,15 @@ def test_parsers_take_only_text_and_whole_floats():
     assert parse_claude(None) is None  # type: ignore[arg-type]
     assert parse_codex('{"type":"turn.completed","usage":{"input_tokens":12.0,"output_tokens":3.5}}') == \
         Usage("codex", 12, 0)
+
+
+def test_a_json_document_after_lines_of_warnings_is_still_read():
+    """Guards what the real Gemini CLI printed in the harness rig: two warning lines on stdout
+    (no 256 colours, no ripgrep) before its JSON result."""
+    stdout = ("color support not detected. Using a terminal with at least 256-color support is recommended.\n"
+              "Ripgrep is not available. Falling back to GrepTool.\n"
+              '{"session_id": "s", "response": "done", "stats": {"models": {"gemini-3.8-flash": {"api": '
+              '{"totalRequests": 2}, "tokens": {"input": 200, "prompt": 200, "candidates": 20, "total": 220, '
+              '"cached": 0, "thoughts": 0, "tool": 0}}}}}\n')
+    usage = parse_gemini(stdout)
+    assert usage is not None and (usage.tokens_in, usage.tokens_out, usage.model) == (200, 20, "gemini-3.8-flash")
