@@ -157,6 +157,14 @@ class Context:
     def ca_key(self) -> Ed25519PrivateKey:
         return load_ca_key(self.config.home)
 
+    async def committed_after(self, seq: int, limit: int) -> list[dict[str, Any]]:
+        """Committed events with seq > ``seq``, oldest first, at most ``limit``: from the bus ring,
+        else SQLite (what every follower of the log reads after a wake)."""
+        events = self.bus.events_after(seq, limit)
+        if events is None:
+            events = await self.astore.events_after_seq(seq, limit)
+        return events
+
     async def event_or_404(self, event_id: Any, field: str = "event_id") -> dict[str, Any]:
         """The event named by a request's ``field``, or ``not_found``."""
         eid = clean_required(field, event_id)

@@ -180,14 +180,6 @@ class LogFollower:
                 position = ctx.bus.latest_seq
 
 
-async def _new_events_after(ctx: Context, seq: int, limit: int) -> list[dict[str, Any]]:
-    """Committed events with seq > ``seq`` (oldest first): from the bus ring, else SQLite."""
-    events = ctx.bus.events_after(seq, limit)
-    if events is None:
-        events = await ctx.astore.events_after_seq(seq, min(limit, CATCH_UP_PAGE))
-    return events
-
-
 def _no_text(query: ListQuery, op: str) -> None:
     if query.text is not None:
         raise ValidationError(f"text searches the log as it is (list); {op} takes the exact filters only",
@@ -212,7 +204,7 @@ async def wait(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     with trio.move_on_after(timeout_ms / 1000):
         while True:
             await ctx.bus.wait_beyond(cursor)
-            new = await _new_events_after(ctx, cursor, CATCH_UP_PAGE)
+            new = await ctx.committed_after(cursor, CATCH_UP_PAGE)
             if not new:
                 continue
             cursor = new[-1]["seq"]
@@ -275,7 +267,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
             else:
                 await ctx.bus.wait_beyond(cursor_seq)
             while True:
-                new = await _new_events_after(ctx, cursor_seq, CATCH_UP_PAGE)
+                new = await ctx.committed_after(cursor_seq, CATCH_UP_PAGE)
                 if not new:
                     break
                 matches: list[dict[str, Any]] = []

@@ -11,7 +11,7 @@ machine's own user.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import trio
@@ -38,7 +38,7 @@ from palace_proto.validation import AppendRequest, ListQuery, clean_optional, cl
 
 from .context import Context
 
-__all__ = ["OPS", "held_people", "proven_person"]
+__all__ = ["OPS", "held_people", "proven_person", "settled"]
 
 # Why 500: the page a waiting ``ask`` reads from the bus after each wake (as ``wait`` does).
 _PAGE: Final = 500
@@ -63,9 +63,8 @@ def proven_person(ctx: Context, event: Mapping[str, Any]) -> bool:
 
 def held_people(ctx: Context) -> list[str]:
     """The person ids this daemon holds now (whom it may answer as, and notify)."""
-    daemon = ctx.store.agents.daemon
-    return sorted(agent for agent, record in ctx.store.agents.records.items()
-                  if is_human(agent) and record.current is not None and record.current.daemon == daemon)
+    agents = ctx.store.agents
+    return sorted(agent for agent in agents.records if is_human(agent) and agents.holds(agent))
 
 
 async def _question(ctx: Context, event_id: Any) -> dict[str, Any]:
@@ -75,9 +74,20 @@ async def _question(ctx: Context, event_id: Any) -> dict[str, Any]:
     return event
 
 
+async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]]) -> list[QuestionState]:
+    """The state of each question of ``asked``, from the answers held here (one read for all)."""
+    if not asked:
+        return []
+    answers = await ctx.astore.acks_of([q["id"] for q in asked], ANSWER, MAX_ANSWERS)
+    by_question: dict[Any, list[dict[str, Any]]] = {}
+    for a in answers:
+        by_question.setdefault(a["ack_of"], []).append(a)
+    now = format_stamp(time.time())
+    return [settle(q, by_question.get(q["id"], []), lambda a: proven_person(ctx, a), now) for q in asked]
+
+
 async def _settled(ctx: Context, question: Mapping[str, Any]) -> QuestionState:
-    answers = await ctx.astore.acks_of([question["id"]], ANSWER, MAX_ANSWERS)
-    return settle(question, answers, lambda a: proven_person(ctx, a), format_stamp(time.time()))
+    return (await settled(ctx, [question]))[0]
 
 
 def _reply(state: QuestionState) -> dict[str, Any]:
@@ -111,9 +121,7 @@ async def ask(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     with trio.move_on_after(limit):
         while True:
             await ctx.bus.wait_beyond(cursor)
-            new = ctx.bus.events_after(cursor, _PAGE)
-            if new is None:
-                new = await ctx.astore.events_after_seq(cursor, _PAGE)
+            new = await ctx.committed_after(cursor, _PAGE)
             if not new:
                 continue
             cursor = new[-1]["seq"]
@@ -216,14 +224,8 @@ async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if to is not None:
         filters["to_agents"] = sorted({to, "human:*"})
     asked = await ctx.astore.list_events(ListQuery.from_wire(filters))
-    answers = await ctx.astore.acks_of([q["id"] for q in asked], ANSWER, MAX_ANSWERS) if asked else []
-    by_question: dict[str, list[dict[str, Any]]] = {}
-    for a in answers:
-        by_question.setdefault(a["ack_of"], []).append(a)
-    now = format_stamp(time.time())
     out = []
-    for q in asked:
-        state = settle(q, by_question.get(q["id"], []), lambda a: proven_person(ctx, a), now)
+    for state in await settled(ctx, asked):
         if status is None or state.status == status:
             out.append(state.to_wire())
         if len(out) >= limit:

@@ -22,10 +22,8 @@ from typing import Any, Final
 import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
-from palace_proto.questions import ANSWER as QUESTION_ANSWER
 from palace_proto.questions import ASK as QUESTION_ASK
-from palace_proto.questions import settle as settle_question
-from palace_proto.stamps import format_stamp, seconds_between
+from palace_proto.stamps import seconds_between
 from palace_proto.tasks import (
     project_stream,
     slugify,
@@ -47,7 +45,7 @@ from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
 from ..store.task_threads import settle
 from .context import Context
-from .questions import proven_person
+from .questions import settled as settled_questions
 
 __all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
 
@@ -257,11 +255,7 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 async def _questions_on(ctx: Context, view: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The questions asked on the task, with their state (``palace_proto.questions``)."""
     asked = [e for e in view.get("events", []) if e.get("type") == QUESTION_ASK]
-    if not asked:
-        return []
-    answers = await ctx.astore.acks_of([q["id"] for q in asked], QUESTION_ANSWER, 10_000)
-    now = format_stamp(time.time())
-    return [settle_question(q, answers, lambda a: proven_person(ctx, a), now).to_wire() for q in asked]
+    return [state.to_wire() for state in await settled_questions(ctx, asked)]
 
 
 async def recent_views(ctx: Context) -> list[dict[str, Any]]:

@@ -81,11 +81,7 @@ class Notifier:
     def held(self, person: str) -> bool:
         """Whether this daemon holds ``person``'s id, so it (and no other daemon) tells them. A
         daemon in no palace has no registry and no other daemon: its people are its own."""
-        if self.ctx.membership is None:
-            return True
-        agents = self.ctx.store.agents
-        record = agents.records.get(person)
-        return record is not None and record.current is not None and record.current.daemon == agents.daemon
+        return self.ctx.membership is None or self.ctx.store.agents.holds(person)
 
     def _where(self) -> tuple[str | None, str]:
         membership = self.ctx.membership
@@ -114,13 +110,11 @@ class Notifier:
         ctx = self.ctx
         while True:
             await ctx.bus.wait_beyond(position, background=True)
-            events = ctx.bus.events_after(position, PAGE)
-            if events is None:
-                try:
-                    events = await ctx.astore.events_after_seq(position, PAGE)
-                except ApiError as exc:  # a full disk, shutting down: tried again after the next commit
-                    LOGGER.warning("notifications could not read new events: %s", exc.message)
-                    events = []
+            try:
+                events = await ctx.committed_after(position, PAGE)
+            except ApiError as exc:  # a full disk, shutting down: tried again after the next commit
+                LOGGER.warning("notifications could not read new events: %s", exc.message)
+                events = []
             if not events:
                 position = ctx.bus.latest_seq
                 continue

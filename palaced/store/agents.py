@@ -306,6 +306,11 @@ class AgentRegistry:
 
     # -- verdicts (any thread) ------------------------------------------------------------------
 
+    def holds(self, agent: str) -> bool:
+        """Whether this daemon holds ``agent`` now (a person it may answer as, and notifies)."""
+        record = self.records.get(agent)
+        return record is not None and record.current is not None and record.current.daemon == self.daemon
+
     def verdict(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
         """The impersonation verdict on a public event object, or None (fine, or not judged)."""
         record = self.records.get(event.get("from_agent"))  # type: ignore[arg-type]
