@@ -17,12 +17,16 @@ import errno
 import os
 import stat
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-__all__ = ["PendingFile", "fsync_directory", "new_file_mode", "replacing", "write_atomically"]
+from palace_proto.paths import CONFIG_FILENAME
+
+__all__ = ["ConfigUnreadable", "PendingFile", "fsync_directory", "new_file_mode", "read_config", "replacing",
+           "write_atomically"]
 
 # Why these: some filesystems (certain FUSE and network mounts) cannot fsync a directory and say
 # so; the rename is then as durable as that filesystem makes it, and failing the write would
@@ -134,3 +138,23 @@ def new_file_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+class ConfigUnreadable(ValueError):
+    """``config.toml`` exists but cannot be read or parsed; the message names the file and why."""
+
+
+def read_config(home: Path) -> dict[str, Any]:
+    """The home's ``config.toml``, parsed ({} when there is none): what palacectl reads of it
+    (runners, the worker's acceptance, ``[permissions]``, ``[budgets]``).
+
+    Raises:
+        ConfigUnreadable: it cannot be read, is not UTF-8, or is not TOML.
+    """
+    path = home / CONFIG_FILENAME
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigUnreadable(f"cannot read {path}: {exc}") from None

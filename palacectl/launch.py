@@ -27,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,8 @@ from palace_proto.stamps import format_stamp
 from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, parse_budgets, parse_usage, usage_metadata
 
 from .client import Client, DaemonUnreachable
+from .files import ConfigUnreadable
+from .files import read_config as read_config_toml
 from .git import GitDirSnapshot, PinnedGit
 from .permission_policy import DEFAULT_TIMEOUT_S as DEFAULT_APPROVAL_TIMEOUT_S
 from .permission_policy import RUNNER_ENV, TASK_ENV, PermissionPolicy, PolicyError
@@ -176,13 +177,10 @@ def read_config(home: Path) -> dict[str, Any]:
     Raises:
         LaunchRefused: it cannot be read or parsed.
     """
-    path = home / CONFIG_FILENAME
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise LaunchRefused(f"cannot read {path}: {exc}") from None
+        return read_config_toml(home)
+    except ConfigUnreadable as exc:
+        raise LaunchRefused(str(exc)) from None
 
 
 def fill(template: Sequence[str], values: Mapping[str, str]) -> list[str]:

@@ -36,15 +36,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any, Final
 
 from palace_proto import __version__
 from palace_proto.errors import ApiError
-from palace_proto.paths import CONFIG_FILENAME
 
 from .client import Client, DaemonUnreachable
+from .files import ConfigUnreadable, read_config
 from .mcp_server import McpError, StdioServer, ToolSpec
 from .mcp_tools import TOOLS
 from .permission_policy import RUNNER_ENV, PermissionPolicy, PolicyError
@@ -161,13 +160,10 @@ class PalaceMCP(StdioServer):
         Raises:
             PolicyError: the file or its ``[permissions]`` is not readable as a policy.
         """
-        path = self.home / CONFIG_FILENAME
         try:
-            config = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            config = {}
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise PolicyError(f"cannot read {path}: {exc}") from None
+            config = read_config(self.home)
+        except ConfigUnreadable as exc:
+            raise PolicyError(str(exc)) from None
         return PermissionPolicy.from_config(config, os.environ.get(RUNNER_ENV) or None)
 
     async def run_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -245,19 +245,16 @@ def _configured_accept(home: Path) -> list[str]:
     Raises:
         UsageProblem: the file cannot be read, or the key is not a list of strings.
     """
-    import tomllib
-
     from palace_proto.paths import CONFIG_FILENAME
 
+    from ..files import ConfigUnreadable, read_config
     from ..worker_policy import DEFAULT_ACCEPT
 
     path = home / CONFIG_FILENAME
     try:
-        config = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return list(DEFAULT_ACCEPT)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageProblem(f"cannot read {path}: {exc}") from None
+        config = read_config(home)
+    except ConfigUnreadable as exc:
+        raise UsageProblem(str(exc)) from None
     section = config.get("worker", {})
     value = section.get("accept_from") if isinstance(section, dict) else None
     if value is None:

@@ -9,13 +9,11 @@ root app by ``cli.root``; imports ``cli.common`` only.
 
 from __future__ import annotations
 
-import tomllib
 from typing import Annotated, Any, Optional
 
 import typer
 
-from palace_proto.paths import CONFIG_FILENAME
-
+from ..files import ConfigUnreadable, read_config
 from ..output import EXIT_FAILED, emit, write_stdout
 from .common import JsonOpt, UsageProblem, call_daemon, current_home
 
@@ -23,14 +21,10 @@ __all__ = ["usage"]
 
 
 def _budgets_table() -> Any:
-    path = current_home() / CONFIG_FILENAME
     try:
-        config = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageProblem(f"cannot read {path}: {exc}") from None
-    return config.get("budgets")
+        return read_config(current_home()).get("budgets")
+    except ConfigUnreadable as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 def _cost(total: dict[str, Any]) -> str:
