@@ -116,6 +116,7 @@ class Worker:
         self._own_peer_id: str | None = None
         self._daemons: dict[str, tuple[str | None, str | None]] = {}
         #: budgets reached that were said already (budget/subject/window/state)
+        self._held: str | None = None  # why it claims nothing now (a budget over), for `who`
         self._budgets_told: set[str] = set()
         #: tasks declined under the policy (said once on the task, never run)
         self._declined: dict[str, str] = {}
@@ -199,7 +200,7 @@ class Worker:
         # What the daemon accepts, whatever ids the tasks have (a refused report stopped the worker).
         return fit_activity({"runner": self.opts.runner, "concurrency": self.opts.concurrency,
                              "project": self.opts.project, "tasks": tasks, "accepts": self.opts.accept.describe(),
-                             "permissions": self._permissions_line()})
+                             "permissions": self._permissions_line(), "held": self._held})
 
     def _permissions_line(self) -> str:
         """What its runs may do without asking (``[permissions]``), in one line for ``who``."""
@@ -327,14 +328,18 @@ class Worker:
         except ApiError as exc:
             self.say(f"[budgets] cannot be judged ({exc.message}); the worker claims nothing until it can")
             return True
-        stopping = False
+        held: str | None = None
         for breach in judged:
             mine = breach["scope"] == "palace" or (breach["scope"] == "agent" and breach["subject"] == self.opts.agent)
             if not mine or breach["state"] == "ok":
                 continue
-            stopping = stopping or breach["state"] == "over"
+            if breach["state"] == "over" and held is None:
+                held = f"claims nothing: {breach['line']}"
             self._tell_budget(breach)
-        return stopping
+        if held != self._held:
+            self._held = held  # `who` and the dashboard say why it is idle, on every daemon
+            self._tell_activity()
+        return held is not None
 
     def _tell_budget(self, breach: dict[str, Any]) -> None:
         key = "/".join((breach["budget"], breach["subject"], breach["window"], breach["state"]))

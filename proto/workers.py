@@ -35,6 +35,10 @@ _RUNNER_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_TASK_ID_CHARS: Final = 256
 # Why 512: whose tasks a worker runs, in one line (worker_policy.WorkerPolicy.describe).
 MAX_ACCEPTS_CHARS: Final = 512
+#: The one-line texts a worker reports beside its tasks, each at most MAX_ACCEPTS_CHARS, and what
+#: each says (``who`` and the dashboard show them). ``held``: why it claims nothing now (a budget).
+ACTIVITY_LINES: Final = {"accepts": "whose tasks it runs", "permissions": "what its runs may do without asking",
+                         "held": "why it claims nothing now"}
 
 
 def check_activity(value: Any) -> dict[str, Any]:
@@ -63,21 +67,15 @@ def check_activity(value: Any) -> dict[str, Any]:
             or not all(isinstance(t, str) and is_task_id(t) for t in tasks)):
         raise ValidationError(f"worker.tasks must be a list of at most {MAX_REPORTED_TASKS} task correlation ids "
                               f"(visible text, at most {MAX_TASK_ID_CHARS} characters each)", field="worker.tasks")
-    accepts = value.get("accepts")
-    if accepts is not None and (not isinstance(accepts, str) or not 0 < len(accepts) <= MAX_ACCEPTS_CHARS
-                                or printable(accepts, MAX_ACCEPTS_CHARS * 10) != accepts):
-        raise ValidationError(f"worker.accepts must be visible text of at most {MAX_ACCEPTS_CHARS} characters "
-                              "(whose tasks it runs)", field="worker.accepts")
-    permissions = value.get("permissions")
-    if permissions is not None and (not isinstance(permissions, str) or not 0 < len(permissions) <= MAX_ACCEPTS_CHARS
-                                    or printable(permissions, MAX_ACCEPTS_CHARS * 10) != permissions):
-        raise ValidationError(f"worker.permissions must be visible text of at most {MAX_ACCEPTS_CHARS} characters "
-                              "(what its runs may do without asking)", field="worker.permissions")
     checked = {"runner": runner, "concurrency": concurrency, "project": project, "tasks": list(dict.fromkeys(tasks))}
-    if accepts is not None:
-        checked["accepts"] = accepts
-    if permissions is not None:
-        checked["permissions"] = permissions
+    for line, meaning in ACTIVITY_LINES.items():
+        text = value.get(line)
+        if text is None:
+            continue
+        if not isinstance(text, str) or not 0 < len(text) <= MAX_ACCEPTS_CHARS or printable(text, MAX_ACCEPTS_CHARS * 10) != text:
+            raise ValidationError(f"worker.{line} must be visible text of at most {MAX_ACCEPTS_CHARS} characters "
+                                  f"({meaning})", field=f"worker.{line}")
+        checked[line] = text
     if len(encode_activity(checked)) > MAX_ACTIVITY_CHARS:
         raise ValidationError(f"worker is over {MAX_ACTIVITY_CHARS} characters once encoded: report fewer tasks "
                               "(fit_activity)", field="worker.tasks")
@@ -94,7 +92,7 @@ def fit_activity(activity: dict[str, Any]) -> dict[str, Any]:
     MAX_ACTIVITY_CHARS once encoded (the worker's own view of what it runs is never refused)."""
     tasks = [t for t in activity.get("tasks", []) if isinstance(t, str) and is_task_id(t)][:MAX_REPORTED_TASKS]
     fitted = {**activity, "tasks": tasks}
-    for line in ("accepts", "permissions"):
+    for line in ACTIVITY_LINES:
         text = fitted.get(line)
         if isinstance(text, str):
             fitted[line] = printable(text, MAX_ACCEPTS_CHARS - 1)  # (a cut line ends in one "…")

@@ -277,6 +277,8 @@ def who(json_: JsonOpt = False) -> None:
         if worker:  # a `palacectl worker`: what it runs, not what it watches
             tasks = ", ".join(worker["tasks"]) or "idle"
             doing = f"worker ({worker['runner']}, {len(worker['tasks'])}/{worker['concurrency']}): {tasks}"
+            if worker.get("held"):
+                doing += f"; {worker['held']}"
             if worker.get("permissions"):
                 doing += f"; runs may: {worker['permissions']}"
         write_stdout(f"{agent_label(w['agent']) or '-'}\t{where}\t{w['since']}\t{doing}\n")

@@ -413,3 +413,7 @@ def test_a_worker_over_its_agents_daily_budget_claims_nothing_and_says_so_once(m
     assert told["from_agent"] == "bot" and told["status"] == "blocked"
     assert told["topic"].startswith("agent_daily_tokens/bot/") and "1,100 tokens spent, 110%" in told["body"], told
     assert machine.log().count("claims nothing more") == 1
+    # `who` (and so the dashboard) says why the worker is idle, on every daemon that hears of it.
+    [held] = [w["worker"]["held"] for w in ctl_json(machine.home, "who")["watchers"] if w.get("worker")]
+    assert held.startswith("claims nothing: agent bot is over its 1,000 tokens daily budget"), held
+    assert "claims nothing: " in run_ctl_process(machine.home, "who").stdout

@@ -56,6 +56,9 @@ def test_an_activity_is_normalised_and_round_trips_through_its_text():
     ({"permissions": "allow \x1b[2J everything"}, "worker.permissions"),
     ({"permissions": "p" * 513}, "worker.permissions"),
     ({"permissions": 3}, "worker.permissions"),
+    ({"held": ""}, "worker.held"),
+    ({"held": "over \x1b[2J budget"}, "worker.held"),
+    ({"held": "h" * 513}, "worker.held"),
 ])
 def test_a_bad_activity_names_its_field(change, field):
     with pytest.raises(ValidationError) as refused:

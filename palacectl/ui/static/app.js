@@ -328,6 +328,7 @@ function doing(a) {
     items.push(h("div", { class: "small", title: w.permissions ? `runs may: ${w.permissions}` : null },
       h("span", { class: "chip info" }, "worker"),
       ` ${w.runner}, ${(w.tasks || []).length}/${w.concurrency} running` + (w.daemon ? ` on ${w.daemon}` : "")),
+      w.held ? h("div", { class: "small" }, h("span", { class: "chip warn" }, "held"), ` ${w.held}`) : null,
       w.permissions ? h("div", { class: "small muted" }, `runs may: ${w.permissions}`) : null);
   }
   return items.length ? h("div", {}, items) : h("span", { class: "muted" }, "idle");
@@ -861,6 +862,7 @@ function fleetView(data) {
   parts.push(panel(`Watching now (${agents.length})`, agents.length ? table(["agent", "on", "since", "doing"],
     agents.map((w) => [agent(w.agent), w.local ? "here" : ((w.daemon || {}).name || "?") + (w.daemon_silent ? " (silent)" : ""),
       time(w.since), w.worker ? [`worker: ${(w.worker.tasks || []).join(", ") || "idle"}`,
+        w.worker.held ? h("div", { class: "small" }, h("span", { class: "chip warn" }, "held"), ` ${w.worker.held}`) : null,
         w.worker.permissions ? h("div", { class: "small muted" }, `runs may: ${w.worker.permissions}`) : null]
         : h("span", { class: "mono small" }, w.filters || "")]))
     : empty("No agent is watching anywhere in the palace."),
