@@ -34,6 +34,7 @@ from typing import Any, Final, Protocol
 
 from palace_proto.errors import ApiError
 from palace_proto.filters import filter_args
+from palace_proto.text import printable
 from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .client import DaemonUnreachable
@@ -395,12 +396,13 @@ async def approve(palace: Palace, /, tool_name: str, input: dict | None = None, 
     task = os.environ.get(TASK_ENV) or None
     argument = main_argument(tool_name, tool_input)
     if len(argument) > _ASKED_ARGUMENT_CHARS:
-        argument = argument[:_ASKED_ARGUMENT_CHARS] + "…"
+        argument = argument[:_ASKED_ARGUMENT_CHARS - 1] + "…"  # (what approval.argument holds)
     question = (f"{palace.agent} asks to run {tool_name}: {argument}" + (f"\n(task {task})" if task else "")
                 + "\nallow or deny?")
     try:
         state = await palace.daemon.call("ask", from_agent=palace.agent, to=policy.ask_to, body=question,
-                                         choices=["allow", "deny"], timeout_s=policy.timeout_s, correlation_id=task)
+                                         choices=["allow", "deny"], timeout_s=policy.timeout_s, correlation_id=task,
+                                         approval={"tool": printable(tool_name, 99), "argument": argument})
     except (ApiError, DaemonUnreachable, OSError) as exc:
         return deny(f"palace could not ask a person ({exc}): refused")
     answer = state.get("answer") or {}

@@ -37,7 +37,7 @@ from .stamps import STAMP_RE, add_seconds, seconds_between
 __all__ = [
     "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S", "MIN_TIMEOUT_S",
     "QUESTION_ROOM", "QUESTION_STREAM", "AskTerms", "QuestionState", "ask_metadata", "check_addressee",
-    "check_choices", "check_timeout", "match_choice", "settle",
+    "check_approval", "check_choices", "check_timeout", "match_choice", "settle",
 ]
 
 ASK: Final = "question.ask"
@@ -57,6 +57,10 @@ MAX_TIMEOUT_S: Final = 7 * 86400
 # Why 12 choices of 100 characters: a question is answered with one click on a phone; more is a form.
 MAX_CHOICES: Final = 12
 MAX_CHOICE_CHARS: Final = 100
+# Why 100 and 1,000 characters: an approval names a harness tool (Bash, Edit, mcp__x__y) and the
+# command or path it is about, which a person reads before one click; more is cut by the asker.
+MAX_APPROVAL_TOOL_CHARS: Final = 100
+MAX_APPROVAL_ARGUMENT_CHARS: Final = 1000
 
 
 def check_addressee(to: Any) -> str:
@@ -103,11 +107,37 @@ def check_timeout(seconds: Any) -> int:
     return seconds
 
 
-def ask_metadata(choices: tuple[str, ...] | None, asked_at: str, timeout_s: int) -> dict[str, Any]:
-    """The metadata of a ``question.ask`` written at ``asked_at`` (the daemon's clock)."""
+def check_approval(approval: Any) -> dict[str, str] | None:
+    """What a permission request is about, when the question is one (None: an ordinary question):
+    ``{tool, argument}``, the harness's tool and its main argument (a command, a path).
+
+    Raises:
+        ValidationError: naming what is wrong.
+    """
+    if approval is None:
+        return None
+    if not isinstance(approval, Mapping) or set(approval) - {"tool", "argument"}:
+        raise ValidationError("approval must be {tool, argument}: the harness tool a run asks to use and what on",
+                              field="approval")
+    tool, argument = approval.get("tool"), approval.get("argument", "")
+    if not isinstance(tool, str) or not 0 < len(tool) <= MAX_APPROVAL_TOOL_CHARS or not tool.isprintable():
+        raise ValidationError(f"approval.tool must be a tool name of 1 to {MAX_APPROVAL_TOOL_CHARS} visible characters",
+                              field="approval.tool")
+    if not isinstance(argument, str) or len(argument) > MAX_APPROVAL_ARGUMENT_CHARS:
+        raise ValidationError(f"approval.argument must be text of at most {MAX_APPROVAL_ARGUMENT_CHARS} characters",
+                              field="approval.argument")
+    return {"tool": tool, "argument": argument}
+
+
+def ask_metadata(choices: tuple[str, ...] | None, asked_at: str, timeout_s: int,
+                 approval: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The metadata of a ``question.ask`` written at ``asked_at`` (the daemon's clock);
+    ``approval`` (checked by ``check_approval``) marks a run's permission request."""
     meta: dict[str, Any] = {"expires_at": add_seconds(asked_at, timeout_s), "timeout_s": timeout_s}
     if choices is not None:
         meta["choices"] = list(choices)
+    if approval is not None:
+        meta["approval"] = dict(approval)
     return meta
 
 
@@ -117,6 +147,8 @@ class AskTerms:
 
     choices: tuple[str, ...] | None = None
     expires_at: str | None = None
+    #: {tool, argument} when the question is a run's permission request (a waiting approval)
+    approval: Mapping[str, str] | None = None
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any] | None) -> AskTerms:
@@ -126,7 +158,11 @@ class AskTerms:
         except ValidationError:
             choices = None  # a peer's malformed choices: the question takes any text
         expires = meta.get("expires_at")
-        return cls(choices, expires if isinstance(expires, str) and STAMP_RE.match(expires) else None)
+        try:
+            approval = check_approval(meta.get("approval"))
+        except ValidationError:
+            approval = None  # a peer's malformed marker: shown as an ordinary question
+        return cls(choices, expires if isinstance(expires, str) and STAMP_RE.match(expires) else None, approval)
 
 
 def match_choice(terms: AskTerms, text: str) -> str | None:
@@ -164,6 +200,7 @@ class QuestionState:
             "question": q.get("body"), "asked_at": q.get("created_at"), "correlation_id": q.get("correlation_id"),
             "choices": list(self.terms.choices) if self.terms.choices is not None else None,
             "expires_at": self.terms.expires_at, "status": self.status, "answer": None,
+            "approval": dict(self.terms.approval) if self.terms.approval is not None else None,
             "flagged": [{"event_id": a.get("id"), "by": a.get("from_agent"), "created_at": a.get("created_at"),
                          "why": why} for a, why in self.flagged],
         }

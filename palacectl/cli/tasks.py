@@ -79,7 +79,8 @@ def task_show(
                      f"{conflict['claimant']}'s, holds")
     for question in view.get("questions", []):
         state = (f"{question['answer']['by']}: {question['answer']['text']}" if question["answer"] else
-                 "waiting for a person" if question["status"] == "open" else "expired, unanswered")
+                 ("waiting for approval" if question.get("approval") else "waiting for a person")
+                 if question["status"] == "open" else "expired, unanswered")
         text = " ".join(str(question["question"] or "").split())[:100]
         lines.append(f"  question {question['question_id']} to {question['to']}: {text} ({state})")
     write_stdout("\n".join(lines) + "\n" + output.events_block(view["events"]))

@@ -28,6 +28,7 @@ from palace_proto.questions import (
     QuestionState,
     ask_metadata,
     check_addressee,
+    check_approval,
     check_choices,
     check_timeout,
     match_choice,
@@ -141,7 +142,7 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
         "type": ASK, "stream": args.get("stream") or QUESTION_STREAM, "room": args.get("room") or QUESTION_ROOM,
         "topic": args.get("topic"), "from_agent": clean_required("from_agent", args.get("from_agent")), "to_agent": to,
         "body": args.get("body"), "correlation_id": args.get("correlation_id"),
-        "metadata": ask_metadata(choices, format_stamp(time.time()), timeout_s),
+        "metadata": ask_metadata(choices, format_stamp(time.time()), timeout_s, check_approval(args.get("approval"))),
     }, ctx.limits)
     if is_human(req.from_agent):
         raise ValidationError("a question is asked by an agent (from_agent); people answer", field="from_agent")

@@ -249,6 +249,8 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     # A run waiting for a person (a question asked on the task, not answered yet): shown as such
     # on every daemon, since the question replicates with the task (issue 28).
     view["waiting_for_person"] = any(q["status"] == "open" for q in view["questions"])
+    # ... and, among those, a run's permission request: "waiting for approval".
+    view["waiting_for_approval"] = any(q["status"] == "open" and q["approval"] for q in view["questions"])
     return view
 
 

@@ -83,6 +83,8 @@ def test_a_claude_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_an
         assert asked and f"asks to run Bash: {RECORD}" in asked[0]["question"], asked
         task_while_waiting = asked[1]
         assert task_while_waiting["waiting_for_person"] is True and task_while_waiting["state"] == "claimed"
+        assert task_while_waiting["waiting_for_approval"] is True, task_while_waiting
+        assert asked[0]["approval"] == {"tool": "Bash", "argument": RECORD}, asked
         assert task_while_waiting["questions"][0]["question_id"] == asked[0]["question_id"]
         assert code == 0, report
         patches = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]

@@ -27,7 +27,7 @@ import pytest
 
 from tests.dashboard import DashboardProcess
 from tests.demo_palace import build_demo_palace
-from tests.fleet import ctl_json, fork_an_origin, wait_until
+from tests.fleet import api, ctl_json, fork_an_origin, wait_until
 from tests.helpers import PYTHON, append_event, run_ctl
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -281,6 +281,34 @@ def test_a_question_is_answered_with_one_click_on_now(single, daemon, browser_fa
         asking.kill()
     assert asking.returncode == 0 and out.decode().strip() == "tonight", err
     wait_for(driver, lambda d: "Questions for you" not in text_of(d), "the question answered")
+    assert console_errors(driver) == []
+
+
+def test_an_approval_waits_apart_on_now_and_on_its_task_page(single, daemon, browser_factory):
+    """Issue 28: a run's permission request is listed under "Approvals waiting" with the tool and
+    command it is about, its task page says "waiting for approval", and one click denies it."""
+    cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bot",
+                   "--branch", "main", "--base-commit", "abcdef1", "--goal", "migrate the orders table",
+                   "--done", "migrated")["task"]["correlation_id"]
+    asked = api(daemon.home, "ask", from_agent="bot", to="human:*", body="bot asks to run Bash: psql -f drop.sql",
+                choices=["allow", "deny"], timeout_s=120, correlation_id=cid, wait=False,
+                approval={"tool": "Bash", "argument": "psql -f drop.sql"})
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, "now")
+    wait_for(driver, lambda d: "Approvals waiting (1)" in text_of(d) and "psql -f drop.sql" in text_of(d),
+             "the approval on Now")
+    assert "Questions for you" not in text_of(driver)
+    open_page(driver, single, f"task/{cid}")
+    wait_for(driver, lambda d: "for approval" in text_of(d), "the task waiting for approval")
+    open_page(driver, single, "now")
+    wait_for(driver, lambda d: d.find_elements("css selector", "#approvals button.answer-choice"), "the buttons")
+    [deny] = [b for b in driver.find_elements("css selector", "#approvals button.answer-choice") if b.text == "deny"]
+    deny.click()
+    wait_until(lambda: api(daemon.home, "questions", status="answered")["questions"], "the answer")
+    [state] = api(daemon.home, "questions")["questions"]
+    assert state["question_id"] == asked["question_id"] and state["answer"]["text"] == "deny"
+    assert state["approval"] == {"tool": "Bash", "argument": "psql -f drop.sql"}
     assert console_errors(driver) == []
 
 

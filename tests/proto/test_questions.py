@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from palace_proto.errors import ValidationError
 from palace_proto.questions import (
-    ANSWER, ANYONE, ASK, AskTerms, ask_metadata, check_addressee, check_choices, check_timeout, match_choice, settle,
+    ANSWER, ANYONE, ASK, AskTerms, ask_metadata, check_addressee, check_approval, check_choices, check_timeout, match_choice, settle,
 )
 
 ASKED_AT = "2026-12-04T10:00:00.000000Z"
@@ -69,6 +69,27 @@ def test_a_peers_malformed_terms_are_read_defensively():
     terms = AskTerms.from_metadata({"choices": "yes", "expires_at": "tomorrow"})
     assert terms == AskTerms(None, None)
     assert AskTerms.from_metadata(None) == AskTerms()
+
+
+def test_an_approval_names_a_tool_and_what_on_and_a_peers_malformed_one_is_an_ordinary_question():
+    """Issue 28: a run's permission request is a question marked ``approval`` ({tool, argument}),
+    what makes a task "waiting for approval"; a malformed marker from a peer is dropped, never raised."""
+    assert check_approval(None) is None
+    assert check_approval({"tool": "Bash", "argument": "git push"}) == {"tool": "Bash", "argument": "git push"}
+    assert check_approval({"tool": "Edit"}) == {"tool": "Edit", "argument": ""}
+    for bad, field in (({"tool": ""}, "approval.tool"), ({"tool": "B\nash"}, "approval.tool"),
+                       ({"tool": "t" * 101}, "approval.tool"), ({"tool": "Bash", "argument": "x" * 1001}, "approval.argument"),
+                       ({"tool": "Bash", "argument": 3}, "approval.argument"), ("Bash", "approval"),
+                       ({"tool": "Bash", "extra": 1}, "approval")):
+        with pytest.raises(ValidationError) as refused:
+            check_approval(bad)
+        assert refused.value.field == field
+    meta = ask_metadata(("allow", "deny"), ASKED_AT, 60, {"tool": "Bash", "argument": "make"})
+    assert AskTerms.from_metadata(meta).approval == {"tool": "Bash", "argument": "make"}
+    assert AskTerms.from_metadata({**meta, "approval": {"tool": 7}}).approval is None
+    state = settle({**question(), "metadata": meta}, [], everyone_proven, NOW)
+    assert state.to_wire()["approval"] == {"tool": "Bash", "argument": "make"}
+    assert settle(question(), [], everyone_proven, NOW).to_wire()["approval"] is None
 
 
 def test_an_open_question_expires_at_its_timeout():

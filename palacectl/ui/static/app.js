@@ -261,6 +261,8 @@ function nowSummary(data) {
   const health = data.health || {};
   const waiting = data.waiting || [];
   const questions = data.questions || [];
+  // A run's permission request (approval) waits with its harness stopped: listed first, apart.
+  const approvals = questions.filter((q) => q.approval), asked = questions.filter((q) => !q.approval);
   const needs = questions.length + waiting.length + data.stalled.length + data.conflicts.length + data.stuck.length;
   const cards = h("div", { class: "cards" },
     h("div", { class: "card" }, h("div", { class: `figure ${needs ? "warn" : "ok"}` }, String(needs)),
@@ -278,8 +280,10 @@ function nowSummary(data) {
     parts.push(h("div", { class: "banner bad", role: "alert" }, h("strong", {}, "Daemon: "), health.problems.join(" · ")));
   }
   const needsPanel = panel("Needs you",
-    questions.length ? h("div", { id: "questions" }, h("h3", {}, `Questions for you (${questions.length})`),
-      h("ul", { class: "questions" }, questions.map(questionItem))) : null,
+    approvals.length ? h("div", { id: "approvals" }, h("h3", {}, `Approvals waiting (${approvals.length})`),
+      h("ul", { class: "questions" }, approvals.map(questionItem))) : null,
+    asked.length ? h("div", { id: "questions" }, h("h3", {}, `Questions for you (${asked.length})`),
+      h("ul", { class: "questions" }, asked.map(questionItem))) : null,
     waiting.length ? h("div", {}, h("h3", {}, `Waiting on a person (${waiting.length})`),
       table(["when", "from", "to", "message", ""], waiting.map((ev) => [
         time(ev.created_at), agent(ev.from_agent), agent(ev.to_agent),
@@ -422,7 +426,9 @@ function questionItem(q) {
   return h("li", { class: "question", "data-question": q.question_id },
     h("div", {}, agent(q.asked_by), " asks ", agent(q.to), " · ", time(q.asked_at),
       q.correlation_id ? [" · ", taskLink(q.correlation_id)] : "", " · expires ", time(q.expires_at)),
-    h("p", { class: "question-text" }, q.question || ""),
+    q.approval ? h("p", {}, h("span", { class: "chip warn" }, "approval"), " run ",
+      h("strong", {}, q.approval.tool), q.approval.argument ? [": ", h("code", { class: "approval-argument" }, q.approval.argument)] : "")
+      : h("p", { class: "question-text" }, q.question || ""),
     h("div", { class: "row" }, controls, status));
 }
 
@@ -631,9 +637,12 @@ async function pageTask(page, route) {
       task.stalled ? [h("dt", {}, "stalled"), h("dd", { class: "warn" }, `since ${task.stalls_at}`)] : null,
       (task.waiting_on || []).length ? [h("dt", {}, "waiting on"), h("dd", {}, task.waiting_on.map((w) => [taskLink(w), " "]))] : null,
       (task.conflicts || []).length ? [h("dt", {}, "conflicts"), h("dd", { class: "flag" }, `${task.conflicts.length} losing claim(s)`)] : null,
-      task.waiting_for_person ? [h("dt", {}, "waiting"), h("dd", { class: "warn" }, "for a person's answer (see Now)")] : null,
+      task.waiting_for_person ? [h("dt", {}, "waiting"), h("dd", { class: "warn" },
+        task.waiting_for_approval ? "for approval: a person allows or denies what the run asks (see Now)"
+          : "for a person's answer (see Now)")] : null,
       (task.questions || []).map((q) => [h("dt", {}, "question"), h("dd", {}, q.question || "", " — ",
-        q.answer ? `${q.answer.by}: ${q.answer.text}` : q.status === "open" ? "waiting" : "expired, unanswered")])));
+        q.answer ? `${q.answer.by}: ${q.answer.text}` : q.status === "open" ? (q.approval ? "waiting for approval" : "waiting")
+          : "expired, unanswered")])));
   if (data.graph.nodes.length > 1) page.append(panel("Dependencies", dependencyGraph(data.graph, cid)));
   const viewer = h("div", { id: "artifact-viewer" });
   if (data.artifacts.length) {
