@@ -6,7 +6,8 @@ started headless, and ``[runners.NAME]`` from ``config.toml``), the task's own g
 the run's bookkeeping: claim first, a ``task.status`` event when the run starts and every
 ``heartbeat_s`` while it lives (so the claim never looks stalled), the run's output kept as a
 ``log`` artifact, then the patch (``git diff`` against the base commit) or a ``failed``/``blocked``
-reply with the log's tail, verbatim. A timeout, Ctrl-C or SIGTERM stops the runner (its whole
+reply quoting the run's last message (a built-in harness's JSON output read by
+``palace_proto.usage.final_text``), else the log's tail, verbatim. A timeout, Ctrl-C or SIGTERM stops the runner (its whole
 process group) and says so in the reply.
 
 The runner is started without a shell, with the task's hand-off and palace's rules as its prompt.
@@ -35,7 +36,7 @@ from typing import Any, Final
 from palace_proto.errors import ValidationError
 from palace_proto.paths import CONFIG_FILENAME
 from palace_proto.stamps import format_stamp
-from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, parse_budgets, parse_usage, usage_metadata
+from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, final_text, parse_budgets, parse_usage, usage_metadata
 
 from .client import Client, DaemonUnreachable
 from .files import ConfigUnreadable
@@ -702,9 +703,13 @@ class Launch:
                          f"Run log: {result.log_artifact or 'none'}.")
                 result.patch_event = submitted["event"]["id"]
                 return
-        tail = data[-LOG_TAIL_BYTES:].decode("utf-8", errors="replace")
+        # A harness's JSON output quoted raw is noise to a person: its last message, in words, when
+        # the output has one (the log artifact keeps everything); else the log's tail, verbatim.
+        words = final_text(self.runner, data.decode("utf-8", errors="replace"))
+        quoted = (f"The run's last message:\n{words}" if words else
+                  f"Its last lines, verbatim:\n{data[-LOG_TAIL_BYTES:].decode('utf-8', errors='replace')}")
         body = (f"{self.agent} ({self.runner}) {result.outcome} on {self.cid}: {result.reason}.\n"
-                f"Log: {result.log_artifact or 'none'}. Its last lines, verbatim:\n{tail}")
+                f"Log: {result.log_artifact or 'none'}. {quoted}")
         result.reply_event = self._event("task.reply", body, status=result.outcome, metadata={"run": self.run_id},
                                          artifact_ids=[result.log_artifact] if result.log_artifact else None)
 

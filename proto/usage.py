@@ -4,7 +4,8 @@ Owns: reading each harness's own usage report out of a run's output (``parse_usa
 parser per format), the ``usage.report`` event's metadata (``usage_metadata``, and its check on
 arrival, ``check_usage_metadata``), summing usage events into totals (``totals``, ``spending``),
 the ``[budgets]`` table of ``config.toml`` (``parse_budgets``) and the judgement of budgets
-against what was spent (``judge_budgets``, ``blocking``). docs/usage.md describes the formats,
+against what was spent (``judge_budgets``, ``blocking``), and a run's last message in words
+(``final_text``, what a failed run's reply quotes instead of raw JSON). docs/usage.md describes the formats,
 the custom line, the metadata and the budget keys for users. Pure: stdlib only; no clock (the
 caller passes ``now``), no IO; it must not import trio, apsw or anything of palaced/palacectl.
 
@@ -77,8 +78,8 @@ from .workers import is_task_id
 __all__ = [
     "BUDGET_TYPE",
     "BUDGET_KEYS", "BY_FIELDS", "CUSTOM_PREFIX", "DEFAULT_WARN_AT", "MAX_COST_USD", "MAX_DURATION_S",
-    "MAX_SCAN_CHARS", "MAX_TOKENS", "MAX_TURNS", "STATES", "USAGE_TYPE", "AgentBudget", "Breach", "Budgets", "Record", "Spending",
-    "Total", "Usage", "blocking", "check_usage_metadata", "judge_budgets", "parse_budgets", "parse_claude",
+    "MAX_FINAL_CHARS", "MAX_SCAN_CHARS", "MAX_TOKENS", "MAX_TURNS", "STATES", "USAGE_TYPE", "AgentBudget", "Breach", "Budgets", "Record", "Spending",
+    "Total", "Usage", "blocking", "check_usage_metadata", "final_text", "judge_budgets", "parse_budgets", "parse_claude",
     "parse_codex", "parse_custom_line", "parse_gemini", "parse_opencode", "parse_usage", "record_from_event",
     "spending", "totals", "usage_metadata",
 ]
@@ -610,6 +611,95 @@ def parse_usage(runner: str, stdout: str) -> Usage | None:
     parser = _PARSERS.get(runner)
     usage = parser(stdout, runner=runner) if parser is not None else None
     return usage if usage is not None else parse_custom_line(stdout, runner=runner)
+
+
+# --------------------------------------------------------------------------------------------
+# The run's last words: what a failed run's reply quotes instead of raw JSON
+
+# Why 2,000 characters: as much as a failed run's reply quoted of its log before (LOG_TAIL_BYTES);
+# the whole output stays in the run's log artifact.
+MAX_FINAL_CHARS: Final = 2000
+
+
+def _words(value: Any) -> str | None:
+    return (value.strip()[:MAX_FINAL_CHARS] or None) if isinstance(value, str) else None
+
+
+def _error_words(value: Any) -> str | None:
+    """An error object's message (``{"message"}``, or ``{"data": {"message"}}``), else a string."""
+    if isinstance(value, Mapping):
+        data = value.get("data")
+        found = _words(value.get("message")) or (_words(data.get("message")) if isinstance(data, Mapping) else None)
+        return f"error: {found}" if found else None
+    found = _words(value)
+    return f"error: {found}" if found else None
+
+
+def _claude_words(text: str) -> str | None:
+    doc = _document(text)
+    items = doc if isinstance(doc, list) else [doc] if doc is not None else _json_lines(text, '"result"')
+    for item in reversed(items):
+        if isinstance(item, Mapping) and item.get("type") == "result":
+            errors = item.get("errors")
+            return _words(item.get("result")) or (
+                _error_words("; ".join(e for e in errors if isinstance(e, str))) if isinstance(errors, list) else None)
+    return None
+
+
+def _codex_words(text: str) -> str | None:
+    for event in reversed(_json_lines(text, "message")):
+        item, msg = event.get("item"), event.get("msg")
+        if isinstance(item, Mapping) and item.get("type") == "agent_message" and _words(item.get("text")):
+            return _words(item.get("text"))
+        if isinstance(msg, Mapping) and msg.get("type") == "agent_message" and _words(msg.get("message")):
+            return _words(msg.get("message"))
+        if event.get("type") in ("error", "turn.failed"):
+            found = _error_words(event.get("error")) or _error_words(event.get("message"))
+            if found:
+                return found
+    return None
+
+
+def _gemini_words(text: str) -> str | None:
+    doc = _document(text)
+    if not isinstance(doc, Mapping):
+        return None
+    return _words(doc.get("response")) or _error_words(doc.get("error"))
+
+
+def _opencode_words(text: str) -> str | None:
+    for event in reversed(_json_lines(text, '"type"')):
+        part = event.get("part")
+        if event.get("type") == "text" and isinstance(part, Mapping) and _words(part.get("text")):
+            return _words(part.get("text"))
+        if event.get("type") == "error":
+            found = _error_words(event.get("error"))
+            if found:
+                return found
+    return None
+
+
+_FINAL_READERS: Final = {"claude": _claude_words, "codex": _codex_words, "gemini": _gemini_words,
+                         "opencode": _opencode_words}
+
+
+def final_text(runner: str, stdout: str) -> str | None:
+    """The run's last message in words, from a built-in harness's JSON output: Claude Code's
+    ``result`` (or its ``errors``), Codex's last ``agent_message`` (or its error), Gemini CLI's
+    ``response`` (or ``error.message``), OpenCode's last ``text`` part (or its error). Errors are
+    given as ``error: …``. At most MAX_FINAL_CHARS, stripped.
+
+    Returns:
+        The text, or None for another runner or output that holds none (the caller quotes the
+        output itself then).
+
+    Error handling:
+        Never raises: the output is untrusted, read like the usage (its last MAX_SCAN_CHARS).
+    """
+    reader = _FINAL_READERS.get(runner) if isinstance(runner, str) else None
+    if reader is None or not isinstance(stdout, str):
+        return None
+    return reader(_tail(stdout))
 
 
 # --------------------------------------------------------------------------------------------

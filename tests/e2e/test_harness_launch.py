@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from palace_proto.usage import final_text
 from tests.fleet import api, ctl_json
 from tests.harness_rig.install import harnesses  # noqa: F401 - the shared install fixture
 from tests.harness_rig.launchers import HARNESSES, Rig, User
@@ -103,6 +104,7 @@ def test_task_launch_runs_each_harness_whose_own_edit_reaches_the_requester_as_a
         codes = {name: rig.wait(180 - (time.monotonic() - started)) for name, (rig, _, _) in rigs.items()}
         problems = []
         usage_seen: dict[str, Any] = {}
+        words_seen: dict[str, str | None] = {}
         for name, (rig, cid, repo) in rigs.items():
             write = rig.script.outcomes[0] if rig.script.outcomes else None
             patches = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
@@ -118,6 +120,7 @@ def test_task_launch_runs_each_harness_whose_own_edit_reaches_the_requester_as_a
             spent = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
                      if e["type"] == "usage.report"]
             usage_seen[name] = spent[0]["metadata"] if spent else None
+            words_seen[name] = final_text(name, run_log(user, cid))
             if delivered and name in KNOWN_BROKEN:
                 problems.append(f"{name}: its launch works now: remove it from KNOWN_BROKEN")
             elif not delivered and (name not in KNOWN_BROKEN or KNOWN_BROKEN[name] not in run_log(user, cid)):
@@ -131,6 +134,8 @@ def test_task_launch_runs_each_harness_whose_own_edit_reaches_the_requester_as_a
         # palace_proto.usage read it from the real harness, not from a sample.
         for name, spent in usage_seen.items():
             assert spent is not None and spent["runner"] == name and spent["tokens_in"] > 0, (name, usage_seen)
+        # ... and its last message, in words (what a failed run's reply quotes instead of the JSON).
+        assert words_seen == {name: "feature.txt is written." for name in rigs}, words_seen
     finally:
         for rig, _, _ in rigs.values():
             rig.close()

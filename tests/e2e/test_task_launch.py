@@ -130,6 +130,34 @@ def test_a_hanging_run_is_stopped_by_the_timeout_and_its_claim_never_looked_stal
     assert events(scene.home, cid, "task.stalled") == []
 
 
+# What `claude --print --output-format json` prints when a run ends in an error (a result object).
+CLAUDE_FAILING = """#!{python}
+import json, sys
+print(json.dumps({{"type": "result", "subtype": "success", "is_error": True, "num_turns": 3,
+                  "result": "I could not finish: the migration needs a database password I do not have.",
+                  "total_cost_usd": 0.0123, "usage": {{"input_tokens": 10, "output_tokens": 20}}}}))
+sys.exit(1)
+"""
+
+
+def test_a_failed_harness_run_replies_with_its_last_message_in_words_not_its_json(scene):
+    """Issue 28: a built-in harness prints JSON (for its usage); the failed reply quotes what the
+    run said, which a person can read, and leaves the JSON to the log artifact."""
+    claude = Path(scene.env["PATH"].split(os.pathsep)[0]) / "claude"
+    claude.write_text(CLAUDE_FAILING.format(python=sys.executable))
+    cid = scene.task()
+    result = scene.launch(cid)
+    assert result.returncode == 1 and result.stdout.startswith(f"failed: {cid}"), result
+    reply = events(scene.home, cid, "task.reply")[-1]
+    assert reply["status"] == "failed"
+    assert ("The run's last message:\nI could not finish: the migration needs a database password I do not have."
+            in reply["body"]), reply["body"]
+    assert "total_cost_usd" not in reply["body"]
+    log = api(scene.home, "artifact_get", artifact_id=reply["artifact_ids"][0])["content"].decode()
+    assert '"total_cost_usd": 0.0123' in log  # the whole output is kept
+
+
+
 def test_sigterm_stops_the_runner_and_reports_blocked(scene):
     cid = scene.task()
     proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(scene.home), "task", "launch", cid, "--runner",

@@ -15,6 +15,7 @@ from palace_proto.canonical import canonical_json
 from palace_proto.errors import ValidationError
 from palace_proto.usage import (
     MAX_COST_USD,
+    MAX_FINAL_CHARS,
     MAX_SCAN_CHARS,
     MAX_TOKENS,
     USAGE_TYPE,
@@ -26,6 +27,7 @@ from palace_proto.usage import (
     Usage,
     blocking,
     check_usage_metadata,
+    final_text,
     judge_budgets,
     parse_budgets,
     parse_claude,
@@ -684,3 +686,45 @@ def test_a_json_document_after_lines_of_warnings_is_still_read():
               '"cached": 0, "thoughts": 0, "tool": 0}}}}}\n')
     usage = parse_gemini(stdout)
     assert usage is not None and (usage.tokens_in, usage.tokens_out, usage.model) == (200, 20, "gemini-3.8-flash")
+
+
+# -- final_text: a run's last message in words (what a failed reply quotes) ---------------------
+
+@pytest.mark.parametrize(("runner", "stdout", "words"), [
+    ("claude", '{"type": "result", "is_error": false, "result": "  feature.txt is written.\\n"}', "feature.txt is written."),
+    ("claude", '[{"type": "system"}, {"type": "assistant"}, {"type": "result", "result": "done"}]', "done"),
+    ("claude", '{"type":"system"}\n{"type":"result","result":"streamed"}\n', "streamed"),
+    ("claude", '{"type": "result", "subtype": "error_during_execution", "errors": ["rate limited"]}',
+     "error: rate limited"),
+    ("codex", '{"type":"thread.started"}\n{"type":"item.completed","item":{"type":"agent_message","text":"first"}}\n'
+              '{"type":"item.completed","item":{"type":"agent_message","text":"last"}}\n'
+              '{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}\n', "last"),
+    ("codex", '{"msg": {"type": "agent_message", "message": "old protocol"}}\n', "old protocol"),
+    ("codex", '{"type":"turn.failed","error":{"message":"stream disconnected"}}\n', "error: stream disconnected"),
+    ("gemini", 'Warning: 256-color support not detected.\n{"response": "ok then", "stats": {}}', "ok then"),
+    ("gemini", '{"error": {"type": "FatalToolExecutionError", "message": "no such file"}}', "error: no such file"),
+    ("opencode", '{"type":"text","part":{"type":"text","text":"one"}}\n{"type":"step_finish","part":{}}\n'
+                 '{"type":"text","part":{"type":"text","text":"two"}}\n', "two"),
+    ("opencode", '{"type":"error","error":{"name":"APIError","data":{"message":"bad key"}}}\n', "error: bad key"),
+])
+def test_the_last_message_of_each_harness_is_read_from_its_json(runner, stdout, words):
+    assert final_text(runner, stdout) == words
+
+
+@pytest.mark.parametrize(("runner", "stdout"), [
+    ("custom", '{"type": "result", "result": "a custom runner is quoted verbatim instead"}'),
+    ("claude", "plain text, no JSON"),
+    ("claude", '{"type": "result", "result": 42}'),
+    ("claude", "[" * 100_000),
+    ("codex", '{"item": {"type": "agent_message", "text": ["not", "text"]}, "message": 1}\n'),
+    ("gemini", '{"response": "   "}'),
+    ("opencode", '{"type":"text","part":"not an object"}\n'),
+    ("claude", None),
+])
+def test_no_last_message_is_none_never_an_exception(runner, stdout):
+    assert final_text(runner, stdout) is None
+
+
+def test_a_long_last_message_is_cut():
+    said = final_text("gemini", json.dumps({"response": "x" * (MAX_FINAL_CHARS * 3)}))
+    assert said == "x" * MAX_FINAL_CHARS
