@@ -157,22 +157,43 @@ async def mempalace_event_ack(
     return {"event": event}
 
 
-@tool("core", extras=("room", "topic", "status", "exclude_from_agent", "since_created_at", "limit"), description=(
-    "Wait until an event matches (at once if one does); pushed by the daemon, no polling. "
-    "timeout_ms default 60000, max 300000. Returns {timed_out, events, count}; a timeout is not an error."))
+@tool("core", extras=("room", "topic", "status", "writer", "exclude_from_agent", "since_created_at", "limit"),
+      description=(
+          "Wait until an event matches (at once if one does); pushed by the daemon, no polling. from_agent: you "
+          "(not a filter); writer filters by author. timeout_ms default 60000, max 300000. Returns {timed_out, "
+          "events, count}; a timeout is not an error."))
 async def mempalace_event_wait(
     palace: Palace, /, stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
-    to_agent: Filter = None, from_agent: Filter = None, exclude_from_agent: Filter = None,
+    to_agent: Filter = None, from_agent: str | None = None, writer: Filter = None, exclude_from_agent: Filter = None,
     correlation_id: Filter = None, status: Filter = None, since_event_id: str | None = None,
     since_created_at: str | None = None, timeout_ms: float = 60_000, limit: int | None = None,
 ) -> Result:
     if timeout_ms < 0:
         raise ApiError("timeout_ms must be a non-negative number", code="invalid_argument")
-    return await palace.daemon.call("wait", **filter_args(
-        stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
+    result = await palace.daemon.call("wait", **filter_args(
+        stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=_writers(writer),
         exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status),
         **_drop_none(since_event_id=since_event_id, since_created_at=since_created_at, limit=limit,
                      timeout_ms=int(min(timeout_ms, MAX_WAIT_TIMEOUT_MS))))
+    return _with_caller_note(result, from_agent, writer)
+
+
+# Why a note (MemPalace 3.11, #2616): before 3.11 from_agent filtered by author on list and wait;
+# a caller still expecting that learns what changed from the result, not from an empty inbox.
+def _with_caller_note(result: Result, from_agent: str | None, writer: Filter) -> Result:
+    """``result`` with MemPalace 3.11's ``note`` after ``count`` when ``from_agent`` (the caller,
+    never a filter) is given without ``writer`` (the author filter)."""
+    if isinstance(from_agent, str) and from_agent.strip() and not _writers(writer):
+        result["note"] = (f"from_agent is the caller ({from_agent.strip()}) and does not filter; use "
+                          f"writer=<agent> to filter by author; your inbox is to_agent={from_agent.strip()}")
+    return result
+
+
+def _writers(writer: Filter) -> Filter:
+    """The author filter (``writer``), empty values dropped: an empty writer filters nothing."""
+    if isinstance(writer, list):
+        return [w for w in writer if not isinstance(w, str) or w.strip()] or None
+    return writer if not isinstance(writer, str) or writer.strip() else None
 
 
 @tool("core", mutating=True, extras=("stream", "room", "branch", "base_commit", "metadata", "topic", "from_agent"),
@@ -261,28 +282,42 @@ async def mempalace_add_drawer(
 # -- log: the rest of the log and the queue -------------------------------------------------------
 
 
-@tool("log", extras=("room", "topic", "status", "exclude_from_agent", "before_event_id", "since_created_at", "order"),
+@tool("log", extras=("room", "topic", "status", "writer", "exclude_from_agent", "before_event_id", "since_created_at",
+                     "order"),
       description=(
-          "List events. Filters (value or list, OR) are exact; to_agent also matches '*'. Cursor: since_event_id "
-          "(exclusive). Order: newest first without a cursor, oldest first with one. preview=true cuts bodies "
-          "over 200 chars. text: words every body must hold, best match first. Returns {events, count}."))
+          "List events. Filters (value or list, OR) are exact; to_agent also matches '*'; writer: the author "
+          "(from_agent is you, not a filter). Cursor: since_event_id. Newest first without a cursor, oldest "
+          "first with one. preview=true cuts bodies over 200 chars. text: words to find. Returns {events, count}."))
 async def mempalace_event_list(
     palace: Palace, /, stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
-    to_agent: Filter = None, from_agent: Filter = None, exclude_from_agent: Filter = None,
+    to_agent: Filter = None, from_agent: str | None = None, writer: Filter = None, exclude_from_agent: Filter = None,
     correlation_id: Filter = None, status: Filter = None, since_event_id: str | None = None,
     before_event_id: str | None = None, since_created_at: str | None = None, order: str | None = None,
     limit: int | None = None, preview: bool = False, text: str | None = None,
 ) -> Result:
     filters = filter_args(
-        stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=from_agent,
+        stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=_writers(writer),
         exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status)
     if text is not None:  # a text search is ranked, best match first
-        return await palace.daemon.call("list", **filters, **_drop_none(
+        result = await palace.daemon.call("list", **filters, **_drop_none(
             since_event_id=since_event_id, before_event_id=before_event_id, since_created_at=since_created_at,
             limit=limit, preview=preview, text=text))
-    return await palace.daemon.call("list", **filters, **_drop_none(
-        since_event_id=since_event_id, before_event_id=before_event_id, since_created_at=since_created_at,
-        limit=limit, preview=preview, order=order or ("asc" if since_event_id else "desc")))
+    else:
+        result = await palace.daemon.call("list", **filters, **_drop_none(
+            since_event_id=since_event_id, before_event_id=before_event_id, since_created_at=since_created_at,
+            limit=limit, preview=preview, order=_order(order, since_event_id)))
+    return _with_caller_note(result, from_agent, writer)
+
+
+def _order(order: str | None, since_event_id: str | None) -> str:
+    """MemPalace 3.10's order: an explicit one wins (any case, blanks stripped); omitted or null,
+    oldest first after a ``since_event_id`` cursor, newest first otherwise."""
+    if order is None or not order.strip():
+        return "asc" if since_event_id else "desc"
+    cleaned = order.strip().lower()
+    if cleaned not in ("asc", "desc"):
+        raise ApiError(f"order={order!r} must be 'asc' or 'desc'", code="invalid_argument")
+    return cleaned
 
 
 @tool("log", mutating=True, extras=("metadata", "created_by"), description=(

@@ -41,12 +41,12 @@ MEMPALACE_ARGUMENTS: dict[str, tuple[set[str], set[str]]] = {
          "topic"}),
     "mempalace_event_list": (
         set(),
-        {"stream", "room", "topic", "type", "to_agent", "from_agent", "correlation_id", "status", "since_event_id",
-         "before_event_id", "since_created_at", "limit", "order", "preview"}),
+        {"stream", "room", "topic", "type", "to_agent", "from_agent", "writer", "correlation_id", "status",
+         "since_event_id", "before_event_id", "since_created_at", "limit", "order", "preview"}),
     "mempalace_event_wait": (
         set(),
-        {"stream", "room", "topic", "type", "to_agent", "from_agent", "correlation_id", "status", "since_event_id",
-         "since_created_at", "timeout_ms", "limit"}),
+        {"stream", "room", "topic", "type", "to_agent", "from_agent", "writer", "correlation_id", "status",
+         "since_event_id", "since_created_at", "timeout_ms", "limit"}),
     "mempalace_event_ack": ({"event_id", "from_agent"}, {"status", "body", "topic"}),
     "mempalace_artifact_put": ({"kind", "content", "created_by"}, {"metadata"}),
     "mempalace_artifact_get": ({"artifact_id"}, set()),
@@ -157,7 +157,7 @@ async def test_an_argument_a_tool_does_not_have_is_refused_not_ignored(daemon):
     like MemPalace (-32602 "Unknown parameter …"), the call is refused, naming the argument."""
     async with adapter(daemon.home) as client:
         for tool, unknown, args in (("mempalace_event_list", "to_agents", {"to_agents": "bob"}),
-                                    ("mempalace_event_wait", "writer", {"writer": "bob", "timeout_ms": 0}),
+                                    ("mempalace_event_wait", "writers", {"writers": "bob", "timeout_ms": 0}),
                                     ("mempalace_event_append", "bogus",
                                      {"type": "note", "stream": "s", "room": "r", "bogus": 1})):
             with pytest.raises(MCPError) as refused:
@@ -341,7 +341,7 @@ async def test_event_list_filters_broadcast_and_preview(daemon):
         assert await listed(stream="project/a") == await listed(room="delegation") == await listed(topic="t1") == [ids[0]]
         assert await listed(type="task.reply") == await listed(status="blocked") == [ids[3]]
         assert await listed(correlation_id="c1") == [ids[0], ids[3]]
-        assert await listed(from_agent="linux-codex") == [ids[0]]
+        assert await listed(writer="linux-codex") == [ids[0]]
         assert await listed(type="task.request", status="blocked") == []
         # palace's extra filter (README "Differences from MemPalace"), and several values mean OR.
         assert await listed(to_agent=ME, exclude_from_agent="linux-codex") == [ids[1]]
@@ -355,6 +355,36 @@ async def test_event_list_filters_broadcast_and_preview(daemon):
         assert {k: v for k, v in long.items() if k not in ("body", "body_truncated", "body_length")} == {
             k: v for k, v in full["events"][0].items() if k != "body"}
         assert short == full["events"][1]
+
+
+async def test_from_agent_is_the_caller_and_writer_filters_by_author_as_in_mempalace_3_11(daemon):
+    """MemPalace 3.11 (#2616, reference "Changes" A): on event_list and event_wait, from_agent is
+    the caller and never narrows; writer filters by author; a note (after count) says so when
+    from_agent comes without writer. The 3.11 inbox sweep (to_agent=me, from_agent=me) returns
+    my mail, which a writer filter would have emptied."""
+    events = await trio.to_thread.run_sync(seed, daemon.home, [
+        {"to_agent": ME, "from_agent": "linux-codex", "type": "task.request", "body": "for me"},
+        {"to_agent": "*", "from_agent": "win-gemini", "type": "status", "body": "to everyone"},
+        {"to_agent": "linux-codex", "from_agent": ME, "type": "task.reply", "body": "mine, to codex"},
+    ])
+    ids = [e["id"] for e in events]
+    async with adapter(daemon.home) as client:
+        sweep = await call(client, "mempalace_event_list", to_agent=ME, from_agent=ME, order="asc")
+        assert [e["id"] for e in sweep["events"]] == ids[:2]
+        assert list(sweep) == ["events", "count", "note"] and "writer=" in sweep["note"]
+        by_author = await call(client, "mempalace_event_list", writer="linux-codex", from_agent=ME)
+        assert [e["id"] for e in by_author["events"]] == [ids[0]] and "note" not in by_author
+        assert "note" not in await call(client, "mempalace_event_list", to_agent=ME)
+        assert "note" in await call(client, "mempalace_event_list", from_agent=ME, writer="  ")  # empty: no filter
+        assert (await call(client, "mempalace_event_list", writer=["linux-codex", "win-gemini"], order="asc"))[
+            "count"] == 2
+        waited = await call(client, "mempalace_event_wait", to_agent=ME, from_agent=ME, timeout_ms=0)
+        assert [e["id"] for e in waited["events"]] == ids[:2] and list(waited) == ["timed_out", "events", "count", "note"]
+        mine = await call(client, "mempalace_event_wait", writer=ME, from_agent=ME, timeout_ms=0)
+        assert [e["id"] for e in mine["events"]] == [ids[2]] and "note" not in mine
+    # The CLI keeps its own flags: `palacectl list --from-agent` filters by author (docs/mempalace.md).
+    listed = await trio.to_thread.run_sync(lambda: ctl_json(daemon.home, "list", "--from-agent", ME))
+    assert [e["id"] for e in listed["events"]] == [ids[2]]
 
 
 # -- mempalace_event_wait -----------------------------------------------------------------------
