@@ -34,6 +34,7 @@ __all__ = [
     "check_replicated_artifact",
     "check_replicated_event",
     "validate_agent_token",
+    "agent_id_from_parts",
     "validate_artifact_ids",
     "validate_artifact_kind",
     "validate_body",
@@ -49,6 +50,11 @@ TERMINAL_STATUSES: Final = frozenset({"applied", "failed", "blocked", "supersede
 ARTIFACT_KINDS: Final = frozenset({"patch", "file", "log", "json", "note"})
 _TYPE_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _AGENT_TOKEN_RE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+#: MemPalace RFC 005's identity tuple: ``host:harness:project``, each part a stable lowercase token
+AGENT_TUPLE_PARTS: Final = ("host", "harness", "project")
+_AGENT_TUPLE_PART_RE: Final = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+#: the host no agent may name: ``human:`` is the prefix of people's ids (``agents.HUMAN_PREFIX``)
+HUMAN_HOST: Final = "human"
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
 _SURROGATE_RE: Final = re.compile(r"[\ud800-\udfff]")
 # Why these: MemPalace's defaults (reference §1.4-1.6, §3.1-3.2); agents already tuned to them.
@@ -195,14 +201,45 @@ def validate_artifact_kind(value: Any) -> str:
 
 
 def validate_agent_token(value: Any, flag: str = "--agent") -> str:
-    """An agent id usable as a file name and in rules: a single token like ``mac-claude``."""
+    """An agent id an agent may take: a single token like ``mac-claude``, or MemPalace's
+    ``host:harness:project`` (RFC 005), three stable lowercase tokens like ``mac:claude:shop``.
+    ``human:`` stays a person's prefix only: no agent's host is ``human``. (Where an id names a
+    file, palacectl escapes its colons: ``watch.sanitise_agent``, ``service.host.worker_slug``.)"""
     cleaned = value.strip() if isinstance(value, str) else ""
+    if ":" in cleaned:
+        parts = cleaned.split(":")
+        if len(parts) != len(AGENT_TUPLE_PARTS) or not all(_AGENT_TUPLE_PART_RE.fullmatch(p) for p in parts):
+            raise ValidationError(
+                f"{flag} {cleaned[:80]!r}: an id with colons is host:harness:project (MemPalace RFC 005), three "
+                "lowercase tokens of letters, digits, '.', '_', '-' like mac:claude:shop", field="agent")
+        if parts[0] == HUMAN_HOST:
+            raise ValidationError(f"{flag} {cleaned!r}: human: starts a person's id (human:NAME), never an agent's; "
+                                  "name the agent's machine instead", field="agent")
+        return cleaned
     if not _AGENT_TOKEN_RE.fullmatch(cleaned):
         raise ValidationError(
-            f"{flag} must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-'",
+            f"{flag} must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-', "
+            "or host:harness:project like mac:claude:shop",
             field="agent",
         )
     return cleaned
+
+
+def agent_id_from_parts(host: Any, harness: Any, project: Any) -> str:
+    """``host:harness:project`` from MemPalace 3.10's ``rules --host --harness --project``, each
+    part checked (stripped) as MemPalace checks it.
+
+    Raises:
+        ValidationError: naming the part (``--host``...) and what a part must be.
+    """
+    cleaned = []
+    for part, value in zip(AGENT_TUPLE_PARTS, (host, harness, project)):
+        text = value.strip() if isinstance(value, str) else ""
+        if not _AGENT_TUPLE_PART_RE.fullmatch(text):
+            raise ValidationError(f"--{part} must be a stable lowercase token like windows, grok, or mempalace "
+                                  f"(letters, digits, '.', '_', '-'; got {text[:40]!r})", field=part)
+        cleaned.append(text)
+    return validate_agent_token(":".join(cleaned), "--host/--harness/--project")
 
 
 def validate_timeout_ms(value: Any, field: str = "timeout_ms") -> int:

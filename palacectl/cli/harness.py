@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from palace_proto.validation import validate_agent_token
+from palace_proto.errors import ValidationError
+from palace_proto.validation import agent_id_from_parts, validate_agent_token
 
 from ..client import home_from
 from ..output import emit, fail, note, write_stdout
@@ -24,9 +25,17 @@ __all__ = ["mcp", "rules"]
 
 
 def rules(
-    agent: Annotated[str, typer.Option("--agent", help="Your agent id, a single token like mac-claude.")],
+    agent: Annotated[Optional[str], typer.Option("--agent", help="Your agent id, a single token like mac-claude "
+                                                                 "(or host:harness:project).")] = None,
     install: Annotated[Optional[Path], typer.Option("--install", help="Write the block into this file.")] = None,
-    harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini, antigravity or hermes.")] = None,
+    harness: Annotated[Optional[str], typer.Option("--harness", help="claude, codex, opencode, gemini, antigravity or "
+                                                                     "hermes: install into its file. With --host "
+                                                                     "and --project: the id's harness part.")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="MemPalace 3.10's identity: with --harness and "
+                                                               "--project, the id host:harness:project (printed).")] = None,
+    project: Annotated[Optional[str], typer.Option("--project", help="The project part of host:harness:project.")] = None,
+    mcp: Annotated[Optional[str], typer.Option("--mcp", help="MemPalace's spelling: full (every tool) or light "
+                                                             "(palace_query/_exec/_coordinate).")] = None,
     tools: Annotated[str, typer.Option("--tools", help="mcp (the agent uses `palacectl mcp`), cli, or both.")] = "both",
     mcp_tools: Annotated[str, typer.Option("--mcp-tools", help="The tool sets its `palacectl mcp --tools` offers "
                                                                "(default core): steps with other tools are written "
@@ -42,6 +51,22 @@ def rules(
     from ..rules import HARNESS_FILES, RULES_TOOLS, install_rules, render_rules
     from ..tool_sets import ToolSetError, parse_tool_sets
 
+    if host is not None or project is not None:
+        # MemPalace 3.10 (RFC 005): `rules --host H --harness N --project P` prints the block for
+        # the id H:N:P; --harness is then the id's harness, not a file to install into.
+        if agent is not None:
+            raise UsageProblem("pass --agent ID or --host/--harness/--project, not both")
+        try:
+            agent = agent_id_from_parts(host, harness, project)
+        except ValidationError as exc:
+            raise UsageProblem(str(exc)) from None
+        harness = None
+    if agent is None:
+        raise UsageProblem("--agent ID is required (or --host H --harness N --project P: the id H:N:P)")
+    if mcp is not None:
+        if mcp not in ("full", "light"):
+            raise UsageProblem("--mcp must be full or light")
+        mcp_tools = "all" if mcp == "full" else "light"
     if install is not None and harness is not None:
         raise UsageProblem("pass --install PATH or --harness NAME, not both")
     if (hooks or remove_hooks) and harness is None:

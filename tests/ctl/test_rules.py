@@ -25,7 +25,8 @@ from palacectl.rules import (
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE_FILE = REPO / "rules" / "shared_brain_rules.md"
 RULES_PAGE = REPO / "docs" / "rules.md"
-AGENT_ERROR = "--agent must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-'"
+AGENT_ERROR = ("--agent must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-', "
+               "or host:harness:project like mac:claude:shop")
 
 # Every rule of the block must survive edits; each phrase is pinned verbatim.
 REQUIRED_PHRASES = [

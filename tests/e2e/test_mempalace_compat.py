@@ -28,7 +28,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from tests.fleet import ctl_json
-from tests.helpers import PYTHON, RawClient
+from tests.helpers import PYTHON, RawClient, run_ctl_process
 
 ME = "mac-claude"
 # MemPalace's eight logstream tools (reference §4, "MCP tool surface"): each argument, and those
@@ -385,6 +385,40 @@ async def test_from_agent_is_the_caller_and_writer_filters_by_author_as_in_mempa
     # The CLI keeps its own flags: `palacectl list --from-agent` filters by author (docs/mempalace.md).
     listed = await trio.to_thread.run_sync(lambda: ctl_json(daemon.home, "list", "--from-agent", ME))
     assert [e["id"] for e in listed["events"]] == [ids[2]]
+
+
+async def test_a_mempalace_host_harness_project_id_works_end_to_end(daemon):
+    """MemPalace RFC 005 (3.10): agents named host:harness:project. palace accepts the grammar in
+    the adapter, the rules, the log and the inbox, escapes the colons where the id names a file,
+    keeps the id bound to its daemon, and keeps human: a person's prefix only."""
+    me, peer = "mac:claude:shop", "win:codex:shop"
+    async with adapter(daemon.home, me) as client:
+        sent = await call(client, "mempalace_event_append", type="task.request", stream="project/shop", room="r",
+                          to_agent=peer, body="please review")
+        assert sent["event"]["from_agent"] == me
+        refused = await call(client, "mempalace_event_append", type="note", stream="s", room="r", from_agent=peer)
+        assert "this adapter speaks as 'mac:claude:shop'" in refused["error"]
+    async with adapter(daemon.home, peer) as client:
+        inbox = await call(client, "mempalace_event_list", to_agent=peer, from_agent=peer)
+        assert [e["id"] for e in inbox["events"]] == [sent["event"]["id"]]
+        started = await call(client, "mempalace_session_start")
+        assert sent["event"]["id"] in str(started)
+
+    def by_cli() -> None:
+        rules = run_ctl_process(daemon.home, "rules", "--host", "win", "--harness", "codex", "--project", "shop")
+        assert rules.returncode == 0 and "win:codex:shop" in rules.stdout, rules
+        watched = run_ctl_process(daemon.home, "watch", "--agent", peer, "--from-start", "--idle-exit-ms", "2000",
+                                  "--json")
+        assert watched.returncode == 0 and sent["event"]["id"] in watched.stdout, watched
+        assert (daemon.home / "watch" / "win_codex_shop.json").exists()  # colons escaped in the file name
+        person = run_ctl_process(daemon.home, "mcp", "--agent", "human:claude:shop")
+        assert person.returncode != 0 and "person's id" in person.stderr, person
+        bad = run_ctl_process(daemon.home, "rules", "--host", "Windows", "--harness", "codex", "--project", "shop")
+        assert bad.returncode != 0 and "--host must be a stable lowercase token" in bad.stderr, bad
+        held = {a["agent"]: a for a in ctl_json(daemon.home, "agents")["agents"]}
+        assert me in held  # a writer: on the roster, bound to this daemon like any id
+
+    await trio.to_thread.run_sync(by_cli)
 
 
 # -- mempalace_event_wait -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from palace_proto.validation import (
     clean_required,
     parse_json_object,
     validate_agent_token,
+    agent_id_from_parts,
     validate_artifact_ids,
     validate_artifact_kind,
     validate_body,
@@ -35,7 +36,8 @@ from palace_proto.validation import (
 LIMITS = Limits()
 STATUS_LIST = "applied, blocked, claimed, failed, open, ready, superseded"
 CREATED_AT_HINT = "is not a valid ISO-8601 date or UTC datetime (expected YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"
-AGENT_HINT = "must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-'"
+AGENT_HINT = ("must be a single token like mac-claude (machine-harness): letters, digits, '.', '_', '-', "
+              "or host:harness:project like mac:claude:shop")
 
 
 @contextmanager
@@ -331,6 +333,39 @@ def test_agent_token_accepts_single_tokens(value):
 def test_agent_token_refuses_anything_but_one_token(value):
     with refused(f"--agent {AGENT_HINT}", "agent"):
         validate_agent_token(value)
+
+
+@pytest.mark.parametrize("value", ["mac:claude:shop", "windows:codex:palace.v2", "  linux:gemini:app_1 "])
+def test_mempalace_host_harness_project_ids_are_agent_ids(value):
+    """MemPalace RFC 005 / 3.10: host:harness:project, three stable lowercase tokens."""
+    assert validate_agent_token(value) == value.strip()
+
+
+@pytest.mark.parametrize("value", ["mac:claude", "a:b:c:d", "Mac:claude:shop", "mac::shop", "mac:claude:two words",
+                                   "mac:claude:x-->", "mac:a{b}:shop", "mac:grok:tui:x", "mac:MemPalace:x",
+                                   "mac:-x:shop", ":claude:shop"])
+def test_an_id_with_colons_must_be_the_whole_tuple(value):
+    with pytest.raises(ValidationError, match=re.escape("an id with colons is host:harness:project (MemPalace RFC 005)")):
+        validate_agent_token(value)
+
+
+def test_human_is_never_an_agents_host_so_a_persons_id_stays_unambiguous():
+    with refused("--agent 'human:claude:shop': human: starts a person's id (human:NAME), never an agent's; name the "
+                 "agent's machine instead", "agent"):
+        validate_agent_token("human:claude:shop")
+
+
+@pytest.mark.parametrize("bad", ["", " ", "two words", "tab\there", "x-->", "a{b}", "Windows", "grok:tui", "MemPalace"])
+@pytest.mark.parametrize("part", ["host", "harness", "project"])
+def test_rules_parts_are_refused_as_mempalace_refuses_them(part, bad):
+    """MemPalace 3.10's `rules --host --harness --project`: each part a stable lowercase token,
+    refused in every position with the same words."""
+    parts = {"host": "mac", "harness": "claude", "project": "shop", part: bad}
+    with pytest.raises(ValidationError, match=f"^--{part} must be a stable lowercase token like windows, grok, or "
+                                              "mempalace ") as info:
+        agent_id_from_parts(parts["host"], parts["harness"], parts["project"])
+    assert info.value.field == part
+    assert agent_id_from_parts(" mac ", "claude", "shop ") == "mac:claude:shop"
 
 
 def test_agent_token_message_names_the_flag():
