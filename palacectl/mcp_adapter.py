@@ -142,7 +142,8 @@ class PalaceMCP(StdioServer):
 
     def _read_only_error(self, name: str) -> McpError:
         why = "--read-only" if self.forced_read_only else "the daemon is a read-only observer"
-        return McpError(READ_ONLY_ERROR, f"{name} is not available: this palace adapter is read-only ({why})")
+        return McpError(READ_ONLY_ERROR, f"{name} is not available: this palace adapter is read-only ({why})",
+                        {"tool": name})
 
     # -- calling the daemon --------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
-__all__ = ["LEGACY_VERSIONS", "MODERN_VERSIONS", "McpError", "Registry", "ResourceSpec", "StdioServer", "ToolSpec"]
+__all__ = ["LEGACY_VERSIONS", "MODERN_VERSIONS", "McpError", "Registry", "ResourceSpec", "Route", "StdioServer",
+           "ToolSpec"]
 
 #: the handshake generation of ``initialize`` (the newest first)
 LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -85,6 +86,9 @@ class ToolSpec:
     #: its result goes out as one text block only, with no ``structuredContent`` (Claude Code's
     #: permission prompt tool must answer exactly one text block holding its JSON)
     text_only: bool = False
+    #: a front tool: ``fn`` gets every argument as sent (none refused, none coerced) and answers
+    #: with the ``Route`` to the tool that does the work, or with a result of its own
+    routes: bool = False
 
     @property
     def read_only(self) -> bool:
@@ -98,6 +102,16 @@ class ToolSpec:
             k: v for k, v in self.input_schema["properties"].items() if k not in self.extras}}
         return {"name": self.name, "description": f"{self.description} Also: {', '.join(self.extras)}.",
                 "inputSchema": schema, "annotations": self.annotations}
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """Where a front tool sends a call: another registered tool, with its arguments. The call then
+    goes that tool's way (its checks, its gates, its result); arguments it does not take are
+    dropped."""
+
+    tool: str
+    arguments: dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,9 +268,11 @@ class Registry:
         return f"<Registry tools={len(self.tools)} resources={len(self.resources)}>"
 
     def tool(self, description: str, *, read_only: bool, idempotent: bool = False, extras: tuple[str, ...] = (),
-             text_only: bool = False) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
+             text_only: bool = False, routes: bool = False,
+             schema: dict[str, Any] | None = None) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
         """Register an async function as a tool named as it is. ``extras``: optional arguments a
-        compact listing names in the description instead of the schema; ``text_only``: see ToolSpec."""
+        compact listing names in the description instead of the schema; ``text_only``, ``routes``:
+        see ToolSpec; ``schema``: the input schema, when not the signature's (a front tool's)."""
         def register(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Any:
             # What lets a harness approve palace's reads alone (MCP's defaults say the opposite:
             # a tool may destroy and reach the world). Only what differs from them is sent.
@@ -264,13 +280,13 @@ class Registry:
                                            {"destructiveHint": False, "openWorldHint": False})
             if idempotent and not read_only:
                 annotations["idempotentHint"] = True
-            schema = _signature_schema(fn)
-            if not set(extras) <= set(schema["properties"]) - set(schema.get("required", ())):
+            input_schema = schema if schema is not None else _signature_schema(fn)
+            if not set(extras) <= set(input_schema["properties"]) - set(input_schema.get("required", ())):
                 raise TypeError(f"{fn.__name__}: extras must be optional parameters of it")
             if fn.__name__ in self.tools:
                 raise TypeError(f"{fn.__name__}: a tool of that name is registered already")
-            self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, schema, annotations, extras,
-                                               _takes_server(fn), text_only)
+            self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, input_schema, annotations, extras,
+                                               _takes_server(fn), text_only, routes)
             return fn
         return register
 
@@ -373,6 +389,15 @@ class StdioServer:
         refusal = self.not_offered(name)
         if refusal is not None:
             return _tool_error(refusal)
+        if spec.routes:
+            routed = await (spec.fn(self, **arguments) if spec.takes_server else spec.fn(**arguments))
+            if not isinstance(routed, Route):
+                return self._tool_result(spec, routed)  # the front tool's own answer (a parse error)
+            if routed.tool not in self.tools:
+                return _tool_error(f"{name}: {routed.tool} is not a tool of this server")
+            # The tool it routes to is offered through it, whatever the offered set says.
+            name, spec = routed.tool, self.tools[routed.tool]
+            arguments = {k: v for k, v in routed.arguments.items() if k in spec.input_schema["properties"]}
         arguments = await self.before_call(name, arguments)
         properties = spec.input_schema["properties"]
         unknown = sorted(set(arguments) - set(properties))
@@ -394,6 +419,10 @@ class StdioServer:
             raise
         except Exception as exc:  # a tool's own failure is its result, as the SDK had it
             return _tool_error(f"Error executing tool {name}: {exc}")
+        return self._tool_result(spec, result)
+
+    @staticmethod
+    def _tool_result(spec: ToolSpec, result: dict[str, Any]) -> dict[str, Any]:
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         if spec.text_only:
             return {"content": [{"type": "text", "text": text}], "isError": False}

@@ -38,7 +38,8 @@ from palace_proto.text import printable
 from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .client import DaemonUnreachable
-from .mcp_server import INVALID_PARAMS, McpError, Registry
+from .light import LightError, read_light_call
+from .mcp_server import INVALID_PARAMS, McpError, Registry, Route
 from .permission_policy import TASK_ENV, PermissionPolicy, PolicyError, main_argument
 from .tool_sets import GROUPS, LISTING_ORDER
 
@@ -77,13 +78,16 @@ class Palace(Protocol):
 
 
 def tool(group: str, *, description: str, mutating: bool = False, extras: tuple[str, ...] = (),
-         text_only: bool = False) -> Callable[[Callable[..., Any]], Any]:
+         text_only: bool = False, routes: bool = False,
+         schema: dict[str, Any] | None = None) -> Callable[[Callable[..., Any]], Any]:
     """Register a tool in ``TOOLS``. ``group``: the one of ``tool_sets.GROUPS`` that lists it
-    (a mismatch fails at import); ``mutating``: it writes, so read-only mode leaves it out."""
+    (a mismatch fails at import); ``mutating``: it writes, so read-only mode leaves it out;
+    ``routes``, ``schema``: a front tool (``mcp_server.ToolSpec.routes``) and its input schema."""
     def register(fn: Callable[..., Any]) -> Any:
         if fn.__name__ not in GROUPS.get(group, ()):
             raise TypeError(f"{fn.__name__} is not in tool_sets.GROUPS[{group!r}]")
-        return TOOLS.tool(description, read_only=not mutating, extras=extras, text_only=text_only)(fn)
+        return TOOLS.tool(description, read_only=not mutating, extras=extras, text_only=text_only, routes=routes,
+                          schema=schema)(fn)
     return register
 
 
@@ -502,6 +506,58 @@ async def mempalace_list_agents(palace: Palace, /) -> Result:
 @tool("memory", description="Rooms that two wings share (both optional): where their knowledge meets.")
 async def mempalace_find_tunnels(palace: Palace, /, wing_a: str | None = None, wing_b: str | None = None) -> Result:
     return await palace.daemon.call("tunnels", **_drop_none(wing_a=wing_a, wing_b=wing_b))
+
+
+# -- light: MemPalace 3.10's three-tool surface, routed to the tools above (palacectl/light.py) ------
+
+
+def _light_schema(command: str, *fields: str, typed: dict[str, str] | None = None) -> dict[str, Any]:
+    """A light tool's input schema: its command string and the fields a call may give instead
+    (strings unless ``typed``); any other key is accepted and routed or dropped, as MemPalace does."""
+    kinds = typed or {}
+    properties: dict[str, Any] = {command: {"type": "string"}}
+    properties.update({f: {"type": kinds[f]} if f in kinds else {"type": "string"} for f in fields})
+    return {"type": "object", "properties": properties}
+
+
+async def _light(tool: str, arguments: dict[str, Any]) -> Route | Result:
+    try:
+        call = read_light_call(tool, arguments)
+    except LightError as exc:
+        # A parse error is a result, not a protocol error (MemPalace's light server).
+        return {"success": False, "error": f"PQL {tool.removeprefix('palace_')} parse error: {exc}"}
+    return Route(call.tool, call.arguments)
+
+
+@tool("light", routes=True, schema=_light_schema(
+    "query", "target", "wing", "room", "limit", "since", "before", "entity", "as_of", "agent_name", "last_n",
+    typed={"limit": "integer", "last_n": "integer"}), description=(
+    "Read the palace: 'FIND words [IN wing/room] [LIMIT n] [SINCE d]', 'KG entity [AS OF d]', "
+    "'DIARY agent [LAST n]', 'TUNNELS [BETWEEN a AND b]'; or fields (target: search|kg_query|diary|tunnels)."))
+async def palace_query(palace: Palace, /, **arguments: Any) -> Route | Result:
+    return await _light("palace_query", arguments)
+
+
+@tool("light", mutating=True, routes=True, schema=_light_schema(
+    "command", "action", "wing", "room", "content", "source_file", "subject", "predicate", "object", "valid_from",
+    "ended", "agent_name", "entry", "topic"), description=(
+    "Write memory: 'ADD IN wing/room \"verbatim text\"', 'KG ADD s -> p -> o [FROM d]', "
+    "'KG INVALIDATE s -> p -> o [ENDED d]', 'DIARY WRITE agent text [TOPIC t]'; or fields (action)."))
+async def palace_exec(palace: Palace, /, **arguments: Any) -> Route | Result:
+    return await _light("palace_exec", arguments)
+
+
+@tool("light", mutating=True, routes=True, schema=_light_schema(
+    "command", "action", "type", "stream", "room", "topic", "to_agent", "from_agent", "writer", "correlation_id",
+    "status", "body", "metadata", "since_event_id", "before_event_id", "since_created_at", "order", "limit",
+    "preview", "timeout_ms", "event_id", "artifact_id", "kind", "content", "project", "goal", "branch",
+    "base_commit", "done", "room_id", "name", "agenda", "outcome",
+    typed={"metadata": "object", "limit": "integer", "preview": "boolean", "timeout_ms": "number"}), description=(
+    "Coordinate: 'INBOX', 'EVENT LIST|WAIT to: from:(author) since_id: LIMIT n', 'EVENT APPEND type: stream: "
+    "room: to: body:', 'EVENT ACK id: status:', 'TASK CREATE project: to: goal: branch: base: done:', "
+    "'PATCH SUBMIT content: correlation_id:', 'ARTIFACT PUT|GET', 'PEERS', 'ROOM OPEN|READ|SAY|CLOSE'."))
+async def palace_coordinate(palace: Palace, /, **arguments: Any) -> Route | Result:
+    return await _light("palace_coordinate", arguments)
 
 
 # -- leases -------------------------------------------------------------------------------------

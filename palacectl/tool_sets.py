@@ -1,6 +1,6 @@
 """Which of palace's MCP tools a harness is offered: the default set and the opt-in groups.
 
-Owns: the group table (``core``, ``log``, ``memory``, ``leases``, ``people``), the parsing of
+Owns: the group table (``core``, ``log``, ``memory``, ``leases``, ``people``, ``light``), the parsing of
 ``palacectl mcp --tools …`` / ``palacectl rules --mcp-tools …`` into a set of tool names, and
 whether parameters beyond a tool's loop arguments are advertised. Stdlib only: the MCP server's
 fast path and the rules renderer both read it before anything heavy is imported. The tools
@@ -45,11 +45,14 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
         "mempalace_lease_check",
     ),
     "people": ("mempalace_ask_human", "mempalace_questions", "mempalace_usage"),
+    # MemPalace 3.10's light server (palacectl/light.py): three tools that take a command string
+    # and route it to the tools above. Never part of "all", which is MemPalace's full surface.
+    "light": ("palace_query", "palace_exec", "palace_coordinate"),
     # Only for a launched run's harness (its --permission-prompt-tool): never part of "all".
     "approvals": ("approve",),
 }
-#: groups ``all`` leaves out: they serve palace's own runs, not an agent's loop
-_NOT_IN_ALL: Final = frozenset({"approvals"})
+#: groups ``all`` leaves out: they serve palace's own runs, or are another surface over the same tools
+_NOT_IN_ALL: Final = frozenset({"approvals", "light"})
 _EVERY_TOOL: Final = frozenset(name for group, names in GROUPS.items() for name in names)
 _ALL_TOOLS: Final = frozenset(name for group, names in GROUPS.items() if group not in _NOT_IN_ALL for name in names)
 #: The order tools are listed in: the loop first, then each group's.

@@ -15,15 +15,17 @@ def test_groups_and_tool_names_add_up_and_all_lists_every_argument() -> None:
     names, full = parse_tool_sets("core, leases kg_query,mempalace_who")
     assert names == frozenset({*GROUPS["core"], *GROUPS["leases"], "mempalace_kg_query", "mempalace_who"})
     assert full is False
-    # `all` is every tool an agent's loop may use: not the approve tool of palace's own runs.
-    assert parse_tool_sets(ALL) == (frozenset(LISTING_ORDER) - set(GROUPS["approvals"]), True)
+    # `all` is every tool an agent's loop may use: not the approve tool of palace's own runs, nor
+    # the light tools (MemPalace's other surface over the same tools).
+    assert parse_tool_sets(ALL) == (frozenset(LISTING_ORDER) - set(GROUPS["approvals"]) - set(GROUPS["light"]), True)
     assert parse_tool_sets("approvals")[0] == frozenset({"approve"})
+    assert parse_tool_sets("light")[0] == frozenset({"palace_query", "palace_exec", "palace_coordinate"})
     assert parse_tool_sets("CORE")[0] == frozenset(GROUPS["core"])
 
 
 def test_every_tool_is_in_exactly_one_group() -> None:
     every = [name for names in GROUPS.values() for name in names]
-    assert len(every) == len(set(every)) == 37
+    assert len(every) == len(set(every)) == 40
 
 
 @pytest.mark.parametrize("bad", ["", " , ", "bogus", "core,mempalace_nope", "event_"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -686,3 +687,76 @@ async def test_task_create_rules(daemon):
                 "success": False, "error": "task base commit must be a hexadecimal Git object id (at least 7 "
                                            "characters), not a branch or tag"}, base
     assert counts(daemon.home) == (0, 0)
+
+
+# -- the light tool set (MemPalace 3.10's mempalace-light-mcp) --------------------------------------
+
+
+async def test_the_light_tool_set_has_mempalaces_three_tools_under_palaces_schema_budget(daemon):
+    """Reference "Changes" B: palace_query, palace_exec, palace_coordinate, in that order; their
+    schemas (compact JSON) under palace's 6 KB budget (MemPalace's weigh ~10 KB); each takes its
+    command string (query / command) and the fields MemPalace's tests pin."""
+    async with adapter(daemon.home, ME, "--tools", "light") as client:
+        listed = (await client.list_tools()).tools
+        assert [t.name for t in listed] == ["palace_query", "palace_exec", "palace_coordinate"]
+        wire = [t.model_dump(mode="json", exclude_none=True) for t in listed]
+        assert len(json.dumps(wire, separators=(",", ":"))) <= 6 * 1024
+        schemas = {t.name: t.input_schema["properties"] for t in listed}
+        assert "query" in schemas["palace_query"] and "command" in schemas["palace_exec"]
+        assert {"command", "order", "limit", "preview", "since_created_at", "writer", "to_agent", "stream", "room",
+                "correlation_id"} <= set(schemas["palace_coordinate"])
+        assert [t.annotations.read_only_hint for t in listed] == [True, None, None]
+
+
+async def test_a_light_skill_coordinates_and_remembers_through_palaces_full_tools(daemon):
+    """Each verb runs the full tool of the same meaning and answers with that tool's result; a
+    parse error or an unknown verb is a result ({success: false, error}); keys a tool does not
+    take are dropped."""
+    async with adapter(daemon.home, ME, "--tools", "light") as client:
+        sent = await call(client, "palace_coordinate", command='EVENT APPEND type: task.request stream: project/shop '
+                          'room: delegation to: linux-codex body: "review the api" from: mac-claude')
+        assert sent["success"] is True and sent["event"]["to_agent"] == "linux-codex"
+    async with adapter(daemon.home, "linux-codex", "--tools", "light") as client:
+        inbox = await call(client, "palace_coordinate", command="INBOX to: linux-codex")
+        assert [e["id"] for e in inbox["events"]] == [sent["event"]["id"]] and set(inbox) == {"events", "count"}
+        by_author = await call(client, "palace_coordinate", command="EVENT LIST from: mac-claude", bogus_key=1)
+        assert by_author["count"] == 1
+        assert (await call(client, "palace_coordinate", command="EVENT LIST from: nobody"))["count"] == 0
+        acked = await call(client, "palace_coordinate", command=f"EVENT ACK id: {sent['event']['id']} status: claimed")
+        assert acked["success"] is True and acked["event"]["status"] == "claimed"
+        waited = await call(client, "palace_coordinate", command=f"EVENT WAIT since: {sent['event']['id']} timeout: 0")
+        assert waited["timed_out"] is False and waited["events"][0]["status"] == "claimed"
+        filed = await call(client, "palace_exec", command='ADD IN wing_shop/api "The orders API pages with cursors."')
+        assert filed["success"] is True
+        found = await call(client, "palace_query", query='FIND "orders API cursors" IN wing_shop/api LIMIT 3')
+        assert found["results"] and "cursors" in found["results"][0]["content"]
+        fact = await call(client, "palace_exec", command="KG ADD orders-api -> uses -> cursor paging FROM 2026-12-01")
+        assert fact["success"] is True
+        facts = await call(client, "palace_query", query="KG orders-api")
+        assert any(f["object"] == "cursor paging" for f in facts["facts"]), facts
+        wrote = await call(client, "palace_exec", command='DIARY WRITE linux-codex "reviewed the api" TOPIC review')
+        assert wrote["success"] is True
+        diary = await call(client, "palace_query", query="DIARY linux-codex LAST 1")
+        assert diary["entries"][0]["content"] == "reviewed the api"
+        assert await call(client, "palace_coordinate", command="LAUNCH rockets") == {
+            "success": False, "error": "PQL coordinate parse error: Unrecognized palace_coordinate command: 'LAUNCH'"}
+        bad = await call(client, "palace_coordinate", command="EVENT APPEND type: note stream: s")
+        assert bad == {"success": False, "error": "PQL coordinate parse error: EVENT APPEND missing required field: 'room'"}
+        status = await call(client, "palace_query", query="STATUS")
+        assert status["success"] is False and "mempalace_session_start" in status["error"]
+        # The full tool's own rules hold: the adapter speaks as its agent.
+        other = await call(client, "palace_coordinate", command="EVENT APPEND type: note stream: s room: r from: bob")
+        assert other["success"] is False and "would impersonate" in other["error"]
+
+
+async def test_a_read_only_light_server_lists_only_palace_query_and_refuses_writes_naming_the_tool(daemon):
+    """Reference B, read-only: tools/list shows palace_query alone; a write through the hidden
+    palace_coordinate is -32003 naming the full tool; its reads are still served."""
+    await trio.to_thread.run_sync(seed, daemon.home, [{"to_agent": ME, "body": "hello"}])
+    async with adapter(daemon.home, ME, "--tools", "light", "--read-only") as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["palace_query"]
+        listed = await call(client, "palace_coordinate", command=f"INBOX to: {ME}")
+        assert listed["count"] == 1
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("palace_coordinate", {"command": "EVENT APPEND type: note stream: s room: r"})
+        assert refused.value.code == -32003 and refused.value.data == {"tool": "mempalace_event_append"}
