@@ -403,12 +403,13 @@ class StdioServer:
         unknown = sorted(set(arguments) - set(properties))
         if unknown:
             # A misspelt filter must not silently widen a list or a wait (MemPalace's answer too).
-            raise McpError(INVALID_PARAMS, f"Unknown parameter {unknown[0]} for {name} (it takes: "
+            # (MemPalace 3.11's words, then what the tool does take.)
+            raise McpError(INVALID_PARAMS, f"Unknown parameter '{unknown[0]}' for tool {name} (it takes: "
                            f"{', '.join(sorted(properties))})")
+        missing = [p for p in spec.input_schema.get("required", ()) if arguments.get(p) is None]
+        if missing:
+            return _tool_error(f"Missing required parameter '{missing[0]}' for tool {name}")  # MemPalace 3.11's words
         try:
-            missing = [p for p in spec.input_schema.get("required", ()) if arguments.get(p) is None]
-            if missing:
-                raise ValueError(f"{missing[0]} is required")
             values = {key: None if value is None else _coerce(key, value, properties[key])
                       for key, value in arguments.items()}
         except ValueError as exc:

@@ -131,9 +131,9 @@ def test_arguments_are_coerced_the_lax_way_and_refused_when_they_cannot_be(peer)
     bad = peer.ask(request(2, "tools/call", {"name": "echo", "arguments": {"text": "a", "times": "many"}}))["result"]
     assert bad["isError"] is True and "times must be an integer" in bad["content"][0]["text"]
     missing = peer.ask(request(3, "tools/call", {"name": "echo", "arguments": {}}))["result"]
-    assert missing["isError"] is True and "text is required" in missing["content"][0]["text"]
+    assert missing["isError"] is True and "Missing required parameter 'text' for tool echo" in missing["content"][0]["text"]
     unknown = peer.ask(request(4, "tools/call", {"name": "echo", "arguments": {"text": "a", "txet": 1}}))
-    assert unknown["error"]["code"] == -32602 and "Unknown parameter txet for echo" in unknown["error"]["message"]
+    assert unknown["error"]["code"] == -32602 and "Unknown parameter 'txet' for tool echo" in unknown["error"]["message"]
     nope = peer.ask(request(5, "tools/call", {"name": "nope", "arguments": {}}))["result"]
     assert nope == {"content": [{"type": "text", "text": "Unknown tool: nope"}], "isError": True}
 

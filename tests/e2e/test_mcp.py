@@ -461,7 +461,7 @@ async def test_the_default_set_accepts_every_mempalace_argument_it_does_not_list
         assert waited["count"] == 1
         with pytest.raises(MCPError) as misspelt:
             await client.call_tool("mempalace_event_wait", {"topik": "compat", "timeout_ms": 10})
-        assert misspelt.value.code == -32602 and "Unknown parameter topik" in str(misspelt.value)
+        assert misspelt.value.code == -32602 and "Unknown parameter 'topik'" in str(misspelt.value)
 
 
 async def test_an_agent_asks_a_person_over_mcp_and_keeps_waiting_by_question_id(daemon, ctl):
