@@ -34,6 +34,7 @@ from .handlers.agents import ca_checker, daemon_label, human_grant, register_own
 from .handlers.leases import LeaseReconciler
 from .handlers.log import LogFollower
 from .handlers.maintenance import report_facts
+from .handlers.rooms import RoomFiler
 from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
@@ -208,6 +209,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                         api_nursery.start_soon(LeaseReconciler(ctx).run)
                         api_nursery.start_soon(TaskReconciler(ctx).run)
                         api_nursery.start_soon(LogFollower(ctx).run)
+                        api_nursery.start_soon(RoomFiler(ctx).run)
                         if ctx.notifier is not None:
                             await api_nursery.start(ctx.notifier.run)
                         task_status.started(ctx)

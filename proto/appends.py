@@ -18,6 +18,7 @@ from .agents import REGISTER, RETIRE, TRANSFER
 from .errors import ValidationError
 from .memory import DIARY_EVENT, DRAWER_EVENT, KG_ADD_EVENT, KG_INVALIDATE_EVENT
 from .pki import REVOKE_EVENT_TYPE
+from .rooms import ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN
 from .usage import USAGE_TYPE, check_usage_metadata
 from .validation import AppendRequest, Limits
 
@@ -39,6 +40,10 @@ RESERVED_TYPES: Final = {
     "task.stalled": "palaced writes it to a stalled task's requester (`palacectl task list --stalled`)",
     "question.ask": "use `palacectl ask` (it waits for the answer)",
     "question.answer": "use `palacectl answer QUESTION_ID TEXT`",
+    # A room's close is checked against its turns in the transaction that writes them.
+    ROOM_OPEN: "use `palacectl room open` (MCP mempalace_room_open)",
+    ROOM_MESSAGE: "use `palacectl room say` (MCP mempalace_room_say)",
+    ROOM_CLOSE: "use `palacectl room close` (MCP mempalace_room_close)",
 }
 # Why 1,000: one commit of a thousand events takes tens of milliseconds, which bounds how long
 # other writers wait behind a bulk writer; a bigger file is sent as several requests.

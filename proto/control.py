@@ -56,7 +56,7 @@ OPS: Final = frozenset({
     "import_events", "task_ready", "task_claim", "task_release", "task_reassign", "lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check",
     "watch_update", "agent_register", "agent_transfer", "agent_retire", "inbox", "inbox_mark_read",
     "session_start", "fleet", "ask", "answer", "questions", "usage",
-    "notify_test",
+    "notify_test", "room_open", "room_read", "room_say", "room_close", "room_list", "room_show",
 })
 
 

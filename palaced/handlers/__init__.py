@@ -24,6 +24,7 @@ pushes: ``log.subscribe``, which api.py calls with its push callback).
     questions    ask, answer, questions
     usage        usage
     notify       notify_test
+    rooms        room_open, room_read, room_say, room_close, room_list, room_show
 
 Must not import: ``palaced.api`` or ``palaced.app`` (they import this package).
 """
@@ -39,7 +40,8 @@ from palace_proto import __version__
 from palace_proto.control import OPS, PROTOCOL_VERSION
 from palace_proto.errors import ApiError
 
-from . import agents, artifacts, fleet, inbox, leases, log, maintenance, memory, notify, questions, session, tasks, usage
+from . import (agents, artifacts, fleet, inbox, leases, log, maintenance, memory, notify, questions, rooms, session, tasks,
+               usage)
 from .context import Context, ReadOnly, Watcher
 from .log import Push, subscribe
 
@@ -56,7 +58,8 @@ BoundHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 # Answered by the API layer itself (a handshake, and a stream rather than one reply).
 API_LAYER_OPS: Final = frozenset({"hello", "subscribe"})
 # The capabilities, in the order the table lists them.
-MODULES: Final = (log, artifacts, tasks, leases, agents, inbox, session, memory, fleet, maintenance, questions, notify, usage)
+MODULES: Final = (log, artifacts, tasks, leases, agents, inbox, session, memory, fleet, maintenance, questions, notify, usage,
+                  rooms)
 
 
 def merge_ops(modules: Iterable[ModuleType], expected: frozenset[str] = OPS - API_LAYER_OPS) -> dict[str, Handler]:

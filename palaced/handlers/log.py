@@ -43,6 +43,7 @@ from ..store import memory_views as views
 from ..store import origins as store_origins
 from .context import Context, Watcher
 from .fleet import replicated_args, require_peers_for, wait_replicated
+from .rooms import RoomWake
 from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
 from .tasks import check_claim, check_task_move, view_of
 
@@ -243,6 +244,9 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
         cursor_seq, cursor_id = await ctx.astore.latest()
     if worker is not None and agent is None:
         raise ValidationError("a worker's watch needs its agent", field="agent")
+    # A room event to everyone wakes an agent's watch only in rooms it belongs to (naming the
+    # room with a correlation id asks for it anyway): handlers/rooms.py.
+    rooms = RoomWake(ctx, agent) if agent is not None and query.correlation_ids is None else None
     watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
                       since=format_stamp_seconds(time.time()), pid=pid, worker=worker, token=secrets.token_hex(16))
     ctx.watchers[conn_id] = watcher
@@ -272,7 +276,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
                     break
                 matches: list[dict[str, Any]] = []
                 for event in new:
-                    if query.matches(event):
+                    if query.matches(event) and (rooms is None or await rooms.wakes(event)):
                         matches.append(preview_event(event) if query.preview else event)
                     cursor_seq, cursor_id = event["seq"], event["id"]
                     if len(matches) >= query.limit:

@@ -1,0 +1,448 @@
+"""Agent rooms (MemPalace RFC 006, docs/rooms.md): open, read, say, close, list and show a
+discussion among agents; file a closed room's transcript as drawers; wake a room's members.
+
+Owns: the operations ``room_open``, ``room_read``, ``room_say``, ``room_close``, ``room_list`` and
+``room_show`` (their arguments and results are MemPalace's tools' where MemPalace has them:
+``{success, room, event, handoff}``, ``{room, events, more, count}``, ``{success, event, unread}``,
+``{success, room, event, already_closed, filed, already_filed, wing, palace_room}``), the
+``RoomFiler`` (a background follower of the bus that files late transcript turns) and
+``RoomWake`` (what ``log.subscribe`` asks before a watch wakes on a room event). The rules of a
+room are palace_proto.rooms; the read positions and room queries are palaced.store.rooms.
+
+Filing, and why it converges after a partition. Drawers are content-addressed (the same text in
+the same wing and room is one drawer, palace_proto.memory.drawer_id) and a turn's drawer text names
+its event, so whoever files a turn files the same drawer, and filing twice is harmless. Two
+writers file:
+
+* ``room_close`` files, in the transaction that appends the close, every transcript turn this
+  replica holds (as the closing agent). Closing a closed room appends nothing and files what is
+  missing (MemPalace's retry).
+* The daemon that wrote *the* close (the earliest, palace_proto.rooms) files the turns that reach
+  it later: a ``room.message`` written on the other side of a partition before the close, which
+  arrives after it. ``RoomFiler`` watches room events, and for a closed room whose close is one of
+  this replica's own files each transcript turn without a drawer, as the close's author.
+
+Only the close's own daemon files late turns, so replicas do not race each other to file the same
+turn; the drawers it writes replicate like every memory write, so every replica ends up holding
+the whole transcript. What a side that closed *second* filed before it heard of the first close
+(its own close, and its turns stamped after the first close) stays filed: drawers are never taken
+back, and the room's reads flag those turns ``after_close``.
+
+Must not import: ``palaced.api`` or ``palaced.app``; nor ``handlers.log`` (it imports this module).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import apsw
+import trio
+
+from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.memory import Drawer
+from palace_proto.rooms import (
+    ROOM_OPEN,
+    ROOM_TYPES,
+    Room,
+    check_body,
+    check_members,
+    check_place,
+    check_project,
+    check_room_id,
+    close_request,
+    compact,
+    derive_room,
+    drawer_text,
+    handoff,
+    message_request,
+    needs_membership,
+    new_room_id,
+    open_request,
+    ordered,
+    room_slug,
+    transcript,
+)
+from palace_proto.tasks import project_stream
+from palace_proto.validation import AppendRequest, clean_optional, clean_required
+
+from ..store import WriteContext
+from ..store import rooms as store_rooms
+from .context import Context
+
+__all__ = ["OPS", "RoomFiler", "RoomWake"]
+
+LOGGER: Final = logging.getLogger("palaced.handlers.rooms")
+T = TypeVar("T")
+
+DEFAULT_READ_LIMIT: Final = 50
+# Why 500: the list operation's own page cap.
+MAX_READ_LIMIT: Final = 500
+# Why 5,000: the turns this daemon lets one room take. Closing files every turn as a drawer in
+# one transaction: 5,000 drawers are a few seconds of the writer's worker thread.
+MAX_ROOM_TURNS: Final = 5_000
+DEFAULT_LIST_LIMIT: Final = 50
+# Why 200: the rooms one listing returns (each derived from a few index probes).
+MAX_ROOMS_LISTED: Final = 200
+# Why 1,000: the newest openings a filtered listing looks through before it stops.
+MAX_ROOMS_SCANNED: Final = 1_000
+# Why 300: a listing shows the start of each agenda and outcome (a turn may hold 99,000
+# characters; 200 of them would make a listing of tens of megabytes).
+LISTED_TEXT_CHARS: Final = 300
+DEFAULT_SHOW_LIMIT: Final = 200
+MAX_SHOW_LIMIT: Final = 500
+
+
+async def _read(ctx: Context, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(reader connection, *args)`` on a reader thread (its own connection there)."""
+    return await ctx.astore.read(lambda: fn(ctx.store.db.reader(), *args))
+
+
+def _limit(args: Mapping[str, Any], default: int, maximum: int) -> int:
+    value = args.get("limit", default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ValidationError(f"limit must be an integer from 1 to {maximum}", field="limit")
+    return value
+
+
+def _not_found(room_id: str) -> NotFound:
+    return NotFound(f"room {room_id!r} not found")
+
+
+def _whole_room(conn: apsw.Connection, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
+    """The room and all its events (on ``conn``), with this replica's readers among its members.
+
+    Raises:
+        NotFound: no opening of ``room_id`` here.
+    """
+    events = store_rooms.room_events(conn, room_id)
+    room = derive_room(room_id, events, readers=store_rooms.readers(conn, room_id))
+    if room is None:
+        raise _not_found(room_id)
+    return room, events
+
+
+def _file(ctx: Context, w: WriteContext, room: Room, events: Sequence[Mapping[str, Any]],
+          filer: str) -> tuple[int, int, list[str]]:
+    """File the transcript turns that have no drawer yet, as ``filer`` (a write job's step): how
+    many were filed, how many were there already, and why any could not be (a turn a peer wrote
+    that is too big for this daemon's drawer)."""
+    drawers: dict[str, Drawer] = {}
+    for turn in transcript(room, events):
+        text = drawer_text(turn)
+        if text is not None:
+            drawer = Drawer(wing=room.wing, room=room.palace_room, content=text, added_by=filer,
+                            source_file=room.room_id)
+            drawers.setdefault(drawer.id, drawer)
+    there = store_rooms.existing_drawers(w.conn, list(drawers))
+    filed, errors = 0, []
+    for drawer_id, drawer in drawers.items():
+        if drawer_id in there:
+            continue
+        try:
+            request = AppendRequest.from_wire(drawer.event(), ctx.limits)
+        except ValidationError as exc:
+            errors.append(f"{drawer.content.split(chr(10), 1)[0]}: {exc.message}")
+            continue
+        w.append(request)
+        filed += 1
+    return filed, len(there), errors
+
+
+# -- the operations --------------------------------------------------------------------------------
+
+async def room_open(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Open a room (``room.open``, to everyone); the room, its opening and the handoff line."""
+    ctx.require_writer()
+    project = check_project(args.get("project"))
+    from_agent = clean_required("from_agent", args.get("from_agent"))
+    slug = room_slug(args.get("name"))
+    agenda = check_body(args.get("agenda"), "agenda", required=False, limits=ctx.limits)
+    members = check_members(args.get("members"))
+    wing, palace_room = check_place("wing", args.get("wing")), check_place("room", args.get("room"))
+    room_id = new_room_id(slug, secrets.token_hex(4))
+    request = AppendRequest.from_wire(open_request(room_id=room_id, project=project, from_agent=from_agent,
+                                                   agenda=agenda, members=members, wing=wing,
+                                                   palace_room=palace_room), ctx.limits)
+    event = await ctx.astore.write(lambda w: w.append(request))
+    room = derive_room(room_id, [event])
+    assert room is not None  # its own opening
+    return {"success": True, "room": room.to_wire(), "event": compact(event, room), "handoff": handoff(room_id)}
+
+
+async def room_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``agent`` has not read yet in the room, oldest first (local arrival order); its read
+    position moves to the last event returned. Allowed on an observer: the position is this
+    daemon's own state, not an event."""
+    room_id = check_room_id(args.get("room_id"))
+    agent = clean_required("agent", args.get("agent"))
+    limit = _limit(args, DEFAULT_READ_LIMIT, MAX_READ_LIMIT)
+
+    def job(w: WriteContext) -> list[dict[str, Any]]:
+        if not any(e["type"] == ROOM_OPEN for e in store_rooms.room_skeleton(w.conn, room_id)):
+            raise _not_found(room_id)  # before a read position is kept for it
+        return store_rooms.read_page(w, room_id, agent, limit)
+
+    page = await ctx.astore.write(job)
+    room, _ = await _read(ctx, _whole_room, room_id)
+    events = [compact(e, room) for e in ctx.store.agents.annotate(page)]
+    return {"room": room.to_wire(), "events": events, "more": len(page) == limit, "count": len(events)}
+
+
+async def room_say(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """One turn in an open room (to everyone, or to ``to_agent``); how much from others the
+    speaker has not read yet."""
+    ctx.require_writer()
+    room_id = check_room_id(args.get("room_id"))
+    from_agent = clean_required("from_agent", args.get("from_agent"))
+    body = check_body(args.get("body"), "message body", required=True, limits=ctx.limits)
+    to_agent = clean_optional("to_agent", args.get("to_agent"))
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        # Checked in the writing transaction: a close committed before this turn refuses it.
+        room = derive_room(room_id, store_rooms.room_skeleton(w.conn, room_id), messages=0, speakers=())
+        if room is None:
+            raise _not_found(room_id)
+        if room.closed:
+            raise ApiError(f"room {room_id!r} is closed", code="conflict")
+        if store_rooms.message_count(w.conn, room_id, MAX_ROOM_TURNS) >= MAX_ROOM_TURNS:
+            raise ApiError(f"room {room_id!r} holds {MAX_ROOM_TURNS} turns, as many as one room takes; close it "
+                           "and open another", code="limit_reached")
+        request = AppendRequest.from_wire(message_request(room, from_agent=from_agent, body=body, to_agent=to_agent),
+                                          ctx.limits)
+        return w.append(request)
+
+    event = await ctx.astore.write(job)
+    unread = await _read(ctx, store_rooms.unread_count, room_id, event["from_agent"])
+    return {"success": True, "event": compact(event), "unread": unread}
+
+
+async def room_close(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Close the room (once: a second close appends nothing) and file its transcript, one drawer
+    per turn with words, in the transaction of the close."""
+    ctx.require_writer()
+    room_id = check_room_id(args.get("room_id"))
+    from_agent = clean_required("from_agent", args.get("from_agent"))
+    outcome = check_body(args.get("outcome"), "outcome", required=False, limits=ctx.limits)
+
+    def job(w: WriteContext) -> tuple[Room, dict[str, Any], bool, tuple[int, int, list[str]]]:
+        room, events = _whole_room(w.conn, room_id)
+        already_closed = room.closed
+        if not already_closed:
+            request = AppendRequest.from_wire(close_request(room, from_agent=from_agent, outcome=outcome), ctx.limits)
+            events.append(w.append(request))
+            room = derive_room(room_id, events)
+            assert room is not None  # it was open a line ago
+        close = next(e for e in events if e["id"] == room.close_event_id)
+        return room, close, already_closed, _file(ctx, w, room, events, from_agent)
+
+    room, close, already_closed, (filed, already_filed, errors) = await ctx.astore.write(job, heavy=True)
+    room, _ = await _read(ctx, _whole_room, room_id)  # with this replica's readers among the members
+    result: dict[str, Any] = {
+        "success": not errors, "room": room.to_wire(), "event": compact(close, room), "already_closed": already_closed,
+        "filed": filed, "already_filed": already_filed, "wing": room.wing, "palace_room": room.palace_room,
+    }
+    if errors:
+        result["errors"] = errors
+        result["error"] = (f"room closed, but {len(errors)} transcript turn(s) could not be filed as drawers on this "
+                           "daemon (too big for its body limit)")
+    return result
+
+
+def _listed(room: Room) -> dict[str, Any]:
+    wire = room.to_wire()
+    for key in ("agenda", "outcome"):
+        if isinstance(wire[key], str) and len(wire[key]) > LISTED_TEXT_CHARS:
+            wire[key] = wire[key][:LISTED_TEXT_CHARS] + "…"
+    return wire
+
+
+def _rooms(conn: apsw.Connection, stream: str | None, status: str | None, agent: str | None,
+           limit: int) -> tuple[list[Room], bool]:
+    """The newest rooms that pass the filters (at most ``limit``), and whether the scan stopped
+    at ``MAX_ROOMS_SCANNED`` openings before the list was full."""
+    found: list[Room] = []
+    seen: set[str] = set()
+    openings = store_rooms.room_openings(conn, MAX_ROOMS_SCANNED, stream)
+    for opening in openings:
+        room_id = opening["correlation_id"]
+        if room_id in seen:
+            continue
+        seen.add(room_id)
+        skeleton, messages, last, speakers = store_rooms.room_activity(conn, room_id)
+        room = derive_room(room_id, skeleton, readers=store_rooms.readers(conn, room_id), messages=messages,
+                           last_activity=last, speakers=speakers)
+        if room is None:  # pragma: no cover - the opening was just read
+            continue
+        if status is not None and room.closed != (status == "closed"):
+            continue
+        if agent is not None and agent not in room.members:
+            continue
+        found.append(room)
+        if len(found) >= limit:
+            return found, False
+    return found, len(openings) >= MAX_ROOMS_SCANNED
+
+
+async def room_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Rooms, newest first: of a project, open or closed, with an agent among the members."""
+    project = clean_optional("project", args.get("project"))
+    status = args.get("status")
+    if status not in (None, "open", "closed"):
+        raise ValidationError("status must be 'open' or 'closed'", field="status")
+    agent = clean_optional("agent", args.get("agent"))
+    limit = _limit(args, DEFAULT_LIST_LIMIT, MAX_ROOMS_LISTED)
+    rooms, capped = await _read(ctx, _rooms, project_stream(project) if project else None, status, agent, limit)
+    return {"rooms": [_listed(r) for r in rooms], "count": len(rooms), "capped": capped}
+
+
+async def room_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The room and its events in the order every replica agrees on, a page at a time, moving
+    nobody's read position (the dashboard, `palacectl room show`)."""
+    room_id = check_room_id(args.get("room_id"))
+    limit = _limit(args, DEFAULT_SHOW_LIMIT, MAX_SHOW_LIMIT)
+    offset = args.get("offset", 0) or 0
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValidationError("offset must be a non-negative integer", field="offset")
+    room, events = await _read(ctx, _whole_room, room_id)
+    everything = ordered(room, ctx.store.agents.annotate(events))
+    page = everything[offset:offset + limit]
+    in_transcript = {e["id"] for e in transcript(room, everything)}
+    return {"room": room.to_wire(),
+            "events": [{**compact(e, room), "turn": e["id"] in in_transcript} for e in page],
+            "count": len(page), "total": len(everything), "offset": offset,
+            "more": offset + len(page) < len(everything)}
+
+
+OPS: Final = {
+    "room_open": room_open,
+    "room_read": room_read,
+    "room_say": room_say,
+    "room_close": room_close,
+    "room_list": room_list,
+    "room_show": room_show,
+}
+
+
+# -- filing what arrives late ---------------------------------------------------------------------
+
+class RoomFiler:
+    """Files the transcript turns of closed rooms that this daemon closed and that reached it
+    after the close (see the module docstring); runs in app.py's nursery."""
+
+    #: Why 0.5 s: a close and the drawers its daemon filed with it travel together; a short pause
+    #: lets both arrive before anything is judged missing (and batches a burst of turns).
+    SETTLE_S: Final = 0.5
+    #: Why 500: the rooms looked at per read (a start-up looks at every room once).
+    PAGE: Final = 500
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        #: the newest seq whose room has been looked at
+        self.position = 0
+        self.filed = 0
+        self._failed: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<RoomFiler at={self.position} filed={self.filed}>"
+
+    async def run(self) -> None:
+        watch = self.ctx.bus.watch_types(ROOM_TYPES)
+        while True:
+            try:
+                await self.catch_up()
+            except ApiError as exc:  # a full disk, shutting down: tried again after the next room event
+                LOGGER.warning("could not file late room turns: %s", exc.message)
+            await watch.wait()
+            await trio.sleep(self.SETTLE_S)
+
+    async def catch_up(self) -> int:
+        """Look at every room with an event since the last look; the drawers filed."""
+        ctx = self.ctx
+        if ctx.membership is not None and ctx.membership.role == "observer":
+            return 0  # writes nothing; the members' daemons file
+        own = {origin for origin, _ in await ctx.astore.own_origins()} | {ctx.store.origin_id}
+        written = 0
+        while True:
+            rooms, top = await _read(ctx, store_rooms.rooms_touched_after, self.position, self.PAGE)
+            for room_id in rooms:
+                written += await self.file_room(room_id, own)
+            self.position = top
+            if len(rooms) < self.PAGE:
+                return written
+
+    async def file_room(self, room_id: str, own: set[str]) -> int:
+        ctx = self.ctx
+
+        def missing(conn: apsw.Connection) -> bool:
+            events = store_rooms.room_events(conn, room_id)
+            room = derive_room(room_id, events)
+            if room is None or not room.closed:
+                return False
+            close = next(e for e in events if e["id"] == room.close_event_id)
+            if close["origin"] not in own:
+                return False  # its own daemon files what reaches it late
+            wanted = [Drawer(wing=room.wing, room=room.palace_room, content=text, added_by="-").id
+                      for text in map(drawer_text, transcript(room, events)) if text is not None]
+            return len(store_rooms.existing_drawers(conn, wanted)) < len(set(wanted))
+
+        if not await _read(ctx, missing):
+            return 0
+
+        def job(w: WriteContext) -> int:
+            room, events = _whole_room(w.conn, room_id)
+            filed, _, errors = _file(ctx, w, room, events, room.closed_by or "")
+            if errors and room_id not in self._failed:
+                LOGGER.warning("room %s: %d transcript turn(s) cannot be filed here: %s", room_id, len(errors),
+                               "; ".join(errors)[:500])
+            return filed
+
+        try:
+            filed = await ctx.astore.write(job, heavy=True)
+        except ApiError as exc:
+            # The closing agent has moved to another daemon or retired since: a member files the
+            # rest by closing again (room_close on a closed room files what is missing, as itself).
+            if room_id not in self._failed:
+                LOGGER.warning("room %s: could not file its late turns: %s", room_id, exc.message)
+            self._failed.add(room_id)
+            return 0
+        if filed:
+            LOGGER.info("room %s: filed %d turn(s) that arrived after its close", room_id, filed)
+        self.filed += filed
+        return filed
+
+
+# -- who a room event wakes ------------------------------------------------------------------------
+
+class RoomWake:
+    """Whether one agent's watch wakes on a room event: only in rooms it belongs to (it opened,
+    spoke, was listed, or read there; palaced.store.rooms.is_member) — a room event to everyone
+    would otherwise wake every agent of the palace. Asked by ``log.subscribe`` for a watch with
+    an agent and no correlation id (naming the room asks for it, member or not)."""
+
+    #: Why 1,024: the rooms this watch is known to belong to (membership never ends, so a yes is
+    #: kept; a no is asked again, since reading or being named makes a member).
+    MAX_KNOWN: Final = 1024
+
+    def __init__(self, ctx: Context, agent: str) -> None:
+        self.ctx = ctx
+        self.agent = agent
+        self.member_of: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<RoomWake {self.agent} rooms={len(self.member_of)}>"
+
+    async def wakes(self, event: Mapping[str, Any]) -> bool:
+        if not needs_membership(event, self.agent):
+            return True
+        room_id = event["correlation_id"]
+        if room_id in self.member_of:
+            return True
+        member = await _read(self.ctx, store_rooms.is_member, room_id, self.agent)
+        if member and len(self.member_of) < self.MAX_KNOWN:
+            self.member_of.add(room_id)
+        return member

@@ -1,0 +1,193 @@
+"""Agent rooms in the store: each room's events, the read positions kept here, and who belongs.
+
+Owns: the ``room_cursors`` table (schema 0012): an agent's read position in a room (a local
+seq), read (``cursor_of``), moved on by a read (``read_page``: the page and the move in one write
+job, never backwards) and bounded (``MAX_ROOM_CURSORS``); the room queries the handlers derive
+rooms from (``room_events``, ``room_openings``, ``room_activity``, ``unread_count``), and whether an
+agent is one of a room's members (``is_member``: what wakes its watch). The rules of a room
+(order, close, transcript) are palace_proto.rooms; this module only fetches. The reads take a
+connection (a reader's, or a write job's inside its transaction); ``read_page`` is a write job's
+step (it takes the job's ``WriteContext``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import apsw
+
+from palace_proto.errors import ApiError
+from palace_proto.rooms import ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES, ROOMS_ROOM, listed_members
+
+from .clock import utc_now
+from .rows import PUBLIC_COLUMNS, row_to_public
+
+if TYPE_CHECKING:
+    from .batch import WriteContext
+
+__all__ = ["MAX_ROOM_CURSORS", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
+           "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",
+           "rooms_touched_after", "unread_count"]
+
+# Why 100,000: one row per (room, agent) that read here; a client inventing room or agent ids
+# without end must not grow the table without end (a fleet of tens of agents in thousands of rooms
+# stays far below).
+MAX_ROOM_CURSORS: Final = 100_000
+# Why 10,000: the most events of one room a derivation reads. A room takes at most
+# handlers.rooms.MAX_ROOM_TURNS turns from this daemon; two sides of a partition can each add
+# that many, and only a broken or hostile peer writes more (beyond it, this replica derives the
+# room from the first 10,000 events it received).
+MAX_ROOM_EVENTS: Final = 10_000
+# Why 1,000: how far ``unread_count`` counts (beyond that, "at least 1,000" is all anyone needs).
+UNREAD_COUNT_CAP: Final = 1_000
+# Why 100: the readers of one room shown as members (the rest still read, and are still woken).
+MAX_READERS_SHOWN: Final = 100
+
+_TYPES: Final = tuple(sorted(ROOM_TYPES))
+_IN_TYPES: Final = f"type IN ({','.join('?' * len(_TYPES))})"
+
+
+class RoomsFull(ApiError):
+    code = "limit_reached"
+
+
+def room_events(conn: apsw.Connection, room_id: str, limit: int = MAX_ROOM_EVENTS) -> list[dict[str, Any]]:
+    """Every event of the room (its three types, in the log room ``rooms``), in local order."""
+    rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=? "
+                        "ORDER BY seq LIMIT ?", (room_id, *_TYPES, ROOMS_ROOM, limit)).fetchall()
+    return [row_to_public(r) for r in rows]
+
+
+def room_skeleton(conn: apsw.Connection, room_id: str) -> list[dict[str, Any]]:
+    """The room's openings and closes (at most 100 of them: one of each, unless both sides of a
+    partition closed, or a peer is broken): what its state is derived from without its messages."""
+    rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? AND type IN (?, ?) AND room=? "
+                        "ORDER BY seq LIMIT 100", (room_id, ROOM_OPEN, ROOM_CLOSE, ROOMS_ROOM)).fetchall()
+    return [row_to_public(r) for r in rows]
+
+
+def message_count(conn: apsw.Connection, room_id: str, cap: int = MAX_ROOM_EVENTS) -> int:
+    """How many messages the room holds (counted up to ``cap``)."""
+    return conn.execute("SELECT count(*) FROM (SELECT 1 FROM events WHERE correlation_id=? AND type=? AND room=? "
+                        "LIMIT ?)", (room_id, ROOM_MESSAGE, ROOMS_ROOM, cap)).fetchone()[0]
+
+
+def rooms_touched_after(conn: apsw.Connection, after_seq: int, limit: int) -> tuple[list[str], int]:
+    """The rooms with an event committed here after ``after_seq`` (at most ``limit``, those touched
+    earliest first) and the newest seq among them (``after_seq`` if none): what the filer looks at."""
+    rows = conn.execute(f"SELECT correlation_id, max(seq) FROM events WHERE {_IN_TYPES} AND room=? AND seq > ? "
+                        "GROUP BY correlation_id ORDER BY max(seq) LIMIT ?", (*_TYPES, ROOMS_ROOM, after_seq, limit)
+                        ).fetchall()
+    return [r[0] for r in rows], max((r[1] for r in rows), default=after_seq)
+
+
+def room_openings(conn: apsw.Connection, limit: int, stream: str | None = None) -> list[dict[str, Any]]:
+    """The newest ``limit`` room openings (of one project's stream, if given), newest first."""
+    where, params = "type=? AND room=?", [ROOM_OPEN, ROOMS_ROOM]
+    if stream is not None:
+        where += " AND stream=?"
+        params.append(stream)
+    rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC LIMIT ?",
+                        [*params, limit]).fetchall()
+    return [row_to_public(r) for r in rows]
+
+
+def room_activity(conn: apsw.Connection, room_id: str) -> tuple[list[dict[str, Any]], int, str | None, list[str]]:
+    """What a listing shows of a room without reading its messages: its openings and closes, how
+    many messages it holds, the newest ``created_at`` among its events, and who spoke (messages
+    and closes; first speaker first, at most 64)."""
+    skeleton = room_skeleton(conn, room_id)
+    (last,) = conn.execute(f"SELECT max(created_at) FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=?",
+                           (room_id, *_TYPES, ROOMS_ROOM)).fetchone()
+    speakers = [agent for (agent,) in conn.execute(
+        "SELECT from_agent FROM events WHERE correlation_id=? AND type IN (?, ?) AND room=? GROUP BY from_agent "
+        "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOM_CLOSE, ROOMS_ROOM))]
+    return skeleton, message_count(conn, room_id), last, speakers
+
+
+def cursor_of(conn: apsw.Connection, room_id: str, agent: str) -> int | None:
+    """The agent's read position in the room (a local seq), or None: it has never read it here."""
+    row = conn.execute("SELECT read_seq FROM room_cursors WHERE room_id=? AND agent=?", (room_id, agent)).fetchone()
+    return row[0] if row else None
+
+
+def readers(conn: apsw.Connection, room_id: str) -> list[str]:
+    """The agents that read the room through this daemon (first reader first, at most 100)."""
+    return [a for (a,) in conn.execute("SELECT agent FROM room_cursors WHERE room_id=? ORDER BY updated_at LIMIT ?",
+                                       (room_id, MAX_READERS_SHOWN))]
+
+
+def _page(conn: apsw.Connection, room_id: str, agent: str, after_seq: int, own_too: bool,
+          limit: int) -> list[dict[str, Any]]:
+    also, params = "", [room_id, *_TYPES, ROOMS_ROOM, after_seq]
+    if not own_too:
+        also = " AND from_agent != ?"
+        params.append(agent)
+    rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=? "
+                        f"AND seq > ?{also} ORDER BY seq LIMIT ?", [*params, limit]).fetchall()
+    return [row_to_public(r) for r in rows]
+
+
+def read_page(ctx: WriteContext, room_id: str, agent: str, limit: int) -> list[dict[str, Any]]:
+    """The agent's next page of the room, and its position moved to the page's last event (a write
+    job's step: the page and the move are one transaction, so two reads never return the same
+    events). A first read returns everything, the agent's own turns too; later ones leave its own
+    out. Local arrival order (seq): a turn that replicated late is after the position, never
+    skipped.
+
+    Raises:
+        RoomsFull: a first read here when ``MAX_ROOM_CURSORS`` positions are kept already.
+    """
+    conn = ctx.conn
+    position = cursor_of(conn, room_id, agent)
+    page = _page(conn, room_id, agent, position or 0, position is None, limit)
+    now = utc_now()
+    if position is None:
+        (count,) = conn.execute("SELECT count(*) FROM room_cursors").fetchone()
+        if count >= MAX_ROOM_CURSORS:
+            raise RoomsFull(f"this daemon keeps {MAX_ROOM_CURSORS} room read positions already; it reads no new "
+                            "(room, agent) pair until some are gone")
+        conn.execute("INSERT INTO room_cursors (room_id, agent, read_seq, updated_at) VALUES (?, ?, ?, ?)",
+                     (room_id, agent, page[-1]["seq"] if page else 0, now))
+    elif page:
+        # max(): never backwards, whatever raced this read.
+        conn.execute("UPDATE room_cursors SET read_seq=max(read_seq, ?), updated_at=? WHERE room_id=? AND agent=?",
+                     (page[-1]["seq"], now, room_id, agent))
+    return page
+
+
+def unread_count(conn: apsw.Connection, room_id: str, agent: str) -> int:
+    """How many of the room's events by others follow the agent's read position (all of them if it
+    never read here), counted up to ``UNREAD_COUNT_CAP``."""
+    position = cursor_of(conn, room_id, agent) or 0
+    return len(_page(conn, room_id, agent, position, False, UNREAD_COUNT_CAP))
+
+
+def is_member(conn: apsw.Connection, room_id: str, agent: str) -> bool:
+    """Whether ``agent`` belongs to the room: it opened it or spoke there, the opening lists it, or
+    it read the room through this daemon."""
+    if conn.execute(f"SELECT 1 FROM events WHERE correlation_id=? AND from_agent=? AND {_IN_TYPES} AND room=? LIMIT 1",
+                    (room_id, agent, *_TYPES, ROOMS_ROOM)).fetchone():
+        return True
+    if cursor_of(conn, room_id, agent) is not None:
+        return True
+    for (metadata,) in conn.execute("SELECT metadata FROM events WHERE correlation_id=? AND type=? AND room=? LIMIT 4",
+                                    (room_id, ROOM_OPEN, ROOMS_ROOM)):
+        try:
+            if agent in listed_members(json.loads(metadata)):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def existing_drawers(conn: apsw.Connection, ids: Sequence[str]) -> set[str]:
+    """Which of the drawer ``ids`` exist (500 a query)."""
+    found: set[str] = set()
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start:start + 500])
+        found.update(d for (d,) in conn.execute(f"SELECT id FROM drawers WHERE id IN ({','.join('?' * len(chunk))})",
+                                                chunk))
+    return found

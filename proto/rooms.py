@@ -1,0 +1,411 @@
+"""Agent rooms (MemPalace RFC 006, the palace way): a discussion among agents as signed events.
+
+Owns: the room vocabulary (``room.open``, ``room.message``, ``room.close`` on ``project/<slug>``,
+log room ``rooms``, correlation id = the room id), the room id grammar, the checks on what an
+agent says in a room (MemPalace's wording), the append requests the daemon writes, and the pure
+derivations every replica runs the same way: a room's state from its events (``derive_room``),
+its transcript, which turns came after the close, the compact form a reader gets, and the text of
+the drawer each turn is filed as. Pure: stdlib only, no clock, no randomness (the daemon supplies
+the room id's hex), no IO.
+
+Theory of operation
+-------------------
+
+A room is nothing but events on one correlation id, replicated like every other, so a
+discussion spans machines and goes on through a partition: both sides may say, and even close.
+Every replica orders a room's events by ``(created_at, event id)`` (``palace_proto.agents.
+order_key``: the order palace uses everywhere; there is no hybrid clock), never by local arrival
+order, so the same events give the same room on every replica whatever order they came in:
+
+* the room is opened by its earliest ``room.open`` (a second open of the same id, which only a
+  broken or hostile peer writes, is not a turn);
+* the room is closed by its earliest ``room.close``: that close is *the* close. A close written
+  on the other side of a partition, later in that order, is not a turn of the transcript;
+* the transcript is the opening, every message, and the close, at or before the close in that
+  order. A message written on a side that had not yet heard of the close, but stamped after it,
+  is outside the transcript: a reader sees it flagged ``after_close``;
+* each turn with a body is filed as one drawer whose text names the turn
+  (``[<type> <event id> from=<a>[ to=<b>] at=<ts>]``, a newline, the body verbatim). The event
+  id in the header makes two identical sentences two drawers, and makes the drawer the same
+  whoever files it: palace drawers are content-addressed, so filing is idempotent everywhere.
+
+Read positions are not here: they are local state of the reader's daemon (palaced.store.rooms).
+
+What a peer wrote is read defensively: metadata of the wrong type or shape falls back to what
+the room id and stream say, member lists are cut to ``MAX_MEMBERS``, and nothing here raises on
+an event it did not write itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, final
+
+from .agents import check_agent_id, order_key
+from .errors import ValidationError
+from .tasks import project_stream, slugify
+from .validation import Limits, clean_optional
+
+__all__ = [
+    "DRAWER_HEADER_BYTES", "MAX_MEMBERS", "MAX_MEMBERS_SHOWN", "MAX_NAME_CHARS", "MAX_ROOM_BODY_CHARS", "ROOMS_ROOM",
+    "ROOM_CLOSE", "ROOM_MESSAGE", "ROOM_OPEN", "ROOM_TYPES", "Room", "after_close", "check_body", "check_members",
+    "check_place", "check_project", "check_room_id", "close_request", "compact", "derive_room", "drawer_text", "handoff", "is_room_event",
+    "is_turn", "listed_members", "message_request", "needs_membership", "new_room_id", "open_request", "ordered",
+    "room_slug", "transcript",
+]
+
+ROOM_OPEN: Final = "room.open"
+ROOM_MESSAGE: Final = "room.message"
+ROOM_CLOSE: Final = "room.close"
+ROOM_TYPES: Final = frozenset({ROOM_OPEN, ROOM_MESSAGE, ROOM_CLOSE})
+#: the log room every room event is written in (the stream is the project's)
+ROOMS_ROOM: Final = "rooms"
+# Why 40: MemPalace's room name length; short enough to read in an id, long enough to say what about.
+MAX_NAME_CHARS: Final = 40
+# Why 99,000: MemPalace's drawer holds 100,000 characters; a turn becomes one drawer whose header
+# (type, event id, two agent ids of up to 256 characters, a time) must fit beside the body.
+MAX_ROOM_BODY_CHARS: Final = 99_000
+# Why 4 KiB: the header of a turn's drawer in UTF-8 at its longest (two 256-character agent ids at
+# up to 4 bytes a character, plus type, id and time): the body leaves that much of the daemon's
+# body limit so its drawer fits too.
+DRAWER_HEADER_BYTES: Final = 4096
+# Why 32: a room is a discussion, not an announcement to a fleet; the listed ids stay far below
+# the metadata limit (32 × 256 characters).
+MAX_MEMBERS: Final = 32
+# Why 64: the members a room shows (listed, speakers, readers); the opener and the listed come first.
+MAX_MEMBERS_SHOWN: Final = 64
+# Why 8: 32 bits of the daemon's randomness make two rooms of one name a 1-in-4-billion clash.
+ID_HEX_CHARS: Final = 8
+_NAME_RE: Final = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_ROOM_ID_RE: Final = re.compile(r"^room_([a-z0-9]+(?:-[a-z0-9]+)*)_([0-9a-f]{8})$")
+_HEX_RE: Final = re.compile(r"^[0-9a-f]{8}$")
+# Why 128: the memory's limit on a wing or room name (palace_proto.memory.MAX_NAME_CHARS).
+_MAX_PLACE_CHARS: Final = 128
+
+
+# -- names and ids ---------------------------------------------------------------------------------
+
+def room_slug(name: Any) -> str:
+    """A room's name as it appears in its id and as the palace room it is filed in: lower-case
+    kebab, at most ``MAX_NAME_CHARS`` (``"API: v2 design"`` → ``api-v2-design``).
+
+    Raises:
+        ValidationError: empty (MemPalace: "room name must not be empty").
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValidationError("room name must not be empty", field="name")
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug[:MAX_NAME_CHARS].rstrip("-") or "room"
+
+
+def new_room_id(slug: str, hex8: str) -> str:
+    """``room_<slug>_<hex8>``; the daemon draws ``hex8`` (8 lower-case hex digits)."""
+    if not _NAME_RE.match(slug) or len(slug) > MAX_NAME_CHARS or not _HEX_RE.match(hex8):
+        raise ValueError(f"not a room slug and 8 hex digits: {slug!r}, {hex8!r}")
+    return f"room_{slug}_{hex8}"
+
+
+def check_room_id(value: Any) -> str:
+    """A room id as a request names it (surrounding blanks dropped).
+
+    Raises:
+        ValidationError: not ``room_<name>_<hex>`` (MemPalace's wording).
+    """
+    text = value.strip() if isinstance(value, str) else value
+    if not isinstance(text, str) or not _ROOM_ID_RE.match(text) or len(text) > 5 + MAX_NAME_CHARS + 1 + ID_HEX_CHARS:
+        raise ValidationError(f"room_id={value!r} is not a room id (expected room_<name>_<hex>)", field="room_id")
+    return text
+
+
+def _name_of(room_id: str) -> str:
+    match = _ROOM_ID_RE.match(room_id)
+    return match.group(1) if match else "room"
+
+
+def check_body(value: Any, what: str, *, required: bool, limits: Limits) -> str:
+    """An agenda, a message or an outcome, kept verbatim (never stripped).
+
+    Raises:
+        ValidationError: not a string, empty when ``required`` (MemPalace: "room message body must
+            not be empty"), over ``MAX_ROOM_BODY_CHARS`` characters, or too many bytes for its
+            drawer to fit the daemon's body limit.
+    """
+    field = what.split()[-1]
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValidationError(f"room {what} must be a string", field=field)
+    if required and not value.strip():
+        raise ValidationError(f"room {what} must not be empty", field=field)
+    if len(value) > MAX_ROOM_BODY_CHARS:
+        raise ValidationError(f"room {what} is {len(value)} characters; a room turn holds at most "
+                              f"{MAX_ROOM_BODY_CHARS} so it can be filed as one drawer", field=field)
+    if "\x00" in value:
+        raise ValidationError(f"room {what} contains null bytes", field=field)
+    size = len(value.encode("utf-8", "surrogatepass"))
+    room = limits.max_body_bytes - DRAWER_HEADER_BYTES
+    if size > room:
+        raise ValidationError(f"room {what} is {size} bytes; this daemon files a room turn of at most {room} bytes "
+                              "as one drawer (its body limit less the drawer's header)", field=field)
+    return value
+
+
+def check_members(value: Any) -> tuple[str, ...]:
+    """The agents a room is opened for (besides its opener), in order, without repeats.
+
+    Raises:
+        ValidationError: not a list of agent ids, or more than ``MAX_MEMBERS``.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValidationError("members must be a list of agent ids", field="members")
+    members = tuple(dict.fromkeys(check_agent_id(v, field="members") for v in value))
+    if len(members) > MAX_MEMBERS:
+        raise ValidationError(f"members lists {len(members)} agents; a room is opened for at most {MAX_MEMBERS}",
+                              field="members")
+    return members
+
+
+def check_place(field: str, value: Any) -> str | None:
+    """A wing or palace room a transcript is filed in (None: the default), by the memory's rules.
+
+    Raises:
+        ValidationError: a control character, or longer than the memory allows.
+    """
+    cleaned = clean_optional(field, value)
+    if cleaned is not None and len(cleaned) > _MAX_PLACE_CHARS:
+        raise ValidationError(f"{field} must be at most {_MAX_PLACE_CHARS} characters", field=field)
+    return cleaned
+
+
+# -- the events the daemon writes ------------------------------------------------------------------
+
+def check_project(value: Any) -> str:
+    """The project a room belongs to (its stream is ``project/<slug>``, its wing the slug).
+
+    Raises:
+        ValidationError: empty (MemPalace: "room project must not be empty").
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("room project must not be empty", field="project")
+    return value
+
+
+def open_request(*, room_id: str, project: Any, from_agent: str, agenda: str, members: Sequence[str] = (),
+                 wing: str | None = None, palace_room: str | None = None) -> dict[str, Any]:
+    """The append request (wire form) that opens ``room_id``.
+
+    Raises:
+        ValidationError: an empty project (``check_project``).
+    """
+    slug = slugify(check_project(project), empty="project")
+    name = _name_of(room_id)
+    metadata: dict[str, Any] = {"name": name, "project": slug, "wing": wing or slug, "palace_room": palace_room or name}
+    if members:
+        metadata["members"] = list(members)
+    return {"type": ROOM_OPEN, "stream": project_stream(project), "room": ROOMS_ROOM, "from_agent": from_agent,
+            "to_agent": "*", "correlation_id": room_id, "body": agenda, "metadata": metadata}
+
+
+def message_request(room: Room, *, from_agent: str, body: str, to_agent: str | None = None) -> dict[str, Any]:
+    """The append request of one turn in ``room`` (to everyone unless ``to_agent`` names one)."""
+    return {"type": ROOM_MESSAGE, "stream": room.stream, "room": ROOMS_ROOM, "from_agent": from_agent,
+            "to_agent": to_agent or "*", "correlation_id": room.room_id, "body": body}
+
+
+def close_request(room: Room, *, from_agent: str, outcome: str) -> dict[str, Any]:
+    """The append request that closes ``room`` (the outcome is its body)."""
+    return {"type": ROOM_CLOSE, "stream": room.stream, "room": ROOMS_ROOM, "from_agent": from_agent,
+            "to_agent": "*", "correlation_id": room.room_id, "body": outcome}
+
+
+def handoff(room_id: str) -> str:
+    """What the opener passes on so another agent joins: the id, and how to read and speak."""
+    return (f"Join palace room {room_id}: read it as your own agent id (MCP mempalace_room_read, or "
+            f"`palacectl room read {room_id} --agent YOU`), then speak only if you add something new "
+            f"(mempalace_room_say, or `palacectl room say {room_id} --from-agent YOU --body …`). Once you have "
+            f"read it, `palacectl watch --agent YOU` wakes you when someone speaks there.")
+
+
+# -- reading a room from its events ----------------------------------------------------------------
+
+def is_room_event(event: Mapping[str, Any], room_id: str | None = None) -> bool:
+    """Whether ``event`` is a room's (of ``room_id``, if given): its type and log room say so."""
+    return (event.get("type") in ROOM_TYPES and event.get("room") == ROOMS_ROOM
+            and isinstance(event.get("correlation_id"), str)
+            and (room_id is None or event.get("correlation_id") == room_id))
+
+
+def _key(event: Mapping[str, Any]) -> tuple[str, str]:
+    return order_key(event.get("created_at"), event.get("id"))  # type: ignore[arg-type]
+
+
+def _place(value: Any, fallback: str) -> str:
+    """A wing or palace room from another daemon's metadata, or ``fallback`` when it is unusable."""
+    try:
+        return check_place("place", value) or fallback
+    except ValidationError:
+        return fallback
+
+
+def listed_members(metadata: Any) -> tuple[str, ...]:
+    """The members an opening's metadata lists, as far as they are agent ids (a peer's words: a
+    value of the wrong type is no list, and the list is cut at ``MAX_MEMBERS``)."""
+    values = metadata.get("members") if isinstance(metadata, Mapping) else None
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        return ()
+    out: list[str] = []
+    for value in values[:MAX_MEMBERS]:
+        try:
+            out.append(check_agent_id(value, field="members"))
+        except ValidationError:
+            continue
+    return tuple(dict.fromkeys(out))
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Room:
+    """A room as its events say, the same on every replica holding the same events."""
+
+    room_id: str
+    name: str
+    project: str
+    wing: str
+    palace_room: str
+    stream: str
+    agenda: str
+    opened_by: str
+    opened_at: str
+    open_event_id: str
+    #: the opener, the listed members, then whoever spoke (first turn first), then local readers
+    members: tuple[str, ...]
+    #: ``room.message`` events (those after the close included)
+    messages: int
+    #: the newest ``created_at`` among the room's events
+    last_activity: str
+    closed: bool = False
+    closed_by: str | None = None
+    closed_at: str | None = None
+    close_event_id: str | None = None
+    outcome: str | None = None
+    #: how many closes exist (more than one when both sides of a partition closed)
+    closes: int = 0
+
+    @property
+    def close_key(self) -> tuple[str, str] | None:
+        return order_key(self.closed_at, self.close_event_id) if self.closed else None  # type: ignore[arg-type]
+
+    def to_wire(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["members"] = list(self.members)
+        return out
+
+
+def derive_room(room_id: str, events: Iterable[Mapping[str, Any]], *, readers: Sequence[str] = (),
+                messages: int | None = None, last_activity: str | None = None,
+                speakers: Sequence[str] | None = None) -> Room | None:
+    """The room ``room_id`` from its events (any order; others are ignored), or None without an
+    opening. ``readers`` are the agents whose read position this daemon keeps. A listing that
+    counts messages in SQL passes ``messages``, ``last_activity`` and ``speakers`` with only the
+    opening and closing events."""
+    mine = sorted((e for e in events if is_room_event(e, room_id)), key=_key)
+    opens = [e for e in mine if e.get("type") == ROOM_OPEN]
+    if not opens:
+        return None
+    opening = opens[0]
+    closes = [e for e in mine if e.get("type") == ROOM_CLOSE]
+    close = closes[0] if closes else None
+    meta = opening.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    stream = opening.get("stream") if isinstance(opening.get("stream"), str) else ""
+    stream_slug = stream[len("project/"):] if stream.startswith("project/") else ""
+    name = meta.get("name") if isinstance(meta.get("name"), str) and _NAME_RE.match(meta["name"]) \
+        and len(meta["name"]) <= MAX_NAME_CHARS else _name_of(room_id)
+    project = _place(meta.get("project"), stream_slug or "project")
+    if speakers is None:
+        speakers = [str(e.get("from_agent")) for e in mine if e.get("type") in (ROOM_MESSAGE, ROOM_CLOSE)]
+    if messages is None:
+        messages = sum(1 for e in mine if e.get("type") == ROOM_MESSAGE)
+    if last_activity is None:
+        last_activity = str(mine[-1].get("created_at"))
+    members = tuple(dict.fromkeys([str(opening.get("from_agent")), *listed_members(meta), *speakers, *readers]))
+    return Room(
+        room_id=room_id, name=name, project=project, wing=_place(meta.get("wing"), project),
+        palace_room=_place(meta.get("palace_room"), name), stream=stream,
+        agenda=str(opening.get("body") or ""), opened_by=str(opening.get("from_agent")),
+        opened_at=str(opening.get("created_at")), open_event_id=str(opening.get("id")),
+        members=members[:MAX_MEMBERS_SHOWN], messages=messages, last_activity=last_activity,
+        closed=close is not None,
+        closed_by=str(close.get("from_agent")) if close else None,
+        closed_at=str(close.get("created_at")) if close else None,
+        close_event_id=str(close.get("id")) if close else None,
+        outcome=str(close.get("body") or "") if close else None,
+        closes=len(closes),
+    )
+
+
+def is_turn(room: Room, event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is one of ``room``'s turns: its opening, a message, or its close (not a
+    second opening, nor a close that lost to an earlier one)."""
+    kind = event.get("type")
+    if kind == ROOM_MESSAGE:
+        return True
+    if kind == ROOM_OPEN:
+        return event.get("id") == room.open_event_id
+    return kind == ROOM_CLOSE and event.get("id") == room.close_event_id
+
+
+def after_close(room: Room, event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` comes after the room's close (by ``(created_at, id)``): written on a side
+    of a partition that had not heard of the close yet, or a close that lost."""
+    key = room.close_key
+    return key is not None and _key(event) > key
+
+
+def transcript(room: Room, events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The room's turns in order; once it is closed, those at or before the close (the rest are
+    ``after_close``). The same list on every replica holding the same events."""
+    turns = sorted((e for e in events if is_room_event(e, room.room_id) and is_turn(room, e)), key=_key)
+    return [e for e in turns if not after_close(room, e)]
+
+
+def ordered(room: Room, events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Every event of the room in the order every replica agrees on (what a full view shows)."""
+    return sorted((e for e in events if is_room_event(e, room.room_id)), key=_key)
+
+
+def compact(event: Mapping[str, Any], room: Room | None = None) -> dict[str, Any]:
+    """The fields a participant reads (MemPalace's compact event), plus ``after_close`` when the
+    turn lies after the close, ``body_redacted`` and ``impersonation`` when the log says so."""
+    out = {"id": event.get("id"), "type": event.get("type"), "from_agent": event.get("from_agent"),
+           "to_agent": event.get("to_agent"), "body": event.get("body") or "", "created_at": event.get("created_at")}
+    if room is not None and after_close(room, event):
+        out["after_close"] = True
+    for flag in ("body_redacted", "impersonation"):
+        if event.get(flag):
+            out[flag] = event[flag]
+    return out
+
+
+def drawer_text(event: Mapping[str, Any]) -> str | None:
+    """The drawer a turn is filed as: ``[<type> <id> from=<a>[ to=<b>] at=<ts>]``, a newline, and
+    the body verbatim; None for a turn without words (an empty agenda or outcome, a redacted body)."""
+    body = event.get("body")
+    if event.get("body_redacted") or not isinstance(body, str) or not body.strip():
+        return None
+    header = f"[{event.get('type')} {event.get('id')} from={event.get('from_agent')}"
+    to = event.get("to_agent")
+    if to and to != "*":
+        header += f" to={to}"
+    return f"{header} at={event.get('created_at')}]\n{body}"
+
+
+def needs_membership(event: Mapping[str, Any], agent: str) -> bool:
+    """Whether a watch of ``agent`` should wake on ``event`` only if the agent is one of the room's
+    members: a room event to everyone (``*``) by someone else. One addressed to the agent wakes it
+    like any other message; events that are not a room's are none of this."""
+    return is_room_event(event) and event.get("to_agent") == "*" and event.get("from_agent") != agent
