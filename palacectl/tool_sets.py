@@ -1,6 +1,7 @@
 """Which of palace's MCP tools a harness is offered: the default set and the opt-in groups.
 
-Owns: the group table (``core``, ``log``, ``memory``, ``leases``, ``people``, ``light``), the parsing of
+Owns: the group table (``core``, ``log``, ``memory``, ``leases``, ``people``, ``rooms``, ``light``), the
+parsing of
 ``palacectl mcp --tools …`` / ``palacectl rules --mcp-tools …`` into a set of tool names, and
 whether parameters beyond a tool's loop arguments are advertised. Stdlib only: the MCP server's
 fast path and the rules renderer both read it before anything heavy is imported. The tools
@@ -45,6 +46,9 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
         "mempalace_lease_check",
     ),
     "people": ("mempalace_ask_human", "mempalace_questions", "mempalace_usage"),
+    # Agent rooms (MemPalace RFC 006; docs/rooms.md): a discussion with a read position kept for you.
+    "rooms": ("mempalace_room_open", "mempalace_room_read", "mempalace_room_say", "mempalace_room_close",
+              "mempalace_room_list"),
     # MemPalace 3.10's light server (palacectl/light.py): three tools that take a command string
     # and route it to the tools above. Never part of "all", which is MemPalace's full surface.
     "light": ("palace_query", "palace_exec", "palace_coordinate"),

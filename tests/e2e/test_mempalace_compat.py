@@ -760,3 +760,53 @@ async def test_a_read_only_light_server_lists_only_palace_query_and_refuses_writ
         with pytest.raises(MCPError) as refused:
             await client.call_tool("palace_coordinate", {"command": "EVENT APPEND type: note stream: s room: r"})
         assert refused.value.code == -32003 and refused.value.data == {"tool": "mempalace_event_append"}
+
+
+# -- agent rooms (RFC 006, MemPalace's develop branch) -------------------------------------------
+
+
+async def test_rooms_through_the_mcp_tools_with_mempalaces_names_and_shapes(daemon):
+    """Reference "Changes" H: open {success, room, event, handoff}; read {room, events, more,
+    count} with compact events, the reader's own turns left out after the first read; say
+    {success, event, unread}; close {success, room, event, already_closed, filed, already_filed,
+    wing, palace_room}, once; say after the close refused; the transcript found by search; the
+    same verbs through the light tool set."""
+    async with adapter(daemon.home, ME) as alice:
+        opened = await call(alice, "mempalace_room_open", project="shop", name="Orders API shape",
+                            agenda="Agree on the paging of /orders before anyone codes it.")
+        assert set(opened) == {"success", "room", "event", "handoff"} and opened["success"] is True
+        room_id = opened["room"]["room_id"]
+        assert re.fullmatch(r"room_orders-api-shape_[0-9a-f]{8}", room_id), room_id
+        assert room_id in opened["handoff"]
+        said = await call(alice, "mempalace_room_say", room_id=room_id, body="I propose cursor paging.")
+        assert set(said) == {"success", "event", "unread"} and said["unread"] == 0
+    async with adapter(daemon.home, "linux-codex") as bob:
+        first = await call(bob, "mempalace_room_read", room_id=room_id)
+        assert set(first) == {"room", "events", "more", "count"} and first["count"] == 2 and first["more"] is False
+        assert set(first["events"][0]) >= {"id", "type", "from_agent", "to_agent", "body", "created_at"}
+        reply = await call(bob, "mempalace_room_say", room_id=room_id, body="Agreed: cursors, 100 per page.")
+        assert reply["success"] is True
+        assert (await call(bob, "mempalace_room_read", room_id=room_id))["count"] == 0  # own turn left out
+        listed = await call(bob, "mempalace_room_list", status="open")
+        assert [r["room_id"] for r in listed["rooms"]] == [room_id]
+    async with adapter(daemon.home, ME) as alice:
+        assert (await call(alice, "mempalace_room_say", room_id=room_id, body="Done."))["unread"] == 1
+        closed = await call(alice, "mempalace_room_close", room_id=room_id, outcome="Cursor paging, 100 per page.")
+        assert set(closed) >= {"success", "room", "event", "already_closed", "filed", "already_filed", "wing",
+                               "palace_room"}
+        assert closed["success"] is True and closed["already_closed"] is False and closed["filed"] >= 3
+        again = await call(alice, "mempalace_room_close", room_id=room_id)
+        assert again["already_closed"] is True and again["event"]["id"] == closed["event"]["id"]
+        late = await call(alice, "mempalace_room_say", room_id=room_id, body="one more thing")
+        assert late == {"success": False, "error": f"room {room_id!r} is closed"}
+        found = await call(alice, "mempalace_search", query="cursor paging 100 per page",
+                           wing=closed["wing"], room=closed["palace_room"])
+        assert any("Agreed: cursors, 100 per page." in hit["content"] for hit in found["results"]), found
+        bad = await call(alice, "mempalace_room_read", room_id="orders")
+        assert bad == {"error": "room_id='orders' is not a room id (expected room_<name>_<hex>)"}
+    async with adapter(daemon.home, ME, "--tools", "light") as light:
+        opened = await call(light, "palace_coordinate", command='ROOM OPEN project: shop name: "review" agenda: "x"')
+        other = opened["room"]["room_id"]
+        assert (await call(light, "palace_coordinate", command=f'ROOM SAY {other} body: "looks good"'))["success"]
+        assert (await call(light, "palace_coordinate", command=f"ROOM READ {other}"))["count"] == 2
+        assert (await call(light, "palace_coordinate", command=f'ROOM CLOSE {other} outcome: "merged"'))["success"]
