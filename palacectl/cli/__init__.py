@@ -11,6 +11,7 @@ command modules:
 * ``memory``: remember, search, agents, tunnels, and the kg, diary and memory groups;
 * ``backup``: backup, restore; ``export``: export, import;
 * ``harness``: rules, mcp; ``bench``: the bench group; ``service``: the service group;
+* ``rooms``: the room group (agent rooms: open, say, read, close, list, show);
 * ``ui``: the dashboard (``palacectl.ui``).
 
 Business rules live in the daemon; the commands read files and stdin byte-exactly, call the API

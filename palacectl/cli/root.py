@@ -22,6 +22,7 @@ from ..loop import guarded
 from ..output import EXIT_OK, EXIT_USAGE
 from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, notify, palace,
                questions, service, session, tasks, ui, usage)
+from . import rooms
 
 __all__ = ["app", "main"]
 
@@ -88,6 +89,7 @@ GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("memory", memory.memory_app),
     ("service", service.service_app),
     ("notify", notify.notify_app),
+    ("room", rooms.room_app),
 )
 
 
