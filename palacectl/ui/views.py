@@ -1,7 +1,7 @@
 """What each dashboard page shows, gathered from the local daemon's operations.
 
 Owns: one method per page or panel (``now``, ``events``, ``event``, ``tasks``, ``task``,
-``artifact``, ``fleet``, ``leases``, ``search``, ``drawer``, ``entity``, ``diary``), the two writes
+``artifact``, ``fleet``, ``leases``, ``search``, ``drawer``, ``entity``, ``diary``, ``rooms``, ``room``), the two writes
 (``send_message``, a person's message; ``answer_question``, a person's answer), and how their query parameters become daemon arguments.
 Every read is a bounded daemon operation — a page of ``list`` through its cursors, the newest 500
 tasks and the older unfinished ones, one agent's last event by its index — so a page costs the
@@ -32,6 +32,7 @@ from palace_proto.export import ExportError, verify_export_event
 from palace_proto.filters import filter_args
 from palace_proto.questions import ANSWER as QUESTION_ANSWER
 from palace_proto.questions import ASK as QUESTION_ASK
+from palace_proto.rooms import check_room_id
 
 from ..aclient import AsyncDaemon
 from .http import HttpError, Request
@@ -63,6 +64,10 @@ MAX_SHOWN_ARTIFACT_BYTES: Final = 4 * 1024 * 1024
 WAITING_LOOKBACK: Final = 50
 #: Why 500: a person's own recent events that may answer them.
 ANSWERS_LOOKBACK: Final = 500
+#: Why 100: the rooms the Rooms page lists (the newest; the daemon's listing takes up to 200).
+MAX_ROOMS_SHOWN: Final = 100
+#: Why 200: the turns of a room one fetch shows; the next page comes through ``offset``.
+MAX_ROOM_PAGE: Final = 200
 _EVENT_ID_RE: Final = re.compile(r"^evt_[0-9A-Za-z_]{1,80}$")
 _ARTIFACT_ID_RE: Final = re.compile(r"^(art_[0-9a-f]{32}|[0-9a-f]{64})$")
 
@@ -360,6 +365,25 @@ class Views:
             "signature": line.get("signature"), "public_key": key,
             "body_checked": not event.get("body_redacted"),
         }
+
+    # -- Rooms ---------------------------------------------------------------------------------
+
+    async def rooms(self, request: Request) -> dict[str, Any]:
+        """Rooms, newest first, open and closed (or one ``status``; one ``project``'s)."""
+        status = request.one("status")
+        listing = await self.optional("room_list", project=(request.one("project") or "").strip() or None,
+                                      status=status if status in ("open", "closed") else None, limit=MAX_ROOMS_SHOWN)
+        if listing is None:  # a daemon from before rooms
+            return {"rooms": [], "count": 0, "supported": False}
+        return {"rooms": listing.get("rooms", []), "count": listing.get("count", 0), "supported": True}
+
+    async def room(self, room_id: str, request: Request) -> dict[str, Any]:
+        """One room: its state and a page of its events in the order every replica agrees on (from
+        ``offset``), each marked as a turn of the transcript or not; nobody's read position moves."""
+        raw = request.one("offset") or "0"
+        if not raw.isdigit() or len(raw) > 9:
+            raise HttpError(400, "offset must be a whole number")
+        return await self.call("room_show", room_id=check_room_id(room_id), offset=int(raw), limit=MAX_ROOM_PAGE)
 
     # -- Tasks ---------------------------------------------------------------------------------
 

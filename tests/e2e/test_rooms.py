@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.dashboard import DashboardProcess
 from tests.e2e.test_cli_watch import WatchProc
+from tests.e2e.test_ui_browser import browser_factory, console_errors, open_page, sign_in, text_of, wait_for  # noqa: F401
 from tests.fleet import api, ctl_json, wait_converged, wait_until
 from tests.helpers import run_ctl
 
@@ -82,6 +84,52 @@ def test_the_room_commands(daemon):
                  ["say", room_id, "--from-agent", "b", "--body", "x", "--body-file", "-"], ["read", room_id]):
         assert run_ctl(home, "room", *args).returncode == 64, args
     assert run_ctl(home.parent / "nobody-home", "room", "list").returncode == 3
+
+
+# -- the dashboard ---------------------------------------------------------------------------------
+
+def test_the_dashboard_lists_rooms_and_shows_one_live(daemon):
+    home = daemon.home
+    run_ctl(home, "init", "--name", "shop", "--daemon-name", "mac")
+    room_id = ctl_json(home, "room", "open", "orders API", "--project", "shop", "--from-agent", "alice",
+                       "--agenda", "paging?")["room"]["room_id"]
+    ctl_json(home, "room", "say", room_id, "--from-agent", "bob", "--body", "cursors")
+    ui = DashboardProcess(home, "--as", "ana")
+    try:
+        listing = ui.get_json("/api/rooms")
+        assert listing["supported"] and [r["room_id"] for r in listing["rooms"]] == [room_id]
+        shown = ui.get_json(f"/api/room/{room_id}")
+        assert [e["body"] for e in shown["events"]] == ["paging?", "cursors"] and shown["room"]["closed"] is False
+        assert ui.get(f"/api/room/task_1").status == 400 and ui.get("/api/room/room_gone_00000000").status == 404
+        # Showing moves nobody's read position: bob's first read is still everything.
+        assert ctl_json(home, "room", "read", room_id, "--agent", "bob")["count"] == 2
+    finally:
+        assert ui.stop() == 0, ui.output()
+
+
+@pytest.mark.slow
+def test_the_rooms_pages_in_a_browser_follow_a_room_live(daemon, browser_factory):
+    home = daemon.home
+    run_ctl(home, "init", "--name", "shop", "--daemon-name", "mac")
+    room_id = ctl_json(home, "room", "open", "orders API", "--project", "shop", "--from-agent", "alice",
+                       "--agenda", "paging?")["room"]["room_id"]
+    ui = DashboardProcess(home, "--as", "ana")
+    try:
+        driver = browser_factory()
+        sign_in(driver, ui)
+        open_page(driver, ui, "rooms")
+        wait_for(driver, lambda d: "orders-api" in text_of(d) and "open" in text_of(d), "the room in the list")
+        open_page(driver, ui, f"room/{room_id}")
+        wait_for(driver, lambda d: d.find_element("id", "live").text == "live", "the live stream")
+        hostile = '<img src=x onerror="window.__pwned=1">'
+        ctl_json(home, "room", "say", room_id, "--from-agent", "bob", "--body", f"cursors {hostile}")
+        wait_for(driver, lambda d: f"cursors {hostile}" in text_of(d), "bob's turn, live, as text")
+        ctl_json(home, "room", "close", room_id, "--from-agent", "alice", "--outcome", "cursors it is")
+        wait_for(driver, lambda d: "cursors it is" in text_of(d) and "closed" in text_of(d), "the close, live")
+        assert driver.execute_script("return window.__pwned") is None
+        assert console_errors(driver) == []
+    finally:
+        assert ui.stop() == 0, ui.output()
 
 
 # -- waking the members ----------------------------------------------------------------------------
