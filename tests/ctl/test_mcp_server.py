@@ -184,7 +184,7 @@ def test_palacectl_mcp_lists_its_tools_without_loading_trio_or_the_command_line(
              "listed = s.answer_static('tools/list', {}); "
              "print(len(listed['tools']), sorted(x for x in ('trio', 'typer', 'mcp') if x in sys.modules))")
     out = subprocess.run([PYTHON, "-c", probe, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert out.stdout.split(None, 1) == ["36", "[]\n"]
+    assert out.stdout.split(None, 1) == ["41", "[]\n"]
 
 
 def test_palacectl_mcp_with_anything_else_goes_through_the_command_line(tmp_path):
@@ -258,7 +258,7 @@ def test_the_default_tool_set_is_the_delegation_loop_within_its_budget(tmp_path)
     assert {f"mempalace_{n}" for n in loop} <= set(names)
     assert size <= CORE_BUDGET_BYTES, f"the default tools/list is {size} bytes, over {CORE_BUDGET_BYTES}"
     everything, full_size = listing(tmp_path, "--tools", "all")
-    assert len(everything) == 36 and full_size > 2 * size
+    assert len(everything) == 41 and full_size > 2 * size
     # What a compact listing leaves out of a schema, its description names (and calls accept).
     wait = next(t for t in tools if t["name"] == "mempalace_event_wait")
     assert "exclude_from_agent" not in wait["inputSchema"]["properties"]
@@ -291,5 +291,5 @@ def test_a_bad_tools_value_is_a_usage_error(tmp_path):
                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
     assert bad.returncode == 64 and bad.stdout == ""
     assert bad.stderr.splitlines() == [
-        "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, people, light, approvals, all) or a tool name (e.g. "
+        "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, people, rooms, light, approvals, all) or a tool name (e.g. "
         "mempalace_kg_query)"]

@@ -36,6 +36,8 @@ LEASE_TOOLS = ["mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_le
                "mempalace_lease_check"]
 SESSION_TOOLS = ["mempalace_inbox", "mempalace_inbox_mark_read", "mempalace_session_start"]
 PEOPLE_TOOLS = ["mempalace_ask_human", "mempalace_questions", "mempalace_usage"]
+ROOM_TOOLS = ["mempalace_room_open", "mempalace_room_read", "mempalace_room_say", "mempalace_room_close",
+              "mempalace_room_list"]
 #: what ``--tools all`` lists: every tool but the approve tool of palace's own runs, in listing order
 ALL_LISTED = [name for name in LISTING_ORDER if name != "approve" and not name.startswith("palace_")]
 MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_lease_acquire",
@@ -68,7 +70,8 @@ async def test_tools_are_listed_with_their_inputs(daemon):
         listed = await client.list_tools()
     names = [t.name for t in listed.tools]
     assert names == ALL_LISTED  # the loop first, then each group
-    assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS + PEOPLE_TOOLS)
+    assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS + PEOPLE_TOOLS
+                      + ROOM_TOOLS)
     schemas = {t.name: t.input_schema for t in listed.tools}
     assert set(schemas["mempalace_event_append"]["required"]) == {"type", "stream", "room"}
     assert "since_event_id" in schemas["mempalace_event_list"]["properties"]
@@ -272,7 +275,7 @@ async def test_the_adapter_starts_without_a_daemon_and_connects_once_it_runs(dae
         names = [t.name for t in (await client.list_tools()).tools]
         assert names == ALL_LISTED  # the loop first, then each group
         assert set(names) == set(MEMPALACE_TOOLS + PALACE_TOOLS + MEMORY_TOOLS + LEASE_TOOLS + SESSION_TOOLS
-                                 + PEOPLE_TOOLS)
+                                 + PEOPLE_TOOLS + ROOM_TOOLS)
         down = await call(client, "mempalace_event_wait", timeout_ms=100)
         assert "palaced is not running" in down["error"]
         await trio.to_thread.run_sync(d.start)
