@@ -10,7 +10,10 @@ reply quoting the run's last message (a built-in harness's JSON output read by
 ``palace_proto.usage.final_text``), else the log's tail, verbatim. A timeout, Ctrl-C or SIGTERM stops the runner (its whole
 process group) and says so in the reply.
 
-The runner is started without a shell, with the task's hand-off and palace's rules as its prompt.
+The runner is started without a shell, with the task's hand-off and palace's rules as its prompt,
+and with palace's answer to its permission requests (issue 28): Claude Code's approve tool (an MCP
+config file of the run's own), Gemini CLI's ``BeforeTool`` hook (a Gemini home of the run's own,
+``palacectl.approve_hook``); both beside the log, never in the worktree.
 Talks to the daemon through ``palacectl.client`` only (never imports palaced).
 """
 
@@ -38,6 +41,9 @@ from palace_proto.paths import CONFIG_FILENAME
 from palace_proto.stamps import format_stamp
 from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, final_text, parse_budgets, parse_usage, usage_metadata
 
+from .approve_hook import (HookSettingsError, check_hooks_stay_on, gemini_run_settings, hook_command,
+                           make_gemini_home, parse_gemini_settings, read_gemini_settings, system_settings_path,
+                           user_gemini_home)
 from .client import Client, DaemonUnreachable
 from .files import ConfigUnreadable
 from .files import read_config as read_config_toml
@@ -91,9 +97,12 @@ BUILTIN_RUNNERS: Final[dict[str, list[str]]] = {
                "--mcp-config", "{palace_mcp}", "--permission-prompt-tool", "mcp__palace_run__approve", "{handoff}"],
     # `codex exec`: non-interactive; workspace-write lets it edit inside --cd.
     "codex": ["codex", "exec", "--json", "--cd", "{workspace}", "--sandbox", "workspace-write", "{handoff}"],
-    # `gemini --prompt`: headless; auto_edit approves edits (not other tools); --skip-trust: a fresh
-    # worktree is a folder Gemini has never been told to trust, and it refuses those (exit 55).
-    "gemini": ["gemini", "--approval-mode", "auto_edit", "--skip-trust", "--output-format", "json", "--prompt",
+    # `gemini --prompt`: headless; yolo, because palace's BeforeTool hook is the gate: the run's own
+    # Gemini home (GEMINI_CLI_HOME, made by `task launch`: the user's settings plus the hook) makes
+    # every tool call ask `palacectl approve-hook` first, which answers by the policy or a person
+    # (issue 28) and refuses on any failure, since Gemini runs a call whose hook failed. --skip-trust:
+    # a fresh worktree is a folder Gemini has never been told to trust, and it refuses those (exit 55).
+    "gemini": ["gemini", "--approval-mode", "yolo", "--skip-trust", "--output-format", "json", "--prompt",
                "{handoff}"],
     # `opencode run`: one prompt, non-interactive; --dir: its project is the worktree (it takes the
     # project from $PWD otherwise, and refuses edits outside it: issue 26's harness rig).
@@ -103,9 +112,12 @@ PLACEHOLDERS: Final = ("{handoff}", "{workspace}", "{correlation_id}", "{palace_
 #: the MCP server a run's harness is given for its permission requests (``{palace_mcp}``: a JSON
 #: file of ``mcpServers``), and the tool it names: ``mcp__palace_run__approve`` in Claude Code
 RUN_MCP_SERVER: Final = "palace_run"
-# Why a minute over the policy's timeout: the harness must not give up on the approve tool before
-# palace has had its answer (or its timeout, a deny) from the person.
+# Why a minute over the policy's timeout: the harness must not give up on the approve tool (or
+# hook) before palace has had its answer (or its timeout, a deny) from the person.
 _APPROVAL_MARGIN_S: Final = 60
+#: the built-in runners whose permission requests go to palace's command hook
+#: (``palacectl approve-hook``) through settings of the run's own, by harness
+HOOKED_RUNNERS: Final = {"gemini": "gemini"}
 # Why 2 KiB: the tail of a failed run's log that goes verbatim into the reply (the whole log is
 # the artifact); enough for a traceback's last frames and the error.
 LOG_TAIL_BYTES: Final = 2048
@@ -285,6 +297,8 @@ class Launch:
         self._then = "blocked"
         self._abandon = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
+        #: a gemini run's own Gemini home (``GEMINI_CLI_HOME``), while it runs
+        self.gemini_home: Path | None = None
         #: names this run in the events that record its outcome (so a retry never records it twice)
         self.run_id = secrets.token_hex(8)
         #: when the runner started (the daemon's stamp format): its usage report is written after it
@@ -317,6 +331,9 @@ class Launch:
             LaunchRefused: naming the check that failed.
         """
         self.template = runner_command(self.runner, self.home)
+        #: the harness whose permission hook this run gets: a built-in runner's command only (a
+        #: user's own runner is started as written)
+        self.hooked = HOOKED_RUNNERS.get(self.runner) if self.template == BUILTIN_RUNNERS.get(self.runner) else None
         view = client.call("task_show", correlation_id=self.cid)
         # The task's request is its first (a second one, by anyone, is flagged and changes nothing).
         request = view["request"]
@@ -377,6 +394,8 @@ class Launch:
         # Beside the worktree, not in it: the log is never part of the patch.
         self.log_path = (self.home / "worktrees" / f"{task_slug(self.cid)}.log" if self.in_place
                          else self.worktree.parent / f"{self.worktree.name}.log")
+        if self.hooked == "gemini":
+            self.gemini_settings_document = self._gemini_settings()
         return view
 
     def _resolve_base(self, base: str) -> str:
@@ -442,6 +461,8 @@ class Launch:
         log_path = self.log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         mcp_config = self._write_run_mcp_config(log_path.with_suffix(".mcp.json"))
+        #: the run's own Gemini home (GEMINI_CLI_HOME), beside the log; removed after the run
+        self.gemini_home = log_path.with_suffix(".gemini-home") if self.hooked == "gemini" else None
         command = fill(self.template, {"handoff": prompt, "workspace": str(self.worktree),
                                        "correlation_id": self.cid, "palace_mcp": str(mcp_config)})
         result = LaunchResult(self.cid, self.agent, self.runner, str(self.worktree), "failed", None, "")
@@ -452,6 +473,9 @@ class Launch:
                 signal.signal(sig, self._on_signal)
             with open(log_path, "wb") as log:
                 try:
+                    if self.gemini_home is not None:
+                        make_gemini_home(self.gemini_home, user_gemini_home(os.environ, Path.home()),
+                                         self.gemini_settings_document)
                     # PWD too: a runner that reads it (OpenCode) must not see the launching shell's.
                     self._proc = subprocess.Popen(command, cwd=self.worktree, stdout=log, stderr=subprocess.STDOUT,
                                                   stdin=subprocess.DEVNULL, env=self._run_env(), **NEW_PROCESS_GROUP)
@@ -474,6 +498,8 @@ class Launch:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self.gemini_home is not None:  # links to the user's .gemini: removed, never followed
+                shutil.rmtree(self.gemini_home, ignore_errors=True)
         self._judge(result)
         self._finish(result, log_path)
         return result
@@ -481,23 +507,60 @@ class Launch:
     def _write_run_mcp_config(self, path: Path) -> Path:
         """The MCP server of this run's permission requests (``{palace_mcp}``): palace's ``approve``
         tool, speaking as the run's agent, on this home. Beside the log, never in the worktree."""
+        # -P: the server starts in the worktree, and a `palacectl` folder there must not be imported.
         server = {"type": "stdio", "command": sys.executable,
-                  "args": ["-m", "palacectl", "mcp", "--agent", self.agent, "--home", str(self.home),
+                  "args": ["-P", "-m", "palacectl", "mcp", "--agent", self.agent, "--home", str(self.home),
                            "--tools", "approvals"]}
         path.write_text(json.dumps({"mcpServers": {RUN_MCP_SERVER: server}}, indent=2) + "\n", encoding="utf-8")
         return path
+
+    def _gemini_settings(self) -> dict[str, Any]:
+        """Gemini's user settings for this run (``palacectl.approve_hook``, "the run's Gemini
+        settings"): the user's, plus palace's ``BeforeTool`` hook on every tool, speaking as the
+        run's agent on this home for this task and runner. Its time limit is the policy's timeout
+        plus a margin, and the hook is told it, so it answers (a deny at worst) before Gemini would
+        give up on it and run the call. The settings that rank above the user's — the system's and
+        the project's (the task's base commit; the checkout itself with --in-place) — must leave
+        hooks on.
+
+        Raises:
+            LaunchRefused: a settings file cannot be read, switches hooks off, or cannot carry the hook.
+        """
+        within_s = self._approval_timeout_s() + _APPROVAL_MARGIN_S
+        try:
+            check_hooks_stay_on(read_gemini_settings(system_settings_path(os.environ)), "Gemini's system settings")
+            project = ".gemini/settings.json"
+            if self.in_place:
+                check_hooks_stay_on(read_gemini_settings(self.repo / project), f"{self.repo / project}")
+            elif self.git("ls-tree", "--name-only", self.base, "--", project).strip():
+                where = f"{project} of {self.base[:12]}"
+                check_hooks_stay_on(parse_gemini_settings(self.git("show", f"{self.base}:{project}"), where), where)
+            user = user_gemini_home(os.environ, Path.home()) / ".gemini" / "settings.json"
+            # -P: the hook runs in the worktree, where the run can write a `palacectl` folder of its own.
+            command = hook_command([sys.executable, "-P", "-m", "palacectl", "--home", str(self.home),
+                                    "approve-hook", "--harness", "gemini", "--agent", self.agent, "--task", self.cid,
+                                    "--runner", self.runner, "--within", str(within_s)])
+            return gemini_run_settings(read_gemini_settings(user), command, within_s, where=f"{user}")
+        except (HookSettingsError, ValueError) as exc:
+            raise LaunchRefused(f"cannot give the gemini run palace's permission hook: {exc}") from None
+
+    def _approval_timeout_s(self) -> int:
+        """How long the policy lets a person take to answer a permission request."""
+        try:
+            return PermissionPolicy.from_config(read_config(self.home), self.runner).timeout_s
+        except (PolicyError, LaunchRefused):
+            return DEFAULT_APPROVAL_TIMEOUT_S  # the run's approve tool or hook says what is wrong, and denies
 
     def _run_env(self) -> dict[str, str]:
         """The runner's environment: ours, its working directory (a runner that reads ``PWD``,
         OpenCode, must not see the launching shell's), and what palace's ``approve`` tool reads:
         the task, the runner (whose ``[permissions.RUNNER]`` applies), and, for Claude Code, an MCP
-        tool timeout past the policy's (a person may take that long to answer)."""
+        tool timeout past the policy's (a person may take that long to answer). A Gemini run gets
+        its own Gemini home (its hook)."""
         env = {**os.environ, "PWD": str(self.worktree), TASK_ENV: self.cid, RUNNER_ENV: self.runner}
-        try:
-            timeout_s = PermissionPolicy.from_config(read_config(self.home), self.runner).timeout_s
-        except (PolicyError, LaunchRefused):
-            timeout_s = DEFAULT_APPROVAL_TIMEOUT_S  # the run's approve tool says what is wrong, and denies
-        env.setdefault("MCP_TOOL_TIMEOUT", str((timeout_s + _APPROVAL_MARGIN_S) * 1000))
+        env.setdefault("MCP_TOOL_TIMEOUT", str((self._approval_timeout_s() + _APPROVAL_MARGIN_S) * 1000))
+        if self.gemini_home is not None:
+            env["GEMINI_CLI_HOME"] = str(self.gemini_home)
         return env
 
     def _prompt(self) -> str:

@@ -10,7 +10,8 @@ command modules:
 * ``artifacts``: the artifact and patch groups; ``tasks``: the task group;
 * ``memory``: remember, search, agents, tunnels, and the kg, diary and memory groups;
 * ``backup``: backup, restore; ``export``: export, import;
-* ``harness``: rules, mcp; ``bench``: the bench group; ``service``: the service group;
+* ``harness``: rules, mcp; ``permissions``: approve-hook (hidden: a launched run's permission hook);
+* ``bench``: the bench group; ``service``: the service group;
 * ``rooms``: the room group (agent rooms: open, say, read, close, list, show);
 * ``ui``: the dashboard (``palacectl.ui``).
 

@@ -21,7 +21,7 @@ from .. import output
 from ..loop import guarded
 from ..output import EXIT_OK, EXIT_USAGE
 from . import (agents, artifacts, backup, bench, common, export, guard, harness, leases, log, memory, notify, palace,
-               questions, service, session, tasks, ui, usage)
+               permissions, questions, service, session, tasks, ui, usage)
 from . import rooms
 
 __all__ = ["app", "main"]
@@ -72,6 +72,10 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("worker", tasks.worker),
     ("ui", ui.ui),
 )
+# Commands that programs run, never people: left out of `palacectl --help`.
+HIDDEN_COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("approve-hook", permissions.approve_hook),
+)
 # Groups of sub-commands, each a typer app of its module.
 GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("artifact", artifacts.artifact_app),
@@ -96,6 +100,8 @@ GROUPS: tuple[tuple[str, typer.Typer], ...] = (
 def _assemble() -> None:
     for name, function in COMMANDS:
         app.command(name)(function)
+    for name, function in HIDDEN_COMMANDS:
+        app.command(name, hidden=True)(function)
     for name, group in GROUPS:
         app.add_typer(group, name=name)
 

@@ -1,8 +1,10 @@
-"""A launched Claude Code run asks palace for permission (issue 28), through the real harness
-driven by a scripted model: a command the policy refuses is refused with palace's reason, the
-model sees it and goes on; a command the policy does not cover becomes a question to a person on
-the task, the run waits, and once the person allows it the command runs in the same run and its
-work reaches the requester as a patch."""
+"""A launched run asks palace for permission (issue 28), through the real harness driven by a
+scripted model — Claude Code through palace's approve tool (--permission-prompt-tool), Gemini CLI
+through palace's BeforeTool hook (`palacectl approve-hook`, in the run's own settings file): a
+command the policy refuses is refused with palace's reason, the model sees it and goes on; a
+command the policy does not cover becomes a question to a person on the task, the run waits, and
+once the person allows it the command runs in the same run and its work reaches the requester as
+a patch."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.transport_fixed]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RECORD = "python3 -c \"open('approved.txt', 'w').write('approved\\n')\""
+#: each harness's shell tool, and what a call of it carries besides the command
+SHELL: dict[str, tuple[str, dict[str, str]]] = {"claude": ("Bash", {"description": "a command"}),
+                                                "gemini": ("run_shell_command", {"description": "a command"})}
 
 
 @pytest.fixture
@@ -49,14 +54,16 @@ def answer_when_asked(home: Path, cid: str, text: str, seen: list[dict]) -> thre
     return thread
 
 
-def test_a_claude_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_another_daemon(
-        user, daemon_factory, short_tmp):
+@pytest.mark.parametrize("harness", sorted(SHELL))
+def test_a_launched_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_another_daemon(
+        harness, user, daemon_factory, short_tmp):
     """The run's machine (the user's daemon) joined a palace whose owner's daemon (alpha) holds
     human:ana: the question replicates there, ana answers there, the answer comes back."""
     alpha = daemon_factory(short_tmp / "alpha")
     ctl_json(alpha.home, "init", "--name", "rig", "--daemon-name", "alpha")
     ctl_json(user.home, "join", ctl_json(alpha.home, "invite", "--role", "member")["code"], "--name", "laptop")
-    agent, _, _ = user.configure("claude")
+    agent, _, _ = user.configure(harness)
+    shell, extra = SHELL[harness]
     (user.home / "config.toml").write_text('[permissions]\nask_to = "human:ana"\ntimeout = "2m"\n', encoding="utf-8")
     repo = short_tmp / "repo"
     base = init_repo(repo)
@@ -66,13 +73,13 @@ def test_a_claude_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_an
     asked: list[dict] = []
     person = answer_when_asked(alpha.home, cid, "allow", asked)
     script = Script([
-        Call(("Bash",), {"command": "git push origin main", "description": "push"}, label="push"),
-        # Not a plain file write (those acceptEdits lets through without asking anyone).
-        Call(("Bash",), {"command": RECORD, "description": "record"}, label="record", on_issue=person.start),
-    ], final="approved.txt is written.", id_prefix=HARNESSES["claude"].id_prefix)
-    rig = Rig(HARNESSES["claude"], script, user.root, user.env, repo, short_tmp)
+        Call((shell,), {"command": "git push origin main", **extra}, label="push"),
+        # Not a plain file write (those the default policy allows without asking anyone).
+        Call((shell,), {"command": RECORD, **extra}, label="record", on_issue=person.start),
+    ], final="approved.txt is written.", id_prefix=HARNESSES[harness].id_prefix)
+    rig = Rig(HARNESSES[harness], script, user.root, user.env, repo, short_tmp)
     try:
-        rig.start([user.palacectl, "--home", str(user.home), "task", "launch", cid, "--runner", "claude",
+        rig.start([user.palacectl, "--home", str(user.home), "task", "launch", cid, "--runner", harness,
                    "--workspace", str(repo), "--timeout", "150s", "--json"])
         code = rig.wait(180)
         push, record = (rig.script.outcomes + [None, None])[:2]
@@ -95,7 +102,7 @@ def test_a_claude_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_an
         # Its JSON result carried the run's usage (what the scripted model server reported).
         [spent] = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]
                    if e["type"] == "usage.report"]
-        assert spent["metadata"]["runner"] == "claude" and spent["metadata"]["tokens_in"] > 0, spent
+        assert spent["metadata"]["runner"] == harness and spent["metadata"]["tokens_in"] > 0, spent
         [state] = [q for q in ctl_json(user.home, "questions")["questions"] if q["correlation_id"] == cid]
         refused_here = run_ctl(user.home, "answer", state["question_id"], "deny", "--as", "human:ana")
         assert refused_here.returncode == 1  # answered already; and not ana's daemon

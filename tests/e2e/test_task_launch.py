@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -226,3 +227,102 @@ def test_every_refusal_is_one_line_and_starts_nothing(scene, short_tmp):
     for cid in (broadcast, taken):
         assert events(scene.home, cid, "task.status") == []
     assert not (scene.home / "worktrees").exists() or not any((scene.home / "worktrees").rglob("task_*"))
+
+
+# A stand-in Gemini CLI: reports what `task launch` gave it — its Gemini home, the settings there,
+# and what the BeforeTool hook named in them answers, run as Gemini runs it (bash -c, in the
+# worktree, an environment of PATH alone) — then edits a file.
+GEMINI = """#!{python}
+import json, os, pathlib, subprocess, sys
+args = sys.argv[1:]
+assert args[:3] == ["--approval-mode", "yolo", "--skip-trust"], args
+home = os.environ.get("GEMINI_CLI_HOME")
+report = {{"home": home}}
+if home:
+    gemini = pathlib.Path(home, ".gemini")
+    settings = json.loads((gemini / "settings.json").read_text())
+    hook = settings["hooks"]["BeforeTool"][0]
+    report.update(settings=settings, linked=sorted(p.name for p in gemini.iterdir() if p.is_symlink()))
+    for command in ("git push origin main", "git status"):
+        request = {{"hook_event_name": "BeforeTool", "cwd": os.getcwd(), "tool_name": "run_shell_command",
+                   "tool_input": {{"command": command}}}}
+        done = subprocess.run(["bash", "-c", hook["hooks"][0]["command"]], input=json.dumps(request), text=True,
+                              capture_output=True, env={{"PATH": os.environ["PATH"]}})
+        report[command] = [done.returncode, done.stdout, done.stderr]
+pathlib.Path("feature.txt").write_text("done\\n")
+print("REPORT " + json.dumps(report))
+"""
+
+
+def gemini_report(scene, outcome):
+    log = api(scene.home, "artifact_get", artifact_id=outcome["log_artifact"])["content"].decode()
+    return json.loads(next(line for line in log.splitlines() if line.startswith("REPORT "))[len("REPORT "):])
+
+
+def test_a_gemini_run_gets_a_gemini_home_of_its_own_whose_hook_answers_by_palaces_policy(scene, short_tmp):
+    """Guards the built-in gemini runner's gate (issue 28): yolo is safe only with palace's hook in
+    the settings Gemini reads. Gemini skips a system settings file that root does not own, so the
+    hook goes into the user settings of a Gemini home of the run's own (GEMINI_CLI_HOME): the
+    user's settings and files, plus the hook. A runner of the user's own gets none, and settings
+    that switch hooks off refuse the launch before anything starts."""
+    (Path(scene.env["PATH"].split(os.pathsep)[0]) / "gemini").write_text(GEMINI.format(python=sys.executable))
+    (Path(scene.env["PATH"].split(os.pathsep)[0]) / "gemini").chmod(0o755)
+    me = short_tmp / "me"
+    (me / ".gemini" / "extensions").mkdir(parents=True)
+    (me / ".gemini" / "GEMINI.md").write_text("palace rules\n")
+    theirs = ('{"model": {"name": "theirs"}, // a comment\n'
+              '"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "palacectl session start"}]}]}}')
+    (me / ".gemini" / "settings.json").write_text(theirs)
+    env = {**scene.env, "HOME": str(me), "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(short_tmp / "no-system.json")}
+    cid = scene.task()
+    result = run_ctl_process(scene.home, "task", "launch", cid, "--runner", "gemini", "--workspace", str(scene.repo),
+                             "--json", env=env, timeout=120)
+    assert result.returncode == 0 and result.json()["outcome"] == "delivered", result
+    report = gemini_report(scene, result.json())
+    home = Path(report["home"])
+    assert home.parent == Path(result.json()["worktree"]).parent and not home.exists()  # beside the log; removed
+    assert report["linked"] == ["GEMINI.md", "extensions"]
+    settings = report["settings"]
+    assert settings["model"] == {"name": "theirs"} and settings["hooksConfig"] == {"enabled": True}
+    assert settings["hooks"]["SessionStart"][0]["hooks"][0]["command"] == "palacectl session start"
+    [ours] = settings["hooks"]["BeforeTool"]
+    assert ours["matcher"] == ".*" and ours["hooks"][0]["timeout"] == (1800 + 60) * 1000
+    assert f"--task {cid}" in ours["hooks"][0]["command"] and ours["hooks"][0]["command"].endswith(" || exit 2")
+    code, out, err = report["git push origin main"]
+    assert code == 0 and json.loads(out)["decision"] == "deny", (out, err)
+    assert "refused by palace's policy (Bash(git push*))" in json.loads(out)["reason"]
+    code, out, err = report["git status"]
+    assert code == 0 and json.loads(out) == {"decision": "allow"}, (out, err)
+    assert (me / ".gemini" / "settings.json").read_text() == theirs  # the user's own file is as it was
+
+    # A runner of the user's own (any command but the built-in one) is started as written.
+    config = scene.home / "config.toml"
+    config.write_text(config.read_text() + '[runners.gemini]\ncommand = ["gemini", "--approval-mode", "yolo", '
+                                           '"--skip-trust", "--prompt", "{handoff}"]\n')
+    own = scene.task()
+    mine = run_ctl_process(scene.home, "task", "launch", own, "--runner", "gemini", "--workspace", str(scene.repo),
+                           "--json", env=env, timeout=120)
+    assert mine.returncode == 0 and gemini_report(scene, mine.json()) == {"home": None}, mine
+
+    # Settings ranked above the user's that switch hooks off: refused, nothing started.
+    config.write_text(config.read_text().split("[runners.gemini]")[0])
+    (short_tmp / "system.json").write_text('{"hooksConfig": {"enabled": false}}')
+    refused_cid = scene.task()
+    refused = run_ctl_process(scene.home, "task", "launch", refused_cid, "--runner", "gemini", "--workspace",
+                              str(scene.repo), env={**env, "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(short_tmp / "system.json")},
+                              timeout=120)
+    assert refused.returncode == 1 and "switch Gemini's hooks off" in refused.stderr, refused
+    assert refused.stderr.count("\n") == 1
+    (scene.repo / ".gemini").mkdir()
+    (scene.repo / ".gemini" / "settings.json").write_text('{"hooksConfig": {"enabled": false}}\n')
+    git(scene.repo, "add", ".gemini")
+    git(scene.repo, "commit", "-q", "-m", "project settings")
+    project_base = git(scene.repo, "rev-parse", "HEAD").strip()
+    project_cid = ctl_json(scene.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent",
+                           "worker", "--goal", "Add feature.txt", "--branch", "main", "--base-commit", project_base,
+                           "--done", "feature.txt exists")["task"]["correlation_id"]
+    project = run_ctl_process(scene.home, "task", "launch", project_cid, "--runner", "gemini", "--workspace",
+                              str(scene.repo), env=env, timeout=120)
+    assert project.returncode == 1 and f".gemini/settings.json of {project_base[:12]} switch" in project.stderr, project
+    for cid_ in (refused_cid, project_cid):
+        assert events(scene.home, cid_, "task.status") == [] and ctl_json(scene.home, "task", "show", cid_)["state"] == "open"
