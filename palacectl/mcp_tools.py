@@ -34,13 +34,13 @@ from typing import Any, Final, Protocol
 
 from palace_proto.errors import ApiError
 from palace_proto.filters import filter_args
-from palace_proto.text import printable
 from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .client import DaemonUnreachable
 from .light import LightError, read_light_call
 from .mcp_server import INVALID_PARAMS, McpError, Registry, Route
-from .permission_policy import TASK_ENV, PermissionPolicy, PolicyError, main_argument
+from . import approvals
+from .permission_policy import TASK_ENV, PermissionPolicy, PolicyError
 from .tool_sets import GROUPS, LISTING_ORDER
 
 __all__ = ["DAEMON_DOWN", "TOOLS", "Palace"]
@@ -407,9 +407,6 @@ async def mempalace_usage(palace: Palace, /, by: str = "task", since: str | None
 
 # -- approvals: a harness's permission requests, answered by palace ------------------------------
 
-# Why 1,000 characters: what a question shows of the command or path it is about.
-_ASKED_ARGUMENT_CHARS: Final = 1000
-
 
 @tool("approvals", text_only=True, description=(
     "palace's answer to a permission request of the harness running you (Claude Code's "
@@ -417,41 +414,29 @@ _ASKED_ARGUMENT_CHARS: Final = 1000
 async def approve(palace: Palace, /, tool_name: str, input: dict | None = None,  # noqa: A002 - the harness's name
                   tool_use_id: str | None = None) -> Result:
     """Returns Claude Code's permission result: ``{"behavior": "allow", "updatedInput"}`` or
-    ``{"behavior": "deny", "message"}``. Anything that goes wrong is a deny, never a yes."""
+    ``{"behavior": "deny", "message"}``. Anything that goes wrong is a deny, never a yes
+    (``palacectl.approvals``, shared with Gemini CLI's hook)."""
     tool_input = input if isinstance(input, dict) else {}
-
-    def deny(message: str) -> Result:
-        return {"behavior": "deny", "message": message}
-
+    calls = [(tool_name, tool_input)]
     try:
         policy = palace.permission_policy()
     except PolicyError as exc:
-        return deny(f"palace's permission policy cannot be read ({exc}): refused")
-    decision = policy.decide(tool_name, tool_input)
-    if decision.verdict == "allow":
+        verdict = approvals.policy_unreadable(exc)
+    else:
+        decision = approvals.judge(policy, calls)
+        if decision.verdict != "ask":
+            verdict = approvals.Verdict(decision.verdict == "allow", decision.reason)
+        else:
+            question = approvals.question_for(policy, calls, agent=palace.agent, task=os.environ.get(TASK_ENV) or None)
+            try:
+                state = await palace.daemon.call("ask", **question.ask_args())
+            except (ApiError, DaemonUnreachable, OSError) as exc:
+                verdict = approvals.ask_failed(exc)
+            else:
+                verdict = approvals.answer_verdict(state, question.timeout_s)
+    if verdict.allowed:
         return {"behavior": "allow", "updatedInput": tool_input}
-    if decision.verdict == "deny":
-        return deny(decision.reason)
-    task = os.environ.get(TASK_ENV) or None
-    argument = main_argument(tool_name, tool_input)
-    if len(argument) > _ASKED_ARGUMENT_CHARS:
-        argument = argument[:_ASKED_ARGUMENT_CHARS - 1] + "…"  # (what approval.argument holds)
-    question = (f"{palace.agent} asks to run {tool_name}: {argument}" + (f"\n(task {task})" if task else "")
-                + "\nallow or deny?")
-    try:
-        state = await palace.daemon.call("ask", from_agent=palace.agent, to=policy.ask_to, body=question,
-                                         choices=["allow", "deny"], timeout_s=policy.timeout_s, correlation_id=task,
-                                         approval={"tool": printable(tool_name, 99), "argument": argument})
-    except (ApiError, DaemonUnreachable, OSError) as exc:
-        return deny(f"palace could not ask a person ({exc}): refused")
-    answer = state.get("answer") or {}
-    if state.get("status") == "answered" and answer.get("text") == "allow":
-        return {"behavior": "allow", "updatedInput": tool_input}
-    if state.get("status") == "answered":
-        return deny(f"{answer.get('by')} said no (question {state.get('question_id')}): do not do it; find another "
-                    "way or reply blocked with what you need")
-    return deny(f"nobody answered within {policy.timeout_s} s (question {state.get('question_id')}): refused, "
-                "silence is never a yes")
+    return {"behavior": "deny", "message": verdict.reason}
 
 
 # -- memory: the knowledge graph, diaries, agents and tunnels -------------------------------------
