@@ -273,10 +273,14 @@ def _rooms(conn: apsw.Connection, stream: str | None, status: str | None, agent:
         if room_id in seen:
             continue
         seen.add(room_id)
+        try:
+            check_room_id(room_id)
+        except ValidationError:
+            continue  # a broken or hostile peer's: no command could name it
         skeleton, messages, last, speakers = store_rooms.room_activity(conn, room_id)
         room = derive_room(room_id, skeleton, readers=store_rooms.readers(conn, room_id), messages=messages,
                            last_activity=last, speakers=speakers)
-        if room is None:  # pragma: no cover - the opening was just read
+        if room is None:  # pragma: no cover - a valid opening was just read
             continue
         if status is not None and room.closed != (status == "closed"):
             continue

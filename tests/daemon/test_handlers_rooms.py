@@ -267,3 +267,32 @@ async def test_a_room_event_wakes_only_its_members(tmp_path):
         assert await rooms.RoomWake(ctx, "dave").wakes(said) and await rooms.RoomWake(ctx, "carol").wakes(said)
         other = await log.append(ctx, note())
         assert await rooms.RoomWake(ctx, "carol").wakes(other)  # not a room's: none of this
+
+
+async def test_what_a_broken_peer_wrote_is_read_defensively(tmp_path):
+    """Guards the listing, reads and filing against room events no room command writes (here
+    appended below the handlers, as a broken or hostile peer's would arrive): an opening with no
+    usable id is not listed, a second opening and hostile metadata change nothing."""
+    from palace_proto.validation import AppendRequest
+
+    async with open_context(tmp_path) as ctx:
+        room_id = (await _open(ctx))["room"]["room_id"]
+
+        async def raw(**fields):
+            request = AppendRequest.from_wire({"stream": "project/shop", "room": "rooms", "from_agent": "mallory",
+                                               "to_agent": "*", **fields}, ctx.limits)
+            return await ctx.astore.write(lambda w: w.append(request))
+
+        await raw(type="room.open", correlation_id="not a room id", body="x")
+        await raw(type="room.open", body="no correlation at all")
+        await raw(type="room.open", correlation_id=room_id, body="hijack",
+                  metadata={"wing": ["x"], "members": "everyone", "palace_room": "evil\u0007"})
+        listing = await rooms.room_list(ctx, {})
+        assert [r["room_id"] for r in listing["rooms"]] == [room_id]
+        room = listing["rooms"][0]
+        assert (room["opened_by"], room["agenda"], room["wing"], room["members"]) == \
+            ("alice", "agree on the orders API", "shop", ["alice"])
+        shown = await rooms.room_show(ctx, {"room_id": room_id})
+        assert [(e["body"], e["turn"]) for e in shown["events"]] == [("agree on the orders API", True), ("hijack", False)]
+        closed = await rooms.room_close(ctx, {"room_id": room_id, "from_agent": "alice"})
+        assert closed["filed"] == 1  # the agenda; the second opening is not a turn
