@@ -69,7 +69,9 @@ def hooks_dir(repo: Path) -> Path:
 
 def hook_script(hook: str, *, agent: str, project: str | None, home: Path) -> str:
     """The sh script of one hook: run the chained hook first (same arguments and stdin), then us."""
-    command = [sys.executable, "-m", "palacectl", "--home", str(home), "guard", "run", hook, "--agent", agent]
+    # -P: git runs the hook at the top of the worktree, and a `palacectl` folder a task's patch
+    # planted there must not be what `-m palacectl` imports (its code would run on every commit).
+    command = [sys.executable, "-P", "-m", "palacectl", "--home", str(home), "guard", "run", hook, "--agent", agent]
     if project:
         command += ["--project", project]
     quoted = " ".join(shlex.quote(part) for part in command)

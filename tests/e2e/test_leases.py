@@ -163,6 +163,24 @@ def test_the_guard_refuses_commits_under_another_agents_lease_and_passes_its_own
 
 
 @pytest.mark.transport_fixed
+def test_the_guard_never_imports_a_palacectl_planted_in_the_repository(daemon, repo):
+    """Guards the authority of a worktree's content: git runs the guard hook at the top of the
+    worktree, where a task's patch may have put a `palacectl/` package; `python -m palacectl`
+    would import it from there and run its code on every commit."""
+    planted = repo / "palacectl"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("")
+    (planted / "__main__.py").write_text("import pathlib; pathlib.Path('PWNED').write_text('x')\n")
+    run_git(repo, "add", "palacectl")
+    run_git(repo, "commit", "-q", "-m", "a patch that plants a package")
+    run_ctl_process(daemon.home, "guard", "install", "--repo", str(repo), "--agent", "alice", "--project", "demo")
+    acquire(daemon.home, "bob", "src/**", reason="moving files")
+    refused = commit(repo, "src/app.py")
+    assert refused.returncode != 0 and "bob" in refused.stderr, refused  # palace's guard ran, not the plant
+    assert not (repo / "PWNED").exists()
+
+
+@pytest.mark.transport_fixed
 def test_the_guard_and_lease_list_show_a_members_reason_escaped(daemon, repo):
     """Guards issue 25 finding 10: a lease reason with a bidi override and a C1 control (both
     accepted by the daemon: they are not line breaks) reaches the committer's terminal escaped."""
