@@ -55,6 +55,12 @@ def render_session(s: dict[str, Any]) -> str:
         for lease in s["lost_leases"]["items"]:
             lines.append(f"- LOST {lease['id']} {', '.join(lease['patterns'])} ({lease['end']}; "
                          f"{lease['holder_now'] or 'another agent'} holds it now): stop editing those paths\n")
+    rooms = s.get("rooms") or []  # (a daemon before rooms sends none)
+    if rooms:
+        lines.append("\n## Your open rooms\n")
+        for room in rooms:
+            lines.append(f"- {room['room_id']} ({room['project']}): {room['unread']} unread; "
+                         f"`palacectl room read {room['room_id']} --agent {agent}`\n")
     if s["diary"]["items"]:
         lines.append(f"\n## Your diary (last {len(s['diary']['items'])} of {s['diary']['total']})\n")
         for entry in s["diary"]["items"]:

@@ -72,7 +72,7 @@ from ..store import WriteContext
 from ..store import rooms as store_rooms
 from .context import Context
 
-__all__ = ["OPS", "RoomFiler", "RoomWake"]
+__all__ = ["OPS", "RoomFiler", "RoomWake", "rooms_of"]
 
 LOGGER: Final = logging.getLogger("palaced.handlers.rooms")
 T = TypeVar("T")
@@ -302,6 +302,20 @@ async def room_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     limit = _limit(args, DEFAULT_LIST_LIMIT, MAX_ROOMS_LISTED)
     rooms, capped = await _read(ctx, _rooms, project_stream(project) if project else None, status, agent, limit)
     return {"rooms": [_listed(r) for r in rooms], "count": len(rooms), "capped": capped}
+
+
+# Why 10: the open rooms session start names (each a line for the agent to act on).
+SESSION_ROOMS_SHOWN: Final = 10
+
+
+async def rooms_of(ctx: Context, agent: str) -> list[dict[str, Any]]:
+    """The open rooms ``agent`` belongs to, newest first, each with how many turns by others it
+    has not read (what session start shows: room turns stay out of the inbox)."""
+    def job(conn: apsw.Connection) -> list[dict[str, Any]]:
+        rooms, _ = _rooms(conn, None, "open", agent, SESSION_ROOMS_SHOWN)
+        return [{"room_id": r.room_id, "name": r.name, "project": r.project, "last_activity": r.last_activity,
+                 "unread": store_rooms.unread_count(conn, r.room_id, agent)} for r in rooms]
+    return await _read(ctx, job)
 
 
 async def room_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from .context import Context
 from .fleet import who
 from .inbox import inbox_view
 from .leases import current_leases
+from .rooms import rooms_of
 from .tasks import recent_views
 
 __all__ = ["OPS", "session_start"]
@@ -148,6 +149,7 @@ async def session_start(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         "leases": capped(active, LEASES_SHOWN),
         "lost_leases": capped(lost, LEASES_SHOWN),
         "diary": {"items": entries, "total": diary["total"]},
+        "rooms": await rooms_of(ctx, agent),
         "watching": capped(watching, WATCHERS_SHOWN),
         "you_are_watching": any(w["agent"] == agent and w["on"] == "here" for w in watching),
         "next": next_step(agent, unread=inbox["unread"], stalled=len(stalled), elsewhere=elsewhere),

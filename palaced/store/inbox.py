@@ -18,6 +18,7 @@ import apsw
 from palace_proto.agents import is_human
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.questions import ANYONE
+from palace_proto.rooms import ROOM_TYPES
 from palace_proto.validation import ListQuery
 
 from .clock import utc_now
@@ -63,8 +64,10 @@ def cursor_of(reads: Reads, agent: str) -> Cursor:
 def _query(agent: str, limit: int, preview: bool) -> ListQuery:
     # A person's inbox holds the questions to anyone (human:*) too: any person may answer them.
     to = [agent, ANYONE] if is_human(agent) else [agent]
-    return ListQuery.from_wire({"to_agents": to, "exclude_from_agents": [agent], "order": "asc",
-                                "limit": limit, "preview": preview})
+    # Room turns are read in their room, from a read position of their own (session start names
+    # the rooms with unread turns): in the inbox, every room's talk would reach every agent.
+    return ListQuery.from_wire({"to_agents": to, "exclude_from_agents": [agent], "exclude_types": sorted(ROOM_TYPES),
+                                "order": "asc", "limit": limit, "preview": preview})
 
 
 def inbox_page(reads: Reads, agent: str, limit: int, preview: bool) -> tuple[Cursor, list[dict[str, Any]]]:

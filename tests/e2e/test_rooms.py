@@ -88,6 +88,28 @@ def test_the_room_commands(daemon):
 
 # -- the dashboard ---------------------------------------------------------------------------------
 
+def test_room_turns_stay_out_of_the_inbox_and_session_start_names_a_members_rooms(daemon):
+    """A room's talk to everyone would otherwise land in every agent's inbox: it is read in the
+    room (its own read position), and session start names the member's open rooms with what it
+    has not read; a turn addressed to an agent wakes its watch, and is in the room too."""
+    home = daemon.home
+    room_id = ctl_json(home, "room", "open", "api shape", "--project", "shop", "--from-agent", "alice",
+                       "--member", "bob", "--agenda", "paging")["room"]["room_id"]
+    ctl_json(home, "room", "say", room_id, "--from-agent", "alice", "--body", "cursors?")
+    ctl_json(home, "append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "alice",
+             "--to-agent", "*", "--body", "ordinary broadcast")
+    for agent in ("bob", "carol"):
+        inbox = ctl_json(home, "inbox", "--agent", agent)
+        assert [e["body"] for e in inbox["events"]] == ["ordinary broadcast"], (agent, inbox)
+    bob = ctl_json(home, "session", "start", "--agent", "bob")
+    assert [(r["room_id"], r["unread"]) for r in bob["rooms"]] == [(room_id, 2)]
+    text = run_ctl(home, "session", "start", "--agent", "bob")
+    assert f"`palacectl room read {room_id} --agent bob`" in text.stdout, text.stdout
+    assert ctl_json(home, "session", "start", "--agent", "carol")["rooms"] == []
+    ctl_json(home, "room", "read", room_id, "--agent", "bob")
+    assert ctl_json(home, "session", "start", "--agent", "bob")["rooms"][0]["unread"] == 0
+
+
 def test_the_dashboard_lists_rooms_and_shows_one_live(daemon):
     home = daemon.home
     run_ctl(home, "init", "--name", "shop", "--daemon-name", "mac")
