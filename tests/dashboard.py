@@ -4,6 +4,8 @@
 a person would), waits for the ``ui.json`` it writes, and stops it with SIGTERM (exit 0 required,
 ``ui.json`` gone). ``http`` sends one request with the standard library's client, so what is
 tested is what any program sees; ``EventStream`` reads server-sent events line by line.
+``report_usage`` appends a run's ``usage.report`` and ``held_worker`` holds a worker's presence
+(what the Usage page shows).
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import http.client
 import json
 import os
 import signal
+import contextlib
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from palace_proto.agents import REGISTRY_TYPES
+from tests.fleet import ctl_json
 from tests.helpers import PYTHON
 
 START_TIMEOUT_S: Final = 20.0
@@ -150,6 +154,26 @@ def http_request(port: int, method: str, path: str, *, headers: Mapping[str, str
                       [v for k, v in response.getheaders() if k.lower() == "set-cookie"])
     finally:
         conn.close()
+
+
+def report_usage(home: Path, agent: str, task: str, **fields: Any) -> dict[str, Any]:
+    """Append one run's ``usage.report`` on ``task`` as ``agent`` wrote it (docs/usage.md)."""
+    metadata = {"runner": "claude", "tokens_in": 1200, "tokens_out": 300, "task_id": task, "machine": "mac", **fields}
+    return ctl_json(home, "append", "--type", "usage.report", "--stream", "usage", "--room", "runs",
+                    "--from-agent", agent, "--correlation-id", task, "--metadata", json.dumps(metadata),
+                    "--body", "usage")
+
+
+@contextlib.contextmanager
+def held_worker(home: Path, agent: str, held: str) -> Iterator[None]:
+    """A worker of ``agent`` watching the daemon on ``home`` and saying it claims nothing (``held``),
+    as ``palacectl worker`` does when a budget is over; gone when the block ends."""
+    from palacectl.client import Client
+
+    with Client(home, client_name="palacectl-worker") as client:
+        client.subscribe(agent=agent, worker={"runner": "claude", "concurrency": 1, "tasks": [], "held": held},
+                         start="tip", preview=True)
+        yield
 
 
 class EventStream:

@@ -106,6 +106,7 @@ class Dashboard:
             ("GET", re.compile(r"^/api/artifact/([^/]{1,80})/raw$"), self._artifact_raw),
             ("GET", re.compile(r"^/api/fleet$"), self._json(lambda r: self.views.fleet())),
             ("GET", re.compile(r"^/api/leases$"), self._json(lambda r: self.views.leases())),
+            ("GET", re.compile(r"^/api/usage$"), self._json(self.views.usage)),
             ("GET", re.compile(r"^/api/rooms$"), self._json(self.views.rooms)),
             ("GET", re.compile(r"^/api/room/([^/]{1,120})$"), self._json(lambda r, i: self.views.room(i, r))),
             ("GET", re.compile(r"^/api/memory/search$"), self._json(self.views.search)),

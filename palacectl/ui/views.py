@@ -1,7 +1,8 @@
 """What each dashboard page shows, gathered from the local daemon's operations.
 
 Owns: one method per page or panel (``now``, ``events``, ``event``, ``tasks``, ``task``,
-``artifact``, ``fleet``, ``leases``, ``search``, ``drawer``, ``entity``, ``diary``, ``rooms``, ``room``), the two writes
+``artifact``, ``fleet``, ``leases``, ``usage``, ``search``, ``drawer``, ``entity``, ``diary``,
+``rooms``, ``room``), the two writes
 (``send_message``, a person's message; ``answer_question``, a person's answer), and how their query parameters become daemon arguments.
 Every read is a bounded daemon operation — a page of ``list`` through its cursors, the newest 500
 tasks and the older unfinished ones, one agent's last event by its index — so a page costs the
@@ -22,6 +23,7 @@ import hashlib
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import trio
@@ -30,11 +32,16 @@ from palace_proto.agents import check_agent_id, is_human
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.export import ExportError, verify_export_event
 from palace_proto.filters import filter_args
+from palace_proto.paths import CONFIG_FILENAME
 from palace_proto.questions import ANSWER as QUESTION_ANSWER
 from palace_proto.questions import ASK as QUESTION_ASK
 from palace_proto.rooms import check_room_id
+from palace_proto.usage import BY_FIELDS as USAGE_BY
+from palace_proto.usage import STATES as BUDGET_STATES
+from palace_proto.usage import parse_budgets
 
 from ..aclient import AsyncDaemon
+from ..files import ConfigUnreadable, read_config
 from .http import HttpError, Request
 from .sse import FILTER_PARAMS
 
@@ -68,6 +75,8 @@ ANSWERS_LOOKBACK: Final = 500
 MAX_ROOMS_SHOWN: Final = 100
 #: Why 200: the turns of a room one fetch shows; the next page comes through ``offset``.
 MAX_ROOM_PAGE: Final = 200
+#: The Usage page's windows: ``since`` -> how many UTC days back, today included (None: every run).
+USAGE_SINCE: Final = {"today": 1, "7d": 7, "30d": 30, "all": None}
 _EVENT_ID_RE: Final = re.compile(r"^evt_[0-9A-Za-z_]{1,80}$")
 _ARTIFACT_ID_RE: Final = re.compile(r"^(art_[0-9a-f]{32}|[0-9a-f]{64})$")
 
@@ -127,6 +136,24 @@ def _title(task: Mapping[str, Any]) -> str:
     if body.startswith("Goal:\n"):
         return body[len("Goal:\n"):].split("\n\n", 1)[0].strip()[:200]
     return task.get("correlation_id", "")
+
+
+def _percent(spent: Any, limit: Any) -> int | None:
+    """How much of a budget is spent, in whole percent (None if the daemon's figures are not numbers)."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (spent, limit))
+    if not numbers or limit <= 0:
+        return None
+    return int(spent * 100 / limit + 1e-9)  # floored: 100 % only once a budget is over
+
+
+def _overall(totals: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The sum of ``totals``: a cost only when some run reported one (unknown is None, never 0),
+    summed in whole micro-dollars as the daemon does."""
+    priced = [t["cost_usd"] for t in totals if isinstance(t.get("cost_usd"), (int, float))]
+    return {"runs": sum(t.get("runs", 0) for t in totals), "tokens_in": sum(t.get("tokens_in", 0) for t in totals),
+            "tokens_out": sum(t.get("tokens_out", 0) for t in totals),
+            "cost_usd": sum(round(c * 1_000_000) for c in priced) / 1_000_000 if priced else None,
+            "unpriced_runs": sum(t.get("unpriced_runs", 0) for t in totals)}
 
 
 def task_card(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -524,6 +551,71 @@ class Views:
                 "conflicts": [l for l in leases if l.get("state") in ("lost", "forced")],
                 "ended": [l for l in leases if l.get("state") not in ("active", "lost", "forced")][:100],
                 "now": listing.get("now")}
+
+    # -- Usage ---------------------------------------------------------------------------------
+
+    async def usage(self, request: Request) -> dict[str, Any]:
+        """What runs cost (docs/usage.md): the totals of the usage reports ``by`` task, agent,
+        machine, day or model ``since`` today, 7 or 30 UTC days ago (today included) or ever; this
+        machine's ``[budgets]`` judged by the daemon, the most severe first (or why they cannot be:
+        ``budgets_error``, one line; ``budgets`` None when there are none); and the workers a budget
+        holds (``who``: a worker over its budget claims nothing and says why)."""
+        by = request.one("by") or "task"
+        if by not in USAGE_BY:
+            raise HttpError(400, f"by must be one of {', '.join(USAGE_BY)}")
+        since = request.one("since") or "all"
+        if since not in USAGE_SINCE:
+            raise HttpError(400, f"since must be one of {', '.join(USAGE_SINCE)}")
+        days = USAGE_SINCE[since]
+        since_date = None if days is None else time.strftime("%Y-%m-%d", time.gmtime(time.time() - (days - 1) * 86400))
+        # The config may change while the dashboard runs (a budget raised): read at every request, off the loop.
+        budgets, problem = await trio.to_thread.run_sync(self._budgets_table)
+
+        async def spent() -> Any:
+            nonlocal problem
+            try:
+                return await self.optional("usage", by=by, since=since_date, budgets=budgets)
+            except ApiError as exc:
+                if budgets is None or exc.code != "invalid_argument":
+                    raise
+                # A daemon of another version may refuse what this palacectl accepts: the totals still show.
+                problem = f"{self._config_path()}: {exc.message}"
+                return await self.optional("usage", by=by, since=since_date)
+
+        result, who = await gather([spent, lambda: self.call("who")])
+        held = [{"agent": w.get("agent"), "daemon": (w.get("daemon") or {}).get("name"), "local": w.get("local"),
+                 "runner": w["worker"].get("runner"), "held": w["worker"]["held"]}
+                for w in who.get("watchers", []) if isinstance(w.get("worker"), dict) and w["worker"].get("held")]
+        out: dict[str, Any] = {"by": by, "since": since, "since_date": since_date, "config": str(self._config_path()),
+                               "budgets_error": problem, "held": held, "supported": result is not None}
+        if result is None:  # a daemon from before usage reports
+            return {**out, "totals": [], "overall": _overall([]), "reports": 0, "capped": False, "budgets": None}
+        judged = None
+        if budgets is not None and problem is None:
+            severity = {state: rank for rank, state in enumerate(reversed(BUDGET_STATES))}
+            judged = sorted(({**b, "percent": _percent(b.get("spent"), b.get("limit"))}
+                             for b in result.get("budgets") or []), key=lambda b: severity.get(b.get("state"), 0))
+        totals = result.get("totals", [])
+        return {**out, "totals": totals, "overall": _overall(totals), "reports": result.get("reports", 0),
+                "capped": bool(result.get("capped")), "budgets": judged}
+
+    def _config_path(self) -> Path:
+        return self.daemon.home / CONFIG_FILENAME
+
+    def _budgets_table(self) -> tuple[Any, str | None]:
+        """This machine's ``[budgets]`` table (None: there is none) and, when it cannot be used,
+        why in one line (it is then not sent, and the totals still show)."""
+        try:
+            table = read_config(self.daemon.home).get("budgets")
+        except ConfigUnreadable as exc:
+            return None, " ".join(str(exc).split())
+        if table is None:
+            return None, None
+        try:
+            parse_budgets(table)  # palace_proto's own check, the one the daemon makes
+        except ValidationError as exc:
+            return None, f"{self._config_path()}: {exc.message}"
+        return table, None
 
     # -- Memory --------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard import DashboardProcess, http_request
+from tests.dashboard import DashboardProcess, held_worker, http_request, report_usage
 from tests.fleet import ctl_json, wait_until
 from tests.helpers import PYTHON, append_event, run_ctl, run_ctl_process
 
@@ -45,7 +45,7 @@ def ui(dashboards: Any, daemon: Any) -> DashboardProcess:
 
 
 PROTECTED = ["/", "/?secret=wrong", "/static/app.js", "/statusz", "/api/now", "/api/session", "/api/events",
-             "/api/event/evt_x", "/api/tasks", "/api/task/task_x", "/api/fleet", "/api/leases",
+             "/api/event/evt_x", "/api/tasks", "/api/task/task_x", "/api/fleet", "/api/leases", "/api/usage",
              "/api/memory/search?q=x", "/api/memory/diary", "/api/artifact/art_00000000000000000000000000000000",
              "/logstream/stream"]
 
@@ -269,6 +269,68 @@ def test_an_artifact_is_served_with_its_sha256_checked_and_downloads_as_an_attac
     assert raw.headers["content-type"] == "application/octet-stream"
     assert ui.get("/api/artifact/../../etc/passwd/raw").status in (400, 404)
     assert ui.get("/api/artifact/art_zz/raw").status == 400
+
+
+def budgets(home: Path, table: str) -> None:
+    """Append ``table`` (TOML text) to the home's config.toml."""
+    config = home / "config.toml"
+    config.write_text((config.read_text(encoding="utf-8") if config.exists() else "") + table, encoding="utf-8")
+
+
+def test_usage_sums_the_runs_by_each_field_and_judges_this_machines_budgets_most_severe_first(ui):
+    """Issue 28 part 4: /api/usage gives the totals by task, agent, machine, day or model over a
+    window, a cost no run reported as unknown (null, never 0), this home's [budgets] judged by the
+    daemon (over first, then warn, then ok) with its line, and the workers a budget holds."""
+    assert ui.get_json("/api/usage") | {"totals": None} == {
+        "by": "task", "since": "all", "since_date": None, "config": str(ui.home / "config.toml"),
+        "budgets_error": None, "budgets": None, "held": [], "supported": True, "totals": None,
+        "overall": {"runs": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": None, "unpriced_runs": 0},
+        "reports": 0, "capped": False}
+    budgets(ui.home, "[budgets]\nagent_daily_tokens = 2000\ntask_usd = 0.05\n")
+    report_usage(ui.home, "linux-codex", "task_a", cost_usd=0.05, model="m1")
+    report_usage(ui.home, "linux-codex", "task_b", tokens_in=200, tokens_out=100, machine="linux")
+    report_usage(ui.home, "mac-claude", "task_b", tokens_in=3000, tokens_out=500)
+    page = ui.get_json("/api/usage")
+    assert [(t["key"], t["runs"], t["tokens_in"], t["cost_usd"], t["unpriced_runs"]) for t in page["totals"]] == [
+        ("task_a", 1, 1200, 0.05, 0), ("task_b", 2, 3200, None, 2)]
+    assert page["overall"] == {"runs": 3, "tokens_in": 4400, "tokens_out": 900, "cost_usd": 0.05, "unpriced_runs": 2}
+    judged = [(b["state"], b["budget"], b["subject"], b["percent"]) for b in page["budgets"]]
+    assert judged == [("over", "agent_daily_tokens", "mac-claude", 175), ("over", "task_usd", "task_a", 100),
+                      ("warn", "agent_daily_tokens", "linux-codex", 90), ("ok", "task_usd", "task_b", 0)]
+    [codex] = [b for b in page["budgets"] if b["subject"] == "linux-codex"]
+    assert codex["line"].startswith("agent linux-codex is nearing its 2,000 tokens daily budget")
+    by = {field: [t["key"] for t in ui.get_json(f"/api/usage?by={field}&since=today")["totals"]]
+          for field in ("agent", "machine", "model", "day")}
+    assert by["agent"] == ["linux-codex", "mac-claude"] and by["machine"] == ["linux", "mac"]
+    assert by["model"] == ["m1", None] and len(by["day"]) == 1 and by["day"][0] == ui.get_json(
+        "/api/usage?since=today")["since_date"]
+    week = ui.get_json("/api/usage?since=7d")
+    assert week["since_date"] < by["day"][0] and week["overall"]["runs"] == 3
+    # A worker over its budget claims nothing and says why: listed with that line.
+    held = "claims nothing: agent mac-claude is over its 2,000 tokens daily budget"
+    with held_worker(ui.home, "mac-claude", held):
+        [worker] = ui.get_json("/api/usage")["held"]
+    assert worker == {"agent": "mac-claude", "daemon": "mac", "local": True, "runner": "claude", "held": held}
+    for query, words in (("by=week", "by must be one of task, agent"), ("since=yesterday", "since must be one of"),
+                         ("by=task&by=agent", "give it once")):
+        answer = ui.get(f"/api/usage?{query}")
+        assert answer.status == 400 and words in answer.json()["error"], (query, answer)
+
+
+@pytest.mark.parametrize("table, words", [
+    ("[budgets]\nweekly_usd = 3\n", "unknown key budgets.weekly_usd"),
+    ("[budgets]\ntask_usd = \"five\"\n", "budgets.task_usd"),
+    ("budgets = 3\n", "[budgets] must be a table"),
+    ("[budgets\n", "cannot read"),
+])
+def test_a_malformed_budgets_table_is_one_line_and_the_totals_still_show(ui, table, words):
+    """A [budgets] the daemon would refuse (or a config.toml that is not TOML) is said in one line
+    naming the key, and never costs the page: the totals are there, nothing is judged."""
+    budgets(ui.home, table)
+    report_usage(ui.home, "linux-codex", "task_a", cost_usd=0.05)
+    page = ui.get_json("/api/usage")
+    assert words in page["budgets_error"] and "\n" not in page["budgets_error"], page["budgets_error"]
+    assert page["budgets"] is None and [t["key"] for t in page["totals"]] == ["task_a"]
 
 
 def test_the_stream_sends_mempalace_frames_pushed_from_the_tip(ui, ctl):

@@ -5,7 +5,8 @@ Each page loads with no console errors at a desktop and a phone width, in both t
 timeline shows an event appended with palacectl without a reload; "Now" shows a stalled task; a
 person's message sent from the page wakes the agent's ``palacectl watch``; a browser without the
 secret sees nothing; an observer shows no write control; a redacted body never appears; a hostile
-body is shown as text, never run; a forked origin shows on "Now" and on "Fleet". ``PALACE_UI_SCREENSHOTS=DIR`` also saves each page's screenshot
+body is shown as text, never run; a forked origin shows on "Now" and on "Fleet"; "Usage" judges
+the budgets and follows new runs. ``PALACE_UI_SCREENSHOTS=DIR`` also saves each page's screenshot
 there (how docs/ui-*.png are made).
 
 Where Chromium or its driver is missing these tests skip, saying so, except under CI (``CI`` set),
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard import DashboardProcess
+from tests.dashboard import DashboardProcess, held_worker, report_usage
 from tests.demo_palace import build_demo_palace
 from tests.fleet import api, ctl_json, fork_an_origin, wait_until
 from tests.helpers import PYTHON, append_event, run_ctl
@@ -121,6 +122,13 @@ def text_of(driver: Any) -> str:
     return driver.find_element("tag name", "main").text
 
 
+def texts(driver: Any, selector: str) -> list[str]:
+    """The text of each element ``selector`` matches, read at one moment (a live page redraws them:
+    elements found one call and read the next may be gone)."""
+    return driver.execute_script("return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)",
+                                 selector)
+
+
 def open_page(driver: Any, ui: DashboardProcess, page: str) -> None:
     driver.get(f"{ui.url}#/{page}")
     wait_for(driver, lambda d: d.find_element("id", "main").get_attribute("aria-busy") == "false"
@@ -142,7 +150,7 @@ def single(daemon: Any) -> Iterator[DashboardProcess]:
     assert ui.stop() == 0, ui.output()
 
 
-PAGES = ("now", "timeline", "tasks", "task", "fleet", "leases", "memory")
+PAGES = ("now", "timeline", "tasks", "task", "fleet", "leases", "usage", "rooms", "memory")
 
 
 def test_every_page_loads_without_console_errors_on_a_desktop_and_a_phone_in_both_themes(fleet, browser_factory):
@@ -309,6 +317,61 @@ def test_an_approval_waits_apart_on_now_and_on_its_task_page(single, daemon, bro
     [state] = api(daemon.home, "questions")["questions"]
     assert state["question_id"] == asked["question_id"] and state["answer"]["text"] == "deny"
     assert state["approval"] == {"tool": "Bash", "argument": "psql -f drop.sql"}
+    assert console_errors(driver) == []
+
+
+def test_the_usage_page_judges_the_budgets_sums_the_runs_and_follows_new_ones(single, browser_factory):
+    """Issue 28 part 4: #/usage shows this machine's budgets with their state and the daemon's line,
+    the totals (a cost no run reported as "unknown", never $0) with each task linked, what they are
+    summed by switched in place, a new run's report drawn without a reload, and a held worker's
+    line (hostile text) as text."""
+    config = single.home / "config.toml"
+    config.write_text((config.read_text() if config.exists() else "") + "[budgets]\nagent_daily_tokens = 2000\n")
+    report_usage(single.home, "linux-codex", "task_x", cost_usd=0.05)
+    report_usage(single.home, "mac-claude", "task_y")
+    hostile = 'claims nothing: <img src=x onerror="window.__pwned=1">'
+
+    def states(d: Any) -> list[str]:
+        return texts(d, "#usage-budgets [data-state]")
+
+    def rows(d: Any) -> list[str]:
+        return texts(d, "#usage-totals tbody tr")
+
+    with held_worker(single.home, "linux-codex", hostile):
+        driver = browser_factory()
+        sign_in(driver, single)
+        open_page(driver, single, "usage")
+        wait_for(driver, lambda d: "agent linux-codex is within its 2,000 tokens daily budget" in text_of(d),
+                 "the budget judged")
+        assert states(driver) == ["ok", "ok"]
+        assert texts(driver, '#usage-totals a[href="#/task/task_x"]') == ["task_x"]
+        assert "$0.05" in rows(driver)[0] and "unknown" in rows(driver)[1] and "$0.00" not in text_of(driver)
+        assert hostile in texts(driver, "#usage-held")[0]
+        driver.execute_script("window.__notReloaded = 7")
+        report_usage(single.home, "linux-codex", "task_x", tokens_in=200, tokens_out=100)
+        wait_for(driver, lambda d: "warn" in states(d), "the new run's report judged without a reload")
+        [line] = [r for r in texts(driver, "#usage-budgets tbody tr") if "warn" in r]
+        assert "agent linux-codex is nearing its 2,000 tokens daily budget" in line
+        assert "1,800 tokens spent, 90%" in line
+        from selenium.webdriver.support.ui import Select
+
+        Select(driver.find_element("id", "u-by")).select_by_value("agent")
+        wait_for(driver, lambda d: [r.split()[0] for r in rows(d)] == ["linux-codex", "mac-claude"],
+                 "the totals by agent")
+        assert "by=agent" in driver.current_url
+        Select(driver.find_element("id", "u-since")).select_by_value("today")
+        wait_for(driver, lambda d: "since=today" in d.current_url and len(rows(d)) == 2, "today's totals")
+        assert driver.execute_script("return window.__notReloaded") == 7
+        assert driver.execute_script("return window.__pwned") is None
+        assert driver.find_elements("css selector", "main img") == []
+        assert console_errors(driver) == []
+    # A [budgets] the daemon would refuse is one line on the page, and the totals still show.
+    config.write_text(config.read_text() + "weekly_usd = 3\n")
+    driver.refresh()
+    open_page(driver, single, "usage?by=agent")
+    [banner] = texts(driver, "#budgets-error")
+    assert "unknown key budgets.weekly_usd" in banner and "\n" not in banner
+    assert [r.split()[0] for r in rows(driver)] == ["linux-codex", "mac-claude"]
     assert console_errors(driver) == []
 
 
