@@ -9,7 +9,7 @@
 --   position, so it is never skipped. Local to this replica (not an event, never replicated),
 --   so a read-only observer keeps positions too. Invariant: read_seq never decreases. Bounded by
 --   store/rooms.py (MAX_ROOM_CURSORS rows).
-CREATE TABLE room_cursors (
+CREATE TABLE IF NOT EXISTS room_cursors (
     room_id    TEXT NOT NULL,
     agent      TEXT NOT NULL,
     read_seq   INTEGER NOT NULL DEFAULT 0,
