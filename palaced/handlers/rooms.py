@@ -38,7 +38,6 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-import apsw
 import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
@@ -96,8 +95,9 @@ MAX_SHOW_LIMIT: Final = 500
 
 
 async def _read(ctx: Context, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(reader connection, *args)`` on a reader thread (its own connection there)."""
-    return await ctx.astore.read(lambda: fn(ctx.store.db.reader(), *args))
+    """``fn(the store, *args)`` (a read of palaced.store.rooms) on a reader thread."""
+    result: T = await ctx.astore.read(fn, ctx.store, *args)
+    return result
 
 
 def _limit(args: Mapping[str, Any], default: int, maximum: int) -> int:
@@ -113,14 +113,13 @@ def _not_found(room_id: str) -> NotFound:
     return NotFound(f"room {room_id!r} not found")
 
 
-def _whole_room(conn: apsw.Connection, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
-    """The room and all its events (on ``conn``), with this replica's readers among its members.
+def _whole_room(on: Any, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
+    """The room and all its events (``store_rooms.whole_room``).
 
     Raises:
         NotFound: no opening of ``room_id`` here.
     """
-    events = store_rooms.room_events(conn, room_id)
-    room = derive_room(room_id, events, readers=store_rooms.readers(conn, room_id))
+    room, events = store_rooms.whole_room(on, room_id)
     if room is None:
         raise _not_found(room_id)
     return room, events
@@ -138,7 +137,7 @@ def _file(ctx: Context, w: WriteContext, room: Room, events: Sequence[Mapping[st
             drawer = Drawer(wing=room.wing, room=room.palace_room, content=text, added_by=filer,
                             source_file=room.room_id)
             drawers.setdefault(drawer.id, drawer)
-    there = store_rooms.existing_drawers(w.conn, list(drawers))
+    there = store_rooms.existing_drawers(w, list(drawers))
     filed, errors = 0, []
     for drawer_id, drawer in drawers.items():
         if drawer_id in there:
@@ -183,7 +182,7 @@ async def room_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     limit = _limit(args, DEFAULT_READ_LIMIT, MAX_READ_LIMIT)
 
     def job(w: WriteContext) -> list[dict[str, Any]]:
-        if not any(e["type"] == ROOM_OPEN for e in store_rooms.room_skeleton(w.conn, room_id)):
+        if not any(e["type"] == ROOM_OPEN for e in store_rooms.room_skeleton(w, room_id)):
             raise _not_found(room_id)  # before a read position is kept for it
         return store_rooms.read_page(w, room_id, agent, limit)
 
@@ -204,12 +203,12 @@ async def room_say(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
     def job(w: WriteContext) -> dict[str, Any]:
         # Checked in the writing transaction: a close committed before this turn refuses it.
-        room = derive_room(room_id, store_rooms.room_skeleton(w.conn, room_id), messages=0, speakers=())
+        room = derive_room(room_id, store_rooms.room_skeleton(w, room_id), messages=0, speakers=())
         if room is None:
             raise _not_found(room_id)
         if room.closed:
             raise ApiError(f"room {room_id!r} is closed", code="conflict")
-        if store_rooms.message_count(w.conn, room_id, MAX_ROOM_TURNS) >= MAX_ROOM_TURNS:
+        if store_rooms.message_count(w, room_id, MAX_ROOM_TURNS) >= MAX_ROOM_TURNS:
             raise ApiError(f"room {room_id!r} holds {MAX_ROOM_TURNS} turns, as many as one room takes; close it "
                            "and open another", code="limit_reached")
         request = AppendRequest.from_wire(message_request(room, from_agent=from_agent, body=body, to_agent=to_agent),
@@ -230,7 +229,7 @@ async def room_close(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     outcome = check_body(args.get("outcome"), "outcome", required=False, limits=ctx.limits)
 
     def job(w: WriteContext) -> tuple[Room, dict[str, Any], bool, tuple[int, int, list[str]]]:
-        room, events = _whole_room(w.conn, room_id)
+        room, events = _whole_room(w, room_id)
         already_closed = room.closed
         if not already_closed:
             request = AppendRequest.from_wire(close_request(room, from_agent=from_agent, outcome=outcome), ctx.limits)
@@ -261,37 +260,6 @@ def _listed(room: Room) -> dict[str, Any]:
     return wire
 
 
-def _rooms(conn: apsw.Connection, stream: str | None, status: str | None, agent: str | None,
-           limit: int) -> tuple[list[Room], bool]:
-    """The newest rooms that pass the filters (at most ``limit``), and whether the scan stopped
-    at ``MAX_ROOMS_SCANNED`` openings before the list was full."""
-    found: list[Room] = []
-    seen: set[str] = set()
-    openings = store_rooms.room_openings(conn, MAX_ROOMS_SCANNED, stream)
-    for opening in openings:
-        room_id = opening["correlation_id"]
-        if room_id in seen:
-            continue
-        seen.add(room_id)
-        try:
-            check_room_id(room_id)
-        except ValidationError:
-            continue  # a broken or hostile peer's: no command could name it
-        skeleton, messages, last, speakers = store_rooms.room_activity(conn, room_id)
-        room = derive_room(room_id, skeleton, readers=store_rooms.readers(conn, room_id), messages=messages,
-                           last_activity=last, speakers=speakers)
-        if room is None:  # pragma: no cover - a valid opening was just read
-            continue
-        if status is not None and room.closed != (status == "closed"):
-            continue
-        if agent is not None and agent not in room.members:
-            continue
-        found.append(room)
-        if len(found) >= limit:
-            return found, False
-    return found, len(openings) >= MAX_ROOMS_SCANNED
-
-
 async def room_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     """Rooms, newest first: of a project, open or closed, with an agent among the members."""
     project = clean_optional("project", args.get("project"))
@@ -300,7 +268,8 @@ async def room_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError("status must be 'open' or 'closed'", field="status")
     agent = clean_optional("agent", args.get("agent"))
     limit = _limit(args, DEFAULT_LIST_LIMIT, MAX_ROOMS_LISTED)
-    rooms, capped = await _read(ctx, _rooms, project_stream(project) if project else None, status, agent, limit)
+    rooms, capped = await _read(ctx, store_rooms.rooms_matching, project_stream(project) if project else None, status,
+                                agent, limit, MAX_ROOMS_SCANNED)
     return {"rooms": [_listed(r) for r in rooms], "count": len(rooms), "capped": capped}
 
 
@@ -311,11 +280,7 @@ SESSION_ROOMS_SHOWN: Final = 10
 async def rooms_of(ctx: Context, agent: str) -> list[dict[str, Any]]:
     """The open rooms ``agent`` belongs to, newest first, each with how many turns by others it
     has not read (what session start shows: room turns stay out of the inbox)."""
-    def job(conn: apsw.Connection) -> list[dict[str, Any]]:
-        rooms, _ = _rooms(conn, None, "open", agent, SESSION_ROOMS_SHOWN)
-        return [{"room_id": r.room_id, "name": r.name, "project": r.project, "last_activity": r.last_activity,
-                 "unread": store_rooms.unread_count(conn, r.room_id, agent)} for r in rooms]
-    return await _read(ctx, job)
+    return await _read(ctx, store_rooms.open_rooms_of, agent, SESSION_ROOMS_SHOWN, MAX_ROOMS_SCANNED)
 
 
 async def room_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -396,23 +361,11 @@ class RoomFiler:
     async def file_room(self, room_id: str, own: set[str]) -> int:
         ctx = self.ctx
 
-        def missing(conn: apsw.Connection) -> bool:
-            events = store_rooms.room_events(conn, room_id)
-            room = derive_room(room_id, events)
-            if room is None or not room.closed:
-                return False
-            close = next(e for e in events if e["id"] == room.close_event_id)
-            if close["origin"] not in own:
-                return False  # its own daemon files what reaches it late
-            wanted = [Drawer(wing=room.wing, room=room.palace_room, content=text, added_by="-").id
-                      for text in map(drawer_text, transcript(room, events)) if text is not None]
-            return len(store_rooms.existing_drawers(conn, wanted)) < len(set(wanted))
-
-        if not await _read(ctx, missing):
+        if not await _read(ctx, store_rooms.late_turns_to_file, room_id, own):
             return 0
 
         def job(w: WriteContext) -> int:
-            room, events = _whole_room(w.conn, room_id)
+            room, events = _whole_room(w, room_id)
             filed, _, errors = _file(ctx, w, room, events, room.closed_by or "")
             if errors and room_id not in self._failed:
                 LOGGER.warning("room %s: %d transcript turn(s) cannot be filed here: %s", room_id, len(errors),

@@ -5,9 +5,10 @@ seq), read (``cursor_of``), moved on by a read (``read_page``: the page and the 
 job, never backwards) and bounded (``MAX_ROOM_CURSORS``); the room queries the handlers derive
 rooms from (``room_events``, ``room_openings``, ``room_activity``, ``unread_count``), and whether an
 agent is one of a room's members (``is_member``: what wakes its watch). The rules of a room
-(order, close, transcript) are palace_proto.rooms; this module only fetches. The reads take a
-connection (a reader's, or a write job's inside its transaction); ``read_page`` is a write job's
-step (it takes the job's ``WriteContext``).
+(order, close, transcript) are palace_proto.rooms; this module fetches, and derives rooms from what
+it fetched (``whole_room``, ``rooms_matching``, ``open_rooms_of``, ``late_turns_to_file``). The reads
+take a ``Source``: the store (on the calling thread's reader connection) or a write job's
+``WriteContext`` (inside its transaction); ``read_page`` is a write job's step.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.errors import ApiError
-from palace_proto.rooms import ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES, ROOMS_ROOM, listed_members
+from palace_proto.errors import ApiError, ValidationError
+from palace_proto.memory import Drawer
+from palace_proto.rooms import (ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES, ROOMS_ROOM, Room, check_room_id,
+                                derive_room, drawer_text, listed_members, transcript)
 
 from .clock import utc_now
 from .rows import PUBLIC_COLUMNS, row_to_public
@@ -29,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_ROOM_CURSORS", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
            "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",
-           "rooms_touched_after", "unread_count"]
+           "rooms_touched_after", "unread_count", "whole_room", "rooms_matching", "open_rooms_of",
+           "late_turns_to_file"]
 
 # Why 100,000: one row per (room, agent) that read here; a client inventing room or agent ids
 # without end must not grow the table without end (a fleet of tens of agents in thousands of rooms
@@ -49,42 +53,59 @@ _TYPES: Final = tuple(sorted(ROOM_TYPES))
 _IN_TYPES: Final = f"type IN ({','.join('?' * len(_TYPES))})"
 
 
+#: where a read runs: the store (``Reads``: on a reader connection of the calling thread's own), a
+#: write job's ``WriteContext`` (inside its transaction), or a connection this module already holds
+Source = Any
+
+
+def _connection(on: Source) -> apsw.Connection:
+    if isinstance(on, apsw.Connection):
+        return on
+    conn = getattr(on, "conn", None)  # a WriteContext
+    return conn if isinstance(conn, apsw.Connection) else on.db.reader()
+
+
 class RoomsFull(ApiError):
     code = "limit_reached"
 
 
-def room_events(conn: apsw.Connection, room_id: str, limit: int = MAX_ROOM_EVENTS) -> list[dict[str, Any]]:
+def room_events(on: Source, room_id: str, limit: int = MAX_ROOM_EVENTS) -> list[dict[str, Any]]:
     """Every event of the room (its three types, in the log room ``rooms``), in local order."""
+    conn = _connection(on)
     rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=? "
                         "ORDER BY seq LIMIT ?", (room_id, *_TYPES, ROOMS_ROOM, limit)).fetchall()
     return [row_to_public(r) for r in rows]
 
 
-def room_skeleton(conn: apsw.Connection, room_id: str) -> list[dict[str, Any]]:
+def room_skeleton(on: Source, room_id: str) -> list[dict[str, Any]]:
     """The room's openings and closes (at most 100 of them: one of each, unless both sides of a
     partition closed, or a peer is broken): what its state is derived from without its messages."""
+    conn = _connection(on)
     rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? AND type IN (?, ?) AND room=? "
                         "ORDER BY seq LIMIT 100", (room_id, ROOM_OPEN, ROOM_CLOSE, ROOMS_ROOM)).fetchall()
     return [row_to_public(r) for r in rows]
 
 
-def message_count(conn: apsw.Connection, room_id: str, cap: int = MAX_ROOM_EVENTS) -> int:
+def message_count(on: Source, room_id: str, cap: int = MAX_ROOM_EVENTS) -> int:
     """How many messages the room holds (counted up to ``cap``)."""
+    conn = _connection(on)
     return conn.execute("SELECT count(*) FROM (SELECT 1 FROM events WHERE correlation_id=? AND type=? AND room=? "
                         "LIMIT ?)", (room_id, ROOM_MESSAGE, ROOMS_ROOM, cap)).fetchone()[0]
 
 
-def rooms_touched_after(conn: apsw.Connection, after_seq: int, limit: int) -> tuple[list[str], int]:
+def rooms_touched_after(on: Source, after_seq: int, limit: int) -> tuple[list[str], int]:
     """The rooms with an event committed here after ``after_seq`` (at most ``limit``, those touched
     earliest first) and the newest seq among them (``after_seq`` if none): what the filer looks at."""
+    conn = _connection(on)
     rows = conn.execute(f"SELECT correlation_id, max(seq) FROM events WHERE {_IN_TYPES} AND room=? AND seq > ? "
                         "GROUP BY correlation_id ORDER BY max(seq) LIMIT ?", (*_TYPES, ROOMS_ROOM, after_seq, limit)
                         ).fetchall()
     return [r[0] for r in rows], max((r[1] for r in rows), default=after_seq)
 
 
-def room_openings(conn: apsw.Connection, limit: int, stream: str | None = None) -> list[dict[str, Any]]:
+def room_openings(on: Source, limit: int, stream: str | None = None) -> list[dict[str, Any]]:
     """The newest ``limit`` room openings (of one project's stream, if given), newest first."""
+    conn = _connection(on)
     where, params = "type=? AND room=?", [ROOM_OPEN, ROOMS_ROOM]
     if stream is not None:
         where += " AND stream=?"
@@ -94,10 +115,11 @@ def room_openings(conn: apsw.Connection, limit: int, stream: str | None = None) 
     return [row_to_public(r) for r in rows]
 
 
-def room_activity(conn: apsw.Connection, room_id: str) -> tuple[list[dict[str, Any]], int, str | None, list[str]]:
+def room_activity(on: Source, room_id: str) -> tuple[list[dict[str, Any]], int, str | None, list[str]]:
     """What a listing shows of a room without reading its messages: its openings and closes, how
     many messages it holds, the newest ``created_at`` among its events, and who spoke (messages
     and closes; first speaker first, at most 64)."""
+    conn = _connection(on)
     skeleton = room_skeleton(conn, room_id)
     (last,) = conn.execute(f"SELECT max(created_at) FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=?",
                            (room_id, *_TYPES, ROOMS_ROOM)).fetchone()
@@ -107,14 +129,16 @@ def room_activity(conn: apsw.Connection, room_id: str) -> tuple[list[dict[str, A
     return skeleton, message_count(conn, room_id), last, speakers
 
 
-def cursor_of(conn: apsw.Connection, room_id: str, agent: str) -> int | None:
+def cursor_of(on: Source, room_id: str, agent: str) -> int | None:
     """The agent's read position in the room (a local seq), or None: it has never read it here."""
+    conn = _connection(on)
     row = conn.execute("SELECT read_seq FROM room_cursors WHERE room_id=? AND agent=?", (room_id, agent)).fetchone()
     return row[0] if row else None
 
 
-def readers(conn: apsw.Connection, room_id: str) -> list[str]:
+def readers(on: Source, room_id: str) -> list[str]:
     """The agents that read the room through this daemon (first reader first, at most 100)."""
+    conn = _connection(on)
     return [a for (a,) in conn.execute("SELECT agent FROM room_cursors WHERE room_id=? ORDER BY updated_at LIMIT ?",
                                        (room_id, MAX_READERS_SHOWN))]
 
@@ -158,16 +182,18 @@ def read_page(ctx: WriteContext, room_id: str, agent: str, limit: int) -> list[d
     return page
 
 
-def unread_count(conn: apsw.Connection, room_id: str, agent: str) -> int:
+def unread_count(on: Source, room_id: str, agent: str) -> int:
     """How many of the room's events by others follow the agent's read position (all of them if it
     never read here), counted up to ``UNREAD_COUNT_CAP``."""
+    conn = _connection(on)
     position = cursor_of(conn, room_id, agent) or 0
     return len(_page(conn, room_id, agent, position, False, UNREAD_COUNT_CAP))
 
 
-def is_member(conn: apsw.Connection, room_id: str, agent: str) -> bool:
+def is_member(on: Source, room_id: str, agent: str) -> bool:
     """Whether ``agent`` belongs to the room: it opened it or spoke there, the opening lists it, or
     it read the room through this daemon."""
+    conn = _connection(on)
     if conn.execute(f"SELECT 1 FROM events WHERE correlation_id=? AND from_agent=? AND {_IN_TYPES} AND room=? LIMIT 1",
                     (room_id, agent, *_TYPES, ROOMS_ROOM)).fetchone():
         return True
@@ -183,11 +209,82 @@ def is_member(conn: apsw.Connection, room_id: str, agent: str) -> bool:
     return False
 
 
-def existing_drawers(conn: apsw.Connection, ids: Sequence[str]) -> set[str]:
+def existing_drawers(on: Source, ids: Sequence[str]) -> set[str]:
     """Which of the drawer ``ids`` exist (500 a query)."""
+    conn = _connection(on)
     found: set[str] = set()
     for start in range(0, len(ids), 500):
         chunk = list(ids[start:start + 500])
         found.update(d for (d,) in conn.execute(f"SELECT id FROM drawers WHERE id IN ({','.join('?' * len(chunk))})",
                                                 chunk))
     return found
+
+
+# -- rooms derived from what this replica holds (the rules are palace_proto.rooms) ---------------
+
+
+def whole_room(on: Source, room_id: str) -> tuple[Room | None, list[dict[str, Any]]]:
+    """The room (None: no opening of it here) and all its events, with this replica's readers
+    among its members."""
+    conn = _connection(on)
+    events = room_events(conn, room_id)
+    return derive_room(room_id, events, readers=readers(conn, room_id)), events
+
+
+def rooms_matching(on: Source, stream: str | None, status: str | None, agent: str | None, limit: int,
+                   scanned: int) -> tuple[list[Room], bool]:
+    """The newest rooms that pass the filters (at most ``limit``; of a project's ``stream``, open
+    or closed, with ``agent`` among the members), and whether the look stopped at ``scanned``
+    openings before the list was full. Openings whose id no command could name (a broken or
+    hostile peer's) are left out."""
+    conn = _connection(on)
+    found: list[Room] = []
+    seen: set[str] = set()
+    openings = room_openings(conn, scanned, stream)
+    for opening in openings:
+        room_id = opening["correlation_id"]
+        if room_id in seen:
+            continue
+        seen.add(room_id)
+        try:
+            check_room_id(room_id)
+        except ValidationError:
+            continue
+        skeleton, messages, last, speakers = room_activity(conn, room_id)
+        room = derive_room(room_id, skeleton, readers=readers(conn, room_id), messages=messages,
+                           last_activity=last, speakers=speakers)
+        if room is None:  # pragma: no cover - a valid opening was just read
+            continue
+        if status is not None and room.closed != (status == "closed"):
+            continue
+        if agent is not None and agent not in room.members:
+            continue
+        found.append(room)
+        if len(found) >= limit:
+            return found, False
+    return found, len(openings) >= scanned
+
+
+def open_rooms_of(on: Source, agent: str, limit: int, scanned: int) -> list[dict[str, Any]]:
+    """The open rooms ``agent`` belongs to, newest first (at most ``limit``), each with how many
+    turns by others it has not read: what session start names."""
+    conn = _connection(on)
+    rooms, _ = rooms_matching(conn, None, "open", agent, limit, scanned)
+    return [{"room_id": r.room_id, "name": r.name, "project": r.project, "last_activity": r.last_activity,
+             "unread": unread_count(conn, r.room_id, agent)} for r in rooms]
+
+
+def late_turns_to_file(on: Source, room_id: str, own_origins: set[str]) -> bool:
+    """Whether the room is closed by a close of one of ``own_origins`` (this daemon's) and a turn
+    of its transcript has no drawer here yet: what the late-turn filer files."""
+    conn = _connection(on)
+    events = room_events(conn, room_id)
+    room = derive_room(room_id, events)
+    if room is None or not room.closed:
+        return False
+    close = next(e for e in events if e["id"] == room.close_event_id)
+    if close["origin"] not in own_origins:
+        return False  # its own daemon files what reaches it late
+    wanted = [Drawer(wing=room.wing, room=room.palace_room, content=text, added_by="-").id
+              for text in map(drawer_text, transcript(room, events)) if text is not None]
+    return len(existing_drawers(conn, wanted)) < len(set(wanted))
