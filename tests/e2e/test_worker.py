@@ -167,11 +167,13 @@ def test_a_worker_picks_up_tasks_and_delivers_patches_that_apply(machine):
         # The requester's side: the patch applies on its own checkout at the base commit.
         subprocess.run(["git", "-C", str(machine.repo), "apply", "--check", "-"], input=patch, check=True)
         assert b"done for " + cid.encode() in patch
-    # Each run had its own worktree, removed once the patch was in the palace; the workspace is untouched.
+    # Each run had its own worktree, removed once the patch was in the palace (the worker cleans up
+    # and forgets the run just after the patch is written: waited for, not raced); the workspace is
+    # untouched.
+    wait_until(lambda: machine.state()["runs"] == {}, "the worker to forget its finished runs")
     assert not list((machine.home / "worktrees").rglob("task_*/")), list((machine.home / "worktrees").iterdir())
     assert git(machine.repo, "branch", "--list", "palace/*").strip() == ""
     assert not (machine.repo / "feature.txt").exists()
-    assert machine.state()["runs"] == {}
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(60) == 0, machine.log()
     assert machine.worker_entry() is None  # `who` no longer shows it
