@@ -75,8 +75,9 @@ class Upkeep(Protocol):
         """A committed batch redacted a body (``store.wal.purge_pending``): push the old page images
         out of the WAL before anyone is answered."""
 
-    def committed(self, outcomes: list[tuple[bool, Any]]) -> None:
-        """A batch committed with these outcomes (after ``purge``; nobody is answered yet)."""
+    def committed(self, outcomes: list[tuple[bool, Any]], *, durable: bool = True) -> None:
+        """A batch committed with these outcomes (after ``purge``; nobody is answered yet);
+        ``durable``: the batch waited for its fsync (False: derived data, a peer's push)."""
 
     def batch_failed(self, error: DiskFullError, writes: int) -> None:
         """A batch of ``writes`` could not commit: the disk is full."""
@@ -350,7 +351,7 @@ class Writer:
             self._on_purged(result.purged)  # before anyone is answered: no ring replays a purged body
         if self._wal.purge_pending:
             await self._upkeep.purge()  # before anyone is told "redacted"
-        self._upkeep.committed(result.outcomes)
+        self._upkeep.committed(result.outcomes, durable=batch[0].durable)
         self.batches += 1
         if batch[0].durable:
             self._synced = self.batches
