@@ -126,7 +126,7 @@ async def _catch_up(ctx: Context, job: Callable[[WriteContext], tuple[int, int]]
     (issue 27)."""
     target = ctx.bus.latest_seq
     while True:
-        position, taken = await ctx.astore.write(job, durable=False)
+        position, taken = await ctx.astore.write(job, durable=False, derived=True)
         if taken == 0 or position >= target:
             return position
 

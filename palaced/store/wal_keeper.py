@@ -183,13 +183,13 @@ class WalKeeper:
                 LOGGER.warning("redaction checkpoint failed: %s; retrying", exc)
             self.checkpoint_error, self._checkpoint_error_at = str(exc), time.monotonic()
 
-    def committed(self, outcomes: list[tuple[bool, Any]], *, durable: bool = True) -> None:
+    def committed(self, outcomes: list[tuple[bool, Any]], *, derived: bool = False) -> None:
         full = [value for ok, value in outcomes if not ok and isinstance(value, DiskFullError)]
         if full:
             self.batch_failed(full[0], len(full))
-        elif self.disk_full_since is not None and durable and any(ok for ok, _ in outcomes):
-            # Only a client's write proves room: a background chunk of derived data (a few rows of
-            # the text index) fits in pages a full disk still has, while appends keep failing.
+        elif self.disk_full_since is not None and not derived and any(ok for ok, _ in outcomes):
+            # A client's write or a peer's events prove room; a background chunk of derived data (a
+            # few rows of the text index) fits in pages a full disk still has, while appends fail.
             self._disk_has_room("a write succeeded")
         if any(ok for ok, _ in outcomes):
             self._uncopied = True

@@ -75,9 +75,9 @@ class Upkeep(Protocol):
         """A committed batch redacted a body (``store.wal.purge_pending``): push the old page images
         out of the WAL before anyone is answered."""
 
-    def committed(self, outcomes: list[tuple[bool, Any]], *, durable: bool = True) -> None:
+    def committed(self, outcomes: list[tuple[bool, Any]], *, derived: bool = False) -> None:
         """A batch committed with these outcomes (after ``purge``; nobody is answered yet);
-        ``durable``: the batch waited for its fsync (False: derived data, a peer's push)."""
+        ``derived``: the batch wrote only data derived from the log (``write(derived=True)``)."""
 
     def batch_failed(self, error: DiskFullError, writes: int) -> None:
         """A batch of ``writes`` could not commit: the disk is full."""
@@ -93,12 +93,14 @@ class _Pending:
     """One queued write: its job, and (once its batch is committed) its outcome — or, while still
     queued, the lead handed to its task (``lead``)."""
 
-    __slots__ = ("job", "done", "ok", "value", "heavy", "durable", "lead")
+    __slots__ = ("job", "done", "ok", "value", "heavy", "durable", "derived", "lead")
 
-    def __init__(self, job: Callable[[WriteContext], Any], heavy: bool, durable: bool = True) -> None:
+    def __init__(self, job: Callable[[WriteContext], Any], heavy: bool, durable: bool = True,
+                 derived: bool = False) -> None:
         self.job = job
         self.heavy = heavy
         self.durable = durable
+        self.derived = derived
         self.done = trio.Event()
         self.ok = False
         self.value: Any = None
@@ -151,7 +153,8 @@ class Writer:
     def slow_disk(self) -> bool:
         return time.monotonic() < self._slow_until
 
-    async def write(self, job: Callable[[WriteContext], Any], *, heavy: bool = False, durable: bool = True) -> Any:
+    async def write(self, job: Callable[[WriteContext], Any], *, heavy: bool = False, durable: bool = True,
+                    derived: bool = False) -> Any:
         """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
 
         ``heavy``: the job may take long (many rows, big blobs): it is committed on a worker
@@ -162,6 +165,10 @@ class Writer:
         committed, not once on disk (``sync`` waits for that). For data that exists elsewhere
         already: derived data (the text index, the activity counts), and a peer's events, durable
         at their origin, which a watcher here may see before this replica's own fsync.
+
+        ``derived=True`` (with ``durable=False``): the job writes only data derived from the log
+        (a chunk of the text index): its success proves nothing about room for other writes (a
+        full disk still takes its few rows), so it does not end a full disk's report.
 
         Raises:
             ValidationError, NotFound, ApiError: raised by the job (nothing it did was written).
@@ -177,7 +184,7 @@ class Writer:
             if self.closed:  # shutdown began while this write waited for room
                 self._room.release()
                 raise ApiError("palaced is shutting down and accepts no new writes", code="shutting_down") from None
-        pending = _Pending(job, heavy, durable)
+        pending = _Pending(job, heavy, durable, derived and not durable)
         self._queue.append(pending)
         # Not cancellable once queued: the batch commits regardless, and the reply must reflect it.
         with trio.CancelScope(shield=True):
@@ -351,7 +358,7 @@ class Writer:
             self._on_purged(result.purged)  # before anyone is answered: no ring replays a purged body
         if self._wal.purge_pending:
             await self._upkeep.purge()  # before anyone is told "redacted"
-        self._upkeep.committed(result.outcomes, durable=batch[0].durable)
+        self._upkeep.committed(result.outcomes, derived=batch[0].derived)
         self.batches += 1
         if batch[0].durable:
             self._synced = self.batches

@@ -57,7 +57,7 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
     a 1 MiB artifact that does not fit (SQLITE_FULL, made real with ``max_page_count``) fails
     alone with ``disk_full``; the twenty appends batched with it commit, numbered 1..20; status
     shows the full disk until a client's write succeeds again (a background one of derived data
-    proves nothing: test_disk_full raced it under load), with no restart."""
+    proves nothing: test_disk_full raced it under load; a peer's push does), with no restart."""
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
     (pages,) = store.db.writer.execute("PRAGMA page_count").fetchone()
     store.db.writer.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small appends, not for 1 MiB
@@ -91,9 +91,9 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
         assert len(failures) == 1 and failures[0].code == "disk_full" and str(store.path) in failures[0].message
         assert sorted(e["origin_seq"] for e in appended) == list(range(1, 21))
         assert astore.statistics()["disk_full"]["path"] == str(store.path)
-        # A background write of derived data (durable=False: the text index, a few rows) fits in
-        # pages the full disk still has: no proof of room while clients' writes keep failing.
-        await astore.write(lambda ctx: ctx.append(req("a small derived write")), durable=False)
+        # A background write of derived data (the text index, a few rows) fits in pages the full
+        # disk still has: no proof of room while clients' writes keep failing.
+        await astore.write(lambda ctx: ctx.append(req("a small derived write")), durable=False, derived=True)
         assert astore.statistics()["disk_full"]["path"] == str(store.path)
         store.db.writer.execute("PRAGMA max_page_count=1073741823")  # the disk has room again
         await astore.write(lambda ctx: ctx.append(req("resumed")))

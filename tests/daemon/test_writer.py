@@ -33,7 +33,7 @@ class FakeUpkeep:
         self.calls.append("purge")
         self.store.wal.purge_pending = False
 
-    def committed(self, outcomes, *, durable=True):
+    def committed(self, outcomes, *, derived=False):
         self.calls.append(("committed", len(outcomes)))
 
     def batch_failed(self, error, writes):
