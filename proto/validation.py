@@ -40,6 +40,7 @@ __all__ = [
     "validate_body",
     "validate_metadata",
     "validate_status",
+    "validate_page_limit",
     "validate_timeout_ms",
     "validate_type",
     "text_match_expression",
@@ -240,6 +241,16 @@ def agent_id_from_parts(host: Any, harness: Any, project: Any) -> str:
                                   f"(letters, digits, '.', '_', '-'; got {text[:40]!r})", field=part)
         cleaned.append(text)
     return validate_agent_token(":".join(cleaned), "--host/--harness/--project")
+
+
+def validate_page_limit(value: Any, default: int, maximum: int, field: str = "limit") -> int:
+    """A page size an operation takes: ``default`` when absent (None), else an integer from 1 to
+    ``maximum`` (refused beyond, never silently capped: that is ``ListQuery``'s MemPalace rule)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ValidationError(f"{field} must be an integer from 1 to {maximum}", field=field)
+    return value
 
 
 def validate_timeout_ms(value: Any, field: str = "timeout_ms") -> int:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from palace_proto.errors import ValidationError
-from palace_proto.validation import clean_required
+from palace_proto.validation import clean_required, validate_page_limit
 
 from ..store import WriteContext
 from ..store import inbox as store_inbox
@@ -25,15 +25,6 @@ __all__ = ["OPS", "inbox_view"]
 DEFAULT_INBOX_LIMIT: Final = 20
 # Why 500: the list operation's own page cap.
 MAX_INBOX_LIMIT: Final = 500
-
-
-def _limit(args: Mapping[str, Any]) -> int:
-    value = args.get("limit", DEFAULT_INBOX_LIMIT)
-    if value is None:
-        return DEFAULT_INBOX_LIMIT
-    if type(value) is not int or not 1 <= value <= MAX_INBOX_LIMIT:
-        raise ValidationError(f"limit must be an integer from 1 to {MAX_INBOX_LIMIT}", field="limit")
-    return value
 
 
 async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dict[str, Any]:
@@ -57,7 +48,8 @@ async def inbox(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     preview = args.get("preview", False)
     if not isinstance(preview, bool):
         raise ValidationError("preview must be true or false", field="preview")
-    return await inbox_view(ctx, agent, _limit(args), preview)
+    limit = validate_page_limit(args.get("limit"), DEFAULT_INBOX_LIMIT, MAX_INBOX_LIMIT)
+    return await inbox_view(ctx, agent, limit, preview)
 
 
 async def inbox_mark_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:

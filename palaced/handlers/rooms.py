@@ -65,7 +65,7 @@ from palace_proto.rooms import (
     transcript,
 )
 from palace_proto.tasks import project_stream
-from palace_proto.validation import AppendRequest, clean_optional, clean_required
+from palace_proto.validation import AppendRequest, clean_optional, clean_required, validate_page_limit
 
 from ..store import WriteContext
 from ..store import rooms as store_rooms
@@ -98,15 +98,6 @@ async def _read(ctx: Context, fn: Callable[..., T], *args: Any) -> T:
     """``fn(the store, *args)`` (a read of palaced.store.rooms) on a reader thread."""
     result: T = await ctx.astore.read(fn, ctx.store, *args)
     return result
-
-
-def _limit(args: Mapping[str, Any], default: int, maximum: int) -> int:
-    value = args.get("limit", default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ValidationError(f"limit must be an integer from 1 to {maximum}", field="limit")
-    return value
 
 
 def _not_found(room_id: str) -> NotFound:
@@ -179,7 +170,7 @@ async def room_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     daemon's own state, not an event."""
     room_id = check_room_id(args.get("room_id"))
     agent = clean_required("agent", args.get("agent"))
-    limit = _limit(args, DEFAULT_READ_LIMIT, MAX_READ_LIMIT)
+    limit = validate_page_limit(args.get("limit"), DEFAULT_READ_LIMIT, MAX_READ_LIMIT)
 
     def job(w: WriteContext) -> list[dict[str, Any]]:
         if not any(e["type"] == ROOM_OPEN for e in store_rooms.room_skeleton(w, room_id)):
@@ -267,7 +258,7 @@ async def room_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if status not in (None, "open", "closed"):
         raise ValidationError("status must be 'open' or 'closed'", field="status")
     agent = clean_optional("agent", args.get("agent"))
-    limit = _limit(args, DEFAULT_LIST_LIMIT, MAX_ROOMS_LISTED)
+    limit = validate_page_limit(args.get("limit"), DEFAULT_LIST_LIMIT, MAX_ROOMS_LISTED)
     rooms, capped = await _read(ctx, store_rooms.rooms_matching, project_stream(project) if project else None, status,
                                 agent, limit, MAX_ROOMS_SCANNED)
     return {"rooms": [_listed(r) for r in rooms], "count": len(rooms), "capped": capped}
@@ -287,7 +278,7 @@ async def room_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     """The room and its events in the order every replica agrees on, a page at a time, moving
     nobody's read position (the dashboard, `palacectl room show`)."""
     room_id = check_room_id(args.get("room_id"))
-    limit = _limit(args, DEFAULT_SHOW_LIMIT, MAX_SHOW_LIMIT)
+    limit = validate_page_limit(args.get("limit"), DEFAULT_SHOW_LIMIT, MAX_SHOW_LIMIT)
     offset = args.get("offset", 0) or 0
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValidationError("offset must be a non-negative integer", field="offset")
