@@ -22,6 +22,7 @@ from palace_proto.validation import (
     clean_required,
     parse_json_object,
     validate_agent_token,
+    validate_page_limit,
     agent_id_from_parts,
     validate_artifact_ids,
     validate_artifact_kind,
@@ -859,3 +860,14 @@ def test_replicated_artifact_records_obey_the_local_rules(fields, field):
     with pytest.raises(ValidationError) as caught:
         check_replicated_artifact(**{**good, **fields}, limits=LIMITS)
     assert caught.value.field == field
+
+
+# --- page limit ------------------------------------------------------------------------------
+
+
+def test_a_page_limit_is_its_default_when_absent_and_refused_beyond_its_range():
+    assert validate_page_limit(None, 50, 500) == 50
+    assert validate_page_limit(1, 50, 500) == 1 and validate_page_limit(500, 50, 500) == 500
+    for bad in (0, 501, -1, True, 2.0, "5"):
+        with refused("limit must be an integer from 1 to 500", "limit"):
+            validate_page_limit(bad, 50, 500)
