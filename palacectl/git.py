@@ -2,8 +2,9 @@
 
 Owns: ``run_git``, one ``git -C REPO …`` with its output captured and a time limit, whose
 failures (git missing, too slow, a non-zero exit) raise the caller's own error class with one line
-naming the command, the repository and git's last line of complaint; and ``PinnedGit``, git on a
-tree an agent's run may have written, which must never run a program of the run's choosing.
+naming the command, the repository and git's last line of complaint; ``PinnedGit``, git on a
+tree an agent's run may have written, which must never run a program of the run's choosing; and
+``palacectl_in_worktree``, the command that starts palacectl itself in such a tree.
 
 Why pinned (issue 25, finding 1): git runs programs named in its configuration — an fsmonitor, hooks,
 diff and text-conversion drivers, automatic gc — and finds its configuration through the ``.git``
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +164,14 @@ class PinnedGit:
 
 def _config_args() -> list[str]:
     return [part for key in PINNED_CONFIG for part in ("-c", key)]
+
+
+def palacectl_in_worktree(*args: str) -> list[str]:
+    """``palacectl ARGS`` as a command whose working directory is a tree a run may have written
+    (a git hook, a harness's MCP server or permission hook): this interpreter with ``-P``, so the
+    ``palacectl`` package a run planted there is never what ``-m palacectl`` imports (``-m`` puts
+    the working directory first on ``sys.path``; ``-P`` leaves it out)."""
+    return [sys.executable, "-P", "-m", "palacectl", *args]
 
 
 @dataclass(frozen=True, slots=True)

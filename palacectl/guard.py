@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Final
 from palace_proto.text import printable
 
 from .files import write_atomically
-from .git import run_git
+from .git import palacectl_in_worktree, run_git
 
 __all__ = ["CHECK_TIMEOUT_S", "HOOKS", "MARKER", "GuardError", "Installed", "guard_mode", "install", "paths_for_hook",
            "run_hook", "uninstall"]
@@ -69,9 +68,8 @@ def hooks_dir(repo: Path) -> Path:
 
 def hook_script(hook: str, *, agent: str, project: str | None, home: Path) -> str:
     """The sh script of one hook: run the chained hook first (same arguments and stdin), then us."""
-    # -P: git runs the hook at the top of the worktree, and a `palacectl` folder a task's patch
-    # planted there must not be what `-m palacectl` imports (its code would run on every commit).
-    command = [sys.executable, "-P", "-m", "palacectl", "--home", str(home), "guard", "run", hook, "--agent", agent]
+    # git runs the hook at the top of the worktree, where a task's patch may have planted a package.
+    command = palacectl_in_worktree("--home", str(home), "guard", "run", hook, "--agent", agent)
     if project:
         command += ["--project", project]
     quoted = " ".join(shlex.quote(part) for part in command)

@@ -28,7 +28,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +46,7 @@ from .approve_hook import (HookSettingsError, check_hooks_stay_on, gemini_run_se
 from .client import Client, DaemonUnreachable
 from .files import ConfigUnreadable
 from .files import read_config as read_config_toml
-from .git import GitDirSnapshot, PinnedGit
+from .git import GitDirSnapshot, PinnedGit, palacectl_in_worktree
 from .permission_policy import DEFAULT_TIMEOUT_S as DEFAULT_APPROVAL_TIMEOUT_S
 from .permission_policy import RUNNER_ENV, TASK_ENV, PermissionPolicy, PolicyError
 from .rules import render_rules
@@ -507,10 +506,10 @@ class Launch:
     def _write_run_mcp_config(self, path: Path) -> Path:
         """The MCP server of this run's permission requests (``{palace_mcp}``): palace's ``approve``
         tool, speaking as the run's agent, on this home. Beside the log, never in the worktree."""
-        # -P: the server starts in the worktree, and a `palacectl` folder there must not be imported.
-        server = {"type": "stdio", "command": sys.executable,
-                  "args": ["-P", "-m", "palacectl", "mcp", "--agent", self.agent, "--home", str(self.home),
-                           "--tools", "approvals"]}
+        # The server starts in the worktree.
+        command, *args = palacectl_in_worktree("mcp", "--agent", self.agent, "--home", str(self.home),
+                                               "--tools", "approvals")
+        server = {"type": "stdio", "command": command, "args": args}
         path.write_text(json.dumps({"mcpServers": {RUN_MCP_SERVER: server}}, indent=2) + "\n", encoding="utf-8")
         return path
 
@@ -536,10 +535,10 @@ class Launch:
                 where = f"{project} of {self.base[:12]}"
                 check_hooks_stay_on(parse_gemini_settings(self.git("show", f"{self.base}:{project}"), where), where)
             user = user_gemini_home(os.environ, Path.home()) / ".gemini" / "settings.json"
-            # -P: the hook runs in the worktree, where the run can write a `palacectl` folder of its own.
-            command = hook_command([sys.executable, "-P", "-m", "palacectl", "--home", str(self.home),
-                                    "approve-hook", "--harness", "gemini", "--agent", self.agent, "--task", self.cid,
-                                    "--runner", self.runner, "--within", str(within_s)])
+            # The hook runs in the worktree.
+            command = hook_command(palacectl_in_worktree("--home", str(self.home), "approve-hook", "--harness",
+                                                         "gemini", "--agent", self.agent, "--task", self.cid,
+                                                         "--runner", self.runner, "--within", str(within_s)))
             return gemini_run_settings(read_gemini_settings(user), command, within_s, where=f"{user}")
         except (HookSettingsError, ValueError) as exc:
             raise LaunchRefused(f"cannot give the gemini run palace's permission hook: {exc}") from None
