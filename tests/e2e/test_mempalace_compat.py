@@ -810,3 +810,416 @@ async def test_rooms_through_the_mcp_tools_with_mempalaces_names_and_shapes(daem
         assert (await call(light, "palace_coordinate", command=f'ROOM SAY {other} body: "looks good"'))["success"]
         assert (await call(light, "palace_coordinate", command=f"ROOM READ {other}"))["count"] == 2
         assert (await call(light, "palace_coordinate", command=f'ROOM CLOSE {other} outcome: "merged"'))["success"]
+
+
+# -- MemPalace's logstream cases over one correlation (issue 43 §2) ------------------------------
+#
+# MemPalace's own tests (tests/test_logstream.py, tests/test_mcp_logstream.py and
+# tests/test_cli_logstream.py of its 3.x line) put several task.requests on one correlation id
+# (the requester's corrected request, listed, paged, waited on and watched) and let the agent a
+# request is addressed to close it with `applied`. The coordination protocol says the same: a
+# correction is a new event on the same correlation, and a claimed request ends with the
+# claimant's applied, failed or blocked. Each case below drives palace the way that test drives
+# MemPalace: same agents, same arguments, same expectations (every write succeeds; which events
+# come back, in which order). Where the case implies the task's state, `palacectl task show`
+# must agree: the newest request is the task's wording and the earlier ones read as superseded;
+# the closing `applied` closes the task.
+
+# MemPalace's fixtures: requests from mac-codex to windows-codex ("_append" in its core tests,
+# APPEND_ARGS in its MCP tests, on task_123 and task_mcp), from mac-fable in its CLI tests, from
+# windows-grok to mac-claude in its watch tests (both on task_cli).
+MP_REQUESTER, MP_ADDRESSEE = "mac-codex", "windows-codex"
+MP_REQUEST: dict[str, Any] = {"type": "task.request", "stream": "project/mempalace", "room": "delegation",
+                              "to_agent": MP_ADDRESSEE, "body": "Please fix search echo ranking."}
+MP_CLI_REQUEST = ("--type", "task.request", "--stream", "project/mempalace", "--room", "delegation",
+                  "--correlation-id", "task_cli")
+
+
+async def accepted(client: Any, tool: str, **args: Any) -> dict[str, Any]:
+    """A write MemPalace accepts ({success: true, event}): its event; a refusal fails the test
+    with palace's words."""
+    result = await call(client, tool, **args)
+    assert result.get("success") is True, f"{tool} was refused: {result.get('error')}"
+    return result["event"]
+
+
+async def requests_on(client: Any, correlation_id: str, *changes: dict[str, Any]) -> list[dict[str, Any]]:
+    """One request per ``changes`` (MP_REQUEST with them), all on ``correlation_id``, in order."""
+    return [await accepted(client, "mempalace_event_append", **{**MP_REQUEST, "correlation_id": correlation_id,
+                                                                **change}) for change in changes]
+
+
+def ctl_accepted(home: Path, *args: str) -> dict[str, Any]:
+    """A palacectl write MemPalace's CLI accepts (exit 0, the event on stdout)."""
+    result = run_ctl_process(home, *args, "--json")
+    assert result.returncode == 0, f"palacectl {args[0]} was refused: {result.stdout or result.stderr}"
+    return json.loads(result.stdout)
+
+
+def ids(events: list[dict[str, Any]]) -> list[str]:
+    return [e["id"] for e in events]
+
+
+def _event_id_of(node: dict[str, Any]) -> str | None:
+    """The event a dict of a task view stands for (an event, or an entry naming one)."""
+    for key in ("id", "event_id"):
+        if isinstance(node.get(key), str) and node[key].startswith("evt_"):
+            return node[key]
+    return None
+
+
+def superseded_in(view: Any) -> set[str]:
+    """The event ids a task view marks superseded, whatever it calls the mark: listed under a key
+    that names it (``superseded…: [ids or events]``), or an entry of the view standing for one
+    event (``id`` or ``event_id``) that carries it (``superseded…: true`` or the superseding id,
+    or ``state: superseded``)."""
+    found: set[str] = set()
+
+    def listed(value: Any) -> None:
+        if isinstance(value, str) and value.startswith("evt_"):
+            found.add(value)
+        elif isinstance(value, dict):
+            if _event_id_of(value):
+                found.add(_event_id_of(value))  # type: ignore[arg-type]
+            else:
+                found.update(k for k in value if isinstance(k, str) and k.startswith("evt_"))
+        elif isinstance(value, list):
+            for item in value:
+                listed(item)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        if not isinstance(node, dict):
+            return
+        own_id = _event_id_of(node)
+        for key, value in node.items():
+            if "supersed" in str(key).lower():
+                if isinstance(value, (list, dict)):
+                    listed(value)
+                elif value and own_id:
+                    found.add(own_id)
+            walk(value)
+        if own_id and node.get("state") == "superseded":
+            found.add(own_id)
+
+    walk(view)
+    return found
+
+
+def assert_newest_request_stands(home: Path, correlation_id: str, requests: list[dict[str, Any]]) -> None:
+    """`task show` of a corrected task: the newest request is its wording, the earlier ones read
+    as superseded, and none of them is out of its writer's role."""
+    view = ctl_json(home, "task", "show", correlation_id)
+    newest, earlier = requests[-1], requests[:-1]
+    assert (view["request"]["id"], view["request"]["body"]) == (newest["id"], newest["body"]), view["request"]
+    assert view["state"] == "open" and view["out_of_role"] == [], (view["state"], view["out_of_role"])
+    marked = superseded_in(view)
+    assert set(ids(earlier)) <= marked and newest["id"] not in marked, (ids(earlier), marked)
+
+
+def assert_closed(home: Path, correlation_id: str, status: str) -> None:
+    """`task show` of a task its worker closed: that status, terminal, nothing out of role."""
+    view = ctl_json(home, "task", "show", correlation_id)
+    assert (view["state"], view["terminal"], view["out_of_role"]) == (status, True, []), (
+        view["state"], view["out_of_role"])
+
+
+# -- append order, limits and the newest event, over one correlation
+
+
+async def test_mp_requests_on_one_correlation_list_in_append_order(daemon):
+    """MemPalace tests/test_logstream.py::TestAppendList::test_events_are_ordered_by_append_order.
+    Guards list order = append order (seq rising) for five requests on task_123; the core lists
+    oldest first (order="asc" here: MCP's default without a cursor is newest first)."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        requests = await requests_on(client, "task_123", *({"body": f"event {i}"} for i in range(5)))
+        listed = (await call(client, "mempalace_event_list", stream="project/mempalace", limit=10,
+                             order="asc"))["events"]
+        assert ids(listed) == ids(requests)
+        assert [e["seq"] for e in listed] == sorted(e["seq"] for e in listed)
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", requests)
+
+
+async def test_mp_limit_and_default_over_one_correlation(daemon):
+    """MemPalace tests/test_logstream.py::TestAppendList::test_limit_and_default. Guards limit
+    (3 of 7) and the default page (all 7, under 50) over seven requests on task_123."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        requests = await requests_on(client, "task_123", *({"body": f"event {i}"} for i in range(7)))
+        assert ids((await call(client, "mempalace_event_list", limit=3, order="asc"))["events"]) == ids(requests[:3])
+        assert (await call(client, "mempalace_event_list", order="asc"))["count"] == 7
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", requests)
+
+
+async def test_mp_the_newest_event_is_the_second_request(daemon):
+    """MemPalace tests/test_logstream.py::TestFilters::test_latest_event_id_tracks_newest. Guards
+    the tip (what a watch or SSE starts at): nothing on an empty log, then the second of two
+    requests on task_123 (through MCP: the first event of a newest-first list)."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        assert (await call(client, "mempalace_event_list", limit=1))["events"] == []
+        requests = await requests_on(client, "task_123", {"body": "first"}, {"body": "second"})
+        assert ids((await call(client, "mempalace_event_list", limit=1))["events"]) == [requests[1]["id"]]
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", requests)
+
+
+# -- order and cursors over one correlation
+
+
+async def test_mp_order_asc_and_desc_over_one_correlation(daemon):
+    """MemPalace tests/test_logstream.py::TestTopicAndOrder::test_order_asc_and_desc. Guards
+    order asc / desc, desc with a limit (the tail), and the error for any other order, over three
+    requests on task_123."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        e1, e2, e3 = await requests_on(client, "task_123", {"body": "First"}, {"body": "Second"}, {"body": "Third"})
+        assert ids((await call(client, "mempalace_event_list", order="asc"))["events"]) == ids([e1, e2, e3])
+        assert ids((await call(client, "mempalace_event_list", order="desc"))["events"]) == ids([e3, e2, e1])
+        assert ids((await call(client, "mempalace_event_list", order="desc", limit=2))["events"]) == ids([e3, e2])
+        assert await call(client, "mempalace_event_list", order="sideways") == {
+            "error": "order='sideways' must be 'asc' or 'desc'"}
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", [e1, e2, e3])
+
+
+async def test_mp_since_event_id_is_exclusive_in_either_order(daemon):
+    """MemPalace tests/test_logstream.py::TestTopicAndOrder::test_since_event_id_cursor_invariance_with_order.
+    Guards the cursor rule: since_event_id selects strictly after the anchor, whatever the order
+    (three requests on task_123)."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        e1, e2, e3 = await requests_on(client, "task_123", {"body": "1"}, {"body": "2"}, {"body": "3"})
+        asc = await call(client, "mempalace_event_list", since_event_id=e1["id"], order="asc")
+        assert ids(asc["events"]) == ids([e2, e3])
+        desc = await call(client, "mempalace_event_list", since_event_id=e1["id"], order="desc")
+        assert ids(desc["events"]) == ids([e3, e2])
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", [e1, e2, e3])
+
+
+async def test_mp_before_event_id_is_exclusive_in_either_order(daemon):
+    """MemPalace tests/test_logstream.py::TestTopicAndOrder::test_before_event_id_filtering.
+    Guards before_event_id (strictly before the anchor, in either order) and its unknown-anchor
+    error, over three requests on task_123."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        e1, e2, e3 = await requests_on(client, "task_123", {"body": "1"}, {"body": "2"}, {"body": "3"})
+        before_asc = await call(client, "mempalace_event_list", before_event_id=e3["id"], order="asc")
+        assert ids(before_asc["events"]) == ids([e1, e2])
+        before_desc = await call(client, "mempalace_event_list", before_event_id=e3["id"], order="desc")
+        assert ids(before_desc["events"]) == ids([e2, e1])
+        assert await call(client, "mempalace_event_list", before_event_id="evt_nope") == {
+            "error": "before_event_id 'evt_nope' not found"}
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", [e1, e2, e3])
+
+
+async def test_mp_mcp_order_follows_the_cursor_and_any_case(daemon):
+    """MemPalace tests/test_mcp_logstream.py::TestDispatch::test_context_aware_order_and_case_insensitivity.
+    Guards MCP event_list's default order (newest first without a cursor, oldest first with
+    since_event_id) and an explicit order in capitals winning, over three requests on task_mcp."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        ev1, ev2, ev3 = await requests_on(client, "task_mcp", {"body": "first"}, {"body": "second"},
+                                          {"body": "third"})
+
+        async def listed(**args: Any) -> list[str]:
+            return ids((await call(client, "mempalace_event_list", correlation_id="task_mcp", **args))["events"])
+
+        assert await listed() == ids([ev3, ev2, ev1])
+        assert await listed(since_event_id=ev1["id"]) == ids([ev2, ev3])
+        assert await listed(order="ASC") == ids([ev1, ev2, ev3])
+        assert await listed(since_event_id=ev1["id"], order="DESC") == ids([ev3, ev2])
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_mcp", [ev1, ev2, ev3])
+
+
+def test_mp_cli_list_order_and_before_event_id(daemon):
+    """MemPalace tests/test_cli_logstream.py::TestTopicAndOrderCli::test_list_order_and_before_event_id.
+    Guards `list --order desc` and `--before-event-id` on the command line, over three requests
+    from mac-fable on task_cli."""
+    e1, e2, e3 = (ctl_accepted(daemon.home, "append", *MP_CLI_REQUEST, "--from-agent", "mac-fable", "--to-agent",
+                               MP_ADDRESSEE, "--body", body) for body in ("1", "2", "3"))
+    desc = ctl_json(daemon.home, "list", "--order", "desc")
+    assert ids(desc["events"]) == ids([e3, e2, e1])
+    before = ctl_json(daemon.home, "list", "--before-event-id", e3["id"], "--order", "desc")
+    assert ids(before["events"]) == ids([e2, e1])
+    assert_newest_request_stands(daemon.home, "task_cli", [e1, e2, e3])
+
+
+# -- topics among the requests of one correlation
+
+
+async def test_mp_topic_filters_the_requests_of_one_correlation(daemon):
+    """MemPalace tests/test_logstream.py::TestTopicAndOrder::test_topic_append_and_list_filtering.
+    Guards topic on append (a value, or none) and the topic filter, over three requests on
+    task_123 (auth-v2, ui-v2, none)."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        e1, e2, e3 = await requests_on(client, "task_123", {"topic": "auth-v2", "body": "Auth work"},
+                                       {"topic": "ui-v2", "body": "UI work"}, {"topic": None, "body": "General work"})
+        assert (e1["topic"], e2["topic"], e3["topic"]) == ("auth-v2", "ui-v2", None)
+        assert ids((await call(client, "mempalace_event_list", topic="auth-v2"))["events"]) == [e1["id"]]
+        assert ids((await call(client, "mempalace_event_list", topic="ui-v2"))["events"]) == [e2["id"]]
+        assert (await call(client, "mempalace_event_list", topic="nonexistent"))["events"] == []
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", [e1, e2, e3])
+
+
+async def test_mp_mcp_topic_order_before_ack_and_patch(daemon):
+    """MemPalace tests/test_mcp_logstream.py::TestTopicAndOrderMcp::test_mcp_topic_and_order_dispatch.
+    Guards, over three requests on task_mcp (topics feature-x, feature-y, feature-x): the topic
+    filter newest first, then asc; the whole log desc; before_event_id desc; the addressee's ack
+    with a topic override (no status); patch_submit with a topic."""
+    async with adapter(daemon.home, MP_REQUESTER) as requester, adapter(daemon.home, MP_ADDRESSEE) as addressee:
+        e1, e2, e3 = await requests_on(requester, "task_mcp", {"topic": "feature-x", "body": "1"},
+                                       {"topic": "feature-y", "body": "2"}, {"topic": "feature-x", "body": "3"})
+        assert (e1["topic"], e2["topic"]) == ("feature-x", "feature-y")
+        assert ids((await call(requester, "mempalace_event_list", topic="feature-x"))["events"]) == ids([e3, e1])
+        assert ids((await call(requester, "mempalace_event_list", topic="feature-x", order="asc"))["events"]) == ids(
+            [e1, e3])
+        assert ids((await call(requester, "mempalace_event_list", order="desc"))["events"]) == ids([e3, e2, e1])
+        before = await call(requester, "mempalace_event_list", before_event_id=e3["id"], order="desc")
+        assert ids(before["events"]) == ids([e2, e1])
+        ack = await accepted(addressee, "mempalace_event_ack", event_id=e1["id"], from_agent=MP_ADDRESSEE,
+                             topic="feature-override")
+        assert ack["topic"] == "feature-override"
+        patch = await accepted(requester, "mempalace_patch_submit", content="diff --git a/a b/b\n",
+                               from_agent=MP_REQUESTER, stream="project/mempalace", topic="feature-patch")
+        assert patch["topic"] == "feature-patch"
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_mcp", [e1, e2, e3])
+
+
+def test_mp_cli_topic_filters_the_requests_of_one_correlation(daemon):
+    """MemPalace tests/test_cli_logstream.py::TestTopicAndOrderCli::test_append_and_list_topic.
+    Guards `append --topic` and `list --topic` over two requests from mac-fable on task_cli."""
+    e1 = ctl_accepted(daemon.home, "append", *MP_CLI_REQUEST, "--from-agent", "mac-fable", "--to-agent", MP_ADDRESSEE,
+                      "--topic", "infra", "--body", "Infra task")
+    assert e1["topic"] == "infra"
+    e2 = ctl_accepted(daemon.home, "append", *MP_CLI_REQUEST, "--from-agent", "mac-fable", "--to-agent", MP_ADDRESSEE,
+                      "--topic", "billing", "--body", "Billing task")
+    assert e2["topic"] == "billing"
+    listed = ctl_json(daemon.home, "list", "--topic", "infra")
+    assert listed["count"] == 1 and listed["events"][0]["id"] == e1["id"]
+    assert_newest_request_stands(daemon.home, "task_cli", [e1, e2])
+
+
+# -- waits with a limit, and watch cursors, over one correlation
+
+
+async def test_mp_wait_takes_a_limit_over_one_correlation(daemon):
+    """MemPalace tests/test_mcp_logstream.py::TestDispatch::test_wait_accepts_limit_like_list.
+    Guards event_wait taking list's limit (windows-codex once got -32602 for it): three requests
+    on task_mcp, a wait with limit 2 returns two at once."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        requests = await requests_on(client, "task_mcp", *({"body": f"event {i}"} for i in range(3)))
+        result = await call(client, "mempalace_event_wait", correlation_id="task_mcp", timeout_ms=5000, limit=2)
+        assert result["timed_out"] is False and result["count"] == 2
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_mcp", requests)
+
+
+async def test_mp_a_resumed_cursor_does_not_replay(daemon):
+    """MemPalace tests/test_logstream.py::TestWatchEvents::test_cursor_resumes_without_replaying.
+    Guards resuming a watch at its cursor (here the MCP way, an event_wait loop): the first wait
+    gets the first request, the wait after its cursor only the second (both on task_123)."""
+    async with adapter(daemon.home, MP_REQUESTER) as client:
+        (first,) = await requests_on(client, "task_123", {"body": "first"})
+        woke = await call(client, "mempalace_event_wait", timeout_ms=100)
+        assert ids(woke["events"]) == [first["id"]]
+        cursor = woke["events"][-1]["id"]
+        (second,) = await requests_on(client, "task_123", {"body": "second"})
+        resumed = await call(client, "mempalace_event_wait", since_event_id=cursor, timeout_ms=100)
+        assert ids(resumed["events"]) == [second["id"]]
+    await trio.to_thread.run_sync(assert_newest_request_stands, daemon.home, "task_123", [first, second])
+
+
+def watched(home: Path, *args: str) -> tuple[int, str]:
+    """`palacectl watch --agent mac-claude ARGS --json`, run to its exit: (exit code, stdout)."""
+    result = run_ctl_process(home, "watch", "--agent", "mac-claude", *args, "--json", timeout=60)
+    return result.returncode, result.stdout
+
+
+def grok_request(home: Path, body: str = "Please fix the thing.") -> dict[str, Any]:
+    """MemPalace's watch-test request: windows-grok to mac-claude on task_cli."""
+    return ctl_accepted(home, "append", *MP_CLI_REQUEST, "--from-agent", "windows-grok", "--to-agent", "mac-claude",
+                        "--body", body)
+
+
+def test_mp_watch_since_event_id_overrides_the_state_file(daemon, short_tmp):
+    """MemPalace tests/test_cli_logstream.py::TestLogstreamWatch::test_since_event_id_overrides_the_state_file.
+    Guards an explicit --since-event-id winning over the stored cursor: after a watch stored the
+    first request, a second request on task_cli arrives, and rewinding to the first delivers one."""
+    state = short_tmp / "watch.json"
+    first = grok_request(daemon.home)
+    code, _ = watched(daemon.home, "--state-file", str(state), "--from-start", "--idle-exit-ms", "400")
+    assert code == 0
+    second = grok_request(daemon.home)
+    code, out = watched(daemon.home, "--state-file", str(state), "--from-start", "--since-event-id", first["id"],
+                        "--idle-exit-ms", "400")
+    assert code == 0 and json.loads(out)["count"] == 1
+    assert_newest_request_stands(daemon.home, "task_cli", [first, second])
+
+
+def test_mp_watch_tip_default_does_not_override_an_explicit_cursor(daemon):
+    """MemPalace tests/test_cli_logstream.py::TestLogstreamWatch::test_tip_default_does_not_override_an_explicit_cursor.
+    Guards a first run's start at the tip giving way to --since-event-id: two requests on
+    task_cli, a watch from the first delivers the second."""
+    first = grok_request(daemon.home)
+    second = grok_request(daemon.home)
+    code, out = watched(daemon.home, "--state-file", "", "--since-event-id", first["id"], "--idle-exit-ms", "400")
+    assert code == 0 and json.loads(out)["count"] == 1
+    assert_newest_request_stands(daemon.home, "task_cli", [first, second])
+
+
+def test_mp_watch_follow_json_is_ndjson(daemon):
+    """MemPalace tests/test_cli_logstream.py::TestLogstreamWatch::test_follow_json_is_ndjson_not_concatenated_documents.
+    Guards `watch --follow --json` printing one parseable document per line, over two requests
+    on task_cli."""
+    requests = [grok_request(daemon.home), grok_request(daemon.home)]
+    _, out = watched(daemon.home, "--state-file", "", "--from-start", "--follow", "--idle-exit-ms", "300")
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert lines, "follow mode printed nothing"
+    for line in lines:
+        json.loads(line)
+    assert_newest_request_stands(daemon.home, "task_cli", requests)
+
+
+# -- the addressee closes the request with applied
+
+
+async def test_mp_the_addressee_acks_applied_with_a_new_event(daemon):
+    """MemPalace tests/test_logstream.py::TestAck::test_ack_creates_new_event_and_does_not_mutate_target.
+    Guards ack = a new event.ack (correlation, to_agent the requester, status applied, ack_of the
+    target) leaving the open request untouched; windows-codex, the agent the request is addressed
+    to, closes task_123 with it."""
+    async with adapter(daemon.home, MP_REQUESTER) as requester, adapter(daemon.home, MP_ADDRESSEE) as addressee:
+        (target,) = await requests_on(requester, "task_123", {"status": "open"})
+        ack = await accepted(addressee, "mempalace_event_ack", event_id=target["id"], from_agent=MP_ADDRESSEE,
+                             status="applied", body="Done.")
+        assert ack["id"] != target["id"] and ack["type"] == "event.ack"
+        assert (ack["correlation_id"], ack["to_agent"], ack["status"]) == ("task_123", MP_REQUESTER, "applied")
+        assert ack["metadata"] == {"ack_of": target["id"]}
+        (original,) = (await call(requester, "mempalace_event_list", type="task.request"))["events"]
+        assert (original["status"], original["body"]) == ("open", target["body"])
+    await trio.to_thread.run_sync(assert_closed, daemon.home, "task_123", "applied")
+
+
+def test_mp_cli_ack_round_trip(daemon):
+    """MemPalace tests/test_cli_logstream.py::TestLogstreamCli::test_ack_round_trip. Guards
+    `ack --status applied` from windows-codex, the agent mac-fable's request on task_cli is
+    addressed to: an event.ack back to the requester on the same correlation."""
+    target = ctl_accepted(daemon.home, "append", *MP_CLI_REQUEST, "--from-agent", "mac-fable", "--to-agent",
+                          MP_ADDRESSEE, "--body", "Please fix the thing.")
+    ack = ctl_accepted(daemon.home, "ack", target["id"], "--from-agent", MP_ADDRESSEE, "--status", "applied",
+                       "--body", "Done.")
+    assert (ack["type"], ack["to_agent"], ack["correlation_id"]) == ("event.ack", "mac-fable", "task_cli")
+    assert_closed(daemon.home, "task_cli", "applied")
+
+
+# -- acks over one correlation that palace takes already
+
+
+async def test_mp_a_claim_inherits_the_request_topic_or_overrides_it(daemon):
+    """MemPalace tests/test_logstream.py::TestTopicAndOrder::test_ack_topic_inheritance_and_override.
+    Guards an ack's topic (the target's, or the override) over two `claimed` acks by
+    windows-codex on one request (task_123): the second claim is the claimant's own, no conflict."""
+    async with adapter(daemon.home, MP_REQUESTER) as requester, adapter(daemon.home, MP_ADDRESSEE) as addressee:
+        (request,) = await requests_on(requester, "task_123", {"topic": "compiler-team"})
+        first = await accepted(addressee, "mempalace_event_ack", event_id=request["id"], status="claimed")
+        assert first["topic"] == "compiler-team"
+        second = await accepted(addressee, "mempalace_event_ack", event_id=request["id"], status="claimed",
+                                topic="custom-override")
+        assert second["topic"] == "custom-override"
+    view = await trio.to_thread.run_sync(lambda: ctl_json(daemon.home, "task", "show", "task_123"))
+    assert (view["state"], view["claimed_by"], view["conflicts"], view["out_of_role"]) == (
+        "claimed", MP_ADDRESSEE, [], [])
