@@ -7,7 +7,9 @@ signed events (looked up by origin and chain position, without reading the datab
 Subscribers keep their own cursor (a local seq) and read the ring from it, so a slow subscriber
 never slows the writer or other subscribers. A subscriber whose cursor has fallen out of the ring
 gets ``None`` (a gap) and catches up from the store by seq (Syncthing lib/events: bounded buffers,
-resume by sequence). A redaction purges the one record. Must not import apsw.
+resume by sequence). The ring is bounded by count and by bytes (issue 43: by count alone, a
+member's 256 KiB events held a replica at gigabytes). A redaction purges the one record. Must not
+import apsw.
 
 Who is woken first: ``publish`` says whether it woke someone who pushes the events on (a watcher, a
 ``wait``, a replication link), and the writer lets those run before it answers the writers
@@ -18,6 +20,7 @@ Who is woken first: ``publish`` says whether it woke someone who pushes the even
 from __future__ import annotations
 
 import bisect
+import sys
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any, Final
@@ -26,12 +29,34 @@ import trio
 
 from palace_proto.envelope import CommittedEvent, SignedEvent
 
-__all__ = ["EventBus", "TypeWatch"]
+__all__ = ["EventBus", "TypeWatch", "record_bytes"]
 
 # Why 10,000: about a second of peak append rate; watchers (and links pushing to a peer) further
 # behind than that re-read from SQLite, which is cheap, so a larger ring would only cost memory.
 RING_SIZE: Final = 10_000
+# Why 64 MiB: the ring is a cache in front of SQLite, and it must not decide the daemon's size. By
+# count alone it held 10,000-20,000 events whatever their size: a member's 256 KiB events took a
+# replica from 53 MB to 1.09 GB at 4,000 of them (about 5 GB at the bound; issue 43). Trimmed back
+# to half, 64 MiB still holds the 10,000 ordinary events the count keeps (a few KiB each as
+# ``record_bytes`` counts them) and over a hundred of the largest (256 KiB): the second or so a
+# watcher or a link may lag before it reads SQLite instead, which is cheap.
+RING_BYTES: Final = 64 << 20
+# Why 2 KiB: what a record costs in memory besides its body and metadata, rounded up from a
+# measurement (~1.2 KiB: the record, its signed fields, hashes and signature, the public view's
+# dict once built, and its entry in the push index).
+RECORD_OVERHEAD_BYTES: Final = 2048
+# Why 10: metadata is held as its canonical text and, once a watcher reads the event, parsed in the
+# public view: a dense JSON object took about 9 times its text (measured), small ones far less.
+METADATA_EXPANSION: Final = 10
 _SEQ: Final = attrgetter("seq")
+
+
+def record_bytes(record: CommittedEvent) -> int:
+    """Roughly what ``record`` holds in memory, cheaply (no walk of its fields): the body as Python
+    holds it (``sys.getsizeof`` of a str is exact and O(1)), its metadata, a fixed overhead."""
+    signed = record.signed
+    return (RECORD_OVERHEAD_BYTES + sys.getsizeof(signed.body or "")
+            + METADATA_EXPANSION * len(signed.metadata_json))
 
 
 class TypeWatch:
@@ -52,10 +77,16 @@ class TypeWatch:
 class EventBus:
     """Ring of recent committed events (``CommittedEvent``, in seq order) plus a broadcast wake-up."""
 
-    def __init__(self, latest_seq: int = 0, ring_size: int = RING_SIZE) -> None:
+    def __init__(self, latest_seq: int = 0, ring_size: int = RING_SIZE, ring_bytes: int = RING_BYTES) -> None:
         # A list trimmed in bulk (amortised O(1)) rather than a deque: bisect needs O(1) indexing.
         self._ring: list[CommittedEvent] = []
         self._ring_size = ring_size
+        #: ``record_bytes`` of each record of the ring, in step with it (a redaction leaves a
+        #: record's count as it was: its freed body is counted until the record leaves)
+        self._sizes: list[int] = []
+        #: their sum, held under ``ring_bytes``
+        self.ring_bytes = 0
+        self._max_bytes = ring_bytes
         #: (origin, origin_seq) -> the ring's record of it (replicated events only: imported history
         #: is never offered to peers), for the push to peers
         self._by_position: dict[tuple[str, int], CommittedEvent] = {}
@@ -71,22 +102,21 @@ class EventBus:
         self._on_publish: list[Callable[[list[CommittedEvent]], bool]] = []
 
     def __repr__(self) -> str:
-        return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)}>"
+        return f"<EventBus latest_seq={self.latest_seq} ring={len(self._ring)} ring_bytes={self.ring_bytes}>"
 
     def publish(self, records: list[CommittedEvent]) -> bool:
         """Called by the writer after a commit, with the batch's new events in seq order. Returns
         whether a watcher, a waiter or a replication link was woken (see the module docstring)."""
-        ring, by_position = self._ring, self._by_position
+        ring, by_position, sizes = self._ring, self._by_position, self._sizes
         ring.extend(records)
         for record in records:
             if not record.history:
                 by_position[(record.signed.origin, record.signed.origin_seq)] = record
-        if len(ring) > 2 * self._ring_size:
-            cut = len(ring) - self._ring_size
-            for record in ring[:cut]:
-                if not record.history:
-                    by_position.pop((record.signed.origin, record.signed.origin_seq), None)
-            del ring[:cut]
+            size = record_bytes(record)
+            sizes.append(size)
+            self.ring_bytes += size
+        if len(ring) > 2 * self._ring_size or self.ring_bytes > self._max_bytes:
+            self._trim()
         self.latest_seq = max(self.latest_seq, records[-1].seq)
         self.published += len(records)
         changed, self._changed = self._changed, trio.Event()
@@ -104,6 +134,25 @@ class EventBus:
                     watch.generation += 1
                     watch.event.set()
         return woke
+
+    def _trim(self) -> None:
+        """Drop the oldest records: by count back to ``ring_size`` once it holds twice that, by bytes
+        back to half of ``ring_bytes`` once it holds more (both amortised: a trim moves the list
+        once per many publishes, not at each)."""
+        ring, sizes = self._ring, self._sizes
+        cut = len(ring) - self._ring_size if len(ring) > 2 * self._ring_size else 0
+        kept = self.ring_bytes - sum(sizes[:cut])
+        if kept > self._max_bytes:
+            while kept > self._max_bytes // 2:
+                kept -= sizes[cut]
+                cut += 1
+        by_position = self._by_position
+        for record in ring[:cut]:
+            if not record.history:
+                by_position.pop((record.signed.origin, record.signed.origin_seq), None)
+        del ring[:cut]
+        del sizes[:cut]
+        self.ring_bytes = kept
 
     def scrub(self, event_ids: Iterable[str]) -> None:
         """Redacted events lose their body in the ring (and wherever their record is held): a

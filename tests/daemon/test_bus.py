@@ -7,7 +7,7 @@ import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
-from palaced.bus import EventBus
+from palaced.bus import EventBus, record_bytes
 
 _KEY = Ed25519PrivateKey.generate()
 
@@ -143,3 +143,58 @@ async def test_publish_says_whether_it_woke_a_watcher_or_a_link():
     assert bus.publish([ev(5)]) is False  # ... and says when it has nothing to push
     stop()
     assert bus.publish([ev(6)]) is False
+
+
+async def test_the_ring_is_bounded_by_bytes_and_a_late_reader_catches_up_from_the_store(tmp_path):
+    """Guards issue 43 (the ring held its last 10,000-20,000 events whatever their size: a member's
+    256 KiB events took a replica to gigabytes): large events keep the ring under its byte bound
+    (by count it would hold them all), and a reader that fell behind it is told so (``None``) and
+    reads the rest from SQLite by seq (``Context.committed_after``), missing nothing."""
+    from palace_proto.validation import AppendRequest, Limits
+    from palaced.config import Config
+    from palaced.handlers import Context
+    from palaced.store import Store
+    from palaced.store.aio import AsyncStore
+
+    bound = 2 << 20
+    store = Store(tmp_path / "p.sqlite3", _KEY, Limits())
+    bus = EventBus(ring_bytes=bound)
+    astore = AsyncStore(store, bus.publish)
+    ctx = Context(Config(home=tmp_path, mdns=False, memory_embed=False), astore, bus, _KEY)
+    big = 256 * 1024
+    async with trio.open_nursery() as nursery:
+        await nursery.start(astore.serve_writer)
+        for i in range(40):
+            body = f"{i:04d}" + "x" * (big - 4)
+            request = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a",
+                                               "body": body}, Limits())
+            await astore.write(lambda wctx, r=request: wctx.append(r))
+            assert bus.ring_bytes <= bound
+            assert bus.ring_bytes == sum(record_bytes(r) for r in bus._ring)
+        assert 2 <= len(bus._ring) <= bound // big  # some kept, far from all 40
+        assert bus.events_after(0, 100) is None  # the first events left the ring: the reader is told
+        seen = []
+        while len(seen) < 40:
+            page = await ctx.committed_after(seen[-1]["seq"] if seen else 0, 7)
+            assert page, "a late reader must get every event"
+            seen.extend(page)
+        assert [e["body"][:4] for e in seen] == [f"{i:04d}" for i in range(40)]
+        assert [e["seq"] for e in seen] == list(range(1, 41))
+        nursery.cancel_scope.cancel(reason="test done")
+    store.close()
+
+
+def test_the_byte_bound_trims_the_push_index_with_the_ring():
+    """Guards issue 43's trim: a record that leaves the ring by bytes leaves the push index too
+    (replication then reads the store), and a record larger than the bound is not kept at all."""
+    bus = EventBus(ring_bytes=4 * record_bytes(ev(1, body="x" * 10_000)))
+    bus.publish([ev(s, body="x" * 10_000) for s in range(1, 5)])
+    assert [r.seq for r in bus._ring] == [1, 2, 3, 4]
+    bus.publish([ev(5, body="x" * 10_000)])  # over the bound: back to half of it
+    assert [r.seq for r in bus._ring] == [4, 5] and set(bus._by_position) == {("ori_a", 4), ("ori_a", 5)}
+    assert bus.signed_after("ori_a", 0, 10) is None and bus.records_after(2, 10) is None
+    assert [r.seq for r in bus.records_after(3, 10)] == [4, 5]
+    bus.publish([ev(6, body="y" * 100_000)])
+    assert bus._ring == [] and bus.ring_bytes == 0 and bus._by_position == {}
+    assert bus.records_after(5, 10) is None and bus.records_after(6, 10) == []
+    assert repr(bus) == "<EventBus latest_seq=6 ring=0 ring_bytes=0>"
