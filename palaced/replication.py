@@ -449,13 +449,12 @@ class PeerLink:
     async def _heads(self) -> dict[str, OriginHead]:
         return self.store.heads()  # kept in memory at each commit: no read, no thread hop
 
-    async def _our_vector(self) -> Vector:
-        heads = await self._heads()
-        return Vector(tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(heads.items())))
-
     async def _send_vector(self, send: Any) -> None:
-        await self.astore.sync(RECEIPT_SYNC_S)  # a vector confirms what it names, as a receipt does
-        vector = await self._our_vector()
+        # A vector confirms what it names, as a receipt does: only what is on disk here. Read after
+        # the sync, the heads would name events committed while it ran (issue 43).
+        await self.astore.sync(RECEIPT_SYNC_S)
+        heads = self.astore.durable_heads()
+        vector = Vector(tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(heads.items())))
         if self.directory is not None:
             # The bindings of the origins it names go first: a peer that cannot verify an origin
             # never asks for its events, and a binding otherwise travels only ahead of events (an
@@ -735,8 +734,10 @@ class PeerLink:
                             printable(report.refused[0][1], 200))
         if report.forks:
             self.log.error("refused %d forked event(s) it sent", len(report.forks))
-        # Receipt: what we now hold of every origin in the batch (sent once it is on disk here).
-        for origin, max_seq in receipts(events, heads):
+        # Receipt: what we now hold of every origin in the batch (sent once it is on disk here): as
+        # of the batches the writer counted, all of which the sender's sync covers (a batch still
+        # being committed may already show in ``heads``; issue 43).
+        for origin, max_seq in receipts(events, self.astore.committed_heads()):
             self.outbox.have(origin, max_seq)
             self._outbox_kick.set()
         for event in report.missing_artifacts:

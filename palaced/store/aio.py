@@ -25,6 +25,7 @@ from typing import Any, Final
 import trio
 
 from palace_proto.envelope import CommittedEvent, SignedEvent
+from palace_proto.sync import OriginHead
 from palace_proto.validation import ListQuery
 
 from . import inbox, task_threads
@@ -72,6 +73,16 @@ class AsyncStore:
                 **self.keeper.statistics(), "slow_disk": writer.slow_disk, "disk_full": self.keeper.disk_full()}
 
     # -- writing -------------------------------------------------------------------------------
+
+    def committed_heads(self) -> dict[str, OriginHead]:
+        """Our version vector as of the last batch the writer counted: what ``sync`` called now
+        covers, so what a receipt recorded now may name once that sync is over (``Writer``)."""
+        return dict(self.writer.committed_heads)
+
+    def durable_heads(self) -> dict[str, OriginHead]:
+        """Our version vector as known to be on disk: all a vector sent to a peer may name
+        (``Writer``). Kept in memory: no read, no thread hop."""
+        return dict(self.writer.durable_heads)
 
     async def checkpoint(self) -> None:
         """Try to truncate the WAL now, between two batches (as the keeper does by itself when

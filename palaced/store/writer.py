@@ -20,6 +20,15 @@ and about a batch the full disk failed, and gives it the slot between two batche
 (``between_batches_due``); the keeper asks for a slot of its own, between batches, with
 ``maintain``.
 
+What is on disk, and what a peer may be told of it: a batch committed with ``durable=False`` is
+on disk once a ``sync`` (or a later durable commit) covers it. ``committed_heads`` is the version
+vector as of the last batch counted in ``batches`` (what a ``sync`` called now covers), and
+``durable_heads`` the one known to be on disk. A vector sent to a peer names ``durable_heads``, a
+receipt what ``committed_heads`` held before the sync that precedes it; neither reads
+``Store.heads`` (issue 43: read there after a sync, a vector named events committed while the sync
+ran, and a batch committed but not yet counted, on its thread or while its redaction is purged
+from the WAL, shows there too).
+
 A failing write never stops the writer: a job that raises fails alone (store.write_batch), a batch
 that cannot commit fails every job in it (a full disk is answered ``disk_full``, and the next
 batch tries again). Must be the only writer of its store.
@@ -31,13 +40,14 @@ import collections
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
 import trio
 
 from palace_proto.envelope import CommittedEvent
 from palace_proto.errors import ApiError
+from palace_proto.sync import OriginHead
 
 from .store import DiskFullError, Store, StoreError, WriteBatchResult, WriteContext
 
@@ -141,6 +151,12 @@ class Writer:
         self._sync_lock = trio.Lock()
         #: set (and replaced) at each durable commit: ``sync`` waiting for one to cover its batches
         self._durable_commit = trio.Event()
+        # The store's vector is replaced whole at each commit (batch.py), so holding one is holding
+        # a snapshot. What the database held when it was opened counts as on disk.
+        #: the version vector as of the last batch counted in ``batches``: what ``sync`` covers
+        self.committed_heads: Mapping[str, OriginHead] = store.vector.heads
+        #: the version vector known to be on disk: all a receipt or a vector may tell a peer
+        self.durable_heads: Mapping[str, OriginHead] = store.vector.heads
 
     def __repr__(self) -> str:
         return f"<Writer {self.store.path} batches={self.batches} writes={self.writes} closed={self.closed}>"
@@ -223,12 +239,15 @@ class Writer:
         async with self._sync_lock:
             if self._synced >= target:
                 return
-            through = self.batches
+            # What the sync covers is taken before it starts: a batch committed while it runs (or
+            # committed but not counted yet) may have missed it.
+            through, heads = self.batches, self.committed_heads
             try:
                 await trio.to_thread.run_sync(self._wal.sync)
             except OSError as exc:
                 raise StoreError(f"could not sync the write-ahead log of {self.store.path}: {exc}") from exc
-            self._synced = max(self._synced, through)
+            if through > self._synced:  # else a durable commit meanwhile covered more
+                self._synced, self.durable_heads = through, heads
 
     async def maintain(self, work: Callable[[], Awaitable[Any]]) -> None:
         """Run ``work`` between batches: as the leader, once the current one has finished (then
@@ -354,14 +373,16 @@ class Writer:
         self._slow_until = now + SLOW_DISK_BACKOFF_S
 
     async def _committed(self, batch: list[_Pending], result: WriteBatchResult) -> None:
+        heads = self.store.vector.heads  # this batch's (the next one cannot commit before it is counted)
         if result.purged and self._on_purged is not None:
             self._on_purged(result.purged)  # before anyone is answered: no ring replays a purged body
         if self._wal.purge_pending:
             await self._upkeep.purge()  # before anyone is told "redacted"
         self._upkeep.committed(result.outcomes, derived=batch[0].derived)
         self.batches += 1
+        self.committed_heads = heads
         if batch[0].durable:
-            self._synced = self.batches
+            self._synced, self.durable_heads = self.batches, heads
             self._durable_commit.set()
             self._durable_commit = trio.Event()
         self.writes += len(batch)

@@ -233,3 +233,38 @@ async def test_a_live_push_is_visible_before_the_replicas_fsync_and_confirmed_on
         with trio.fail_after(10):
             while link_a.confirmed.get(a.store.origin_id) != 2:
                 await trio.sleep(0.01)
+
+
+async def test_a_vector_names_only_what_the_sync_before_it_covered(tmp_path):
+    """Guards issue 43 (a peer's vector was read after a WAL sync and named events committed during
+    it: a receipt a power cut could make false): a peer's live push committed on b while b syncs
+    for its vector is not in that vector; the next vector, after a sync that covers it, names it."""
+    async with replicas(tmp_path, "a", "b") as ((a, b), key_for, nursery):
+        for body in ("one", "two"):
+            await a.append(body)
+        one, two = a.store.signed_events_of_origin(a.store.origin_id, 0, 10)
+
+        async def push(event):  # what b's link does with a live push: committed before its fsync
+            await b.astore.write(lambda ctx: ctx.apply_remote([event], lambda o, s: key_for(o), source="a"),
+                                 durable=False)
+
+        await push(one)
+        real_sync, during = b.store.wal.sync, [two]
+
+        def sync_while_a_push_commits():
+            while during:
+                trio.from_thread.run(push, during.pop())
+            real_sync()
+
+        b.store.wal.sync = sync_while_a_push_commits
+        link = PeerLink(trio.testing.memory_stream_pair()[0], b.hello(), b.astore, b.bus, key_for)
+        sent = []
+
+        async def send(message):
+            sent.append({e.origin: e.max_seq for e in message.entries})
+
+        await link._send_vector(send)
+        assert b.store.heads()[a.store.origin_id].max_seq == 2  # committed, and watchers told
+        assert sent[-1][a.store.origin_id] == 1
+        await link._send_vector(send)
+        assert sent[-1][a.store.origin_id] == 2

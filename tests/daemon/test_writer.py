@@ -253,3 +253,52 @@ async def test_sync_within_lets_a_durable_commit_cover_the_batches_before_syncin
         await writer.sync(0.05)
     assert syncs == [3]
     store.close()
+
+
+async def test_a_sync_makes_durable_only_what_was_counted_before_it_started(tmp_path):
+    """Guards issue 43 (a vector read after a WAL sync named events committed during it: a claim a
+    power cut could make false): ``durable_heads`` moves to what a sync covered, taken before it
+    starts; a batch committed while it runs, or committed but not yet counted (its redaction still
+    being purged from the WAL), stays out until a later sync or durable commit covers it."""
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    upkeep = FakeUpkeep(store)
+    writer = Writer(store, upkeep, lambda events: None)
+    origin = store.origin_id
+    real_sync, during = store.wal.sync, []
+
+    def sync_while_committing():
+        for body in during:  # commits in the loop while this thread is about to sync
+            trio.from_thread.run(functools.partial(writer.write, lambda ctx, b=body: ctx.append(req(b)),
+                                                   durable=False))
+        during.clear()
+        real_sync()
+
+    def seq(heads):
+        return heads[origin].max_seq if origin in heads else 0
+
+    store.wal.sync = sync_while_committing
+    await writer.write(lambda ctx: ctx.append(req("replicated 1")), durable=False)
+    assert (seq(writer.committed_heads), seq(writer.durable_heads)) == (1, 0)
+    during.append("replicated 2, committed during the sync")
+    await writer.sync()
+    assert seq(store.heads()) == seq(writer.committed_heads) == 2
+    assert seq(writer.durable_heads) == 1  # 2 may have missed the sync: not named
+    await writer.sync()
+    assert seq(writer.durable_heads) == 2
+
+    await writer.write(lambda ctx: ctx.append(req("replicated 3")), durable=False)
+    seen = {}
+
+    async def purge():  # the slot between a batch's commit and its count
+        seen["store"], seen["counted"] = seq(store.heads()), seq(writer.committed_heads)
+        await writer.sync()
+        seen["durable"] = seq(writer.durable_heads)
+        store.wal.purge_pending = False
+
+    upkeep.purge = purge
+    store.wal.purge_pending = True
+    await writer.write(lambda ctx: ctx.append(req("replicated 4")), durable=False)
+    assert seen == {"store": 4, "counted": 3, "durable": 3}
+    await writer.write(lambda ctx: ctx.append(req("local")))  # a durable commit covers every batch
+    assert seq(writer.durable_heads) == seq(writer.committed_heads) == 5
+    store.close()
