@@ -5,13 +5,22 @@ tests/e2e/test_notify.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from palaced.config import ConfigError, load_config
 from palaced.notify.dispatch import BACKOFF_S, MAX_SEEN, Dispatcher
-from palaced.notify.payloads import desktop_argv, email_message, ntfy_target, probe_message, render, webhook_body
+from palaced.notify.payloads import (
+    desktop_argv,
+    discord_escape,
+    email_message,
+    ntfy_target,
+    probe_message,
+    render,
+    webhook_body,
+)
 from palaced.notify.settings import NotifyConfigError, parse_notify
 from palaced.notify.triggers import KINDS, Thing, fork_thing, preview, thing_for, wants
 
@@ -104,7 +113,8 @@ def test_one_thing_and_several_render_differently():
 def test_webhook_shapes():
     message = render("human:ana", [Thing(kind="question", title="Q <b> & @everyone", preview="may I?", key="e")])
     slack = webhook_body("slack", message)
-    assert set(slack) == {"text"} and "&lt;b&gt; &amp;" in slack["text"] and slack["text"].startswith("*palace: ")
+    assert set(slack) == {"text", "unfurl_links", "unfurl_media"} and "&lt;b&gt; &amp;" in slack["text"]
+    assert slack["text"].startswith("*palace: ")
     discord = webhook_body("discord", message)
     assert discord["allowed_mentions"] == {"parse": []} and discord["content"].startswith("**palace: ")
     long = render("human:ana", [Thing(kind="message", title="x" * 119, preview="y" * 1000, key=str(i))
@@ -116,6 +126,65 @@ def test_webhook_shapes():
     assert ntfy_target("https://ntfy.sh/t") == ("https://ntfy.sh/", "t")
     generic = webhook_body("generic", message)
     assert generic["person"] == "human:ana" and generic["count"] == 1 and generic["things"][0]["kind"] == "question"
+
+
+#: what an agent or a member may write, as a thing's title and preview would carry it
+HOSTILE = ("[docs](https://evil.example/login) **now** @everyone <@123> <@&9> <#7> ||x|| ~~y~~ `z` _w_ > q "
+           "<https://evil.example> \\[a](b) | see https://ok.example/a_b?c=d")
+
+
+def test_discord_shows_what_members_write_as_text_never_as_a_link_or_a_mention():
+    """Guards issue 43 (a member's ``[text](url)`` rendered as a link in Discord notifications,
+    its target hidden): every markdown character of what agents and members wrote is escaped
+    (a bare URL stays whole and visible), headings and lists at a line's start too, mentions are
+    neither parsed nor shown as such, and links are not unfurled."""
+    message = render("human:ana", [Thing(kind="message", title="# from agent-7 [x](https://evil.example)",
+                                         preview=HOSTILE, key="e", hint="palacectl show e")])
+    body = webhook_body("discord", message)
+    assert body["allowed_mentions"] == {"parse": []} and body["flags"] == 4  # SUPPRESS_EMBEDS
+    content = body["content"]
+    assert content.startswith("**palace: # from agent-7 \\[x\\]\\(https://evil.example\\)**\n")
+    assert "\\[docs\\]\\(https://evil.example/login\\)" in content
+    assert "[docs](" not in content and "@everyone" not in content and "@\u200beveryone" in content
+    preview_line = content.split("\n")[1].replace("https://ok.example/a_b?c=d", "")
+    assert re.findall(r"[\[\]()<>*_~`|]", re.sub(r"\\.", "", preview_line)) == []  # each one escaped
+    assert "\\\\\\[a\\]\\(b\\)" in content  # a member's own backslash cannot undo an escape
+    assert "https://ok.example/a_b?c=d" in content  # a bare URL is shown as it goes
+    assert (discord_escape("# h\n - item\n+ x\n12. twelve\n-# small")
+            == "\\# h\n \\- item\n\\+ x\n12\\. twelve\n\\-# small")
+    assert discord_escape("a # b - c 1. d") == "a # b - c 1. d"  # only a line's start makes a heading or list
+
+
+def test_a_discord_cut_never_leaves_a_backslash_escaping_the_ellipsis():
+    """Guards the cut of an escaped message: the 2,000 characters end on a whole escape."""
+    lengths = []
+    for pad in range(2):  # the cut lands after a whole escape, then between a backslash and its star
+        message = render("human:ana", [Thing(kind="message", title="t", preview="x" * (1975 + pad) + "*" * 30,
+                                             key="e")])
+        content = webhook_body("discord", message)["content"]
+        body = content.removesuffix("…")
+        escapes = body[len(body.rstrip("\\*")):]
+        assert escapes and escapes == "\\*" * (len(escapes) // 2)  # whole escapes, none cut in two
+        lengths.append(len(content))
+    assert lengths == [2000, 1999]
+
+
+def test_the_other_channels_send_what_members_write_as_text():
+    """Guards issue 43's other channels: Slack's ``<url|text>`` links and mentions are escaped
+    and nothing is unfurled; ntfy gets plain text (no markdown); a desktop notification's body,
+    which notification servers may read as markup (``<a href>``), is escaped."""
+    message = render("human:ana", [Thing(kind="question", title="Q <!channel>", key="e",
+                                         preview='<https://evil.example|docs> & <a href="https://evil.example">docs</a>')])
+    slack = webhook_body("slack", message)
+    assert "<https://evil.example|docs>" not in slack["text"]
+    assert "&lt;https://evil.example|docs&gt; &amp;" in slack["text"]
+    assert "<!channel>" not in slack["text"] and slack["unfurl_links"] is False and slack["unfurl_media"] is False
+    ntfy = webhook_body("ntfy", message, url="https://ntfy.example/palace-ana")
+    assert ntfy["markdown"] is False and "click" not in ntfy and "actions" not in ntfy
+    linux = desktop_argv("linux", message)
+    assert linux[-2] == message.title  # the summary is never markup
+    assert "<a href" not in linux[-1] and "&lt;a href=\"https://evil.example\"&gt;docs&lt;/a&gt;" in linux[-1]
+    assert desktop_argv("darwin", message)[-1] == message.text  # osascript shows text as text
 
 
 def test_mail_and_desktop():

@@ -209,10 +209,12 @@ def test_every_channel_gets_one_grouped_message_without_the_redacted_thing(daemo
     assert len(by_kind["message"]["preview"]) == 120 and by_kind["message"]["preview"].endswith("…")
     assert by_kind["question"]["hint"].endswith(" yes|no")
     assert generic["headers"]["Content-Type"] == "application/json"
-    assert set(receiver.at("/slack")[0]["json"]) == {"text"}
-    assert receiver.at("/discord")[0]["json"]["allowed_mentions"] == {"parse": []}
+    assert set(receiver.at("/slack")[0]["json"]) == {"text", "unfurl_links", "unfurl_media"}
+    discord = receiver.at("/discord")[0]["json"]
+    assert discord["allowed_mentions"] == {"parse": []} and discord["flags"] == 4  # no pings, no embeds
     ntfy = receiver.at("/ntfy/")[0]["json"]
     assert ntfy["topic"] == "palace-ana" and ntfy["priority"] == 4 and "2 things need you" in ntfy["title"]
+    assert ntfy["markdown"] is False
 
     (mail,) = sink.mails
     assert mail["auth"][1:] == [b"ana", b"s3cret-pw"]
