@@ -22,6 +22,7 @@ __all__ = [
     "ProtocolError",
     "RemoteProtocolError",
     "SignatureError",
+    "NotPermitted",
     "ValidationError",
     "VersionMismatch",
 ]
@@ -38,7 +39,8 @@ API_ERROR_CODES: dict[str, str] = {
     "shutting_down": "the daemon is stopping and accepts no new work",
     "read_only": "this daemon is a read-only observer; it refuses every write",
     "not_member": "this daemon has not joined a palace (init or join first)",
-    "not_permitted": "only the daemon holding the palace key (the one that ran init) may do this",
+    "not_permitted": "the authority table does not let this writer write this (the message names the rule), or only "
+                     "the daemon holding the palace key (the one that ran init) may do this; nothing was written",
     "enrolment_failed": "joining failed: inviter unreachable, invite refused, or not the palace the invite names",
     "unauthorized": "the TCP API's hello did not carry the token from the home's api.json; the connection is closed",
     "disk_full": "the disk holding the daemon's database is full; nothing was written. Free some space and retry: "
@@ -122,6 +124,13 @@ class DiskFull(ApiError):
     Not a bug and not permanent: reads keep working, and writes succeed again once space is freed."""
 
     code = "disk_full"
+
+
+class NotPermitted(ApiError):
+    """A write the authority table does not allow this writer (``palace_proto.authority``): the
+    message is the rule's own one line, the one every replica would flag the event with."""
+
+    code = "not_permitted"
 
 
 class SignatureError(Exception):

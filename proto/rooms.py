@@ -17,10 +17,18 @@ Every replica orders a room's events by ``(created_at, event id)`` (``palace_pro
 order_key``: the order palace uses everywhere; there is no hybrid clock), never by local arrival
 order, so the same events give the same room on every replica whatever order they came in:
 
-* the room is opened by its earliest ``room.open`` (a second open of the same id, which only a
-  broken or hostile peer writes, is not a turn);
-* the room is closed by its earliest ``room.close``: that close is *the* close. A close written
-  on the other side of a partition, later in that order, is not a turn of the transcript;
+* a room *is* its opening: its id is bound to the opening that made it (``keyed_room_id``: a hash
+  of the opener's origin, its agent and a nonce the opening carries), so no other ``room.open``
+  — however it is dated — can be the room's; one is flagged and changes nothing (issue 43,
+  finding 6). Rooms opened before keyed ids (8 hex digits) are opened by their earliest opening;
+* who may speak and close is the authority table's (``palace_proto.authority``, rules ``room.*``):
+  anyone with the room's id speaks (as in MemPalace); only its opener or a member — one its
+  opening lists, or one who spoke there before — closes it. What the table does not allow is
+  flagged (``Room.flagged``) and is no turn;
+* the room is closed by its earliest allowed ``room.close``: that close is *the* close. A close
+  written on the other side of a partition, later in that order, is not a turn of the transcript;
+  an event dated too far ahead of the judging replica's clock takes no part until it has caught up
+  (``authority.counts_in_order``);
 * the transcript is the opening, every message, and the close, at or before the close in that
   order. A message written on a side that had not yet heard of the close, but stamped after it,
   is outside the transcript: a reader sees it flagged ``after_close``;
@@ -43,7 +51,20 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
+import hashlib
+
 from .agents import check_agent_id, order_key
+from .authority import (
+    ANY_AGENT,
+    MAX_CLOCK_SKEW_S,
+    OPENER,
+    ROOM_MEMBER,
+    Verdict,
+    counts_in_order,
+    flag_of,
+    judge,
+    rule_named,
+)
 from .errors import ValidationError
 from .tasks import project_stream, slugify
 from .validation import Limits, clean_optional
@@ -52,8 +73,8 @@ __all__ = [
     "DRAWER_HEADER_BYTES", "MAX_MEMBERS", "MAX_MEMBERS_SHOWN", "MAX_NAME_CHARS", "MAX_ROOM_BODY_CHARS", "ROOMS_ROOM",
     "ROOM_CLOSE", "ROOM_MESSAGE", "ROOM_OPEN", "ROOM_TYPES", "Room", "after_close", "check_body", "check_members",
     "check_place", "check_project", "check_room_id", "close_request", "compact", "derive_room", "drawer_text", "handoff", "is_room_event",
-    "is_turn", "listed_members", "message_request", "needs_membership", "new_room_id", "open_request", "ordered",
-    "room_slug", "transcript",
+    "ID_HEX_CHARS", "NONCE_HEX_CHARS", "is_keyed", "is_turn", "keyed_room_id", "listed_members", "message_request",
+    "needs_membership", "new_room_id", "open_request", "opens_room", "ordered", "room_slug", "transcript",
 ]
 
 ROOM_OPEN: Final = "room.open"
@@ -76,11 +97,18 @@ DRAWER_HEADER_BYTES: Final = 4096
 MAX_MEMBERS: Final = 32
 # Why 64: the members a room shows (listed, speakers, readers); the opener and the listed come first.
 MAX_MEMBERS_SHOWN: Final = 64
-# Why 8: 32 bits of the daemon's randomness make two rooms of one name a 1-in-4-billion clash.
-ID_HEX_CHARS: Final = 8
+# Why 8: 32 bits of the daemon's randomness made two rooms of one name a 1-in-4-billion clash (ids
+# before keyed rooms; still read).
+LEGACY_ID_HEX_CHARS: Final = 8
+# Why 20: a keyed id's 80 bits of hash cannot be ground to name another opening (32 bits could,
+# in minutes): the id binds the room to the one opening that made it.
+ID_HEX_CHARS: Final = 20
+# Why 32: the opening's nonce (128 bits of the daemon's randomness, in hex).
+NONCE_HEX_CHARS: Final = 32
 _NAME_RE: Final = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_ROOM_ID_RE: Final = re.compile(r"^room_([a-z0-9]+(?:-[a-z0-9]+)*)_([0-9a-f]{8})$")
+_ROOM_ID_RE: Final = re.compile(r"^room_([a-z0-9]+(?:-[a-z0-9]+)*)_([0-9a-f]{8}|[0-9a-f]{20})$")
 _HEX_RE: Final = re.compile(r"^[0-9a-f]{8}$")
+_NONCE_RE: Final = re.compile(r"^[0-9a-f]{32}$")
 # Why 128: the memory's limit on a wing or room name (palace_proto.memory.MAX_NAME_CHARS).
 _MAX_PLACE_CHARS: Final = 128
 
@@ -101,10 +129,51 @@ def room_slug(name: Any) -> str:
 
 
 def new_room_id(slug: str, hex8: str) -> str:
-    """``room_<slug>_<hex8>``; the daemon draws ``hex8`` (8 lower-case hex digits)."""
+    """``room_<slug>_<hex8>``: a room id as releases before keyed rooms drew it (tests, and the
+    grammar they are read with)."""
     if not _NAME_RE.match(slug) or len(slug) > MAX_NAME_CHARS or not _HEX_RE.match(hex8):
         raise ValueError(f"not a room slug and 8 hex digits: {slug!r}, {hex8!r}")
     return f"room_{slug}_{hex8}"
+
+
+def _binding(origin: str, opener: str, nonce: str) -> str:
+    text = f"palace/room/v2\n{origin}\n{opener}\n{nonce}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(text).hexdigest()[:ID_HEX_CHARS]
+
+
+def keyed_room_id(slug: str, *, origin: str, opener: str, nonce: str) -> str:
+    """``room_<slug>_<20 hex>``, the hex bound to the opening that makes the room: the origin that
+    writes it, its opener and its nonce (32 lower-case hex digits of the daemon's randomness, which
+    the opening carries in its metadata).
+
+    Raises:
+        ValueError: not a slug, or not a nonce.
+    """
+    if not _NAME_RE.match(slug) or len(slug) > MAX_NAME_CHARS or not _NONCE_RE.match(nonce):
+        raise ValueError(f"not a room slug and a 32-hex nonce: {slug!r}, {nonce!r}")
+    return f"room_{slug}_{_binding(origin, opener, nonce)}"
+
+
+def is_keyed(room_id: str) -> bool:
+    """Whether ``room_id`` is bound to its opening (``keyed_room_id``), not a legacy random id."""
+    match = _ROOM_ID_RE.match(room_id)
+    return match is not None and len(match.group(2)) == ID_HEX_CHARS
+
+
+def opens_room(room_id: str, event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is the opening ``room_id`` is bound to (any opening, for a legacy id)."""
+    if event.get("type") != ROOM_OPEN:
+        return False
+    match = _ROOM_ID_RE.match(room_id)
+    if match is None:
+        return False
+    if len(match.group(2)) != ID_HEX_CHARS:
+        return True
+    metadata = event.get("metadata")
+    nonce = metadata.get("nonce") if isinstance(metadata, Mapping) else None
+    origin, opener = event.get("origin"), event.get("from_agent")
+    return (isinstance(nonce, str) and bool(_NONCE_RE.match(nonce)) and isinstance(origin, str)
+            and isinstance(opener, str) and _binding(origin, opener, nonce) == match.group(2))
 
 
 def check_room_id(value: Any) -> str:
@@ -114,7 +183,8 @@ def check_room_id(value: Any) -> str:
         ValidationError: not ``room_<name>_<hex>`` (MemPalace's wording).
     """
     text = value.strip() if isinstance(value, str) else value
-    if not isinstance(text, str) or not _ROOM_ID_RE.match(text) or len(text) > 5 + MAX_NAME_CHARS + 1 + ID_HEX_CHARS:
+    match = _ROOM_ID_RE.match(text) if isinstance(text, str) else None
+    if match is None or len(match.group(1)) > MAX_NAME_CHARS:
         raise ValidationError(f"room_id={value!r} is not a room id (expected room_<name>_<hex>)", field="room_id")
     return text
 
@@ -195,8 +265,9 @@ def check_project(value: Any) -> str:
 
 
 def open_request(*, room_id: str, project: Any, from_agent: str, agenda: str, members: Sequence[str] = (),
-                 wing: str | None = None, palace_room: str | None = None) -> dict[str, Any]:
-    """The append request (wire form) that opens ``room_id``.
+                 wing: str | None = None, palace_room: str | None = None, nonce: str | None = None) -> dict[str, Any]:
+    """The append request (wire form) that opens ``room_id`` (``nonce``: the one its keyed id was
+    made with, ``keyed_room_id``).
 
     Raises:
         ValidationError: an empty project (``check_project``).
@@ -204,6 +275,8 @@ def open_request(*, room_id: str, project: Any, from_agent: str, agenda: str, me
     slug = slugify(check_project(project), empty="project")
     name = _name_of(room_id)
     metadata: dict[str, Any] = {"name": name, "project": slug, "wing": wing or slug, "palace_room": palace_room or name}
+    if nonce is not None:
+        metadata["nonce"] = nonce
     if members:
         metadata["members"] = list(members)
     return {"type": ROOM_OPEN, "stream": project_stream(project), "room": ROOMS_ROOM, "from_agent": from_agent,
@@ -294,6 +367,12 @@ class Room:
     outcome: str | None = None
     #: how many closes exist (more than one when both sides of a partition closed)
     closes: int = 0
+    #: the events the authority table did not allow (``authority.flag_of``): no turns, they move nothing
+    flagged: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def flagged_ids(self) -> frozenset[Any]:
+        return frozenset(f["event_id"] for f in self.flagged)
 
     @property
     def close_key(self) -> tuple[str, str] | None:
@@ -302,41 +381,93 @@ class Room:
     def to_wire(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["members"] = list(self.members)
+        out["flagged"] = [dict(f) for f in self.flagged]
         return out
 
 
 def derive_room(room_id: str, events: Iterable[Mapping[str, Any]], *, readers: Sequence[str] = (),
                 messages: int | None = None, last_activity: str | None = None,
-                speakers: Sequence[str] | None = None) -> Room | None:
-    """The room ``room_id`` from its events (any order; others are ignored), or None without an
-    opening. ``readers`` are the agents whose read position this daemon keeps. A listing that
-    counts messages in SQL passes ``messages``, ``last_activity`` and ``speakers`` with only the
-    opening and closing events."""
-    mine = sorted((e for e in events if is_room_event(e, room_id)), key=_key)
-    opens = [e for e in mine if e.get("type") == ROOM_OPEN]
+                speakers: Sequence[str] | None = None, first_spoke: Mapping[str, str] | None = None,
+                now: str | None = None) -> Room | None:
+    """The room ``room_id`` from its events (any order; others are ignored), or None without the
+    opening it is bound to. ``readers`` are the agents whose read position this daemon keeps. A
+    listing that counts messages in SQL passes ``messages``, ``last_activity``, ``speakers`` and
+    ``first_spoke`` (each speaker's earliest message's ``created_at``) with only the opening and
+    closing events. ``now``, the judging replica's clock: events dated too far ahead of it take no
+    part yet (``authority.counts_in_order``). Who may open, speak and close is the authority
+    table's; see the module docstring."""
+    every = sorted((e for e in events if is_room_event(e, room_id)), key=_key)
+    flagged: list[dict[str, Any]] = []
+    mine = []
+    for event in every:
+        if event.get("impersonation"):
+            continue  # written as an agent its daemon does not hold: it holds no role, and is no turn
+        if not counts_in_order(event.get("created_at"), now):
+            flagged.append(flag_of(event, Verdict(False, "clock", f"dated more than {MAX_CLOCK_SKEW_S // 60} minutes "
+                                                  "ahead of this replica's clock: it counts once that clock reaches it")))
+            continue
+        mine.append(event)
+    opens = [e for e in mine if e.get("type") == ROOM_OPEN and opens_room(room_id, e)]
     if not opens:
         return None
     opening = opens[0]
-    closes = [e for e in mine if e.get("type") == ROOM_CLOSE]
-    close = closes[0] if closes else None
     meta = opening.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
+    opener = str(opening.get("from_agent"))
+    listed = listed_members(meta)
+    open_rule, say_rule, close_rule = rule_named("room.open"), rule_named("room.message"), rule_named("room.close")
+    spoke: dict[str, str] = dict(first_spoke or {})
+    turns_by_origin: dict[Any, int] = {}
+    close: Mapping[str, Any] | None = None
+    closes = 0
+    for event in mine:
+        kind, who = event.get("type"), str(event.get("from_agent"))
+        if kind == ROOM_OPEN:
+            if event is not opening:
+                why = ("not this room's opening: the room id is bound to the opening that made it"
+                       if is_keyed(room_id) else "a second opening of the room")
+                flagged.append(flag_of(event, judge(open_rule, (), refers=False, refers_why=f"room.open: {why}")))
+            continue
+        if kind == ROOM_MESSAGE:
+            verdict = judge(say_rule, {ANY_AGENT}, agent=who, origin_count=turns_by_origin.get(event.get("origin"), 0))
+            if not verdict.ok:
+                flagged.append(flag_of(event, verdict))
+                continue
+            turns_by_origin[event.get("origin")] = turns_by_origin.get(event.get("origin"), 0) + 1
+            if first_spoke is None:
+                spoke.setdefault(who, str(event.get("created_at")))
+            continue
+        # a close
+        roles = {ANY_AGENT}
+        if who == opener:
+            roles.add(OPENER)
+        if who in listed or (who in spoke and _normal(spoke[who]) <= _normal(event.get("created_at"))):
+            roles.add(ROOM_MEMBER)
+        verdict = judge(close_rule, roles, agent=who, names={OPENER: opener})
+        if not verdict.ok:
+            flagged.append(flag_of(event, verdict))
+            continue
+        closes += 1
+        if close is None:
+            close = event
     stream = opening.get("stream") if isinstance(opening.get("stream"), str) else ""
     stream_slug = stream[len("project/"):] if stream.startswith("project/") else ""
     name = meta.get("name") if isinstance(meta.get("name"), str) and _NAME_RE.match(meta["name"]) \
         and len(meta["name"]) <= MAX_NAME_CHARS else _name_of(room_id)
     project = _place(meta.get("project"), stream_slug or "project")
+    flagged_ids = {f["event_id"] for f in flagged}
     if speakers is None:
-        speakers = [str(e.get("from_agent")) for e in mine if e.get("type") in (ROOM_MESSAGE, ROOM_CLOSE)]
+        speakers = [str(e.get("from_agent")) for e in mine
+                    if e.get("type") in (ROOM_MESSAGE, ROOM_CLOSE) and e.get("id") not in flagged_ids]
     if messages is None:
-        messages = sum(1 for e in mine if e.get("type") == ROOM_MESSAGE)
+        messages = sum(1 for e in mine if e.get("type") == ROOM_MESSAGE and e.get("id") not in flagged_ids)
     if last_activity is None:
-        last_activity = str(mine[-1].get("created_at"))
-    members = tuple(dict.fromkeys([str(opening.get("from_agent")), *listed_members(meta), *speakers, *readers]))
+        last_activity = str(every[-1].get("created_at"))
+    members = tuple(dict.fromkeys([opener, *listed, *speakers, *readers]))
     return Room(
         room_id=room_id, name=name, project=project, wing=_place(meta.get("wing"), project),
         palace_room=_place(meta.get("palace_room"), name), stream=stream,
-        agenda=str(opening.get("body") or ""), opened_by=str(opening.get("from_agent")),
+        agenda=str(opening.get("body") or ""), opened_by=opener,
         opened_at=str(opening.get("created_at")), open_event_id=str(opening.get("id")),
         members=members[:MAX_MEMBERS_SHOWN], messages=messages, last_activity=last_activity,
         closed=close is not None,
@@ -344,14 +475,21 @@ def derive_room(room_id: str, events: Iterable[Mapping[str, Any]], *, readers: S
         closed_at=str(close.get("created_at")) if close else None,
         close_event_id=str(close.get("id")) if close else None,
         outcome=str(close.get("body") or "") if close else None,
-        closes=len(closes),
+        closes=closes,
+        flagged=tuple(sorted(flagged, key=lambda f: order_key(str(f["created_at"]), str(f["event_id"])))),
     )
 
 
+def _normal(stamp: Any) -> str:
+    return order_key(str(stamp), "")[0]
+
+
 def is_turn(room: Room, event: Mapping[str, Any]) -> bool:
-    """Whether ``event`` is one of ``room``'s turns: its opening, a message, or its close (not a
-    second opening, nor a close that lost to an earlier one)."""
+    """Whether ``event`` is one of ``room``'s turns: its opening, a message the table allows, or
+    its close (not another opening, a flagged event, nor a close that lost to an earlier one)."""
     kind = event.get("type")
+    if event.get("id") in room.flagged_ids or event.get("impersonation"):
+        return False
     if kind == ROOM_MESSAGE:
         return True
     if kind == ROOM_OPEN:

@@ -4,21 +4,29 @@ Owns: the queue fields of a ``task.request`` (``blocked_by``, ``priority``, ``st
 metadata), the task events palace adds to MemPalace's (``task.release``, ``task.reassign``,
 ``task.conflict``, ``task.stalled``), and ``derive_task``: a task's state, claimant, claims and
 stall from its events, the same on every replica that holds the same events (the events are
-ordered by ``created_at`` and id, never by a replica's local seq; ``now`` is the caller's).
+ordered by ``created_at`` and id, never by a replica's local seq; ``now`` is the caller's). Who may
+move a task is the authority table's (``palace_proto.authority``, rules ``task.*`` and
+``usage.report``): this module says which roles a writer holds at each point, asks the table, and
+does what an allowed event does. An event the table does not allow is listed in ``out_of_role``
+with its rule and why, and moves nothing.
 
 States and what moves between them:
 
-    open       the request (``task.request``), a ``task.release`` by the claimant, or a
-               ``task.reassign`` by the requester (which also changes the addressee)
+    open       the request (``task.request``); a correction (a later request by the requester:
+               the newest is the task's wording, earlier ones read as superseded); a
+               ``task.release`` by the claimant; a ``task.reassign`` or status ``open`` by the
+               requester (a new round: nobody holds the task)
     claimed    the first claim (an event with status ``claimed``, e.g. ``event.ack``) since the
-               request, release or reassign — by ``created_at``, then event id, so every
-               replica names the same claimant; a later claim by another agent in the same
-               round is a *conflict*: its agent is told once (``task.conflict``) and stops
+               task (re)opened — by ``created_at``, then event id, so every replica names the
+               same claimant; a later claim by another agent in the same round is a *conflict*:
+               its agent is told once (``task.conflict``) and stops
     stalled    claimed, with no event from the claimant on the task for ``stall_after_s``
                (derived: it moves back to claimed with the claimant's next event)
     ready      a patch delivered (status ``ready``): ready for review
     applied, failed, blocked, superseded
-               the terminal statuses (an ack or reply carrying one)
+               the terminal statuses: the requester's word at any time; the claimant's (or the
+               named addressee's, while nobody holds the task) while the task is open — on a
+               closed task that is its closing ack, and moves nothing
 
 A task is *ready to take* when it is open, addressed to the agent or to ``*``, and every task it is
 blocked by is applied. Pure: stdlib only, no clock, no IO.
@@ -28,16 +36,35 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from .agents import SYSTEM_AGENT, order_key
+from .authority import (
+    ADDRESSED,
+    ADDRESSED_FREE,
+    ADDRESSEE_FREE,
+    ANY_AGENT,
+    CLAIMANT,
+    DAEMON,
+    EVER_CLAIMED,
+    LOSING_CLAIMANT,
+    MAX_CLOCK_SKEW_S,
+    REQUESTER,
+    TELLING_DAEMON,
+    Verdict,
+    counts_in_order,
+    flag_of,
+    judge,
+    rule_for,
+)
 from .errors import ValidationError
 from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
 __all__ = [
     "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
     "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "project_stream", "queue_fields",
-    "ready_order", "role_refusal", "slugify",
+    "ready_order", "is_approval", "slugify",
 ]
 
 REQUEST: Final = "task.request"
@@ -45,6 +72,9 @@ RELEASE: Final = "task.release"
 REASSIGN: Final = "task.reassign"
 CONFLICT: Final = "task.conflict"
 STALLED: Final = "task.stalled"
+# The types of other features a task's derivation judges (literal here: those modules build on this one).
+USAGE_REPORT: Final = "usage.report"
+QUESTION_ASK: Final = "question.ask"
 TERMINAL: Final = frozenset({"applied", "failed", "blocked", "superseded"})
 # Why 0 (urgent) .. 3 (low), default 2: the scale issue trackers for agents use; 0 sorts first.
 MIN_PRIORITY: Final = 0
@@ -132,178 +162,224 @@ def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
 
 
 def _order(event: Mapping[str, Any]) -> tuple[str, str]:
-    return str(event.get("created_at")), str(event.get("id"))
+    return order_key(event.get("created_at"), event.get("id"))  # type: ignore[arg-type]
+
+
+def is_approval(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is a question marked as a run's permission request (``question.approval``)."""
+    metadata = event.get("metadata")
+    return event.get("type") == QUESTION_ASK and isinstance(metadata, Mapping) and metadata.get("approval") is not None
+
+
+def _metadata_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = event.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
 
 
 def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now: str | None = None,
-                stall_after_s: int = DEFAULT_STALL_AFTER_S) -> dict[str, Any] | None:
+                stall_after_s: int = DEFAULT_STALL_AFTER_S,
+                daemon_of: Callable[[Any], Any] | None = None) -> dict[str, Any] | None:
     """The lifecycle view of one task from every event on its correlation id (any order), or
-    None without a request. ``now`` (the caller's clock) decides ``stalled``; ``stall_after_s``
-    is the default when the request names none. See the module docstring for the rules."""
+    None without a request. ``now`` (the caller's clock) decides ``stalled`` and which events are
+    dated too far ahead to count yet (``authority.counts_in_order``); ``stall_after_s`` is the
+    default when the request names none; ``daemon_of(origin)`` names the daemon an origin belongs
+    to (a notice counts only from the daemon that wrote what it tells about; without it, origins
+    are compared). Every event is judged by the authority table (``palace_proto.authority``): one
+    it does not allow is listed in ``out_of_role`` with its rule and why, and moves nothing. See
+    the module docstring for the states."""
     # An event palace judged an impersonation (palace_proto.agents: written as an agent by a
-    # daemon that did not hold it) moves nothing: it stays in the thread, flagged.
+    # daemon that did not hold it) holds no role: it stays in the thread and moves nothing.
     genuine = [e for e in events if not e.get("impersonation")]
-    requests = sorted((e for e in genuine if e.get("type") == REQUEST), key=_order)
+    dated = [e for e in genuine if isinstance(e.get("created_at"), str) and STAMP_RE.match(e["created_at"])]
+    ahead = [e for e in dated if not counts_in_order(e["created_at"], now)]
+    ahead_ids = {id(e) for e in ahead}
+    ordered = sorted((e for e in dated if id(e) not in ahead_ids), key=_order)
+    requests = [e for e in ordered if e.get("type") == REQUEST]
     if not requests:
         return None
-    request = requests[0]
-    blocked_by, priority, own_stall = queue_fields(request.get("metadata"))
-    stall_after = own_stall or stall_after_s
-    requester, assigned = request.get("from_agent"), request.get("to_agent")
-    ordered = sorted((e for e in genuine if isinstance(e.get("created_at"), str) and STAMP_RE.match(e["created_at"])),
-                     key=_order)
-    state, claimant, claim_event = "open", None, None
-    claims: list[dict[str, Any]] = []
-    conflicts: list[dict[str, Any]] = []
+    first = requests[0]
+    requester = first.get("from_agent")
+    daemon = daemon_of if daemon_of is not None else (lambda origin: origin)
+    task = _Derivation(correlation_id, first)
     out_of_role: list[dict[str, Any]] = []
-    last_activity = request["created_at"]
-    claimant_last = None
-
-    def flag(event: Mapping[str, Any], why: str) -> None:
-        out_of_role.append({"agent": event.get("from_agent"), "event_id": event.get("id"), "type": event.get("type"),
-                            "status": event.get("status"), "created_at": event.get("created_at"), "why": why})
-
+    for event in ahead:
+        out_of_role.append(flag_of(event, Verdict(False, "clock", f"dated {event['created_at']}, more than "
+                                                  f"{MAX_CLOCK_SKEW_S // 60} minutes ahead of this replica's clock: "
+                                                  "it counts once that clock reaches it")))
+    usage_counted: list[str] = []
+    by_id = {e.get("id"): e for e in ordered}
     for event in ordered:
-        last_activity = max(last_activity, event["created_at"])
+        task.last_activity = max(task.last_activity, event["created_at"])
         kind, who, status = event.get("type"), event.get("from_agent"), event.get("status")
-        if kind == REQUEST:
-            if event is not request and event.get("id") != request.get("id"):
-                # A second request moves nothing, whoever wrote it: the first one stands.
-                flag(event, "a second request on the task" if who == requester else "a request on another's task")
-            elif status and status != "open":
-                flag(event, "a request opens its task")
+        if event is first:
+            if status not in (None, "open"):
+                out_of_role.append(flag_of(event, Verdict(False, "task.open", "a request opens its task (status open)")))
             continue
-        if kind == RELEASE:
-            if who == claimant and claimant is not None and state not in TERMINAL:
-                state, claimant, claim_event, claimant_last = "open", None, None, None
-            else:
-                flag(event, "only the claimant releases")
+        rule = rule_for(str(kind), status, on_task=True, later_request=kind == REQUEST, approval=is_approval(event))
+        if rule is not None and rule.subject != "task":
+            continue  # judged by its own feature (a redaction, a question, a memory write…)
+        refers, refers_why = True, None
+        if kind == REQUEST and status not in (None, "open"):
+            refers, refers_why = False, "a request opens its task (status open)"
+        elif kind == USAGE_REPORT and _metadata_of(event).get("task_id") != correlation_id:
+            refers, refers_why = False, "usage.report must name its task in metadata.task_id"
+        elif kind in (CONFLICT, STALLED):
+            told = by_id.get(_metadata_of(event).get("claim_event_id"))
+            about = told if kind == CONFLICT else task.wording
+            if told is None or about is None or daemon(event.get("origin")) != daemon(about.get("origin")):
+                refers, refers_why = False, (f"{kind} must come from the daemon that wrote the "
+                                             f"{'claim' if kind == CONFLICT else 'request'} it tells about")
+        verdict = judge(rule, task.roles(who, requester), kind=str(kind), agent=who, refers=refers,
+                        refers_why=refers_why, subject_count=len(usage_counted), names=task.names(requester))
+        if not verdict.ok:
+            out_of_role.append(flag_of(event, verdict))
             continue
-        if kind == REASSIGN:
-            if who == requester and state not in TERMINAL:
-                target = event.get("to_agent")
-                if isinstance(target, str) and target:
-                    assigned = target
-                state, claimant, claim_event, claimant_last = "open", None, None, None
-            else:
-                flag(event, "only the requester reassigns")
-            continue
-        if kind in (CONFLICT, STALLED):
-            continue  # palace's own notices: they move nothing
-        if who == claimant and claimant is not None:
-            claimant_last = event["created_at"]
-        may_claim = assigned in ("*", None) or who == assigned
-        if status == "claimed":
-            if not may_claim:
-                flag(event, f"the task is addressed to {assigned}")
-                continue
-            claims.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"]})
-            if claimant is None and state not in TERMINAL:
-                state, claimant, claim_event, claimant_last = "claimed", who, event.get("id"), event["created_at"]
-            elif claimant is not None and who != claimant:
-                conflicts.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"],
-                                  "claimant": claimant, "claim_event_id": claim_event})
-            continue
-        if not status:
-            continue  # words on the task (a reply, a note): they move nothing
-        role = _role_for(status, who=who, requester=requester, claimant=claimant, may_claim=may_claim, state=state)
-        if role is None:
-            flag(event, f"status {status!r} is not {who}'s to set on this task")
-            continue
-        if role == "reopen":
-            state, claimant, claim_event, claimant_last = "open", None, None, None
-        elif role == "deliver_unclaimed":
-            # A delivery by one who may take the task, on a task nobody holds: its claim and its report.
-            claims.append({"agent": who, "event_id": event.get("id"), "created_at": event["created_at"]})
-            state, claimant, claim_event, claimant_last = status, who, event.get("id"), event["created_at"]
-        else:
-            state = status
-    stalled = (state == "claimed" and now is not None and claimant_last is not None
-               and seconds_between(claimant_last, now) >= stall_after)
+        task.apply(verdict.rule, event, who, status, requester, usage_counted)
+    state = task.state
+    blocked_by, priority, own_stall = queue_fields(task.wording.get("metadata"))
+    stall_after = own_stall or stall_after_s
+    stalled = (state == "claimed" and now is not None and task.claimant_last is not None
+               and seconds_between(task.claimant_last, now) >= stall_after)
     return {
         "correlation_id": correlation_id,
-        "request": dict(request),
+        "request": dict(task.wording),
+        "opened_at": first["created_at"],
+        "requests": [{"event_id": r.get("id"), "created_at": r.get("created_at"),
+                      "superseded": r.get("id") in task.superseded} for r in task.requests],
         "state": "stalled" if stalled else state,
         "terminal": state in TERMINAL,
         "requested_by": requester,
-        "assigned_to": assigned,
-        "claimed_by": claimant,
-        "claim_event_id": claim_event,
-        "claims": [c["agent"] for c in claims],
-        "claim_events": claims,
-        "conflicts": conflicts,
-        "out_of_role": out_of_role,
+        "assigned_to": task.assigned,
+        "claimed_by": task.claimant,
+        "claim_event_id": task.claim_event,
+        "claims": [c["agent"] for c in task.claims],
+        "claim_events": task.claims,
+        "conflicts": task.conflicts,
+        "out_of_role": sorted(out_of_role, key=lambda f: order_key(str(f["created_at"]), str(f["event_id"]))),
+        "usage_reports": usage_counted,
         "blocked_by": blocked_by,
         "priority": priority,
         "stall_after_s": stall_after,
         "stalled": stalled,
-        "stalls_at": (add_seconds(claimant_last, stall_after) if state == "claimed" and claimant_last is not None else None),
-        "claimant_last_activity": claimant_last,
-        "last_activity": last_activity,
+        "stalls_at": (add_seconds(task.claimant_last, stall_after)
+                      if state == "claimed" and task.claimant_last is not None else None),
+        "claimant_last_activity": task.claimant_last,
+        "last_activity": task.last_activity,
         "events": sorted((dict(e) for e in events), key=_order),
         "impersonations": len(events) - len(genuine),
     }
 
 
-#: what the requester sets: open the task again (a new round: nobody holds it), or close it
-REQUESTER_STATUSES: Final = frozenset({"open", "applied", "failed", "superseded", "blocked"})
-#: what only the requester sets (the claimant reports with the others)
-_REQUESTER_ONLY: Final = frozenset({"open", "applied", "superseded"})
+class _Derivation:
+    """One task's state as ``derive_task`` walks its events (the roles a writer holds at each
+    point, and what an allowed event does)."""
 
+    def __init__(self, correlation_id: str, first: Mapping[str, Any]) -> None:
+        self.correlation_id = correlation_id
+        self.wording: Mapping[str, Any] = first
+        self.requests: list[Mapping[str, Any]] = [first]
+        self.superseded: set[Any] = set()
+        self.assigned: Any = first.get("to_agent")
+        self.state = "open"
+        self.claimant: Any = None
+        self.claim_event: Any = None
+        self.claimant_last: str | None = None
+        self.claims: list[dict[str, Any]] = []
+        self.conflicts: list[dict[str, Any]] = []
+        self.ever_claimed: set[Any] = set()
+        self.losers: set[Any] = set()
+        self.last_activity: str = first["created_at"]
 
-def _role_for(status: str, *, who: Any, requester: Any, claimant: Any, may_claim: bool, state: str) -> str | None:
-    """Whose move a status is (issue 25, finding 7), or None when it is not ``who``'s:
+    def roles(self, who: Any, requester: Any) -> frozenset[str]:
+        if who == SYSTEM_AGENT:
+            return frozenset({DAEMON, TELLING_DAEMON})  # which daemon: checked as what it refers to
+        roles = {ANY_AGENT}
+        if who == requester:
+            roles.add(REQUESTER)
+        if self.claimant is not None and who == self.claimant:
+            roles.add(CLAIMANT)
+        if who in self.ever_claimed:
+            roles.add(EVER_CLAIMED)
+        if who in self.losers:
+            roles.add(LOSING_CLAIMANT)
+        if self.assigned in ("*", None) or who == self.assigned:
+            roles.add(ADDRESSED)
+            if self.claimant is None:
+                roles.add(ADDRESSED_FREE)
+                if who == self.assigned:
+                    roles.add(ADDRESSEE_FREE)
+        return frozenset(roles)
 
-    * the requester opens the task again (``open``: reopen), and closes it — ``applied``,
-      ``failed``, ``superseded``, ``blocked``;
-    * the claimant reports and delivers: any other status (``ready``, ``blocked``, ``failed``, its
-      own progress words), never ``open``, ``applied`` or ``superseded``;
-    * one the task is addressed to, while nobody holds it, may decline it (``blocked``) or deliver
-      (``ready``: its claim and its report at once);
-    * anyone else: nothing.
-    """
-    if who == requester and status in REQUESTER_STATUSES:
-        return "reopen" if status == "open" else "set"
-    if claimant is not None and who == claimant and state not in TERMINAL and status not in _REQUESTER_ONLY:
-        return "set"
-    if claimant is None and state not in TERMINAL and may_claim:
-        if status == "blocked":
-            return "set"
-        if status == "ready":
-            return "deliver_unclaimed"
-    return None
+    def names(self, requester: Any) -> dict[str, Any]:
+        """Who holds the named roles now (a flag names them)."""
+        named = self.assigned if self.assigned not in ("*", None) else None
+        return {REQUESTER: requester, CLAIMANT: self.claimant, ADDRESSEE_FREE: named if self.claimant is None else None,
+                ADDRESSED: named}
 
+    def _round(self, state: str = "open") -> None:
+        """A new round: nobody holds the task."""
+        self.state, self.claimant, self.claim_event, self.claimant_last = state, None, None, None
+        self.losers = set()
 
-def role_refusal(view: Mapping[str, Any], agent: str, kind: str, status: str | None) -> str | None:
-    """Why ``agent`` may not write a ``kind`` event with ``status`` on the task ``view`` (None: it
-    may), in the words a refusal gives: the same rules ``derive_task`` applies to what arrives, so
-    a daemon refuses locally what every replica would flag and ignore."""
-    cid, requester, claimant = view["correlation_id"], view["requested_by"], view["claimed_by"]
-    assigned, state = view["assigned_to"], view["state"]
-    if kind == REQUEST:
-        return (f"task {cid} has its request already (from {requester}); a second one would change nothing: "
-                "file a new task")
-    if kind == RELEASE:
-        return None if agent == claimant else f"only the claimant ({claimant or 'nobody yet'}) releases task {cid}"
-    if kind == REASSIGN:
-        return None if agent == requester else f"only the requester ({requester}) reassigns task {cid}"
-    if not status:
-        return None
-    terminal = view.get("terminal", state in TERMINAL)
-    may_claim = assigned in ("*", None) or agent == assigned
-    if status == "claimed":
-        return None if may_claim else (f"task {cid} is addressed to {assigned}, not {agent}; the requester "
-                                       f"({requester}) can reassign it")
-    if _role_for(status, who=agent, requester=requester, claimant=claimant, may_claim=may_claim,
-                 state="applied" if terminal else "open") is not None:
-        return None
-    if status in _REQUESTER_ONLY or (terminal and agent != requester):
-        return (f"status {status} on task {cid} is its requester's ({requester}) to set"
-                + ("" if agent != claimant else "; as its claimant, report ready, blocked or failed"))
-    return (f"status {status} on task {cid} is for its claimant ({claimant or 'nobody yet'}) to report"
-            + ("; claim it first" if claimant is None and may_claim else ""))
+    def apply(self, rule: str, event: Mapping[str, Any], who: Any, status: Any, requester: Any,
+              usage_counted: list[str]) -> None:
+        """What an event the table allowed does (its rule says which kind of move it is)."""
+        terminal = self.state in TERMINAL
+        at = event["created_at"]
+        if self.claimant is not None and who == self.claimant:
+            self.claimant_last = at  # every word of the claimant on the task is a sign of life
+        if rule == "task.correct":
+            self.superseded.add(self.wording.get("id"))
+            self.wording = event
+            self.requests.append(event)
+            target = event.get("to_agent")
+            if isinstance(target, str) and target:
+                self.assigned = target
+            self._round()
+        elif rule == "task.claim":
+            self.ever_claimed.add(who)
+            self.claims.append({"agent": who, "event_id": event.get("id"), "created_at": at})
+            if self.claimant is None and not terminal:
+                self.state, self.claimant, self.claim_event, self.claimant_last = "claimed", who, event.get("id"), at
+            elif self.claimant is not None and who != self.claimant:
+                self.losers.add(who)
+                self.conflicts.append({"agent": who, "event_id": event.get("id"), "created_at": at,
+                                       "claimant": self.claimant, "claim_event_id": self.claim_event})
+        elif rule == "task.deliver":
+            if terminal:
+                return  # a delivery on a closed task: its own words, it moves nothing
+            if self.claimant is None:
+                # One who may take the task, on a task nobody holds: its claim and its report at once.
+                self.ever_claimed.add(who)
+                self.claims.append({"agent": who, "event_id": event.get("id"), "created_at": at})
+                self.claimant, self.claim_event, self.claimant_last = who, event.get("id"), at
+            self.state = "ready"
+        elif rule == "task.close":
+            if who == requester or not terminal:
+                self.state = status
+        elif rule == "task.supersede":
+            if who != requester:
+                return  # a losing claimant withdraws its claim: it moves nothing
+            if event.get("ack_of") in {r.get("id") for r in self.requests} and event.get("ack_of") != self.wording.get("id"):
+                self.superseded.add(event.get("ack_of"))  # marks one earlier request, not the task
+            else:
+                self.state = "superseded"
+        elif rule in ("task.reopen", "task.release"):
+            if rule == "task.release" and terminal:
+                return
+            self._round()
+        elif rule == "task.reassign":
+            if terminal:
+                return
+            target = event.get("to_agent")
+            if isinstance(target, str) and target:
+                self.assigned = target
+            self._round()
+        elif rule == "usage.report":
+            usage_counted.append(str(event.get("id")))
 
 
 def ready_order(views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Highest priority first (0 before 3), then oldest first, then by correlation id."""
-    return sorted(views, key=lambda v: (v["priority"], v["request"]["created_at"], v["correlation_id"]))
+    return sorted(views, key=lambda v: (v["priority"], v.get("opened_at") or v["request"]["created_at"],
+                                        v["correlation_id"]))

@@ -57,8 +57,8 @@ from palace_proto.rooms import (
     drawer_text,
     handoff,
     message_request,
+    keyed_room_id,
     needs_membership,
-    new_room_id,
     open_request,
     ordered,
     room_slug,
@@ -154,10 +154,13 @@ async def room_open(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     agenda = check_body(args.get("agenda"), "agenda", required=False, limits=ctx.limits)
     members = check_members(args.get("members"))
     wing, palace_room = check_place("wing", args.get("wing")), check_place("room", args.get("room"))
-    room_id = new_room_id(slug, secrets.token_hex(4))
+    # The id is bound to this very opening (our origin, the opener, a nonce it carries): no other
+    # room.open, however dated, can take the room over (palace_proto.rooms, issue 43 finding 6).
+    nonce = secrets.token_hex(16)
+    room_id = keyed_room_id(slug, origin=ctx.store.origin_id, opener=from_agent, nonce=nonce)
     request = AppendRequest.from_wire(open_request(room_id=room_id, project=project, from_agent=from_agent,
                                                    agenda=agenda, members=members, wing=wing,
-                                                   palace_room=palace_room), ctx.limits)
+                                                   palace_room=palace_room, nonce=nonce), ctx.limits)
     event = await ctx.astore.write(lambda w: w.append(request))
     room = derive_room(room_id, [event])
     assert room is not None  # its own opening
@@ -194,7 +197,7 @@ async def room_say(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
     def job(w: WriteContext) -> dict[str, Any]:
         # Checked in the writing transaction: a close committed before this turn refuses it.
-        room = derive_room(room_id, store_rooms.room_skeleton(w, room_id), messages=0, speakers=())
+        room = store_rooms.room_state(w, room_id)
         if room is None:
             raise _not_found(room_id)
         if room.closed:

@@ -37,7 +37,6 @@ from palace_proto.tasks import (
     check_stall_after,
     derive_task,
     ready_order,
-    role_refusal,
 )
 from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required, validate_artifact_ids
 
@@ -143,9 +142,12 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
 
 
 def view_of(ctx: Context, correlation_id: str, events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The task's view; impersonations (the agent registry's verdict) are flagged and move nothing."""
+    """The task's view; impersonations (the agent registry's verdict) are flagged and move nothing,
+    and what the authority table does not allow is listed in ``out_of_role`` (palace_proto.tasks)."""
+    daemons = ctx.store.agents.origin_daemons
     return derive_task(correlation_id, ctx.store.agents.annotate(events), now=_now(),
-                       stall_after_s=ctx.config.tasks_stall_after_s)
+                       stall_after_s=ctx.config.tasks_stall_after_s,
+                       daemon_of=lambda origin: daemons.get(origin) or origin)
 
 
 async def task_view(ctx: Context, correlation_id: str) -> dict[str, Any] | None:
@@ -211,24 +213,6 @@ def check_claim(view: Mapping[str, Any] | None, correlation_id: str, agent: str,
     if waiting:
         raise ValidationError(f"task {correlation_id} is blocked by {', '.join(waiting)} (not applied yet)",
                               field="correlation_id")
-
-
-def check_task_move(ctx: Context, w: WriteContext, correlation_id: str | None, agent: str, kind: str,
-                    status: str | None) -> None:
-    """Refuse, in the writing transaction, a local event that would move a task outside its
-    writer's role (palace_proto.tasks.role_refusal: every replica would flag it and ignore it).
-
-    Raises:
-        ValidationError: naming whose move it is.
-    """
-    if not correlation_id or not (status or kind in (REQUEST, RELEASE, REASSIGN)):
-        return
-    view = view_of(ctx, correlation_id, w.correlation_events(correlation_id))
-    if view is None:
-        return  # not a task (yet): a request opens one
-    refusal = role_refusal(view, agent, kind, status)
-    if refusal is not None:
-        raise ValidationError(refusal, field="from_agent")
 
 
 async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_ROOM_CURSORS", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
            "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",
-           "rooms_touched_after", "unread_count", "whole_room", "rooms_matching", "open_rooms_of",
+           "rooms_touched_after", "room_state", "unread_count", "whole_room", "rooms_matching", "open_rooms_of",
            "late_turns_to_file"]
 
 # Why 100,000: one row per (room, agent) that read here; a client inventing room or agent ids
@@ -115,10 +115,12 @@ def room_openings(on: Source, limit: int, stream: str | None = None) -> list[dic
     return [row_to_public(r) for r in rows]
 
 
-def room_activity(on: Source, room_id: str) -> tuple[list[dict[str, Any]], int, str | None, list[str]]:
+def room_activity(on: Source, room_id: str) -> tuple[list[dict[str, Any]], int, str | None, list[str],
+                                                     dict[str, str]]:
     """What a listing shows of a room without reading its messages: its openings and closes, how
-    many messages it holds, the newest ``created_at`` among its events, and who spoke (messages
-    and closes; first speaker first, at most 64)."""
+    many messages it holds, the newest ``created_at`` among its events, who spoke (messages and
+    closes; first speaker first, at most 64), and when each of the first 64 speakers first spoke
+    (a close counts from a member: palace_proto.rooms)."""
     conn = _connection(on)
     skeleton = room_skeleton(conn, room_id)
     (last,) = conn.execute(f"SELECT max(created_at) FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=?",
@@ -126,7 +128,10 @@ def room_activity(on: Source, room_id: str) -> tuple[list[dict[str, Any]], int, 
     speakers = [agent for (agent,) in conn.execute(
         "SELECT from_agent FROM events WHERE correlation_id=? AND type IN (?, ?) AND room=? GROUP BY from_agent "
         "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOM_CLOSE, ROOMS_ROOM))]
-    return skeleton, message_count(conn, room_id), last, speakers
+    first_spoke = {agent: at for agent, at in conn.execute(
+        "SELECT from_agent, min(created_at) FROM events WHERE correlation_id=? AND type=? AND room=? GROUP BY from_agent "
+        "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOMS_ROOM))}
+    return skeleton, message_count(conn, room_id), last, speakers, first_spoke
 
 
 def cursor_of(on: Source, room_id: str, agent: str) -> int | None:
@@ -223,12 +228,28 @@ def existing_drawers(on: Source, ids: Sequence[str]) -> set[str]:
 # -- rooms derived from what this replica holds (the rules are palace_proto.rooms) ---------------
 
 
-def whole_room(on: Source, room_id: str) -> tuple[Room | None, list[dict[str, Any]]]:
-    """The room (None: no opening of it here) and all its events, with this replica's readers
-    among its members."""
+def _annotated(on: Source, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events with the agent registry's verdicts (an impersonation holds no role in a room),
+    where ``on`` knows the registry (the store, a write job's context)."""
+    agents = getattr(on, "agents", None)
+    return agents.annotate(events) if agents is not None else events
+
+
+def room_state(on: Source, room_id: str) -> Room | None:
+    """The room's state without reading its messages (None: no opening of it here): its openings
+    and closes, judged with when each speaker first spoke (a close counts from a member)."""
     conn = _connection(on)
-    events = room_events(conn, room_id)
-    return derive_room(room_id, events, readers=readers(conn, room_id)), events
+    skeleton, messages, last, speakers, first_spoke = room_activity(conn, room_id)
+    return derive_room(room_id, _annotated(on, skeleton), messages=messages, last_activity=last, speakers=speakers,
+                       first_spoke=first_spoke, now=utc_now())
+
+
+def whole_room(on: Source, room_id: str) -> tuple[Room | None, list[dict[str, Any]]]:
+    """The room (None: no opening of it here) and all its events (with the registry's verdicts),
+    with this replica's readers among its members."""
+    conn = _connection(on)
+    events = _annotated(on, room_events(conn, room_id))
+    return derive_room(room_id, events, readers=readers(conn, room_id), now=utc_now()), events
 
 
 def rooms_matching(on: Source, stream: str | None, status: str | None, agent: str | None, limit: int,
@@ -250,9 +271,9 @@ def rooms_matching(on: Source, stream: str | None, status: str | None, agent: st
             check_room_id(room_id)
         except ValidationError:
             continue
-        skeleton, messages, last, speakers = room_activity(conn, room_id)
-        room = derive_room(room_id, skeleton, readers=readers(conn, room_id), messages=messages,
-                           last_activity=last, speakers=speakers)
+        skeleton, messages, last, speakers, first_spoke = room_activity(conn, room_id)
+        room = derive_room(room_id, _annotated(on, skeleton), readers=readers(conn, room_id), messages=messages,
+                           last_activity=last, speakers=speakers, first_spoke=first_spoke, now=utc_now())
         if room is None:  # pragma: no cover - a valid opening was just read
             continue
         if status is not None and room.closed != (status == "closed"):
@@ -278,8 +299,8 @@ def late_turns_to_file(on: Source, room_id: str, own_origins: set[str]) -> bool:
     """Whether the room is closed by a close of one of ``own_origins`` (this daemon's) and a turn
     of its transcript has no drawer here yet: what the late-turn filer files."""
     conn = _connection(on)
-    events = room_events(conn, room_id)
-    room = derive_room(room_id, events)
+    events = _annotated(on, room_events(conn, room_id))
+    room = derive_room(room_id, events, now=utc_now())
     if room is None or not room.closed:
         return False
     close = next(e for e in events if e["id"] == room.close_event_id)

@@ -26,11 +26,11 @@ from palace_proto.agents import (
 )
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import CommittedEvent, SignedEvent
-from palace_proto.errors import ValidationError
+from palace_proto.errors import NotPermitted, ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
 
-from . import event_search, follow, memory_views
+from . import authority, event_search, follow, memory_views
 from .clock import utc_now
 from .queries import artifact_record, signed_event_at
 from .rows import INSERT_EVENT, insert_params
@@ -48,7 +48,9 @@ def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
     The agent it is written as must be ours: an agent nobody holds yet is registered to this
     daemon first, in the same transaction (an ``agent.register`` just before it), and so is one
     of ours that this origin has not registered yet; one another daemon holds, or a retired one,
-    is refused (``AgentElsewhere``, ``AgentRetired``). ``palaced`` writes only its notices.
+    is refused (``AgentElsewhere``, ``AgentRetired``). ``palaced`` writes only its notices. Then
+    the authority table judges it, in this transaction, the way every replica will
+    (``authority.refusal``): a write it would flag is refused (``NotPermitted``), nothing written.
     """
     conn = ctx.conn
     for artifact_id in req.artifact_ids:
@@ -67,6 +69,9 @@ def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
             type=REGISTER, stream=AGENT_EVENT_STREAM, room=AGENT_EVENT_ROOM, topic=agent, from_agent=SYSTEM_AGENT,
             body=f"{agent} is registered to this daemon",
             metadata_json=canonical_json(ctx.agents.register_metadata(agent))))
+    refused = authority.refusal(ctx, req)
+    if refused is not None:
+        raise NotPermitted(refused)
     return _store_sealed(ctx, ctx.chain.seal_request(req))
 
 

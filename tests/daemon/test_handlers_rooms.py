@@ -40,7 +40,7 @@ async def test_open_say_read_close_have_mempalaces_shapes(tmp_path):
         assert set(opened) == {"success", "room", "event", "handoff"} and opened["success"] is True
         room = opened["room"]
         room_id = room["room_id"]
-        assert room_id.startswith("room_api-v2_") and len(room_id) == len("room_api-v2_") + 8
+        assert room_id.startswith("room_api-v2_") and len(room_id) == len("room_api-v2_") + 20
         assert (room["name"], room["project"], room["wing"], room["palace_room"], room["stream"]) == \
             ("api-v2", "shop", "shop", "api-v2", "project/shop")
         assert (room["opened_by"], room["agenda"], room["members"], room["closed"]) == \
@@ -242,13 +242,13 @@ async def test_the_filer_files_what_the_close_did_not(tmp_path, monkeypatch):
         await _say(ctx, room_id, "bob", "filed later")
         real_file = rooms._file
         monkeypatch.setattr(rooms, "_file", lambda *a: (0, 0, []))
-        await rooms.room_close(ctx, {"room_id": room_id, "from_agent": "carol"})
+        await rooms.room_close(ctx, {"room_id": room_id, "from_agent": "bob"})
         monkeypatch.setattr(rooms, "_file", real_file)
         assert (await memory.search(ctx, {"query": "filed later"}))["count"] == 0
         filer = rooms.RoomFiler(ctx)
         assert await filer.catch_up() == 2  # the agenda and bob's turn (the close has no outcome)
         hit = (await memory.search(ctx, {"query": "filed later"}))["results"][0]
-        assert hit["added_by"] == "carol"
+        assert hit["added_by"] == "bob"
         assert await filer.catch_up() == 0 and repr(filer).endswith("filed=2>")
         assert await rooms.RoomFiler(ctx).catch_up() == 0  # a restart looks again, and finds nothing missing
 

@@ -689,5 +689,5 @@ async def test_a_member_cannot_move_anothers_task(scene):
             ("ready", "bob", "alice", "bob"), view
         assert sorted(f["event_id"] for f in view["out_of_role"]) == sorted(e.id for e in (reopen, supersede, second))
     refused = run_ctl(scene.beta.home, "ack", request["id"], "--from-agent", "carol", "--status", "superseded")
-    assert refused.returncode == 1 and "is its requester's (alice) to set" in refused.stderr, refused
+    assert refused.returncode == 1 and "task.supersede is for the task's requester (alice)" in refused.stderr, refused
     assert "Traceback" not in refused.stderr

@@ -776,7 +776,8 @@ async def test_rooms_through_the_mcp_tools_with_mempalaces_names_and_shapes(daem
                             agenda="Agree on the paging of /orders before anyone codes it.")
         assert set(opened) == {"success", "room", "event", "handoff"} and opened["success"] is True
         room_id = opened["room"]["room_id"]
-        assert re.fullmatch(r"room_orders-api-shape_[0-9a-f]{8}", room_id), room_id
+        # MemPalace draws 8 hex digits; palace's 20 bind the id to its opening (docs/mempalace.md, H).
+        assert re.fullmatch(r"room_orders-api-shape_[0-9a-f]{20}", room_id), room_id
         assert room_id in opened["handoff"]
         said = await call(alice, "mempalace_room_say", room_id=room_id, body="I propose cursor paging.")
         assert set(said) == {"success", "event", "unread"} and said["unread"] == 0

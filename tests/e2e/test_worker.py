@@ -403,9 +403,11 @@ def test_a_worker_over_its_agents_daily_budget_claims_nothing_and_says_so_once(m
     log, and writes one usage.budget event (what people's daemons notify them of)."""
     config = machine.home / "config.toml"
     config.write_text(config.read_text() + "[budgets]\nagent_daily_tokens = 1000\n", encoding="utf-8")
-    spent = {"runner": "gated", "tokens_in": 900, "tokens_out": 200, "task_id": "task_earlier_1", "machine": "m"}
-    ctl_json(machine.home, "append", "--type", "usage.report", "--stream", "usage", "--room", "runs", "--from-agent",
-             "bot", "--correlation-id", "task_earlier_1", "--metadata", json.dumps(spent), "--body", "earlier run")
+    earlier = machine.task()
+    ctl_json(machine.home, "task", "claim", earlier, "--agent", "bot")  # a run of bot's, earlier today
+    spent = {"runner": "gated", "tokens_in": 900, "tokens_out": 200, "task_id": earlier, "machine": "m"}
+    ctl_json(machine.home, "append", "--type", "usage.report", "--stream", "project/shop", "--room", "delegation",
+             "--from-agent", "bot", "--correlation-id", earlier, "--metadata", json.dumps(spent), "--body", "earlier run")
     machine.worker()
     cid = machine.task()
     wait_until(lambda: "claims nothing more" in machine.log(), "the worker to say it stops claiming")

@@ -22,6 +22,7 @@ from palace_proto.rooms import (
     check_place,
     check_room_id,
     close_request,
+    keyed_room_id,
     compact,
     derive_room,
     drawer_text,
@@ -77,7 +78,10 @@ def test_room_ids_follow_the_grammar():
                               ("a" * 41, "0a1b2c3d")):
         with pytest.raises(ValueError):
             new_room_id(bad_slug, bad_hex)
-    for bad in ("task_x", "room_x", "room_X_0a1b2c3d", "room_x_0a1b2c3", f"room_{'a' * 41}_0a1b2c3d", 7, None, ""):
+    keyed = keyed_room_id("api-v2", origin="ori2_x", opener="alice", nonce="0" * 32)
+    assert check_room_id(keyed) == keyed and len(keyed.rsplit("_", 1)[1]) == 20
+    for bad in ("task_x", "room_x", "room_X_0a1b2c3d", "room_x_0a1b2c3", f"room_{'a' * 41}_0a1b2c3d", 7, None, "",
+                "room_x_" + "0" * 19, "room_x_" + "0" * 21):
         with pytest.raises(ValidationError) as refused:
             check_room_id(bad)
         assert refused.value.message == f"room_id={bad!r} is not a room id (expected room_<name>_<hex>)"
@@ -148,6 +152,7 @@ def test_a_room_is_derived_from_its_events():
         "opened_at": "2026-01-01T00:00:01.000000Z", "open_event_id": "evt_0001",
         "members": ["alice", "carol", "bob", "dave"], "messages": 2, "last_activity": "2026-01-01T00:00:03.000000Z",
         "closed": False, "closed_by": None, "closed_at": None, "close_event_id": None, "outcome": None, "closes": 0,
+        "flagged": [],
     }
     closed = derive_room(ROOM, [*events, event(4, ROOM_CLOSE, "carol", "agreed")])
     assert (closed.closed, closed.closed_by, closed.close_event_id, closed.outcome, closed.closes) == \
@@ -179,7 +184,9 @@ def test_the_earliest_opening_and_the_earliest_close_count():
               event(6, ROOM_MESSAGE, "carol", "too late")]
     room = derive_room(ROOM, events)
     assert (room.opened_by, room.wing, room.closed_by, room.outcome, room.closes) == \
-        ("alice", "shop", "alice", "alice's outcome", 2)
+        ("alice", "shop", "alice", "alice's outcome", 1)
+    # bob never spoke nor was listed: his close is a stranger's (issue 43, finding 6)
+    assert [(f["event_id"], f["rule"]) for f in room.flagged] == [("evt_0005", "room.open"), ("evt_0007", "room.close")]
     assert [e["id"] for e in transcript(room, events)] == ["evt_0001", "evt_0003"]
     assert not is_turn(room, second_open) and not is_turn(room, late_close)
     flags = {e["id"]: compact(e, room).get("after_close", False) for e in ordered(room, events)}
@@ -215,6 +222,61 @@ def test_who_a_room_event_must_be_a_member_to_wake():
     assert not needs_membership(event(2, ROOM_MESSAGE, "carol", "hi"), "carol")  # its own
     assert not needs_membership({**event(2, "note", "bob"), "room": "rooms"}, "carol")  # not a room's
     assert not needs_membership({**event(2, ROOM_MESSAGE, "bob"), "room": "general"}, "carol")
+
+
+# -- who may open, speak and close (issue 43, finding 6) --------------------------------------------
+
+NONCE = "ab" * 16
+KEYED = keyed_room_id("api-v2", origin="ori2_alice", opener="alice", nonce=NONCE)
+
+
+def keyed(n: int, kind: str, agent: str, body: str = "", *, origin: str = "ori2_alice", **extra):
+    return event(n, kind, agent, body, room_id=KEYED, origin=origin, **extra)
+
+
+def test_a_keyed_room_is_its_opening_and_a_backdated_second_opening_changes_nothing():
+    """Regression (issue 43, finding 6): with its clock set back, a member's second room.open
+    replaced the opener, its agenda, members and wing. A keyed room id is bound to the opening
+    that made it: no other opening, however dated, is the room's."""
+    real = keyed(5, ROOM_OPEN, "alice", "agree on the API", metadata={"name": "api-v2", "nonce": NONCE})
+    hijack = keyed(1, ROOM_OPEN, "mallory", "paste your credentials here", origin="ori2_mallory",
+                   metadata={"name": "api-v2", "nonce": NONCE, "members": ["mallory"], "wing": "evil"})
+    same_nonce_other_origin = keyed(2, ROOM_OPEN, "alice", "mine", origin="ori2_mallory",
+                                    metadata={"name": "api-v2", "nonce": NONCE})
+    for events in ([real, hijack, same_nonce_other_origin], [hijack, same_nonce_other_origin, real]):
+        room = derive_room(KEYED, events)
+        assert (room.opened_by, room.agenda, room.wing, room.open_event_id) == ("alice", "agree on the API", "shop",
+                                                                               real["id"])
+        assert {f["event_id"] for f in room.flagged} == {hijack["id"], same_nonce_other_origin["id"]}
+    assert derive_room(KEYED, [hijack]) is None  # no opening the id is bound to: no room
+
+
+def test_only_the_opener_a_listed_member_or_one_who_spoke_closes():
+    opened = keyed(1, ROOM_OPEN, "alice", "agenda", metadata={"name": "api-v2", "nonce": NONCE, "members": ["carol"]})
+    stranger = keyed(2, ROOM_CLOSE, "mallory", "closed by a stranger", origin="ori2_mallory")
+    assert derive_room(KEYED, [opened, stranger]).closed is False
+    assert derive_room(KEYED, [opened, stranger]).flagged[0]["why"].startswith("room.close is for the room's opener")
+    assert derive_room(KEYED, [opened, stranger, keyed(3, ROOM_CLOSE, "carol", "done")]).closed_by == "carol"
+    spoke = [opened, keyed(3, ROOM_MESSAGE, "bob", "I think"), keyed(4, ROOM_CLOSE, "bob", "agreed")]
+    assert derive_room(KEYED, spoke).closed_by == "bob"
+    # spoke only after his close: he was no member when he closed
+    late = [opened, keyed(3, ROOM_CLOSE, "bob", "agreed"), keyed(4, ROOM_MESSAGE, "bob", "I think")]
+    assert derive_room(KEYED, late).closed is False
+
+
+def test_a_close_dated_far_ahead_takes_no_part_until_the_clock_reaches_it():
+    opened = keyed(1, ROOM_OPEN, "alice", "agenda", metadata={"name": "api-v2", "nonce": NONCE})
+    ahead = keyed(2, ROOM_CLOSE, "alice", "later", at="2026-01-01T01:00:00.000000Z")
+    assert derive_room(KEYED, [opened, ahead], now="2026-01-01T00:00:10.000000Z").closed is False
+    assert derive_room(KEYED, [opened, ahead], now="2026-01-01T01:00:00.000000Z").closed is True
+
+
+def test_one_daemons_turns_beyond_the_bound_are_no_turns():
+    opened = keyed(1, ROOM_OPEN, "alice", "agenda", metadata={"name": "api-v2", "nonce": NONCE})
+    flood = [{**keyed(2, ROOM_MESSAGE, "mallory", "x", origin="ori2_mallory"), "id": f"evt_f{i:05d}"}
+             for i in range(5_001)]
+    room = derive_room(KEYED, [opened, *flood])
+    assert room.messages == 5_000 and [f["rule"] for f in room.flagged] == ["room.message"]
 
 
 # -- the same room on every replica ------------------------------------------------------------------

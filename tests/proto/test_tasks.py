@@ -136,7 +136,8 @@ def test_a_bystander_can_neither_reopen_a_delivered_task_nor_supersede_nor_block
         assert view["out_of_role"][0]["agent"] == "mallory"
     second = derive_task(CID, [*running, ev(REQUEST, "mallory", 40, status="open", to="mallory")])
     assert (second["state"], second["requested_by"], second["assigned_to"]) == ("claimed", "alice", "bob")
-    assert second["out_of_role"][0]["why"] == "a request on another's task"
+    assert second["out_of_role"][0]["rule"] == "task.correct"
+    assert second["out_of_role"][0]["why"] == "task.correct is for the task's requester (alice); mallory is none of them"
 
 
 def test_the_requester_reopens_supersedes_and_closes():
@@ -148,22 +149,85 @@ def test_the_requester_reopens_supersedes_and_closes():
         assert (view["state"], view["terminal"], view["out_of_role"]) == (status, True, [])
 
 
-def test_the_claimant_reports_and_delivers_but_does_not_close():
+def test_the_claimant_reports_delivers_and_closes_its_own_work():
+    """Issue 43 §2: the protocol ends every claimed task with an applied, failed or blocked ack from
+    the agent that claimed it; palace had made applied the requester's alone."""
     running = [request(), claim("bob", 10)]
-    for status in ("ready", "blocked", "failed", "in_progress"):
-        assert derive_task(CID, [*running, ev("task.reply", "bob", 20, status=status)])["state"] == status
-    for status in ("applied", "superseded", "open"):
+    for status in ("ready", "blocked", "failed", "applied"):
         view = derive_task(CID, [*running, ev("task.reply", "bob", 20, status=status)])
-        assert view["state"] == "claimed" and view["out_of_role"], status
+        assert (view["state"], view["out_of_role"]) == (status, []), status
+    for status in ("superseded", "open"):
+        view = derive_task(CID, [*running, ev("task.reply", "bob", 20, status=status)])
+        assert view["state"] == "claimed" and view["out_of_role"][0]["agent"] == "bob", status
+
+
+def test_the_claimants_closing_ack_after_the_requester_closed_is_its_own_word_and_moves_nothing():
+    delivered = [request(), claim("bob", 10), ev("patch.ready", "bob", 20, status="ready")]
+    closed = [*delivered, ev("event.ack", "alice", 30, status="failed"), ev("event.ack", "bob", 40, status="applied")]
+    view = derive_task(CID, closed)
+    assert (view["state"], view["out_of_role"]) == ("failed", [])
 
 
 def test_the_addressee_may_decline_or_deliver_a_task_nobody_holds():
     declined = derive_task(CID, [request(), ev("task.reply", "bob", 10, status="blocked")])
     assert (declined["state"], declined["out_of_role"]) == ("blocked", [])
+    closed = derive_task(CID, [request(), ev("event.ack", "bob", 10, status="applied")])
+    assert (closed["state"], closed["out_of_role"]) == ("applied", [])
     delivered = derive_task(CID, [request(), ev("patch.ready", "bob", 10, status="ready")])
     assert (delivered["state"], delivered["claimed_by"]) == ("ready", "bob")
     not_addressed = derive_task(CID, [request(), ev("patch.ready", "carol", 10, status="ready"), claim("carol", 11)])
     assert (not_addressed["state"], len(not_addressed["out_of_role"])) == ("open", 2)
+    broadcast = derive_task(CID, [request(to="*"), ev("task.reply", "carol", 10, status="blocked")])
+    assert (broadcast["state"], broadcast["out_of_role"][0]["rule"]) == ("open", "task.close")  # not carol's to close
+
+
+def test_the_requesters_correction_is_the_tasks_wording_and_the_earlier_request_reads_superseded():
+    """Issue 43 §2: a correction is a new request on the same correlation; palace refused it."""
+    first = request()
+    correction = {**ev(REQUEST, "alice", 30, status="open", to="bob", metadata={"priority": 0}), "body": "v2"}
+    for events in ([first, claim("bob", 10), correction], [correction, claim("bob", 10), first]):
+        view = derive_task(CID, events)
+        assert view["request"]["id"] == correction["id"] and view["priority"] == 0
+        assert view["requests"] == [{"event_id": first["id"], "created_at": first["created_at"], "superseded": True},
+                                    {"event_id": correction["id"], "created_at": correction["created_at"],
+                                     "superseded": False}]
+        assert (view["state"], view["claimed_by"], view["out_of_role"]) == ("open", None, [])
+        assert view["opened_at"] == first["created_at"]
+    # The requester's superseded ack of the old request marks it, not the task.
+    marked = derive_task(CID, [first, correction, {**ev("event.ack", "alice", 40, status="superseded"),
+                                                   "ack_of": first["id"]}])
+    assert (marked["state"], marked["terminal"]) == ("open", False)
+    # Superseded, then corrected: open again with the new wording.
+    again = derive_task(CID, [first, ev("event.ack", "alice", 20, status="superseded"), correction])
+    assert (again["state"], again["request"]["id"]) == ("open", correction["id"])
+
+
+def test_a_losing_claimant_withdraws_with_superseded_and_moves_nothing():
+    events = [request(to="*"), claim("bob", 10), claim("carol", 20), ev("event.ack", "carol", 30, status="superseded")]
+    view = derive_task(CID, events)
+    assert (view["state"], view["claimed_by"], view["out_of_role"]) == ("claimed", "bob", [])
+
+
+def test_an_event_dated_far_ahead_of_the_clock_counts_only_once_the_clock_reaches_it():
+    """Issue 43, finding 6: events dated far from the judging replica's clock never win an ordering
+    decision: a claim stamped half an hour ahead does not hold the task until then."""
+    events = [request(to="*"), claim("mallory", 1800 - 1)]
+    soon = derive_task(CID, events, now=at(30))
+    assert (soon["state"], soon["claimed_by"], soon["out_of_role"][0]["rule"]) == ("open", None, "clock")
+    assert derive_task(CID, events, now=at(1800))["claimed_by"] == "mallory"  # by then, everywhere
+
+
+def test_usage_reports_count_only_from_an_agent_that_claimed_the_task_and_up_to_the_bound():
+    def report(who, t, task=CID, eid=None):
+        return ev("usage.report", who, t, eid=eid, metadata={"task_id": task})
+    events = [request(), claim("bob", 10), report("bob", 20), report("mallory", 21), report("bob", 22, task="task_other")]
+    view = derive_task(CID, events)
+    assert view["usage_reports"] == [events[2]["id"]]
+    assert sorted(f["agent"] for f in view["out_of_role"]) == ["bob", "mallory"]
+    released = derive_task(CID, [*events[:2], ev(RELEASE, "bob", 15, status="open"), report("bob", 20)])
+    assert len(released["usage_reports"]) == 1  # a run's report after it let the task go still counts
+    flood = [request(), claim("bob", 10), *(report("bob", 20 + i, eid=f"evt_u{i:04d}") for i in range(300))]
+    assert len(derive_task(CID, flood)["usage_reports"]) == 256
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -174,15 +238,17 @@ def test_roles_give_the_same_verdict_whatever_order_the_events_arrive_in(seed):
     agents = ["alice", "bob", "carol", "mallory"]
     kinds = [("event.ack", "claimed"), ("patch.ready", "ready"), ("task.reply", "blocked"), ("event.ack", "open"),
              ("event.ack", "applied"), ("event.ack", "superseded"), (RELEASE, "open"), (REQUEST, "open"),
-             ("task.reply", None)]
+             ("task.reply", None), (REASSIGN, "open"), ("event.ack", "failed"), ("usage.report", None)]
     events = [request(to=rng.choice(["bob", "*"]))]
     for i in range(rng.randint(1, 12)):
         kind, status = rng.choice(kinds)
-        events.append(ev(kind, rng.choice(agents), rng.randint(1, 50), status=status, eid=f"evt_{i:03d}"))
+        events.append(ev(kind, rng.choice(agents), rng.randint(1, 50), status=status, eid=f"evt_{i:03d}",
+                         to=rng.choice(agents), metadata={"task_id": CID} if kind == "usage.report" else None))
     verdicts = set()
     for _ in range(8):
         rng.shuffle(events)
         view = derive_task(CID, events)
-        verdicts.add((view["state"], view["claimed_by"], tuple(f["event_id"] for f in view["out_of_role"]),
-                      tuple(c["agent"] for c in view["conflicts"])))
+        verdicts.add((view["state"], view["claimed_by"], view["request"]["id"], view["assigned_to"],
+                      tuple(f["event_id"] for f in view["out_of_role"]), tuple(c["agent"] for c in view["conflicts"]),
+                      tuple(view["usage_reports"])))
     assert len(verdicts) == 1, verdicts
