@@ -3,13 +3,18 @@
 Owns: the registry's state derived from the stored registry events (palace_proto.agents) — each
 agent's record, each origin's daemon (the fingerprint of its key), and the agents each origin has
 registered — loaded when the store opens and brought up to date after each commit; the checks a
-local write as an agent must pass (``needs_registration``: held here, free, elsewhere, retired)
-and the one an arriving event must pass (``arrival_problem``); the verdict on any stored event
-(``verdict``), which the handlers attach to what they serve; and the meta flag saying this
+local write as an agent must pass (``needs_registration``: held here, free, elsewhere, retired);
+the verdict on any stored event (``verdict``: an impersonation, a ``palaced`` event that is no
+notice, a registry event not in its daemon's own word, an agent its origin never registered),
+which the handlers attach to what they serve and every derivation reads (such an event holds no
+role in the authority table); and the meta flag saying this
 daemon's agents from before it belonged to a palace were registered to it (``own_agents_registered``,
 ``note_own_agents_registered``: the handlers' write job registers them once).
 
-Threading: ``records`` and ``origin_daemons`` are replaced whole or only added to, so any thread
+An authentic event from a peer is never refused for breaking these rules: it is stored and relayed
+(replicas converge whatever their members write), and the verdict flags it everywhere alike.
+
+Threading: ``records``, ``registered`` and ``origin_daemons`` are replaced whole or only added to, so any thread
 reads them without a lock; everything else is the writer thread's. The registry events of the
 running batch (``WriteContext.batch.registry``) count for the checks at once and for ``records``
 once the batch commits (a rolled-back batch leaves no trace here). The checks take the job's
@@ -87,8 +92,25 @@ def _metadata(event: SignedEvent) -> dict[str, Any]:
 
 
 def _public_view(event: SignedEvent) -> dict[str, Any]:
-    """What ``claim_from_event`` and the CA check read of a signed event."""
-    return {"id": event.id, "type": event.type, "created_at": event.created_at, "metadata": _metadata(event)}
+    """What ``claim_from_event``, ``registry_problem`` and the CA check read of a signed event."""
+    return {"id": event.id, "type": event.type, "created_at": event.created_at, "metadata": _metadata(event),
+            "from_agent": event.from_agent}
+
+
+def registry_problem(event: Mapping[str, Any], daemon: str) -> str | None:
+    """Why a registry event (public view) written by ``daemon`` is void under the authority
+    table's ``agent.*`` rows (None: it is a claim): it is the writing daemon's own word, written
+    as ``palaced``, naming an agent (and, for a transfer, the daemon it goes to) and naming the
+    daemon that wrote it. Such an event is stored and relayed like any other; it moves nothing."""
+    kind = event.get("type")
+    if event.get("from_agent") != SYSTEM_AGENT:
+        return f"{kind} must be written as {SYSTEM_AGENT} (the daemon's own word)"
+    if claim_from_event(event, daemon, ca_verified=False) is None:
+        return f"{kind} must name its agent (and, for a transfer, the daemon it goes to)"
+    metadata = event.get("metadata")
+    if not isinstance(metadata, Mapping) or metadata.get("daemon") != daemon:
+        return f"{kind} names another daemon than the one that wrote it"
+    return None
 
 
 class AgentRegistry:
@@ -114,6 +136,8 @@ class AgentRegistry:
         self.enforcing = False
         self._claims: dict[str, list[Claim]] = {}  # writer thread
         self._origin_agents: dict[str, set[str]] = {}  # writer thread: origin -> agents it registered
+        #: origin -> the agents it registered, committed (replaced whole after a commit; any thread)
+        self.registered: Mapping[str, frozenset[str]] = {}
 
     def __repr__(self) -> str:
         return f"<AgentRegistry {self.daemon[:7]} agents={len(self.records)}>"
@@ -127,17 +151,19 @@ class AgentRegistry:
         self._claims, self._origin_agents = {}, {}
         placeholders = ",".join("?" * len(REGISTRY_TYPES))
         rows = conn.execute(
-            f"SELECT e.id, e.origin, e.type, e.created_at, e.metadata FROM events e JOIN origins o "
+            f"SELECT e.id, e.origin, e.type, e.created_at, e.metadata, e.from_agent FROM events e JOIN origins o "
             f"ON o.origin = e.origin WHERE e.type IN ({placeholders}) AND e.origin_seq <= o.max_seq "
-            f"ORDER BY e.seq", tuple(sorted(REGISTRY_TYPES))).fetchall()
-        for event_id, origin, kind, created_at, metadata in rows:
+            f"ORDER BY e.origin, e.origin_seq", tuple(sorted(REGISTRY_TYPES))).fetchall()
+        for event_id, origin, kind, created_at, metadata, from_agent in rows:
             self._take({"id": event_id, "origin": origin, "type": kind, "created_at": created_at,
-                        "metadata": json.loads(metadata)})
+                        "metadata": json.loads(metadata), "from_agent": from_agent})
         self.records = {agent: derive_record(agent, claims) for agent, claims in self._claims.items()}
+        self._publish_registered()
 
     def _claim(self, event: Mapping[str, Any], daemon: str | None) -> Claim | None:
-        """The claim of a registry event (public view) written by ``daemon``, its CA statement checked."""
-        if daemon is None:
+        """The claim of a registry event (public view) written by ``daemon``, its CA statement checked;
+        None when it is no claim the table allows (``registry_problem``): stored, and void."""
+        if daemon is None or registry_problem(event, daemon) is not None:
             return None
         return claim_from_event(event, daemon, ca_verified=ca_signature_of(event) is not None and self.ca_check(event))
 
@@ -146,9 +172,12 @@ class AgentRegistry:
         claim = self._claim(event, self.origin_daemons.get(event["origin"]))
         if claim is None:
             return None
-        self._claims.setdefault(claim.agent, []).append(claim)
         if claim.kind == REGISTER:
-            self._origin_agents.setdefault(event["origin"], set()).add(claim.agent)
+            registered = self._origin_agents.setdefault(event["origin"], set())
+            if claim.agent not in registered and len(registered) >= MAX_AGENTS_PER_ORIGIN:
+                return None  # beyond the bound of the table's agent.register row: void, counted nowhere
+            registered.add(claim.agent)
+        self._claims.setdefault(claim.agent, []).append(claim)
         return claim.agent
 
     def after_commit(self, conn: apsw.Connection, new_events: Sequence[CommittedEvent],
@@ -168,6 +197,11 @@ class AgentRegistry:
             for agent in changed:
                 records[agent] = derive_record(agent, self._claims[agent])
             self.records = records
+            self._publish_registered()
+
+    def _publish_registered(self) -> None:
+        """The agents each origin registered, as any thread reads them (replaced whole)."""
+        self.registered = {origin: frozenset(agents) for origin, agents in self._origin_agents.items()}
 
     def reload_ca(self, ctx: WriteContext) -> None:
         """The CA check changed (a palace founded or joined): derive again (a write job's step: the
@@ -270,40 +304,6 @@ class AgentRegistry:
                 out.append(agent)
         return sorted(out)
 
-    def arrival_problem(self, ctx: WriteContext, event: SignedEvent, key: bytes) -> str | None:
-        """Why an authentic event from outside breaks the registry's rules (None: it does not).
-        Deterministic: it depends only on the event and its own origin's chain before it.
-
-        * Only the daemon's notices are written as ``palaced``.
-        * A registry event is written as ``palaced``, names an agent, and names the daemon of its
-          own origin (a daemon registers, transfers and retires only as itself).
-        * An origin that registers agents writes as an agent only after registering it.
-        """
-        agent = event.from_agent
-        if event.type in REGISTRY_TYPES:
-            if agent != SYSTEM_AGENT:
-                return f"{event.type} must be written as {SYSTEM_AGENT}"
-            view = {**_public_view(event), "origin": event.origin}
-            daemon = fingerprint(key)
-            if claim_from_event(view, daemon, ca_verified=False) is None:
-                return f"{event.type} must name its agent (and, for a transfer, the daemon it goes to)"
-            if view["metadata"].get("daemon") != daemon:
-                return f"{event.type} names another daemon than the one that wrote it"
-            if event.type == REGISTER:
-                registered = self.registered_by(ctx, event.origin)
-                if view["metadata"]["agent"] not in registered and len(registered) >= MAX_AGENTS_PER_ORIGIN:
-                    return f"origin {event.origin} registers more than {MAX_AGENTS_PER_ORIGIN} agents"
-            return None
-        if agent == SYSTEM_AGENT:
-            if event.type not in SYSTEM_WRITTEN_TYPES:
-                return f"only the daemon's own notices are written as {SYSTEM_AGENT}, not {event.type}"
-            return None
-        registered = self.registered_by(ctx, event.origin)
-        if registered and agent not in registered:
-            return (f"origin {event.origin} writes as {agent} without registering it first "
-                    f"(an {REGISTER} of {agent} must come before)")
-        return None
-
     # -- verdicts (any thread) ------------------------------------------------------------------
 
     def holds(self, agent: str) -> bool:
@@ -312,28 +312,56 @@ class AgentRegistry:
         return record is not None and record.current is not None and record.current.daemon == self.daemon
 
     def verdict(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The impersonation verdict on a public event object, or None (fine, or not judged)."""
-        record = self.records.get(event.get("from_agent"))  # type: ignore[arg-type]
-        if record is None:
-            return None
+        """The identity verdict on a public event object, or None (fine, or not judged): written as
+        an agent by a daemon that does not hold it (``palace_proto.agents.judge``), as ``palaced``
+        when it is no notice of the daemon's, as a registry event not in the daemon's own word, or
+        as an agent nobody holds by an origin that registers its agents but never registered this
+        one. Every replica reaches the same verdict from the same events; an event with one holds
+        no role anywhere (the authority table's first condition) and moves nothing."""
+        agent = event.get("from_agent")
         daemon = self.origin_daemons.get(event.get("origin"))  # type: ignore[arg-type]
         if daemon is None:
+            return None
+        kind = event.get("type")
+        if agent == SYSTEM_AGENT:
+            if kind not in SYSTEM_WRITTEN_TYPES:
+                return _flag(agent, daemon, f"only the daemon's own notices are written as {SYSTEM_AGENT}, not {kind}")
+            if kind in REGISTRY_TYPES:
+                problem = registry_problem(event, daemon)
+                if problem is not None:
+                    return _flag(agent, daemon, problem)
+            return None
+        if kind in REGISTRY_TYPES:
+            return _flag(agent, daemon, f"{kind} must be written as {SYSTEM_AGENT} (the daemon's own word)")
+        record = self.records.get(agent)  # type: ignore[arg-type]
+        if record is None:
+            registered = self.registered.get(event.get("origin"))  # type: ignore[arg-type]
+            if registered and agent not in registered:
+                return _flag(agent, daemon, f"written as {agent} by an origin that registers its agents and never "
+                                            f"registered {agent}")
             return None
         found = judge(record, daemon, event["created_at"], event["id"])
         return found.to_wire() if found is not None else None
 
     def annotate(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The events with ``impersonation`` on those that are one (a copy of each such event:
+        """The events with ``impersonation`` on those the verdict flags (a copy of each such event:
         the ones given may be shared, e.g. the bus's ring)."""
         out = []
-        records = self.records
+        records, registered = self.records, self.registered
         for event in events:
-            if event.get("from_agent") in records:
+            agent = event.get("from_agent")
+            if agent in records or agent == SYSTEM_AGENT or event.get("type") in REGISTRY_TYPES or (
+                    registered and event.get("origin") in registered):
                 found = self.verdict(event)
                 if found is not None:
                     event = {**event, "impersonation": found}
             out.append(event)
         return out
+
+
+def _flag(agent: Any, daemon: str, reason: str) -> dict[str, Any]:
+    """An identity verdict that is no tenure's (the wire shape of ``Impersonation``)."""
+    return {"agent": agent, "holder": None, "since": "", "written_by": daemon, "reason": reason, "unproven": False}
 
 
 def own_agents_registered(ctx: WriteContext) -> bool:

@@ -2,8 +2,9 @@
 
 Owns: applying a peer's batch (duplicates, gaps, forks, rejections, refusals, events held back for
 missing artifacts), joining imported history when replication reaches it, the data-model rules an
-authentic event from outside must keep (imports.py applies the same ones; the agent registry's
-own rules, agents.arrival_problem, apply to the replicated chains only), fork evidence, and
+authentic event from outside must keep (imports.py applies the same ones; who may write what is
+not among them: an event the authority table or the agent registry does not allow is stored,
+relayed and flagged, never refused), fork evidence, and
 whether an ``event.redact`` from outside may purge its target (on its arrival or the target's).
 What was refused from peers stays in ``Refusals`` (replication asks it which origins not to ask
 again; ``status`` counts the redactions not honoured). Each function takes the job's
@@ -170,7 +171,9 @@ def apply_remote(ctx: WriteContext, events: Sequence[SignedEvent], key_for: Call
                 forked.add(event.origin)
             report.forks.append(event)
         else:
-            reason = rule_broken(event, ctx.limits) or ctx.agents.arrival_problem(ctx, event, key)
+            # Only the data model refuses an authentic event: who may write what (the authority
+            # table, the agent registry) decides what it does, never whether it is stored.
+            reason = rule_broken(event, ctx.limits)
             if reason is not None:
                 _refuse(ctx.refusals, event, reason, source)
                 report.refused.append((event, reason))

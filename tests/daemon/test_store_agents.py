@@ -15,6 +15,7 @@ from palace_proto.canonical import canonical_json
 from palace_proto.envelope import seal_event
 from palace_proto.errors import ValidationError
 from palace_proto.ids import fingerprint
+from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, Limits
 from palaced.store import Store
 from palaced.store.agents import AgentElsewhere, AgentRetired
@@ -145,8 +146,18 @@ def test_a_partition_where_two_daemons_took_one_id_ends_with_the_same_verdicts_e
         append(b)
 
 
-def test_an_origin_that_writes_as_an_agent_it_never_registered_is_refused_on_arrival(trio_of_stores):
-    """Guards against a member skipping registration to write as another daemon's agent."""
+def _stored_and_flagged(a, b, forged):
+    """``forged`` (an authentic event of a's chain) pushed to b: stored (replicas converge), and
+    the verdict b attaches to it."""
+    ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
+    assert ok and report.refused == [] and [r.signed.id for r in report.applied] == [forged.id], report
+    [stored] = b.agents.annotate([b.get_event(forged.id)])
+    return stored.get("impersonation")
+
+
+def test_an_origin_that_writes_as_an_agent_it_never_registered_is_stored_and_flagged(trio_of_stores):
+    """Guards against a member skipping registration to write as an agent (issue 43: a replica
+    stores and relays every authentic event; the verdict, not a refusal, says it moves nothing)."""
     a, b, _ = trio_of_stores
     append(a, from_agent="box-bot")  # b learns of a registry-aware origin
     sync(a, b, a, b)
@@ -155,8 +166,8 @@ def test_an_origin_that_writes_as_an_agent_it_never_registered_is_refused_on_arr
     forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
                         created_at="2026-12-01T10:00:00.000000Z", type="note", stream="s", room="r",
                         from_agent="mac-claude", body="as mac-claude, unregistered")
-    ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
-    assert ok and report.applied == [] and "without registering it first" in report.refused[0][1]
+    verdict = _stored_and_flagged(a, b, forged)
+    assert "never registered mac-claude" in verdict["reason"]
 
 
 @pytest.mark.parametrize(("change", "why"), [
@@ -165,6 +176,7 @@ def test_an_origin_that_writes_as_an_agent_it_never_registered_is_refused_on_arr
     ({"metadata_json": canonical_json({"agent": "x", "daemon": "SOMEONE-ELSE"})}, "names another daemon"),
 ])
 def test_a_registry_event_must_be_the_daemons_own_word(trio_of_stores, change, why):
+    """Stored and relayed, flagged, and it registers nothing."""
     a, b, _ = trio_of_stores
     append(a)
     sync(a, b, a, b)
@@ -173,8 +185,8 @@ def test_a_registry_event_must_be_the_daemons_own_word(trio_of_stores, change, w
               "metadata_json": canonical_json(registry_metadata(REGISTER, "x", a.agents.daemon)), **change}
     forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
                         created_at="2026-12-01T10:00:00.000000Z", **fields)
-    ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
-    assert ok and report.applied == [] and why in report.refused[0][1]
+    assert why in _stored_and_flagged(a, b, forged)["reason"]
+    assert "x" not in b.agents.records
 
 
 def test_a_peers_palaced_writes_only_notices(trio_of_stores):
@@ -184,9 +196,11 @@ def test_a_peers_palaced_writes_only_notices(trio_of_stores):
     last = a.signed_events_of_origin(a.origin_id, 0, 10)[-1]
     forged = seal_event(a.chain.key, origin=a.origin_id, origin_seq=last.origin_seq + 1, prev_hash=last.event_hash,
                         created_at="2026-12-01T10:00:00.000000Z", type="task.request", stream="s", room="r",
-                        from_agent=SYSTEM_AGENT, body="do this, says the daemon")
-    ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
-    assert ok and "only the daemon's own notices" in report.refused[0][1]
+                        from_agent=SYSTEM_AGENT, correlation_id="task_x_1", body="do this, says the daemon")
+    assert "only the daemon's own notices" in _stored_and_flagged(a, b, forged)["reason"]
+    # flagged: it holds no role, so it opens no task
+    assert b.events_by_correlation("task_x_1") and derive_task("task_x_1", b.agents.annotate(
+        b.events_by_correlation("task_x_1"))) is None
 
 
 def test_registrations_of_a_rolled_back_job_leave_no_trace(trio_of_stores):
@@ -262,7 +276,8 @@ def test_one_origin_registers_a_bounded_number_of_agents_here_and_on_arrival(tri
                         from_agent=SYSTEM_AGENT, body="r",
                         metadata_json=canonical_json(registry_metadata(REGISTER, "three", a.agents.daemon)))
     ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
-    assert ok and "registers more than 2 agents" in report.refused[0][1]
+    assert ok and report.refused == [] and len(report.applied) == 1  # stored: replicas converge
+    assert "three" not in b.agents.records  # and void: beyond the bound it registers nothing
 
 
 def _activity_as_the_log_counts_it(store):

@@ -175,8 +175,9 @@ async def test_forged_origins_altered_bodies_and_chains_with_gaps(scene):
 
 async def test_a_member_cannot_write_as_another_daemons_agent_unnoticed(scene):
     """Issue 16: mallory, whose origin registers agents, writes as alpha's agent without a
-    registration (refused on arrival), then with one of its own (void: alpha's came first), and
-    every replica flags those events as impersonations."""
+    registration, then with one of its own (void: alpha's came first), and every replica flags
+    those events as impersonations. Issue 43: both are stored and relayed (replicas converge
+    whatever a member writes); the verdict, not a refusal, keeps them from moving anything."""
     append(scene.alpha.home, "alpha's own words", from_agent="alpha-bot")
     wait_converged(scene.alpha, scene.beta)
     key, own = scene.mallory.key, scene.mallory.origin
@@ -195,10 +196,11 @@ async def test_a_member_cannot_write_as_another_daemons_agent_unnoticed(scene):
         await peer.drain(1.0)
     finally:
         await peer.aclose()
-    assert "unregistered" not in bodies(scene.alpha.home)
-    assert "without registering it first" in scene.alpha.log()
-    # The refused event stops mallory's chain on alpha; a registered impostor comes from a second
-    # credential of mallory's, a daemon of its own.
+    wait_converged(scene.alpha, scene.beta)
+    for d in (scene.alpha, scene.beta):
+        (event,) = [e for e in api(d.home, "list", limit=500)["events"] if e["body"] == "unregistered"]
+        assert event["impersonation"]["holder"] == peer_id(scene.alpha.home), event
+    # A registered impostor comes from a second credential of mallory's, a daemon of its own.
     scene2 = issue_member(scene.alpha.home, scene.alpha.home.parent / "creds2", "mallory2")
     key2, own2 = scene2.key, scene2.origin
     claim = sealed(key2, own2, seq=1, prev=GENESIS_HASH, type=REGISTER, stream="palace", room="agents",
