@@ -1,7 +1,9 @@
-"""What a client may append: the event types reserved to the daemon, and bulk appends.
+"""What a client may append: the event types reserved to the daemon's operations, and bulk appends.
 
-Owns: ``RESERVED_TYPES`` (types that change how other events are shown — redactions, revocations,
-memory — written only by the daemon's own operations, never by ``append``), and the rules of one
+Owns: ``RESERVED_TYPES`` (the types the authority table, ``palace_proto.authority``, says an
+operation of the daemon writes, never ``append``: redactions, revocations, memory, the registry,
+questions, rooms, leases, palace's notices — each with the command that writes it), the refusal of
+a type in palace's namespaces the table does not name, and the rules of one
 ``append_many`` request (proto/PROTOCOL.md, "Operations"): a list of 1..``MAX_APPEND_MANY`` maps,
 each exactly what ``append`` takes (without ``replicated``), validated as a whole before anything
 is written. palacectl checks a bulk file with these same rules before it sends a line, so the
@@ -14,37 +16,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .agents import REGISTER, RETIRE, TRANSFER
+from .authority import RULES, unnamed_type
 from .errors import ValidationError
-from .memory import DIARY_EVENT, DRAWER_EVENT, KG_ADD_EVENT, KG_INVALIDATE_EVENT
-from .pki import REVOKE_EVENT_TYPE
-from .rooms import ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN
 from .usage import USAGE_TYPE, check_usage_metadata
 from .validation import AppendRequest, Limits
 
 __all__ = ["MAX_APPEND_MANY", "RESERVED_TYPES", "append_many_requests", "append_request"]
 
-#: types only the daemon may write, with the command that writes them
-RESERVED_TYPES: Final = {
-    "event.redact": "use `palacectl redact`",
-    REVOKE_EVENT_TYPE: "use `palacectl revoke`",
-    DRAWER_EVENT: "use `palacectl remember`",
-    DIARY_EVENT: "use `palacectl diary write`",
-    KG_ADD_EVENT: "use `palacectl kg add`",
-    KG_INVALIDATE_EVENT: "use `palacectl kg invalidate`",
-    REGISTER: "agents register with their first write, or `palacectl agent register`",
-    TRANSFER: "use `palacectl agent transfer`",
-    RETIRE: "use `palacectl agent retire`",
-    "lease.conflict": "palaced writes it to a lease's loser (`palacectl lease list` shows who holds what)",
-    "task.conflict": "palaced writes it to a claim's loser (`palacectl task show` shows the claims)",
-    "task.stalled": "palaced writes it to a stalled task's requester (`palacectl task list --stalled`)",
-    "question.ask": "use `palacectl ask` (it waits for the answer)",
-    "question.answer": "use `palacectl answer QUESTION_ID TEXT`",
-    # A room's close is checked against its turns in the transaction that writes them.
-    ROOM_OPEN: "use `palacectl room open` (MCP mempalace_room_open)",
-    ROOM_MESSAGE: "use `palacectl room say` (MCP mempalace_room_say)",
-    ROOM_CLOSE: "use `palacectl room close` (MCP mempalace_room_close)",
-}
+#: types only the daemon's operations write (the authority table's ``written_by``), with why append refuses them
+RESERVED_TYPES: Final = {kind: why for rule in RULES for kind in rule.types if (why := unnamed_type(kind)) is not None}
 # Why 1,000: one commit of a thousand events takes tens of milliseconds, which bounds how long
 # other writers wait behind a bulk writer; a bigger file is sent as several requests.
 MAX_APPEND_MANY: Final = 1000
@@ -57,8 +37,9 @@ def append_request(args: Mapping[str, Any], limits: Limits) -> AppendRequest:
         ValidationError: naming the field and the rule.
     """
     request = AppendRequest.from_wire(args, limits)
-    if request.type in RESERVED_TYPES:
-        raise ValidationError(f"type {request.type!r} is reserved; {RESERVED_TYPES[request.type]}", field="type")
+    refused = unnamed_type(request.type)
+    if refused is not None:
+        raise ValidationError(refused, field="type")
     if request.type == USAGE_TYPE:
         # What every replica sums: a usage report is checked field by field (palace_proto.usage).
         check_usage_metadata(json.loads(request.metadata_json))

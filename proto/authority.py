@@ -388,7 +388,7 @@ def unnamed_type(kind: str) -> str | None:
         return (f"type {kind!r} is in palace's namespace {prefix!r} but its authority table does not name it: "
                 f"no one may write it (types of your own go outside {', '.join(NAMESPACES)})")
     if not rule.appendable:
-        return f"type {kind!r} is written by {rule.written_by}, not by append"
+        return f"type {kind!r} is reserved: it is written by {rule.written_by}, not by append"
     return None
 
 

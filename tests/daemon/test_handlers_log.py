@@ -41,12 +41,26 @@ async def test_an_append_is_listed_and_fetched_at_once(tmp_path):
 
 @pytest.mark.parametrize("reserved", sorted(log.RESERVED_TYPES))
 async def test_reserved_types_are_refused_and_nothing_is_written(tmp_path, reserved):
-    """Guards the rule that only the daemon writes types that change how other events are shown."""
+    """Guards the rule that only the daemon's operations write the types the authority table
+    reserves to them (it names what writes each)."""
     async with open_context(tmp_path) as ctx:
         with pytest.raises(ValidationError) as refused:
             await log.append(ctx, note(type=reserved))
-        assert refused.value.field == "type" and "palacectl" in refused.value.message
+        assert refused.value.field == "type" and "is reserved: it is written by" in refused.value.message
+        assert ("palacectl" in refused.value.message) or ("palaced" in refused.value.message)
         assert await _count(ctx) == 0
+
+
+@pytest.mark.parametrize("kind", ["task.approve", "room.join", "lease.steal", "usage.refund", "question.poll",
+                                  "memory.forget", "agent.adopt", "palace.rename", "event.undo"])
+async def test_a_type_in_palaces_namespaces_the_table_does_not_name_is_refused(tmp_path, kind):
+    """Issue 43 §3: a new event type cannot be appended until the authority table names it."""
+    async with open_context(tmp_path) as ctx:
+        with pytest.raises(ValidationError) as refused:
+            await log.append(ctx, note(type=kind))
+        assert "its authority table does not name it" in refused.value.message
+        assert await _count(ctx) == 0
+        assert (await log.append(ctx, note(type="patch.applied")))["type"] == "patch.applied"  # outside: words
 
 
 @pytest.mark.parametrize(("change", "field"), [

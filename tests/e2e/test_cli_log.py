@@ -179,7 +179,7 @@ def test_append_missing_required_option_is_usage_error(ctl, missing):
         (["--correlation-id", "c\x7fd"], "correlation_id contains control characters"),
         (["--metadata", "[1, 2]"], "--metadata must be a JSON object"),
         (["--artifact-id", "art_x"], "artifact_ids references unknown artifact 'art_x'"),
-        (["--type", "event.redact"], "type 'event.redact' is reserved; use `palacectl redact`"),
+        (["--type", "event.redact"], "type 'event.redact' is reserved: it is written by redact (palacectl redact), not by append"),
     ],
     ids=["type-regex", "type-too-long", "type-blank", "stream-blank", "status", "topic-len", "from-len",
          "to-ctrl", "room-tab", "corr-del", "metadata-array", "unknown-artifact", "reserved-type"],
@@ -761,7 +761,7 @@ def test_append_event_redact_type_is_reserved_even_with_metadata(ctl):
     target = append_event(ctl, body="keep me")
     result = ctl("append", "--type", "event.redact", "--stream", "project/test", "--room", "general",
                  "--from-agent", "mallory", "--metadata", json.dumps({"redacts": target["id"]}))
-    assert_fails(result, "type 'event.redact' is reserved; use `palacectl redact`")
+    assert_fails(result, "type 'event.redact' is reserved: it is written by redact (palacectl redact), not by append")
     assert ctl("list", "--json").json()["events"][0]["body"] == "keep me"
 
 
