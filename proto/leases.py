@@ -35,14 +35,16 @@ Pure: stdlib only, no clock, no IO.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
+from .authority import ANY_AGENT, LEASE_HOLDER, TELLING_DAEMON, Verdict, flag_of, judge, rule_named
 from .errors import ValidationError
 from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check_duration, parse_duration
 
@@ -815,14 +817,15 @@ def lease_of(event: Mapping[str, Any]) -> Lease | None:
 _expiry: Final = lru_cache(maxsize=65536)(add_seconds)
 
 
-def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, str] | None = None) -> list[Lease]:
+def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, str] | None = None,
+                  daemon_of: Callable[[Any], Any] | None = None) -> list[Lease]:
     """Every lease the events take, with how and when each ended (if it did), oldest first.
 
     ``events``: lease events (any order; others are ignored). ``revoked``: origin → when its
     daemon was revoked (its leases end then). The answer depends on nothing else, so every
     replica holding the same events derives the same leases (see the module docstring).
     """
-    ledger = LeaseLedger(revoked)
+    ledger = LeaseLedger(revoked, daemon_of)
     ledger.feed(events)
     return ledger.leases()
 
@@ -842,10 +845,25 @@ class LeaseLedger:
     finding 6). An event that sorts before the last one applied (a late arrival, a clock behind)
     cannot be applied that way: ``feed`` refuses the whole batch and the caller derives afresh.
 
+    Who may renew, release and tell is the authority table's (``palace_proto.authority``, rules
+    ``lease.*``): a renew or a release by anyone but the lease's holder while it is in force, and a
+    ``lease.conflict`` from another daemon than the loser's or about a lease that did not lose,
+    are *flagged* (``flagged``: the newest ``MAX_FLAGGED_KEPT``, and ``flagged_count``) and move
+    nothing. ``daemon_of(origin)`` names the daemon an origin belongs to (origins compared without it).
+
     Not thread-safe: one writer at a time. Lease objects are updated in place as later events end,
     renew or revoke them."""
 
-    def __init__(self, revoked: Mapping[str, str] | None = None) -> None:
+    #: Why 100: what `lease list` shows of the flagged events (a member can write any number; the
+    #: count says how many).
+    MAX_FLAGGED_KEPT: Final = 100
+
+    def __init__(self, revoked: Mapping[str, str] | None = None,
+                 daemon_of: Callable[[Any], Any] | None = None) -> None:
+        self.daemon_of = daemon_of if daemon_of is not None else (lambda origin: origin)
+        #: the newest events the table did not allow, each ``authority.flag_of``
+        self.flagged: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.MAX_FLAGGED_KEPT)
+        self.flagged_count = 0
         self.revoked = {origin: add_seconds(when, 0) for origin, when in (revoked or {}).items()
                         if isinstance(when, str) and STAMP_RE.match(when)}
         self._acquires: dict[str, Lease] = {}
@@ -880,7 +898,7 @@ class LeaseLedger:
         sorts at or before the last event applied (derive afresh)."""
         batch = []
         for event in events:
-            if event.get("type") not in (ACQUIRE, RENEW, RELEASE) or event.get("impersonation"):
+            if event.get("type") not in (ACQUIRE, RENEW, RELEASE, CONFLICT) or event.get("impersonation"):
                 continue  # written as its holder by a daemon that did not hold that agent: it takes nothing
             if not isinstance(event.get("created_at"), str) or not STAMP_RE.match(event["created_at"]):
                 continue
@@ -892,6 +910,8 @@ class LeaseLedger:
             self.writers.add(str(event.get("from_agent")))
             if event["type"] == ACQUIRE:
                 self._acquire(event)
+            elif event["type"] == CONFLICT:
+                self._told(event)
             else:
                 self._change(event)
             self.applied += 1
@@ -917,11 +937,34 @@ class LeaseLedger:
         if when is not None and when < lease.until():
             lease.ended_at, lease.end = max(when, lease.created_at), "revoked"
 
+    def _flag(self, event: Mapping[str, Any], verdict: Verdict) -> None:
+        self.flagged.append(flag_of(event, verdict))
+        self.flagged_count += 1
+
+    def _told(self, event: Mapping[str, Any]) -> None:
+        """A ``lease.conflict`` moves nothing; from another daemon than the loser's, or about a
+        lease that did not lose (or was not forced out), it is flagged: it tells nobody anything."""
+        lease = self._acquires.get(_metadata(event).get("lease_id"))  # type: ignore[arg-type]
+        refers = (lease is not None and lease.end in ("lost", "forced")
+                  and self.daemon_of(event.get("origin")) == self.daemon_of(lease.origin))
+        verdict = judge(rule_named("lease.conflict"), {TELLING_DAEMON} if event.get("from_agent") == "palaced" else (),
+                        agent=event.get("from_agent"), refers=refers,
+                        refers_why="lease.conflict must come from the daemon of a lease that lost, about that lease")
+        if not verdict.ok:
+            self._flag(event, verdict)
+
     def _change(self, event: Mapping[str, Any]) -> None:
         lease = self._acquires.get(event.get("correlation_id"))  # type: ignore[arg-type]
         stamp = event["created_at"]
-        if lease is None or event.get("from_agent") != lease.holder or not lease.created_at <= stamp < lease.until():
+        holds = lease is not None and event.get("from_agent") == lease.holder and lease.created_at <= stamp < lease.until()
+        verdict = judge(rule_named(str(event["type"])), {LEASE_HOLDER} if holds else {ANY_AGENT},
+                        agent=event.get("from_agent"), refers=lease is not None,
+                        refers_why=f"{event['type']} must name a lease taken (its correlation id)",
+                        names={LEASE_HOLDER: lease.holder if lease is not None else None})
+        if not verdict.ok:
+            self._flag(event, verdict)
             return  # only its holder, and only while it is in force
+        assert lease is not None
         standing = self._projects[lease.stream]
         if event["type"] == RELEASE:
             lease.ended_at, lease.end = stamp, "released"

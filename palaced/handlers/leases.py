@@ -64,9 +64,9 @@ REBUILD_EVERY_S: Final = 86400
 RIVALS_NAMED: Final = 5
 # Why 100,000: lease ids known told, kept between runs of the reconciler (then read from the log again).
 MAX_TOLD_KEPT: Final = 100_000
-# The events a derivation reads: a lease.conflict notice changes no lease, so it neither triggers
-# a new derivation nor makes a writer re-derive (the reconciler reads the notices itself).
-DERIVED_FROM: Final = (ACQUIRE, RELEASE, RENEW)
+# The events the ledger reads: a lease.conflict notice changes no lease, but is judged there (a
+# notice from the wrong daemon is flagged: issue 43); it costs the ledger one step like any event.
+DERIVED_FROM: Final = (ACQUIRE, RELEASE, RENEW, CONFLICT)
 # Why 500 paths: what one `lease check` or one commit's guard asks at once is checked in one call;
 # the guard sends bigger commits in chunks.
 MAX_CHECK_PATHS: Final = 500
@@ -185,7 +185,8 @@ class LeaseBook:
         seq_before = store.lease_seq(DERIVED_FROM)
         window = _window_start()
         events = store.agents.annotate(store.lease_events(DERIVED_FROM, window, None, MAX_LEASE_EVENTS))
-        ledger = LeaseLedger(revoked)
+        daemons = store.agents.origin_daemons
+        ledger = LeaseLedger(revoked, lambda origin: daemons.get(origin) or origin)
         ledger.feed(events)
         self._ledger, self._window, self._rebuild_at = ledger, window, time.time() + REBUILD_EVERY_S
         # One query, one read snapshot: every event committed after it has a higher seq.
@@ -223,6 +224,12 @@ class LeaseBook:
                 self._indexed.discard(lease.id)
         if add or remove:
             self._index = self._index.evolved(add, remove)
+
+    def flagged(self) -> tuple[list[dict[str, Any]], int]:
+        """The newest lease events the authority table did not allow, and how many there were (as
+        of the last snapshot)."""
+        ledger = self._ledger
+        return ([dict(f) for f in ledger.flagged], ledger.flagged_count) if ledger is not None else ([], 0)
 
     def _snap(self, ledger: LeaseLedger, revoked: dict[str, str]) -> LeaseSnapshot:
         window = _window_start()
@@ -403,7 +410,10 @@ async def lease_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
     # In a worker thread: a month of leases takes tens of milliseconds to put on the wire.
     listed = await trio.to_thread.run_sync(shown)
-    return {"leases": listed, "count": len(listed), "now": now}
+    # What the authority table did not allow (a renew or release by another than the holder, a
+    # notice from the wrong daemon): flagged, it moved nothing (palace_proto.leases.LeaseLedger).
+    flagged, flagged_count = LeaseBook.of(ctx).flagged()
+    return {"leases": listed, "count": len(listed), "now": now, "flagged": flagged, "flagged_count": flagged_count}
 
 
 async def lease_check(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:

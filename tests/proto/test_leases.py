@@ -22,7 +22,9 @@ from palace_proto.leases import (
     PAIR_BUDGET,
     RELEASE,
     RENEW,
+    CONFLICT,
     LeaseIndex,
+    LeaseLedger,
     LeaseRequest,
     covers_path,
     derive_leases,
@@ -536,3 +538,21 @@ def test_a_name_meets_a_glob_exactly_when_the_glob_matches_it(glob, name):
     assert leases_module._globs_meet(glob, name) == leases_module._name_matches(glob, name)
     budget = leases_module._Budget(10**6)
     assert leases_module._segments_meet(glob, name, budget) == leases_module._globs_meet(glob, name)
+
+
+def test_a_renew_release_or_notice_the_table_does_not_allow_is_flagged_and_moves_nothing():
+    """Issue 43 §3: the lease rows of the authority table, judged by the ledger every replica
+    runs: a renew or release by another than the holder, a notice from another daemon than the
+    loser's or about a lease that did not lose: flagged with the rule, nothing moved."""
+    taken = acquire(lid(1), "alice", ["src/**"])
+    notice = {"type": CONFLICT, "id": "evt_notice", "correlation_id": lid(1), "from_agent": "palaced",
+              "origin": "o_mallory", "created_at": at(12), "metadata": {"lease_id": lid(1)}}
+    events = [taken, change(RENEW, lid(1), "mallory", t=10, ttl=86400), change(RELEASE, lid(1), "mallory", t=11), notice]
+    ledger = LeaseLedger(daemon_of=lambda origin: {"o_mallory": "mallory-daemon"}.get(origin, "alice-daemon"))
+    assert ledger.feed(events)
+    [lease] = ledger.leases()
+    assert (lease.end, lease.renewals, lease.expires_at) == (None, 0, at(3600))
+    assert [(f["type"], f["rule"]) for f in ledger.flagged] == [
+        (RENEW, "lease.renew"), (RELEASE, "lease.release"), (CONFLICT, "lease.conflict")]
+    assert ledger.flagged[0]["why"].startswith("lease.renew is for the lease's holder, while it is in force (alice)")
+    assert ledger.flagged_count == 3
