@@ -23,15 +23,18 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from palace_proto.agents import AGENT_EVENT_ROOM, AGENT_EVENT_STREAM, REGISTER, SYSTEM_AGENT, registry_metadata
 from palace_proto.bindings import OriginBinding
+from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, seal_event
 from palace_proto.framing import NEED_DATA, encode_frame
 from palace_proto.ids import fingerprint, origin_id_for_key
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Events, Hello, Members, Vector, VectorEntry
 from palace_proto.pki import issue_certificate
 from palace_proto.session import ConnectionClosed, PeerSession
+from tests.fleet import append, ctl_json, listen_address, wait_converged
 
-__all__ = ["Credentials", "HostilePeer", "issue_member", "sealed"]
+__all__ = ["Credentials", "HostilePeer", "ModifiedDaemon", "Scene", "issue_member", "origin_of", "palace_of", "sealed"]
 
 TIMEOUT_S = 20.0
 
@@ -91,6 +94,63 @@ def sealed(key: Ed25519PrivateKey, origin: str, seq: int = 1, prev: bytes = GENE
                                  created_at=now_stamp())
     draft.update(fields)
     return seal_event(key, origin=origin, origin_seq=seq, prev_hash=prev, body=body, **draft)
+
+
+class ModifiedDaemon:
+    """A member whose daemon was modified to write whatever the test says, signed with its own key
+    on its own origin's chain — what its receivers accept, whatever the authority table says
+    (issue 43 §3: "a member controls its own code; receivers accept what its key signs").
+
+    ``write`` seals the next event of the chain (as any agent, any type, any date); ``register``
+    writes an honest-looking ``agent.register`` of its own, so the agents it writes as are its
+    own in the registry (a registered bystander, not an impostor: the authority table, not the
+    registry, must stop it). ``pending`` are the events not pushed yet (``push`` sends them)."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
+        self.seq = 0
+        self.prev = GENESIS_HASH
+        self.pending: list[SignedEvent] = []
+        self.registered: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<ModifiedDaemon {self.credentials.peer_id[:7]} seq={self.seq} pending={len(self.pending)}>"
+
+    def write(self, **fields: Any) -> SignedEvent:
+        """The next event of this daemon's chain (``created_at`` now unless given)."""
+        draft: dict[str, Any] = dict(type="note", stream="project/attack", room="general", from_agent="mallory",
+                                     created_at=now_stamp(), body="")
+        draft.update(fields)
+        body = draft.pop("body")
+        metadata = draft.pop("metadata", None)
+        if metadata is not None:
+            draft["metadata_json"] = canonical_json(metadata)
+        event = seal_event(self.credentials.key, origin=self.credentials.origin, origin_seq=self.seq + 1,
+                           prev_hash=self.prev, body=body, **draft)
+        self.seq, self.prev = event.origin_seq, event.event_hash
+        self.pending.append(event)
+        return event
+
+    def register(self, agent: str) -> SignedEvent | None:
+        """Register ``agent`` to this daemon (once), as an honest daemon does before its first write."""
+        if agent in self.registered:
+            return None
+        self.registered.add(agent)
+        return self.write(type=REGISTER, stream=AGENT_EVENT_STREAM, room=AGENT_EVENT_ROOM, topic=agent,
+                          from_agent=SYSTEM_AGENT, body=f"{agent} is registered to this daemon",
+                          metadata=registry_metadata(REGISTER, agent, self.credentials.peer_id))
+
+    def say(self, agent: str, **fields: Any) -> SignedEvent:
+        """An event written as ``agent`` (registered first, unless it is the daemon itself)."""
+        if agent != SYSTEM_AGENT:
+            self.register(agent)
+        return self.write(from_agent=agent, **fields)
+
+    async def push(self, peer: HostilePeer, *, batch: int = 200) -> None:
+        """Send the pending events over ``peer`` (handshaken), in chain order."""
+        while self.pending:
+            chunk, self.pending = self.pending[:batch], self.pending[batch:]
+            await peer.push(*chunk)
 
 
 class HostilePeer:
@@ -207,3 +267,53 @@ class HostilePeer:
 def certificate_key(cert_pem: bytes) -> bytes:
     return x509.load_pem_x509_certificate(cert_pem).public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+# -- a palace with a hostile member ---------------------------------------------------------------
+
+def palace_of(home):
+    return ctl_json(home, "status")["palace"]["palace_id"]
+
+
+def origin_of(home):
+    return ctl_json(home, "status")["origin"]
+
+
+class Scene:
+    """alpha (victim, the founder) and beta (honest), linked and converged; mallory's credentials
+    (a member whose connections come from its own loopback address, 127.0.0.66 and up)."""
+
+    def __init__(self, fleet, short_tmp):
+        self.alpha = fleet.found("alpha")
+        self.beta = fleet.join("beta")
+        append(self.beta.home, "beta says hello")
+        wait_converged(self.alpha, self.beta)
+        self.mallory = issue_member(self.alpha.home, short_tmp / "creds", "mallory")
+        self.ca_pem = (self.alpha.home / "palace" / "ca.crt").read_bytes()
+        self.palace_id = palace_of(self.alpha.home)
+        self.address = listen_address(self.alpha.home)
+        self._next_host = 66
+
+    async def connect(self, **kwargs) -> HostilePeer:
+        kwargs.setdefault("source_host", "127.0.0.66")
+        return await HostilePeer.connect(self.address, self.mallory, self.ca_pem, palace_id=self.palace_id, **kwargs)
+
+    def fresh_host(self) -> str:
+        """Another loopback address, so per-host rate bounds do not throttle a test's own retries."""
+        self._next_host += 1
+        return f"127.0.{self._next_host // 250}.{self._next_host % 250 + 2}"
+
+    def still_serving_and_converging(self, tag: str, *, mallory_may_fork: bool = False) -> None:
+        """The victim answers, both honest daemons still take writes, and they converge; no
+        honest origin forked (``mallory_may_fork``: mallory signing two events at one sequence
+        of its own origin is a real fork, which alpha records and refuses, as it should)."""
+        assert self.alpha.running, self.alpha.log()
+        append(self.alpha.home, f"alpha after {tag}")
+        append(self.beta.home, f"beta after {tag}")
+        wait_converged(self.alpha, self.beta)
+        forks = ctl_json(self.alpha.home, "peers")["forks"]
+        allowed = {self.mallory.origin} if mallory_may_fork else set()
+        assert {f["origin"] for f in forks} <= allowed, forks
+        assert "Traceback" not in self.alpha.log(), self.alpha.log()[-4000:]
+
+

@@ -47,55 +47,10 @@ from palaced.members import MAX_ORIGINS_PER_KEY
 from palaced.peers.admission import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
 from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S, SILENCE_S
 from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
-from tests.hostile_peer import HostilePeer, issue_member, sealed
+from tests.hostile_peer import HostilePeer, Scene, issue_member, origin_of, sealed
 from tests.helpers import RawClient, run_ctl
 
 pytestmark = pytest.mark.transport_fixed  # about the peer port: the local API's transport plays no part
-
-
-def palace_of(home):
-    return ctl_json(home, "status")["palace"]["palace_id"]
-
-
-def origin_of(home):
-    return ctl_json(home, "status")["origin"]
-
-
-class Scene:
-    """alpha (victim) and beta (honest), linked and converged; mallory's credentials."""
-
-    def __init__(self, fleet, short_tmp):
-        self.alpha = fleet.found("alpha")
-        self.beta = fleet.join("beta")
-        append(self.beta.home, "beta says hello")
-        wait_converged(self.alpha, self.beta)
-        self.mallory = issue_member(self.alpha.home, short_tmp / "creds", "mallory")
-        self.ca_pem = (self.alpha.home / "palace" / "ca.crt").read_bytes()
-        self.palace_id = palace_of(self.alpha.home)
-        self.address = listen_address(self.alpha.home)
-        self._next_host = 66
-
-    async def connect(self, **kwargs) -> HostilePeer:
-        kwargs.setdefault("source_host", "127.0.0.66")
-        return await HostilePeer.connect(self.address, self.mallory, self.ca_pem, palace_id=self.palace_id, **kwargs)
-
-    def fresh_host(self) -> str:
-        """Another loopback address, so per-host rate bounds do not throttle a test's own retries."""
-        self._next_host += 1
-        return f"127.0.{self._next_host // 250}.{self._next_host % 250 + 2}"
-
-    def still_serving_and_converging(self, tag: str, *, mallory_may_fork: bool = False) -> None:
-        """The victim answers, both honest daemons still take writes, and they converge; no
-        honest origin forked (``mallory_may_fork``: mallory signing two events at one sequence
-        of its own origin is a real fork, which alpha records and refuses, as it should)."""
-        assert self.alpha.running, self.alpha.log()
-        append(self.alpha.home, f"alpha after {tag}")
-        append(self.beta.home, f"beta after {tag}")
-        wait_converged(self.alpha, self.beta)
-        forks = ctl_json(self.alpha.home, "peers")["forks"]
-        allowed = {self.mallory.origin} if mallory_may_fork else set()
-        assert {f["origin"] for f in forks} <= allowed, forks
-        assert "Traceback" not in self.alpha.log(), self.alpha.log()[-4000:]
 
 
 @pytest.fixture

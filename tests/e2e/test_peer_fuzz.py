@@ -39,7 +39,7 @@ from palace_proto.peer import (
     to_wire,
 )
 from palace_proto.session import ConnectionClosed
-from tests.e2e.test_hostile_peers import Scene, origin_of
+from tests.hostile_peer import Scene, origin_of
 from tests.helpers import RawClient
 from tests.hostile_peer import HostilePeer, sealed
 
