@@ -50,7 +50,7 @@ __all__ = [
     "EVER_CLAIMED", "ID_HOLDER", "LEASE_HOLDER", "LOSING_CLAIMANT", "MAX_CLOCK_SKEW_S", "NAMESPACES", "OPENER",
     "PALACE_CA", "REQUESTER", "ROLES", "ROOM_MEMBER", "RULES", "TARGET_AUTHOR", "TARGET_ORIGIN", "TELLING_DAEMON",
     "Rule", "Verdict", "counts_in_order", "flag_of", "judge", "rule_for", "rule_named", "table_markdown",
-    "unnamed_type",
+    "threats_markdown", "unnamed_type",
 ]
 
 # -- roles -----------------------------------------------------------------------------------------
@@ -442,6 +442,16 @@ def counts_in_order(created_at: Any, now: str | None) -> bool:
     if not isinstance(created_at, str) or not STAMP_RE.match(created_at):
         return False
     return seconds_between(now, created_at) <= MAX_CLOCK_SKEW_S
+
+
+def threats_markdown() -> str:
+    """Each rule as the threat model (proto/PROTOCOL.md §6) names it: who may write it, that a
+    member writing it otherwise moves nothing anywhere, and the test that attacks it."""
+    lines = []
+    for rule in RULES:
+        lines.append(f"- **`{rule.name}`** — only {rule.writers_words()}; written otherwise by a member's modified "
+                     f"daemon it is stored, flagged and moves nothing on every replica — `{rule.test}`")
+    return "\n".join(lines)
 
 
 def _cell(text: str) -> str:

@@ -23,6 +23,7 @@ from palace_proto.authority import (
     rule_for,
     rule_named,
     table_markdown,
+    threats_markdown,
     unnamed_type,
 )
 from palace_proto.leases import LEASE_TYPES
@@ -107,9 +108,10 @@ def test_the_protocol_shows_the_table_the_code_has():
     """proto/PROTOCOL.md shows the table between its markers exactly as ``table_markdown`` makes it
     (regenerate with `python -c 'from palace_proto.authority import table_markdown; print(table_markdown())'`)."""
     text = (ROOT / "proto" / "PROTOCOL.md").read_text(encoding="utf-8")
-    start, end = "<!-- authority-table:start -->\n", "\n<!-- authority-table:end -->"
-    shown = text[text.index(start) + len(start):text.index(end)]
-    assert shown == table_markdown()
+    for name, made in (("authority-table", table_markdown()), ("authority-threats", threats_markdown())):
+        start, end = f"<!-- {name}:start -->\n", f"\n<!-- {name}:end -->"
+        shown = text[text.index(start) + len(start):text.index(end)]
+        assert shown == made, f"proto/PROTOCOL.md's {name} differs from palace_proto.authority: regenerate it"
 
 
 # -- generated from the table: every role a rule names may write it ---------------------------------
