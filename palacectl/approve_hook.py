@@ -8,7 +8,9 @@ them to a command rather than to an MCP tool — today Gemini CLI's ``BeforeTool
   not a well-formed request is refused, with a reason);
 * mapping the harness's tool names and arguments to the policy's vocabulary, Claude Code's
   (``run_shell_command`` → ``Bash``, ``replace`` → ``Edit``, …; ``GEMINI_TOOLS``), so one
-  ``[permissions]`` speaks for every runner; the decision itself is ``palacectl.approvals``';
+  ``[permissions]`` speaks for every runner, and the request's ``cwd`` to the run's worktree (a
+  file tool's path must stay in it); the decision itself is ``palacectl.approvals``', and a person
+  asked is shown Gemini's own call whole;
 * printing exactly one decision on stdout, ``{"decision": "allow"}`` or ``{"decision": "deny",
   "reason": …}`` (Gemini hands the reason to the model), and exiting 0;
 * the run's own Gemini home that installs the hook (``gemini_run_settings``, ``make_gemini_home``:
@@ -38,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
-from .approvals import Call, Verdict, request
+from .approvals import Call, Verdict, request, worktree_of
 
 __all__ = ["ANSWER_MARGIN_S", "GEMINI_DEFAULT_TIMEOUT_S", "HARNESSES", "MAX_HOOK_INPUT_BYTES", "HookInputError",
            "HookSettingsError", "check_hooks_stay_on", "decision_json", "gemini_calls", "gemini_run_settings",
@@ -102,8 +104,9 @@ class HookSettingsError(ValueError):
 # -- the request: stdin → calls ---------------------------------------------------------------
 
 
-def parse_hook_input(data: bytes) -> tuple[str, dict[str, Any]]:
-    """The tool name and input of a ``BeforeTool`` request.
+def parse_hook_input(data: bytes) -> tuple[str, dict[str, Any], str | None]:
+    """The tool name, input and working directory (``cwd``: the run's worktree, where Gemini
+    runs; None when the request does not say) of a ``BeforeTool`` request.
 
     Raises:
         HookInputError: too large, not UTF-8 JSON, not an object, another event, no tool name,
@@ -126,7 +129,8 @@ def parse_hook_input(data: bytes) -> tuple[str, dict[str, Any]]:
     tool_input = document.get("tool_input", {})
     if not isinstance(tool_input, dict):
         raise HookInputError("the request's tool_input is not an object")
-    return tool_name, tool_input
+    cwd = document.get("cwd")
+    return tool_name, tool_input, cwd if isinstance(cwd, str) and cwd else None
 
 
 def gemini_calls(tool_name: str, tool_input: Mapping[str, Any]) -> list[Call]:
@@ -173,12 +177,21 @@ def decide(home: Path, data: bytes, *, harness: str, agent: str, task: str | Non
         return Verdict(False, f"palace has no permission hook for harness {harness!r} (only {', '.join(HARNESSES)}): "
                               "refused")
     try:
-        tool_name, tool_input = parse_hook_input(data)
+        tool_name, tool_input, cwd = parse_hook_input(data)
     except HookInputError as exc:
         return Verdict(False, f"palace cannot judge this request ({exc}): refused")
+    # The run's worktree: Gemini's working directory, where it starts the hook too.
+    worktree = worktree_of(cwd if cwd is not None else _cwd(), home=home)
     return request(home, gemini_calls(tool_name, tool_input), agent=agent, task=task, runner=runner,
-                   bookkeeping=tool_name in GEMINI_BOOKKEEPING,
+                   bookkeeping=tool_name in GEMINI_BOOKKEEPING, worktree=worktree, asked=(tool_name, tool_input),
                    question_timeout_s=max(1, within_s - ANSWER_MARGIN_S - QUESTION_MARGIN_S))
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None  # the folder is gone: no worktree, every file tool is asked
 
 
 def run_hook(home: Path, *, harness: str, agent: str, task: str | None, runner: str | None, within_s: int,

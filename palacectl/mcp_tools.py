@@ -413,9 +413,11 @@ async def mempalace_usage(palace: Palace, /, by: str = "task", since: str | None
     "--permission-prompt-tool): allowed or refused by this machine's policy, or asked of a person."))
 async def approve(palace: Palace, /, tool_name: str, input: dict | None = None,  # noqa: A002 - the harness's name
                   tool_use_id: str | None = None) -> Result:
-    """Returns Claude Code's permission result: ``{"behavior": "allow", "updatedInput"}`` or
-    ``{"behavior": "deny", "message"}``. Anything that goes wrong is a deny, never a yes
-    (``palacectl.approvals``, shared with Gemini CLI's hook)."""
+    """Returns Claude Code's permission result: ``{"behavior": "allow", "updatedInput"}`` — exactly
+    the input judged, or shown whole to the person who allowed it — or ``{"behavior": "deny",
+    "message"}``. Anything that goes wrong is a deny, never a yes (``palacectl.approvals``, shared
+    with Gemini CLI's hook). The run's worktree is this server's working directory: Claude Code
+    starts it in the run's."""
     tool_input = input if isinstance(input, dict) else {}
     calls = [(tool_name, tool_input)]
     try:
@@ -423,17 +425,24 @@ async def approve(palace: Palace, /, tool_name: str, input: dict | None = None, 
     except PolicyError as exc:
         verdict = approvals.policy_unreadable(exc)
     else:
-        decision = approvals.judge(policy, calls)
-        if decision.verdict != "ask":
-            verdict = approvals.Verdict(decision.verdict == "allow", decision.reason)
+        try:
+            folder: str | None = os.getcwd()
+        except OSError:
+            folder = None  # the folder is gone: no worktree, every file tool is asked
+        # palace's home (config.toml, the identity key) is never inside a worktree file tools roam.
+        worktree = approvals.worktree_of(folder, home=getattr(palace, "home", None))
+        step = approvals.first_step(policy, calls, agent=palace.agent, task=os.environ.get(TASK_ENV) or None,
+                                    worktree=worktree, asked=(tool_name, tool_input))
+        if isinstance(step, approvals.Verdict):
+            verdict = step
         else:
-            question = approvals.question_for(policy, calls, agent=palace.agent, task=os.environ.get(TASK_ENV) or None)
             try:
-                state = await palace.daemon.call("ask", **question.ask_args())
+                state = await palace.daemon.call("ask", **step.ask_args())
             except (ApiError, DaemonUnreachable, OSError) as exc:
                 verdict = approvals.ask_failed(exc)
             else:
-                verdict = approvals.answer_verdict(state, question.timeout_s)
+                verdict = (approvals.answer_verdict(state, step) if isinstance(state, dict) else
+                           approvals.ask_failed(ValueError("palaced's answer to ask is not a question's state")))
     if verdict.allowed:
         return {"behavior": "allow", "updatedInput": tool_input}
     return {"behavior": "deny", "message": verdict.reason}

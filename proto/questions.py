@@ -21,23 +21,35 @@ ordered by ``(created_at, event id)``, the order every replica computes from the
 first that counts wins, and every other is *flagged* with why it did not count. So each replica
 settles a question the same way once it holds the same events, whatever order they arrived in.
 
+A run's permission request is a question marked ``approval``: the harness's tool, its main
+argument in one line, and the *whole* request with its sha256 (``check_approval``, what a client
+sends; ``approval_marker``, what the metadata holds: the request inline when short, else in an
+artifact the question event names, whose id is that sha256's). The run lets a request go only if
+the answered question's sha256 is its own (``palacectl.approvals``), so an allow is an allow of
+exactly what the person was shown.
+
 Pure: stdlib only; no clock (``now`` is a parameter), no IO.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from .agents import HUMAN_PREFIX, check_agent_id, is_human
 from .errors import ValidationError
+from .ids import artifact_id_for_sha256
 from .stamps import STAMP_RE, add_seconds, seconds_between
 
 __all__ = [
-    "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S", "MIN_TIMEOUT_S",
-    "QUESTION_ROOM", "QUESTION_STREAM", "AskTerms", "QuestionState", "ask_metadata", "check_addressee",
-    "check_approval", "check_choices", "check_timeout", "match_choice", "settle",
+    "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_APPROVAL_ARGUMENT_CHARS", "MAX_APPROVAL_INLINE_BYTES",
+    "MAX_APPROVAL_INPUT_BYTES", "MAX_APPROVAL_TOOL_CHARS", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S",
+    "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "AskTerms", "QuestionState", "approval_marker",
+    "approval_sha256", "ask_metadata", "check_addressee", "check_approval", "check_approval_marker", "check_choices",
+    "check_timeout", "match_choice", "settle",
 ]
 
 ASK: Final = "question.ask"
@@ -58,9 +70,18 @@ MAX_TIMEOUT_S: Final = 7 * 86400
 MAX_CHOICES: Final = 12
 MAX_CHOICE_CHARS: Final = 100
 # Why 100 and 1,000 characters: an approval names a harness tool (Bash, Edit, mcp__x__y) and the
-# command or path it is about, which a person reads before one click; more is cut by the asker.
+# command or path it is about in one line a person reads first; more is cut by the asker (the
+# whole request is the marker's input, never cut).
 MAX_APPROVAL_TOOL_CHARS: Final = 100
 MAX_APPROVAL_ARGUMENT_CHARS: Final = 1000
+# Why 4 KiB: the whole request rides in the question's metadata up to this (metadata is bounded at
+# 64 KiB on every daemon, and JSON escaping may grow text sixfold); longer, it is an artifact the
+# question event names, which travels with it to every replica.
+MAX_APPROVAL_INLINE_BYTES: Final = 4096
+# Why 1 MiB: what a person can be asked to read whole before one click (the dashboard shows it on
+# the page); a longer request cannot be shown whole, so it is refused, never cut.
+MAX_APPROVAL_INPUT_BYTES: Final = 1 << 20
+_SHA256_RE: Final = re.compile(r"^[0-9a-f]{64}$")
 
 
 def check_addressee(to: Any) -> str:
@@ -107,18 +128,12 @@ def check_timeout(seconds: Any) -> int:
     return seconds
 
 
-def check_approval(approval: Any) -> dict[str, str] | None:
-    """What a permission request is about, when the question is one (None: an ordinary question):
-    ``{tool, argument}``, the harness's tool and its main argument (a command, a path).
+def approval_sha256(text: str) -> str:
+    """The hex sha256 of a request's whole text (UTF-8): what a person's answer is bound to."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    Raises:
-        ValidationError: naming what is wrong.
-    """
-    if approval is None:
-        return None
-    if not isinstance(approval, Mapping) or set(approval) - {"tool", "argument"}:
-        raise ValidationError("approval must be {tool, argument}: the harness tool a run asks to use and what on",
-                              field="approval")
+
+def _check_tool_and_argument(approval: Mapping[str, Any]) -> tuple[str, str]:
     tool, argument = approval.get("tool"), approval.get("argument", "")
     if not isinstance(tool, str) or not 0 < len(tool) <= MAX_APPROVAL_TOOL_CHARS or not tool.isprintable():
         raise ValidationError(f"approval.tool must be a tool name of 1 to {MAX_APPROVAL_TOOL_CHARS} visible characters",
@@ -126,13 +141,98 @@ def check_approval(approval: Any) -> dict[str, str] | None:
     if not isinstance(argument, str) or len(argument) > MAX_APPROVAL_ARGUMENT_CHARS:
         raise ValidationError(f"approval.argument must be text of at most {MAX_APPROVAL_ARGUMENT_CHARS} characters",
                               field="approval.argument")
-    return {"tool": tool, "argument": argument}
+    return tool, argument
+
+
+def check_approval(approval: Any) -> dict[str, str] | None:
+    """What a client asks a person to approve, when the question is a run's permission request
+    (None: an ordinary question): ``{tool, argument, input}`` — the harness's tool, its main
+    argument in one line (a command, a path; cut by the asker), and the *whole* request as text,
+    which the person is shown and the answer is bound to. Returns those and ``input_sha256``.
+    Strict: this is what a client sends (a peer's marker is ``check_approval_marker``'s).
+
+    Raises:
+        ValidationError: naming what is wrong (the whole request missing, or over
+            MAX_APPROVAL_INPUT_BYTES: what cannot be shown whole is not asked).
+    """
+    if approval is None:
+        return None
+    if not isinstance(approval, Mapping) or set(approval) - {"tool", "argument", "input"}:
+        raise ValidationError("approval must be {tool, argument, input}: the harness tool a run asks to use, what "
+                              "on, and the whole request a person is shown", field="approval")
+    tool, argument = _check_tool_and_argument(approval)
+    text = approval.get("input")
+    if not isinstance(text, str) or not text:
+        raise ValidationError("approval.input must be the whole request as text: a person answers what they are "
+                              "shown", field="approval.input")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError("approval.input is not text (a lone surrogate)", field="approval.input") from None
+    if size > MAX_APPROVAL_INPUT_BYTES:
+        raise ValidationError(f"approval.input is {size} bytes; a person is shown at most {MAX_APPROVAL_INPUT_BYTES} "
+                              "bytes whole", field="approval.input")
+    return {"tool": tool, "argument": argument, "input": text, "input_sha256": approval_sha256(text)}
+
+
+def approval_marker(approval: Mapping[str, str], *, inline: bool) -> dict[str, str]:
+    """The ``approval`` a question's metadata holds for a request ``check_approval`` returned:
+    ``{tool, argument, input_sha256}`` and either ``input`` (the whole request, ``inline``) or
+    ``input_artifact``, the artifact holding it (its id is its sha256's, so it is the same text)."""
+    marker = {"tool": approval["tool"], "argument": approval["argument"], "input_sha256": approval["input_sha256"]}
+    if inline:
+        marker["input"] = approval["input"]
+    else:
+        marker["input_artifact"] = artifact_id_for_sha256(approval["input_sha256"])
+    return marker
+
+
+def check_approval_marker(marker: Any) -> dict[str, str] | None:
+    """A question's ``approval`` marker as its metadata holds it (None: an ordinary question):
+    ``{tool, argument, input_sha256, input | input_artifact}``, or an older palace's ``{tool,
+    argument}``, which reads as before but carries no hash, so no request is ever run on its answer.
+
+    Raises:
+        ValidationError: naming what is wrong (``AskTerms`` reads a peer's malformed marker as none).
+    """
+    if marker is None:
+        return None
+    if not isinstance(marker, Mapping) or set(marker) - {"tool", "argument", "input_sha256", "input", "input_artifact"}:
+        raise ValidationError("approval must be {tool, argument, input_sha256, input or input_artifact}",
+                              field="approval")
+    tool, argument = _check_tool_and_argument(marker)
+    checked = {"tool": tool, "argument": argument}
+    digest = marker.get("input_sha256")
+    if digest is None:
+        if "input" in marker or "input_artifact" in marker:
+            raise ValidationError("approval.input_sha256 is missing", field="approval.input_sha256")
+        return checked
+    if not isinstance(digest, str) or not _SHA256_RE.match(digest):
+        raise ValidationError("approval.input_sha256 must be 64 lowercase hex digits", field="approval.input_sha256")
+    checked["input_sha256"] = digest
+    text, artifact = marker.get("input"), marker.get("input_artifact")
+    if (text is None) == (artifact is None):
+        raise ValidationError("approval holds the whole request in exactly one of input and input_artifact",
+                              field="approval")
+    if text is not None:
+        try:
+            if not isinstance(text, str) or approval_sha256(text) != digest:
+                raise ValidationError("approval.input does not match its sha256", field="approval.input")
+        except UnicodeEncodeError:
+            raise ValidationError("approval.input is not text", field="approval.input") from None
+        checked["input"] = text
+    elif artifact != artifact_id_for_sha256(digest):
+        raise ValidationError("approval.input_artifact is not the artifact of its sha256",
+                              field="approval.input_artifact")
+    else:
+        checked["input_artifact"] = artifact
+    return checked
 
 
 def ask_metadata(choices: tuple[str, ...] | None, asked_at: str, timeout_s: int,
                  approval: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The metadata of a ``question.ask`` written at ``asked_at`` (the daemon's clock);
-    ``approval`` (checked by ``check_approval``) marks a run's permission request."""
+    ``approval`` (an ``approval_marker``) marks a run's permission request."""
     meta: dict[str, Any] = {"expires_at": add_seconds(asked_at, timeout_s), "timeout_s": timeout_s}
     if choices is not None:
         meta["choices"] = list(choices)
@@ -147,7 +247,8 @@ class AskTerms:
 
     choices: tuple[str, ...] | None = None
     expires_at: str | None = None
-    #: {tool, argument} when the question is a run's permission request (a waiting approval)
+    #: the approval marker when the question is a run's permission request (a waiting approval):
+    #: {tool, argument, input_sha256, input | input_artifact}, or an older palace's {tool, argument}
     approval: Mapping[str, str] | None = None
 
     @classmethod
@@ -159,7 +260,7 @@ class AskTerms:
             choices = None  # a peer's malformed choices: the question takes any text
         expires = meta.get("expires_at")
         try:
-            approval = check_approval(meta.get("approval"))
+            approval = check_approval_marker(meta.get("approval"))
         except ValidationError:
             approval = None  # a peer's malformed marker: shown as an ordinary question
         return cls(choices, expires if isinstance(expires, str) and STAMP_RE.match(expires) else None, approval)

@@ -22,10 +22,12 @@ from palace_proto.questions import (
     ANSWER,
     ASK,
     DEFAULT_TIMEOUT_S,
+    MAX_APPROVAL_INLINE_BYTES,
     MAX_TIMEOUT_S,
     QUESTION_ROOM,
     QUESTION_STREAM,
     QuestionState,
+    approval_marker,
     ask_metadata,
     check_addressee,
     check_approval,
@@ -37,6 +39,8 @@ from palace_proto.questions import (
 from palace_proto.stamps import format_stamp, seconds_between
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
 
+from ..store import WriteContext
+from ..store.aio import HEAVY_ARTIFACT_BYTES
 from .context import Context
 
 __all__ = ["OPS", "held_people", "proven_person", "settled"]
@@ -134,19 +138,42 @@ async def ask(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the question; a run's permission request (``approval``) keeps its whole request in
+    the metadata when short, else in an artifact the event names, written in the same transaction
+    (so no replica holds the question without what it asks about)."""
     ctx.require_writer()
     to = check_addressee(args.get("to"))
     choices = check_choices(args.get("choices"))
     timeout_s = check_timeout(args.get("timeout_s", DEFAULT_TIMEOUT_S))
+    approval = check_approval(args.get("approval"))
+    marker: dict[str, str] | None = None
+    whole: bytes | None = None
+    if approval is not None:
+        text = approval["input"].encode("utf-8")
+        if len(text) > ctx.limits.max_artifact_bytes:
+            raise ValidationError(f"approval.input is {len(text)} bytes; this daemon keeps artifacts of at most "
+                                  f"{ctx.limits.max_artifact_bytes} bytes", field="approval.input")
+        marker = approval_marker(approval, inline=len(text) <= MAX_APPROVAL_INLINE_BYTES)
+        whole = None if "input" in marker else text
     req = AppendRequest.from_wire({
         "type": ASK, "stream": args.get("stream") or QUESTION_STREAM, "room": args.get("room") or QUESTION_ROOM,
         "topic": args.get("topic"), "from_agent": clean_required("from_agent", args.get("from_agent")), "to_agent": to,
         "body": args.get("body"), "correlation_id": args.get("correlation_id"),
-        "metadata": ask_metadata(choices, format_stamp(time.time()), timeout_s, check_approval(args.get("approval"))),
+        "metadata": ask_metadata(choices, format_stamp(time.time()), timeout_s, marker),
+        "artifact_ids": [marker["input_artifact"]] if marker is not None and whole is not None else [],
     }, ctx.limits)
     if is_human(req.from_agent):
         raise ValidationError("a question is asked by an agent (from_agent); people answer", field="from_agent")
-    return await ctx.astore.write(lambda w: w.append(req))
+    if whole is None:
+        return await ctx.astore.write(lambda w: w.append(req))
+    content = whole
+
+    def job(w: WriteContext) -> dict[str, Any]:
+        artifact = w.put_artifact(kind="note", created_by=req.from_agent, content=content)
+        assert marker is not None and artifact["id"] == marker["input_artifact"]
+        return w.append(req)
+
+    return await ctx.astore.write(job, heavy=len(content) > HEAVY_ARTIFACT_BYTES)
 
 
 async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:

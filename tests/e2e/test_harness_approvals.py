@@ -8,6 +8,8 @@ a patch."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 from pathlib import Path
@@ -91,7 +93,10 @@ def test_a_launched_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_
         task_while_waiting = asked[1]
         assert task_while_waiting["waiting_for_person"] is True and task_while_waiting["state"] == "claimed"
         assert task_while_waiting["waiting_for_approval"] is True, task_while_waiting
-        assert asked[0]["approval"] == {"tool": "Bash", "argument": RECORD}, asked
+        approval = asked[0]["approval"]  # the whole request, bound by its sha256 (issue 43)
+        assert (approval["tool"], approval["argument"]) == ("Bash", RECORD), asked
+        assert json.loads(approval["input"])["tool_input"]["command"] == RECORD, asked
+        assert approval["input_sha256"] == hashlib.sha256(approval["input"].encode()).hexdigest(), asked
         assert task_while_waiting["questions"][0]["question_id"] == asked[0]["question_id"]
         assert code == 0, report
         patches = [e for e in api(user.home, "list", correlation_ids=[cid], limit=100)["events"]

@@ -507,13 +507,21 @@ async def test_the_approve_tool_answers_a_runs_permission_requests_by_policy_or_
 
     (daemon.home / "config.toml").write_text('[permissions]\nask_to = "human:ana"\n'
                                               '[permissions.claude]\ntimeout = 60\n', encoding="utf-8")
+    worktree = daemon.home.parent / "worktree"  # the run's: the server's working directory (issue 43)
+    worktree.mkdir()
+    task = ctl_json(daemon.home, "task", "create", "--project", "rig", "--from-agent", "boss", "--to-agent",
+                    "linux-claude", "--goal", "Deploy", "--branch", "main", "--base-commit", "a" * 40, "--done",
+                    "deployed")["task"]["correlation_id"]
+    ctl_json(daemon.home, "task", "claim", task, "--agent", "linux-claude")  # a run asks on the task it holds
     params = StdioServerParameters(command=PYTHON, args=["-m", "palacectl", "mcp", "--agent", "linux-claude", "--home",
                                                          str(daemon.home), "--tools", "approvals"],
-                                   env={**os.environ, "PALACE_TASK_ID": "task_42", "PALACE_RUNNER": "claude"})
+                                   env={**os.environ, "PALACE_TASK_ID": task, "PALACE_RUNNER": "claude"},
+                                   cwd=worktree)
     async with Client(params) as run:
         assert [t.name for t in (await run.list_tools()).tools] == ["approve"]
-        read = await approve(run, tool_name="Read", input={"file_path": "/w/a.py"}, tool_use_id="t1")
-        assert read == {"behavior": "allow", "updatedInput": {"file_path": "/w/a.py"}}
+        inside = str(worktree / "a.py")
+        read = await approve(run, tool_name="Read", input={"file_path": inside}, tool_use_id="t1")
+        assert read == {"behavior": "allow", "updatedInput": {"file_path": inside}}
         push = await approve(run, tool_name="Bash", input={"command": "git push origin main"})
         assert push["behavior"] == "deny" and "Bash(git push*)" in push["message"]
         outcomes = {}
@@ -527,7 +535,7 @@ async def test_the_approve_tool_answers_a_runs_permission_requests_by_policy_or_
                 while not (asked := ctl_json(daemon.home, "questions", "--status", "open")["questions"]):
                     await trio.sleep(0.1)
             [question] = asked
-            assert question["to"] == "human:ana" and question["correlation_id"] == "task_42"
+            assert question["to"] == "human:ana" and question["correlation_id"] == task
             assert "linux-claude asks to run Bash: make deploy" in question["question"]
             assert ctl("answer", question["question_id"], "allow", "--as", "human:ana").returncode == 0
         assert outcomes["deploy"] == {"behavior": "allow", "updatedInput": {"command": "make deploy"}}

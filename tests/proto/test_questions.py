@@ -72,23 +72,51 @@ def test_a_peers_malformed_terms_are_read_defensively():
 
 
 def test_an_approval_names_a_tool_and_what_on_and_a_peers_malformed_one_is_an_ordinary_question():
-    """Issue 28: a run's permission request is a question marked ``approval`` ({tool, argument}),
-    what makes a task "waiting for approval"; a malformed marker from a peer is dropped, never raised."""
+    """Issue 28: a run's permission request is a question marked ``approval``, what makes a task
+    "waiting for approval"; a malformed marker from a peer is dropped, never raised. Issue 43: a
+    client sends the whole request (``input``); the marker keeps it, or names its artifact, with
+    its sha256, and an older palace's {tool, argument} still reads (with no hash to run on)."""
+    from palace_proto.questions import (
+        MAX_APPROVAL_INPUT_BYTES, approval_marker, approval_sha256, check_approval_marker,
+    )
+
+    whole = '{"tool_input": {"command": "git push"}, "tool_name": "Bash"}'
+    digest = approval_sha256(whole)
     assert check_approval(None) is None
-    assert check_approval({"tool": "Bash", "argument": "git push"}) == {"tool": "Bash", "argument": "git push"}
-    assert check_approval({"tool": "Edit"}) == {"tool": "Edit", "argument": ""}
-    for bad, field in (({"tool": ""}, "approval.tool"), ({"tool": "B\nash"}, "approval.tool"),
-                       ({"tool": "t" * 101}, "approval.tool"), ({"tool": "Bash", "argument": "x" * 1001}, "approval.argument"),
-                       ({"tool": "Bash", "argument": 3}, "approval.argument"), ("Bash", "approval"),
-                       ({"tool": "Bash", "extra": 1}, "approval")):
+    assert check_approval({"tool": "Bash", "argument": "git push", "input": whole}) == {
+        "tool": "Bash", "argument": "git push", "input": whole, "input_sha256": digest}
+    assert check_approval({"tool": "Edit", "input": "x"})["argument"] == ""
+    for bad, field in (({"tool": "", "input": "x"}, "approval.tool"),
+                       ({"tool": "B\nash", "input": "x"}, "approval.tool"),
+                       ({"tool": "t" * 101, "input": "x"}, "approval.tool"),
+                       ({"tool": "Bash", "argument": "x" * 1001, "input": "x"}, "approval.argument"),
+                       ({"tool": "Bash", "argument": 3, "input": "x"}, "approval.argument"), ("Bash", "approval"),
+                       ({"tool": "Bash", "extra": 1}, "approval"),
+                       ({"tool": "Bash", "argument": "git push"}, "approval.input"),  # what a person is not shown
+                       ({"tool": "Bash", "input": ""}, "approval.input"),
+                       ({"tool": "Bash", "input": "\ud800"}, "approval.input"),
+                       ({"tool": "Bash", "input": "x" * (MAX_APPROVAL_INPUT_BYTES + 1)}, "approval.input")):
         with pytest.raises(ValidationError) as refused:
             check_approval(bad)
         assert refused.value.field == field
-    meta = ask_metadata(("allow", "deny"), ASKED_AT, 60, {"tool": "Bash", "argument": "make"})
-    assert AskTerms.from_metadata(meta).approval == {"tool": "Bash", "argument": "make"}
-    assert AskTerms.from_metadata({**meta, "approval": {"tool": 7}}).approval is None
-    state = settle({**question(), "metadata": meta}, [], everyone_proven, NOW)
-    assert state.to_wire()["approval"] == {"tool": "Bash", "argument": "make"}
+    checked = check_approval({"tool": "Bash", "argument": "git push", "input": whole})
+    inline = approval_marker(checked, inline=True)
+    assert inline == {"tool": "Bash", "argument": "git push", "input_sha256": digest, "input": whole}
+    stored = approval_marker(checked, inline=False)
+    assert stored == {"tool": "Bash", "argument": "git push", "input_sha256": digest,
+                      "input_artifact": "art_" + digest[:32]}
+    for marker in (inline, stored, {"tool": "Bash", "argument": "make"}):
+        meta = ask_metadata(("allow", "deny"), ASKED_AT, 60, marker)
+        assert AskTerms.from_metadata(meta).approval == marker
+        assert settle({**question(), "metadata": meta}, [], everyone_proven, NOW).to_wire()["approval"] == marker
+    meta = ask_metadata(("allow", "deny"), ASKED_AT, 60, inline)
+    for broken in ({"tool": 7}, {**inline, "input": whole + " "}, {**inline, "input_sha256": "0" * 64},
+                   {**stored, "input_artifact": "art_" + "0" * 32},
+                   {**inline, "input_artifact": stored["input_artifact"]},
+                   {"tool": "Bash", "argument": "x", "input": whole}, {**inline, "input_sha256": digest.upper()}):
+        assert AskTerms.from_metadata({**meta, "approval": broken}).approval is None, broken
+    with pytest.raises(ValidationError):
+        check_approval_marker({"tool": "Bash", "input_sha256": digest})
     assert settle(question(), [], everyone_proven, NOW).to_wire()["approval"] is None
 
 

@@ -413,10 +413,18 @@ function questionItem(q) {
     }
   };
   const controls = [];
+  // An approval's whole request is shown before "allow" can be clicked (issue 43): from an
+  // artifact, once it has arrived and matches the sha256 the answer is bound to.
+  const whole = q.approval ? approvalInput(q.approval) : null;
   if (session.can_write && q.choices) {
     const buttons = q.choices.map((choice) => h("button", { type: "button", class: "secondary answer-choice",
       "data-choice": choice }, choice));
     buttons.forEach((b) => b.addEventListener("click", () => send(b.getAttribute("data-choice"), buttons)));
+    if (whole) {
+      const allow = buttons.filter((b) => b.getAttribute("data-choice") === "allow");
+      allow.forEach((b) => { b.disabled = true; });
+      whole.shown.then((ok) => { if (ok) allow.forEach((b) => { b.disabled = false; }); });
+    }
     controls.push(...buttons);
   } else if (session.can_write) {
     const input = h("input", { type: "text", class: "answer-text", "aria-label": "Your answer", maxlength: "2000" });
@@ -430,7 +438,43 @@ function questionItem(q) {
     q.approval ? h("p", {}, h("span", { class: "chip warn" }, "approval"), " run ",
       h("strong", {}, q.approval.tool), q.approval.argument ? [": ", h("code", { class: "approval-argument" }, q.approval.argument)] : "")
       : h("p", { class: "question-text" }, q.question || ""),
+    whole ? whole.box : null,
     h("div", { class: "row" }, controls, status));
+}
+
+// The whole request a run asks to have allowed — what "allow" lets run, byte for byte — kept in
+// the question when short, else in the artifact it names (checked here against the sha256 the
+// answer is bound to). Returns the element and a promise of whether it is shown whole.
+const approvalTexts = new Map();
+
+function approvalInput(approval) {
+  const box = h("div", { class: "approval-input" });
+  const shown = (approval, text) => fill(box,
+    h("p", { class: "small muted" }, `The whole request (${text.length} characters, sha256 ${String(approval.input_sha256).slice(0, 12)}…): "allow" runs exactly this.`),
+    h("pre", { class: "body approval-whole" }, text));
+  if (typeof approval.input === "string") {
+    shown(approval, approval.input);
+    return { box, shown: Promise.resolve(true) };
+  }
+  if (!approval.input_artifact) {
+    fill(box, h("p", { class: "small warn" }, "Asked by an older palace: its whole request was not recorded, and palace's tools run nothing on an answer to it."));
+    return { box, shown: Promise.resolve(false) };
+  }
+  fill(box, h("p", { class: "muted small" }, "Loading the whole request…"));
+  const key = `${approval.input_artifact} ${approval.input_sha256}`;
+  if (!approvalTexts.has(key)) {
+    approvalTexts.set(key, api(`/api/artifact/${encodeURIComponent(approval.input_artifact)}`).then((a) => {
+      if (!a.sha256_verified || a.sha256_computed !== approval.input_sha256) throw new Error("its bytes do not match the request's sha256");
+      if (!a.shown || typeof a.text !== "string") throw new Error("it is not text this page can show");
+      return a.text;
+    }));
+  }
+  const done = approvalTexts.get(key).then((text) => { shown(approval, text); return true; }, (error) => {
+    approvalTexts.delete(key);
+    fill(box, h("div", { class: "banner bad", role: "alert" }, `The whole request cannot be shown (${error.message}): do not allow what you have not seen.`));
+    return false;
+  });
+  return { box, shown: done };
 }
 
 function refreshAgentList() {
@@ -643,7 +687,7 @@ async function pageTask(page, route) {
           : "for a person's answer (see Now)")] : null,
       (task.questions || []).map((q) => [h("dt", {}, "question"), h("dd", {}, q.question || "", " — ",
         q.answer ? `${q.answer.by}: ${q.answer.text}` : q.status === "open" ? (q.approval ? "waiting for approval" : "waiting")
-          : "expired, unanswered")])));
+          : "expired, unanswered", q.approval ? approvalInput(q.approval).box : null)])));
   if (data.graph.nodes.length > 1) page.append(panel("Dependencies", dependencyGraph(data.graph, cid)));
   const viewer = h("div", { id: "artifact-viewer" });
   if (data.artifacts.length) {
