@@ -89,7 +89,7 @@ ROLES: Final[Mapping[str, str]] = {
     ADDRESSEE_FREE: "the agent the task names as its addressee, while nobody holds it",
     OPENER: "the room's opener",
     ROOM_MEMBER: "a member of the room (one its opening lists, or one who spoke in it before)",
-    ASKED_PERSON: "the person asked, proven (any proven person, for a question to human:*)",
+    ASKED_PERSON: "the proven person asked",
     LEASE_HOLDER: "the lease's holder, while it is in force",
     DAEMON: "the daemon itself (palaced)",
     TELLING_DAEMON: "the daemon that wrote what the notice tells about",
@@ -242,7 +242,8 @@ RULES: Final[tuple[Rule, ...]] = (
          "marks the task waiting for approval", written_by="ask (a run's approve tool or hook)",
          test="tests/e2e/test_authority.py::test_an_approval_on_anothers_task_is_flagged_and_waits_for_nobody"),
     Rule("question.answer", ("question.answer",), (), "question", frozenset({ASKED_PERSON}),
-         "the question (ack_of), before it expires; one of its choices",
+         "the question (ack_of), not before it was asked nor after it expires; one of its choices (a question "
+         "to human:* is asked of every proven person)",
          "the earliest answer that counts settles the question; only answers that can count are read, "
          "each daemon's first few per question",
          written_by="answer (palacectl answer)", per_origin=MAX_ANSWERS_PER_ORIGIN,

@@ -39,7 +39,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .agents import HUMAN_PREFIX, check_agent_id, is_human
+from .agents import HUMAN_PREFIX, check_agent_id, is_human, order_key
+from .authority import ANY_AGENT, ASKED_PERSON, MAX_ANSWERS_PER_ORIGIN, Verdict, counts_in_order, judge, rule_named
 from .errors import ValidationError
 from .ids import artifact_id_for_sha256
 from .stamps import STAMP_RE, add_seconds, seconds_between
@@ -47,7 +48,7 @@ from .stamps import STAMP_RE, add_seconds, seconds_between
 __all__ = [
     "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_APPROVAL_ARGUMENT_CHARS", "MAX_APPROVAL_INLINE_BYTES",
     "MAX_APPROVAL_INPUT_BYTES", "MAX_APPROVAL_TOOL_CHARS", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S",
-    "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "AskTerms", "QuestionState", "approval_marker",
+    "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "MAX_ANSWERS_PER_ORIGIN", "AskTerms", "QuestionState", "approval_marker",
     "approval_sha256", "ask_metadata", "check_addressee", "check_approval", "check_approval_marker", "check_choices",
     "check_timeout", "match_choice", "settle",
 ]
@@ -286,8 +287,16 @@ class QuestionState:
     status: str
     #: the answer that counts (the event), if any
     answer: Mapping[str, Any] | None
-    #: (answer event, why it did not count), in the settling order
-    flagged: tuple[tuple[Mapping[str, Any], str], ...]
+    #: (answer event, the authority table's verdict: its rule and why it did not count), in the settling order
+    flagged: tuple[tuple[Mapping[str, Any], Verdict], ...]
+    #: why the question's approval marker does not count (asked by another than the task's
+    #: claimant: rule question.approval), if it does not; the question then waits as an ordinary one
+    approval_refused: str | None = None
+
+    @property
+    def approval(self) -> Mapping[str, str] | None:
+        """The approval marker, when it counts: the question is a run's permission request."""
+        return self.terms.approval if self.approval_refused is None else None
 
     @property
     def choice(self) -> str | None:
@@ -301,10 +310,12 @@ class QuestionState:
             "question": q.get("body"), "asked_at": q.get("created_at"), "correlation_id": q.get("correlation_id"),
             "choices": list(self.terms.choices) if self.terms.choices is not None else None,
             "expires_at": self.terms.expires_at, "status": self.status, "answer": None,
-            "approval": dict(self.terms.approval) if self.terms.approval is not None else None,
+            "approval": dict(self.approval) if self.approval is not None else None,
             "flagged": [{"event_id": a.get("id"), "by": a.get("from_agent"), "created_at": a.get("created_at"),
-                         "why": why} for a, why in self.flagged],
+                         "rule": verdict.rule, "why": verdict.why} for a, verdict in self.flagged],
         }
+        if self.approval_refused is not None:
+            out["approval_refused"] = self.approval_refused
         if self.answer is not None:
             out["answer"] = {"event_id": self.answer.get("id"), "by": self.answer.get("from_agent"),
                              "text": self.choice, "answered_at": self.answer.get("created_at")}
@@ -316,38 +327,59 @@ def _expired(expires_at: str | None, at: str) -> bool:
 
 
 def settle(question: Mapping[str, Any], answers: Iterable[Mapping[str, Any]],
-           proven: Callable[[Mapping[str, Any]], bool], now: str) -> QuestionState:
+           proven: Callable[[Mapping[str, Any]], bool], now: str, *,
+           approval_refused: str | None = None) -> QuestionState:
     """The state of ``question`` from ``answers`` (any order; events other than its answers are
     ignored), judged at ``now``. ``proven(answer)``: whether the answer was written by the daemon
-    that holds its author's person id (see the module docstring)."""
+    that holds its author's person id (see the module docstring). Each answer is judged by the
+    authority table's ``question.answer`` row: written by the person asked (proven), before the
+    question expired and not before it was asked, one of its choices, among its daemon's first
+    ``MAX_ANSWERS_PER_ORIGIN`` to this question; the earliest that counts settles the question,
+    and every other is flagged with its rule and why. ``approval_refused``: the
+    ``question.approval`` flag of its task's derivation, when the question's marker does not count."""
     terms = AskTerms.from_metadata(question.get("metadata"))
     addressee = question.get("to_agent")
+    asked_at = question.get("created_at")
     mine = [a for a in answers if a.get("type") == ANSWER and a.get("ack_of") == question.get("id")]
-    ordered: Sequence[Mapping[str, Any]] = sorted(mine, key=lambda a: (str(a.get("created_at")), str(a.get("id"))))
+    ordered: Sequence[Mapping[str, Any]] = sorted(mine, key=lambda a: order_key(a.get("created_at"), a.get("id")))  # type: ignore[arg-type]
+    rule = rule_named("question.answer")
     winner: Mapping[str, Any] | None = None
-    flagged: list[tuple[Mapping[str, Any], str]] = []
+    flagged: list[tuple[Mapping[str, Any], Verdict]] = []
     seen: set[Any] = set()
+    per_origin: dict[Any, int] = {}
     for answer in ordered:
         if answer.get("id") in seen:
             continue
         seen.add(answer.get("id"))
-        author = answer.get("from_agent")
-        why: str | None = None
+        author, at, origin = answer.get("from_agent"), str(answer.get("created_at")), answer.get("origin")
+        count = per_origin.get(origin, 0)
+        if is_human(author):  # what the bound counts: answers written as a person's id (others never count)
+            per_origin[origin] = count + 1
+        if not counts_in_order(at, now):
+            flagged.append((answer, Verdict(False, "clock", f"dated {at}, ahead of this replica's clock: it counts "
+                                                            "once that clock reaches it")))
+            continue
         if winner is not None:
-            why = f"answered already by {winner.get('from_agent')} ({winner.get('id')})"
-        elif not is_human(author):
-            why = f"{author} is not a person's id"
-        elif addressee != ANYONE and author != addressee:
-            why = f"the question is for {addressee}, not {author}"
-        elif not proven(answer):
-            why = f"{author} is not held by the daemon that wrote this answer (not a proven person)"
-        elif _expired(terms.expires_at, str(answer.get("created_at"))):
-            why = f"written after the question expired ({terms.expires_at})"
+            flagged.append((answer, Verdict(False, rule.name, f"answered already by {winner.get('from_agent')} "
+                                                              f"({winner.get('id')})")))
+            continue
+        asked = is_human(author) and (addressee == ANYONE or author == addressee)
+        roles = {ASKED_PERSON} if asked and not answer.get("impersonation") and proven(answer) else {ANY_AGENT}
+        refers, why = True, None
+        if _expired(terms.expires_at, at):
+            refers, why = False, f"written after the question expired ({terms.expires_at})"
+        elif isinstance(asked_at, str) and order_key(at, "") < order_key(asked_at, ""):
+            refers, why = False, f"dated {at}, before the question was asked ({asked_at})"
         elif match_choice(terms, answer.get("body") or "") is None:
-            why = "not one of the choices (" + ", ".join(terms.choices or ()) + ")"
-        if why is None:
+            refers, why = False, "not one of the choices (" + ", ".join(terms.choices or ()) + ")"
+        verdict = judge(rule, roles, agent=author, refers=refers, refers_why=why, origin_count=count,
+                        names={ASKED_PERSON: addressee if addressee != ANYONE else None})
+        if verdict.ok:
             winner = answer
-        else:
-            flagged.append((answer, why))
+            continue
+        if asked and ASKED_PERSON not in roles and verdict.why and verdict.why.endswith("none of them"):
+            verdict = Verdict(False, rule.name, f"{author} is not held by the daemon that wrote this answer (not a "
+                                                "proven person)")
+        flagged.append((answer, verdict))
     status = "answered" if winner is not None else "expired" if _expired(terms.expires_at, now) else "open"
-    return QuestionState(question, terms, status, winner, tuple(flagged))
+    return QuestionState(question, terms, status, winner, tuple(flagged), approval_refused)

@@ -36,7 +36,9 @@ from palace_proto.questions import (
     match_choice,
     settle,
 )
+from palace_proto.authority import MAX_ANSWERS_PER_ORIGIN
 from palace_proto.stamps import format_stamp, seconds_between
+from palace_proto.tasks import derive_task, is_approval
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
 
 from ..store import WriteContext
@@ -49,9 +51,6 @@ __all__ = ["OPS", "held_people", "proven_person", "settled"]
 _PAGE: Final = 500
 # Why 200: a person's list of questions; older ones are in the log (``list --type question.ask``).
 MAX_QUESTIONS: Final = 200
-# Why 10,000: the answers read to settle a question (a member could write answers that never
-# count, as someone it is not; a question has a handful of real ones).
-MAX_ANSWERS: Final = 10_000
 
 
 def proven_person(ctx: Context, event: Mapping[str, Any]) -> bool:
@@ -79,16 +78,52 @@ async def _question(ctx: Context, event_id: Any) -> dict[str, Any]:
     return event
 
 
-async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]]) -> list[QuestionState]:
-    """The state of each question of ``asked``, from the answers held here (one read for all)."""
+async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]],
+                  task: Mapping[str, Any] | None = None) -> list[QuestionState]:
+    """The state of each question of ``asked``, from the answers that can count held here (each
+    origin's first few per question, written as a person's id: ``Reads.person_answers``), with the
+    registry's verdicts; an approval marker counts only from the claimant of the task it is asked on
+    (``question.approval``: the task's derivation says, ``task`` when the caller has it derived)."""
     if not asked:
         return []
-    answers = await ctx.astore.acks_of([q["id"] for q in asked], ANSWER, MAX_ANSWERS)
+    answers = ctx.store.agents.annotate(
+        await ctx.astore.person_answers([q["id"] for q in asked], MAX_ANSWERS_PER_ORIGIN))
     by_question: dict[Any, list[dict[str, Any]]] = {}
     for a in answers:
         by_question.setdefault(a["ack_of"], []).append(a)
     now = format_stamp(time.time())
-    return [settle(q, by_question.get(q["id"], []), lambda a: proven_person(ctx, a), now) for q in asked]
+    refused = await _approvals_refused(ctx, asked, now, task)
+    return [settle(q, by_question.get(q["id"], []), lambda a: proven_person(ctx, a), now,
+                   approval_refused=refused.get(q["id"])) for q in asked]
+
+
+async def _approvals_refused(ctx: Context, asked: Sequence[Mapping[str, Any]], now: str,
+                             task: Mapping[str, Any] | None) -> dict[Any, str]:
+    """Why each approval-marked question of ``asked`` does not count as one (the authority table's
+    ``question.approval``: only the claimant of the task it names asks for approval on it)."""
+    refused: dict[Any, str] = {}
+    views: dict[str, Mapping[str, Any] | None] = {}
+    if task is not None:
+        views[task["correlation_id"]] = task
+    daemons = ctx.store.agents.origin_daemons
+    for question in asked:
+        if not is_approval(question):
+            continue
+        cid = question.get("correlation_id")
+        if not isinstance(cid, str) or not cid:
+            refused[question["id"]] = "question.approval must be asked on a task (its correlation id)"
+            continue
+        if cid not in views:
+            events = ctx.store.agents.annotate(await ctx.astore.events_by_correlation(cid))
+            views[cid] = derive_task(cid, events, now=now, daemon_of=lambda origin: daemons.get(origin) or origin)
+        view = views[cid]
+        if view is None:
+            refused[question["id"]] = f"question.approval must be asked on an existing task: no request on {cid} here"
+            continue
+        why = next((f["why"] for f in view["out_of_role"] if f["event_id"] == question["id"]), None)
+        if why is not None:
+            refused[question["id"]] = str(why)
+    return refused
 
 
 async def _settled(ctx: Context, question: Mapping[str, Any]) -> QuestionState:
@@ -231,9 +266,12 @@ async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _grantable_here(ctx: Context, person: str) -> bool:
-    """The daemon holding the palace CA grants a person's id to itself on first use."""
+    """The daemon holding the palace CA grants a person's id to itself on first use: while nobody
+    was ever granted it (a member's own registration of a person's id is void, and must not stop
+    the grant: issue 43)."""
     agents = ctx.store.agents
-    return agents.human_grant is not None and agents.records.get(person) is None
+    record = agents.records.get(person)
+    return agents.human_grant is not None and (record is None or not record.tenures)
 
 
 async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -234,6 +234,7 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     # on every daemon, since the question replicates with the task (issue 28).
     view["waiting_for_person"] = any(q["status"] == "open" for q in view["questions"])
     # ... and, among those, a run's permission request: "waiting for approval".
+    # (An approval asked by another than the claimant does not count: the question.approval rule.)
     view["waiting_for_approval"] = any(q["status"] == "open" and q["approval"] for q in view["questions"])
     return view
 
@@ -241,7 +242,7 @@ async def task_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 async def _questions_on(ctx: Context, view: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The questions asked on the task, with their state (``palace_proto.questions``)."""
     asked = [e for e in view.get("events", []) if e.get("type") == QUESTION_ASK]
-    return [state.to_wire() for state in await settled_questions(ctx, asked)]
+    return [state.to_wire() for state in await settled_questions(ctx, asked, view)]
 
 
 async def recent_views(ctx: Context) -> list[dict[str, Any]]:

@@ -134,8 +134,8 @@ class AsyncStore:
     async def events_after_seq(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
         return await self._hop(self.store.events_after_seq, after_seq, limit)
 
-    async def acks_of(self, event_ids: Sequence[str], event_type: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        return await self._hop(self.store.acks_of, event_ids, event_type, limit)
+    async def person_answers(self, question_ids: Sequence[str], per_origin: int) -> list[dict[str, Any]]:
+        return await self._hop(self.store.person_answers, question_ids, per_origin)
 
     async def events_of_types(self, types: Sequence[str], since_created_at: str, limit: int) -> list[dict[str, Any]]:
         return await self._hop(self.store.events_of_types, types, since_created_at, limit)

@@ -9,25 +9,29 @@ compares). Writer thread only, inside a batch's transaction (``writes.append_eve
 
 Which derivation judges: the rule's subject says. A task (``task.*``, a status on a task,
 ``usage.report``, an approval asked on a task): ``palace_proto.tasks.derive_task`` over the
-correlation's events. A room: ``palace_proto.rooms.derive_room`` over the room's events. The
-other subjects are judged where their events are built (the registry: ``agents.py``; a
-redaction: ``handlers/log.py``; questions: ``handlers/questions.py``; leases:
-``handlers/leases.py``), and their rows say any member's agent or the daemon itself, which the
-identity checks of ``writes.append_event`` already hold.
+correlation's events. A room: ``palace_proto.rooms.derive_room`` over the room's events. A
+person's answer: ``palace_proto.questions.settle`` over the question's answers that can count.
+The other subjects are judged where their events are built (the registry: ``agents.py``; a
+redaction: ``handlers/log.py``; leases: ``handlers/leases.py``), and their rows say any member's
+agent or the daemon itself, which the identity checks of ``writes.append_event`` already hold.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from palace_proto.authority import ANY_AGENT, Rule, rule_for
+from palace_proto.agents import is_human
+from palace_proto.authority import ANY_AGENT, MAX_ANSWERS_PER_ORIGIN, Rule, rule_for
+from palace_proto.questions import ASK, settle
 from palace_proto.rooms import ROOM_TYPES, derive_room
 from palace_proto.tasks import REQUEST, derive_task
 from palace_proto.validation import AppendRequest
 
 from . import rooms as store_rooms
 from .clock import utc_now
+from .queries import person_answers
 
 if TYPE_CHECKING:
     from .batch import WriteContext
@@ -64,13 +68,45 @@ def refusal(ctx: WriteContext, req: AppendRequest) -> str | None:
         return (f"type {req.type!r} is in palace's namespaces but its authority table does not name it: nothing "
                 "may write it yet")
     cid = req.correlation_id
-    if not cid or not _needs_subject(rule):
+    if not _needs_subject(rule) or (not cid and rule.subject != "question"):
         return None
     if rule.subject == "task":
         return _task_refusal(ctx, req, rule.name)
+    if rule.name == "question.answer":
+        return _answer_refusal(ctx, req)
     if rule.subject == "room" and req.type in ROOM_TYPES:
         return _room_refusal(ctx, req)
     return None
+
+
+def _answer_refusal(ctx: WriteContext, req: AppendRequest) -> str | None:
+    """A person's answer, judged as ``palace_proto.questions.settle`` will judge it everywhere."""
+    question = ctx.get_event(req.ack_of) if req.ack_of else None
+    if question is None or question.get("type") != ASK:
+        return f"question.answer must acknowledge a question ({ASK}) with ack_of"
+    now = utc_now()
+    draft = _draft(ctx, req, now)
+    answers = ctx.agents.annotate(person_answers(ctx.conn, [question["id"]], MAX_ANSWERS_PER_ORIGIN))
+    state = settle(question, [*answers, draft], lambda answer: _proven(ctx, answer), now)
+    for answer, verdict in state.flagged:
+        if answer.get("id") == DRAFT_ID:
+            return verdict.why
+    return None
+
+
+def _proven(ctx: WriteContext, answer: Mapping[str, Any]) -> bool:
+    """Whether ``answer`` was written as a person's id by the daemon holding it (the draft: by
+    this daemon, the running batch's registration included). A daemon in no palace has no
+    registry: its own user is the only person there is."""
+    agent = answer.get("from_agent")
+    if not is_human(agent):
+        return False
+    if not ctx.agents.enforcing:
+        return True
+    if answer.get("id") == DRAFT_ID:
+        record = ctx.agents.record_of(ctx, str(agent))
+        return record is not None and record.current is not None and record.current.daemon == ctx.agents.daemon
+    return ctx.agents.records.get(str(agent)) is not None and not answer.get("impersonation")
 
 
 def _needs_subject(rule: Rule) -> bool:

@@ -203,6 +203,15 @@ def _registry_case(kind, by_ca):
     return case
 
 
+def _answer_counts() -> bool:
+    from palace_proto.questions import ask_metadata, settle
+    question = {"id": "evt_q", "type": ASK, "from_agent": "bot", "to_agent": "human:ana", "created_at": _at(0),
+                "metadata": ask_metadata(("yes", "no"), _at(0), 600)}
+    answer = {"id": "evt_a", "type": ANSWER, "from_agent": "human:ana", "ack_of": "evt_q", "body": "yes",
+              "created_at": _at(5), "origin": "o1"}
+    return settle(question, [answer], lambda a: True, _at(10)).answer is not None
+
+
 def _words(rule_name):
     return lambda: judge(rule_named(rule_name), {ANY_AGENT}).ok
 
@@ -233,6 +242,7 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("question.ask", ANY_AGENT): _words("question.ask"),
     ("question.approval", CLAIMANT): _task_case(
         [_request(), _claim("bob", 5)], _ev(ASK, "bob", 9, to="human:*", metadata={"approval": {"tool": "Bash"}})),
+    ("question.answer", authority.ASKED_PERSON): lambda: _answer_counts(),
     ("room.open", ANY_AGENT): lambda: derive_room(ROOM_ID, [_OPENING]) is not None,
     ("room.message", ANY_AGENT): lambda: _room_counts([_OPENING, m := _room_event(2, ROOM_MESSAGE, "zed", "hi",
                                                                                  origin="o_zed")], m),

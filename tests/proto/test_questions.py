@@ -138,12 +138,13 @@ def test_the_first_answer_that_counts_wins_and_every_other_is_flagged_with_why()
     ]
     state = settle(q, answers, everyone_proven, NOW)
     assert state.status == "answered" and state.answer["id"] == "evt_3" and state.choice == "no"  # the choice as offered
-    why = {a["id"]: reason for a, reason in state.flagged}
+    why = {a["id"]: verdict.why for a, verdict in state.flagged}
     assert set(why) == {"evt_1", "evt_2", "evt_4", "evt_5"}
-    assert "for human:ana, not human:bob" in why["evt_1"]
+    assert why["evt_1"] == "question.answer is for the proven person asked (human:ana); human:bob is none of them"
     assert "not one of the choices" in why["evt_2"]
     assert "answered already by human:ana (evt_3)" in why["evt_4"]
-    assert "not a person" in why["evt_5"]
+    assert why["evt_5"].endswith("mac-claude is none of them")
+    assert {verdict.rule for _, verdict in state.flagged} == {"question.answer"}
     wire = state.to_wire()
     assert wire["answer"] == {"event_id": "evt_3", "by": "human:ana", "text": "no", "answered_at": "2026-12-04T10:00:30.000000Z"}
     assert wire["status"] == "answered" and wire["choices"] == ["yes", "no"] and len(wire["flagged"]) == 4
@@ -155,7 +156,7 @@ def test_an_unproven_person_and_an_answer_after_expiry_never_count():
     late = answer("yes", aid="evt_l", at="2026-12-04T10:05:00.000000Z")
     state = settle(q, [forged, late], lambda a: a["id"] != "evt_f", NOW)
     assert state.status == "expired" and state.answer is None
-    why = dict((a["id"], reason) for a, reason in state.flagged)
+    why = {a["id"]: verdict.why for a, verdict in state.flagged}
     assert "not a proven person" in why["evt_f"] and "after the question expired" in why["evt_l"]
 
 
@@ -176,3 +177,34 @@ def test_every_replica_settles_the_same_whatever_order_the_answers_arrived_in(or
     state = settle(question(to=ANYONE), shuffled + shuffled[:2], lambda a: proven[a["id"]], NOW)  # duplicates too
     assert (state.status, state.answer and state.answer["id"]) == (reference.status, reference.answer and reference.answer["id"])
     assert [a["id"] for a, _ in state.flagged] == [a["id"] for a, _ in reference.flagged]
+
+
+def test_junk_from_one_daemon_never_buries_the_persons_answer():
+    """Regression (issue 43, finding 5): answers were read first-10,000-in-local-order, counting or
+    not; the owner's answer came 10,001st and the question stayed open. A daemon's first
+    MAX_ANSWERS_PER_ORIGIN answers to a question are judged, the rest flagged; the person's answer
+    from its own daemon counts whatever came before it."""
+    q = question()
+    junk = [{**answer("yes", by="human:ana", aid=f"evt_j{i:05d}", at="2026-12-04T10:00:01.000000Z"),
+             "origin": "o_mallory"} for i in range(100)]
+    real = {**answer("no", aid="evt_real", at="2026-12-04T10:00:30.000000Z"), "origin": "o_alpha"}
+    state = settle(q, [*junk, real], lambda a: a["origin"] == "o_alpha", NOW)
+    assert state.status == "answered" and state.answer["id"] == "evt_real"
+    # The bound itself: a daemon's 17th answer to one question is not judged, however good.
+    slips = [{**answer("maybe", aid=f"evt_s{i:02d}", at="2026-12-04T10:00:01.000000Z"), "origin": "o_alpha"}
+             for i in range(16)]
+    state = settle(q, [*slips, real], everyone_proven, NOW)
+    assert state.status == "open"
+    assert [v.why for a, v in state.flagged if a["id"] == "evt_real"] == [
+        "question.answer: one daemon's first 16 count on one subject; this one is beyond them"]
+
+
+def test_an_answer_dated_before_the_question_or_far_ahead_of_the_clock_does_not_count():
+    q = question()
+    backdated = answer("yes", aid="evt_b", at="2026-12-04T09:59:00.000000Z")
+    ahead = answer("yes", aid="evt_a", at="2026-12-04T11:00:00.000000Z")
+    state = settle(q, [backdated, ahead], everyone_proven, NOW)
+    assert state.status == "open"
+    why = {a["id"]: (v.rule, v.why) for a, v in state.flagged}
+    assert why["evt_b"][0] == "question.answer" and "before the question was asked" in why["evt_b"][1]
+    assert why["evt_a"][0] == "clock"
