@@ -25,6 +25,7 @@ from typing import Final
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from palace_proto.authority import PALACE_CA, TARGET_ORIGIN, judge, rule_named
 from palace_proto.bindings import BindingProofError, OriginBinding, check_binding_proof
 from palace_proto.envelope import SignedEvent
 from palace_proto.pki import (
@@ -205,19 +206,21 @@ class MemberDirectory:
         """May this ``event.redact`` purge an event of ``target_origin``? Yes when it was written by
         that origin itself, or when the palace CA signed it (only the daemon holding the CA key can:
         the palace owner's redaction of anyone's event). ``target_origin`` "" asks about the CA
-        signature alone (the target has not arrived yet)."""
+        signature alone (the target has not arrived yet). The authority table's ``event.redact``
+        row decides, from the roles the redaction's writer holds."""
+        roles = set()
         if target_origin and redaction.origin == target_origin:
-            return True
+            roles.add(TARGET_ORIGIN)
         try:
             metadata = json.loads(redaction.metadata_json)
         except ValueError:
-            return False
-        if not isinstance(metadata, dict):
-            return False
-        target, signature = metadata.get("redacts"), metadata.get("ca_signature")
-        if not isinstance(target, str) or not isinstance(signature, str):
-            return False
-        return verify_redaction_signature(self._ca, self.palace_id, target, signature)
+            metadata = None
+        if isinstance(metadata, dict):
+            target, signature = metadata.get("redacts"), metadata.get("ca_signature")
+            if isinstance(target, str) and isinstance(signature, str) and verify_redaction_signature(
+                    self._ca, self.palace_id, target, signature):
+                roles.add(PALACE_CA)
+        return judge(rule_named("event.redact"), roles, agent=redaction.from_agent).ok
 
     def observe_metadata(self, metadata: object) -> None:
         try:

@@ -48,6 +48,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from .authority import DAEMON, ID_HOLDER, PALACE_CA, rule_named
+from .authority import judge as judge_rule  # (``judge`` here is the verdict on an event written as an agent)
 from .errors import ValidationError
 from .stamps import duration_seconds
 
@@ -318,19 +320,23 @@ def derive_record(agent: str, claims: Iterable[Claim]) -> AgentRecord:
         by_ca = claim.ca_nonce is not None and claim.ca_nonce not in nonces
         if claim.ca_nonce is not None:
             nonces.add(claim.ca_nonce)
+        roles = {DAEMON} | ({PALACE_CA} if by_ca else set()) | (
+            {ID_HOLDER} if holder is not None and holder == claim.daemon else set())
         if claim.kind == REGISTER:
-            if is_human(agent) and not by_ca:
-                # A person's id is the operator's word on every screen: taking it first proves
-                # nothing (issue 25, finding 8). Only the palace CA grants it.
-                void.append((claim, f"{agent} is a person's id: only the palace CA grants it (register it on the "
-                                    "CA's daemon, or transfer it from there)"))
+            # A person's id is the operator's word on every screen: taking it first proves nothing
+            # (issue 25, finding 8). Only the palace CA grants it: the authority table's refers_to.
+            verdict = judge_rule(rule_named(REGISTER), roles, refers=not is_human(agent) or by_ca,
+                            refers_why=f"{agent} is a person's id: only the palace CA grants it (register it on the "
+                                       "CA's daemon, or transfer it from there)")
+            if not verdict.ok:
+                void.append((claim, str(verdict.why)))
                 continue
             if holder is None:
                 tenures.append(Tenure(claim.daemon, claim.created_at, claim.event_id, "registered"))
             elif holder != claim.daemon:
                 void.append((claim, f"{agent} was registered to daemon {holder[:7]} first"))
             continue
-        if not (by_ca or (holder is not None and holder == claim.daemon)):
+        if not judge_rule(rule_named(claim.kind), roles).ok:  # the holder, or the palace CA (agent.transfer/retire)
             why = ("only the palace CA may transfer or retire an agent nobody holds" if holder is None else
                    f"written by daemon {claim.daemon[:7]}, which did not hold {agent} (daemon {holder[:7]} did)")
             if claim.ca_nonce is not None and not by_ca:
