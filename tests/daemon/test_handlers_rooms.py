@@ -128,7 +128,7 @@ async def test_errors_are_mempalaces_words(tmp_path):
         # No read position is kept for a room that does not exist.
         assert await ctx.astore.read(lambda: ctx.store.db.reader().execute(
             "SELECT count(*) FROM room_cursors").fetchone()[0]) == 0
-        with pytest.raises(ValidationError, match="reserved; use `palacectl room say`"):
+        with pytest.raises(ValidationError, match="reserved: it is written by room_say \\(palacectl room say\\)"):
             await log.append(ctx, note(type="room.message", correlation_id=room_id, room="rooms"))
 
 

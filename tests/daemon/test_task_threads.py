@@ -38,7 +38,7 @@ def request(store, cid=None, **fields):
 
 
 def reply(store, cid, status=None):
-    return append(store, type="event.reply", from_agent="bob", to_agent="alice", correlation_id=cid,
+    return append(store, type="task.reply", from_agent="bob", to_agent="alice", correlation_id=cid,
                   body="on it", **({"status": status} if status else {}))
 
 
@@ -62,7 +62,7 @@ def test_the_trigger_follows_every_task_whichever_way_its_events_came(stores):
     request(a, "task_one")
     reply(a, "task_one")
     plain = request(a)  # no correlation id: the request's own id names the task
-    append(a, type="event.reply", correlation_id=plain["id"], body="yes")
+    append(a, type="task.reply", correlation_id=plain["id"], body="yes")
     append(a, correlation_id="not_a_task", body="a thread without a request: no row")
     reply(b, "task_two", "claimed")  # the reply reaches b before the request it answers
     request(a, "task_two")
@@ -82,7 +82,7 @@ def test_any_event_on_a_settled_task_unsettles_it_whichever_way_it_came(stores):
     sync(a, b, a, b)
     for store in (a, b):
         assert settled(store, [(cid, newest_seq(store, cid)) for cid in ("task_one", "task_two", plain["id"])]) == 3
-    append(a, type="event.reply", correlation_id=plain["id"], body="again")
+    append(a, type="task.reply", correlation_id=plain["id"], body="again")
     reply(a, "task_one", "ready")
     append(a, type="task.request", to_agent="bob", correlation_id="task_two", body="a second request")
     sync(a, b, a, b)
@@ -161,7 +161,7 @@ def test_an_agent_registered_elsewhere_after_a_partition_unsettles_the_tasks_it_
     unsettled = {t.correlation_id for t in tasks_to_derive(b, 5, 5)[0] if not t.settled}
     assert unsettled == {"task_x"}, other  # bob wrote on task_x only
     flagged = b.agents.annotate(b.events_by_correlation("task_x"))
-    assert [e.get("impersonation") is not None for e in flagged if e["type"] == "event.reply"] == [True]
+    assert [e.get("impersonation") is not None for e in flagged if e["type"] == "task.reply"] == [True]
 
 
 def test_a_registry_derived_anew_unsettles_the_tasks_of_the_agents_whose_record_changed(stores):
