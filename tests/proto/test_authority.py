@@ -281,3 +281,62 @@ def test_every_role_a_rule_names_can_write_it(rule, role):
 
 def test_no_scenario_names_a_rule_or_role_the_table_does_not_have():
     assert set(ALLOWED) == {(r.name, role) for r in RULES for role in r.writers}
+
+
+# -- generated from the table: every position a writer may hold on a task, against every task rule --
+# Each position names the roles its writer holds on the task at the end of its events (the oracle,
+# written by hand from the roles' words). For every task rule and every position, the rule's event
+# written from that position counts exactly when the position holds a role the rule names: the
+# roles the table does not allow are flagged, the ones it allows succeed, whatever their mix.
+
+A = authority
+_POSITIONS: tuple[tuple[str, list[dict[str, Any]], str, frozenset[str]], ...] = (
+    ("a bystander", [_request(), _claim("bob", 5)], "zed", frozenset({ANY_AGENT})),
+    ("the requester", [_request(), _claim("bob", 5)], "alice", frozenset({ANY_AGENT, REQUESTER})),
+    ("the claimant", [_request(), _claim("bob", 5)], "bob",
+     frozenset({ANY_AGENT, CLAIMANT, A.EVER_CLAIMED, A.ADDRESSED})),
+    ("the addressee, nobody holding it", [_request()], "bob",
+     frozenset({ANY_AGENT, A.ADDRESSED, A.ADDRESSED_FREE, A.ADDRESSEE_FREE})),
+    ("anyone, on a task to * nobody holds", [_request(to="*")], "zed",
+     frozenset({ANY_AGENT, A.ADDRESSED, A.ADDRESSED_FREE})),
+    ("anyone, on a task to * held by another", [_request(to="*"), _claim("bob", 5)], "zed",
+     frozenset({ANY_AGENT, A.ADDRESSED})),
+    ("a losing claimant", [_request(to="*"), _claim("bob", 5), _claim("carol", 6)], "carol",
+     frozenset({ANY_AGENT, A.ADDRESSED, A.EVER_CLAIMED, A.LOSING_CLAIMANT})),
+    ("a claimant that released it", [_request(), _claim("bob", 5), _ev(RELEASE, "bob", 6, status="open")], "bob",
+     frozenset({ANY_AGENT, A.ADDRESSED, A.ADDRESSED_FREE, A.ADDRESSEE_FREE, A.EVER_CLAIMED})),
+    ("a claimant the task was reassigned away from",
+     [_request(), _claim("bob", 5), _ev(REASSIGN, "alice", 6, status="open", to="carol")], "bob",
+     frozenset({ANY_AGENT, A.EVER_CLAIMED})),
+)
+#: one event of each task rule a writer can write (notices are the daemon's: TELLING_DAEMON only)
+_TASK_WRITES: dict[str, Any] = {
+    "task.correct": lambda who: _ev(REQUEST, who, 30, status="open", to="bob"),
+    "task.claim": lambda who: _claim(who, 30),
+    "task.deliver": lambda who: _ev("patch.ready", who, 30, status="ready"),
+    "task.close": lambda who: _ev("event.ack", who, 30, status="failed"),
+    "task.supersede": lambda who: _ev("event.ack", who, 30, status="superseded"),
+    "task.reopen": lambda who: _ev("event.ack", who, 30, status="open"),
+    "task.release": lambda who: _ev(RELEASE, who, 30, status="open"),
+    "task.reassign": lambda who: _ev(REASSIGN, who, 30, status="open", to="dave"),
+    "usage.report": lambda who: _ev(USAGE_TYPE, who, 30, metadata={"task_id": CID}),
+    "question.approval": lambda who: _ev(ASK, who, 30, to="human:*", metadata={"approval": {"tool": "Bash"}}),
+    "task.words": lambda who: _ev("task.reply", who, 30),
+}
+
+
+def test_every_task_rule_written_from_every_position_counts_exactly_when_the_table_allows_it():
+    task_rules = {r.name for r in RULES if r.subject == "task" and A.TELLING_DAEMON not in r.writers
+                  and r.name != "task.open"}
+    assert task_rules == set(_TASK_WRITES), "a task rule without an event to write here"
+    wrong = []
+    for rule_name, write in _TASK_WRITES.items():
+        rule = rule_named(rule_name)
+        for position, before, who, roles in _POSITIONS:
+            written = write(who)
+            view = derive_task(CID, [*before, written])
+            flags = {f["event_id"]: f["rule"] for f in view["out_of_role"]}
+            expected = bool(roles & rule.writers)
+            if (written["id"] not in flags) != expected or (not expected and flags[written["id"]] != rule_name):
+                wrong.append(f"{rule_name} by {position}: {'flagged' if written['id'] in flags else 'counted'}")
+    assert wrong == []
