@@ -27,9 +27,14 @@ see ``parse_custom_line``). The result is one ``Usage`` in one vocabulary:
   do: palace keeps no price list, so their cost stays *unknown*, never 0).
 
 The run's launcher writes it as a signed ``usage.report`` event on the task (metadata from
-``usage_metadata``); it replicates like any other event, so every replica sums the same events
-into the same totals. Totals sum costs in whole micro-dollars, so the order events arrived in
-cannot change a total by a rounding bit.
+``usage_metadata``); it replicates like any other event. Only the reports the authority table lets
+count are summed (``palace_proto.authority``, rule ``usage.report``, as ``palace_proto.tasks.
+derive_task`` judges it: written by an agent that has claimed the task, by the daemon that holds
+that agent, on a task that exists and that its metadata names, among the task's first 256): a
+member cannot make another's budgets go over with reports of its own. palaced keeps the totals of
+those as it commits (palaced/store/usage.py, built with ``total_of``), so every replica holding the
+same events has the same totals. Totals sum costs in whole micro-dollars (``cost_micros``), so the
+order events arrived in cannot change a total by a rounding bit.
 
 Hostile input. A harness's output is whatever the model and the harness printed: everything in
 it is distrusted. Only the last ``MAX_SCAN_CHARS`` of it are read; JSON that does not parse, a
@@ -81,7 +86,7 @@ __all__ = [
     "MAX_FINAL_CHARS", "MAX_SCAN_CHARS", "MAX_TOKENS", "MAX_TURNS", "STATES", "USAGE_TYPE", "AgentBudget", "Breach", "Budgets", "Record", "Spending",
     "Total", "Usage", "blocking", "check_usage_metadata", "final_text", "judge_budgets", "parse_budgets", "parse_claude",
     "parse_codex", "parse_custom_line", "parse_gemini", "parse_opencode", "parse_usage", "record_from_event",
-    "spending", "totals", "usage_metadata",
+    "cost_micros", "spending", "total_of", "totals", "usage_metadata",
 ]
 
 #: the event type of a run's usage report (on the task: its correlation id is the task's)
@@ -841,7 +846,7 @@ class Total:
 
     def add(self, usage: Usage) -> Total:
         """This total with one more run."""
-        micros = None if usage.cost_usd is None else round(usage.cost_usd * _MICROS)
+        micros = cost_micros(usage)
         return dataclasses.replace(
             self, runs=self.runs + 1, tokens_in=self.tokens_in + usage.tokens_in,
             tokens_out=self.tokens_out + usage.tokens_out,
@@ -860,6 +865,19 @@ class Total:
     def __repr__(self) -> str:
         cost = "?" if self.cost_micros is None else f"${self.cost_usd:.2f}" + ("+" if self.unpriced_runs else "")
         return f"<Total {self.by}={self.key} runs={self.runs} tokens={self.tokens} cost={cost}>"
+
+
+def cost_micros(usage: Usage) -> int | None:
+    """``usage``'s cost in whole micro-dollars (what totals add up), None when unknown."""
+    return None if usage.cost_usd is None else round(usage.cost_usd * _MICROS)
+
+
+def total_of(by: str, key: str | None, *, runs: int, tokens_in: int, tokens_out: int, cache_read_tokens: int,
+             cache_write_tokens: int, priced_micros: int, unpriced_runs: int) -> Total:
+    """A ``Total`` from sums kept elsewhere (palaced's running totals): ``priced_micros`` is the
+    sum of the known costs, which the total gives as unknown (None) when every run was unpriced."""
+    return Total(by, key, runs, tokens_in, tokens_out, cache_read_tokens, cache_write_tokens,
+                 None if runs == unpriced_runs else priced_micros, unpriced_runs)
 
 
 def _group_key(record: Record, by: str) -> str | None:

@@ -4,8 +4,8 @@
 a person would), waits for the ``ui.json`` it writes, and stops it with SIGTERM (exit 0 required,
 ``ui.json`` gone). ``http`` sends one request with the standard library's client, so what is
 tested is what any program sees; ``EventStream`` reads server-sent events line by line.
-``report_usage`` appends a run's ``usage.report`` and ``held_worker`` holds a worker's presence
-(what the Usage page shows).
+``report_usage`` appends a run's ``usage.report`` (on a task its agent claimed) and ``held_worker``
+holds a worker's presence (what the Usage page shows).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from palace_proto.agents import REGISTRY_TYPES
 from tests.fleet import ctl_json
-from tests.helpers import PYTHON
+from tests.helpers import PYTHON, run_ctl
 
 START_TIMEOUT_S: Final = 20.0
 IO_TIMEOUT_S: Final = 15.0
@@ -157,11 +157,20 @@ def http_request(port: int, method: str, path: str, *, headers: Mapping[str, str
 
 
 def report_usage(home: Path, agent: str, task: str, **fields: Any) -> dict[str, Any]:
-    """Append one run's ``usage.report`` on ``task`` as ``agent`` wrote it (docs/usage.md)."""
+    """Append one run's ``usage.report`` on ``task`` as ``agent`` wrote it (docs/usage.md). A report
+    counts only from an agent that has claimed its task (issue 43): ``task`` is requested first if
+    it is not there (by ``boss``, to anyone), ``agent`` claims it, reports, and lets it go again
+    (so another agent may report on it next; a report after the release still counts)."""
+    if run_ctl(home, "task", "show", task).returncode != 0:
+        ctl_json(home, "append", "--type", "task.request", "--stream", "usage", "--room", "runs", "--from-agent",
+                 "boss", "--to-agent", "*", "--correlation-id", task, "--status", "open", "--body", f"runs of {task}")
+    ctl_json(home, "task", "claim", task, "--agent", agent)
     metadata = {"runner": "claude", "tokens_in": 1200, "tokens_out": 300, "task_id": task, "machine": "mac", **fields}
-    return ctl_json(home, "append", "--type", "usage.report", "--stream", "usage", "--room", "runs",
-                    "--from-agent", agent, "--correlation-id", task, "--metadata", json.dumps(metadata),
-                    "--body", "usage")
+    event = ctl_json(home, "append", "--type", "usage.report", "--stream", "usage", "--room", "runs",
+                     "--from-agent", agent, "--correlation-id", task, "--metadata", json.dumps(metadata),
+                     "--body", "usage")
+    ctl_json(home, "task", "release", task, "--agent", agent)
+    return event
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
 ``replication``, ``mesh`` (a fleet in a full mesh), ``leases`` (lease costs, honest and hostile),
-``mcp`` (how soon the MCP server answers) and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*``
+``usage`` (what a ``usage`` call costs with many reports), ``mcp`` (how soon the MCP server answers)
+and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*``
 (loaded only when the command runs; nothing outside their temporary homes is touched). Registered on the root app by
 ``cli.root``; imports ``cli.common`` only.
 """
@@ -88,6 +89,24 @@ def bench_leases(
     from ..bench_leases import run_leases_bench
 
     result = run_leases_bench(quick=quick, progress=not json_)
+    emit(result, json_)
+
+
+@bench_app.command("usage")
+def bench_usage(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    reports: Annotated[Optional[int], typer.Option("--reports", help="Usage reports to write (default 100,000).")] = None,
+    calls: Annotated[Optional[int], typer.Option("--calls", help="Calls timed each way (default 40).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure what `usage` costs a daemon holding many usage reports: a worker's, a run's and the Usage page's calls."""
+    from ..bench_usage import run_usage_bench
+
+    if reports is not None and reports < 1:
+        raise UsageProblem("--reports must be a positive number")
+    if calls is not None and calls < 1:
+        raise UsageProblem("--calls must be a positive number")
+    result = run_usage_bench(quick=quick, progress=not json_, reports=reports, calls=calls)
     emit(result, json_)
 
 

@@ -2,8 +2,9 @@
 budgets of this machine's ``config.toml`` judged against it.
 
 Owns: the command line over the daemon's ``usage`` operation. ``[budgets]`` is read here (palacectl's
-section of ``config.toml``) and sent with the request; the daemon judges it against every usage
-report it holds (``palace_proto.usage``). Exit 0, or 1 when a budget is over. Registered on the
+section of ``config.toml``) and sent with the request; the daemon judges it against the usage
+reports that count (``palace_proto.usage``; those that count nowhere are said in one line). Exit 0,
+or 1 when a budget is over. Registered on the
 root app by ``cli.root``; imports ``cli.common`` only.
 """
 
@@ -48,8 +49,9 @@ def usage(
     write_stdout(f"{by.upper()}\tRUNS\tTOKENS IN\tTOKENS OUT\tCOST\n")
     for total in result["totals"]:
         write_stdout(f"{total['key']}\t{total['runs']}\t{total['tokens_in']}\t{total['tokens_out']}\t{_cost(total)}\n")
-    if result["capped"]:
-        write_stdout(f"(only the newest {result['reports']} reports are summed)\n")
+    if result.get("flagged"):
+        write_stdout(f"({result['flagged']} usage report(s) held here count nowhere: not written by their task's "
+                     "claimant, or past its first 256; see docs/usage.md)\n")
     for budget in result.get("budgets") or []:
         if budget["state"] != "ok":
             write_stdout(f"budget {budget['state']}: {budget['line']}\n")

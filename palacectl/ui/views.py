@@ -558,8 +558,9 @@ class Views:
         """What runs cost (docs/usage.md): the totals of the usage reports ``by`` task, agent,
         machine, day or model ``since`` today, 7 or 30 UTC days ago (today included) or ever; this
         machine's ``[budgets]`` judged by the daemon, the most severe first (or why they cannot be:
-        ``budgets_error``, one line; ``budgets`` None when there are none); and the workers a budget
-        holds (``who``: a worker over its budget claims nothing and says why)."""
+        ``budgets_error``, one line; ``budgets`` None when there are none); how many reports held
+        count nowhere (``flagged``: not their task's claimant's); and the workers a budget holds
+        (``who``: a worker over its budget claims nothing and says why)."""
         by = request.one("by") or "task"
         if by not in USAGE_BY:
             raise HttpError(400, f"by must be one of {', '.join(USAGE_BY)}")
@@ -589,7 +590,7 @@ class Views:
         out: dict[str, Any] = {"by": by, "since": since, "since_date": since_date, "config": str(self._config_path()),
                                "budgets_error": problem, "held": held, "supported": result is not None}
         if result is None:  # a daemon from before usage reports
-            return {**out, "totals": [], "overall": _overall([]), "reports": 0, "capped": False, "budgets": None}
+            return {**out, "totals": [], "overall": _overall([]), "reports": 0, "flagged": 0, "budgets": None}
         judged = None
         if budgets is not None and problem is None:
             severity = {state: rank for rank, state in enumerate(reversed(BUDGET_STATES))}
@@ -597,7 +598,7 @@ class Views:
                              for b in result.get("budgets") or []), key=lambda b: severity.get(b.get("state"), 0))
         totals = result.get("totals", [])
         return {**out, "totals": totals, "overall": _overall(totals), "reports": result.get("reports", 0),
-                "capped": bool(result.get("capped")), "budgets": judged}
+                "flagged": int(result.get("flagged") or 0), "budgets": judged}
 
     def _config_path(self) -> Path:
         return self.daemon.home / CONFIG_FILENAME

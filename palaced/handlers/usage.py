@@ -1,10 +1,13 @@
-"""What runs cost: ``usage`` (totals of the ``usage.report`` events, judged against budgets).
+"""What runs cost: ``usage`` (totals of the usage reports that count, judged against budgets).
 
 Owns: the ``usage`` operation (proto/PROTOCOL.md). A run's usage is a signed ``usage.report``
 event on its task (checked field by field at ``append``: ``palace_proto.usage``), replicated like
-any event, so every daemon sums the same events to the same totals. Budgets live in the
-``config.toml`` of the machine that asks (palacectl reads ``[budgets]`` and sends the table); the
-daemon judges them against what it holds.
+any event. Only the reports the authority table lets count are summed (rule ``usage.report``: the
+task's claimant's, written by the daemon that holds it, on a task that exists, its first 256); the
+store keeps their totals per UTC day as it commits (palaced/store/usage.py), so an answer costs
+the groups it sums, not the reports, and every daemon holding the same events gives the same one.
+Budgets live in the ``config.toml`` of the machine that asks (palacectl reads ``[budgets]`` and
+sends the table); the daemon judges them against the same totals.
 """
 
 from __future__ import annotations
@@ -15,38 +18,36 @@ from typing import Any, Final
 
 from palace_proto.errors import ValidationError
 from palace_proto.stamps import format_stamp
-from palace_proto.usage import BY_FIELDS, USAGE_TYPE, judge_budgets, parse_budgets, record_from_event, spending, totals
+from palace_proto.usage import BY_FIELDS, judge_budgets, parse_budgets
 from palace_proto.validation import validate_created_at_bound
 
 from .context import Context
 
 __all__ = ["OPS"]
 
-# Why 100,000: the usage reports summed per request (one per run: a large fleet's months); older
-# ones are left out and the reply says so (``capped``).
-MAX_REPORTS: Final = 100_000
-
 
 async def usage(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Totals of the usage reports ``by`` task, agent, machine, day or model, since ``since``
-    (a date or a UTC time; default: all), and, with ``budgets`` (a ``[budgets]`` table), every
-    budget judged (ok, warn, over) against what counts now."""
+    """Totals of the usage reports that count ``by`` task, agent, machine, day or model, since
+    ``since`` (a date or a UTC time; default: all), how many reports held here count nowhere
+    (``flagged``), and, with ``budgets`` (a ``[budgets]`` table), every budget judged (ok, warn,
+    over) against what counts now. ``capped`` is always false (every report that counts is summed),
+    kept for clients from before the totals."""
     by = args.get("by", "task")
     if by not in BY_FIELDS:
         raise ValidationError(f"by must be one of {', '.join(BY_FIELDS)}", field="by")
     since = validate_created_at_bound("since", args.get("since")) or ""
     budgets = parse_budgets(args["budgets"]) if args.get("budgets") is not None else None
-    events = await ctx.astore.events_of_types([USAGE_TYPE], "", MAX_REPORTS + 1)
-    capped = len(events) > MAX_REPORTS
-    every = [r for r in (record_from_event(e) for e in events[-MAX_REPORTS:]) if r is not None]
-    records = [r for r in every if r.created_at >= since] if since else every
-    out: dict[str, Any] = {"by": by, "since": since or None, "reports": len(records), "capped": capped,
-                           "totals": [t.to_wire() for t in totals(records, by)]}
+    # A budget's window (today, this month, a task's whole life) is judged on every report that
+    # counts, whatever ``since`` narrowed the totals to; each task's is read only if a task budget is set.
+    figures = await ctx.astore.usage(
+        by, since, format_stamp(time.time()) if budgets is not None else None,
+        tasks=budgets is not None and (budgets.task_usd is not None or budgets.task_tokens is not None))
+    out: dict[str, Any] = {"by": by, "since": since or None, "reports": sum(t.runs for t in figures.totals),
+                           "capped": False, "flagged": figures.flagged,
+                           "totals": [t.to_wire() for t in figures.totals]}
     if budgets is not None:
-        # A budget's window (today, this month, a task's whole life) is judged on every report,
-        # whatever ``since`` narrowed the totals to.
-        judged = judge_budgets(budgets, spending(every, format_stamp(time.time())))
-        out["budgets"] = [{**b.to_wire(), "line": b.describe()} for b in judged]
+        assert figures.spending is not None
+        out["budgets"] = [{**b.to_wire(), "line": b.describe()} for b in judge_budgets(budgets, figures.spending)]
     return out
 
 

@@ -53,6 +53,7 @@ from palace_proto.errors import ApiError, ValidationError
 from palace_proto.ids import fingerprint
 
 from .task_threads import unsettle_agents
+from .usage import rejudge_agents as rejudge_usage
 
 if TYPE_CHECKING:
     from .batch import WriteContext
@@ -205,12 +206,14 @@ class AgentRegistry:
 
     def reload_ca(self, ctx: WriteContext) -> None:
         """The CA check changed (a palace founded or joined): derive again (a write job's step: the
-        tasks of an agent whose record changed are derived again too, as its verdicts may have)."""
+        tasks of an agent whose record changed are derived again too, as its verdicts may have, and
+        so are the usage reports on them: usage.py)."""
         conn = ctx.conn
         before = self.records
         self.load(conn)
-        unsettle_agents(conn, {agent for agent in before.keys() | self.records.keys()
-                               if before.get(agent) != self.records.get(agent)})
+        changed = {agent for agent in before.keys() | self.records.keys() if before.get(agent) != self.records.get(agent)}
+        unsettle_agents(conn, changed)
+        rejudge_usage(ctx, changed)
 
     # -- the checks of a write ------------------------------------------------------------------
 

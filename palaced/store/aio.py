@@ -29,6 +29,7 @@ from palace_proto.sync import OriginHead
 from palace_proto.validation import ListQuery
 
 from . import inbox, task_threads
+from . import usage as store_usage
 from .store import Store
 from .wal_keeper import WalKeeper
 from .writer import HEAVY_ARTIFACT_BYTES, Writer
@@ -211,6 +212,11 @@ class AsyncStore:
     async def unread_count(self, agent: str, after_seq: int) -> int:
         """``inbox.unread_count``: the inbox events after ``after_seq`` (up to its cap)."""
         return await self._hop(inbox.unread_count, self.store, agent, after_seq)
+
+    async def usage(self, by: str, since: str = "", now: str | None = None, *,
+                    tasks: bool = True) -> store_usage.UsageFigures:
+        """``store/usage.read_usage``: totals of the reports that count, the flagged count, the spending."""
+        return await self._hop(functools.partial(store_usage.read_usage, self.store, by, since, now, tasks=tasks))
 
     async def tasks_to_derive(self, newest: int, unsettled: int) -> tuple[list[task_threads.TaskThread], bool]:
         """``task_threads.tasks_to_derive``: the tasks worth deriving, with their events."""

@@ -28,6 +28,7 @@ from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.sync import OriginHead
 from palace_proto.validation import AppendRequest, Limits
 
+from . import usage as store_usage
 from .apply import ApplyReport, Refusals, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
 from .imports import import_history
@@ -65,7 +66,7 @@ class Batch:
     batch's until the commit, and dropped with it if the commit fails. A job that fails goes
     back to its ``mark`` (``rewind``)."""
 
-    __slots__ = ("chain", "events", "heads", "purged", "registry")
+    __slots__ = ("chain", "events", "heads", "purged", "registry", "usage_tasks")
 
     def __init__(self, chain: Chain) -> None:
         self.chain = chain
@@ -77,6 +78,9 @@ class Batch:
         self.registry: list[SignedEvent] = []
         #: the heads moved, in order (the committed ``Vector`` takes them at the commit)
         self.heads: list[tuple[str, OriginHead]] = []
+        #: the tasks whose usage reports may count differently now (usage.py judges them again
+        #: before the commit; not rewound: judging a task again is idempotent)
+        self.usage_tasks: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Batch events={len(self.events)} purged={len(self.purged)} chain={self.chain.seq}>"
@@ -271,6 +275,9 @@ def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]],
             if job_savepoint == "palace_job":
                 conn.execute("RELEASE palace_job")
             result.outcomes.append((True, value))
+        # Which usage reports count, and their totals, move in the transaction of the events
+        # that moved them: a reader never sees one without the other.
+        store_usage.settle(ctx)
         if chain.seq != committed_chain[0]:
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                          (chain.seq, chain.head_hash, chain.origin))

@@ -14,6 +14,7 @@ then holds them; it reaches into none of them. Each responsibility lives in its 
 - ``apply``: events from peers (verification, chains, forks, rules, redaction authority) and
   what was refused (``Refusals``);
 - ``agents``: the agent registry (which daemon holds each agent id; impersonation verdicts);
+- ``usage``: which usage reports count and their running totals, kept at commit;
 - ``imports``: history from a file;
 - ``queries``: every read (``Reads``, which the store is); ``rows``: the one event-row mapping;
 - ``wal``: the WAL's checkpoints and state (``Wal``);
@@ -48,7 +49,7 @@ from palace_proto.ids import fingerprint
 from palace_proto.paths import DATABASE_FILENAME
 from palace_proto.validation import Limits
 
-from . import batch, origins, schema
+from . import batch, origins, schema, usage
 from .agents import AgentRegistry
 from .apply import ApplyReport, Refusals
 from .batch import WriteBatchResult, WriteContext
@@ -111,6 +112,15 @@ class Store(Reads):
         #: ``write_batch(jobs)``: batch.write_batch on this store's ``WriteContext`` (a partial: no
         #: call layer of its own on the append path)
         self.write_batch = functools.partial(batch.write_batch, self.writing)
+        try:
+            # Usage totals need the registry just loaded: filled from the log here, not by the
+            # migration (schema 0013), when this database has none of this derivation yet.
+            ok, value = self.write_batch([usage.ensure_judged]).outcomes[0]
+            if not ok:
+                raise value
+        except BaseException:
+            db.close()
+            raise
 
     def __repr__(self) -> str:
         return f"<Store {self.path} origin={self.origin_id} seq={self.chain.seq}>"

@@ -30,7 +30,7 @@ from palace_proto.errors import NotPermitted, ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
 
-from . import authority, event_search, follow, memory_views
+from . import authority, event_search, follow, memory_views, usage
 from .clock import utc_now
 from .queries import artifact_record, signed_event_at
 from .rows import INSERT_EVENT, insert_params
@@ -108,6 +108,7 @@ def insert_event(ctx: WriteContext, ev: SignedEvent, *, history: bool = False) -
     # bus never moved past it, so no link pushed memory events and no local wait woke on them).
     seq = conn.last_insert_rowid()
     follow.event_stored(conn, ev, seq)  # what the row moves besides itself (once triggers: issue 27)
+    usage.event_stored(ctx, ev)  # a report's row; the tasks whose reports count anew before the commit
     # The memory views follow the log in the same transaction (local appends and peer events alike).
     memory_views.materialise(conn, ev)
     if not history and ev.type in REGISTRY_TYPES:  # history's registry is another palace's: never counts here

@@ -315,7 +315,7 @@ def test_usage_sums_the_runs_by_each_field_and_judges_this_machines_budgets_most
         "by": "task", "since": "all", "since_date": None, "config": str(ui.home / "config.toml"),
         "budgets_error": None, "budgets": None, "held": [], "supported": True, "totals": None,
         "overall": {"runs": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": None, "unpriced_runs": 0},
-        "reports": 0, "capped": False}
+        "reports": 0, "flagged": 0}
     budgets(ui.home, "[budgets]\nagent_daily_tokens = 2000\ntask_usd = 0.05\n")
     report_usage(ui.home, "linux-codex", "task_a", cost_usd=0.05, model="m1")
     report_usage(ui.home, "linux-codex", "task_b", tokens_in=200, tokens_out=100, machine="linux")

@@ -273,9 +273,7 @@ def test_a_question_is_answered_with_one_click_on_now(single, daemon, browser_fa
                                "--timeout", "2m"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: ctl_json(daemon.home, "questions", "--status", "open")["questions"], "the question")
-        spent = {"runner": "claude", "tokens_in": 1200, "tokens_out": 300, "task_id": "task_x", "machine": "mac"}
-        ctl_json(daemon.home, "append", "--type", "usage.report", "--stream", "usage", "--room", "runs",
-                 "--from-agent", "linux-codex", "--metadata", json.dumps(spent), "--body", "usage")
+        report_usage(daemon.home, "linux-codex", "task_x")  # on a task it claimed: a report that counts
         driver = browser_factory()
         sign_in(driver, single)
         open_page(driver, single, "now")

@@ -1034,7 +1034,8 @@ function totalsBody(data) {
     data.totals.length ? table([header, "runs", "tokens in", "tokens out", "cost"], data.totals.map((t) => [
       usageKey(data.by, t.key), count(t.runs), count(t.tokens_in), count(t.tokens_out), costOf(t)]))
       : empty(data.since === "all" ? "No run has reported its usage yet." : "No run reported its usage in this window."),
-    data.capped ? h("p", { class: "small warn" }, `Only the newest ${count(data.reports)} reports are summed.`) : null,
+    data.flagged ? h("p", { class: "small muted", id: "usage-flagged" },
+      `${count(data.flagged)} usage report(s) held here count nowhere: not written by their task's claimant, or past its first 256 (docs/usage.md).`) : null,
   ];
 }
 
