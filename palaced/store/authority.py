@@ -68,6 +68,8 @@ def refusal(ctx: WriteContext, req: AppendRequest) -> str | None:
         return (f"type {req.type!r} is in palace's namespaces but its authority table does not name it: nothing "
                 "may write it yet")
     cid = req.correlation_id
+    if not cid and rule.name in ("usage.report", "question.approval"):
+        return f"{rule.name} must refer to {rule.refers_to}: give its correlation_id"
     if not _needs_subject(rule) or (not cid and rule.subject != "question"):
         return None
     if rule.subject == "task":

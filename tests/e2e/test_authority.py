@@ -302,6 +302,9 @@ def test_the_write_path_refuses_what_every_replica_would_flag(hostile_scene):
          "usage.report is for an agent that has claimed the task"),
         (["append", "--type", "task.approve", "--stream", "project/shop", "--room", "delegation", "--from-agent",
           "carol"], "its authority table does not name it"),
+        (["append", "--type", "usage.report", "--stream", "usage", "--room", "runs", "--from-agent", "bob",
+          "--metadata", f'{{"runner": "x", "tokens_in": 1, "tokens_out": 1, "task_id": "{cid}", "machine": "m"}}'],
+         "usage.report must refer to an existing task"),
     ]
     for args, words in refusals:
         result = run_ctl(alpha.home, *args)
