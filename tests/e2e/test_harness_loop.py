@@ -95,8 +95,12 @@ def delegation_script(user: User, agent: str, id_prefix: str, errors: list[str])
         lambda p: Call("mempalace_event_wait", {"to_agent": agent, "correlation_id": correlation,
                                                 "since_event_id": since(p), "timeout_ms": 60_000},
                        label="woken wait", on_issue=reply_later),
+        # The change itself goes on a thread of its own: on the review task the agent requested, a
+        # patch from the requester would be a delivery the authority table gives to the claimant
+        # (task.deliver), and palace refuses it.
         Call("mempalace_patch_submit", {"content": PATCH, "stream": STREAM, "to_agent": helper,
-                                        "correlation_id": correlation, "body": "the rig's patch"}, label="patch"),
+                                        "correlation_id": f"{correlation}-change", "body": "the rig's patch"},
+             label="patch"),
         lambda p: Call("mempalace_artifact_get", {"artifact_id": p.result("patch")["artifact"]["id"]}, label="artifact"),
         lambda p: Call("mempalace_event_ack", {"event_id": p.result("woken wait")["events"][0]["id"],
                                                "status": "applied", "body": "applied"}, label="ack"),
