@@ -585,6 +585,7 @@ function eventItem(ev) {
           h("span", { class: "muted" }, ` · ${ev.stream}/${ev.room}`),
           ev.status ? [" ", stateChip(ev.status)] : "",
           ev.impersonation ? h("span", { class: "flag" }, " impersonation") : "",
+          ev.flagged ? h("span", { class: "flag", title: ev.flagged.why || "" }, ` flagged: ${ev.flagged.rule}`) : "",
           (ev.metadata || {}).importance === "high" ? h("span", { class: "chip warn" }, " high") : ""),
         preview)),
     detail);
@@ -619,7 +620,7 @@ async function eventDetail(id) {
   if (ev.branch || ev.base_commit) rows.push(["branch", `${ev.branch || "–"} @ ${ev.base_commit || "–"}`]);
   if ((ev.artifact_ids || []).length) rows.push(["artifacts", h("span", {}, ev.artifact_ids.map((a) => artifactButton(a)))]);
   if (ev.impersonation) rows.push(["impersonation", h("span", { class: "flag" },
-    `written as ${ev.impersonation.agent} by a daemon that did not hold it (held by ${ev.impersonation.holder})`)]);
+    ev.impersonation.reason || `written as ${ev.impersonation.agent} by a daemon that did not hold it`)]);
   const body = ev.body_redacted
     ? h("p", { class: "redacted" }, `[redacted] body sha256 ${ev.body_sha256 || ""}`)
     : h("pre", { class: "body" }, ev.body || "");
@@ -697,7 +698,10 @@ async function pageTask(page, route) {
     const firstPatch = data.artifacts.find((a) => a.type === "patch.ready");
     if (firstPatch) showArtifact(firstPatch.artifact_id, viewer);
   }
-  const list = h("ol", { class: "events", "aria-label": "The task's thread" }, (task.events || []).map(eventItem));
+  // What the authority table did not allow on this task: shown flagged, with its rule and why (it moved nothing).
+  const flags = Object.fromEntries((task.out_of_role || []).map((f) => [f.event_id, f]));
+  const list = h("ol", { class: "events", "aria-label": "The task's thread" },
+    (task.events || []).map((ev) => eventItem(flags[ev.id] ? { ...ev, flagged: flags[ev.id] } : ev)));
   page.append(panel(`Thread (${(task.events || []).length})`, list));
   const again = refresher(render);
   live.on((ev) => { if (ev.correlation_id === cid) again(); });
