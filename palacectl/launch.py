@@ -51,8 +51,8 @@ from .permission_policy import DEFAULT_TIMEOUT_S as DEFAULT_APPROVAL_TIMEOUT_S
 from .permission_policy import RUNNER_ENV, TASK_ENV, PermissionPolicy, PolicyError
 from .rules import render_rules
 
-__all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "remove_worktree",
-           "runner_command", "stop_process_group", "task_slug"]
+__all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "metadata_field",
+           "remove_worktree", "runner_command", "stop_process_group", "task_slug"]
 
 # Why 60 s: the bookkeeping after a run waits this long for a daemon that is restarting (an
 # upgrade, a crash and its service restart) before `task launch` gives up with exit 3.
@@ -735,7 +735,7 @@ class Launch:
     def _record_outcome(self, result: LaunchResult, data: bytes) -> None:
         with Client(self.home, client_name="palacectl-launch") as client:
             view = client.call("task_show", correlation_id=self.cid)
-            if any(_run_of(e) == self.run_id for e in view["events"]):
+            if any(metadata_field(e, "run") == self.run_id for e in view["events"]):
                 return  # recorded by an attempt whose reply the daemon's restart swallowed
             if view["claimed_by"] != self.agent:
                 # The claim was lost while the run went on (a double claim across a partition
@@ -809,12 +809,13 @@ def _under_any(path: bytes, prefixes: Sequence[bytes]) -> bool:
     return any(path == p.rstrip(b"/") or (p.endswith(b"/") and path.startswith(p)) for p in prefixes)
 
 
-def _run_of(event: Mapping[str, Any]) -> Any:
-    """The ``run`` id in an event's metadata (a dict, or its JSON text), if any."""
+def metadata_field(event: Mapping[str, Any], key: str) -> Any:
+    """The value of ``key`` in an event's metadata (a dict, or its JSON text), if any: a run's
+    ``run`` id here, a worker's ``declined_by`` in palacectl.worker."""
     metadata = event.get("metadata")
     if isinstance(metadata, str):
         try:
             metadata = json.loads(metadata)
         except ValueError:
             return None
-    return metadata.get("run") if isinstance(metadata, dict) else None
+    return metadata.get(key) if isinstance(metadata, dict) else None

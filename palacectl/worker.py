@@ -45,7 +45,8 @@ from palace_proto.workers import fit_activity
 from .client import Client, DaemonUnreachable, IdleTimeout
 from .files import write_atomically
 from .git import run_git
-from .launch import Launch, LaunchRefused, append_on_task, read_config, remove_worktree, runner_command
+from .launch import (Launch, LaunchRefused, append_on_task, metadata_field, read_config, remove_worktree,
+                     runner_command)
 from .output import utc_now
 from .permission_policy import PermissionPolicy, PolicyError
 from .watch import sanitise_agent
@@ -416,7 +417,7 @@ class Worker:
             self._declined[cid] = reason
         try:
             shown = self._call("task_show", correlation_id=cid)
-            if any(_declined_by(e) == self.opts.agent for e in shown["events"]):
+            if any(metadata_field(e, "declined_by") == self.opts.agent for e in shown["events"]):
                 return  # said already (before a restart)
             with Client(self.opts.home, client_name="palacectl-worker") as client:
                 if view.get("assigned_to") == self.opts.agent:
@@ -646,13 +647,3 @@ def _lock_fd(fd: int) -> None:
     import fcntl
 
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-
-def _declined_by(event: dict[str, Any]) -> Any:
-    metadata = event.get("metadata")
-    if isinstance(metadata, str):
-        try:
-            metadata = json.loads(metadata)
-        except ValueError:
-            return None
-    return metadata.get("declined_by") if isinstance(metadata, dict) else None
