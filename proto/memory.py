@@ -27,6 +27,7 @@ from typing import Any, Final, final
 
 from .canonical import canonical_json
 from .errors import ValidationError
+from .authority import ANY_AGENT, Rule
 from .validation import Limits, clean_optional, clean_required, validate_body
 
 __all__ = [
@@ -199,13 +200,13 @@ class DiaryEntry:
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
-class FactAdd:
-    """``subject — predicate → object``, valid from ``valid_from`` (None: always) to ``valid_to``."""
+class FactAdded:
+    """``subject — predicate → object``, valid from ``valid_from`` (None: always) to ``valid_to``:
+    what a ``memory.kg.add`` event states (``read_memory_event``), and what a ``FactAdd`` writes."""
 
     subject: str
     predicate: str
     object: str
-    added_by: str
     valid_from: str | None = None
     valid_to: str | None = None
     source_drawer_id: str | None = None
@@ -216,22 +217,12 @@ class FactAdd:
         return triple_id(self.subject, self.predicate, self.object, self.valid_from)
 
     @property
+    def key(self) -> str:
+        return fact_key(self.subject, self.predicate, self.object)
+
+    @property
     def text(self) -> str:
         return f"{self.subject} → {self.predicate} → {self.object}"
-
-    @classmethod
-    def from_wire(cls, args: Mapping[str, Any]) -> FactAdd:
-        fact = cls(subject=_name("subject", args.get("subject"), max_chars=MAX_FACT_PART_CHARS),
-                   predicate=_name("predicate", args.get("predicate"), max_chars=MAX_FACT_PART_CHARS),
-                   object=_name("object", args.get("object"), max_chars=MAX_FACT_PART_CHARS),
-                   added_by=_name("added_by", args.get("added_by")),
-                   valid_from=validate_date("valid_from", args.get("valid_from")),
-                   valid_to=validate_date("valid_to", args.get("valid_to")),
-                   source_drawer_id=clean_optional("source_drawer_id", args.get("source_drawer_id")),
-                   source_file=clean_optional("source_file", args.get("source_file")))
-        if fact.valid_from and fact.valid_to and fact.valid_to < fact.valid_from:
-            raise ValidationError("valid_to must not be before valid_from", field="valid_to")
-        return fact
 
     def fields(self) -> dict[str, str]:
         """The fact as its event's body carries it (parts left empty are left out)."""
@@ -241,10 +232,39 @@ class FactAdd:
                 fields[key] = getattr(self, key)
         return fields
 
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class FactAdd:
+    """A request to state ``fact``, written by ``added_by``."""
+
+    fact: FactAdded
+    added_by: str
+
+    @classmethod
+    def from_wire(cls, args: Mapping[str, Any]) -> FactAdd:
+        parts = [_name(name, args.get(name), max_chars=MAX_FACT_PART_CHARS) for name in _FACT_FIELDS]
+        added_by = _name("added_by", args.get("added_by"))
+        fact = FactAdded(*parts, valid_from=validate_date("valid_from", args.get("valid_from")),
+                         valid_to=validate_date("valid_to", args.get("valid_to")),
+                         source_drawer_id=clean_optional("source_drawer_id", args.get("source_drawer_id")),
+                         source_file=clean_optional("source_file", args.get("source_file")))
+        if fact.valid_from and fact.valid_to and fact.valid_to < fact.valid_from:
+            raise ValidationError("valid_to must not be before valid_from", field="valid_to")
+        return cls(fact, added_by)
+
+    @property
+    def id(self) -> str:
+        return self.fact.id
+
+    @property
+    def text(self) -> str:
+        return self.fact.text
+
     def event(self) -> dict[str, Any]:
         """The append request: the fact in the body only (``FACT_FORMAT``), so a redaction removes it."""
         return {"type": KG_ADD_EVENT, "stream": MEMORY_STREAM, "room": "knowledge", "from_agent": self.added_by,
-                "body": canonical_json(self.fields()), "metadata": {"format": FACT_FORMAT}}
+                "body": canonical_json(self.fact.fields()), "metadata": {"format": FACT_FORMAT}}
 
 
 @final
@@ -292,28 +312,6 @@ class FiledText:
     topic: str | None = None
     agent: str | None = None
     source_file: str | None = None
-
-
-@final
-@dataclasses.dataclass(frozen=True, slots=True)
-class FactAdded:
-    """What a ``memory.kg.add`` event states."""
-
-    subject: str
-    predicate: str
-    object: str
-    valid_from: str | None = None
-    valid_to: str | None = None
-    source_drawer_id: str | None = None
-    source_file: str | None = None
-
-    @property
-    def id(self) -> str:
-        return triple_id(self.subject, self.predicate, self.object, self.valid_from)
-
-    @property
-    def key(self) -> str:
-        return fact_key(self.subject, self.predicate, self.object)
 
 
 @final
@@ -500,3 +498,26 @@ def hybrid_score(cosine: float | None, keyword: float | None) -> float:
     """One relevance score from both rankings' raw scores (None: not found by that ranking)."""
     bm25 = max(keyword or 0.0, 0.0)
     return HYBRID_VECTOR_WEIGHT * (cosine or 0.0) + (1 - HYBRID_VECTOR_WEIGHT) * bm25 / (bm25 + KEYWORD_SATURATION)
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of the shared memory
+OPS: Final = frozenset({"memory_add", "search", "drawer_get", "kg_add", "kg_invalidate", "kg_query", "diary_write",
+                        "diary_read", "tunnels", "memory_rebuild"})
+NAMESPACE: Final = "memory."
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("memory.drawer", ("memory.drawer",), (), "memory", frozenset({ANY_AGENT}),
+         "a wing and a room", "content-addressed: the first filing of a content makes the drawer",
+         written_by="memory_add (palacectl remember)",
+         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
+    Rule("memory.diary", ("memory.diary",), (), "memory", frozenset({ANY_AGENT}),
+         "an agent's diary wing", "entries are never merged", written_by="diary_write (palacectl diary write)",
+         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
+    Rule("memory.kg.add", ("memory.kg.add",), (), "memory", frozenset({ANY_AGENT}),
+         "a fact", "facts stay as history", written_by="kg_add (palacectl kg add)",
+         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
+    Rule("memory.kg.invalidate", ("memory.kg.invalidate",), (), "memory", frozenset({ANY_AGENT}),
+         "an open fact", "ends every open fact of that triple", written_by="kg_invalidate (palacectl kg invalidate)",
+         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
+)

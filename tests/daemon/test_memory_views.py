@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import seal_event
 from palace_proto.errors import ValidationError
-from palace_proto.memory import FACT_FORMAT, DiaryEntry, Drawer, FactAdd, FactInvalidate
+from palace_proto.memory import FACT_FORMAT, DiaryEntry, Drawer, FactAdd, FactAdded, FactInvalidate
 from palace_proto.peer import event_to_wire
 from palace_proto.validation import AppendRequest, Limits
 from palaced.store import Store
@@ -75,9 +75,9 @@ def test_diaries_read_newest_first_with_totals(store):
 
 
 def test_facts_change_by_invalidate_then_add_and_as_of_shows_history(store):
-    write(store, FactAdd("palace", "uses", "sqlite", "a", valid_from="2026-01-01").event())
+    write(store, FactAdd(FactAdded("palace", "uses", "sqlite", valid_from="2026-01-01"), "a").event())
     write(store, FactInvalidate("palace", "uses", "sqlite", "2026-06-01", "a").event())
-    write(store, FactAdd("palace", "uses", "duckdb", "a", valid_from="2026-06-01").event())
+    write(store, FactAdd(FactAdded("palace", "uses", "duckdb", valid_from="2026-06-01"), "a").event())
 
     def objects(as_of, state):
         return [f["object"] for f in store.memory_read(views.facts_about, "palace", as_of)[f"{state}_facts"]]
@@ -104,7 +104,7 @@ def test_events_from_a_peer_fill_the_views(tmp_path, store):
     other = Store(tmp_path / "o.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
     try:
         drawer = file_drawer(other, "decided on a peer: rebuilds are derived from the log")
-        write(other, FactAdd("log", "is", "truth", "b").event())
+        write(other, FactAdd(FactAdded("log", "is", "truth"), "b").event())
         events = other.signed_events_of_origin(other.origin_id, 0, 10)
         key = other.public_key
         store.write_batch([lambda ctx: ctx.apply_remote(events, lambda o, s: key)])
@@ -251,10 +251,11 @@ def test_redacting_a_fact_and_the_events_related_to_it_removes_it_entirely(store
     not remove it); now the fact is in the body only, and related_memory_events finds the other
     events that carry the same words (duplicates, invalidations) for the redact operation."""
     secret = "Vault-Passphrase-Xq7Zt"
-    first = write(store, FactAdd("deploy", "uses passphrase", secret, "a", valid_from="2026-01-01").event())
-    again = write(store, FactAdd("Deploy", "USES passphrase", secret.lower(), "b").event())  # same fact, other case
+    first = write(store, FactAdd(FactAdded("deploy", "uses passphrase", secret, valid_from="2026-01-01"), "a").event())
+    # the same fact, in another case:
+    again = write(store, FactAdd(FactAdded("Deploy", "USES passphrase", secret.lower()), "b").event())
     ended = write(store, FactInvalidate("deploy", "uses passphrase", secret, "2026-06-01", "a").event())
-    other = write(store, FactAdd("deploy", "uses", "sqlite", "a").event())
+    other = write(store, FactAdd(FactAdded("deploy", "uses", "sqlite"), "a").event())
     diary = write(store, DiaryEntry(agent="a", entry="a diary line", wing="wing_a").event("a"))
     for event in (first, again, ended):
         assert event["metadata"] == {"format": FACT_FORMAT} and secret.lower() in event["body"].lower()
@@ -292,7 +293,7 @@ def test_redacting_one_copy_derives_again_what_the_others_still_carry(store, tmp
     assert store.drawer(drawer.id)["content"] == drawer.content  # still in the log, in their event
     assert [h["drawer_id"] for h in search(store, "replicas")] == [drawer.id]
 
-    added = write(store, FactAdd("palace", "uses", "sqlite", "a", valid_from="2026-01-01").event())
+    added = write(store, FactAdd(FactAdded("palace", "uses", "sqlite", valid_from="2026-01-01"), "a").event())
     ended = write(store, FactInvalidate("palace", "uses", "sqlite", "2026-06-01", "a").event())
     assert store.memory_read(views.facts_about, "palace", "2026-07-01")["historical_facts"]
     assert store.write_batch([lambda ctx: ctx.redact(ended["id"], "evt_r")]).outcomes[0][0]

@@ -70,12 +70,13 @@ def test_what_is_remembered_travels_in_the_body_only():
     the content: a short secret is found again from it by guessing)."""
     drawer = Drawer("wing_p", "room", "the token is s3cr3t", "a", source_file="notes.md").event()
     assert drawer["metadata"] == {"wing": "wing_p", "room": "room", "source_file": "notes.md"}
-    fact = FactAdd("deploy", "uses", "s3cr3t", "a", valid_from="2026-01-01", source_drawer_id="drw_1").event()
+    stated = FactAdded("deploy", "uses", "s3cr3t", valid_from="2026-01-01", source_drawer_id="drw_1")
+    fact = FactAdd(stated, "a").event()
     ended = FactInvalidate("deploy", "uses", "s3cr3t", "2026-02-01", "a").event()
     for event in (fact, ended):
         assert event["metadata"] == {"format": FACT_FORMAT} and "s3cr3t" in event["body"]
     assert read(drawer) == FiledText("drawer", "wing_p", "room", "the token is s3cr3t", source_file="notes.md")
-    assert read(fact) == FactAdded("deploy", "uses", "s3cr3t", valid_from="2026-01-01", source_drawer_id="drw_1")
+    assert read(fact) == stated
     assert read(ended) == FactEnded("deploy", "uses", "s3cr3t", ended="2026-02-01")
     diary = DiaryEntry.from_wire({"agent_name": "Rev", "entry": "PR#42"}, Limits()).event("rev")
     assert read(diary) == FiledText("diary", "wing_rev", "diary", "PR#42", topic="general", agent="rev")
@@ -148,7 +149,7 @@ def test_a_memory_event_a_daemon_would_not_write_is_refused_naming_what_is_wrong
 def test_the_fact_key_groups_every_event_about_one_fact_whatever_its_case_and_dates():
     assert fact_key("Palace", "USES", "SQLite") == fact_key("palace", "uses", "sqlite")
     assert fact_key("palace", "uses", "sqlite") != fact_key("palace", "uses", "x")
-    added = read(FactAdd("Palace", "uses", "sqlite", "a", valid_from="2026-01-01").event())
+    added = read(FactAdd(FactAdded("Palace", "uses", "sqlite", valid_from="2026-01-01"), "a").event())
     ended = read(FactInvalidate("palace", "Uses", "SQLITE", "2026-02-01", "a").event())
     assert added.key == ended.key
 
