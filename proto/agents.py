@@ -48,7 +48,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from .authority import DAEMON, ID_HOLDER, PALACE_CA, rule_named
+from .authority import DAEMON, ID_HOLDER, PALACE_CA, Rule, rule_named
 from .authority import judge as judge_rule  # (``judge`` here is the verdict on an event written as an agent)
 from .errors import ValidationError
 from .stamps import duration_seconds
@@ -373,3 +373,30 @@ def judge(record: AgentRecord | None, daemon: str, created_at: str, event_id: st
 def new_ca_nonce(random_bytes: bytes) -> str:
     """A CA statement's nonce from the caller's randomness (this module has none of its own)."""
     return hashlib.sha256(random_bytes).hexdigest()[:32]
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of agents and people's ids
+OPS: Final = frozenset({"agent_register", "agent_transfer", "agent_retire", "agents"})
+NAMESPACE: Final = "agent."
+# Why 10,000: the agents one origin may register. Each record stays in memory on every replica, so
+# a member inventing ids without end must hit a bound; a daemon with ten thousand agent ids is not a
+# machine running agents. Counted along the origin's own chain: every replica agrees.
+MAX_AGENTS_PER_ORIGIN: Final = 10_000
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("agent.register", ("agent.register",), (), "agent", frozenset({DAEMON}),
+         "an agent id for the writing daemon itself (a person's id: with the palace CA's signature)",
+         "the earliest registration of a free id holds it; a later one by another daemon is void",
+         written_by="palaced (before an agent's first write, or agent_register)",
+         per_origin=MAX_AGENTS_PER_ORIGIN,
+         test="tests/daemon/test_store_agents.py::test_a_registry_event_must_be_the_daemons_own_word"),
+    Rule("agent.transfer", ("agent.transfer",), (), "agent", frozenset({ID_HOLDER, PALACE_CA}),
+         "an agent id and the daemon it moves to", "the id moves from this event on",
+         written_by="agent_transfer (palacectl agent transfer)",
+         test="tests/proto/test_agents.py::test_a_palace_ca_statement_counts_once"),
+    Rule("agent.retire", ("agent.retire",), (), "agent", frozenset({ID_HOLDER, PALACE_CA}),
+         "an agent id", "nobody holds the id from this event on",
+         written_by="agent_retire (palacectl agent retire)",
+         test="tests/proto/test_agents.py::test_a_palace_ca_statement_counts_once"),
+)

@@ -1,8 +1,11 @@
 """Who may write what: palace's one table of event types, and the one judge every replica asks.
 
-Owns: the roles a rule names (``ROLES``), the table (``RULES``: for each event type — and, on a
-task, each status — who may write it, what it must refer to, its bounds per origin and per
-subject, how competing events settle, which operation writes it, and the test that attacks it),
+Owns: the roles a rule names (``ROLES``), what a row of the table is (``Rule``: for one event type
+— and, on a task, each status — who may write it, what it must refer to, its bounds per origin and
+per subject, how competing events settle, which operation writes it, and the test that attacks
+it), the core's own rows (``CORE_RULES``: redactions, and the agents' own words), the table as a
+whole (``table()``, ``RULES``: every feature declares its rows beside its event types, and
+``palace_proto.features`` puts them together),
 the row an event is judged by (``rule_for``), the verdict on one event (``judge``), the refusal of
 a client's append whose type the table does not name (``unnamed_type``), the clock rule every
 ordering decision keeps (``counts_in_order``), and the table as proto/PROTOCOL.md shows it
@@ -46,11 +49,11 @@ from typing import Any, Final, final
 from .stamps import STAMP_RE, seconds_between
 
 __all__ = [
-    "ADDRESSED", "ADDRESSED_FREE", "ADDRESSEE_FREE", "ANY_AGENT", "ASKED_PERSON", "CLAIMANT", "DAEMON",
-    "EVER_CLAIMED", "ID_HOLDER", "LEASE_HOLDER", "LOSING_CLAIMANT", "MAX_CLOCK_SKEW_S", "NAMESPACES", "OPENER",
+    "ADDRESSED", "ADDRESSED_FREE", "ADDRESSEE_FREE", "ANY_AGENT", "ASKED_PERSON", "CLAIMANT", "CORE_NAMESPACES",
+    "CORE_RULES", "DAEMON", "EVER_CLAIMED", "ID_HOLDER", "LEASE_HOLDER", "LOSING_CLAIMANT", "MAX_CLOCK_SKEW_S", "OPENER",
     "PALACE_CA", "REQUESTER", "ROLES", "ROOM_MEMBER", "RULES", "TARGET_AUTHOR", "TARGET_ORIGIN", "TELLING_DAEMON",
-    "Rule", "Verdict", "counts_in_order", "flag_of", "judge", "rule_for", "rule_named", "table_markdown",
-    "threats_markdown", "unnamed_type",
+    "Rule", "Table", "Verdict", "counts_in_order", "flag_of", "judge", "rule_for", "rule_named", "table_markdown",
+    "table", "threats_markdown", "unnamed_type",
 ]
 
 # -- roles -----------------------------------------------------------------------------------------
@@ -106,9 +109,6 @@ ROLES: Final[Mapping[str, str]] = {
 # for later.
 MAX_CLOCK_SKEW_S: Final = 300
 
-#: palace's namespaces: a type under one of these prefixes is palace's own, and must be named by
-#: the table before anything writes it
-NAMESPACES: Final = ("agent.", "event.", "lease.", "memory.", "palace.", "question.", "room.", "task.", "usage.")
 
 
 @final
@@ -164,194 +164,78 @@ class Verdict:
     why: str | None = None
 
 
-# Why 256 reports per task: one per run; a task run 256 times is a loop, not work (issue 43, finding 4).
-MAX_USAGE_REPORTS_PER_TASK: Final = 256
-# Why 16 answers per origin per question: a person answers once, and may correct a slip; more
-# from one daemon is a flood meant to bury the real answer (issue 43, finding 5).
-MAX_ANSWERS_PER_ORIGIN: Final = 16
-# Why 5,000: the turns one daemon lets one room take (palaced.handlers.rooms.MAX_ROOM_TURNS).
-MAX_ROOM_TURNS_PER_ORIGIN: Final = 5_000
-# Why 10,000: the agents one origin may register (palaced.store.agents.MAX_AGENTS_PER_ORIGIN).
-MAX_AGENTS_PER_ORIGIN: Final = 10_000
-
-_TASK_STATUS_SUBJECT: Final = "task"
-
-#: the table, in the order PROTOCOL.md shows it
-RULES: Final[tuple[Rule, ...]] = (
-    # -- tasks: a task is every event on its correlation id (palace_proto.tasks) ----------------
-    Rule("task.open", ("task.request",), (), "task", frozenset({ANY_AGENT}),
-         "a correlation id no request names yet (task_create mints one)",
-         "the earliest request (created_at, event id) opens the task; its writer is the requester",
-         test="tests/proto/test_tasks.py::test_roles_give_the_same_verdict_whatever_order_the_events_arrive_in"),
-    Rule("task.correct", ("task.request",), (), "task", frozenset({REQUESTER}),
-         "the task it corrects (its correlation id)",
-         "the newest request is the task's wording; earlier ones read as superseded; a correction opens the "
-         "task again, unclaimed, for its addressee",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.claim", (), ("claimed",), "task", frozenset({ADDRESSED}),
-         "an existing task, open",
-         "the earliest claim since the task (re)opened holds it; a later one by another agent is a conflict, "
-         "told to its agent once (task.conflict)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.deliver", (), ("ready",), "task", frozenset({CLAIMANT, ADDRESSED_FREE}),
-         "an existing task",
-         "ready for review; from one the task is addressed to while nobody holds it, its claim and its report "
-         "at once; on a closed task it moves nothing",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.close", (), ("applied", "failed", "blocked"), "task",
-         frozenset({REQUESTER, CLAIMANT, ADDRESSEE_FREE}),
-         "an existing task",
-         "the requester's word moves the task at any time; the claimant's and the addressee's close it while "
-         "it is open, and on a closed task stand as their closing ack, moving nothing",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.supersede", (), ("superseded",), "task", frozenset({REQUESTER, LOSING_CLAIMANT}),
-         "an existing task (with ack_of: one of its earlier requests)",
-         "the requester's supersedes the task, or only the earlier request its ack_of names; a losing "
-         "claimant's withdraws its claim and moves nothing",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.reopen", (), ("open",), "task", frozenset({REQUESTER}),
-         "an existing task",
-         "a new round: open, nobody holds it",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.release", ("task.release",), (), "task", frozenset({CLAIMANT}),
-         "an existing task, open", "open again, nobody holds it",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.reassign", ("task.reassign",), (), "task", frozenset({REQUESTER}),
-         "an existing task, open", "open again for the agent it names (to_agent), nobody holds it",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.conflict", ("task.conflict",), (), "task", frozenset({TELLING_DAEMON}),
-         "the losing claim (metadata.claim_event_id)", "moves nothing: tells the loser once",
-         written_by="palaced (to a claim's loser)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.stalled", ("task.stalled",), (), "task", frozenset({TELLING_DAEMON}),
-         "the stalled claim (metadata.claim_event_id)", "moves nothing: tells the requester once per stall",
-         written_by="palaced (to a stalled task's requester)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("usage.report", ("usage.report",), (), "task", frozenset({EVER_CLAIMED}),
-         "an existing task, named both by its correlation id and by metadata.task_id",
-         "summed into every total and budget; only the first reports of a task count",
-         per_subject=MAX_USAGE_REPORTS_PER_TASK,
-         test="tests/e2e/test_usage.py::test_a_forged_usage_report_counts_nowhere_and_stops_no_worker"),
-    # -- questions to a person (palace_proto.questions) ---------------------------------------------
-    Rule("question.ask", ("question.ask",), (), "question", frozenset({ANY_AGENT}),
-         "a person (human:NAME) or anyone (human:*); an agent asks, never a person",
-         "each question stands alone", written_by="ask (palacectl ask)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("question.approval", ("question.ask",), (), "task", frozenset({CLAIMANT}),
-         "the task its correlation id names (a run asks on its own task)",
-         "marks the task waiting for approval", written_by="ask (a run's approve tool or hook)",
-         test="tests/e2e/test_authority.py::test_an_approval_on_anothers_task_is_flagged_and_waits_for_nobody"),
-    Rule("question.answer", ("question.answer",), (), "question", frozenset({ASKED_PERSON}),
-         "the question (ack_of), not before it was asked nor after it expires; one of its choices (a question "
-         "to human:* is asked of every proven person)",
-         "the earliest answer that counts settles the question; only answers that can count are read, "
-         "each daemon's first few per question",
-         written_by="answer (palacectl answer)", per_origin=MAX_ANSWERS_PER_ORIGIN,
-         test="tests/e2e/test_authority.py::test_junk_answers_never_hide_the_persons_answer"),
-    # -- rooms (palace_proto.rooms) -------------------------------------------------------------------
-    Rule("room.open", ("room.open",), (), "room", frozenset({ANY_AGENT}),
-         "a room id bound to this very opening (its opener, origin and nonce)",
-         "a room is its opening: no later event, however dated, replaces it",
-         written_by="room_open (palacectl room open)",
-         test="tests/proto/test_rooms.py::test_a_keyed_room_is_its_opening_and_a_backdated_second_opening_changes_nothing"),
-    Rule("room.message", ("room.message",), (), "room", frozenset({ANY_AGENT}),
-         "an open room (anyone with its id joins, as in MemPalace)",
-         "turns in (created_at, event id) order; those after the close are after_close",
-         written_by="room_say (palacectl room say)", per_origin=MAX_ROOM_TURNS_PER_ORIGIN,
-         test="tests/proto/test_rooms.py::test_one_daemons_turns_beyond_the_bound_are_no_turns"),
-    Rule("room.close", ("room.close",), (), "room", frozenset({OPENER, ROOM_MEMBER}),
-         "an open room",
-         "the earliest close by the opener or a member closes the room",
-         written_by="room_close (palacectl room close)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    # -- leases (palace_proto.leases) ------------------------------------------------------------------
-    Rule("lease.acquire", ("lease.acquire",), (), "lease", frozenset({ANY_AGENT}),
-         "paths or resources of a project",
-         "the earlier of two colliding leases holds; a forced acquire ends the leases it names; beyond 32 in "
-         "force per agent and project, over_limit",
-         written_by="lease_acquire (palacectl lease acquire)",
-         test="tests/proto/test_leases.py::test_an_agent_holds_at_most_max_held_leases_in_a_project_on_every_replica"),
-    Rule("lease.renew", ("lease.renew",), (), "lease", frozenset({LEASE_HOLDER}),
-         "a lease in force", "extends it from the renewal on",
-         written_by="lease_renew (palacectl lease renew)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("lease.release", ("lease.release",), (), "lease", frozenset({LEASE_HOLDER}),
-         "a lease in force", "ends it",
-         written_by="lease_release (palacectl lease release)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("lease.conflict", ("lease.conflict",), (), "lease", frozenset({TELLING_DAEMON}),
-         "the losing lease", "moves nothing: tells the loser once",
-         written_by="palaced (to a lease's loser)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    # -- the agent registry (palace_proto.agents) ------------------------------------------------------
-    Rule("agent.register", ("agent.register",), (), "agent", frozenset({DAEMON}),
-         "an agent id for the writing daemon itself (a person's id: with the palace CA's signature)",
-         "the earliest registration of a free id holds it; a later one by another daemon is void",
-         written_by="palaced (before an agent's first write, or agent_register)",
-         per_origin=MAX_AGENTS_PER_ORIGIN,
-         test="tests/daemon/test_store_agents.py::test_a_registry_event_must_be_the_daemons_own_word"),
-    Rule("agent.transfer", ("agent.transfer",), (), "agent", frozenset({ID_HOLDER, PALACE_CA}),
-         "an agent id and the daemon it moves to", "the id moves from this event on",
-         written_by="agent_transfer (palacectl agent transfer)",
-         test="tests/proto/test_agents.py::test_a_palace_ca_statement_counts_once"),
-    Rule("agent.retire", ("agent.retire",), (), "agent", frozenset({ID_HOLDER, PALACE_CA}),
-         "an agent id", "nobody holds the id from this event on",
-         written_by="agent_retire (palacectl agent retire)",
-         test="tests/proto/test_agents.py::test_a_palace_ca_statement_counts_once"),
-    # -- the palace itself ---------------------------------------------------------------------------------
-    Rule("palace.revoke", ("palace.revoke",), (), "agent", frozenset({PALACE_CA}),
-         "a member's key and its origins' cutoffs", "every receiver refuses the peer from then on",
-         written_by="revoke (palacectl revoke)",
-         test="tests/e2e/test_fleet_security.py::test_a_revoked_peer_is_cut_off_everywhere"),
+#: the rows of the core itself (the log's own operations): every other row is a feature's, declared
+#: by its module (``palace_proto.features`` puts them together in the order PROTOCOL.md shows)
+CORE_RULES: Final[tuple[Rule, ...]] = (
     Rule("event.redact", ("event.redact",), (), "event", frozenset({TARGET_ORIGIN, TARGET_AUTHOR, PALACE_CA}),
          "an existing event (metadata.redacts)",
          "purges the target's body where it is honoured (from a peer: its own origin or the palace CA)",
          written_by="redact (palacectl redact)",
          test="tests/e2e/test_redaction_authority.py::test_a_peers_redaction_is_honoured_only_from_the_origin_or_the_palace_ca"),
-    # -- the shared memory (palace_proto.memory) -------------------------------------------------------
-    Rule("memory.drawer", ("memory.drawer",), (), "memory", frozenset({ANY_AGENT}),
-         "a wing and a room", "content-addressed: the first filing of a content makes the drawer",
-         written_by="memory_add (palacectl remember)",
-         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
-    Rule("memory.diary", ("memory.diary",), (), "memory", frozenset({ANY_AGENT}),
-         "an agent's diary wing", "entries are never merged", written_by="diary_write (palacectl diary write)",
-         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
-    Rule("memory.kg.add", ("memory.kg.add",), (), "memory", frozenset({ANY_AGENT}),
-         "a fact", "facts stay as history", written_by="kg_add (palacectl kg add)",
-         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
-    Rule("memory.kg.invalidate", ("memory.kg.invalidate",), (), "memory", frozenset({ANY_AGENT}),
-         "an open fact", "ends every open fact of that triple", written_by="kg_invalidate (palacectl kg invalidate)",
-         test="tests/daemon/test_memory_views.py::test_malformed_memory_events_are_left_out_of_the_views_and_logged_once"),
-    # -- words ---------------------------------------------------------------------------------------------
-    Rule("usage.budget", ("usage.budget",), (), "", frozenset({ANY_AGENT}),
-         "a budget reached (a worker says so)", "moves nothing",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
-    Rule("task.words", ("event.ack", "task.reply", "task.status"), (), "task", frozenset({ANY_AGENT}),
-         "anything (ack_of: an existing event); a status it carries on a task is judged by that status's row",
-         "moves nothing; the claimant's count as its activity (a task stalls without them)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    # -- words: any type no row names, outside palace's namespaces; always the table's last row ------
     Rule("words", (), (), "", frozenset({ANY_AGENT}),
          "any type outside palace's namespaces (patch.ready, status, note…): the agents' own words; a status "
          "it carries on a task is judged by that status's row",
          "moves nothing",
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
 )
+#: the core's own namespace (every feature declares its own: ``palace_proto.features.NAMESPACES``)
+CORE_NAMESPACES: Final = ("event.",)
 
-_BY_NAME: Final = {rule.name: rule for rule in RULES}
-_BY_TYPE: Final = {t: rule for rule in RULES for t in rule.types if rule.name not in ("task.correct", "question.approval")}
-_BY_STATUS: Final = {s: rule for rule in RULES for s in rule.statuses}
-_WORDS: Final = _BY_NAME["words"]
-_TASK_WORDS: Final = _BY_NAME["task.words"]
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Table:
+    """The rows of every feature and the core, indexed the ways ``rule_for`` looks them up."""
+
+    rules: tuple[Rule, ...]
+    namespaces: tuple[str, ...]
+    by_name: Mapping[str, Rule]
+    by_type: Mapping[str, Rule]
+    by_status: Mapping[str, Rule]
+
+    @classmethod
+    def of(cls, rules: Iterable[Rule], namespaces: Iterable[str]) -> Table:
+        ordered = tuple(rules)
+        return cls(ordered, tuple(namespaces), {r.name: r for r in ordered},
+                   {t: r for r in ordered for t in r.types if r.name not in _SECOND_ROWS},
+                   {s: r for r in ordered for s in r.statuses})
+
+
+# The rows that share a type with another, reached by rule_for's flags (a later request, an
+# approval): the type's own row is the other one.
+_SECOND_ROWS: Final = frozenset({"task.correct", "question.approval"})
+_table: Table | None = None
+
+
+def table() -> Table:
+    """The whole table: the core's rows and every feature's (``palace_proto.features``, imported at
+    the first look: every feature module builds on this one, so this one cannot import them first)."""
+    global _table
+    if _table is None:
+        from . import features  # noqa: PLC0415 - see the docstring
+
+        _table = Table.of(features.RULES, features.NAMESPACES)
+    return _table
+
+
+def __getattr__(name: str) -> Any:
+    """``RULES`` and ``NAMESPACES``: the assembled table's (module attributes computed on first use)."""
+    if name == "RULES":
+        return table().rules
+    if name == "NAMESPACES":
+        return table().namespaces
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def rule_named(name: str) -> Rule:
     """The rule called ``name``. Raises KeyError for a name the table does not have."""
-    return _BY_NAME[name]
+    return table().by_name[name]
 
 
 def in_namespace(kind: str) -> bool:
     """Whether ``kind`` is under one of palace's namespaces (``NAMESPACES``)."""
-    return kind.startswith(NAMESPACES)
+    return kind.startswith(table().namespaces)
 
 
 def rule_for(kind: str, status: str | None = None, *, on_task: bool = False, later_request: bool = False,
@@ -364,18 +248,20 @@ def rule_for(kind: str, status: str | None = None, *, on_task: bool = False, lat
         later_request: a ``task.request`` on a task that has its request already (a correction).
         approval: a ``question.ask`` marked as a run's permission request.
     """
+    rows = table()
     if kind == "task.request":
-        return _BY_NAME["task.correct"] if later_request else _BY_NAME["task.open"]
+        return rows.by_name["task.correct" if later_request else "task.open"]
     if kind == "question.ask" and approval:
-        return _BY_NAME["question.approval"]
-    own = _BY_TYPE.get(kind)
+        return rows.by_name["question.approval"]
+    own = rows.by_type.get(kind)
     if own is None and in_namespace(kind):
         return None  # palace's own namespace, no row: it moves nothing, whatever status it carries
-    if own is not None and own is not _TASK_WORDS:
+    words_on_task = rows.by_name["task.words"]
+    if own is not None and own is not words_on_task:
         return own
     if on_task and status:
-        return _BY_STATUS.get(status, _TASK_WORDS)
-    return own if own is not None else _WORDS
+        return rows.by_status.get(status, words_on_task)
+    return own if own is not None else rows.by_name["words"]
 
 
 def unnamed_type(kind: str) -> str | None:
@@ -383,9 +269,10 @@ def unnamed_type(kind: str) -> str | None:
     table does not name, or one only its operation writes (with that operation)."""
     rule = rule_for(kind, on_task=False)
     if rule is None:
-        prefix = next(p for p in NAMESPACES if kind.startswith(p))
+        namespaces = table().namespaces
+        prefix = next(p for p in namespaces if kind.startswith(p))
         return (f"type {kind!r} is in palace's namespace {prefix!r} but its authority table does not name it: "
-                f"no one may write it (types of your own go outside {', '.join(NAMESPACES)})")
+                f"no one may write it (types of your own go outside {', '.join(namespaces)})")
     if not rule.appendable:
         return f"type {kind!r} is reserved: it is written by {rule.written_by}, not by append"
     return None
@@ -449,7 +336,7 @@ def threats_markdown() -> str:
     """Each rule as the threat model (proto/PROTOCOL.md §6) names it: who may write it, that a
     member writing it otherwise moves nothing anywhere, and the test that attacks it."""
     lines = []
-    for rule in RULES:
+    for rule in table().rules:
         lines.append(f"- **`{rule.name}`** — only {rule.writers_words()}; written otherwise by a member's modified "
                      f"daemon it is stored, flagged and moves nothing on every replica — `{rule.test}`")
     return "\n".join(lines)
@@ -463,12 +350,13 @@ def table_markdown() -> str:
     """The table as proto/PROTOCOL.md shows it (between its markers; a test keeps them equal)."""
     lines = ["| rule | type (status) | who may write it | refers to | bounds | settles | written by | attacked by |",
              "|---|---|---|---|---|---|---|---|"]
-    for rule in RULES:
+    rows = table()
+    for rule in rows.rules:
         kinds = ", ".join(f"`{t}`" for t in rule.types) if rule.types else "any type without a row of its own"
         if rule.statuses:
             kinds += " with status " + ", ".join(f"`{s}`" for s in rule.statuses)
         if rule.name == "words":
-            kinds = "any other type outside " + ", ".join(f"`{p}*`" for p in NAMESPACES)
+            kinds = "any other type outside " + ", ".join(f"`{p}*`" for p in rows.namespaces)
         bounds = "; ".join(b for b in (
             f"{rule.per_origin} per origin per subject" if rule.per_origin is not None else "",
             f"{rule.per_subject} per subject" if rule.per_subject is not None else "") if b) or "–"

@@ -19,8 +19,8 @@ from typing import Any, Final
 from .errors import ApiError, RemoteProtocolError, VersionMismatch
 
 __all__ = [
+    "CORE_OPS",
     "HELLO_TIMEOUT_S",
-    "OPS",
     "PRE_HELLO_MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "Request",
@@ -46,17 +46,13 @@ PRE_HELLO_MAX_FRAME_BYTES: Final = 4096
 #: client that has not done so by then is stuck, or holding a connection slot on purpose.
 HELLO_TIMEOUT_S: Final = 10.0
 
-#: Every operation the daemon serves. A request naming another op gets ``unknown_op``.
-OPS: Final = frozenset({
-    "hello", "ping", "status", "append", "append_many", "list", "wait", "subscribe", "ack", "redact",
-    "artifact_put", "artifact_get", "patch_submit", "task_create", "task_show", "task_list", "who",
-    "get_event", "digest", "init", "invite", "join", "revoke", "peers", "peers_add",
-    "peers_remove", "replicated", "doctor", "memory_add", "search", "drawer_get", "kg_add", "kg_invalidate",
-    "kg_query", "diary_write", "diary_read", "agents", "tunnels", "memory_rebuild", "backup", "export_page",
-    "import_events", "task_ready", "task_claim", "task_release", "task_reassign", "lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check",
-    "watch_update", "agent_register", "agent_transfer", "agent_retire", "inbox", "inbox_mark_read",
-    "session_start", "fleet", "ask", "answer", "questions", "usage",
-    "notify_test", "room_open", "room_read", "room_say", "room_close", "room_list", "room_show",
+#: The operations of the core itself: the handshake, the log, the inbox and session start, the
+#: daemon's own state and files. Every feature declares its own (``palace_proto.features.OPS``: all
+#: of them; a request naming another gets ``unknown_op``).
+CORE_OPS: Final = frozenset({
+    "hello", "ping", "status", "append", "append_many", "list", "wait", "subscribe", "ack", "redact", "get_event",
+    "digest", "watch_update", "backup", "export_page", "import_events", "inbox", "inbox_mark_read", "session_start",
+    "notify_test",
 })
 
 

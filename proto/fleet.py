@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from .ids import ORIGIN_ID_RE, fingerprint_is_valid
 from .text import printable
+from .authority import PALACE_CA, Rule
 
 __all__ = [
     "DIRECTIONS",
@@ -215,3 +216,17 @@ def _health(value: dict[str, Any]) -> dict[str, Any]:
         "problems": ([_text(p, MAX_PROBLEM_CHARS) for p in problems[:MAX_HEALTH_PROBLEMS] if isinstance(p, str)]
                      if isinstance(problems, list) else None),
     }
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of the fleet: the palace, its members, links and reports
+OPS: Final = frozenset({"init", "invite", "join", "revoke", "peers", "peers_add", "peers_remove", "replicated",
+                        "who", "fleet", "doctor"})
+NAMESPACE: Final = "palace."
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("palace.revoke", ("palace.revoke",), (), "agent", frozenset({PALACE_CA}),
+         "a member's key and its origins' cutoffs", "every receiver refuses the peer from then on",
+         written_by="revoke (palacectl revoke)",
+         test="tests/e2e/test_fleet_security.py::test_a_revoked_peer_is_cut_off_everywhere"),
+)

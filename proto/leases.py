@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
-from .authority import ANY_AGENT, LEASE_HOLDER, TELLING_DAEMON, Verdict, flag_of, judge, rule_named
+from .authority import ANY_AGENT, LEASE_HOLDER, TELLING_DAEMON, Rule, Verdict, flag_of, judge, rule_named
 from .errors import ValidationError
 from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check_duration, parse_duration
 
@@ -1076,3 +1076,30 @@ def lease_conflicts(leases: Sequence[Lease], candidate: LeaseRequest, holder: st
             if limit is not None and len(found) >= limit:
                 break
     return found
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of leases
+OPS: Final = frozenset({"lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check"})
+NAMESPACE: Final = "lease."
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("lease.acquire", ("lease.acquire",), (), "lease", frozenset({ANY_AGENT}),
+         "paths or resources of a project",
+         "the earlier of two colliding leases holds; a forced acquire ends the leases it names; beyond 32 in "
+         "force per agent and project, over_limit",
+         written_by="lease_acquire (palacectl lease acquire)",
+         test="tests/proto/test_leases.py::test_an_agent_holds_at_most_max_held_leases_in_a_project_on_every_replica"),
+    Rule("lease.renew", ("lease.renew",), (), "lease", frozenset({LEASE_HOLDER}),
+         "a lease in force", "extends it from the renewal on",
+         written_by="lease_renew (palacectl lease renew)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("lease.release", ("lease.release",), (), "lease", frozenset({LEASE_HOLDER}),
+         "a lease in force", "ends it",
+         written_by="lease_release (palacectl lease release)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("lease.conflict", ("lease.conflict",), (), "lease", frozenset({TELLING_DAEMON}),
+         "the losing lease", "moves nothing: tells the loser once",
+         written_by="palaced (to a lease's loser)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+)

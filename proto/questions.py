@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from .agents import HUMAN_PREFIX, check_agent_id, is_human, order_key
-from .authority import ANY_AGENT, ASKED_PERSON, MAX_ANSWERS_PER_ORIGIN, Verdict, counts_in_order, judge, rule_named
+from .authority import ANY_AGENT, ASKED_PERSON, CLAIMANT, Rule, Verdict, counts_in_order, judge, rule_named
 from .errors import ValidationError
 from .ids import artifact_id_for_sha256
 from .stamps import STAMP_RE, add_seconds, seconds_between
@@ -383,3 +383,30 @@ def settle(question: Mapping[str, Any], answers: Iterable[Mapping[str, Any]],
         flagged.append((answer, verdict))
     status = "answered" if winner is not None else "expired" if _expired(terms.expires_at, now) else "open"
     return QuestionState(question, terms, status, winner, tuple(flagged), approval_refused)
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of questions
+OPS: Final = frozenset({"ask", "answer", "questions"})
+NAMESPACE: Final = "question."
+# Why 16 answers per origin per question: a person answers once, and may correct a slip; more
+# from one daemon is a flood meant to bury the real answer (issue 43, finding 5).
+MAX_ANSWERS_PER_ORIGIN: Final = 16
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("question.ask", ("question.ask",), (), "question", frozenset({ANY_AGENT}),
+         "a person (human:NAME) or anyone (human:*); an agent asks, never a person",
+         "each question stands alone", written_by="ask (palacectl ask)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("question.approval", ("question.ask",), (), "task", frozenset({CLAIMANT}),
+         "the task its correlation id names (a run asks on its own task)",
+         "marks the task waiting for approval", written_by="ask (a run's approve tool or hook)",
+         test="tests/e2e/test_authority.py::test_an_approval_on_anothers_task_is_flagged_and_waits_for_nobody"),
+    Rule("question.answer", ("question.answer",), (), "question", frozenset({ASKED_PERSON}),
+         "the question (ack_of), not before it was asked nor after it expires; one of its choices (a question "
+         "to human:* is asked of every proven person)",
+         "the earliest answer that counts settles the question; only answers that can count are read, "
+         "each daemon's first few per question",
+         written_by="answer (palacectl answer)", per_origin=MAX_ANSWERS_PER_ORIGIN,
+         test="tests/e2e/test_authority.py::test_junk_answers_never_hide_the_persons_answer"),
+)

@@ -59,6 +59,7 @@ from .authority import (
     MAX_CLOCK_SKEW_S,
     OPENER,
     ROOM_MEMBER,
+    Rule,
     Verdict,
     counts_in_order,
     flag_of,
@@ -547,3 +548,29 @@ def needs_membership(event: Mapping[str, Any], agent: str) -> bool:
     members: a room event to everyone (``*``) by someone else. One addressed to the agent wakes it
     like any other message; events that are not a room's are none of this."""
     return is_room_event(event) and event.get("to_agent") == "*" and event.get("from_agent") != agent
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of rooms
+OPS: Final = frozenset({"room_open", "room_read", "room_say", "room_close", "room_list", "room_show"})
+NAMESPACE: Final = "room."
+# Why 5,000: the turns one daemon lets one room take (palaced's room_say refuses more).
+MAX_ROOM_TURNS_PER_ORIGIN: Final = 5_000
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("room.open", ("room.open",), (), "room", frozenset({ANY_AGENT}),
+         "a room id bound to this very opening (its opener, origin and nonce)",
+         "a room is its opening: no later event, however dated, replaces it",
+         written_by="room_open (palacectl room open)",
+         test="tests/proto/test_rooms.py::test_a_keyed_room_is_its_opening_and_a_backdated_second_opening_changes_nothing"),
+    Rule("room.message", ("room.message",), (), "room", frozenset({ANY_AGENT}),
+         "an open room (anyone with its id joins, as in MemPalace)",
+         "turns in (created_at, event id) order; those after the close are after_close",
+         written_by="room_say (palacectl room say)", per_origin=MAX_ROOM_TURNS_PER_ORIGIN,
+         test="tests/proto/test_rooms.py::test_one_daemons_turns_beyond_the_bound_are_no_turns"),
+    Rule("room.close", ("room.close",), (), "room", frozenset({OPENER, ROOM_MEMBER}),
+         "an open room",
+         "the earliest close by the opener or a member closes the room",
+         written_by="room_close (palacectl room close)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+)

@@ -52,6 +52,7 @@ from .authority import (
     MAX_CLOCK_SKEW_S,
     REQUESTER,
     TELLING_DAEMON,
+    Rule,
     Verdict,
     counts_in_order,
     flag_of,
@@ -383,3 +384,67 @@ def ready_order(views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Highest priority first (0 before 3), then oldest first, then by correlation id."""
     return sorted(views, key=lambda v: (v["priority"], v.get("opened_at") or v["request"]["created_at"],
                                         v["correlation_id"]))
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of tasks
+OPS: Final = frozenset({"task_create", "task_show", "task_list", "task_ready", "task_claim", "task_release",
+                        "task_reassign"})
+#: the namespace of task events
+NAMESPACE: Final = "task."
+#: the rows of the authority table for tasks (a status on a task is judged by its row, whatever the type)
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("task.open", ("task.request",), (), "task", frozenset({ANY_AGENT}),
+         "a correlation id no request names yet (task_create mints one)",
+         "the earliest request (created_at, event id) opens the task; its writer is the requester",
+         test="tests/proto/test_tasks.py::test_roles_give_the_same_verdict_whatever_order_the_events_arrive_in"),
+    Rule("task.correct", ("task.request",), (), "task", frozenset({REQUESTER}),
+         "the task it corrects (its correlation id)",
+         "the newest request is the task's wording; earlier ones read as superseded; a correction opens the "
+         "task again, unclaimed, for its addressee",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.claim", (), ("claimed",), "task", frozenset({ADDRESSED}),
+         "an existing task, open",
+         "the earliest claim since the task (re)opened holds it; a later one by another agent is a conflict, "
+         "told to its agent once (task.conflict)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.deliver", (), ("ready",), "task", frozenset({CLAIMANT, ADDRESSED_FREE}),
+         "an existing task",
+         "ready for review; from one the task is addressed to while nobody holds it, its claim and its report "
+         "at once; on a closed task it moves nothing",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.close", (), ("applied", "failed", "blocked"), "task",
+         frozenset({REQUESTER, CLAIMANT, ADDRESSEE_FREE}),
+         "an existing task",
+         "the requester's word moves the task at any time; the claimant's and the addressee's close it while "
+         "it is open, and on a closed task stand as their closing ack, moving nothing",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.supersede", (), ("superseded",), "task", frozenset({REQUESTER, LOSING_CLAIMANT}),
+         "an existing task (with ack_of: one of its earlier requests)",
+         "the requester's supersedes the task, or only the earlier request its ack_of names; a losing "
+         "claimant's withdraws its claim and moves nothing",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.reopen", (), ("open",), "task", frozenset({REQUESTER}),
+         "an existing task",
+         "a new round: open, nobody holds it",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.release", ("task.release",), (), "task", frozenset({CLAIMANT}),
+         "an existing task, open", "open again, nobody holds it",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.reassign", ("task.reassign",), (), "task", frozenset({REQUESTER}),
+         "an existing task, open", "open again for the agent it names (to_agent), nobody holds it",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.conflict", ("task.conflict",), (), "task", frozenset({TELLING_DAEMON}),
+         "the losing claim (metadata.claim_event_id)", "moves nothing: tells the loser once",
+         written_by="palaced (to a claim's loser)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.stalled", ("task.stalled",), (), "task", frozenset({TELLING_DAEMON}),
+         "the stalled claim (metadata.claim_event_id)", "moves nothing: tells the requester once per stall",
+         written_by="palaced (to a stalled task's requester)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.words", ("event.ack", "task.reply", "task.status"), (), "task", frozenset({ANY_AGENT}),
+         "anything (ack_of: an existing event); a status it carries on a task is judged by that status's row",
+         "moves nothing; the claimant's count as its activity (a task stalls without them)",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+)

@@ -76,6 +76,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 from .errors import ValidationError
+from .authority import ANY_AGENT, EVER_CLAIMED, Rule
 from .stamps import STAMP_RE
 from .text import printable
 from .workers import is_task_id
@@ -1177,3 +1178,22 @@ def blocking(breaches: Sequence[Breach], *, agent: str | None = None, task: str 
         return task is not None and breach.scope == "task" and breach.subject == task
 
     return [b for b in breaches if b.state == "over" and applies(b)]
+
+
+# -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
+
+#: the local API's operations of usage
+OPS: Final = frozenset({"usage"})
+NAMESPACE: Final = "usage."
+# Why 256 reports per task: one per run; a task run 256 times is a loop, not work (issue 43, finding 4).
+MAX_USAGE_REPORTS_PER_TASK: Final = 256
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("usage.report", ("usage.report",), (), "task", frozenset({EVER_CLAIMED}),
+         "an existing task, named both by its correlation id and by metadata.task_id",
+         "summed into every total and budget; only the first reports of a task count",
+         per_subject=MAX_USAGE_REPORTS_PER_TASK,
+         test="tests/e2e/test_usage.py::test_a_forged_usage_report_counts_nowhere_and_stops_no_worker"),
+    Rule("usage.budget", ("usage.budget",), (), "", frozenset({ANY_AGENT}),
+         "a budget reached (a worker says so)", "moves nothing",
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+)

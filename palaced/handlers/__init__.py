@@ -37,7 +37,8 @@ from types import ModuleType
 from typing import Any, Final
 
 from palace_proto import __version__
-from palace_proto.control import OPS, PROTOCOL_VERSION
+from palace_proto.control import PROTOCOL_VERSION
+from palace_proto.features import OPS
 from palace_proto.errors import ApiError
 
 from . import (agents, artifacts, fleet, inbox, leases, log, maintenance, memory, notify, questions, rooms, session, tasks,

@@ -36,7 +36,6 @@ from palace_proto.questions import (
     match_choice,
     settle,
 )
-from palace_proto.authority import MAX_ANSWERS_PER_ORIGIN
 from palace_proto.stamps import format_stamp, seconds_between
 from palace_proto.tasks import derive_task, is_approval
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 import apsw
 
 from palace_proto.agents import (
+    MAX_AGENTS_PER_ORIGIN,
     REGISTER,
     REGISTRY_TYPES,
     SYSTEM_AGENT,
@@ -62,10 +63,6 @@ __all__ = ["MAX_AGENTS_PER_ORIGIN", "AgentElsewhere", "AgentRegistry", "AgentRet
            "own_agents_registered"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
-# Why 10,000: the agents one origin may register. Each record stays in memory on every replica, so
-# a member inventing ids without end must hit a bound; a daemon with ten thousand agent ids is
-# not a machine running agents. Counted along the origin's own chain: every replica agrees.
-MAX_AGENTS_PER_ORIGIN: Final = 10_000
 _NONE: Final[frozenset[str]] = frozenset()
 # Why a meta key: the scan of this daemon's own events for the agents it wrote as runs once, when
 # it first belongs to a palace; from then on every new agent is registered by its first write.

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from palace_proto.agents import is_human
-from palace_proto.authority import ANY_AGENT, MAX_ANSWERS_PER_ORIGIN, Rule, rule_for
-from palace_proto.questions import ASK, settle
+from palace_proto.authority import ANY_AGENT, Rule, rule_for
+from palace_proto.questions import ASK, MAX_ANSWERS_PER_ORIGIN, settle
 from palace_proto.rooms import ROOM_TYPES, derive_room
 from palace_proto.tasks import REQUEST, derive_task
 from palace_proto.validation import AppendRequest

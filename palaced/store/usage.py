@@ -60,11 +60,10 @@ import apsw
 
 from palace_proto.agents import judge as impersonation_of
 from palace_proto.agents import order_key
-from palace_proto.authority import MAX_USAGE_REPORTS_PER_TASK
 from palace_proto.envelope import SignedEvent
 from palace_proto.ids import fingerprint
 from palace_proto.tasks import REASSIGN, RELEASE, REQUEST, derive_task
-from palace_proto.usage import USAGE_TYPE, Spending, Total, cost_micros, record_from_event, total_of
+from palace_proto.usage import MAX_USAGE_REPORTS_PER_TASK, USAGE_TYPE, Spending, Total, cost_micros, record_from_event, total_of
 
 if TYPE_CHECKING:
     from .batch import WriteContext

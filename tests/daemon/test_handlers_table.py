@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from palace_proto.control import OPS
+from palace_proto.features import OPS
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.validation import Limits
 from palaced import handlers

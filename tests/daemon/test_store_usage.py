@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from palace_proto.authority import MAX_USAGE_REPORTS_PER_TASK
+from palace_proto.usage import MAX_USAGE_REPORTS_PER_TASK
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.ids import origin_id_for_key

@@ -23,7 +23,8 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from palace_proto.control import HELLO_TIMEOUT_S, OPS, PRE_HELLO_MAX_FRAME_BYTES
+from palace_proto.control import HELLO_TIMEOUT_S, PRE_HELLO_MAX_FRAME_BYTES
+from palace_proto.features import OPS
 from palace_proto.errors import API_ERROR_CODES
 from palace_proto.framing import HEADER, NEED_DATA, FrameBuffer, encode_frame
 from palacectl.client import endpoint_for

@@ -340,3 +340,24 @@ def test_every_task_rule_written_from_every_position_counts_exactly_when_the_tab
             if (written["id"] not in flags) != expected or (not expected and flags[written["id"]] != rule_name):
                 wrong.append(f"{rule_name} by {position}: {'flagged' if written['id'] in flags else 'counted'}")
     assert wrong == []
+
+
+def test_the_features_assemble_one_table_and_refuse_what_two_declare():
+    """Each feature declares its own rows, namespace and operations (palace_proto.features); the
+    assembly refuses one declared twice or missing, so a feature declares everything it needs."""
+    import types
+
+    from palace_proto import features, rooms
+
+    assert rule_named("room.close") in rooms.RULES and features.RULES[-1].name == "words"
+    twice = types.ModuleType("palace_proto.twice")
+    twice.OPS, twice.NAMESPACE, twice.RULES = frozenset({"room_open"}), "twice.", ()
+    with pytest.raises(ValueError, match="operations declared already"):
+        features.assemble((rooms, twice))
+    bare = types.ModuleType("palace_proto.bare")
+    with pytest.raises(ValueError, match="declares no OPS, NAMESPACE, RULES"):
+        features.assemble((bare,))
+    stray = types.ModuleType("palace_proto.stray")
+    stray.OPS, stray.NAMESPACE, stray.RULES = frozenset(), "stray.", (rule_named("room.open"),)
+    with pytest.raises(ValueError, match="rules named twice"):
+        features.assemble((rooms, stray))
