@@ -10,7 +10,7 @@ metadata, no registry, no triggers, no TLS, no replication: the distance from pa
 is what palace's design costs.
 
 ``python benchmarks/floor.py serve SOCKET DB`` runs the server; ``vs_jetstream.py`` starts it and
-drives it with the client jobs below, shaped like ``palacectl.bench_clients``' (prepare, then work).
+drives it with the client jobs below, shaped like ``palace_bench.clients``' (prepare, then work).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any, Final
 
 import msgpack
 
-from palacectl.bench_clients import paced_wake_samples, report_wake, sample_body, sample_index
-from palacectl.bench_daemon import log_tail
+from palace_bench.clients import paced_wake_samples, report_wake, sample_body, sample_index
+from palace_bench.daemon import log_tail
 
 __all__ = ["FloorAppendJob", "FloorServer", "FloorWakeJob", "floor_appends", "floor_wake_watcher",
            "floor_wake_writer"]

@@ -5,7 +5,7 @@ agent waiting for them (issue 13).
 Owns: the comparison the README quotes next to ``palacectl bench``. Both systems run on loopback,
 started for the purpose and stopped afterwards, both fsyncing every event before its ack (palace
 always does; JetStream with ``sync_interval: always``), and both are driven with the same client
-shapes, every client a process of its own (``palacectl.bench_clients``), 300-byte bodies:
+shapes, every client a process of its own (``palace_bench.clients``), 300-byte bodies:
 
 * durable appends/s, 1 client, sequential (palace ``append`` request/reply; JetStream
   ``js.publish`` awaiting its PubAck), and 16 client processes doing the same at once;
@@ -54,8 +54,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 try:
-    from palacectl.bench import CONCURRENT_CLIENTS, percentile
-    from palacectl.bench_clients import (
+    from palace_bench.clients import (
         WAKE_TIMEOUT_S,
         AppendJob,
         ClientsFailed,
@@ -71,7 +70,9 @@ try:
         wake_watcher,
         wake_writer,
     )
-    from palacectl.bench_daemon import BenchDaemon, BenchPalace
+    from palace_bench.daemon import BenchDaemon, BenchPalace
+    from palace_bench.figures import percentile
+    from palace_bench.one_daemon import CONCURRENT_CLIENTS
 
     # The floor lives beside this script (benchmarks/ is no package); spawned clients find it too.
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -510,7 +511,7 @@ def js_appends(job: JsAppendJob) -> Callable[[], int]:
 
 def js_wake_watcher(job: JsWakeJob) -> Callable[[], dict[str, Any]]:
     """Prepare: an ordered push consumer on the wake subject, new messages only. Work: report each
-    sample's wake on the pipe (the JetStream twin of ``bench_clients.wake_watcher``)."""
+    sample's wake on the pipe (the JetStream twin of ``palace_bench.clients.wake_watcher``)."""
     from nats.js.api import DeliverPolicy
     loop, nc = _js_open(job.url)
     sub = loop.run_until_complete(nc.jetstream().subscribe(

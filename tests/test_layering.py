@@ -1,5 +1,6 @@
-"""Import layering (STYLE §2-3): palacectl never imports palaced, palace_proto stays pure, and a
-simple palacectl command does not pay for trio, apsw or heavy optional packages."""
+"""Import layering (STYLE §2-3): palacectl never imports palaced, palace_proto stays pure, the
+benchmarks (palace_bench) drive daemons as a client and are loaded only by ``palacectl bench``, and
+a simple palacectl command does not pay for trio, apsw or heavy optional packages."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ TRIO_ADAPTER = frozenset({"aio.py", "writer.py", "wal_keeper.py"})
     ("palacectl", {"palaced"}),
     ("proto", {"trio", "apsw", "palaced", "palacectl", "typer", "logging", "time"}),
     ("palaced/store", {"trio"} ),
+    ("benchmarks/palace_bench", {"palaced"}),
 ])
 def test_forbidden_imports(folder, forbidden):
     for path, names in _imports(folder).items():
@@ -45,10 +47,42 @@ def test_forbidden_imports(folder, forbidden):
 def test_palacectl_simple_command_imports_no_trio_or_apsw():
     """Guards palacectl's start-up time: agents call it in their loops."""
     code = ("import sys, palacectl.cli, palacectl.client, palacectl.watch; "
-            "bad = [m for m in ('trio', 'apsw', 'palaced', 'cryptography', 'fastembed', 'mcp') if m in sys.modules]; "
+            "bad = [m for m in ('trio', 'apsw', 'palaced', 'cryptography', 'fastembed', 'mcp', 'palace_bench') "
+            "if m in sys.modules]; "
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_benchmarks_use_palacectl_as_a_client_only():
+    """Guards the bench package's place below palacectl's commands: it drives its daemons through
+    ``palacectl.client`` (and finds the console script with ``palacectl.service.host``), as any
+    client would, and never imports a command, the MCP server or the dashboard."""
+    allowed = {"palacectl.client", "palacectl.service.host"}
+    for path in sorted((ROOT / "benchmarks" / "palace_bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                     else [])
+            for name in names:
+                if name.split(".")[0] == "palacectl":
+                    assert name in allowed, f"benchmarks/palace_bench/{path.name}:{node.lineno} imports {name}"
+
+
+def test_palacectl_loads_the_benchmarks_only_when_a_bench_command_runs():
+    """Guards palacectl's start-up (issue 44 §4): the benchmarks are a package of their own, and
+    only the ``bench`` commands import it, inside the function that runs one."""
+    for path in sorted((ROOT / "palacectl").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        in_functions = {id(node) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        for node in ast.walk(fn)}
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0] == "palace_bench" for name in names):
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                assert path == ROOT / "palacectl" / "cli" / "bench.py", f"{where} imports palace_bench"
+                assert id(node) in in_functions, f"{where} imports palace_bench at module level"
 
 
 def test_proto_never_reads_the_clock():

@@ -3,9 +3,10 @@
 Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
 ``replication``, ``mesh`` (a fleet in a full mesh), ``leases`` (lease costs, honest and hostile),
 ``usage`` (what a ``usage`` call costs with many reports), ``mcp`` (how soon the MCP server answers)
-and ``ui`` (the dashboard on a big palace) sub-commands, each a front for ``palacectl.bench*``
-(loaded only when the command runs; nothing outside their temporary homes is touched). Registered on the root app by
-``cli.root``; imports ``cli.common`` only.
+and ``ui`` (the dashboard on a big palace) sub-commands, each a front for a module of ``palace_bench``
+(benchmarks/palace_bench: a package of its own, imported only when the command runs, so no other command pays for
+it; nothing outside their temporary homes is touched). Registered on the root app by ``cli.root``; imports
+``cli.common`` only.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def bench(
     `palacectl bench replication` measures a fleet of local daemons instead."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..bench import run_bench
+    from palace_bench.one_daemon import run_bench
 
     result = run_bench(quick=quick, progress=not json_)
     emit(result, json_)
@@ -48,7 +49,7 @@ def bench_memory(
     json_: JsonOpt = False,
 ) -> None:
     """Measure the shared memory: retrieval evaluation, embedding, search latency, a fresh peer."""
-    from ..bench_memory import run_memory_bench
+    from palace_bench.memory import run_memory_bench
 
     if drawers is not None and drawers < 1:
         raise UsageProblem("--drawers must be a positive number")
@@ -62,7 +63,7 @@ def bench_replication(
     json_: JsonOpt = False,
 ) -> None:
     """Measure replication between local daemons: cross-peer wake, 100k catch-up, throughput, heal."""
-    from ..bench_replication import run_replication_bench
+    from palace_bench.replication import run_replication_bench
 
     result = run_replication_bench(quick=quick, progress=not json_)
     emit(result, json_)
@@ -74,7 +75,7 @@ def bench_mesh(
     json_: JsonOpt = False,
 ) -> None:
     """Measure a fleet in a full mesh: healing from 10,000 events behind each way, and what links carry."""
-    from ..bench_mesh import run_mesh_bench
+    from palace_bench.mesh import run_mesh_bench
 
     result = run_mesh_bench(quick=quick, progress=not json_)
     emit(result, json_)
@@ -86,7 +87,7 @@ def bench_leases(
     json_: JsonOpt = False,
 ) -> None:
     """Measure what leases cost a daemon: lease check with 1,000 active leases, and the worst leases allowed."""
-    from ..bench_leases import run_leases_bench
+    from palace_bench.leases import run_leases_bench
 
     result = run_leases_bench(quick=quick, progress=not json_)
     emit(result, json_)
@@ -100,7 +101,7 @@ def bench_usage(
     json_: JsonOpt = False,
 ) -> None:
     """Measure what `usage` costs a daemon holding many usage reports: a worker's, a run's and the Usage page's calls."""
-    from ..bench_usage import run_usage_bench
+    from palace_bench.usage import run_usage_bench
 
     if reports is not None and reports < 1:
         raise UsageProblem("--reports must be a positive number")
@@ -116,7 +117,7 @@ def bench_mcp(
     json_: JsonOpt = False,
 ) -> None:
     """Measure how soon `palacectl mcp` answers a harness: initialize and tools/list, cold and warm."""
-    from ..bench_mcp import run_mcp_bench
+    from palace_bench.mcp import run_mcp_bench
 
     result = run_mcp_bench(quick=quick, progress=not json_)
     emit(result, json_)
@@ -128,7 +129,7 @@ def bench_cli(
     json_: JsonOpt = False,
 ) -> None:
     """Measure one step of an agent's loop through palacectl: list, append, ack, wait, inbox, task ready/claim."""
-    from ..bench_cli import run_cli_bench
+    from palace_bench.cli import run_cli_bench
 
     result = run_cli_bench(quick=quick, progress=not json_)
     emit(result, json_)
@@ -141,7 +142,7 @@ def bench_ui(
     json_: JsonOpt = False,
 ) -> None:
     """Measure the dashboard on a big palace: each page's data over HTTP, and the live stream."""
-    from ..bench_ui import run_ui_bench
+    from palace_bench.ui import run_ui_bench
 
     if events is not None and events < 1000:
         raise UsageProblem("--events must be at least 1000")

@@ -264,7 +264,7 @@ def test_the_worst_leases_a_member_may_write_never_stall_the_daemon(daemon):
     Before, nine such leases made every ping and every lease operation wait 5-12 s."""
     import threading
 
-    from palacectl.bench_leases import worst_patterns
+    from palace_bench.leases import worst_patterns
 
     home = daemon.home
     assert api(home, "lease_acquire", agent="honest", project="demo", patterns=["src/api/**"])["lease"]

@@ -15,7 +15,7 @@ Owns: the usage figures docs/benchmarks.md reports. One real ``palaced`` on a te
   before it starts (by task, with a task budget: every task's total is read), and the Usage page
   (by task over all time, by agent since today, by day); p50 / p99 / max of the round trip.
 
-palacectl never imports palaced.
+No benchmark imports palaced.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench_daemon import BenchDaemon
-from .client import Client
+from palacectl.client import Client
+
+from .daemon import BenchDaemon
 
 __all__ = ["run_usage_bench"]
 

@@ -4,7 +4,7 @@ Owns: how every ``palacectl bench`` (and ``benchmarks/vs_jetstream.py``) starts 
 how two of them become one palace (``BenchPalace``: ``init`` on A, ``invite`` there, ``join`` on
 B, the way users do it). Each daemon runs on its own home inside the benchmark's temporary
 directory, with ``--no-mdns`` and listening on 127.0.0.1 only (the network rule: a benchmark
-never multicasts nor opens a port beyond loopback), in a session of its own. palacectl never
+never multicasts nor opens a port beyond loopback), in a session of its own. No benchmark
 imports palaced: the daemon is ``python -m palaced``.
 """
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from .client import Client, DaemonUnreachable
+from palacectl.client import Client, DaemonUnreachable
 
 __all__ = ["CONVERGE_TIMEOUT_S", "LOOPBACK_ANY_PORT", "NETWORK_ARGS", "START_TIMEOUT_S", "BenchDaemon", "BenchPalace",
            "log_tail"]

@@ -1,9 +1,9 @@
 """``palacectl bench ui``: the dashboard on a big palace — how long each page's data takes.
 
 Owns: the figures the README gives for ``palacectl ui`` on a log of a million events. A temporary
-daemon (``bench_daemon.BenchDaemon``: mDNS off, loopback only) joins a palace of its own, gets a
+daemon (``daemon.BenchDaemon``: mDNS off, loopback only) joins a palace of its own, gets a
 few hundred tasks with claims, deliveries and dependencies, a few leases and a question for a
-person, and is then filled to ``events`` events by 16 client processes (``bench._fill``, the
+person, and is then filled to ``events`` events by 16 client processes (``one_daemon._fill``, the
 same fill as ``palacectl bench``). A real ``palacectl ui`` process then serves it, and each
 route the page calls is timed over HTTP as the browser calls it (p50/p99 of repeated requests
 on one keep-alive connection): Now, a timeline page (newest, a page deep in the log through the
@@ -27,9 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench import _fill, percentile
-from .bench_daemon import BenchDaemon
-from .client import Client
+from palacectl.client import Client
+
+from .daemon import BenchDaemon
+from .figures import percentile
+from .one_daemon import _fill
 
 __all__ = ["run_ui_bench"]
 

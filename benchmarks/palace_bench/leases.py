@@ -18,7 +18,7 @@ only, mDNS off), driven through its Unix socket the way agents drive it:
   own exclusive acquire of worst patterns, which is tried against all of them.
 
 Latencies are measured by the client, round trip included, with the client's own garbage
-collector paused (its pauses are not the daemon's). palacectl never imports palaced.
+collector paused (its pauses are not the daemon's). No benchmark imports palaced.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.leases import MAX_HELD, MAX_PATTERNS, normalize_pattern
-
-from .bench_daemon import BenchDaemon
 from palace_proto.errors import ApiError
+from palace_proto.leases import MAX_HELD, MAX_PATTERNS, normalize_pattern
+from palacectl.client import Client
 
-from .client import Client
+from .daemon import BenchDaemon
 
 __all__ = ["run_leases_bench", "worst_patterns"]
 

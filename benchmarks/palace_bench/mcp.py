@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from .bench import percentile
-from .service.host import palacectl_command
+from palacectl.service.host import palacectl_command
+
+from .figures import percentile
 
 __all__ = ["run_mcp_bench", "time_mcp_start"]
 

@@ -16,7 +16,7 @@ API by real clients:
 
 Every daemon runs with ``--no-mdns`` and listens on 127.0.0.1 only: the benchmark never
 multicasts and opens no port beyond loopback. Daemons are subprocesses (``python -m palaced``):
-palacectl never imports palaced. Every daemon is stopped and the directory removed in ``finally``,
+no benchmark imports palaced. Every daemon is stopped and the directory removed in ``finally``,
 also on Ctrl-C.
 """
 
@@ -33,10 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench import judge, percentile
-from .bench_clients import bench_event
-from .bench_daemon import CONVERGE_TIMEOUT_S, START_TIMEOUT_S, BenchDaemon, BenchPalace
-from .client import Client
+from palacectl.client import Client
+
+from .clients import bench_event
+from .daemon import CONVERGE_TIMEOUT_S, START_TIMEOUT_S, BenchDaemon, BenchPalace
+from .figures import judge, percentile
 
 __all__ = ["run_replication_bench"]
 

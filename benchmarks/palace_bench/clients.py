@@ -13,7 +13,7 @@ when its work started and finished (``time.perf_counter``: CLOCK_MONOTONIC on Li
 for every process on the machine) and what it returned. Jobs must pickle: ``prepare`` is a
 module-level function, its argument plain data (a ``multiprocessing`` pipe end is allowed).
 
-Must not import palaced (palacectl never does); the clients use ``palacectl.client``.
+Must not import palaced (no benchmark does); the clients use ``palacectl.client``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
-from .client import Client
+from palacectl.client import Client
 
 __all__ = [
     "AGENTS", "WAKE_TIMEOUT_S", "AppendJob", "ClientRun", "ClientsFailed", "FleetEvents", "NoteEvents", "WakeJob",

@@ -4,7 +4,7 @@ Owns: the performance figures the README reports (issue 2 §8). Everything runs 
 daemon on a temporary home, driven through the real Unix-socket API by real clients:
 
 * durable appends/s from 1 client (sequential request/reply) and from 16 concurrent clients,
-  each client a process of its own (``bench_clients``: threads in one process would measure that
+  each client a process of its own (``clients``: threads in one process would measure that
   process's GIL as much as the daemon);
 * append → watcher wake latency (a watcher on its own subscription), p50/p99, from the moment the
   append is sent (so it includes the fsynced commit), and the wake time minus the writer's ack
@@ -13,7 +13,7 @@ daemon on a temporary home, driven through the real Unix-socket API by real clie
   ``palacectl list --to-agent X --limit 50 --json`` as a whole process;
 * the daemon's resident memory with 100 connected watchers.
 
-The daemon is a subprocess (``bench_daemon.BenchDaemon``: mDNS off, loopback only).
+The daemon is a subprocess (``daemon.BenchDaemon``: mDNS off, loopback only).
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench_clients import AGENTS, AppendJob, FleetEvents, durable_appends, rate, run_client_processes
-from .bench_daemon import BenchDaemon
-from .client import Client
+from palacectl.client import Client
 
-__all__ = ["judge", "percentile", "run_bench"]
+from .clients import AGENTS, AppendJob, FleetEvents, durable_appends, rate, run_client_processes
+from .daemon import BenchDaemon
+from .figures import judge, percentile
+
+__all__ = ["run_bench"]
 
 TARGETS: Final = {
     "append_1_client_per_s": (">=", 2000),
@@ -48,11 +50,6 @@ TARGETS: Final = {
 CONCURRENT_CLIENTS: Final = 16
 # Why so long: only a daemon that stopped answering takes this long; the run then ends with a message.
 APPENDS_TIMEOUT_S: Final = 3600.0
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
 def _appends_sequential(home: Path, n: int, start: int) -> float:
@@ -209,18 +206,4 @@ def run_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
         daemon.stop()
         shutil.rmtree(root, ignore_errors=True)
     return judge(results, TARGETS, say if progress else None)
-
-
-def judge(results: dict[str, Any], targets: dict[str, tuple[str, float]],
-          say: Callable[[str], None] | None) -> dict[str, Any]:
-    """Add ``targets`` (each figure against its bound, met or not) to ``results``; print the table."""
-    results["targets"] = {
-        name: {"target": f"{op} {bound}", "met": (results[name] >= bound if op == ">=" else results[name] <= bound)}
-        for name, (op, bound) in targets.items()
-    }
-    if say is not None:
-        say("")
-        for name, t in results["targets"].items():
-            say(f"  {'ok ' if t['met'] else 'MISS'} {name:28s} {results[name]:>12,.3f}   target {t['target']}")
-    return results
 

@@ -26,9 +26,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from .bench import judge, percentile
-from .bench_daemon import BenchDaemon, BenchPalace
-from .bench_replication import POLL_S, Say
+from .daemon import BenchDaemon, BenchPalace
+from .figures import judge, percentile
+from .replication import POLL_S, Say
 
 __all__ = ["run_memory_bench"]
 
@@ -42,7 +42,7 @@ WORDS: Final = ("replica log peer event drawer decision deploy release test suit
 
 
 def _load_eval() -> dict[str, Any]:
-    return json.loads((resources.files("palacectl") / "data" / "memory_eval.json").read_text(encoding="utf-8"))
+    return json.loads((resources.files("palace_bench") / "data" / "memory_eval.json").read_text(encoding="utf-8"))
 
 
 def _wait_indexed(daemon: BenchDaemon, count: int, timeout_s: float = 3600) -> float:
@@ -90,7 +90,7 @@ def _sentence(rng: random.Random, i: int) -> str:
 def _file_drawers(daemon: BenchDaemon, count: int, start: int) -> float:
     rng = random.Random(start)
     started = time.perf_counter()
-    from .client import Client
+    from palacectl.client import Client
 
     with Client(daemon.home, client_name="palacectl-bench") as client:
         sent = answered = 0
@@ -107,7 +107,7 @@ def _file_drawers(daemon: BenchDaemon, count: int, start: int) -> float:
 
 
 def _appends_per_s(daemon: BenchDaemon, count: int) -> float:
-    from .client import Client
+    from palacectl.client import Client
 
     with Client(daemon.home, client_name="palacectl-bench") as client:
         started = time.perf_counter()

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench import percentile
-from .bench_daemon import BenchDaemon
-from .service.host import palacectl_command
+from palacectl.service.host import palacectl_command
+
+from .daemon import BenchDaemon
+from .figures import percentile
 
 __all__ = ["run_cli_bench"]
 

@@ -16,7 +16,7 @@ then linked into a **full mesh** with ``peers add`` (each pair once):
 * **idle traffic**: the same mesh left alone for a minute; every byte every link sent (frames
   before TLS: vectors, presence, reports), per minute for the whole mesh.
 
-palacectl never imports palaced: the daemons are ``python -m palaced`` (``bench_daemon``).
+No benchmark imports palaced: the daemons are ``python -m palaced`` (``daemon``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .bench_daemon import CONVERGE_TIMEOUT_S, BenchDaemon
-from .client import Client
+from palacectl.client import Client
+
+from .daemon import CONVERGE_TIMEOUT_S, BenchDaemon
 
 __all__ = ["run_mesh_bench"]
 
