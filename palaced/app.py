@@ -29,13 +29,10 @@ from .api import serve_api
 from .bus import EventBus
 from .config import Config
 from .embedding import FastEmbedder
+from .features import features
 from .handlers import Context, op_table
-from .handlers.agents import ca_checker, daemon_label, human_grant, register_own_agents
-from .handlers.leases import LeaseReconciler
 from .handlers.log import LogFollower
 from .handlers.maintenance import report_facts
-from .handlers.rooms import RoomFiler
-from .handlers.tasks import TaskReconciler
 from .identity import load_or_create_identity
 from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
@@ -105,7 +102,7 @@ def _try_lock(fd: int) -> bool:
 async def _network_for(ctx: Context, membership: Membership) -> Network:
     """The member directory (bindings and revocations from the log) and the network for a palace,
     set on ``ctx`` for the handlers."""
-    config, key, astore, bus, store = ctx.config, ctx.identity, ctx.astore, ctx.bus, ctx.store
+    config, key, astore, bus = ctx.config, ctx.identity, ctx.astore, ctx.bus
     directory = MemberDirectory(membership.ca_cert_pem, lambda: datetime.datetime.now(datetime.UTC))
     # Our own origins first, each with its proof: a key-derived origin's nonce, or for a legacy one
     # a signature made now (only we can); they are relayed to every peer that lacks them.
@@ -131,14 +128,7 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
                       watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes,
                       facts=lambda: report_facts(ctx))
     ctx.directory, ctx.network = directory, network
-    # The registry judges palace-CA statements from now on: derive it again with them.
-    store.agents.ca_check = ca_checker(membership)
-    if membership.can_invite:  # the CA's daemon: its registrations of people's ids count
-        store.agents.human_grant = human_grant(ctx, membership)
-    await astore.write(store.agents.reload_ca, heavy=True)
-    registered = await register_own_agents(ctx)
-    if registered:
-        LOGGER.info("registered %d agent(s) this daemon wrote as to it: %s", len(registered), ", ".join(registered[:20]))
+    await ctx.features.joined(ctx, membership)  # e.g. the agent registry judges the palace CA's word from now on
     return network
 
 
@@ -176,13 +166,13 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                 # Derived state, off the append path: run in the API nursery, cancelled with it.
                 indexer = MemoryIndexer(store, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
                                         config.home, exact_max=config.memory_exact_index_max)
-            ctx = Context(config, astore, bus, key, membership=membership, indexer=indexer,
+            ctx = Context(config, astore, bus, key, features(), membership=membership, indexer=indexer,
                           start_network=start_network)
             if config.notify is not None and config.notify.configured:
                 # Notifications out: a background follower of the bus, never on the append path.
                 ctx.notifier = Notifier(ctx, config.notify)
             ops = op_table(ctx)
-            store.agents.daemon_label = daemon_label(ctx)
+            ctx.features.start(ctx)
 
             LOGGER.info("palaced %s origin=%s fingerprint=%s palace=%s", config.home, store.origin_id,
                         fingerprint(store.public_key), membership.palace_id if membership else "none (not joined)")
@@ -206,10 +196,9 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                                                                   ops, config.max_frame_bytes)
                         if indexer is not None:
                             api_nursery.start_soon(indexer.run)
-                        api_nursery.start_soon(LeaseReconciler(ctx).run)
-                        api_nursery.start_soon(TaskReconciler(ctx).run)
                         api_nursery.start_soon(LogFollower(ctx).run)
-                        api_nursery.start_soon(RoomFiler(ctx).run)
+                        for service in ctx.features.services(ctx):  # what the features run in the background
+                            api_nursery.start_soon(service.run)
                         if ctx.notifier is not None:
                             await api_nursery.start(ctx.notifier.run)
                         task_status.started(ctx)

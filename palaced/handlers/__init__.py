@@ -1,32 +1,24 @@
-"""The local API's operations: one module per capability, registered in one explicit op table.
+"""The local API's core operations, and the op table the daemon answers requests from.
 
-Owns: which function answers which operation (proto/PROTOCOL.md, "Operations"). Each module below
-exports ``OPS``, a map from operation name to an async ``handler(ctx, args) -> result`` that
-raises ``ApiError`` subclasses for the client; ``HANDLERS`` merges them once, at import, and
-refuses a name defined twice or an operation of ``palace_proto.control.OPS`` left unanswered.
-``op_table(ctx)`` binds the table to the daemon's one ``Context``; app.py builds both once and
-hands them to ``api.serve_api``, which calls ``ops[name](args)``.
+Owns: the core's operations — each module below exports ``OPS``, a map from operation name to an
+async ``handler(ctx, args) -> result`` that raises ``ApiError`` subclasses for the client — merged
+once into ``CORE_OPS`` (a name defined twice is refused at import), and ``op_table(ctx)``: the
+core's and every feature's operations (``ctx.features``: palaced/feature.py, checked there against
+``palace_proto.features.OPS``), bound to the daemon's one ``Context``; app.py builds it once and
+hands it to ``api.serve_api``, which calls ``ops[name](args)``. The features' operations are in
+``palaced/features/``: the core never imports them.
 
 Two operations are the API layer's own, because they are not request → reply: ``hello`` (the
 connection's handshake; ``hello_result`` says what it answers) and ``subscribe`` (a stream of
 pushes: ``log.subscribe``, which api.py calls with its push callback).
 
-    log          append, get_event, list, wait, ack, redact, digest (and subscribe)
-    artifacts    artifact_put, artifact_get, patch_submit
-    tasks        task_create, task_show, task_list, task_ready, task_claim, task_release, task_reassign
-    leases       lease_acquire, lease_renew, lease_release, lease_list, lease_check
-    agents       agent_register, agent_transfer, agent_retire, agents
+    log          append, append_many, get_event, list, wait, ack, redact, digest, watch_update (and subscribe)
+    maintenance  ping, status, backup, export_page, import_events
     inbox        inbox, inbox_mark_read
     session      session_start
-    memory       memory_add, search, drawer_get, kg_*, diary_*, tunnels, memory_rebuild
-    fleet        init, invite, join, revoke, peers*, replicated, who, fleet, doctor
-    maintenance  ping, status, backup, export_page, import_events
-    questions    ask, answer, questions
-    usage        usage
     notify       notify_test
-    rooms        room_open, room_read, room_say, room_close, room_list, room_show
 
-Must not import: ``palaced.api`` or ``palaced.app`` (they import this package).
+Must not import: ``palaced.api``, ``palaced.app``, ``palaced.features`` (they import this package).
 """
 
 from __future__ import annotations
@@ -38,37 +30,32 @@ from typing import Any, Final
 
 from palace_proto import __version__
 from palace_proto.control import PROTOCOL_VERSION
-from palace_proto.features import OPS
 from palace_proto.errors import ApiError
 
-from . import (agents, artifacts, fleet, inbox, leases, log, maintenance, memory, notify, questions, rooms, session, tasks,
-               usage)
+from ..feature import Handler
+from . import inbox, log, maintenance, notify, session
 from .context import Context, ReadOnly, Watcher
 from .log import Push, subscribe
 
 __all__ = [
-    "API_LAYER_OPS", "HANDLERS", "BoundHandler", "Context", "Handler", "Push", "ReadOnly", "Watcher",
+    "API_LAYER_OPS", "CORE_OPS", "BoundHandler", "Context", "Handler", "Push", "ReadOnly", "Watcher",
     "api_error_for", "hello_result", "merge_ops", "op_table", "subscribe",
 ]
 
-#: an operation's handler: (the daemon's context, the request's args) -> the reply's result
-Handler = Callable[[Context, Mapping[str, Any]], Awaitable[Any]]
 #: a handler bound to the context, as api.py calls it
 BoundHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 
 # Answered by the API layer itself (a handshake, and a stream rather than one reply).
 API_LAYER_OPS: Final = frozenset({"hello", "subscribe"})
-# The capabilities, in the order the table lists them.
-MODULES: Final = (log, artifacts, tasks, leases, agents, inbox, session, memory, fleet, maintenance, questions, notify, usage,
-                  rooms)
+# The core's modules, in the order the table lists them.
+MODULES: Final = (log, inbox, session, maintenance, notify)
 
 
-def merge_ops(modules: Iterable[ModuleType], expected: frozenset[str] = OPS - API_LAYER_OPS) -> dict[str, Handler]:
+def merge_ops(modules: Iterable[ModuleType]) -> dict[str, Handler]:
     """One table from the modules' ``OPS`` maps.
 
     Raises:
-        ValueError: an operation is defined by two modules, or the table's names differ from
-            ``expected`` (an operation of the protocol nobody answers, or one it does not name).
+        ValueError: an operation is defined by two modules.
     """
     table: dict[str, Handler] = {}
     owner: dict[str, str] = {}
@@ -77,20 +64,17 @@ def merge_ops(modules: Iterable[ModuleType], expected: frozenset[str] = OPS - AP
             if name in table:
                 raise ValueError(f"operation {name!r} is defined twice: in {owner[name]} and in {module.__name__}")
             table[name], owner[name] = handler, module.__name__
-    missing, unknown = expected - table.keys(), table.keys() - expected
-    if missing or unknown:
-        raise ValueError(f"the op table does not match palace_proto.control.OPS: unanswered {sorted(missing)}, "
-                         f"not in the protocol {sorted(unknown)}")
     return table
 
 
-#: every request/reply operation by name (checked once, when the daemon imports this package)
-HANDLERS: Final[Mapping[str, Handler]] = merge_ops(MODULES)
+#: the core's request/reply operations by name (the features add theirs: ``ctx.features.ops``)
+CORE_OPS: Final[Mapping[str, Handler]] = merge_ops(MODULES)
 
 
 def op_table(ctx: Context) -> dict[str, BoundHandler]:
-    """The table bound to ``ctx``: what ``api.serve_api`` dispatches requests to."""
-    return {name: functools.partial(handler, ctx) for name, handler in HANDLERS.items()}
+    """Every operation the daemon answers (the core's and its features'), bound to ``ctx``: what
+    ``api.serve_api`` dispatches requests to."""
+    return {name: functools.partial(handler, ctx) for name, handler in ctx.features.ops.items()}
 
 
 def hello_result(ctx: Context) -> dict[str, Any]:

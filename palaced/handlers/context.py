@@ -36,6 +36,7 @@ from ..store import Store
 from ..store.aio import AsyncStore
 
 if TYPE_CHECKING:
+    from ..feature import Features
     from ..members import MemberDirectory
     from ..peers import Network
     from ..vectors import MemoryIndexer
@@ -76,6 +77,8 @@ class Context:
     bus: EventBus
     #: this daemon's Ed25519 key (signs its events; its certificate's key once it joins a palace)
     identity: Ed25519PrivateKey
+    #: the features the daemon runs (palaced/feature.py): what the core asks of them, and their ops
+    features: Features
     #: the palace this daemon belongs to; None until ``init`` or ``join`` sets it (fleet handlers)
     membership: Membership | None = None
     #: the memory's vector worker (None when embedding is off); app.py runs it
@@ -95,7 +98,7 @@ class Context:
     stalled_tasks: list[str] = field(default_factory=list)
     #: the notifier (palaced.notify.notifier.Notifier) when [notify] names people; set by app.py
     notifier: Any = None
-    #: the leases as last derived (handlers.leases.LeaseBook, made on first use)
+    #: the leases as last derived (features.leases.LeaseBook, made on first use)
     lease_book: Any = None
     #: when it was last logged that unfinished tasks were left out of task listings (monotonic)
     unsettled_capped_logged_at: float | None = None

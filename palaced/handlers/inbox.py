@@ -29,7 +29,8 @@ MAX_INBOX_LIMIT: Final = 500
 
 async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dict[str, Any]:
     """The agent's inbox page (events flagged by the agent registry), noting how far it listed."""
-    cursor, events = await ctx.astore.inbox_page(agent, limit + 1, preview)
+    excluded = ctx.features.inbox_excludes  # read where they belong (a room's turns in the room)
+    cursor, events = await ctx.astore.inbox_page(agent, limit + 1, preview, excluded)
     more = len(events) > limit
     events = ctx.store.agents.annotate(events[:limit])
     if events and events[-1]["seq"] > cursor.listed_seq:
@@ -37,7 +38,7 @@ async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dic
         await ctx.astore.write(lambda w: store_inbox.note_listed(w, agent, last))
         cursor = store_inbox.Cursor(cursor.read_seq, cursor.read_event_id, last)
     # The page holds every unread event unless there are more: only then count them apart.
-    unread = (await ctx.astore.unread_count(agent, cursor.read_seq) if more
+    unread = (await ctx.astore.unread_count(agent, cursor.read_seq, excluded) if more
               else len(events))
     return {"agent": agent, "events": events, "count": len(events), "more": more, "unread": unread,
             "unread_capped": unread >= store_inbox.UNREAD_COUNT_CAP, "cursor": cursor.to_wire()}
@@ -60,7 +61,7 @@ async def inbox_mark_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
         return store_inbox.mark_read(w, agent, upto)
 
     cursor, moved = await ctx.astore.write(job)
-    unread = await ctx.astore.unread_count(agent, cursor.read_seq)
+    unread = await ctx.astore.unread_count(agent, cursor.read_seq, ctx.features.inbox_excludes)
     return {"agent": agent, "moved": moved, "cursor": cursor.to_wire(), "unread": unread,
             "unread_capped": unread >= store_inbox.UNREAD_COUNT_CAP}
 

@@ -37,15 +37,12 @@ from palace_proto.validation import (
     validate_timeout_ms,
 )
 
+from ..feature import WakeRule
 from ..store import WriteContext
 from ..store import event_search, follow
-from ..store import memory_views as views
 from ..store import origins as store_origins
 from .context import Context, Watcher
-from .fleet import replicated_args, require_peers_for, wait_replicated
-from .rooms import RoomWake
-from .tasks import TASK_REQUEST_TYPE as TASK_REQUEST
-from .tasks import check_claim, view_of
+from .network import replicated_args, require_peers_for, wait_replicated
 
 __all__ = ["OPS", "RESERVED_TYPES", "LogFollower", "Push", "fold_activity", "index_text", "subscribe"]
 
@@ -242,9 +239,9 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
         cursor_seq, cursor_id = await ctx.astore.latest()
     if worker is not None and agent is None:
         raise ValidationError("a worker's watch needs its agent", field="agent")
-    # A room event to everyone wakes an agent's watch only in rooms it belongs to (naming the
-    # room with a correlation id asks for it anyway): handlers/rooms.py.
-    rooms = RoomWake(ctx, agent) if agent is not None and query.correlation_ids is None else None
+    # A feature may keep an agent's watch asleep on some of its events (a room event to everyone
+    # wakes only the room's members: features/rooms.py); naming a correlation id asks for it anyway.
+    wake_rules = ctx.features.wake_rules(ctx, agent) if agent is not None and query.correlation_ids is None else []
     watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
                       since=format_stamp_seconds(time.time()), pid=pid, worker=worker, token=secrets.token_hex(16))
     ctx.watchers[conn_id] = watcher
@@ -274,7 +271,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
                     break
                 matches: list[dict[str, Any]] = []
                 for event in new:
-                    if query.matches(event) and (rooms is None or await rooms.wakes(event)):
+                    if query.matches(event) and await _wakes(wake_rules, event):
                         matches.append(preview_event(event) if query.preview else event)
                     cursor_seq, cursor_id = event["seq"], event["id"]
                     if len(matches) >= query.limit:
@@ -296,6 +293,13 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
         del ctx.watchers[conn_id]
         ctx.watchers_changed()
         LOGGER.info("watch ended: agent=%s", agent or "-")
+
+
+async def _wakes(rules: list[WakeRule], event: Mapping[str, Any]) -> bool:
+    for rule in rules:
+        if not await rule.wakes(event):
+            return False
+    return True
 
 
 async def watch_update(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -330,10 +334,8 @@ async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         target = w.get_event(target_id)
         if target is None:
             raise NotFound(f"event {target_id!r} not found")
-        if status == "claimed" and target["type"] == TASK_REQUEST and target["correlation_id"]:
-            # A claim by ack is a claim: the queue's rules hold (checked in the writing transaction).
-            cid = target["correlation_id"]
-            check_claim(view_of(ctx, cid, w.correlation_events(cid)), cid, from_agent)
+        # A feature's own rule on what an ack may be (a claim by ack is a claim: the queue's rules hold).
+        ctx.features.check_ack(ctx, w, target, from_agent, status)
         req = AppendRequest.from_wire(
             {"type": "event.ack", "stream": target["stream"], "room": target["room"],
              "topic": topic or target["topic"], "from_agent": from_agent, "to_agent": target["from_agent"],
@@ -395,7 +397,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                            "it on every replica — run the redact there", code="not_permitted")
         # In the same transaction as the redactions: what else carries the same words (a fact's
         # invalidations, the same drawer or fact filed again), found before the target's link goes.
-        related = views.related_memory_events_in(w, target_id)
+        related = ctx.features.redaction_related(w, target_id)
         first: dict[str, Any] | None = None
         also: list[str] = []
         for event_id in [target_id, *related]:

@@ -40,7 +40,7 @@ from ..recent_errors import RECENT_ERRORS
 from ..store import StoreError, WriteContext
 from ..store.backup import backup_database, wal_bytes
 from .context import Context
-from .fleet import network_status, peer_counts
+from .network import network_status, peer_counts
 
 __all__ = ["OPS", "health", "report_facts"]
 

@@ -2,10 +2,13 @@
 context was compacted), in one reply short enough to paste into its context window.
 
 Owns: what the reply holds and how it is kept short — the agent's identity (which daemon holds
-it), its unread inbox (a preview of the oldest first), its open loops (tasks it requested or
-holds that are not closed, stalled ones marked), its active leases and the ones it lost, its last
-diary entries, who is watching in the palace now, and the one line saying what to do next. Each
-list is capped, and says how many it left out; text is cut to a preview.
+it), its unread inbox (a preview of the oldest first), every feature's part (``Feature.session``,
+asked through ``ctx.features``: its open loops and stalled tasks, its active and lost leases, its
+last diary entries, its open rooms, who is watching in the palace now) and the one line saying
+what to do next (the features add their hints). Each list is capped, and says how many it left
+out; text is cut to a preview (``capped``, ``cut``: the helpers the features' parts use too).
+
+Must not import a feature (palaced/features): it asks ``ctx.features``.
 """
 
 from __future__ import annotations
@@ -13,59 +16,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from palace_proto.memory import diary_wing
-from palace_proto.stamps import seconds_between
 from palace_proto.validation import clean_required
 
-from ..store import memory_views as views
 from ..store.clock import utc_now as _now
 from .context import Context
-from .fleet import who
 from .inbox import inbox_view
-from .leases import current_leases
-from .rooms import rooms_of
-from .tasks import recent_views
 
-__all__ = ["OPS", "session_start"]
+__all__ = ["OPS", "capped", "cut", "session_start"]
 
-# Why these caps: the reply is read into an agent's context on every start and after every
-# compaction; past these, the agent asks for more (`palacectl inbox`, `task list`), and the
-# reply says how many were left out.
+# Why 10: the reply is read into an agent's context on every start and after every compaction;
+# past this, the agent asks for more (`palacectl inbox`), and the reply says how many were left out.
 INBOX_SHOWN: Final = 10
-LOOPS_SHOWN: Final = 10
-LEASES_SHOWN: Final = 10
-DIARY_SHOWN: Final = 3
-WATCHERS_SHOWN: Final = 20
 # Why 160 characters: enough for a task's goal or a message's first sentence.
 TEXT_CHARS: Final = 160
-# Why a day: a lease lost longer ago than that is history, not something to act on.
-LOST_LEASE_WINDOW_S: Final = 86400
 
 
-def _cut(text: str | None, chars: int = TEXT_CHARS) -> str:
+def cut(text: str | None, chars: int = TEXT_CHARS) -> str:
+    """``text`` on one line, cut to ``chars`` (with an ellipsis)."""
     flat = " ".join((text or "").split())
     return flat if len(flat) <= chars else flat[: chars - 1] + "…"
 
 
-def _goal(view: Mapping[str, Any]) -> str:
-    """A task's goal: what follows ``Goal:`` in its request (task create writes it so), up to the
-    next blank line; else the body's start."""
-    body = view["request"].get("body") or ""
-    lines = body.splitlines()
-    for index, line in enumerate(lines):
-        if line.lower().startswith("goal:"):
-            goal = [line[5:]]
-            for following in lines[index + 1:]:
-                if not following.strip():
-                    break
-                goal.append(following)
-            if " ".join(goal).strip():
-                return _cut(" ".join(goal))
-    return _cut(body)
+def capped(items: list[Any], shown: int) -> dict[str, Any]:
+    """The first ``shown`` of ``items``, and how many more there are."""
+    return {"items": items[:shown], "more": max(0, len(items) - shown)}
 
 
-def next_step(agent: str, *, unread: int, stalled: int, elsewhere: str | None) -> str:
-    """The one line of what to do now."""
+def next_step(agent: str, *, unread: int, elsewhere: str | None, hints: list[str]) -> str:
+    """The one line of what to do now (``hints``: the features' steps, in their order)."""
     if elsewhere:
         return (f"{agent} belongs to {elsewhere}: this daemon refuses writes as it. Use your own id here, or "
                 f"`palacectl agent transfer {agent} --to <this daemon's peer id>` there.")
@@ -73,9 +51,7 @@ def next_step(agent: str, *, unread: int, stalled: int, elsewhere: str | None) -
     if unread:
         steps.append(f"sweep the inbox (`palacectl inbox --agent {agent}`), then "
                      f"`palacectl inbox mark-read --agent {agent} --upto <last handled id>`")
-    if stalled:
-        steps.append("answer the stalled tasks (reply, or release what you cannot finish)")
-    steps.append(f"claim before you work (`palacectl task ready --agent {agent}`, `palacectl task claim`)")
+    steps.extend(hints)
     return "Next: " + "; ".join(steps) + "."
 
 
@@ -97,63 +73,21 @@ async def session_start(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     inbox = await inbox_view(ctx, agent, INBOX_SHOWN, True)
     inbox_events = [{"id": e["id"], "type": e["type"], "from_agent": e["from_agent"], "to_agent": e["to_agent"],
                      "correlation_id": e["correlation_id"], "status": e["status"], "created_at": e["created_at"],
-                     "body": _cut(e.get("body")), **({"impersonation": e["impersonation"]["reason"]}
+                     "body": cut(e.get("body")), **({"impersonation": e["impersonation"]["reason"]}
                                                     if e.get("impersonation") else {})}
                     for e in inbox["events"]]
 
-    loops, stalled = [], []
-    for view in await recent_views(ctx):
-        if view["terminal"]:
-            continue
-        role = ("requester" if view["requested_by"] == agent else
-                "claimant" if view["claimed_by"] == agent else None)
-        if role is None:
-            continue
-        loop = {"correlation_id": view["correlation_id"], "role": role, "state": view["state"],
-                "claimed_by": view["claimed_by"], "goal": _goal(view), "last_activity": view["last_activity"]}
-        (stalled if view["stalled"] else loops).append(loop)
-
-    leases = await current_leases(ctx)
-    mine = [lease for lease in leases if lease.holder == agent]
-    active = [{"id": lease.id, "project": lease.stream.removeprefix("project/"), "patterns": list(lease.patterns),
-               "mode": "exclusive" if lease.exclusive else "shared", "expires_at": lease.expires_at}
-              for lease in mine if lease.state(now) == "active"]
-    lost = [{"id": lease.id, "patterns": list(lease.patterns), "end": lease.end, "ended_at": lease.ended_at,
-             "holder_now": lease.ended_by_agent}
-            for lease in mine if lease.end in ("lost", "forced") and lease.ended_at
-            and seconds_between(lease.ended_at, now) <= LOST_LEASE_WINDOW_S]
-
-    diary = await ctx.astore.memory_read(views.diary_page, diary_wing(agent.lower()), DIARY_SHOWN)
-    entries = [{"date": e["date"], "topic": e["topic"], "content": _cut(e["content"])} for e in diary["entries"]]
-
-    watching = []
-    for watcher in (await who(ctx, {}))["watchers"]:
-        if not watcher.get("agent") or watcher.get("daemon_silent"):
-            continue
-        where = "here" if watcher.get("local") else ((watcher.get("daemon") or {}).get("name") or "a peer")
-        entry = {"agent": watcher["agent"], "on": where, "worker": bool(watcher.get("worker"))}
-        if entry not in watching:
-            watching.append(entry)
-
-    def capped(items: list[Any], shown: int) -> dict[str, Any]:
-        return {"items": items[:shown], "more": max(0, len(items) - shown)}
-
-    return {
+    reply: dict[str, Any] = {
         "agent": agent,
         "now": now,
         "identity": identity,
         "inbox": {"items": inbox_events, "more": inbox["unread"] - len(inbox_events) if inbox["more"] else 0,
                   "unread": inbox["unread"], "unread_capped": inbox["unread_capped"], "cursor": inbox["cursor"]},
-        "open_loops": capped(loops, LOOPS_SHOWN),
-        "stalled": capped(stalled, LOOPS_SHOWN),
-        "leases": capped(active, LEASES_SHOWN),
-        "lost_leases": capped(lost, LEASES_SHOWN),
-        "diary": {"items": entries, "total": diary["total"]},
-        "rooms": await rooms_of(ctx, agent),
-        "watching": capped(watching, WATCHERS_SHOWN),
-        "you_are_watching": any(w["agent"] == agent and w["on"] == "here" for w in watching),
-        "next": next_step(agent, unread=inbox["unread"], stalled=len(stalled), elsewhere=elsewhere),
     }
+    reply.update(await ctx.features.session(ctx, agent))
+    reply["next"] = next_step(agent, unread=inbox["unread"], elsewhere=elsewhere,
+                              hints=ctx.features.session_hints(agent, reply))
+    return reply
 
 
 OPS: Final = {"session_start": session_start}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 import trio
@@ -205,13 +205,14 @@ class AsyncStore:
     async def events_written_as(self, agent: str, origins: Sequence[str], limit: int) -> list[dict[str, Any]]:
         return await self._hop(self.store.events_written_as, agent, origins, limit)
 
-    async def inbox_page(self, agent: str, limit: int, preview: bool) -> tuple[inbox.Cursor, list[dict[str, Any]]]:
+    async def inbox_page(self, agent: str, limit: int, preview: bool,
+                         excluded: Iterable[str] = ()) -> tuple[inbox.Cursor, list[dict[str, Any]]]:
         """``inbox.inbox_page``: the agent's cursor and the first ``limit`` events after it."""
-        return await self._hop(inbox.inbox_page, self.store, agent, limit, preview)
+        return await self._hop(inbox.inbox_page, self.store, agent, limit, preview, excluded)
 
-    async def unread_count(self, agent: str, after_seq: int) -> int:
+    async def unread_count(self, agent: str, after_seq: int, excluded: Iterable[str] = ()) -> int:
         """``inbox.unread_count``: the inbox events after ``after_seq`` (up to its cap)."""
-        return await self._hop(inbox.unread_count, self.store, agent, after_seq)
+        return await self._hop(inbox.unread_count, self.store, agent, after_seq, excluded)
 
     async def usage(self, by: str, since: str = "", now: str | None = None, *,
                     tasks: bool = True) -> store_usage.UsageFigures:

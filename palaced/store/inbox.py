@@ -10,6 +10,7 @@ its ``WriteContext``: writer thread, inside a batch).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -18,7 +19,6 @@ import apsw
 from palace_proto.agents import is_human
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.questions import ANYONE
-from palace_proto.rooms import ROOM_TYPES
 from palace_proto.validation import ListQuery
 
 from .clock import utc_now
@@ -61,24 +61,26 @@ def cursor_of(reads: Reads, agent: str) -> Cursor:
     return _cursor(reads.db.reader(), agent)
 
 
-def _query(agent: str, limit: int, preview: bool) -> ListQuery:
+def _query(agent: str, limit: int, preview: bool, excluded: Iterable[str]) -> ListQuery:
     # A person's inbox holds the questions to anyone (human:*) too: any person may answer them.
     to = [agent, ANYONE] if is_human(agent) else [agent]
-    # Room turns are read in their room, from a read position of their own (session start names
-    # the rooms with unread turns): in the inbox, every room's talk would reach every agent.
-    return ListQuery.from_wire({"to_agents": to, "exclude_from_agents": [agent], "exclude_types": sorted(ROOM_TYPES),
+    # ``excluded``: the types the features read elsewhere (a room's turns, in their room: in the
+    # inbox, every room's talk would reach every agent).
+    return ListQuery.from_wire({"to_agents": to, "exclude_from_agents": [agent], "exclude_types": sorted(excluded),
                                 "order": "asc", "limit": limit, "preview": preview})
 
 
-def inbox_page(reads: Reads, agent: str, limit: int, preview: bool) -> tuple[Cursor, list[dict[str, Any]]]:
-    """The agent's cursor and the first ``limit`` events of its inbox after it."""
+def inbox_page(reads: Reads, agent: str, limit: int, preview: bool,
+               excluded: Iterable[str] = ()) -> tuple[Cursor, list[dict[str, Any]]]:
+    """The agent's cursor and the first ``limit`` events of its inbox after it (none of the
+    ``excluded`` types)."""
     cursor = cursor_of(reads, agent)
-    return cursor, reads.list_events(_query(agent, limit, preview), after_seq=cursor.read_seq)
+    return cursor, reads.list_events(_query(agent, limit, preview, excluded), after_seq=cursor.read_seq)
 
 
-def unread_count(reads: Reads, agent: str, after_seq: int) -> int:
+def unread_count(reads: Reads, agent: str, after_seq: int, excluded: Iterable[str] = ()) -> int:
     """How many inbox events follow ``after_seq`` (counted up to ``UNREAD_COUNT_CAP``)."""
-    return len(reads.list_events(_query(agent, UNREAD_COUNT_CAP, True), after_seq=after_seq))
+    return len(reads.list_events(_query(agent, UNREAD_COUNT_CAP, True, excluded), after_seq=after_seq))
 
 
 def _ensure_row(conn: apsw.Connection, agent: str) -> None:

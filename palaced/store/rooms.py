@@ -40,7 +40,7 @@ __all__ = ["MAX_ROOM_CURSORS", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull
 # stays far below).
 MAX_ROOM_CURSORS: Final = 100_000
 # Why 10,000: the most events of one room a derivation reads. A room takes at most
-# handlers.rooms.MAX_ROOM_TURNS turns from this daemon; two sides of a partition can each add
+# features.rooms.MAX_ROOM_TURNS turns from this daemon; two sides of a partition can each add
 # that many, and only a broken or hostile peer writes more (beyond it, this replica derives the
 # room from the first 10,000 events it received).
 MAX_ROOM_EVENTS: Final = 10_000

@@ -1,4 +1,4 @@
-"""A real handlers ``Context`` for the tests of palaced/handlers: a real SQLite store in a temporary
+"""A real handlers ``Context`` for the tests of palaced/handlers and palaced/features: a real SQLite store in a temporary
 home, the real event bus and the real group-commit writer, and no socket.
 
 Not a test module: ``tests/daemon/test_handlers_*.py`` import ``open_context``.
@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.validation import Limits
 from palaced.bus import EventBus
 from palaced.config import Config
+from palaced.features import features
 from palaced.handlers import Context
 from palaced.store import DB_FILENAME, Store
 from palaced.store.aio import AsyncStore
@@ -33,7 +34,8 @@ async def open_context(home: Path, *, limits: Limits | None = None, **fields: An
     try:
         bus = EventBus(store.latest()[0])
         astore = AsyncStore(store, bus.publish, on_purged=bus.scrub)
-        ctx = Context(config, astore, bus, key, **fields)
+        ctx = Context(config, astore, bus, key, fields.pop("features", None) or features(), **fields)
+        ctx.features.start(ctx)
         async with trio.open_nursery() as nursery:
             await nursery.start(astore.serve_writer)
             yield ctx

@@ -35,6 +35,7 @@ import palaced.api
 from palaced.api import MAX_CONNECTIONS, ApiConnections, client_of, max_connections_for, serve_api
 from palaced.bus import EventBus
 from palaced.config import Config
+from palaced.features import features
 from palaced.handlers import BoundHandler, Context, op_table
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
@@ -230,7 +231,7 @@ async def serving(home: Path) -> AsyncIterator[Api]:
     try:
         bus = EventBus(store.latest()[0])
         astore = AsyncStore(store, bus.publish)
-        ctx = Context(config, astore, bus, key)
+        ctx = Context(config, astore, bus, key, features())
         ops = op_table(ctx)
         async with trio.open_nursery() as nursery:
             await nursery.start(astore.serve_writer)

@@ -152,6 +152,7 @@ async def test_the_ring_is_bounded_by_bytes_and_a_late_reader_catches_up_from_th
     reads the rest from SQLite by seq (``Context.committed_after``), missing nothing."""
     from palace_proto.validation import AppendRequest, Limits
     from palaced.config import Config
+    from palaced.features import features
     from palaced.handlers import Context
     from palaced.store import Store
     from palaced.store.aio import AsyncStore
@@ -160,7 +161,7 @@ async def test_the_ring_is_bounded_by_bytes_and_a_late_reader_catches_up_from_th
     store = Store(tmp_path / "p.sqlite3", _KEY, Limits())
     bus = EventBus(ring_bytes=bound)
     astore = AsyncStore(store, bus.publish)
-    ctx = Context(Config(home=tmp_path, mdns=False, memory_embed=False), astore, bus, _KEY)
+    ctx = Context(Config(home=tmp_path, mdns=False, memory_embed=False), astore, bus, _KEY, features())
     big = 256 * 1024
     async with trio.open_nursery() as nursery:
         await nursery.start(astore.serve_writer)

@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.leases import ACQUIRE, CONFLICT, LEASE_ROOM, RELEASE, RENEW, LeaseIndex, derive_leases
 from palace_proto.validation import AppendRequest, Limits
-from palaced.handlers import leases
-from palaced.handlers.leases import DERIVED_FROM, LeaseBook
+from palaced.features import leases
+from palaced.features.leases import DERIVED_FROM, LeaseBook
 from palaced.store import Store
 from palaced.store.clock import utc_now
 from tests.daemon.handler_context import open_context

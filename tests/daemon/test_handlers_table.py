@@ -1,6 +1,7 @@
-"""The op table (palaced/handlers/__init__.py): every operation of the protocol answered exactly
-once, bound to the daemon's one context, plus what the API layer answers itself (hello) and how
-an unexpected exception becomes a reply."""
+"""The op table (palaced/handlers/__init__.py and palaced/feature.py): every operation of the
+protocol answered exactly once — by the core or by one feature — bound to the daemon's one
+context, plus what the API layer answers itself (hello) and how an unexpected exception becomes a
+reply; and the core never imports a feature."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ from palace_proto.features import OPS
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.validation import Limits
 from palaced import handlers
-from palaced.handlers import API_LAYER_OPS, HANDLERS, api_error_for, hello_result, merge_ops, op_table
+from palaced.feature import Feature, Features
+from palaced.features import FEATURES, features
+from palaced.handlers import API_LAYER_OPS, CORE_OPS, api_error_for, hello_result, merge_ops, op_table
 from tests.daemon.handler_context import note, open_context
 
 
 def test_every_protocol_operation_has_exactly_one_handler():
     assert API_LAYER_OPS == {"hello", "subscribe"}
-    assert set(HANDLERS) == OPS - API_LAYER_OPS
+    assert set(features().ops) == OPS - API_LAYER_OPS
     names = [name for module in handlers.MODULES for name in module.OPS]
+    names += [name for feature in FEATURES for name in feature.ops]
     assert len(names) == len(set(names))
 
 
@@ -35,20 +39,28 @@ def test_an_operation_defined_twice_is_refused():
     """Guards the explicit table: a second module claiming a name must not silently win."""
     first, second = _module("first", ping=object()), _module("second", ping=object())
     with pytest.raises(ValueError, match="'ping' is defined twice: in first and in second"):
-        merge_ops([first, second], frozenset({"ping"}))
+        merge_ops([first, second])
+    twice = Feature(name="twice", ops={"ping": object()})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="'ping' is answered twice: by the core and by feature twice"):
+        Features([twice], CORE_OPS, OPS - API_LAYER_OPS)
 
 
-def test_an_unanswered_or_unknown_operation_is_refused():
-    with pytest.raises(ValueError, match=r"unanswered \['status'\]"):
-        merge_ops([_module("m", ping=object())], frozenset({"ping", "status"}))
+def test_an_unanswered_or_unknown_operation_or_a_missing_feature_is_refused():
+    """A feature declares everything it needs: its operations answer the protocol's, and the
+    features it builds on are there."""
+    with pytest.raises(ValueError, match=r"unanswered \['room_close', 'room_list', 'room_open'"):
+        Features([f for f in FEATURES if f.name != "rooms"], CORE_OPS, OPS - API_LAYER_OPS)
+    extra = Feature(name="extra", ops={"pong": object()})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match=r"not in the protocol \['pong'\]"):
-        merge_ops([_module("m", ping=object(), pong=object())], frozenset({"ping"}))
+        Features([*FEATURES, extra], CORE_OPS, OPS - API_LAYER_OPS)
+    with pytest.raises(ValueError, match=r"feature tasks builds on \['questions'\]"):
+        Features([f for f in FEATURES if f.name != "questions"], CORE_OPS, OPS - API_LAYER_OPS)
 
 
 async def test_the_table_is_bound_to_one_context(tmp_path):
     async with open_context(tmp_path) as ctx:
         ops = op_table(ctx)
-        assert set(ops) == set(HANDLERS)
+        assert set(ops) == OPS - API_LAYER_OPS
         assert await ops["ping"]({}) == {"pong": True}
         event = await ops["append"](note())
         assert (await ops["get_event"]({"event_id": event["id"]}))["id"] == event["id"]
@@ -70,6 +82,17 @@ def test_an_unexpected_exception_becomes_an_internal_error_and_an_api_error_stay
     not_found = NotFound("event 'x' not found")
     assert api_error_for(not_found) is not_found
     assert isinstance(error, ApiError)
+
+
+def test_the_core_never_imports_a_feature():
+    """Issue 44: the core asks ``ctx.features``; it never imports palaced/features (which imports it)."""
+    for path in Path(handlers.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                assert not (node.level == 2 and module.startswith("features")), f"{path.name}: {module}"
+                assert not module.startswith("palaced.features"), f"{path.name}: {module}"
 
 
 def test_the_handlers_never_import_the_api_or_the_app():

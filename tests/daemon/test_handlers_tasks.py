@@ -7,7 +7,8 @@ import pytest
 
 from palace_proto.errors import NotFound, ValidationError
 from palace_proto.validation import Limits
-from palaced.handlers import log, tasks
+from palaced.handlers import log
+from palaced.features import tasks
 from tests.daemon.handler_context import open_context
 
 TASK = {"project": "My Project", "from_agent": "alice", "to_agent": "bob", "goal": "Fix the flaky build!",
@@ -90,7 +91,7 @@ async def test_more_unfinished_old_tasks_than_the_bound_keeps_the_newest_of_them
     monkeypatch.setattr(tasks, "MAX_UNSETTLED", 2)
     async with open_context(tmp_path) as ctx:
         made = [await _task(ctx, n) for n in range(4)]
-        with caplog.at_level("WARNING", logger="palaced.handlers.tasks"):
+        with caplog.at_level("WARNING", logger="palaced.features.tasks"):
             listed = [t["correlation_id"] for t in (await tasks.task_list(ctx, {}))["tasks"]]
             await tasks.task_list(ctx, {})
         assert listed == [t["correlation_id"] for t in reversed(made[1:])]

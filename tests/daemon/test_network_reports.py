@@ -21,27 +21,33 @@ from palace_proto.fleet import decode_report, encode_report
 from palace_proto.peer import Presence, Report, report_signing_bytes
 from palaced.app import serve
 from palaced.config import Config
-from palaced.handlers import Context, fleet
+from palaced.handlers import Context
+from palaced.features import fleet
 from palaced.peers import reports as reports_module
 from tests.hostile_peer import Credentials, issue_member
 
 
 class StandInLink:
-    """What the network needs of a link to hand it gossip: a peer id, ``send`` and whether the peer
-    hears a daemon first-hand (this stand-in's peer hears nobody: everything is relayed to it)."""
+    """What the network needs of a link to hand it gossip: a peer id, ``gossip`` and
+    ``discard_gossip``. Like a real link it keeps the newest record per daemon and kind, and nothing
+    about its own peer (a real link also skips daemons its peer hears first-hand, and sends the
+    bindings ahead: tests/proto/test_link.py, tests/e2e/test_fleet_reports.py)."""
 
     def __init__(self, peer_id: str) -> None:
         self.peer_id = peer_id
-        self.sent: list[Any] = []
+        self.pending: dict[tuple[type, str], Any] = {}
 
-    def relays_to_peer(self, peer_id: str) -> bool:
-        return peer_id != self.peer_id
+    def gossip(self, record: Any) -> None:
+        known = self.pending.get((type(record), record.peer_id))
+        if record.peer_id != self.peer_id and (known is None or known.serial < record.serial):
+            self.pending[(type(record), record.peer_id)] = record
 
-    async def send(self, message: Any) -> None:
-        self.sent.append(message)
+    def discard_gossip(self, peer_id: str) -> None:
+        self.pending = {key: record for key, record in self.pending.items() if key[1] != peer_id}
 
-    async def send_bindings_of(self, peer_id: str) -> None:
-        """(A real link sends the bindings the peer lacks: tests/e2e/test_fleet_reports.py.)"""
+    @property
+    def sent(self) -> list[Any]:
+        return list(self.pending.values())
 
     def reports(self, about: str) -> list[Report]:
         return [m for m in self.sent if isinstance(m, Report) and m.peer_id == about]

@@ -11,6 +11,8 @@ itself — who holds what, and the verdict on each event — is ``store/agents.p
 
 from __future__ import annotations
 
+import logging
+
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -43,12 +45,15 @@ from ..store import WriteContext
 from ..store import agents as store_agents
 from ..store import memory_views as views
 from ..store.clock import utc_now as _now
-from .context import Context
+from ..feature import Feature
+from ..handlers.context import Context
 from .fleet import who
 from .leases import lease_release
 from .tasks import recent_views, task_release
 
-__all__ = ["OPS", "ca_checker", "daemon_label", "human_grant", "register_own_agents"]
+LOGGER: Final = logging.getLogger("palaced.features.agents")
+
+__all__ = ["FEATURE", "OPS", "ca_checker", "daemon_label", "human_grant", "register_own_agents"]
 
 # Why 10,000: the events of one agent the roster reads to count its impersonations (from the
 # daemons that did not hold it all along); the count stops there, so a flood cannot make
@@ -333,3 +338,29 @@ OPS: Final = {
     "agent_retire": agent_retire,
     "agents": agents,
 }
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+def on_start(ctx: Context) -> None:
+    """The registry names daemons by their names in the palace (its refusals say where an agent lives)."""
+    ctx.store.agents.daemon_label = daemon_label(ctx)
+
+
+async def on_joined(ctx: Context, membership: Membership) -> None:
+    """The daemon belongs to a palace: the registry judges the palace CA's statements from now on
+    (derived again with them), the CA's own daemon grants people's ids, and the agents this daemon
+    wrote as before are registered to it."""
+    agents = ctx.store.agents
+    agents.ca_check = ca_checker(membership)
+    if membership.can_invite:  # the CA's daemon: its registrations of people's ids count
+        agents.human_grant = human_grant(ctx, membership)
+    await ctx.astore.write(agents.reload_ca, heavy=True)
+    registered = await register_own_agents(ctx)
+    if registered:
+        LOGGER.info("registered %d agent(s) this daemon wrote as to it: %s", len(registered),
+                    ", ".join(registered[:20]))
+
+
+FEATURE: Final = Feature(name="agents", ops=OPS, builds_on=("fleet", "leases", "tasks"), on_start=on_start,
+                         on_joined=on_joined)

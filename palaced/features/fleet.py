@@ -39,15 +39,16 @@ from ..interfaces import interface_ipv4_addresses
 from ..membership import Membership, create_palace, save_joined
 from ..peers import ListenError
 from ..store import WriteContext, invites
-from .context import Context
+from ..feature import Feature
+from ..handlers.session import capped
+from ..handlers.context import Context
+from ..handlers.network import replicated_args, wait_replicated
 
-__all__ = ["OPS", "fleet", "network_status", "peer_counts", "replicated_args", "wait_replicated", "who"]
+__all__ = ["FEATURE", "OPS", "fleet", "who"]
 
-LOGGER: Final = logging.getLogger("palaced.handlers.fleet")
+LOGGER: Final = logging.getLogger("palaced.features.fleet")
 DEFAULT_INVITE_TTL_S: Final = 24 * 3600
 MAX_INVITE_TTL_S: Final = 30 * 24 * 3600
-MAX_REPLICATED_TIMEOUT_MS: Final = 3_600_000
-DEFAULT_REPLICATED_TIMEOUT_MS: Final = 30_000
 CERT_EXPIRY_WARNING_DAYS: Final = 30
 CLOCK_SKEW_WARNING_S: Final = 2.0
 
@@ -210,60 +211,6 @@ async def peers_remove(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return {"removed": format_peer_address(*parse_peer_address(address))}
 
 
-async def peer_counts(ctx: Context) -> dict[str, int]:
-    """Peers connected and known (revoked ones left out), for ``status``."""
-    if ctx.network is None:
-        return {"live": 0, "total": 0}
-    heads = ctx.store.version_vector()  # kept in memory: no read
-    known = [p for p in ctx.network.views.peers_view(heads) if not p["revoked"]]
-    return {"live": sum(p["state"] in ("live", "catching up") for p in known), "total": len(known)}
-
-
-async def network_status(ctx: Context) -> dict[str, Any] | None:
-    """The network's part of ``status`` (None before this daemon joins a palace)."""
-    network = ctx.network
-    if network is None:
-        return None
-    forks = await ctx.astore.forks()
-    return {"listen": network.listen_addresses, "mdns": network.dialer.mdns_state,
-            "connected": network.views.connected_peers(), "forks": len(forks),
-            "limits": network.limits.statistics(), "link_failures": network.links.failures,
-            "stalled_links": network.views.stalled_links(), "sent": network.views.link_totals(),
-            "refused_next": len(ctx.store.refusals.next), "refused_redactions": ctx.store.refusals.redactions}
-
-
-# -- replicated writes ---------------------------------------------------------------------------
-
-
-def replicated_args(args: Mapping[str, Any]) -> tuple[int, float]:
-    """(how many peers must hold the event, how long to wait for them in seconds), checked."""
-    count = args.get("replicated", 0)
-    if type(count) is not int or count < 0 or count > 1000:
-        raise ValidationError("replicated must be an integer from 0 to 1000 (the number of peers)", field="replicated")
-    timeout_ms = args.get("timeout_ms", DEFAULT_REPLICATED_TIMEOUT_MS)
-    if type(timeout_ms) is not int or not 0 <= timeout_ms <= MAX_REPLICATED_TIMEOUT_MS:
-        raise ValidationError(f"timeout_ms must be an integer from 0 to {MAX_REPLICATED_TIMEOUT_MS}",
-                              field="timeout_ms")
-    return count, timeout_ms / 1000
-
-
-def require_peers_for(ctx: Context, count: int) -> None:
-    """Refuse to wait for ``count`` peers on a daemon in no palace: before anything is written (an
-    append asked to be replicated must not be stored and then answered with an error; issue 27)."""
-    if count and ctx.network is None:
-        raise ApiError("this daemon has not joined a palace: no peer can hold the event "
-                       "(run `palacectl init` / `palacectl join`)", code="not_member")
-
-
-async def wait_replicated(ctx: Context, event: Mapping[str, Any], count: int, timeout_s: float) -> dict[str, Any]:
-    if count == 0:
-        return {"replicated": [], "replicated_count": 0, "timed_out": False}
-    require_peers_for(ctx, count)
-    assert ctx.network is not None
-    holders = await ctx.network.receipts.wait_replicated(event["origin"], event["origin_seq"], count, timeout_s)
-    return {"replicated": holders, "replicated_count": len(holders), "timed_out": len(holders) < count}
-
-
 async def replicated(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     count, timeout_s = replicated_args(args)
     event = await ctx.event_or_404(args.get("event_id"))
@@ -415,3 +362,26 @@ OPS: Final = {
     "fleet": fleet,
     "doctor": doctor,
 }
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+# Why 20: the watchers session start names (who is home in the palace now).
+WATCHERS_SHOWN: Final = 20
+
+
+async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
+    """Session start's watchers: who is home in the palace now, and whether the agent's own watch runs here."""
+    watching = []
+    for watcher in (await who(ctx, {}))["watchers"]:
+        if not watcher.get("agent") or watcher.get("daemon_silent"):
+            continue
+        where = "here" if watcher.get("local") else ((watcher.get("daemon") or {}).get("name") or "a peer")
+        entry = {"agent": watcher["agent"], "on": where, "worker": bool(watcher.get("worker"))}
+        if entry not in watching:
+            watching.append(entry)
+    return {"watching": capped(watching, WATCHERS_SHOWN),
+            "you_are_watching": any(w["agent"] == agent and w["on"] == "here" for w in watching)}
+
+
+FEATURE: Final = Feature(name="fleet", ops=OPS, session=session_part)

@@ -43,12 +43,14 @@ from palace_proto.validation import AppendRequest, Limits, clean_optional, clean
 from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
 from ..store.task_threads import settle
-from .context import Context
+from ..feature import Feature
+from ..handlers.session import capped, cut
+from ..handlers.context import Context
 from .questions import settled as settled_questions
 
-__all__ = ["OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
+__all__ = ["FEATURE", "OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
 
-LOGGER: Final = logging.getLogger("palaced.handlers.tasks")
+LOGGER: Final = logging.getLogger("palaced.features.tasks")
 # Why 500: the newest requests a listing, a ready queue or the reconciler looks at, finished or not.
 MAX_TASKS: Final = 500
 # Why 500: how many older tasks that are not finished they look at besides (newest first); a fleet
@@ -490,3 +492,64 @@ class TaskReconciler:
                 written += 1
         return written
 
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+# Why 10: the open loops session start shows (the reply goes into an agent's context each start).
+LOOPS_SHOWN: Final = 10
+
+
+def _goal(view: Mapping[str, Any]) -> str:
+    """A task's goal: what follows ``Goal:`` in its request (task create writes it so), up to the
+    next blank line; else the body's start."""
+    body = view["request"].get("body") or ""
+    lines = body.splitlines()
+    for index, line in enumerate(lines):
+        if line.lower().startswith("goal:"):
+            goal = [line[5:]]
+            for following in lines[index + 1:]:
+                if not following.strip():
+                    break
+                goal.append(following)
+            if " ".join(goal).strip():
+                return cut(" ".join(goal))
+    return cut(body)
+
+
+async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
+    """Session start's open loops (tasks the agent requested or holds that are not closed) and the
+    stalled ones among them."""
+    loops, stalled = [], []
+    for view in await recent_views(ctx):
+        if view["terminal"]:
+            continue
+        role = ("requester" if view["requested_by"] == agent else
+                "claimant" if view["claimed_by"] == agent else None)
+        if role is None:
+            continue
+        loop = {"correlation_id": view["correlation_id"], "role": role, "state": view["state"],
+                "claimed_by": view["claimed_by"], "goal": _goal(view), "last_activity": view["last_activity"]}
+        (stalled if view["stalled"] else loops).append(loop)
+    return {"open_loops": capped(loops, LOOPS_SHOWN), "stalled": capped(stalled, LOOPS_SHOWN)}
+
+
+def session_hints(agent: str, reply: Mapping[str, Any]) -> list[str]:
+    hints = []
+    stalled = reply.get("stalled") or {}
+    if stalled.get("items") or stalled.get("more"):
+        hints.append("answer the stalled tasks (reply, or release what you cannot finish)")
+    hints.append(f"claim before you work (`palacectl task ready --agent {agent}`, `palacectl task claim`)")
+    return hints
+
+
+def ack_rule(ctx: Context, w: WriteContext, target: Mapping[str, Any], agent: str, status: str | None) -> None:
+    """A claim by ``ack`` of a task's request is a claim: the queue's rules hold (checked in the
+    writing transaction; ``task_claim`` checks the same)."""
+    if status == "claimed" and target["type"] == TASK_REQUEST_TYPE and target["correlation_id"]:
+        cid = target["correlation_id"]
+        check_claim(view_of(ctx, cid, w.correlation_events(cid)), cid, agent)
+
+
+FEATURE: Final = Feature(
+    name="tasks", ops=OPS, builds_on=("questions",), services=(TaskReconciler,), session=session_part,
+    session_hints=session_hints, ack_rule=ack_rule)

@@ -40,17 +40,19 @@ from palace_proto.leases import (
     lease_of,
     normalize_path,
 )
-from palace_proto.stamps import add_seconds, format_duration
+from palace_proto.stamps import add_seconds, format_duration, seconds_between
 from palace_proto.tasks import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from ..store import WriteContext
 from ..store.clock import utc_now as _now
-from .context import Context
+from ..feature import Feature
+from ..handlers.session import capped
+from ..handlers.context import Context
 
-__all__ = ["OPS", "LeaseBook", "LeaseConflict", "LeaseReconciler", "LeaseSnapshot", "current_leases"]
+__all__ = ["FEATURE", "OPS", "LeaseBook", "LeaseConflict", "LeaseReconciler", "LeaseSnapshot", "current_leases"]
 
-LOGGER: Final = logging.getLogger("palaced.handlers.leases")
+LOGGER: Final = logging.getLogger("palaced.features.leases")
 # Why a day on top of the longest TTL: clocks of the machines that wrote the events may differ.
 WINDOW_SLACK_S: Final = 86400
 # Why 20,000: lease events of a month in a busy palace; the newest are kept if there are more.
@@ -524,3 +526,28 @@ class LeaseReconciler:
                           "winner_agent": lease.ended_by_agent, "end": lease.end,
                           "patterns": list(lease.patterns)}},
             self.ctx.limits)
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+# Why 10: the leases session start shows.
+LEASES_SHOWN: Final = 10
+# Why a day: a lease lost longer ago than that is history, not something to act on.
+LOST_LEASE_WINDOW_S: Final = 86400
+
+
+async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
+    """Session start's active leases of the agent, and the ones it lost within a day."""
+    now = _now()
+    mine = [lease for lease in await current_leases(ctx) if lease.holder == agent]
+    active = [{"id": lease.id, "project": lease.stream.removeprefix("project/"), "patterns": list(lease.patterns),
+               "mode": "exclusive" if lease.exclusive else "shared", "expires_at": lease.expires_at}
+              for lease in mine if lease.state(now) == "active"]
+    lost = [{"id": lease.id, "patterns": list(lease.patterns), "end": lease.end, "ended_at": lease.ended_at,
+             "holder_now": lease.ended_by_agent}
+            for lease in mine if lease.end in ("lost", "forced") and lease.ended_at
+            and seconds_between(lease.ended_at, now) <= LOST_LEASE_WINDOW_S]
+    return {"leases": capped(active, LEASES_SHOWN), "lost_leases": capped(lost, LEASES_SHOWN)}
+
+
+FEATURE: Final = Feature(name="leases", ops=OPS, services=(LeaseReconciler,), session=session_part)

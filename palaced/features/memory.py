@@ -30,9 +30,11 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from ..store import WriteContext
 from ..store import memory_views as views
-from .context import Context
+from ..feature import Feature
+from ..handlers.session import cut
+from ..handlers.context import Context
 
-__all__ = ["OPS"]
+__all__ = ["FEATURE", "OPS"]
 
 DEFAULT_SEARCH_LIMIT: Final = 5
 MAX_SEARCH_LIMIT: Final = 100
@@ -242,3 +244,20 @@ OPS: Final = {
     "tunnels": tunnels,
     "memory_rebuild": memory_rebuild,
 }
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+# Why 3: the diary entries session start shows (the newest; the agent reads more with diary read).
+DIARY_SHOWN: Final = 3
+
+
+async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
+    """Session start's newest diary entries of the agent."""
+    diary = await ctx.astore.memory_read(views.diary_page, diary_wing(agent.lower()), DIARY_SHOWN)
+    entries = [{"date": e["date"], "topic": e["topic"], "content": cut(e["content"])} for e in diary["entries"]]
+    return {"diary": {"items": entries, "total": diary["total"]}}
+
+
+FEATURE: Final = Feature(name="memory", ops=OPS, session=session_part,
+                         redaction_related=views.related_memory_events_in)

@@ -42,9 +42,10 @@ from palace_proto.validation import AppendRequest, ListQuery, clean_optional, cl
 
 from ..store import WriteContext
 from ..store.aio import HEAVY_ARTIFACT_BYTES
-from .context import Context
+from ..feature import Feature
+from ..handlers.context import Context
 
-__all__ = ["OPS", "held_people", "proven_person", "settled"]
+__all__ = ["FEATURE", "OPS", "held_people", "proven_person", "settled"]
 
 # Why 500: the page a waiting ``ask`` reads from the bus after each wake (as ``wait`` does).
 _PAGE: Final = 500
@@ -299,3 +300,8 @@ async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 OPS: Final = {"ask": ask, "answer": answer, "questions": questions}
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+FEATURE: Final = Feature(name="questions", ops=OPS)

@@ -21,9 +21,10 @@ from palace_proto.stamps import format_stamp
 from palace_proto.usage import BY_FIELDS, judge_budgets, parse_budgets
 from palace_proto.validation import validate_created_at_bound
 
-from .context import Context
+from ..feature import Feature
+from ..handlers.context import Context
 
-__all__ = ["OPS"]
+__all__ = ["FEATURE", "OPS"]
 
 
 async def usage(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -52,3 +53,8 @@ async def usage(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 OPS: Final = {"usage": usage}
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+FEATURE: Final = Feature(name="usage", ops=OPS)

@@ -24,9 +24,10 @@ from palace_proto.validation import (
 
 from ..store import WriteContext
 from ..store.aio import HEAVY_ARTIFACT_BYTES
-from .context import Context
+from ..feature import Feature
+from ..handlers.context import Context
 
-__all__ = ["OPS"]
+__all__ = ["FEATURE", "OPS"]
 
 
 def _patch_warnings(content: bytes) -> list[str]:
@@ -147,3 +148,8 @@ OPS: Final = {
     "artifact_get": artifact_get,
     "patch_submit": patch_submit,
 }
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+FEATURE: Final = Feature(name="artifacts", ops=OPS)

@@ -69,11 +69,12 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from ..store import WriteContext
 from ..store import rooms as store_rooms
-from .context import Context
+from ..feature import Feature
+from ..handlers.context import Context
 
-__all__ = ["OPS", "RoomFiler", "RoomWake", "rooms_of"]
+__all__ = ["FEATURE", "OPS", "RoomFiler", "RoomWake", "rooms_of"]
 
-LOGGER: Final = logging.getLogger("palaced.handlers.rooms")
+LOGGER: Final = logging.getLogger("palaced.features.rooms")
 T = TypeVar("T")
 
 DEFAULT_READ_LIMIT: Final = 50
@@ -411,3 +412,15 @@ class RoomWake:
         if member and len(self.member_of) < self.MAX_KNOWN:
             self.member_of.add(room_id)
         return member
+
+
+# -- the feature's declaration --------------------------------------------------------------------
+
+
+async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
+    """Session start's open rooms of the agent, with their unread turns (room turns stay out of the inbox)."""
+    return {"rooms": await rooms_of(ctx, agent)}
+
+
+FEATURE: Final = Feature(name="rooms", ops=OPS, services=(RoomFiler,), wake=RoomWake,
+                         inbox_excludes=frozenset(ROOM_TYPES), session=session_part)
