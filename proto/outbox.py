@@ -1,15 +1,15 @@
 """What one replication link owes its peer besides events: the small messages, coalesced.
 
-Owns: ``LinkOutbox``, the state a link's *control sender* drains — receipts (``Have``), pulls
-(``Want``), artifact requests (``ArtifactWant``), the sender's ``Neighbours`` and whether a
-``Vector`` is due. Pure: no IO, no clock.
+Owns: ``LinkOutbox``, the state the link machine (``link.py``) drains for the link's sender —
+receipts (``Have``), pulls (``Want``), artifact requests (``ArtifactWant``), the sender's
+``Neighbours`` and whether a ``Vector`` is due. Pure: no IO, no clock.
 
 Why it exists (proto/PROTOCOL.md §5.4, "reading never waits on writing"): a link that answered
 what it read *while reading* — a receipt after each batch, a want after each vector — stops
 reading as soon as its own socket is full; when both ends do that at once (two daemons each
 hundreds of events behind the other), neither reads again and the link is dead for good. So the
-reader and the applier never write: they record here what is owed and go on reading, and one task
-sends it. Recording never blocks and never grows without bound, because everything is kept as
+reader and the applier never write: they record here what is owed and go on reading, and the one
+sender sends it. Recording never blocks and never grows without bound, because everything is kept as
 *state*, not as a queue of messages: the newest receipt and the newest pull per origin (a newer one
 replaces an older one: the peer needs only the latest), one entry per artifact, one neighbour set,
 one "vector due" flag. What a link records is bounded by the origins it can verify (its member
@@ -32,9 +32,10 @@ HAVE_ENTRIES_PER_MESSAGE: Final = MAX_VECTOR_ENTRIES
 class LinkOutbox:
     """Coalesced control messages for one link, taken in one go by its sender.
 
-    ``take`` returns them in the order the peer is best served by: the neighbour set (it changes
-    what the peer relays to us), receipts, pulls, artifact requests. Whether a vector is due is
-    returned apart, as the vector is read from the store at the moment it is sent (the freshest).
+    ``take`` returns what may go at once, in the order the peer is best served by: the neighbour
+    set (it changes what the peer relays to us), pulls, artifact requests. Receipts and a vector
+    due wait for a sync of our WAL (each names only what is on disk here): ``take_after_sync``
+    takes them just before that sync starts, so what is recorded while it runs waits for the next.
     """
 
     def __init__(self) -> None:
@@ -51,6 +52,15 @@ class LinkOutbox:
     def __bool__(self) -> bool:
         return bool(self._vector_due or self._haves or self._wants or self._artifact_wants
                     or self._neighbours is not None)
+
+    @property
+    def vector_due(self) -> bool:
+        return self._vector_due
+
+    @property
+    def awaits_sync(self) -> bool:
+        """Receipts or a vector wait for a sync of the WAL."""
+        return bool(self._vector_due or self._haves)
 
     def vector(self) -> None:
         """Our vector is due (anti-entropy, or the peer may now lack what others no longer relay)."""
@@ -73,17 +83,20 @@ class LinkOutbox:
         """Our current neighbour set (replaces one not yet sent)."""
         self._neighbours = peer_ids
 
-    def take(self) -> tuple[bool, list[PeerMessage]]:
-        """Everything owed, emptied: (whether a vector is due, the other messages in order)."""
+    def take(self) -> list[PeerMessage]:
+        """What may go at once, emptied: neighbours, pulls, artifact requests, in that order."""
         messages: list[PeerMessage] = []
         if self._neighbours is not None:
             messages.append(Neighbours(self._neighbours))
-        haves = sorted(self._haves.items())
-        for start in range(0, len(haves), HAVE_ENTRIES_PER_MESSAGE):
-            messages.append(Have(tuple(haves[start:start + HAVE_ENTRIES_PER_MESSAGE])))
         messages.extend(Want(origin, after) for origin, after in sorted(self._wants.items()))
         messages.extend(ArtifactWant(artifact, offset) for artifact, offset in sorted(self._artifact_wants.items()))
-        vector_due = self._vector_due
-        self._vector_due, self._haves, self._wants, self._artifact_wants = False, {}, {}, {}
-        self._neighbours = None
-        return vector_due, messages
+        self._wants, self._artifact_wants, self._neighbours = {}, {}, None
+        return messages
+
+    def take_after_sync(self) -> tuple[bool, list[Have]]:
+        """What waits for a sync, emptied: (whether a vector is due, the receipts in origin order)."""
+        haves = sorted(self._haves.items())
+        receipts = [Have(tuple(haves[start:start + HAVE_ENTRIES_PER_MESSAGE]))
+                    for start in range(0, len(haves), HAVE_ENTRIES_PER_MESSAGE)]
+        vector_due, self._vector_due, self._haves = self._vector_due, False, {}
+        return vector_due, receipts

@@ -130,8 +130,9 @@ def test_palacectl_command_modules_import_no_other_command_module():
 
 def test_peers_package_imports_run_one_way():
     """Guards the peer network's shape (issue 27 §3): its modules import each other without a
-    cycle, and the link registry imports none of them but ``clock`` — the parts hear of links
-    through its change hook, so it never calls (or imports) them."""
+    cycle, and the link registry imports none of them but ``clock`` and ``link`` (the links it keeps,
+    which import nothing of the package) — the parts hear of links through its change hook, so it
+    never calls (or imports) them."""
     folder = ROOT / "palaced" / "peers"
     graph: dict[str, set[str]] = {}
     for path in sorted(folder.glob("*.py")):
@@ -140,7 +141,8 @@ def test_peers_package_imports_run_one_way():
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 deps |= {node.module.split(".")[0]} if node.module else {alias.name for alias in node.names}
         graph[path.stem] = deps
-    assert graph["registry"] <= {"clock"}, f"palaced/peers/registry.py imports {sorted(graph['registry'])}"
+    assert graph["registry"] <= {"clock", "link"}, f"palaced/peers/registry.py imports {sorted(graph['registry'])}"
+    assert not graph["link"], f"palaced/peers/link.py imports {sorted(graph['link'])}"
     done: set[str] = set()
 
     def visit(module: str, path: tuple[str, ...]) -> None:

@@ -2,8 +2,8 @@
 
 It listens on the configured address and dials static peers (``palacectl peers add``), addresses
 remembered from earlier connections and peers mDNS reports; runs mutual TLS (``tls.py``, on ``tls_stream.TlsStream``) and
-hands each authenticated stream to a ``PeerLink`` (replication.py, where the replication rules
-live with ``palace_proto``); keeps **one link per peer pair**; refuses revoked peers and drops
+hands each authenticated stream to a ``PeerLink`` (link.py: the IO shell around the replication
+rules, which live in ``palace_proto.link``); keeps **one link per peer pair**; refuses revoked peers and drops
 their links the moment a revocation is observed; answers enrolments while invites are pending;
 gossips which watchers are connected where and what each daemon says about itself (reports),
 both signed, relayed newest-wins through one sender per link; and counts which peers confirmed
@@ -11,13 +11,14 @@ holding an event (``append --replicated K``).
 
 The layers, each module importing only those above it:
 
-- ``clock``: the UTC stamp written in records and rows;
+- ``clock``: the UTC stamp written in records and rows; ``link``: one link, a shell over its
+  protocol machine (imports nothing of the package);
 - ``registry``: the peers' records, one live link per peer, and the change hook the parts below
   subscribe to instead of being called;
 - ``links``: one authenticated connection run as a link, however it ends;
 - ``dialing``: dial targets (static, remembered, mDNS, invite), back-off, the mDNS bridge;
   ``admission``: the listener's side (bounds on strangers, TLS as server, enrolment hand-off);
-- ``gossip``: per-link outboxes and senders; ``receipts``: what peers confirmed holding;
+- ``gossip``: which ready links gossip goes to; ``receipts``: what peers confirmed holding;
 - ``presence``: watchers across the palace; ``views``: what status, peers, doctor and the
   dashboard read; ``reports``: daemon reports for the fleet view;
 - ``revocation``: dropping a revoked peer everywhere;

@@ -1,13 +1,13 @@
 """One authenticated connection run as a peer's link, until it ends, however it ends.
 
 Owns: what happens between a finished TLS handshake (dialled or accepted) and the connection's
-end: refusing ourselves and revoked peers, building the ``PeerLink`` (replication.py), the
+end: refusing ourselves and revoked peers, building the ``PeerLink`` (link.py), the
 one-link rule (the registry decides, this asks), sorting how the link ended (the peer's protocol
 error, a lost connection, this daemon unable to store, a failure of our own: logged once with its
 traceback and counted in ``failures``) and releasing the link in every case.
 ``HANDSHAKE_TIMEOUT_S`` bounds the TLS handshake both ways in.
 
-Imports the registry and ``replication.PeerLink``; never the dialler or admission (both call it)
+Imports the registry and ``link.PeerLink``; never the dialler or admission (both call it)
 nor gossip, presence, reports or receipts (they hear of links through the registry's hook).
 """
 
@@ -26,7 +26,7 @@ from palace_proto.text import printable
 from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import MemberDirectory
-from ..replication import LinkHooks, PeerLink
+from .link import LinkHooks, PeerLink
 from ..store import StoreError
 from ..store.aio import AsyncStore
 from ..tls_stream import TlsStream

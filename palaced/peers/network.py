@@ -29,7 +29,7 @@ from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
-from ..replication import PeerLink
+from .link import PeerLink
 from ..store.aio import AsyncStore
 from ..tls import client_context, server_context
 from .admission import Admission
@@ -100,7 +100,7 @@ class Network:
                              mdns=settings.mdns)
         self.admission = Admission(home=home, membership=membership, astore=astore, runner=self.links,
                                    server_ctx=server_ctx, enrol_ctx=enrol_ctx, limits=self.limits)
-        # The registry's subscribers hear each change in this order: gossip (outboxes), receipts,
+        # The registry's subscribers hear each change in this order: gossip (ready links), receipts,
         # reports. What a new link is sent first: presence, then reports (the order of the sources).
         self.gossip = Gossip(self.registry)
         self.presence = Presences(peer_id=self.peer_id, membership=membership, identity=identity,
@@ -132,7 +132,7 @@ class Network:
         self.listen_addresses = [format_peer_address(*l.socket.getsockname()[:2]) for l in listeners]
         LOGGER.info("listening for peers on %s", ", ".join(self.listen_addresses))
         async with trio.open_nursery() as nursery:
-            self.dialer.nursery = self.gossip.nursery = nursery
+            self.dialer.nursery = nursery
             nursery.start_soon(trio.serve_listeners, self.admission.on_tcp, listeners)
             await self.dialer.dial_known()
             nursery.start_soon(self.presence.serve)
@@ -150,7 +150,7 @@ class Network:
     def listen_port(self) -> int:
         return parse_peer_address(self.listen_addresses[0])[1] if self.listen_addresses else self.settings.listen_port
 
-    # -- LinkHooks (replication.py): each to the part that owns it -------------------------------
+    # -- LinkHooks (link.py): each to the part that owns it -------------------------------------
 
     def link_ready(self, link: PeerLink) -> None:
         self.registry.ready(link)
@@ -169,4 +169,4 @@ class Network:
         if owner is None or owner == link.peer_id:
             return False
         source = self.registry.link_of(owner)
-        return source is not None and source.their_heads.get(origin, 0) >= max_seq
+        return source is not None and source.machine.their_heads.get(origin, 0) >= max_seq

@@ -35,7 +35,7 @@ from .clock import _utc
 from .gossip import Gossip, GossipRecord
 
 if TYPE_CHECKING:
-    from ..replication import PeerLink
+    from .link import PeerLink
 
 __all__ = ["PRESENCE_HEARTBEAT_S", "PRESENCE_SILENT_S", "Presences"]
 
@@ -113,7 +113,7 @@ class Presences:
         if presence.peer_id == link.peer_id:
             # Direct from its daemon: the serial is that daemon's clock (µs), good to a few ms.
             self._skews[presence.peer_id] = presence.serial / 1e6 - time.time()
-        # Relayed to every other link through its outbox: newest per daemon, one sender per link.
+        # Relayed to every other link: each keeps the newest per daemon for its one sender.
         self.gossip.relay(presence, link)
 
     def forget(self, peer_id: str) -> None:

@@ -32,7 +32,7 @@ class Receipts:
         if change.kind != "progress" or change.link is None or change.peer_id is None:
             return
         held = self.confirmed.setdefault(change.peer_id, {})
-        for origin, seq in change.link.confirmed.items():
+        for origin, seq in change.link.machine.confirmed.items():
             if seq > held.get(origin, 0):
                 held[origin] = seq
         self._progress.set()

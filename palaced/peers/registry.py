@@ -9,7 +9,7 @@ link which daemons we hear first-hand (``Neighbours``) whenever that set changes
 The change hook: other parts of the package *subscribe* to what happens to links (``subscribe``,
 with a ``LinkChange`` of kind added, ready, progress, removed or changed) instead of the registry
 calling them. Subscribers are called synchronously, in the order they subscribed, and must not
-block: gossip opens and closes each link's outbox, receipts note what a peer confirmed, reports
+block: gossip starts and stops handing a link gossip, receipts note what a peer confirmed, reports
 wake to tell the fleet. Dialling, admission and revocation change records through the registry and
 never call those parts themselves — which keeps the package free of import cycles (the reports
 read the views, the views read the dial targets: were the dialler to wake the reports directly,
@@ -31,7 +31,7 @@ import trio
 from .clock import _utc
 
 if TYPE_CHECKING:
-    from ..replication import PeerLink
+    from .link import PeerLink
 
 __all__ = ["ChangeKind", "LinkChange", "LinkRegistry", "PeerRecord"]
 
@@ -62,7 +62,7 @@ class LinkChange:
     """What happened to a link or to a peer's record, as the registry's subscribers hear it."""
 
     #: "added": ``link`` became the peer's link; "ready": its hellos and bindings are in (it may be
-    #: sent gossip); "progress": the peer confirmed holding more (``link.confirmed``); "removed":
+    #: sent gossip); "progress": the peer confirmed holding more (``link.machine.confirmed``); "removed":
     #: ``link`` ended; "changed": the peer's record changed state (dialling, a dial error, revoked)
     kind: ChangeKind
     peer_id: str | None
@@ -167,7 +167,8 @@ class LinkRegistry:
         still the peer's link, leave the record in ``state``. The subscribers hear "removed";
         returns whether it was the peer's link."""
         self._scopes.pop(id(link), None)
-        self.ended_sent = (self.ended_sent[0] + link.sent_events, self.ended_sent[1] + link.bytes_sent)
+        stats = link.machine.stats
+        self.ended_sent = (self.ended_sent[0] + stats.sent_events, self.ended_sent[1] + stats.bytes_sent)
         record = self.records.get(peer_id)
         current = record is not None and record.link is link
         if record is not None and current:
@@ -194,9 +195,9 @@ class LinkRegistry:
         """Tell every link which daemons we now hear first-hand (those whose hello came on a link
         of ours): they stop relaying those daemons' events and gossip to us (``Neighbours``)."""
         neighbours = tuple(sorted(peer_id for peer_id, record in self.records.items()
-                                  if record.link is not None and record.link.their_hello is not None))
+                                  if record.link is not None and record.link.machine.their_hello is not None))
         for record in self.records.values():
-            if record.link is not None and record.link.their_hello is not None:
+            if record.link is not None and record.link.machine.their_hello is not None:
                 record.link.tell_neighbours(neighbours)
 
     async def close_all(self) -> None:

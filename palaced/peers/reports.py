@@ -37,7 +37,7 @@ from .registry import LinkChange, LinkRegistry
 from .views import PeerViews
 
 if TYPE_CHECKING:
-    from ..replication import PeerLink
+    from .link import PeerLink
 
 __all__ = ["REPORT_HEARTBEAT_S", "REPORT_SETTLE_S", "REPORT_SILENT_S", "HeardReport", "Reports"]
 
@@ -165,7 +165,7 @@ class Reports:
         return content
 
     async def _announce(self, links: list[dict[str, Any]]) -> None:
-        """Sign a new report and put it in every link's outbox."""
+        """Sign a new report and hand it to every link."""
         encoded = encode_report(await self._content(links))
         # The daemon's clock in µs (as presence): a restarted daemon's reports still win over its old ones.
         self._serial = max(self._serial + 1, time.time_ns() // 1000)

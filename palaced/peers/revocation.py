@@ -3,7 +3,7 @@
 Owns: the member directory's ``on_revoke`` callback (called from the writer thread mid-batch, or
 from trio) and the hop into trio that follows it; then what a revocation drops here: the peer's
 link (ended through the registry, its record marked revoked), the presence record and report we
-hold of it, and whatever gossip about it waits in the outboxes. Refusing a revoked peer's new
+hold of it, and whatever gossip about it waits on the links. Refusing a revoked peer's new
 connections is the link runner's (it asks the directory), and dial loops stop on that refusal.
 
 Imports the registry, gossip, presence and reports (and nothing imports it but the network).

@@ -13,16 +13,24 @@ none of gossip, presence or reports (reports import this).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from palace_proto.link import LinkStatistics
 from palace_proto.text import printable
 
 from ..members import MemberDirectory
 from .dialing import Dialer
+from .link import PeerLink
 from .receipts import Receipts
 from .registry import LinkRegistry, PeerRecord
 
 __all__ = ["PeerViews"]
+
+
+def _counters(link: PeerLink | None) -> dict[str, int]:
+    """A link's counters as ``peers`` shows them (sent_events ... bytes_received); zeros without one."""
+    return dataclasses.asdict(link.machine.stats if link is not None else LinkStatistics())
 
 
 class PeerViews:
@@ -59,8 +67,8 @@ class PeerViews:
         """What every link of this daemon has sent since it started: ``{events_sent, bytes_sent}``."""
         live = self.registry.links()
         ended = self.registry.ended_sent
-        return {"events_sent": ended[0] + sum(link.sent_events for link in live),
-                "bytes_sent": ended[1] + sum(link.bytes_sent for link in live)}
+        return {"events_sent": ended[0] + sum(link.machine.stats.sent_events for link in live),
+                "bytes_sent": ended[1] + sum(link.machine.stats.bytes_sent for link in live)}
 
     def connected_peers(self) -> list[str]:
         return sorted(p for p, r in self.registry.records.items() if r.link is not None)
@@ -78,7 +86,7 @@ class PeerViews:
             link = record.link
             theirs = dict(confirmed.get(peer_id, {}))
             if link is not None:
-                for origin, seq in link.confirmed.items():
+                for origin, seq in link.machine.confirmed.items():
                     theirs[origin] = max(theirs.get(origin, 0), seq)
             origins = sorted(set(heads) | set(theirs))
             vector = [{"origin": o, "ours": heads.get(o, 0), "theirs": theirs.get(o, 0)} for o in origins]
@@ -91,9 +99,9 @@ class PeerViews:
                 state = "revoked"
             elif link is None:
                 state = record.state if record.state in ("connecting", "error", "disconnected") else "discovered"
-            elif link.their_hello is None or link.session.their_vector is None:
+            elif link.machine.their_hello is None or link.machine.their_vector is None:
                 state = "connecting"
-            elif we_lack or they_lack or link.fetching:
+            elif we_lack or they_lack or link.machine.fetching:
                 state = "catching up"
             else:
                 state = "live"
@@ -113,14 +121,10 @@ class PeerViews:
                 "last_contact": link.last_contact if link else record.last_contact,
                 "last_error": record.last_error, "last_error_at": record.last_error_at,
                 "we_lack": we_lack, "they_lack": they_lack, "vector": vector,
-                "forks": list(link.forks) if link else [],
-                "sent_events": link.sent_events if link else 0, "received_events": link.received_events if link else 0,
-                "rejected_events": link.rejected_events if link else 0,
-                "refused_events": link.refused_events if link else 0,
-                "refused_bindings": link.refused_bindings if link else 0,
-                "bytes_sent": link.bytes_sent if link else 0, "bytes_received": link.bytes_received if link else 0,
+                "forks": list(link.machine.forks) if link else [],
+                **_counters(link),
                 # The daemons that peer is linked to itself (its Neighbours): we relay it nothing of theirs
-                "neighbours": sorted(link.peer_neighbours) if link else [],
+                "neighbours": sorted(link.machine.peer_neighbours) if link else [],
                 # Why this link makes no progress now (None: it does, or it is idle): status health
                 "stall": link.stall() if link else None,
             }

@@ -88,8 +88,8 @@ def content(**fields: Any) -> bytes:
 
 
 async def settle() -> None:
-    """Until every task of the daemon is blocked: the gossip senders have sent (or decided not to
-    send) what the last call put in their outboxes (they run on no thread: nothing is in flight)."""
+    """Until every task of the daemon is blocked: what the last call set going (a report built on
+    a thread, a revocation's hop into trio) has reached the links."""
     await trio.testing.wait_all_tasks_blocked()
 
 

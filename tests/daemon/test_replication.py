@@ -18,10 +18,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello
+from palace_proto.framing import NEED_DATA, FrameBuffer
+from palace_proto.link import SYNC_WAL
+from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello, from_wire
 from palace_proto.validation import AppendRequest, Limits
 from palaced.bus import EventBus
-from palaced.replication import PeerLink
+from palaced.peers.link import PeerLink
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
 from tests.daemon.pipes import bounded_stream_pair
@@ -131,7 +133,7 @@ async def test_a_large_catch_up_is_batched_and_exact(tmp_path):
         await a.astore.write(lambda ctx: [ctx.append(r) for r in reqs])
         link_a, _ = connect(nursery, a, b, key_for)
         await converged(a, b, count=3000)
-        assert link_a.sent_events == 3000  # nothing sent twice
+        assert link_a.machine.stats.sent_events == 3000  # nothing sent twice
         assert b.store.version_vector() == a.store.version_vector()
 
 
@@ -144,7 +146,7 @@ async def test_events_of_an_unknown_origin_are_not_accepted(tmp_path):
         await converged(a, count=2)
         await a.append("live from a non-member")  # pushed to b, with the one before (b holds neither)
         with trio.fail_after(10):  # until b has turned both away
-            while link_b.rejected_events < 2:
+            while link_b.machine.stats.rejected_events < 2:
                 await trio.sleep(0.01)
         assert b.store.counts()["events"] == 1
 
@@ -216,7 +218,7 @@ async def test_a_live_push_is_visible_before_the_replicas_fsync_and_confirmed_on
         link_a, _ = connect(nursery, a, b, key_for)
         await converged(a, b, count=1)
         with trio.fail_after(10):
-            while link_a.confirmed.get(a.store.origin_id) != 1:
+            while link_a.machine.confirmed.get(a.store.origin_id) != 1:
                 await trio.sleep(0.01)
         real_sync, release = b.store.wal.sync, threading.Event()
 
@@ -228,10 +230,10 @@ async def test_a_live_push_is_visible_before_the_replicas_fsync_and_confirmed_on
         await a.append("live")
         await converged(a, b, count=2)  # committed on b, and its watchers told, with b's sync held
         await trio.sleep(0.2)
-        assert link_a.confirmed[a.store.origin_id] == 1
+        assert link_a.machine.confirmed[a.store.origin_id] == 1
         release.set()
         with trio.fail_after(10):
-            while link_a.confirmed.get(a.store.origin_id) != 2:
+            while link_a.machine.confirmed.get(a.store.origin_id) != 2:
                 await trio.sleep(0.01)
 
 
@@ -258,13 +260,26 @@ async def test_a_vector_names_only_what_the_sync_before_it_covered(tmp_path):
 
         b.store.wal.sync = sync_while_a_push_commits
         link = PeerLink(trio.testing.memory_stream_pair()[0], b.hello(), b.astore, b.bus, key_for)
-        sent = []
+        machine = link.machine
+        machine.next_send(trio.current_time())  # our hello: the opening vector follows, once synced
 
-        async def send(message):
-            sent.append({e.origin: e.max_seq for e in message.entries})
+        async def vector_sent():
+            """What the link's sender does for a vector: a sync, then the vector the machine answers."""
+            assert machine.next_send(trio.current_time()) is SYNC_WAL
+            await link._sync()
+            (vector,) = frames(machine.next_send(trio.current_time()))
+            return {e.origin: e.max_seq for e in vector.entries}
 
-        await link._send_vector(send)
+        assert (await vector_sent())[a.store.origin_id] == 1
         assert b.store.heads()[a.store.origin_id].max_seq == 2  # committed, and watchers told
-        assert sent[-1][a.store.origin_id] == 1
-        await link._send_vector(send)
-        assert sent[-1][a.store.origin_id] == 2
+        machine.outbox.vector()  # anti-entropy
+        assert (await vector_sent())[a.store.origin_id] == 2
+
+
+def frames(data):
+    """The messages ``data`` holds, decoded."""
+    buffer, messages = FrameBuffer(), []
+    buffer.feed(data)
+    while (raw := buffer.next_frame()) is not NEED_DATA:
+        messages.append(from_wire(raw))
+    return messages

@@ -17,7 +17,7 @@ from palace_proto.ids import fingerprint
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello
 from palace_proto.pki import issue_certificate, new_palace
 from palaced.members import MemberDirectory
-from palaced.replication import PeerLink
+from palaced.peers.link import PeerLink
 from tests.daemon.test_replication import Replica, converged
 
 NOW = datetime.datetime.now(datetime.UTC)
@@ -102,7 +102,7 @@ async def test_members_refuse_an_observers_events(tmp_path):
         await converged(o, count=2)  # the observer receives everything
         await o.append("observer writes live")  # pushed to m, with the one before (m holds neither)
         with trio.fail_after(10):  # until m has turned both away
-            while m_link.rejected_events < 2:
+            while m_link.machine.stats.rejected_events < 2:
                 await trio.sleep(0.01)
         assert m.store.counts()["events"] == 1  # and the member accepts nothing from it
 
@@ -146,7 +146,7 @@ async def test_a_full_mesh_sends_each_event_once_per_peer_and_heals_a_lost_link_
             for link in own:
                 link.tell_neighbours(others)
         with trio.fail_after(5):  # every link has heard its peer's neighbours
-            while not all(link.peer_neighbours for own in links.values() for link in own):
+            while not all(link.machine.peer_neighbours for own in links.values() for link in own):
                 await trio.sleep(0.01)
         await a.append("first")
         await converged(a, b, c, count=1)
@@ -158,10 +158,10 @@ async def test_a_full_mesh_sends_each_event_once_per_peer_and_heals_a_lost_link_
         await b.append("marker from b")
         await c.append("marker from c")
         await converged(a, b, c, count=23)
-        assert ab.sent_events == ac.sent_events == 21
+        assert ab.machine.stats.sent_events == ac.machine.stats.sent_events == 21
         # Nobody relays a's events (b and c hear a first-hand): b and c sent each other their markers only.
-        assert bc.sent_events == cb.sent_events == 1
-        assert ba.sent_events == ca.sent_events == 1
+        assert bc.machine.stats.sent_events == cb.machine.stats.sent_events == 1
+        assert ba.machine.stats.sent_events == ca.machine.stats.sent_events == 1
 
         cut_ac.cancel()  # c loses its link to a (and a to c): both say so to b
         ca.tell_neighbours(())
@@ -172,7 +172,7 @@ async def test_a_full_mesh_sends_each_event_once_per_peer_and_heals_a_lost_link_
         await converged(a, b, c, count=24)  # c pulled the missed event through b
         await a.append("after the loss")
         await converged(a, b, c, count=25)  # and b relays a's new events to c again
-        assert bc.sent_events >= 1 + 2
+        assert bc.machine.stats.sent_events >= 1 + 2
 
 
 async def test_an_origin_named_in_a_vector_has_its_binding_sent_ahead_of_it(tmp_path):

@@ -41,11 +41,12 @@ from palace_proto.peer import (
     presence_signing_bytes,
     report_signing_bytes,
 )
+from palace_proto.link import HELLO_TIMEOUT_S, SILENCE_S
 from palace_proto.session import ConnectionClosed
 from palace_proto.sync_plan import MAX_ARTIFACT_ASKS
 from palaced.members import MAX_ORIGINS_PER_KEY
 from palaced.peers.admission import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
-from palaced.replication import HELLO_TIMEOUT_S, SEND_STALL_S, SILENCE_S
+from palaced.peers.link import SEND_STALL_S
 from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
 from tests.hostile_peer import HostilePeer, Scene, issue_member, origin_of, sealed
 from tests.helpers import RawClient, run_ctl

@@ -15,8 +15,8 @@ OA, OB = "ori_" + "a" * 26, "ori_" + "b" * 26
 
 def test_an_empty_outbox_owes_nothing():
     outbox = LinkOutbox()
-    assert not outbox
-    assert outbox.take() == (False, [])
+    assert not outbox and not outbox.awaits_sync and not outbox.vector_due
+    assert outbox.take() == [] and outbox.take_after_sync() == (False, [])
 
 
 def test_everything_owed_comes_out_once_in_the_order_that_serves_the_peer_best():
@@ -28,8 +28,21 @@ def test_everything_owed_comes_out_once_in_the_order_that_serves_the_peer_best()
     outbox.neighbours(("peer-c",))
     assert outbox
     assert repr(outbox) == "<LinkOutbox vector=True haves=1 wants=1 artifacts=1 neighbours=True>"
-    assert outbox.take() == (True, [Neighbours(("peer-c",)), Have(((OA, 9),)), Want(OB, 4), ArtifactWant("art_1", 0)])
-    assert not outbox and outbox.take() == (False, [])
+    assert outbox.take() == [Neighbours(("peer-c",)), Want(OB, 4), ArtifactWant("art_1", 0)]
+    assert outbox and outbox.awaits_sync and outbox.vector_due  # receipts and the vector wait for a sync
+    assert outbox.take_after_sync() == (True, [Have(((OA, 9),))])
+    assert not outbox and outbox.take() == [] and outbox.take_after_sync() == (False, [])
+
+
+def test_what_is_recorded_after_the_sync_was_taken_waits_for_the_next_one():
+    """A receipt names what the next sync covers: one recorded while a sync runs is not taken with
+    the ones that sync was started for."""
+    outbox = LinkOutbox()
+    outbox.have(OA, 1)
+    assert outbox.take_after_sync() == (False, [Have(((OA, 1),))])
+    outbox.have(OA, 2)
+    assert outbox.awaits_sync and outbox.take() == []
+    assert outbox.take_after_sync() == (False, [Have(((OA, 2),))])
 
 
 def test_receipts_only_rise_and_the_newest_pull_and_neighbour_set_win():
@@ -40,7 +53,8 @@ def test_receipts_only_rise_and_the_newest_pull_and_neighbour_set_win():
     outbox.want(OA, 2)  # asked again from a head a pull reset: the newest pull is what counts
     outbox.neighbours(("x",))
     outbox.neighbours(())
-    assert outbox.take() == (False, [Neighbours(()), Have(((OA, 9),)), Want(OA, 2)])
+    assert outbox.take() == [Neighbours(()), Want(OA, 2)]
+    assert outbox.take_after_sync() == (False, [Have(((OA, 9),))])
 
 
 def test_many_receipts_are_split_into_messages_the_codec_accepts():
@@ -48,7 +62,7 @@ def test_many_receipts_are_split_into_messages_the_codec_accepts():
     origins = [origin_id_from_random(i.to_bytes(16, "big")) for i in range(HAVE_ENTRIES_PER_MESSAGE + 5)]
     for i, origin in enumerate(origins):
         outbox.have(origin, i + 1)
-    _, messages = outbox.take()
+    _, messages = outbox.take_after_sync()
     assert [len(m.entries) for m in messages] == [HAVE_ENTRIES_PER_MESSAGE, 5]
     assert all(from_wire(to_wire(m)) == m for m in messages)
 
@@ -62,7 +76,9 @@ def test_whatever_is_recorded_the_outbox_holds_one_entry_per_origin_and_kind(rec
     for kind, origin, value in records:
         {"have": lambda: outbox.have(origin, value), "want": lambda: outbox.want(origin, value),
          "artifact": lambda: outbox.artifact_want(origin, value), "vector": outbox.vector}[kind]()
-    vector_due, messages = outbox.take()
+    messages = outbox.take()
+    vector_due, receipts = outbox.take_after_sync()
+    messages += receipts
     assert vector_due == any(kind == "vector" for kind, _, _ in records)
     haves = [entry for m in messages if isinstance(m, Have) for entry in m.entries]
     assert len({origin for origin, _ in haves}) == len(haves) <= 2
