@@ -182,6 +182,9 @@ class Follower:
     settle_s: float = 0.0
     #: what it does, for the log line of a failed look
     doing: str = "follow the log"
+    #: whether it waits before its first look (a follower that must not run between the appends
+    #: of a busy moment: its wait says when the writer is idle)
+    wait_first: bool = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -199,6 +202,8 @@ class Follower:
             await trio.sleep(self.settle_s)
 
     async def run(self) -> NoReturn:
+        if self.wait_first:
+            await self.wait_next()
         while True:
             try:
                 await self.catch_up()

@@ -46,7 +46,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from ..store import WriteContext
 from ..store.clock import utc_now as _now
-from ..feature import Feature
+from ..feature import Feature, Follower
 from ..handlers.session import capped
 from ..handlers.context import Context
 
@@ -457,11 +457,14 @@ OPS: Final = {
 }
 
 
-class LeaseReconciler:
+class LeaseReconciler(Follower):
     """Tells each agent whose lease (written here) lost a collision or was forced out, once."""
 
+    types = frozenset(DERIVED_FROM)
+    doing = "tell agents about lost leases"
+
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.told = 0
         #: lease ids whose loss was told (found in the log or written here)
         self._told: set[str] = set()
@@ -469,14 +472,8 @@ class LeaseReconciler:
     def __repr__(self) -> str:
         return f"<LeaseReconciler told={self.told}>"
 
-    async def run(self) -> None:
-        watch = self.ctx.bus.watch_types(frozenset(DERIVED_FROM))
-        while True:
-            try:
-                await self.reconcile()
-            except ApiError as exc:  # a full disk, shutting down: tried again at the next lease event
-                LOGGER.warning("could not tell agents about lost leases: %s", exc.message)
-            await watch.wait()
+    async def catch_up(self) -> int:
+        return await self.reconcile()
 
     async def reconcile(self) -> int:
         ctx = self.ctx

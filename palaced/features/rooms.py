@@ -38,7 +38,6 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.memory import Drawer
@@ -69,7 +68,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from ..store import WriteContext
 from ..store import rooms as store_rooms
-from ..feature import Feature
+from ..feature import Feature, Follower
 from ..handlers.context import Context
 
 __all__ = ["FEATURE", "OPS", "RoomFiler", "RoomWake", "rooms_of"]
@@ -308,18 +307,20 @@ OPS: Final = {
 
 # -- filing what arrives late ---------------------------------------------------------------------
 
-class RoomFiler:
+class RoomFiler(Follower):
     """Files the transcript turns of closed rooms that this daemon closed and that reached it
     after the close (see the module docstring); runs in app.py's nursery."""
 
+    types = ROOM_TYPES
     #: Why 0.5 s: a close and the drawers its daemon filed with it travel together; a short pause
     #: lets both arrive before anything is judged missing (and batches a burst of turns).
-    SETTLE_S: Final = 0.5
+    settle_s = 0.5
+    doing = "file late room turns"
     #: Why 500: the rooms looked at per read (a start-up looks at every room once).
     PAGE: Final = 500
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         #: the newest seq whose room has been looked at
         self.position = 0
         self.filed = 0
@@ -327,16 +328,6 @@ class RoomFiler:
 
     def __repr__(self) -> str:
         return f"<RoomFiler at={self.position} filed={self.filed}>"
-
-    async def run(self) -> None:
-        watch = self.ctx.bus.watch_types(ROOM_TYPES)
-        while True:
-            try:
-                await self.catch_up()
-            except ApiError as exc:  # a full disk, shutting down: tried again after the next room event
-                LOGGER.warning("could not file late room turns: %s", exc.message)
-            await watch.wait()
-            await trio.sleep(self.SETTLE_S)
 
     async def catch_up(self) -> int:
         """Look at every room with an event since the last look; the drawers filed."""

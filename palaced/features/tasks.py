@@ -43,7 +43,7 @@ from palace_proto.validation import AppendRequest, Limits, clean_optional, clean
 from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
 from ..store.task_threads import settle
-from ..feature import Feature
+from ..feature import Feature, Follower
 from ..handlers.session import capped, cut
 from ..handlers.context import Context
 from .questions import settled as settled_questions
@@ -424,12 +424,17 @@ RECONCILE_MIN_INTERVAL_S: Final = 2.0
 STALL_SCAN_S: Final = 60.0
 
 
-class TaskReconciler:
+class TaskReconciler(Follower):
     """Tells a second claimant once (its own daemon writes it) and a requester once per stall
-    (the requester's daemon writes it); see the module docstring."""
+    (the requester's daemon writes it); see the module docstring. It looks after a task event, or
+    when the next claimed task would stall, and at most every RECONCILE_MIN_INTERVAL_S."""
+
+    types = frozenset({"event.ack", REQUEST, RELEASE, REASSIGN, CONFLICT, STALLED})
+    doing = "tell agents about task conflicts or stalls"
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
+        self._looked_at = time.monotonic()
         self.conflicts_told = 0
         self.stalls_told = 0
         #: seconds until the next claimed task would stall (as of the last look)
@@ -438,18 +443,15 @@ class TaskReconciler:
     def __repr__(self) -> str:
         return f"<TaskReconciler conflicts={self.conflicts_told} stalls={self.stalls_told}>"
 
-    async def run(self) -> None:
-        watch = self.ctx.bus.watch_types(frozenset({"event.ack", REQUEST, RELEASE, REASSIGN, CONFLICT, STALLED}))
-        while True:
-            started = time.monotonic()
-            try:
-                await self.reconcile()
-            except ApiError as exc:  # a full disk, shutting down: tried again later
-                LOGGER.warning("could not tell agents about task conflicts or stalls: %s", exc.message)
-            # Until a task event, or until the next claimed task would stall (at most STALL_SCAN_S).
-            with trio.move_on_after(max(RECONCILE_MIN_INTERVAL_S, min(STALL_SCAN_S, self.next_stall_in))):
-                await watch.wait()
-            await trio.sleep(max(0.0, RECONCILE_MIN_INTERVAL_S - (time.monotonic() - started)))
+    async def catch_up(self) -> int:
+        self._looked_at = time.monotonic()
+        return await self.reconcile()
+
+    async def wait_next(self) -> None:
+        # Until a task event, or until the next claimed task would stall (at most STALL_SCAN_S).
+        with trio.move_on_after(max(RECONCILE_MIN_INTERVAL_S, min(STALL_SCAN_S, self.next_stall_in))):
+            await super().wait_next()
+        await trio.sleep(max(0.0, RECONCILE_MIN_INTERVAL_S - (time.monotonic() - self._looked_at)))
 
     async def reconcile(self) -> int:
         ctx = self.ctx

@@ -37,7 +37,7 @@ from palace_proto.validation import (
     validate_timeout_ms,
 )
 
-from ..feature import WakeRule
+from ..feature import Follower, WakeRule
 from ..store import WriteContext
 from ..store import event_search, follow
 from ..store import origins as store_origins
@@ -138,7 +138,7 @@ async def fold_activity(ctx: Context) -> int:
     return await _catch_up(ctx, follow.fold_activity)
 
 
-class LogFollower:
+class LogFollower(Follower):
     """Keeps what is derived from the log after its commits up to date in the background (the
     full-text index of event bodies, the agent activity counts): once the writer has been idle
     for ``IDLE_S``, or ``BACKLOG`` events wait, whichever comes first (never inside an append's
@@ -153,27 +153,31 @@ class LogFollower:
     #: Why 5,000: never idle means a steady stream; a search then catches up at most this many
     #: events itself (about 0.1 s), and the indexer does it in chunks between the appends.
     BACKLOG: Final = 5_000
+    doing = "bring the text index and the activity counts up to date"
+    wait_first = True
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
+        self.position = 0
 
     def __repr__(self) -> str:
-        return "<LogFollower>"
+        return f"<LogFollower at={self.position}>"
 
-    async def run(self) -> None:
+    async def catch_up(self) -> int:
+        try:
+            self.position = min(await index_text(self.ctx), await fold_activity(self.ctx))
+        except ApiError:
+            self.position = self.ctx.bus.latest_seq  # tried again after the next commit
+            raise
+        return self.position
+
+    async def wait_next(self) -> None:
         ctx = self.ctx
-        position = 0
+        await ctx.bus.wait_beyond(self.position, background=True)
         while True:
-            await ctx.bus.wait_beyond(position, background=True)
-            while True:
-                await trio.sleep(self.SETTLE_S)
-                if ctx.astore.idle_s >= self.IDLE_S or ctx.bus.latest_seq - position >= self.BACKLOG:
-                    break
-            try:
-                position = min(await index_text(ctx), await fold_activity(ctx))
-            except ApiError as exc:  # a full disk, shutting down: tried again after the next commit
-                LOGGER.warning("could not bring the text index and the activity counts up to date: %s", exc.message)
-                position = ctx.bus.latest_seq
+            await trio.sleep(self.SETTLE_S)
+            if ctx.astore.idle_s >= self.IDLE_S or ctx.bus.latest_seq - self.position >= self.BACKLOG:
+                return
 
 
 def _no_text(query: ListQuery, op: str) -> None:
