@@ -51,7 +51,7 @@ from .stamps import STAMP_RE, seconds_between
 __all__ = [
     "ADDRESSED", "ADDRESSED_FREE", "ADDRESSEE_FREE", "ANY_AGENT", "ASKED_PERSON", "CLAIMANT", "CORE_NAMESPACES",
     "CORE_RULES", "DAEMON", "EVER_CLAIMED", "ID_HOLDER", "LEASE_HOLDER", "LOSING_CLAIMANT", "MAX_CLOCK_SKEW_S", "OPENER",
-    "PALACE_CA", "REQUESTER", "ROLES", "ROOM_MEMBER", "RULES", "TARGET_AUTHOR", "TARGET_ORIGIN", "TELLING_DAEMON",
+    "PALACE_CA", "REQUESTER", "ROLES", "ROOM_MEMBER", "TARGET_AUTHOR", "TARGET_ORIGIN", "TELLING_DAEMON",
     "Rule", "Table", "Verdict", "counts_in_order", "flag_of", "judge", "rule_for", "rule_named", "table_markdown",
     "table", "threats_markdown", "unnamed_type",
 ]

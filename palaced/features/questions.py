@@ -19,6 +19,7 @@ import trio
 from palace_proto.agents import is_human
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.questions import (
+    MAX_ANSWERS_PER_ORIGIN,
     ANSWER,
     ASK,
     DEFAULT_TIMEOUT_S,
