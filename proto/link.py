@@ -92,7 +92,15 @@ from .peer import (
 )
 from .session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
 from .sync import OriginHead, batch_events
-from .sync_plan import ArtifactReceived, Chunk, Fetch, OwedPage, PullPlan, ServePlan, receipts
+from .sync_plan import (
+    ArtifactReceived,
+    Chunk,
+    Fetch,
+    OwedPage,
+    PullPlan,
+    ServePlan,
+    receipts,
+)
 from .validation import Limits, check_replicated_artifact
 
 __all__ = [

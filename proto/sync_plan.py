@@ -35,8 +35,8 @@ committed here, appended or relayed, that the peer lacks and does not hear first
 entry per origin in ``ServePlan``: a cursor (the peer holds up to there), a target (where to stop;
 None: up to our head, looked up when the page is filled) and whether the peer asked (a pull:
 throttled) or not (a push: never throttled, it is what a live link is for). So an origin's events
-leave in order from one place, never twice at once from a push and a pull. The link's event sender
-asks ``next_page`` for the first origin in turn and fills that page from the bus (just committed:
+leave in order from one place, never twice at once from a push and a pull. The link machine asks
+``next_page`` for the first origin in turn and its shell fills that page from the bus (just committed:
 no read) or the store, bounding it by our head (``bound_by_head``) when the bus did not hold all
 of it; once the page is sent (``page_sent``) the origin goes to the back of the queue, so one
 origin's long catch-up never holds up another's live pushes. A want that arrives while a page of
@@ -191,7 +191,7 @@ class ServePlan:
         from its head when events it was sent could not be applied yet).
 
         Returns:
-            Whether the pull was recorded (the event sender has work). Not for an origin we could
+            Whether the pull was recorded (the link's sender has work). Not for an origin we could
             not hold (``verifiable``), nor a new origin beyond ``MAX_VECTOR_ENTRIES`` owed ones.
         """
         if self._verifiable is not None and not self._verifiable(origin):

@@ -32,6 +32,7 @@ anything else (a full disk, a bug) is re-raised alone for the caller to log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -39,13 +40,26 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 import trio
-
 from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError
 from palace_proto.framing import NEED_DATA
-from palace_proto.link import ArtifactAbsent, ArtifactArrived, LinkMachine, PeerConfirmed, SyncWal
-from palace_proto.peer import ArtifactWant, Events, Hello, Members, Presence, Report, Vector
+from palace_proto.link import (
+    ArtifactAbsent,
+    ArtifactArrived,
+    LinkMachine,
+    PeerConfirmed,
+    SyncWal,
+)
+from palace_proto.peer import (
+    ArtifactWant,
+    Events,
+    Hello,
+    Members,
+    Presence,
+    Report,
+    Vector,
+)
 from palace_proto.session import ConnectionClosed
 from palace_proto.stamps import format_stamp
 from palace_proto.sync import vector_forks, verify_batch
@@ -55,7 +69,7 @@ from palace_proto.text import printable
 from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import BindingError, MemberDirectory
-from ..store import Store, WriteContext
+from ..store import Store
 from ..store.aio import HEAVY_ARTIFACT_BYTES, AsyncStore
 
 __all__ = ["LinkHooks", "PeerLink"]
@@ -97,6 +111,37 @@ def _absent_artifacts(store: Store, events: Sequence[SignedEvent]) -> list[tuple
         return True
 
     return [(event, [a for a in event.artifact_ids if not held(a)]) for event in events]
+
+
+def _bind_announced(directory: MemberDirectory, message: Hello | Members) -> list[str]:
+    """Bind the origins a hello or ``members`` announces: the hello binds the peer's own origin,
+    only with the certificate it authenticated with over TLS (checked first); a relayed binding
+    that does not hold is refused alone. Returns why each refused one was refused.
+
+    Raises:
+        RemoteProtocolError: the hello's certificate, or the peer's own binding, is not acceptable.
+    """
+    if isinstance(message, Members):
+        refused = []
+        for binding in message.entries:
+            try:
+                directory.bind(binding)
+            except BindingError as exc:
+                refused.append(str(exc))
+        return refused
+    try:
+        cert = directory.verify_certificate(message.certificate)
+    except BindingError as exc:
+        raise RemoteProtocolError(f"its hello certificate is not acceptable: {exc}") from None
+    if cert.peer_id != message.peer_id:
+        raise RemoteProtocolError(f"its hello carries the certificate of {cert.peer_id}, not its own")
+    if cert.role != message.role:
+        raise RemoteProtocolError(f"it claims role {printable(message.role)} but is certified {cert.role}")
+    try:
+        directory.bind(OriginBinding(message.origin, message.certificate, message.origin_proof))
+    except BindingError as exc:
+        raise RemoteProtocolError(f"its own origin binding is refused: {exc}") from None
+    return []
 
 
 def _first_leaf(group: BaseException) -> BaseException:
@@ -233,13 +278,12 @@ class PeerLink:
             self.closed.set()
 
     async def close(self, code: str = "shutting_down", reason: str = "palaced is stopping") -> None:
+        """Say goodbye (if a frame of ours is not half sent) and close the stream."""
         data = self.machine.goodbye(code, reason)
-        if data is not None:
-            try:
-                with trio.move_on_after(1):
-                    await self._transmit(data)
-            except Exception:  # the link is going anyway: whatever the last goodbye meets does not matter
-                pass
+        # The link is going anyway: whatever the last goodbye meets does not matter.
+        with trio.move_on_after(1), contextlib.suppress(Exception):
+            if data is not None:
+                await self._transmit(data)
         await trio.aclose_forcefully(self.stream)
 
     def _on_commit(self, records: list[CommittedEvent]) -> bool:
@@ -308,36 +352,16 @@ class PeerLink:
             hooks.link_report(self, event)
 
     async def _bind(self, message: Hello | Members) -> None:
-        """The origin bindings a hello or ``members`` carries, bound and saved. The hello binds the
-        peer's own origin, only with the certificate it authenticated with over TLS."""
-        directory = self.directory
-        if directory is not None and isinstance(message, Hello):
-            try:
-                cert = directory.verify_certificate(message.certificate)
-            except BindingError as exc:
-                raise RemoteProtocolError(f"its hello certificate is not acceptable: {exc}") from None
-            if cert.peer_id != message.peer_id:
-                raise RemoteProtocolError(f"its hello carries the certificate of {cert.peer_id}, not its own")
-            if cert.role != message.role:
-                raise RemoteProtocolError(f"it claims role {printable(message.role)} but is certified {cert.role}")
-            try:
-                directory.bind(OriginBinding(message.origin, message.certificate, message.origin_proof))
-            except BindingError as exc:
-                raise RemoteProtocolError(f"its own origin binding is refused: {exc}") from None
-        elif directory is not None and isinstance(message, Members):
-            refused = []
-            for binding in message.entries:
-                try:
-                    directory.bind(binding)
-                except BindingError as exc:
-                    refused.append(str(exc))
+        """Bind and save the origin bindings a hello or ``members`` carries (``_bind_announced``)."""
+        if self.directory is not None:
+            refused = _bind_announced(self.directory, message)
             if refused:
                 self.machine.stats.refused_bindings += len(refused)
                 self.limits.hit(f"bindings_refused/{self.peer_id}", "peer %s: refused %d binding(s) it relayed (%s)",
                                 _short(self.peer_id), len(refused), printable(refused[0], 200))
-        unsaved = directory.take_unsaved() if directory is not None else None
-        if unsaved:
-            await self.astore.write(lambda ctx: ctx.save_bindings(unsaved))
+            unsaved = self.directory.take_unsaved()
+            if unsaved:
+                await self.astore.write(lambda ctx: ctx.save_bindings(unsaved))
         if isinstance(message, Hello) and self.hooks is not None:
             self.hooks.link_ready(self)
 
@@ -376,30 +400,28 @@ class PeerLink:
         observe = directory.observe if directory is not None else None
         may_redact = directory.redaction_authorized if directory is not None else None
         self._applying = True
-        try:
-            report = await self.astore.write(
-                lambda ctx: ctx.apply_remote(events, self.machine.key_for, source=self.peer_id, on_applied=observe,
-                                             verified_keys=keys, may_redact=may_redact),
-                heavy=not live, durable=not live)
-            # What we hold as of the batches the writer counted, all of which the next sync covers
-            # (a batch still being committed may already show in ``heads``; issue 43).
-            heads, committed = store.heads(), self.astore.committed_heads()
-            if report.rejected:
-                self.limits.hit(f"events_rejected/{self.peer_id}", "peer %s: rejected %d event(s) it sent (not from "
-                                "a member in good standing, or a bad hash or signature)", _short(self.peer_id),
-                                len(report.rejected))
-            if report.refused:
-                self.limits.hit(f"events_refused/{self.peer_id}", "peer %s: refused %d authentic event(s) it sent "
-                                "for breaking a rule (%s)", _short(self.peer_id), len(report.refused),
-                                printable(report.refused[0][1], 200))
-            if report.forks:
-                self.log.error("refused %d forked event(s) it sent", len(report.forks))
-            missing = (await self.astore.read(_absent_artifacts, store, report.missing_artifacts)
-                       if report.missing_artifacts else [])
-            self.machine.batch_applied(events, report, missing, heads=heads, committed=committed,
-                                       refused_next=store.refusals.next)
-        finally:
-            self._applying = False
+        report = await self.astore.write(
+            lambda ctx: ctx.apply_remote(events, self.machine.key_for, source=self.peer_id, on_applied=observe,
+                                         verified_keys=keys, may_redact=may_redact),
+            heavy=not live, durable=not live)
+        # What we hold as of the batches the writer counted, all of which the next sync covers
+        # (a batch still being committed may already show in ``heads``; issue 43).
+        heads, committed = store.heads(), self.astore.committed_heads()
+        if report.rejected:
+            self.limits.hit(f"events_rejected/{self.peer_id}", "peer %s: rejected %d event(s) it sent (not from "
+                            "a member in good standing, or a bad hash or signature)", _short(self.peer_id),
+                            len(report.rejected))
+        if report.refused:
+            self.limits.hit(f"events_refused/{self.peer_id}", "peer %s: refused %d authentic event(s) it sent "
+                            "for breaking a rule (%s)", _short(self.peer_id), len(report.refused),
+                            printable(report.refused[0][1], 200))
+        if report.forks:
+            self.log.error("refused %d forked event(s) it sent", len(report.forks))
+        missing = (await self.astore.read(_absent_artifacts, store, report.missing_artifacts)
+                   if report.missing_artifacts else [])
+        self.machine.batch_applied(events, report, missing, heads=heads, committed=committed,
+                                   refused_next=store.refusals.next)
+        self._applying = False  # (a failure ends the link: nothing to reset then)
         self._wake.set()
 
     # -- the sender ----------------------------------------------------------------------------

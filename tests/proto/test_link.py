@@ -14,21 +14,47 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
 from palace_proto.errors import RemoteProtocolError
 from palace_proto.framing import NEED_DATA
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.link import (
-    HELLO_TIMEOUT_S, PULL_STALL_S, SILENCE_S, STALL_REPORT_S, SYNC_WAL, ArtifactAbsent, ArtifactArrived, LinkMachine,
-    LinkStatistics, PeerConfirmed,
+    HELLO_TIMEOUT_S,
+    PULL_STALL_S,
+    SILENCE_S,
+    STALL_REPORT_S,
+    SYNC_WAL,
+    ArtifactAbsent,
+    ArtifactArrived,
+    LinkMachine,
+    LinkStatistics,
+    PeerConfirmed,
 )
 from palace_proto.peer import (
-    ARTIFACT_CHUNK_BYTES, MAX_BINDINGS_PER_MESSAGE, PEER_PROTOCOL_VERSION, ArtifactChunk, ArtifactWant, Events,
-    Goodbye, Have, Hello, Members, Neighbours, Presence, Report, Vector, VectorEntry, Want,
+    ARTIFACT_CHUNK_BYTES,
+    MAX_BINDINGS_PER_MESSAGE,
+    PEER_PROTOCOL_VERSION,
+    ArtifactChunk,
+    ArtifactWant,
+    Events,
+    Goodbye,
+    Have,
+    Hello,
+    Members,
+    Neighbours,
+    Presence,
+    Report,
+    Vector,
+    VectorEntry,
+    Want,
 )
-from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
+from palace_proto.session import (
+    ANTI_ENTROPY_S,
+    ConnectionClosed,
+    PeerSession,
+    SessionState,
+)
 from palace_proto.sync import OriginHead
 from palace_proto.sync_plan import MAX_FETCHES, SERVE_BURST_EVENTS, SERVE_PAGE, OwedPage
 
