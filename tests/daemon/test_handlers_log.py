@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palaced.handlers import Context, ReadOnly, log
 from palaced.membership import create_palace
+from palaced.store.aio import AsyncStore
 from tests.daemon.handler_context import note, open_context
 
 
@@ -260,7 +261,7 @@ async def test_append_many_commits_every_event_in_order_with_a_slim_reply(tmp_pa
         listed = (await log.list_events(ctx, {"order": "asc"}))["events"]
         assert [e["body"] for e in listed] == ["before", *(f"bulk {i}" for i in range(5)), "an ack"]
         assert [e["id"] for e in listed[1:]] == [e["id"] for e in reply["events"]]
-        assert ctx.astore.writer.batches == 2, "the bulk request is one commit"
+        assert ctx.store.writer.batches == 2, "the bulk request is one commit"
 
 
 @pytest.mark.parametrize(("events", "field"), [
@@ -357,14 +358,14 @@ async def test_a_text_search_indexes_every_event_before_it_across_many_index_chu
             found = await log.list_events(ctx, {"text": f"word{k}"})
             assert [e["body"] for e in found["events"]] == [f"burst word{k} common"]
         assert (await log.list_events(ctx, {"text": "common", "limit": 500}))["count"] == count
-        assert event_search.indexed_seq(ctx.store.db.writer) == ctx.bus.latest_seq
+        assert event_search.indexed_seq(ctx.store.store.db.writer) == ctx.bus.latest_seq
 
 
 async def _indexed_after(ctx, seconds):
     from palaced.store import event_search
 
     await trio.sleep(seconds)
-    return event_search.indexed_seq(ctx.store.db.writer)
+    return event_search.indexed_seq(ctx.store.store.db.writer)
 
 
 async def test_the_text_indexer_catches_up_once_the_writer_is_idle(tmp_path):
@@ -380,14 +381,30 @@ async def test_the_text_indexer_catches_up_once_the_writer_is_idle(tmp_path):
 
 async def test_the_text_indexer_waits_out_a_busy_writer_until_its_backlog_is_full(tmp_path, monkeypatch):
     """Guards issue 27's wake p99: between the appends of a busy moment the indexer's chunks
-    would hold appends up, so it waits for an idle writer, or for BACKLOG events."""
+    would hold appends up, so it waits for an idle writer, or for BACKLOG events. That it waited
+    is shown by its looks (each reads how long the writer has been idle), not by a pause: a look
+    that decides to index is its last until the next commit, so a second look after the appends
+    proves the first one left them unindexed."""
     monkeypatch.setattr(log.LogFollower, "IDLE_S", 3600.0)  # the writer is never idle long enough
     monkeypatch.setattr(log.LogFollower, "BACKLOG", 20)
+    looks = 0
+    idle_s = AsyncStore.idle_s
+
+    def counted(astore: AsyncStore) -> float:
+        nonlocal looks
+        looks += 1
+        return idle_s.fget(astore)
+
+    monkeypatch.setattr(AsyncStore, "idle_s", property(counted))
     async with open_context(tmp_path) as ctx, trio.open_nursery() as nursery:
         nursery.start_soon(log.LogFollower(ctx).run)
         for k in range(10):
             await log.append(ctx, note(body=f"busy word{k}"))
-        assert await _indexed_after(ctx, 0.3) == 0
+        after_appends = looks
+        with trio.fail_after(10):  # (an indexer that did not wait ends the loop at once, and the assert says so)
+            while looks < after_appends + 2 and await _indexed_after(ctx, log.LogFollower.SETTLE_S) == 0:
+                pass
+        assert await _indexed_after(ctx, 0) == 0
         for k in range(10, 25):
             await log.append(ctx, note(body=f"busy word{k}"))
         with trio.fail_after(10):

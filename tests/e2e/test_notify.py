@@ -195,7 +195,10 @@ def test_every_channel_gets_one_grouped_message_without_the_redacted_thing(daemo
     api(home, "ask", to="human:ana", from_agent="agent-7", body="may I drop the orders table?",
                    choices=["yes", "no"], wait=False)
     wait_until(lambda: len(receiver.requests) >= 4 and sink.mails and desktop.exists(), "every channel to be used")
-    time.sleep(0.5)
+    # No second message can follow: the question, the last thing written, is in this one, and every
+    # delivery of it is counted with nothing waiting or being retried.
+    wait_until(lambda: (s := notify_status(home))["sent"] == 6 and s["pending"] == s["retrying"] == 0,
+               "every delivery to be counted")
 
     paths = sorted(r["path"] for r in receiver.requests)
     assert paths == ["/discord", "/generic", "/ntfy/", "/slack"]  # one message each; ntfy JSON goes to the root
@@ -238,11 +241,14 @@ def test_every_channel_gets_one_grouped_message_without_the_redacted_thing(daemo
 
 def test_a_failing_receiver_gets_the_message_again_after_a_back_off_and_the_rate_limit_holds(daemon_factory,
                                                                                                short_tmp):
-    """Guards the retry (only the failed delivery, after the back-off) and the per-person rate."""
+    """Guards the retry (only the failed delivery, after the back-off) and the per-person rate: a
+    second message for ana within the minute waits for its slot, which the pass that sends bob's
+    message, written after it, shows (one pass takes what is due for everyone)."""
     receiver = Receiver(fail_first={"/flaky": 1})
     try:
         home = configure(short_tmp / "flaky", '[notify]\ngroup_window = 0\nrate_per_minute = 1\n'
-                         '[notify.people.ana]\nchannels = ["flaky"]\n' + webhook("flaky", receiver.url("/flaky")))
+                         '[notify.people.ana]\nchannels = ["flaky"]\n[notify.people.bob]\nchannels = ["steady"]\n'
+                         + webhook("flaky", receiver.url("/flaky")) + webhook("steady", receiver.url("/steady")))
         daemon_factory(home)
         append(home, "first", to_agent="human:ana", from_agent="agent-7")
         wait_until(lambda: len(receiver.at("/flaky")) >= 2, "the retry")
@@ -254,8 +260,10 @@ def test_a_failing_receiver_gets_the_message_again_after_a_back_off_and_the_rate
         assert status["last_error"]["channel"] == "flaky" and "HTTP 500" in status["last_error"]["message"]
         append(home, "second", to_agent="human:ana", from_agent="agent-7")
         wait_until(lambda: notify_status(home)["pending"] == 1, "the second thing to wait")
-        time.sleep(1.5)
-        assert len(receiver.at("/flaky")) == 2  # one message per minute: the second waits for its slot
+        append(home, "for bob", to_agent="human:bob", from_agent="agent-7")
+        wait_until(lambda: notify_status(home)["sent"] == 2, "bob's message")
+        assert notify_status(home)["pending"] == 1  # one message per minute: ana's second waits for its slot
+        assert len(receiver.at("/flaky")) == 2 and len(receiver.at("/steady")) == 1
     finally:
         receiver.close()
 
@@ -302,11 +310,27 @@ def test_a_bad_notify_config_is_refused_in_one_line(short_tmp):
                              "(known: format, kind, token_file, url)\n")
 
 
+def told(receiver: Receiver, path: str, preview: str) -> list[dict[str, Any]]:
+    """The messages received at ``path`` that tell of a thing previewed as ``preview``."""
+    return [r["json"] for r in receiver.at(path) if any(t["preview"] == preview for t in r["json"]["things"])]
+
+
+def counts_after_a_marker(receiver: Receiver, home: Path, person: str, path: str, sender: str) -> dict[str, Any]:
+    """The notify counts of the daemon at ``home`` once a marker, a message to ``person`` (held
+    there) written after all the test expects it to leave untold, has reached ``path``: its
+    notifier follows the log in order, so by then it has offered whatever came before."""
+    marker = f"marker from {sender}, message {len(receiver.requests)}"
+    append(home, marker, to_agent=person, from_agent=sender)
+    wait_until(lambda: told(receiver, path, marker), f"the marker to reach {path}")
+    return notify_status(home)
+
+
 def test_a_question_is_notified_once_by_the_daemon_holding_the_person(fleet, receiver):
     """Guards the one-per-palace rule: human:ana is held by beta, the question is written on alpha,
     both daemons configure ana: only beta tells her. A question to human:* is told by each daemon
-    to the people it holds (bob on alpha, ana on beta), once each."""
-    config = ('[notify]\ngroup_window = 0\n[notify.people.ana]\nchannels = ["hook"]\n'
+    to the people it holds (bob on alpha, ana on beta), once each. What a daemon did not tell is
+    shown by its counts after a later message that it did (``counts_after_a_marker``)."""
+    config = ('[notify]\ngroup_window = 0\nrate_per_minute = 10\n[notify.people.ana]\nchannels = ["hook"]\n'
               '[notify.people.bob]\nchannels = ["hook"]\n')
     configure(fleet.home("alpha"), config + webhook("hook", receiver.url("/alpha")))
     configure(fleet.home("beta"), config + webhook("hook", receiver.url("/beta")))
@@ -324,17 +348,22 @@ def test_a_question_is_notified_once_by_the_daemon_holding_the_person(fleet, rec
         choices=["yes", "no"], wait=False)
     wait_until(lambda: receiver.at("/beta"), "beta to tell ana")
     wait_converged(alpha, beta)
-    time.sleep(1.0)
-    assert receiver.at("/alpha") == [] and len(receiver.at("/beta")) == 1
-    told = receiver.at("/beta")[0]["json"]
-    assert told["person"] == "human:ana" and told["things"][0]["kind"] == "question"
-    assert told["things"][0]["preview"] == "may I drop the orders table?"
+    assert counts_after_a_marker(receiver, alpha.home, "human:bob", "/alpha", "agent-7")["offered"] == 1  # its marker
+    assert counts_after_a_marker(receiver, beta.home, "human:ana", "/beta", "agent-8")["offered"] == 2
+    assert told(receiver, "/alpha", "may I drop the orders table?") == [] and len(receiver.at("/alpha")) == 1
+    (question, _) = [r["json"] for r in receiver.at("/beta")]
+    assert question["person"] == "human:ana" and question["things"][0]["kind"] == "question"
+    assert question["things"][0]["preview"] == "may I drop the orders table?"
     assert [p["held"] for p in notify_status(alpha.home)["people"]] == [False, True]
     assert [p["held"] for p in notify_status(beta.home)["people"]] == [True, False]
 
     api(beta.home, "ask", to="human:*", from_agent="agent-8", body="who is on call?", wait=False)
-    wait_until(lambda: receiver.at("/alpha") and len(receiver.at("/beta")) == 2, "each daemon to tell its person")
+    wait_until(lambda: told(receiver, "/alpha", "who is on call?") and told(receiver, "/beta", "who is on call?"),
+               "each daemon to tell its person")
     wait_converged(alpha, beta)
-    time.sleep(1.0)
-    assert [r["json"]["person"] for r in receiver.at("/alpha")] == ["human:bob"]
-    assert [r["json"]["person"] for r in receiver.at("/beta")] == ["human:ana", "human:ana"]
+    assert counts_after_a_marker(receiver, alpha.home, "human:bob", "/alpha", "agent-7")["offered"] == 3
+    assert counts_after_a_marker(receiver, beta.home, "human:ana", "/beta", "agent-8")["offered"] == 4
+    assert [m["person"] for m in told(receiver, "/alpha", "who is on call?")] == ["human:bob"]
+    assert [m["person"] for m in told(receiver, "/beta", "who is on call?")] == ["human:ana"]
+    assert {r["json"]["person"] for r in receiver.at("/alpha")} == {"human:bob"}
+    assert {r["json"]["person"] for r in receiver.at("/beta")} == {"human:ana"}

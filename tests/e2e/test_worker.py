@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -315,9 +315,21 @@ def _two_machines(fleet, short_tmp, *, through_middle: bool):
 
 
 def _one_delivery(left, right, cid):
+    """The one patch delivered on ``cid``, once no other can come: both daemons hold the task as
+    delivered (a claim by anyone but its claimant is refused from then on), and every claim's run
+    has said in its worker's log how it ended (a run that lost its claim writes nothing to the
+    palace, so only its log tells that it is over)."""
     for m in (left, right):
         wait_until(lambda: state_of(m.home, cid) == "ready", "the task to be delivered")
-    time.sleep(1.5)  # room for a second (wrong) delivery to show up
+    claimants = {e["from_agent"] for m in (left, right) for e in events(m.home, cid, "event.ack")
+                 if e["status"] == "claimed"}
+    ended = re.compile(rf"^\S+ {re.escape(cid)}: (\w+)", re.MULTILINE)  # the worker's line at a run's end
+
+    def outcomes() -> list[str]:
+        return ended.findall(left.log()) + ended.findall(right.log())
+
+    wait_until(lambda: len(outcomes()) >= len(claimants), "every run of the task to end")
+    assert outcomes().count("delivered") == 1, outcomes()
     patches = events(left.home, cid, "patch.ready")
     assert len(patches) == 1, patches
     return patches[0]
@@ -400,19 +412,32 @@ def test_a_first_start_names_the_tasks_already_waiting_before_it_takes_them(mach
 
 def test_a_worker_over_its_agents_daily_budget_claims_nothing_and_says_so_once(machine):
     """Issue 28: [budgets] agent_daily_tokens reached: the worker takes no task, says why in its
-    log, and writes one usage.budget event (what people's daemons notify them of)."""
+    log, and writes one usage.budget event (what people's daemons notify them of). Its looks at the
+    queue after the task arrived are shown by what it tells `who`, not waited for: a look judges
+    the budget first, and the spending the last one judged includes a report written after it."""
     config = machine.home / "config.toml"
     config.write_text(config.read_text() + "[budgets]\nagent_daily_tokens = 1000\n", encoding="utf-8")
     earlier = machine.task()
     ctl_json(machine.home, "task", "claim", earlier, "--agent", "bot")  # a run of bot's, earlier today
     spent = {"runner": "gated", "tokens_in": 900, "tokens_out": 200, "task_id": earlier, "machine": "m"}
-    ctl_json(machine.home, "append", "--type", "usage.report", "--stream", "project/shop", "--room", "delegation",
-             "--from-agent", "bot", "--correlation-id", earlier, "--metadata", json.dumps(spent), "--body", "earlier run")
+
+    def report(usage: dict[str, int], body: str) -> None:
+        ctl_json(machine.home, "append", "--type", "usage.report", "--stream", "project/shop", "--room", "delegation",
+                 "--from-agent", "bot", "--correlation-id", earlier, "--metadata", json.dumps({**spent, **usage}),
+                 "--body", body)
+
+    def held_line() -> str:
+        entry = machine.worker_entry()
+        return (entry["worker"].get("held") or "") if entry else ""
+
+    report({}, "earlier run")
     machine.worker()
     cid = machine.task()
     wait_until(lambda: "claims nothing more" in machine.log(), "the worker to say it stops claiming")
-    time.sleep(1)  # another look at the queue, after the task arrived
-    assert state_of(machine.home, cid) == "open"
+    report({"tokens_in": 100, "tokens_out": 0}, "a later run")  # what the worker's next look judges
+    second = machine.task()  # a task.request: the worker looks at the queue again
+    wait_until(lambda: "1,200 tokens spent" in held_line(), "a look at the queue with both tasks in it")
+    assert state_of(machine.home, cid) == state_of(machine.home, second) == "open"
     [told] = api(machine.home, "list", types=["usage.budget"])["events"]
     assert told["from_agent"] == "bot" and told["status"] == "blocked"
     assert told["topic"].startswith("agent_daily_tokens/bot/") and "1,100 tokens spent, 110%" in told["body"], told
