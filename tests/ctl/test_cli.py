@@ -2,14 +2,14 @@
 command asks the daemon for, how it renders the answer (human or ``--json``), and its exit code.
 
 Unit tests: no daemon. ``loop.open_client``, where every command's request gets its client, is
-given a ``FakeClient`` that answers from a table; the tests against a real palaced are in
+given a ``FakeClient`` (tests/ctl/fake_client.py) that answers from a table; more of each command
+group's rendering is in tests/ctl/test_cli_*.py, and the tests against a real palaced are in
 tests/e2e/ (test_cli_log, test_cli_quick, test_inbox_session, test_cli_artifacts_tasks).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,39 +21,12 @@ from palacectl import loop
 from palacectl.cli import app, main
 from palacectl.client import DaemonUnreachable
 from palacectl.output import event_line
+from tests.ctl.fake_client import FakeClient
 
 EVENT = {"id": "evt_20260101T000000_0001", "created_at": "2026-01-01T00:00:00.000000Z", "type": "note",
          "stream": "project/x", "room": "general", "from_agent": "alice", "to_agent": "bob", "body": "hello",
          "correlation_id": "task_a", "status": None, "topic": None, "artifact_ids": []}
 OTHER = {**EVENT, "id": "evt_20260101T000001_0002", "body": "again", "correlation_id": None}
-
-Answer = Any | Callable[[dict[str, Any]], Any] | Exception
-
-
-class FakeClient:
-    """Stands in for ``palacectl.client.Client``: answers each op from ``answers`` (a value, a
-    function of the request's arguments, or an exception to raise) and keeps every request."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, Answer] = {}
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-        self.homes: list[Path] = []
-
-    def __repr__(self) -> str:
-        return f"<FakeClient requests={len(self.requests)}>"
-
-    def __enter__(self) -> FakeClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def call(self, op: str, **args: Any) -> Any:
-        self.requests.append((op, args))
-        answer = self.answers[op]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer(args) if callable(answer) else answer
 
 
 @pytest.fixture(autouse=True)
