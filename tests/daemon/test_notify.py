@@ -1,4 +1,6 @@
-"""Notifications out, the pure parts: triggers, payloads, the dispatcher's state machine, settings.
+"""Notifications out: triggers, payloads, the dispatcher's state machine, settings, and the
+notifier's timers in-process (its group window, rate slot and retry back-off on trio's mock clock,
+a stand-in channel taking the deliveries).
 
 The IO (a real daemon, a webhook receiver, an SMTP sink, a stand-in notify-send) is
 tests/e2e/test_notify.py."""
@@ -7,11 +9,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+import trio
 
+from palaced.bus import EventBus
 from palaced.config import ConfigError, load_config
-from palaced.notify.dispatch import BACKOFF_S, MAX_SEEN, Dispatcher
+from palaced.notify import notifier as notifier_module
+from palaced.notify.channels import DeliveryError
+from palaced.notify.dispatch import BACKOFF_S, MAX_SEEN, RATE_WINDOW_S, Dispatcher
+from palaced.notify.notifier import Notifier
 from palaced.notify.payloads import (
     desktop_argv,
     discord_escape,
@@ -277,6 +286,110 @@ def test_the_memory_of_offered_things_is_bounded():
             core.take_due(0.0)
     assert len(core._seen) == MAX_SEEN
     assert core.offer("human:ana", thing("e0"), 1.0)  # forgotten first
+
+
+# -- the notifier's timers, in-process (trio's mock clock) ----------------------------------------
+
+#: the wall clock the events below are read at (an event over a day older is history, not news)
+WALL = "2026-01-01T00:00:01.000000Z"
+
+
+class StandInStore:
+    """The store's one read the notifier makes besides the log: the forks table (none here)."""
+
+    async def forks(self) -> list[dict[str, Any]]:
+        return []
+
+
+class Deliveries:
+    """Takes the notifier's deliveries in place of its channels: when (on trio's clock), through
+    which channel, what; a channel named in ``failing`` refuses that many first."""
+
+    def __init__(self, failing: dict[str, int] | None = None) -> None:
+        self.taken: list[tuple[float, str, list[str]]] = []
+        self.failing = dict(failing or {})
+
+    async def __call__(self, channel: Any, message: Any, *, timeout_s: float, limiter: trio.CapacityLimiter,
+                       now: float) -> None:
+        if self.failing.get(channel.name, 0) > 0:
+            self.failing[channel.name] -= 1
+            raise DeliveryError("HTTP 500")
+        self.taken.append((trio.current_time(), channel.name, [thing.key for thing in message.things]))
+
+
+def notifier_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deliveries: Deliveries,
+                 **notify: Any) -> Notifier:
+    """A notifier for human:ana (channels hook and mail) in a daemon of no palace: it holds every
+    person. Its log is a bus nothing is published on; events are handed to ``observe``."""
+    monkeypatch.setattr(notifier_module, "deliver", deliveries)
+    table = {**notify, "people": {"ana": {"channels": ["hook", "mail"]}},
+             "channels": {"hook": {"kind": "webhook", "url": "https://hooks.example.com/x"},
+                          "mail": {"kind": "webhook", "url": "https://mail.example.com/y"}}}
+    reads = StandInStore()
+    ctx = SimpleNamespace(membership=None, bus=EventBus(), astore=reads, store=reads)
+    return Notifier(ctx, parse_notify(table, tmp_path))  # type: ignore[arg-type]
+
+
+def told(key: str) -> dict[str, Any]:
+    return event(id=key, to_agent="human:ana", body=f"about {key}")
+
+
+async def test_things_within_the_group_window_go_out_together_when_it_closes(autojump_clock, tmp_path,
+                                                                              monkeypatch):
+    """Guards the notifier's own timer: the first thing opens a window; what comes within it goes
+    out with it, once per channel, when it closes (not before, and never twice)."""
+    deliveries = Deliveries()
+    notifier = notifier_for(tmp_path, monkeypatch, deliveries, group_window="10s")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        opened = trio.current_time()
+        notifier.observe([told("evt_a")], trio.current_time(), WALL)
+        await trio.sleep(4)
+        notifier.observe([told("evt_b")], trio.current_time(), WALL)
+        await trio.sleep(600)
+        nursery.cancel_scope.cancel()
+    assert sorted(deliveries.taken) == [(opened + 10, "hook", ["evt_a", "evt_b"]),
+                                        (opened + 10, "mail", ["evt_a", "evt_b"])]
+    assert notifier.statistics()["sent"] == 2 and notifier.statistics()["pending"] == 0
+
+
+async def test_a_message_over_the_rate_waits_for_its_slot(autojump_clock, tmp_path, monkeypatch):
+    """Guards the per-person rate as the notifier keeps it: with one message a minute, the second
+    thing goes out a minute after the first message, not before."""
+    deliveries = Deliveries()
+    notifier = notifier_for(tmp_path, monkeypatch, deliveries, group_window=0, rate_per_minute=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        first = trio.current_time()
+        notifier.observe([told("evt_a")], trio.current_time(), WALL)
+        await trio.sleep(5)
+        notifier.observe([told("evt_b")], trio.current_time(), WALL)
+        await trio.sleep(RATE_WINDOW_S - 6)
+        assert notifier.statistics()["pending"] == 1  # a second before its slot
+        await trio.sleep(600)
+        nursery.cancel_scope.cancel()
+    assert sorted((at - first, channel, keys) for at, channel, keys in deliveries.taken) == [
+        (0, "hook", ["evt_a"]), (0, "mail", ["evt_a"]),
+        (RATE_WINDOW_S, "hook", ["evt_b"]), (RATE_WINDOW_S, "mail", ["evt_b"])]
+
+
+async def test_a_failed_delivery_is_tried_again_after_the_back_off_on_its_channel_only(autojump_clock, tmp_path,
+                                                                                        monkeypatch):
+    """Guards the retry: the channel that refused gets the same message again BACKOFF_S[0] later;
+    the one that took it is not sent it twice."""
+    deliveries = Deliveries(failing={"hook": 1})
+    notifier = notifier_for(tmp_path, monkeypatch, deliveries, group_window=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        offered = trio.current_time()
+        notifier.observe([told("evt_a")], trio.current_time(), WALL)
+        await trio.sleep(600)
+        nursery.cancel_scope.cancel()
+    assert sorted((at - offered, channel, keys) for at, channel, keys in deliveries.taken) == [
+        (0, "mail", ["evt_a"]), (BACKOFF_S[0], "hook", ["evt_a"])]
+    stats = notifier.statistics()
+    assert (stats["sent"], stats["retried"], stats["failed"]) == (2, 1, 0)
+    assert notifier.last_error is not None and notifier.last_error["channel"] == "hook"
 
 
 # -- settings -----------------------------------------------------------------------------------
