@@ -128,9 +128,10 @@ def _append_ndjson(source: str, defaults: dict[str, Any], *, as_json: bool) -> N
     appended: list[dict[str, Any]] = []
     with Client(current_home()) as client:
         limits = client.hello.get("limits", {})
+        default = Limits()  # a daemon's hello names its limits; one that does not has the defaults
         checked = _ndjson_events(text, defaults, Limits(
-            max_body_bytes=limits.get("max_body_bytes", Limits.max_body_bytes),
-            max_metadata_bytes=limits.get("max_metadata_bytes", Limits.max_metadata_bytes)))
+            max_body_bytes=limits.get("max_body_bytes", default.max_body_bytes),
+            max_metadata_bytes=limits.get("max_metadata_bytes", default.max_metadata_bytes)))
         budget = max(1 << 16, int(limits.get("max_frame_bytes", 16 << 20)) // 2)
         chunk: list[tuple[int, dict[str, Any]]] = []
         size = 0

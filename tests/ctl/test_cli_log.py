@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from palace_proto.validation import Limits
+
 from palace_proto.errors import ApiError
 from tests.ctl.fake_client import EVENT, FakeClient, invoke
 
@@ -156,6 +158,16 @@ def test_append_ndjson_says_what_it_appended(fake: FakeClient):
     result = invoke("append", "--ndjson", "-", *ROUTING, input=_ndjson({"body": "one"}, {"body": "two"}))
     assert (result.returncode, result.stdout) == (0, f"Appended 2 events ({first['id']} … {last['id']})\n")
     assert [len(args["events"]) for _, args in fake.requests] == [2]
+
+
+def test_append_ndjson_checks_against_the_default_limits_when_the_hello_names_none(fake: FakeClient):
+    """A daemon whose hello names no limits (an older one) gets the default limits applied, not a crash."""
+    fake.hello.pop("limits")
+    fake.answers["append_many"] = {"events": [EVENT], "count": 1}
+    assert invoke("append", "--ndjson", "-", *ROUTING, input=_ndjson({"body": "one"})).returncode == 0
+    too_big = invoke("append", "--ndjson", "-", *ROUTING, input=_ndjson({"body": "x" * (Limits().max_body_bytes + 1)}))
+    assert too_big.returncode == 1 and "line 1: body" in too_big.stderr, too_big
+    assert len(fake.requests) == 1
 
 
 def test_append_without_ndjson_still_requires_its_routing(fake: FakeClient):
