@@ -102,29 +102,29 @@ def _try_lock(fd: int) -> bool:
 async def _network_for(ctx: Context, membership: Membership) -> Network:
     """The member directory (bindings and revocations from the log) and the network for a palace,
     set on ``ctx`` for the handlers."""
-    config, key, astore, bus = ctx.config, ctx.identity, ctx.astore, ctx.bus
+    config, key, store, bus = ctx.config, ctx.identity, ctx.store, ctx.bus
     directory = MemberDirectory(membership.ca_cert_pem, lambda: datetime.datetime.now(datetime.UTC))
     # Our own origins first, each with its proof: a key-derived origin's nonce, or for a legacy one
     # a signature made now (only we can); they are relayed to every peer that lacks them.
-    for origin, nonce in await astore.own_origins():
+    for origin, nonce in await store.own_origins():
         proof = nonce if nonce is not None else legacy_binding_signature(key, directory.palace_id, origin)
         try:
             directory.bind(OriginBinding(origin, membership.member_pem, proof))
         except BindingError as exc:
             LOGGER.warning("cannot bind this daemon's own origin %s: %s", origin, exc)
-    for origin, certificate, proof in await astore.bindings():
+    for origin, certificate, proof in await store.bindings():
         try:
             directory.bind(OriginBinding(origin, certificate, proof or b""), stored=True)
         except BindingError as exc:
             LOGGER.warning("dropped a stored binding: %s", exc)
     unsaved = directory.take_unsaved()
     if unsaved:
-        await astore.write(lambda ctx: ctx.save_bindings(unsaved))
-    for event in await astore.signed_events_of_type(REVOKE_EVENT_TYPE):
+        await store.write(lambda ctx: ctx.save_bindings(unsaved))
+    for event in await store.signed_events_of_type(REVOKE_EVENT_TYPE):
         directory.observe(event)
     host, port = parse_peer_address(config.listen)
     network = Network(settings=NetworkSettings(host, port, config.mdns), home=config.home, membership=membership,
-                      identity=key, identity_path=config.key_path, astore=astore, bus=bus, directory=directory,
+                      identity=key, identity_path=config.key_path, store=store, bus=bus, directory=directory,
                       watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes,
                       facts=lambda: report_facts(ctx))
     ctx.directory, ctx.network = directory, network
@@ -164,7 +164,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
             indexer = None
             if config.memory_embed:
                 # Derived state, off the append path: run in the API nursery, cancelled with it.
-                indexer = MemoryIndexer(store, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
+                indexer = MemoryIndexer(astore, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
                                         config.home, exact_max=config.memory_exact_index_max)
             ctx = Context(config, astore, bus, key, features(), membership=membership, indexer=indexer,
                           start_network=start_network)

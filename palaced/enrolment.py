@@ -67,7 +67,7 @@ async def _read_message(stream: trio.abc.Stream) -> Any:
         buffer.feed(data)
 
 
-async def serve_enrolment(stream: TlsStream, astore: AsyncStore, *, ca_key: Callable[[], Ed25519PrivateKey],
+async def serve_enrolment(stream: TlsStream, store: AsyncStore, *, ca_key: Callable[[], Ed25519PrivateKey],
                           ca_pem: bytes, palace_id: str, palace_name: str, remote: str,
                           now: Callable[[], datetime.datetime]) -> None:
     """Inviter side: answer one ``enrol`` on a connection that presented no certificate."""
@@ -90,7 +90,7 @@ async def serve_enrolment(stream: TlsStream, astore: AsyncStore, *, ca_key: Call
         if not message.name.strip() or printable(message.name, len(message.name)) != message.name:
             return await refuse("the daemon name must be visible text (no control or invisible characters); "
                                 "join again with --name NAME")
-        invite = await astore.invite(message.invite_id)
+        invite = await store.invite(message.invite_id)
         current = now()
         if invite is None:
             return await refuse("this invite was not issued here (check the code, or ask for a new one)")
@@ -110,7 +110,7 @@ async def serve_enrolment(stream: TlsStream, astore: AsyncStore, *, ca_key: Call
         def mark_used(ctx: WriteContext) -> bool:
             return invites.spend(ctx, message.invite_id, joined.peer_id, format_stamp_seconds(current.timestamp()))
 
-        if not await astore.write(mark_used):
+        if not await store.write(mark_used):
             return await refuse("this invite was already used; each invite admits one daemon — ask for a new one")
         await stream.send_all(encode_frame(to_wire(Enrolled(palace_name, ca_pem, certificate))))
         LOGGER.info("enrolled %s (%s, %s) from %s", joined.peer_id, printable(message.name, 64), role, remote)

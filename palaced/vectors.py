@@ -28,8 +28,8 @@ from palace_proto.memory import MEMORY_TYPES
 from .bus import EventBus, TypeWatch
 from .embedding import Embedder, EmbeddingError
 from .files import fsync_directory
-from .store import Store
-from .store import memory_views as views
+from .store.aio import AsyncStore
+from .store.memory_views import MemoryReads
 
 if TYPE_CHECKING:
     import numpy as np
@@ -261,9 +261,10 @@ def _background_priority() -> None:
 class MemoryIndexer:
     """Keeps the vector index in step with the drawers view, off the append path."""
 
-    def __init__(self, store: Store, bus: EventBus, embedder: Embedder, folder: Path,
+    def __init__(self, store: AsyncStore, bus: EventBus, embedder: Embedder, folder: Path,
                  exact_max: int = DEFAULT_EXACT_MAX) -> None:
         self.store = store
+        self._reads = store.reads(MemoryReads)
         self.exact_max = exact_max
         self.bus = bus
         self.embedder = embedder
@@ -327,7 +328,7 @@ class MemoryIndexer:
                         await self._changed.wait()
                     # A missed notification shows as a changed drawers table; an unchanged one
                     # is not worth listing every drawer id again (100k ids: ~50 ms of CPU).
-                    if await trio.to_thread.run_sync(self._fingerprint) != self._synced_fingerprint:
+                    if await self._reads.drawers_fingerprint() != self._synced_fingerprint:
                         break
                     if self._save_due(trio.current_time() - last_save):
                         break  # a failed save is retried even when no drawer changes
@@ -378,13 +379,10 @@ class MemoryIndexer:
             await watch.wait()
             self._changed.set()
 
-    def _fingerprint(self) -> tuple[int, int]:
-        return self.store.memory_read(views.drawers_fingerprint)
-
     async def _sync(self) -> None:
-        fingerprint = await trio.to_thread.run_sync(self._fingerprint)
+        fingerprint = await self._reads.drawers_fingerprint()
         reset_done: trio.Event | None = None
-        drawers: list[tuple[str, str]] = await trio.to_thread.run_sync(self._drawer_ids)
+        drawers: list[tuple[str, str]] = await self._reads.drawer_ids()
         if not drawers and self.index is None:
             self.pending = 0
             if self._reset_requested:
@@ -418,7 +416,7 @@ class MemoryIndexer:
             self._synced_fingerprint = fingerprint
             return
         batch = missing[:EMBED_BATCH]
-        texts = await trio.to_thread.run_sync(self._contents, [d for d, _ in batch])
+        texts = await self._reads.drawer_contents([d for d, _ in batch])
         present = [(d, k) for d, k in batch if d in texts]
         if present:
             vectors = await self._on_model_thread(self.embedder.embed, [texts[d] for d, _ in present])
@@ -451,12 +449,6 @@ class MemoryIndexer:
 
     def close(self) -> None:
         self._model_thread.shutdown(wait=False, cancel_futures=True)
-
-    def _drawer_ids(self) -> list[tuple[str, str]]:
-        return self.store.memory_read(views.drawer_ids)
-
-    def _contents(self, ids: list[str]) -> dict[str, str]:
-        return self.store.memory_read(views.drawer_contents, ids)
 
     async def search(self, query: str, k: int, timings: dict[str, float] | None = None) -> list[tuple[str, float]]:
         """(drawer id, cosine) of the nearest drawers; empty when vectors are unavailable.

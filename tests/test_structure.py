@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,3 +37,113 @@ def test_the_peer_link_is_a_thin_shell_over_one_protocol_machine():
     imported = {alias.name for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                 if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert imported & LINK_PARTS == {"LinkMachine"}, "the shell drives the machine, never a part of it"
+
+
+# -- issue 44 §1: a feature in its own slice ----------------------------------------------------
+
+#: the packages a feature has a part in, by folder, and the name each is imported as
+PACKAGES = {"proto": "palace_proto", "palaced": "palaced", "palacectl": "palacectl"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts[0] = PACKAGES[parts[0]]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[Path, ast.Module]:
+    return {path: ast.parse(path.read_text(encoding="utf-8")) for folder in PACKAGES
+            for path in sorted((ROOT / folder).rglob("*.py")) if "__pycache__" not in path.parts}
+
+
+def _imported(path: Path, tree: ast.Module) -> set[str]:
+    """Every module ``path`` imports (relative imports resolved), and each ``from m import n`` as ``m.n``."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _strings(tree: ast.Module) -> set[str]:
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+def feature_of(path: Path, names: list[str]) -> str | None:
+    """The feature whose slice ``path`` is in: a folder or a module named after it (``rooms/``,
+    ``rooms.py``), or a module named for a part of it (``task_threads.py``, ``memory_views.py``)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    for name in names:
+        single = name[:-1] if name.endswith("s") else name
+        if name in parts[1:] or parts[-1].startswith((f"{name}_", f"{single}_")):
+            return name
+    return None
+
+
+def feature_names(feature: Any) -> set[str]:
+    """What names a feature where it is used: its event types (those in its namespace: a claim is
+    the core's ``event.ack``), and its operations named by more than one word (``room_open``; a
+    one-word operation, ``ask`` or ``search``, is a word other code uses for itself)."""
+    types = {t for rule in feature.RULES for t in rule.types}
+    return {t for t in types if feature.NAMESPACE and t.startswith(feature.NAMESPACE)} | {
+        op for op in feature.OPS if "_" in op}
+
+
+def names_outside_slices() -> dict[str, list[str]]:
+    """For each feature, the source files outside its slice, and outside the slices of the features
+    that build on it, that import one of its modules or name one of its types or operations."""
+    from palace_proto.features import FEATURES
+    from palaced.features import features
+
+    names = [module.__name__.rpartition(".")[2] for module in FEATURES]
+    builds_on = {f.name: set(f.builds_on) for f in features()}
+    sources = _sources()
+    slice_of = {path: feature_of(path, names) for path in sources}
+    modules = {name: {_module_name(p) for p, f in slice_of.items() if f == name} for name in names}
+    found: dict[str, list[str]] = {}
+    for module in FEATURES:
+        name = module.__name__.rpartition(".")[2]
+        words = feature_names(module)
+        allowed = {name} | {other for other, bases in builds_on.items() if name in bases}
+        found[name] = sorted(str(path.relative_to(ROOT)) for path, tree in sources.items()
+                             if slice_of[path] not in allowed
+                             and (_imported(path, tree) & modules[name] or _strings(tree) & words))
+    return found
+
+
+def test_the_handlers_hold_one_store_and_never_hand_it_a_function_to_read():
+    """Guards issue 44 §1: handlers held both ``ctx.store`` and ``ctx.astore``, reads were written
+    twice (in ``Reads`` and again as a forwarder) and 17 passed the store a bare function. The
+    context holds one store, whose reads are declared once (``StoreRead``) and take data only."""
+    import dataclasses
+    import inspect
+
+    from palaced.handlers.context import Context
+    from palaced.store.aio import AsyncStore
+    from palaced.store.reads import StoreRead
+
+    stores = [f.name for f in dataclasses.fields(Context) if "Store" in str(f.type)]
+    assert stores == ["store"], stores
+    takes_a_function = []
+    for name, member in inspect.getmembers(AsyncStore):
+        if name.startswith("_") or isinstance(inspect.getattr_static(AsyncStore, name), StoreRead):
+            continue
+        if callable(member) and "Callable" in str(inspect.signature(member)):
+            takes_a_function.append(name)
+    # A rebuild tells its progress (and ``write``, the writer's, takes the job to do in the
+    # writing transaction: a write, not a read).
+    assert takes_a_function == ["rebuild_memory"], takes_a_function
+    for path, tree in _sources().items():
+        if path.is_relative_to(ROOT / "palaced" / "store"):
+            continue
+        reads = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                 and (node.attr == "memory_read" or node.attr == "read" and "store" in ast.unparse(node.value))]
+        assert not reads, f"{path.relative_to(ROOT)}:{reads} hands the store a function to read"

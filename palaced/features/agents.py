@@ -43,7 +43,7 @@ from palace_proto.validation import AppendRequest, clean_optional
 from ..membership import Membership
 from ..store import WriteContext
 from ..store import agents as store_agents
-from ..store import memory_views as views
+from ..store.memory_views import MemoryReads
 from ..store.clock import utc_now as _now
 from ..feature import Feature
 from ..handlers.context import Context
@@ -149,7 +149,7 @@ async def register_own_agents(ctx: Context) -> list[str]:
         store_agents.note_own_agents_registered(w)
         return agents
 
-    return await ctx.astore.write(job, heavy=True)
+    return await ctx.store.write(job, heavy=True)
 
 
 async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,7 +169,7 @@ async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
         body = f"{agent} is registered to this daemon" + (" again" if record and record.retired else "")
         return w.append_system(_system_event(REGISTER, agent, body, store.agents.register_metadata(agent), ctx))
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     record = ctx.store.agents.records.get(agent)
     return {"agent": _record_wire(ctx, record, agent), "registered": event is not None, "event": event}
 
@@ -212,7 +212,7 @@ async def agent_transfer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
         return w.append_system(_system_event(
             TRANSFER, agent, f"{agent} moves to daemon {names.get(to) or to[:7]} ({to})", metadata, ctx))
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     return {"agent": _record_wire(ctx, ctx.store.agents.records.get(agent), agent), "event": event,
             "by_ca": "ca_signature" in event["metadata"]}
 
@@ -247,7 +247,7 @@ async def agent_retire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         return w.append_system(_system_event(RETIRE, agent, why, registry_metadata(RETIRE, agent, store.agents.daemon),
                                              ctx))
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     return {"agent": _record_wire(ctx, ctx.store.agents.records.get(agent), agent), "event": event,
             "released_leases": released_leases, "released_tasks": released_tasks}
 
@@ -269,9 +269,9 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     only = clean_optional("agent", args.get("agent"))
     registry = ctx.store.agents
     records = registry.records
-    activity = await ctx.astore.agent_activity()
+    activity = await ctx.store.agent_activity()
     # Diaries only: the events were counted by agent_activity (one scan of the log, not two).
-    diaries = await ctx.astore.memory_read(views.diaries)
+    diaries = await ctx.store.reads(MemoryReads).diaries()
     live: dict[str, list[str]] = {}
     for watcher in (await who(ctx, {}))["watchers"]:
         if watcher.get("agent") and not watcher.get("daemon_silent"):
@@ -305,7 +305,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         last = max(info["last_activity"] or "", diary.get("last_activity") or "") or None
         impersonations = 0
         if agent in suspects:  # only daemons that did not hold the id all along can have written one
-            written = await ctx.astore.events_written_as(agent, suspects[agent], MAX_SUSPECT_EVENTS)
+            written = await ctx.store.events_written_as(agent, suspects[agent], MAX_SUSPECT_EVENTS)
             impersonations = sum(1 for event in written if registry.verdict(event) is not None)
         wire = _record_wire(ctx, record, agent)
         out.append({
@@ -355,7 +355,7 @@ async def on_joined(ctx: Context, membership: Membership) -> None:
     agents.ca_check = ca_checker(membership)
     if membership.can_invite:  # the CA's daemon: its registrations of people's ids count
         agents.human_grant = human_grant(ctx, membership)
-    await ctx.astore.write(agents.reload_ca, heavy=True)
+    await ctx.store.write(agents.reload_ca, heavy=True)
     registered = await register_own_agents(ctx)
     if registered:
         LOGGER.info("registered %d agent(s) this daemon wrote as to it: %s", len(registered),

@@ -69,7 +69,7 @@ def _artifact_args(ctx: Context, args: Mapping[str, Any], *, kind: str | None = 
 async def artifact_put(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     fields = _artifact_args(ctx, args)
-    record = await ctx.astore.write(lambda w: w.put_artifact(**fields), heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
+    record = await ctx.store.write(lambda w: w.put_artifact(**fields), heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
     record.pop("metadata", None)
     if fields["kind"] == "patch" and (warnings := _patch_warnings(fields["content"])):
         record["warnings"] = warnings
@@ -79,7 +79,7 @@ async def artifact_put(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 async def artifact_get(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     key = clean_required("artifact_id", args.get("artifact_id"))
     with_content = args.get("with_content", True) is not False
-    return await ctx.astore.get_artifact(key, with_content=with_content)
+    return await ctx.store.get_artifact(key, with_content=with_content)
 
 
 async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,7 +107,7 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                 "stream must be a non-empty string (or pass the correlation_id of the task this patch answers, "
                 "to take its stream)", field="stream")
         # Default to the stream of the work being answered, so the patch lands beside its task.
-        related = await ctx.astore.events_by_correlation(correlation_id, 1)
+        related = await ctx.store.events_by_correlation(correlation_id, 1)
         if not related:
             raise ValidationError(
                 f"stream must be a non-empty string (no event on correlation {correlation_id!r} to take it from)",
@@ -116,7 +116,7 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         stream = related[0]["stream"]
     if to_agent is None and correlation_id is not None:
         query = ListQuery.from_wire({"types": ["task.request"], "correlation_ids": [correlation_id], "limit": 1})
-        requests = await ctx.astore.list_events(query)
+        requests = await ctx.store.list_events(query)
         if requests:
             to_agent = requests[0]["from_agent"]
     wire = {
@@ -136,7 +136,7 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         event = w.append(AppendRequest.from_wire({**wire, "artifact_ids": ids}, ctx.limits))
         return {"artifact": artifact, "event": event}
 
-    result = await ctx.astore.write(job, heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
+    result = await ctx.store.write(job, heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
     result["artifact"].pop("metadata", None)
     if warnings := _patch_warnings(fields["content"]):
         result["artifact"]["warnings"] = warnings

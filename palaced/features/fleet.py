@@ -116,7 +116,7 @@ async def invite(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     def job(w: WriteContext) -> None:
         invites.issue(w, invitation.invite_id, secret, role, expires_at, format_stamp_seconds(time.time()))
 
-    await ctx.astore.write(job)
+    await ctx.store.write(job)
     assert ctx.network is not None
     await ctx.network.admission.refresh_invites()
     LOGGER.info("issued a %s invite (expires %s) for %s", role, format_stamp_seconds(expires_at), address)
@@ -158,7 +158,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         raise NotFound(f"no member {peer_id!r} is known here (see `palacectl peers` for peer ids)")
     if directory.is_revoked(peer_id):
         raise ValidationError(f"peer {peer_id} is already revoked", field="peer_id")
-    cutoffs = await ctx.astore.origins_of_key(cert.public_key)
+    cutoffs = await ctx.store.origins_of_key(cert.public_key)
     revocation = Revocation(membership.palace_id, peer_id, cert.public_key, tuple(sorted(cutoffs.items())),
                             format_stamp_seconds(time.time())).signed(ctx.ca_key())
     req = AppendRequest.from_wire(
@@ -171,7 +171,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         directory.revoke(revocation)
         return event
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     LOGGER.warning("revoked %s (%s)", peer_id, cert.name)
     return {"revoked": peer_id, "name": cert.name, "event": event}
 
@@ -183,7 +183,7 @@ async def peers(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     membership = ctx.require_member()
     assert ctx.network is not None
     heads = ctx.store.version_vector()  # kept in memory: no read
-    forks = await ctx.astore.forks()
+    forks = await ctx.store.forks()
     return {"peer_id": membership.peer_id, "listen": ctx.network.listen_addresses,
             "mdns": ctx.network.dialer.mdns_state, "peers": ctx.network.views.peers_view(heads), "forks": forks}
 
@@ -342,7 +342,7 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         if abs(skew) >= CLOCK_SKEW_WARNING_S:
             check(f"clock {peer_id[:7]}", "warn", f"clock differs from peer {peer_id[:7]} by {skew:+.1f} s: event "
                   "timestamps will disagree; enable time sync (NTP) on both machines")
-    forks = await ctx.astore.forks()
+    forks = await ctx.store.forks()
     if forks:
         check("forks", "fail", f"{len(forks)} forked event(s) refused: two daemons write the same origin "
               "(a copied home or restored backup); see `palacectl peers`")

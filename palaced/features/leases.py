@@ -157,23 +157,34 @@ class LeaseBook:
             if not self._current(revoked):
                 # Taken before reading: what lands meanwhile is read next time.
                 generation, records = self._watch.generation, self._ctx.store.agents.records
-                self._snapshot = await self._ctx.astore.read(self._update, revoked, records)
+                self._snapshot = await self._update(revoked, records)
                 self._generation, self._records, self._revoked = generation, records, revoked
             return self._snapshot  # type: ignore[return-value]
 
-    def _update(self, revoked: dict[str, str], records: Any) -> LeaseSnapshot:
+    async def _update(self, revoked: dict[str, str], records: Any) -> LeaseSnapshot:
+        """The ledger fed with the lease events committed since it was built, or built again (the
+        window moved on, a revocation or an agent record changed, too much arrived); the ledger's
+        work runs on a thread, as a read would."""
         store, ledger = self._ctx.store, self._ledger
         if ledger is not None and revoked == self._revoked and time.time() < self._rebuild_at \
                 and not self._touched(records, ledger):
-            newer = store.lease_events_after(DERIVED_FROM, self._seq, MAX_FEED)
+            newer = await store.lease_events_after(DERIVED_FROM, self._seq, MAX_FEED)
             if len(newer) < MAX_FEED and ledger.applied + len(newer) <= 2 * MAX_LEASE_EVENTS:
-                in_window = [e for e in newer if e["created_at"] >= self._window]
-                if ledger.feed(store.agents.annotate(in_window)):
-                    self._seq = max((e["seq"] for e in newer), default=self._seq)
-                    self.feeds += 1
-                    self._index_changes(ledger)
-                    return self._snap(ledger, revoked)
-        return self._rebuild(revoked)
+                fed = await trio.to_thread.run_sync(self._feed, ledger, newer, revoked)
+                if fed is not None:
+                    return fed
+        window = _window_start()
+        seq_before, events = await store.lease_window(DERIVED_FROM, window, MAX_LEASE_EVENTS)
+        return await trio.to_thread.run_sync(self._rebuild, revoked, window, seq_before, events)
+
+    def _feed(self, ledger: LeaseLedger, newer: list[dict[str, Any]], revoked: dict[str, str]) -> LeaseSnapshot | None:
+        in_window = [e for e in newer if e["created_at"] >= self._window]
+        if not ledger.feed(self._ctx.store.agents.annotate(in_window)):
+            return None
+        self._seq = max((e["seq"] for e in newer), default=self._seq)
+        self.feeds += 1
+        self._index_changes(ledger)
+        return self._snap(ledger, revoked)
 
     def _touched(self, records: Any, ledger: LeaseLedger) -> bool:
         """Whether the agent records changed for an agent whose lease events the ledger holds."""
@@ -182,12 +193,11 @@ class LeaseBook:
             return False
         return any(before.get(agent) is not records.get(agent) for agent in ledger.writers)
 
-    def _rebuild(self, revoked: dict[str, str]) -> LeaseSnapshot:
-        store = self._ctx.store
-        seq_before = store.lease_seq(DERIVED_FROM)
-        window = _window_start()
-        events = store.agents.annotate(store.lease_events(DERIVED_FROM, window, None, MAX_LEASE_EVENTS))
-        daemons = store.agents.origin_daemons
+    def _rebuild(self, revoked: dict[str, str], window: str, seq_before: int,
+                 events: list[dict[str, Any]]) -> LeaseSnapshot:
+        agents = self._ctx.store.agents
+        events = agents.annotate(events)
+        daemons = agents.origin_daemons
         ledger = LeaseLedger(revoked, lambda origin: daemons.get(origin) or origin)
         ledger.feed(events)
         self._ledger, self._window, self._rebuild_at = ledger, window, time.time() + REBUILD_EVERY_S
@@ -326,7 +336,7 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
                 raise _over_limit(agent, project)
         return w.append(req)
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     # Derived again before answering: whoever the agent tells next finds the lease in every read.
     await LeaseBook.of(ctx).snapshot(fresh=True)
     # The lease as its event takes it: checked against every rival in the transaction that wrote it.
@@ -356,7 +366,7 @@ async def _write_change(ctx: Context, kind: str, lease: Lease, agent: str, body:
     req = AppendRequest.from_wire(
         {"type": kind, "stream": lease.stream, "room": LEASE_ROOM, "from_agent": agent, "correlation_id": lease.id,
          "body": body, "metadata": metadata or {}}, ctx.limits)
-    return await ctx.astore.write(lambda w: w.append(req))
+    return await ctx.store.write(lambda w: w.append(req))
 
 
 async def lease_renew(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -488,7 +498,7 @@ class LeaseReconciler(Follower):
         # Looked up by lease id (the correlation index): only the notices of leases not known told,
         # and only this daemon's (the one that tells; a notice forged elsewhere silences nobody).
         ids = [lease.id for lease in lost]
-        notices = await ctx.astore.correlations_present(ids, (CONFLICT,), own)
+        notices = await ctx.store.correlations_present(ids, (CONFLICT,), own)
         self._remember(notices)
         requests = [self._notice(lease) for lease in lost if lease.id not in self._told]
         if not requests:
@@ -500,7 +510,7 @@ class LeaseReconciler(Follower):
                 w.append(req)
             return len(requests)
 
-        written = await ctx.astore.write(job)
+        written = await ctx.store.write(job)
         self._remember(req.correlation_id for req in requests)
         self.told += written
         return written

@@ -30,6 +30,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from ..store import WriteContext
 from ..store import memory_views as views
+from ..store.memory_views import MemoryReads
 from ..feature import Feature
 from ..handlers.session import cut
 from ..handlers.context import Context
@@ -50,6 +51,11 @@ CANDIDATES: Final = 50
 DEFAULT_MIN_SIMILARITY: Final = 0.1
 
 
+def _reads(ctx: Context) -> MemoryReads:
+    """The memory's reads on the daemon's store (store/memory_views.py)."""
+    return ctx.store.reads(MemoryReads)
+
+
 def _today() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
 
@@ -67,12 +73,12 @@ async def memory_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     """File a drawer; the same content in the same wing and room returns the existing drawer."""
     ctx.require_writer()
     drawer = Drawer.from_wire(args, ctx.limits)
-    existing = await ctx.astore.drawer(drawer.id)
+    existing = await ctx.store.drawer(drawer.id)
     if existing is not None:
         return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": True,
                 "filed_at": existing["filed_at"]}
     req = AppendRequest.from_wire(drawer.event(), ctx.limits)
-    event = await ctx.astore.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: w.append(req))
     return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": False,
             "filed_at": event["created_at"], "event_id": event["id"]}
 
@@ -100,7 +106,7 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                            code="invalid_argument")
         mode = "keyword"
     depth = max(CANDIDATES, limit * 4)
-    keyword = [] if mode == "vector" else await ctx.astore.memory_read(views.keyword_search, query, limit=depth,
+    keyword = [] if mode == "vector" else await _reads(ctx).keyword_search(query, limit=depth,
                                                                        **filters)
     if mode == "keyword":
         hits = keyword[:limit]
@@ -108,7 +114,7 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     assert indexer is not None
     timings: dict[str, float] = {}
     nearest = await indexer.search(query, depth * 2 if any(filters.values()) else depth, timings)
-    drawers = await ctx.astore.memory_read(views.drawers_by_id, [d for d, _ in nearest])
+    drawers = await _reads(ctx).drawers_by_id([d for d, _ in nearest])
     cosine = {d: s for d, s in nearest}
     floor = args.get("min_similarity", DEFAULT_MIN_SIMILARITY)
     if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not -1 <= floor <= 1:
@@ -137,7 +143,7 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 async def drawer_get(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     drawer_id = clean_required("drawer_id", args.get("drawer_id"))
-    drawer = await ctx.astore.drawer(drawer_id)
+    drawer = await ctx.store.drawer(drawer_id)
     if drawer is None:
         raise NotFound(f"drawer {drawer_id!r} not found")
     return drawer
@@ -150,7 +156,7 @@ async def kg_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     fact = FactAdd.from_wire(args)
     req = AppendRequest.from_wire(fact.event(), ctx.limits)
-    event = await ctx.astore.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: w.append(req))
     return {"triple_id": fact.id, "fact": fact.text, "event_id": event["id"]}
 
 
@@ -163,7 +169,7 @@ async def kg_invalidate(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         event = w.append(req)
         return {"event": event, "ended": views.facts_ended_by(w, event["id"])}
 
-    result = await ctx.astore.write(job)
+    result = await ctx.store.write(job)
     return {"fact": change.text, "ended": change.ended, "facts_ended": result["ended"],
             "event_id": result["event"]["id"]}
 
@@ -174,9 +180,9 @@ async def kg_query(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     direction = args.get("direction") or "both"
     if direction not in ("outgoing", "incoming", "both"):
         raise ValidationError("direction must be 'outgoing', 'incoming' or 'both'", field="direction")
-    result = await ctx.astore.memory_read(views.facts_about, entity, as_of, direction)
+    result = await _reads(ctx).facts_about(entity, as_of, direction)
     if not result["count"]:
-        result["candidates"] = await ctx.astore.memory_read(views.known_entities, entity)
+        result["candidates"] = await _reads(ctx).known_entities(entity)
     return result
 
 
@@ -188,7 +194,7 @@ async def diary_write(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     entry = DiaryEntry.from_wire(args, ctx.limits)
     req = AppendRequest.from_wire(entry.event(clean_optional("added_by", args.get("added_by")) or entry.agent),
                                   ctx.limits)
-    event = await ctx.astore.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: w.append(req))
     return {"entry_id": diary_entry_id(event["id"]), "agent": entry.agent, "wing": entry.wing,
             "topic": entry.topic, "timestamp": event["created_at"], "event_id": event["id"]}
 
@@ -197,14 +203,14 @@ async def diary_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     agent = clean_required("agent_name", args.get("agent_name")).lower()
     wing = clean_optional("wing", args.get("wing")) or diary_wing(agent)
     last_n = _bounded_int(args, "last_n", DEFAULT_DIARY_LAST, MAX_DIARY_LAST)
-    page = await ctx.astore.memory_read(views.diary_page, wing, last_n)
+    page = await _reads(ctx).diary_page(wing, last_n)
     return {"agent": agent, **page}
 
 
 async def tunnels(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     wing_a = clean_optional("wing_a", args.get("wing_a"))
     wing_b = clean_optional("wing_b", args.get("wing_b"))
-    found = await ctx.astore.memory_read(views.tunnels, wing_a, wing_b)
+    found = await _reads(ctx).tunnels(wing_a, wing_b)
     return {"wing_a": wing_a, "wing_b": wing_b, "tunnels": found, "count": len(found)}
 
 
@@ -222,7 +228,7 @@ async def memory_rebuild(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
 
     ctx.memory_rebuild_progress = progress
     try:
-        counts = await ctx.astore.write(lambda w: ctx.store.rebuild_memory(w, report), heavy=True)
+        counts = await ctx.store.rebuild_memory(report)
     finally:
         ctx.memory_rebuild_progress = None
     reembedding = None
@@ -254,7 +260,7 @@ DIARY_SHOWN: Final = 3
 
 async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
     """Session start's newest diary entries of the agent."""
-    diary = await ctx.astore.memory_read(views.diary_page, diary_wing(agent.lower()), DIARY_SHOWN)
+    diary = await _reads(ctx).diary_page(diary_wing(agent.lower()), DIARY_SHOWN)
     entries = [{"date": e["date"], "topic": e["topic"], "content": cut(e["content"])} for e in diary["entries"]]
     return {"diary": {"items": entries, "total": diary["total"]}}
 

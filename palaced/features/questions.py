@@ -88,7 +88,7 @@ async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]],
     if not asked:
         return []
     answers = ctx.store.agents.annotate(
-        await ctx.astore.person_answers([q["id"] for q in asked], MAX_ANSWERS_PER_ORIGIN))
+        await ctx.store.person_answers([q["id"] for q in asked], MAX_ANSWERS_PER_ORIGIN))
     by_question: dict[Any, list[dict[str, Any]]] = {}
     for a in answers:
         by_question.setdefault(a["ack_of"], []).append(a)
@@ -115,7 +115,7 @@ async def _approvals_refused(ctx: Context, asked: Sequence[Mapping[str, Any]], n
             refused[question["id"]] = "question.approval must be asked on a task (its correlation id)"
             continue
         if cid not in views:
-            events = ctx.store.agents.annotate(await ctx.astore.events_by_correlation(cid))
+            events = ctx.store.agents.annotate(await ctx.store.events_by_correlation(cid))
             views[cid] = derive_task(cid, events, now=now, daemon_of=lambda origin: daemons.get(origin) or origin)
         view = views[cid]
         if view is None:
@@ -201,7 +201,7 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
     if is_human(req.from_agent):
         raise ValidationError("a question is asked by an agent (from_agent); people answer", field="from_agent")
     if whole is None:
-        return await ctx.astore.write(lambda w: w.append(req))
+        return await ctx.store.write(lambda w: w.append(req))
     content = whole
 
     def job(w: WriteContext) -> dict[str, Any]:
@@ -209,7 +209,7 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
         assert marker is not None and artifact["id"] == marker["input_artifact"]
         return w.append(req)
 
-    return await ctx.astore.write(job, heavy=len(content) > HEAVY_ARTIFACT_BYTES)
+    return await ctx.store.write(job, heavy=len(content) > HEAVY_ARTIFACT_BYTES)
 
 
 async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -260,7 +260,7 @@ async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "from_agent": person, "to_agent": question["from_agent"], "ack_of": question["id"],
         "correlation_id": question.get("correlation_id"), "body": choice,
     }, ctx.limits)
-    written = await ctx.astore.write(lambda w: w.append(req))
+    written = await ctx.store.write(lambda w: w.append(req))
     state = await _settled(ctx, question)
     return {"answer": written, "won": state.answer is not None and state.answer.get("id") == written["id"],
             "question": state.to_wire()}
@@ -290,7 +290,7 @@ async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     filters: dict[str, Any] = {"types": [ASK], "order": "desc", "limit": MAX_QUESTIONS if status else limit}
     if to is not None:
         filters["to_agents"] = sorted({to, "human:*"})
-    asked = await ctx.astore.list_events(ListQuery.from_wire(filters))
+    asked = await ctx.store.list_events(ListQuery.from_wire(filters))
     out = []
     for state in await settled(ctx, asked):
         if status is None or state.status == status:

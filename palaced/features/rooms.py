@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 
@@ -68,6 +68,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from ..store import WriteContext
 from ..store import rooms as store_rooms
+from ..store.rooms import RoomReads
 from ..feature import Feature, Follower
 from ..handlers.context import Context
 
@@ -94,10 +95,9 @@ DEFAULT_SHOW_LIMIT: Final = 200
 MAX_SHOW_LIMIT: Final = 500
 
 
-async def _read(ctx: Context, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(the store, *args)`` (a read of palaced.store.rooms) on a reader thread."""
-    result: T = await ctx.astore.read(fn, ctx.store, *args)
-    return result
+def _reads(ctx: Context) -> RoomReads:
+    """The rooms' reads on the daemon's store (store/rooms.py)."""
+    return ctx.store.reads(RoomReads)
 
 
 def _not_found(room_id: str) -> NotFound:
@@ -105,12 +105,25 @@ def _not_found(room_id: str) -> NotFound:
 
 
 def _whole_room(on: Any, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
-    """The room and all its events (``store_rooms.whole_room``).
+    """The room and all its events, in a write job (``store_rooms.whole_room``).
 
     Raises:
         NotFound: no opening of ``room_id`` here.
     """
-    room, events = store_rooms.whole_room(on, room_id)
+    return _found(room_id, store_rooms.whole_room(on, room_id))
+
+
+async def _read_room(ctx: Context, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
+    """The room and all its events, read on a reader thread.
+
+    Raises:
+        NotFound: no opening of ``room_id`` here.
+    """
+    return _found(room_id, await _reads(ctx).whole_room(room_id))
+
+
+def _found(room_id: str, found: tuple[Room | None, list[dict[str, Any]]]) -> tuple[Room, list[dict[str, Any]]]:
+    room, events = found
     if room is None:
         raise _not_found(room_id)
     return room, events
@@ -161,7 +174,7 @@ async def room_open(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     request = AppendRequest.from_wire(open_request(room_id=room_id, project=project, from_agent=from_agent,
                                                    agenda=agenda, members=members, wing=wing,
                                                    palace_room=palace_room, nonce=nonce), ctx.limits)
-    event = await ctx.astore.write(lambda w: w.append(request))
+    event = await ctx.store.write(lambda w: w.append(request))
     room = derive_room(room_id, [event])
     assert room is not None  # its own opening
     return {"success": True, "room": room.to_wire(), "event": compact(event, room), "handoff": handoff(room_id)}
@@ -180,8 +193,8 @@ async def room_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             raise _not_found(room_id)  # before a read position is kept for it
         return store_rooms.read_page(w, room_id, agent, limit)
 
-    page = await ctx.astore.write(job)
-    room, _ = await _read(ctx, _whole_room, room_id)
+    page = await ctx.store.write(job)
+    room, _ = await _read_room(ctx, room_id)
     events = [compact(e, room) for e in ctx.store.agents.annotate(page)]
     return {"room": room.to_wire(), "events": events, "more": len(page) == limit, "count": len(events)}
 
@@ -209,8 +222,8 @@ async def room_say(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                                           ctx.limits)
         return w.append(request)
 
-    event = await ctx.astore.write(job)
-    unread = await _read(ctx, store_rooms.unread_count, room_id, event["from_agent"])
+    event = await ctx.store.write(job)
+    unread = await _reads(ctx).unread_count(room_id, event["from_agent"])
     return {"success": True, "event": compact(event), "unread": unread}
 
 
@@ -233,8 +246,8 @@ async def room_close(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         close = next(e for e in events if e["id"] == room.close_event_id)
         return room, close, already_closed, _file(ctx, w, room, events, from_agent)
 
-    room, close, already_closed, (filed, already_filed, errors) = await ctx.astore.write(job, heavy=True)
-    room, _ = await _read(ctx, _whole_room, room_id)  # with this replica's readers among the members
+    room, close, already_closed, (filed, already_filed, errors) = await ctx.store.write(job, heavy=True)
+    room, _ = await _read_room(ctx, room_id)  # with this replica's readers among the members
     result: dict[str, Any] = {
         "success": not errors, "room": room.to_wire(), "event": compact(close, room), "already_closed": already_closed,
         "filed": filed, "already_filed": already_filed, "wing": room.wing, "palace_room": room.palace_room,
@@ -262,7 +275,7 @@ async def room_list(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError("status must be 'open' or 'closed'", field="status")
     agent = clean_optional("agent", args.get("agent"))
     limit = validate_page_limit(args.get("limit"), DEFAULT_LIST_LIMIT, MAX_ROOMS_LISTED)
-    rooms, capped = await _read(ctx, store_rooms.rooms_matching, project_stream(project) if project else None, status,
+    rooms, capped = await _reads(ctx).rooms_matching(project_stream(project) if project else None, status,
                                 agent, limit, MAX_ROOMS_SCANNED)
     return {"rooms": [_listed(r) for r in rooms], "count": len(rooms), "capped": capped}
 
@@ -274,7 +287,7 @@ SESSION_ROOMS_SHOWN: Final = 10
 async def rooms_of(ctx: Context, agent: str) -> list[dict[str, Any]]:
     """The open rooms ``agent`` belongs to, newest first, each with how many turns by others it
     has not read (what session start shows: room turns stay out of the inbox)."""
-    return await _read(ctx, store_rooms.open_rooms_of, agent, SESSION_ROOMS_SHOWN, MAX_ROOMS_SCANNED)
+    return await _reads(ctx).open_rooms_of(agent, SESSION_ROOMS_SHOWN, MAX_ROOMS_SCANNED)
 
 
 async def room_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -285,7 +298,7 @@ async def room_show(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     offset = args.get("offset", 0) or 0
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValidationError("offset must be a non-negative integer", field="offset")
-    room, events = await _read(ctx, _whole_room, room_id)
+    room, events = await _read_room(ctx, room_id)
     everything = ordered(room, ctx.store.agents.annotate(events))
     page = everything[offset:offset + limit]
     in_transcript = {e["id"] for e in transcript(room, everything)}
@@ -334,10 +347,10 @@ class RoomFiler(Follower):
         ctx = self.ctx
         if ctx.membership is not None and ctx.membership.role == "observer":
             return 0  # writes nothing; the members' daemons file
-        own = {origin for origin, _ in await ctx.astore.own_origins()} | {ctx.store.origin_id}
+        own = {origin for origin, _ in await ctx.store.own_origins()} | {ctx.store.origin_id}
         written = 0
         while True:
-            rooms, top = await _read(ctx, store_rooms.rooms_touched_after, self.position, self.PAGE)
+            rooms, top = await _reads(ctx).rooms_touched_after(self.position, self.PAGE)
             for room_id in rooms:
                 written += await self.file_room(room_id, own)
             self.position = top
@@ -347,7 +360,7 @@ class RoomFiler(Follower):
     async def file_room(self, room_id: str, own: set[str]) -> int:
         ctx = self.ctx
 
-        if not await _read(ctx, store_rooms.late_turns_to_file, room_id, own):
+        if not await _reads(ctx).late_turns_to_file(room_id, own):
             return 0
 
         def job(w: WriteContext) -> int:
@@ -359,7 +372,7 @@ class RoomFiler(Follower):
             return filed
 
         try:
-            filed = await ctx.astore.write(job, heavy=True)
+            filed = await ctx.store.write(job, heavy=True)
         except ApiError as exc:
             # The closing agent has moved to another daemon or retired since: a member files the
             # rest by closing again (room_close on a closed room files what is missing, as itself).
@@ -399,7 +412,7 @@ class RoomWake:
         room_id = event["correlation_id"]
         if room_id in self.member_of:
             return True
-        member = await _read(self.ctx, store_rooms.is_member, room_id, self.agent)
+        member = await _reads(self.ctx).is_member(room_id, self.agent)
         if member and len(self.member_of) < self.MAX_KNOWN:
             self.member_of.add(room_id)
         return member

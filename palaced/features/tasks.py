@@ -153,7 +153,7 @@ def view_of(ctx: Context, correlation_id: str, events: Sequence[dict[str, Any]])
 
 
 async def task_view(ctx: Context, correlation_id: str) -> dict[str, Any] | None:
-    events = await ctx.astore.events_by_correlation(correlation_id)
+    events = await ctx.store.events_by_correlation(correlation_id)
     return view_of(ctx, correlation_id, events)
 
 
@@ -182,11 +182,7 @@ async def _blockers_open_of(ctx: Context, views: Sequence[Mapping[str, Any]],
     all (an unknown one is open), and those are read in the same thread hop."""
     by_id = {view["correlation_id"]: view for view in known}
     wanted = sorted({b for view in views for b in view["blocked_by"] if b not in by_id})
-
-    def read() -> dict[str, list[dict[str, Any]]]:
-        return {cid: ctx.store.events_by_correlation(cid) for cid in sorted(ctx.store.correlations_present(wanted))}
-
-    for cid, events in (await ctx.astore.read(read) if wanted else {}).items():
+    for cid, events in (await ctx.store.events_of_correlations(wanted) if wanted else {}).items():
         view = view_of(ctx, cid, events)
         if view is not None:
             by_id[cid] = view
@@ -223,7 +219,7 @@ async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     for blocker in check_blocked_by(args.get("blocked_by")):
         if await task_view(ctx, blocker) is None:
             raise NotFound(f"blocked_by names an unknown task {blocker!r}")
-    event = await ctx.astore.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: w.append(req))
     return {"task": event, "handoff": handoff}
 
 
@@ -258,7 +254,7 @@ async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
     tasks were left out. A task derived as finished, with every conflict on it told, is recorded
     as settled, so it is not read again until an event on it arrives; an old open task therefore
     stays in every listing, the ready queue and the reconciler, however many newer tasks there are."""
-    threads, capped = await ctx.astore.tasks_to_derive(MAX_TASKS, MAX_UNSETTLED)
+    threads, capped = await ctx.store.tasks_to_derive(MAX_TASKS, MAX_UNSETTLED)
     if capped and (ctx.unsettled_capped_logged_at is None or time.monotonic() - ctx.unsettled_capped_logged_at > 3600):
         ctx.unsettled_capped_logged_at = time.monotonic()
         LOGGER.warning("more than %d tasks older than the newest %d are not finished; the oldest of them are left "
@@ -275,7 +271,7 @@ async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
     if finished:
         # Written only when a task has just finished (once per task), not on every listing.
         try:
-            await ctx.astore.write(lambda w: settle(w, finished))
+            await ctx.store.write(lambda w: settle(w, finished))
         except (ApiError, StoreError) as exc:  # a full disk, shutting down: derived again next time
             LOGGER.info("could not record finished tasks: %s", getattr(exc, "message", exc))
     return views, capped
@@ -352,7 +348,7 @@ async def task_claim(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
              "ack_of": request["id"], "body": f"{agent} claims {cid}", "metadata": {"ack_of": request["id"]}},
             ctx.limits))
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     after = await task_view(ctx, cid)
     return {"task": _public(after), "event": event, "already": False}
 
@@ -398,7 +394,7 @@ async def _task_event(ctx: Context, view: Mapping[str, Any], kind: str, agent: s
          "status": "open" if kind in (RELEASE, REASSIGN) else None, "body": body, "metadata": metadata or {},
          "artifact_ids": list(artifact_ids)},
         ctx.limits)
-    return await ctx.astore.write(lambda w: w.append(req))
+    return await ctx.store.write(lambda w: w.append(req))
 
 
 def _public(view: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ async def usage(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     budgets = parse_budgets(args["budgets"]) if args.get("budgets") is not None else None
     # A budget's window (today, this month, a task's whole life) is judged on every report that
     # counts, whatever ``since`` narrowed the totals to; each task's is read only if a task budget is set.
-    figures = await ctx.astore.usage(
+    figures = await ctx.store.usage(
         by, since, format_stamp(time.time()) if budgets is not None else None,
         tasks=budgets is not None and (budgets.task_usd is not None or budgets.task_tokens is not None))
     out: dict[str, Any] = {"by": by, "since": since or None, "reports": sum(t.runs for t in figures.totals),

@@ -32,7 +32,6 @@ from palace_proto.workers import encode_activity
 from ..bus import EventBus
 from ..config import Config
 from ..membership import Membership, load_ca_key
-from ..store import Store
 from ..store.aio import AsyncStore
 
 if TYPE_CHECKING:
@@ -73,7 +72,8 @@ class Context:
     """The daemon's state as the handlers see it (one per daemon; see the module docstring)."""
 
     config: Config
-    astore: AsyncStore
+    #: the store: its writer (``write``) and its reads, each a typed coroutine (store/aio.py)
+    store: AsyncStore
     bus: EventBus
     #: this daemon's Ed25519 key (signs its events; its certificate's key once it joins a palace)
     identity: Ed25519PrivateKey
@@ -107,12 +107,10 @@ class Context:
     started_at: float = field(default_factory=time.time)
     started_monotonic: float = field(default_factory=time.monotonic)
     # Derived once from the above (read on every request, so plain attributes rather than properties).
-    store: Store = field(init=False)
     limits: Limits = field(init=False)
     fingerprint: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.store = self.astore.store
         self.limits = self.config.limits
         self.fingerprint = fingerprint(self.store.public_key)
 
@@ -165,13 +163,13 @@ class Context:
         else SQLite (what every follower of the log reads after a wake)."""
         events = self.bus.events_after(seq, limit)
         if events is None:
-            events = await self.astore.events_after_seq(seq, limit)
+            events = await self.store.events_after_seq(seq, limit)
         return events
 
     async def event_or_404(self, event_id: Any, field: str = "event_id") -> dict[str, Any]:
         """The event named by a request's ``field``, or ``not_found``."""
         eid = clean_required(field, event_id)
-        event = await self.astore.get_event(eid)
+        event = await self.store.get_event(eid)
         if event is None:
             raise NotFound(f"event {eid!r} not found")
         return event

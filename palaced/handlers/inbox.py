@@ -30,15 +30,15 @@ MAX_INBOX_LIMIT: Final = 500
 async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dict[str, Any]:
     """The agent's inbox page (events flagged by the agent registry), noting how far it listed."""
     excluded = ctx.features.inbox_excludes  # read where they belong (a room's turns in the room)
-    cursor, events = await ctx.astore.inbox_page(agent, limit + 1, preview, excluded)
+    cursor, events = await ctx.store.inbox_page(agent, limit + 1, preview, excluded)
     more = len(events) > limit
     events = ctx.store.agents.annotate(events[:limit])
     if events and events[-1]["seq"] > cursor.listed_seq:
         last = events[-1]["seq"]
-        await ctx.astore.write(lambda w: store_inbox.note_listed(w, agent, last))
+        await ctx.store.write(lambda w: store_inbox.note_listed(w, agent, last))
         cursor = store_inbox.Cursor(cursor.read_seq, cursor.read_event_id, last)
     # The page holds every unread event unless there are more: only then count them apart.
-    unread = (await ctx.astore.unread_count(agent, cursor.read_seq, excluded) if more
+    unread = (await ctx.store.unread_count(agent, cursor.read_seq, excluded) if more
               else len(events))
     return {"agent": agent, "events": events, "count": len(events), "more": more, "unread": unread,
             "unread_capped": unread >= store_inbox.UNREAD_COUNT_CAP, "cursor": cursor.to_wire()}
@@ -60,8 +60,8 @@ async def inbox_mark_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
     def job(w: WriteContext) -> tuple[store_inbox.Cursor, bool]:
         return store_inbox.mark_read(w, agent, upto)
 
-    cursor, moved = await ctx.astore.write(job)
-    unread = await ctx.astore.unread_count(agent, cursor.read_seq, ctx.features.inbox_excludes)
+    cursor, moved = await ctx.store.write(job)
+    unread = await ctx.store.unread_count(agent, cursor.read_seq, ctx.features.inbox_excludes)
     return {"agent": agent, "moved": moved, "cursor": cursor.to_wire(), "unread": unread,
             "unread_capped": unread >= store_inbox.UNREAD_COUNT_CAP}
 

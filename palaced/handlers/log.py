@@ -70,7 +70,7 @@ async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             raise NotFound(f"event {req.ack_of!r} not found")
         return w.append(req)  # judged by the authority table there, as every write is
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     if replicated:
         # The event is committed locally whatever happens next; the reply says how far it got.
         return {**event, "replication": await wait_replicated(ctx, event, replicated, timeout_s)}
@@ -96,7 +96,7 @@ async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                 raise type(exc)(f"events[{index}]: {exc.message}; nothing was appended") from None
         return appended
 
-    events = await ctx.astore.write(job)
+    events = await ctx.store.write(job)
     return {"events": [{"id": e["id"], "seq": e["seq"], "origin_seq": e["origin_seq"], "created_at": e["created_at"]}
                        for e in events],
             "count": len(events), "origin": ctx.store.origin_id}
@@ -110,7 +110,7 @@ async def list_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     query = ListQuery.from_wire(args)
     if query.text is not None:
         await index_text(ctx)  # a search never misses a committed event the indexer has not reached
-    events = ctx.store.agents.annotate(await ctx.astore.list_events(query))
+    events = ctx.store.agents.annotate(await ctx.store.list_events(query))
     return {"events": events, "count": len(events)}
 
 
@@ -121,7 +121,7 @@ async def _catch_up(ctx: Context, job: Callable[[WriteContext], tuple[int, int]]
     (issue 27)."""
     target = ctx.bus.latest_seq
     while True:
-        position, taken = await ctx.astore.write(job, durable=False, derived=True)
+        position, taken = await ctx.store.write(job, durable=False, derived=True)
         if taken == 0 or position >= target:
             return position
 
@@ -176,7 +176,7 @@ class LogFollower(Follower):
         await ctx.bus.wait_beyond(self.position, background=True)
         while True:
             await trio.sleep(self.SETTLE_S)
-            if ctx.astore.idle_s >= self.IDLE_S or ctx.bus.latest_seq - self.position >= self.BACKLOG:
+            if ctx.store.idle_s >= self.IDLE_S or ctx.bus.latest_seq - self.position >= self.BACKLOG:
                 return
 
 
@@ -192,12 +192,12 @@ async def wait(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     timeout_ms = validate_timeout_ms(args.get("timeout_ms"))
     after = None
     if query.since_event_id:
-        after = await ctx.astore.resolve_seq("since_event_id", query.since_event_id)
+        after = await ctx.store.resolve_seq("since_event_id", query.since_event_id)
     if query.before_event_id:
-        await ctx.astore.resolve_seq("before_event_id", query.before_event_id)
+        await ctx.store.resolve_seq("before_event_id", query.before_event_id)
     # Note the tip *before* querying: anything committed later is seen by the bus loop below.
     mark = ctx.bus.latest_seq
-    events = ctx.store.agents.annotate(await ctx.astore.list_events(query, after_seq=after))
+    events = ctx.store.agents.annotate(await ctx.store.list_events(query, after_seq=after))
     if events or query.before_event_id:
         return {"timed_out": not events, "events": events, "count": len(events)}
     cursor = max(mark, after or 0)
@@ -235,12 +235,12 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
     if start == "cursor":
         if not query.since_event_id:
             raise ValidationError("since_event_id is required when start is 'cursor'", field="since_event_id")
-        cursor_seq = await ctx.astore.resolve_seq("since_event_id", query.since_event_id)
+        cursor_seq = await ctx.store.resolve_seq("since_event_id", query.since_event_id)
         cursor_id: str | None = query.since_event_id
     elif start == "beginning":
         cursor_seq, cursor_id = 0, None
     else:
-        cursor_seq, cursor_id = await ctx.astore.latest()
+        cursor_seq, cursor_id = await ctx.store.latest()
     if worker is not None and agent is None:
         raise ValidationError("a worker's watch needs its agent", field="agent")
     # A feature may keep an agent's watch asleep on some of its events (a room event to everyone
@@ -349,7 +349,7 @@ async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         )
         return w.append(req)
 
-    return await ctx.astore.write(job)
+    return await ctx.store.write(job)
 
 
 async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -430,7 +430,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             raise ValidationError(f"event {target_id!r} is already redacted", field="event_id")
         return {**first, "also_redacted": also}
 
-    event = await ctx.astore.write(job)
+    event = await ctx.store.write(job)
     LOGGER.warning("event %s redacted by %s%s", target_id, from_agent, " (operator)" if operator else "")
     # Said only once it is true: a reader holding an old snapshot keeps the WAL (and the old
     # page images in it) until it lets go; the writer retries, and `status` shows it meanwhile.

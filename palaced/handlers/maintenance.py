@@ -62,8 +62,8 @@ async def ping(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
-    counts = await ctx.astore.counts()
-    _, latest_id = await ctx.astore.latest()
+    counts = await ctx.store.counts()
+    _, latest_id = await ctx.store.latest()
     config = ctx.config
     result: dict[str, Any] = {
         "version": __version__, "protocol": PROTOCOL_VERSION, "home": str(config.home),
@@ -76,7 +76,7 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                    "rebuild": dict(ctx.memory_rebuild_progress) if ctx.memory_rebuild_progress else None},
         "started_at": format_stamp_seconds(ctx.started_at),
         "uptime_s": round(time.monotonic() - ctx.started_monotonic, 3),
-        "watchers": len(ctx.watchers), "writer": ctx.astore.statistics(),
+        "watchers": len(ctx.watchers), "writer": ctx.store.statistics(),
         "storage": await trio.to_thread.run_sync(storage_sizes, ctx),
         "palace": ctx.membership.to_wire() if ctx.membership else None,
         "network": await network_status(ctx),
@@ -155,16 +155,16 @@ async def export_page(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     since = args.get("since_event_id")
     if since is not None:
         since_id = clean_required("since_event_id", since)
-        after = await ctx.astore.resolve_seq("since_event_id", since_id)
+        after = await ctx.store.resolve_seq("since_event_id", since_id)
     streams = _streams(args)
-    events, keys = await ctx.astore.export_page(after, limit, streams)
+    events, keys = await ctx.store.export_page(after, limit, streams)
     page: dict[str, Any] = {
         "events": [{"seq": seq, **event_to_export(event)} for seq, event in events],
         "origins": {origin: key.hex() for origin, key in keys.items()},
         "next_after_seq": events[-1][0] if events else after, "done": len(events) < limit,
     }
     if args.get("with_total"):
-        page["total"] = await ctx.astore.count_events(after, streams)
+        page["total"] = await ctx.store.count_events(after, streams)
     return page
 
 
@@ -223,7 +223,7 @@ async def import_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
                                 "reason": "artifact content does not match its sha256"})
         return {**w.import_history(events, keys), "artifacts": stored_artifacts}
 
-    result = await ctx.astore.write(job, heavy=True)
+    result = await ctx.store.write(job, heavy=True)
     result["refused"] = refused + result["refused"]
     result["failed"] = failures
     return result

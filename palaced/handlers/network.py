@@ -41,7 +41,7 @@ async def network_status(ctx: Context) -> dict[str, Any] | None:
     network = ctx.network
     if network is None:
         return None
-    forks = await ctx.astore.forks()
+    forks = await ctx.store.forks()
     return {"listen": network.listen_addresses, "mdns": network.dialer.mdns_state,
             "connected": network.views.connected_peers(), "forks": len(forks),
             "limits": network.limits.statistics(), "link_failures": network.links.failures,

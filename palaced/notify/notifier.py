@@ -154,7 +154,7 @@ class Notifier:
         known: set[tuple[Any, Any]] | None = None
         while True:
             try:
-                forks = await self.ctx.astore.forks()
+                forks = await self.ctx.store.forks()
             except ApiError as exc:
                 LOGGER.warning("notifications could not read the forks: %s", exc.message)
                 forks = None

@@ -53,11 +53,10 @@ class Admission:
     """Takes each incoming TCP connection (``on_tcp``, the listener's handler) to a link, to
     enrolment, or to a refusal."""
 
-    def __init__(self, *, home: Path, membership: Membership, astore: AsyncStore, runner: LinkRunner,
+    def __init__(self, *, home: Path, membership: Membership, store: AsyncStore, runner: LinkRunner,
                  server_ctx: ssl.SSLContext, enrol_ctx: ssl.SSLContext | None, limits: LimitLog) -> None:
         self.membership = membership
-        self.astore = astore
-        self.store = astore.store
+        self.store = store
         self.runner = runner
         self.limits = limits
         self._home = home
@@ -76,7 +75,7 @@ class Admission:
         """Whether the listener should let certificate-less joiners through to enrolment."""
         if self._enrol_ctx is None:
             return
-        self.invites_pending = await self.astore.pending_invites(int(time.time())) > 0
+        self.invites_pending = await self.store.pending_invites(int(time.time())) > 0
 
     def _admit(self, host: str) -> bool:
         """May a new connection from ``host`` proceed to the TLS handshake? (Bounds: total, per host
@@ -149,7 +148,7 @@ class Admission:
             return
         if cert is None:
             try:
-                await serve_enrolment(stream, self.astore, ca_key=self._load_ca_key,
+                await serve_enrolment(stream, self.store, ca_key=self._load_ca_key,
                                       ca_pem=self.membership.ca_cert_pem, palace_id=self.membership.palace_id,
                                       palace_name=self.membership.palace_name, remote=remote,
                                       now=lambda: datetime.datetime.now(datetime.UTC))

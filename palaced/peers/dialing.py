@@ -78,13 +78,12 @@ class Target:
 class Dialer:
     """The dial targets and their loops (started in ``nursery`` once the network runs)."""
 
-    def __init__(self, *, peer_id: str, membership: Membership, astore: AsyncStore, directory: MemberDirectory,
+    def __init__(self, *, peer_id: str, membership: Membership, store: AsyncStore, directory: MemberDirectory,
                  registry: LinkRegistry, runner: LinkRunner, client_ctx: ssl.SSLContext, limits: LimitLog,
                  mdns: bool) -> None:
         self.peer_id = peer_id
         self.membership = membership
-        self.astore = astore
-        self.store = astore.store
+        self.store = store
         self.directory = directory
         self.registry = registry
         self.runner = runner
@@ -100,9 +99,9 @@ class Dialer:
 
     async def dial_known(self) -> None:
         """Dial the static peers and the addresses remembered from earlier connections."""
-        for address in await self.astore.static_peers():
+        for address in await self.store.static_peers():
             self.add_target(address, "static")
-        for peer_id, address, _source, _ok in await self.astore.peer_addresses():
+        for peer_id, address, _source, _ok in await self.store.peer_addresses():
             self.add_target(address, "remembered", peer_id=peer_id)
 
     # -- mDNS ----------------------------------------------------------------------------------
@@ -182,7 +181,7 @@ class Dialer:
         def job(ctx: WriteContext) -> None:
             peer_rows.add_static_peer(ctx, normal, _utc())
 
-        await self.astore.write(job)
+        await self.store.write(job)
         self.add_target(normal, "static")
         return normal
 
@@ -193,7 +192,7 @@ class Dialer:
         def job(ctx: WriteContext) -> bool:
             return peer_rows.remove_static_peer(ctx, normal)
 
-        removed = await self.astore.write(job)
+        removed = await self.store.write(job)
         target = self.targets.get(normal)
         if target is not None:
             target.sources.discard("static")
@@ -289,7 +288,7 @@ class Dialer:
             peer_rows.remember_address(ctx, peer_id, address, source, _utc(), REMEMBERED_PER_PEER)
 
         try:
-            await self.astore.write(job)
+            await self.store.write(job)
         except (StoreError, ApiError) as exc:  # remembering is a convenience: a full disk must not stop the link
             self.limits.hit("remember_address", "could not remember the address of %s: %s", peer_id, exc)
 

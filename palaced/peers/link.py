@@ -36,7 +36,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import trio
@@ -62,14 +62,13 @@ from palace_proto.peer import (
 )
 from palace_proto.session import ConnectionClosed
 from palace_proto.stamps import format_stamp
-from palace_proto.sync import vector_forks, verify_batch
+from palace_proto.sync import verify_batch
 from palace_proto.sync_plan import SERVE_RATE_EVENTS_S, OwedPage
 from palace_proto.text import printable
 
 from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import BindingError, MemberDirectory
-from ..store import Store
 from ..store.aio import HEAVY_ARTIFACT_BYTES, AsyncStore
 
 __all__ = ["LinkHooks", "PeerLink"]
@@ -99,18 +98,6 @@ def _utc_now() -> str:
 def _short(peer_id: str | None) -> str:
     """A peer's short id (the first group of its fingerprint), as log lines name it."""
     return printable((peer_id or "unknown").split("-")[0], 16)
-
-
-def _absent_artifacts(store: Store, events: Sequence[SignedEvent]) -> list[tuple[SignedEvent, list[str]]]:
-    """For each event, the artifact ids it names that we do not hold (a read on a reader thread)."""
-    def held(artifact_id: str) -> bool:
-        try:
-            store.get_artifact(artifact_id, with_content=False)
-        except NotFound:
-            return False
-        return True
-
-    return [(event, [a for a in event.artifact_ids if not held(a)]) for event in events]
 
 
 def _bind_announced(directory: MemberDirectory, message: Hello | Members) -> list[str]:
@@ -199,16 +186,16 @@ class PeerLink:
     """Replicates with one connected peer until the stream closes. ``machine`` is its protocol
     (and holds what ``status`` and ``peers`` read: ``stats``, ``confirmed``, ``forks``...)."""
 
-    def __init__(self, stream: trio.abc.Stream, hello: Hello, astore: AsyncStore, bus: EventBus,
+    def __init__(self, stream: trio.abc.Stream, hello: Hello, store: AsyncStore, bus: EventBus,
                  key_for: Callable[[str], bytes | None] | None = None, directory: MemberDirectory | None = None, *,
                  expected_peer_id: str | None = None, hooks: LinkHooks | None = None,
                  max_artifact_bytes: int = 64 * 1024 * 1024, dialer: str | None = None,
                  limits: LimitLog | None = None) -> None:
         one_key = (lambda origin, origin_seq: key_for(origin)) if key_for is not None else None
         self.machine = LinkMachine(hello, directory=directory, key_for=one_key, expected_peer_id=expected_peer_id,
-                                   max_artifact_bytes=max_artifact_bytes, limits=astore.store.limits)
+                                   max_artifact_bytes=max_artifact_bytes, limits=store.limits)
         self.stream = stream
-        self.astore = astore
+        self.store = store
         self.bus = bus
         self.directory = directory
         self.hooks = hooks
@@ -328,20 +315,20 @@ class PeerLink:
         if isinstance(event, (Hello, Members)):
             await self._bind(event)
         elif isinstance(event, Vector):
-            heads = self.astore.store.heads()  # kept in memory at each commit: no read, no thread hop
-            forks = await self.astore.read(vector_forks, heads, event, self.astore.store.stored_hash)
+            heads = self.store.heads()  # kept in memory at each commit: no read, no thread hop
+            forks = await self.store.vector_forks(heads, event)
             elsewhere = (lambda origin, max_seq: hooks.pull_elsewhere(self, origin, max_seq)) if hooks else None
             for origin in self.machine.vector_checked(event, heads, forks, now=trio.current_time(), elsewhere=elsewhere,
-                                                      refused_next=self.astore.store.refusals.next):
+                                                      refused_next=self.store.refusals.next):
                 self.log.error("holds a different history of origin %s (fork)", origin)
         elif isinstance(event, Events):
             await self._on_events(event)
         elif isinstance(event, ArtifactArrived):
             content = event.received.content
-            await self.astore.write(lambda ctx: ctx.put_verified_artifact(content=content, **event.record),
+            await self.store.write(lambda ctx: ctx.put_verified_artifact(content=content, **event.record),
                                     heavy=len(content) > HEAVY_ARTIFACT_BYTES)
             self.log.info("sent artifact %s (%d bytes)", event.received.artifact_id, len(content))
-            self.machine.artifact_stored(event.received, self.astore.store.heads())
+            self.machine.artifact_stored(event.received, self.store.heads())
         elif isinstance(event, ArtifactAbsent):
             self.log.warning("does not have artifact %s", printable(event.artifact_id))
         elif hooks is not None and isinstance(event, PeerConfirmed):
@@ -361,7 +348,7 @@ class PeerLink:
                                 _short(self.peer_id), len(refused), printable(refused[0], 200))
             unsaved = self.directory.take_unsaved()
             if unsaved:
-                await self.astore.write(lambda ctx: ctx.save_bindings(unsaved))
+                await self.store.write(lambda ctx: ctx.save_bindings(unsaved))
         if isinstance(message, Hello) and self.hooks is not None:
             self.hooks.link_ready(self)
 
@@ -396,17 +383,17 @@ class PeerLink:
         a thread; a live push in the loop, without waiting for its fsync (the events are on disk at
         their origin already: our watchers see them a fsync sooner, issue 27; the receipt waits
         for our own sync)."""
-        store, directory, live = self.astore.store, self.directory, len(events) <= INLINE_VERIFY_EVENTS
+        store, directory, live = self.store, self.directory, len(events) <= INLINE_VERIFY_EVENTS
         observe = directory.observe if directory is not None else None
         may_redact = directory.redaction_authorized if directory is not None else None
         self._applying = True
-        report = await self.astore.write(
+        report = await self.store.write(
             lambda ctx: ctx.apply_remote(events, self.machine.key_for, source=self.peer_id, on_applied=observe,
                                          verified_keys=keys, may_redact=may_redact),
             heavy=not live, durable=not live)
         # What we hold as of the batches the writer counted, all of which the next sync covers
         # (a batch still being committed may already show in ``heads``; issue 43).
-        heads, committed = store.heads(), self.astore.committed_heads()
+        heads, committed = store.heads(), self.store.committed_heads()
         if report.rejected:
             self.limits.hit(f"events_rejected/{self.peer_id}", "peer %s: rejected %d event(s) it sent (not from "
                             "a member in good standing, or a bad hash or signature)", _short(self.peer_id),
@@ -417,8 +404,7 @@ class PeerLink:
                             printable(report.refused[0][1], 200))
         if report.forks:
             self.log.error("refused %d forked event(s) it sent", len(report.forks))
-        missing = (await self.astore.read(_absent_artifacts, store, report.missing_artifacts)
-                   if report.missing_artifacts else [])
+        missing = await store.absent_artifacts(report.missing_artifacts) if report.missing_artifacts else []
         self.machine.batch_applied(events, report, missing, heads=heads, committed=committed,
                                    refused_next=store.refusals.next)
         self._applying = False  # (a failure ends the link: nothing to reset then)
@@ -449,7 +435,7 @@ class PeerLink:
                                     "at that rate", _short(self.peer_id), int(SERVE_RATE_EVENTS_S))
             elif isinstance(step, ArtifactWant):
                 try:
-                    record = await self.astore.get_artifact(step.artifact_id)
+                    record = await self.store.get_artifact(step.artifact_id)
                 except NotFound:
                     record = None
                 machine.artifact_read(step, record)
@@ -476,8 +462,8 @@ class PeerLink:
         """Sync the WAL for receipts and our vector (beside the sender: a push does not wait for it).
         The vector names ``durable_heads``: read after the sync, the store's heads would name events
         committed while it ran (issue 43)."""
-        await self.astore.sync(RECEIPT_SYNC_S)
-        self.machine.synced(self.astore.durable_heads())
+        await self.store.sync(RECEIPT_SYNC_S)
+        self.machine.synced(self.store.durable_heads())
         self._wake.set()
 
     async def _fill(self, page: OwedPage) -> list[SignedEvent]:
@@ -487,10 +473,10 @@ class PeerLink:
         events = self.bus.signed_after(page.origin, page.after_seq, page.limit) or []
         if len(events) == page.limit:
             return events
-        head = self.astore.store.heads().get(page.origin)
+        head = self.store.heads().get(page.origin)
         limit = self.machine.bound_by_head(page, head.max_seq if head is not None else None)
         if limit <= 0:
             return []
         if len(events) < limit:
-            events = await self.astore.signed_events_of_origin(page.origin, page.after_seq, limit)
+            events = await self.store.signed_events_of_origin(page.origin, page.after_seq, limit)
         return events

@@ -42,11 +42,11 @@ HANDSHAKE_TIMEOUT_S: Final = 10.0
 class LinkRunner:
     """Runs authenticated connections as links (``run``); counts the ones that failed unexpectedly."""
 
-    def __init__(self, *, peer_id: str, hello: Hello, astore: AsyncStore, bus: EventBus, directory: MemberDirectory,
+    def __init__(self, *, peer_id: str, hello: Hello, store: AsyncStore, bus: EventBus, directory: MemberDirectory,
                  registry: LinkRegistry, hooks: LinkHooks, max_artifact_bytes: int, limits: LimitLog) -> None:
         self.peer_id = peer_id
         self.hello = hello
-        self.astore = astore
+        self.store = store
         self.bus = bus
         self.directory = directory
         self.registry = registry
@@ -81,7 +81,7 @@ class LinkRunner:
             record.state, record.last_error, record.last_error_at = "revoked", "revoked", _utc()
             await trio.aclose_forcefully(stream)
             return "revoked"
-        link = PeerLink(stream, self.hello, self.astore, self.bus, directory=self.directory,
+        link = PeerLink(stream, self.hello, self.store, self.bus, directory=self.directory,
                         expected_peer_id=peer_id, hooks=self.hooks, max_artifact_bytes=self.max_artifact_bytes,
                         dialer=dialer, limits=self.limits)
         if not self.registry.register(link, peer_id):

@@ -65,14 +65,13 @@ class Network:
     """The peer network: its parts, their lifetime (``run``), and the hooks its links call."""
 
     def __init__(self, *, settings: NetworkSettings, home: Path, membership: Membership, identity: Ed25519PrivateKey,
-                 identity_path: Path, astore: AsyncStore, bus: EventBus, directory: MemberDirectory,
+                 identity_path: Path, store: AsyncStore, bus: EventBus, directory: MemberDirectory,
                  watchers: Callable[[], list[tuple[str, ...]]], max_artifact_bytes: int,
                  facts: Callable[[], Awaitable[Mapping[str, Any]]] | None = None) -> None:
         self.settings = settings
         self.membership = membership
         self.identity = identity
-        self.astore = astore
-        self.store = astore.store
+        self.store = store
         self.bus = bus
         self.directory = directory
         self.peer_id = membership.peer_id
@@ -92,13 +91,13 @@ class Network:
         #: every bound the network keeps on outside input, logged once and counted (``status``)
         self.limits = LimitLog(logging.getLogger("palaced.peers"))
         self.registry = LinkRegistry(self.peer_id)
-        self.links = LinkRunner(peer_id=self.peer_id, hello=self.hello, astore=astore, bus=bus, directory=directory,
+        self.links = LinkRunner(peer_id=self.peer_id, hello=self.hello, store=store, bus=bus, directory=directory,
                                 registry=self.registry, hooks=self, max_artifact_bytes=max_artifact_bytes,
                                 limits=self.limits)
-        self.dialer = Dialer(peer_id=self.peer_id, membership=membership, astore=astore, directory=directory,
+        self.dialer = Dialer(peer_id=self.peer_id, membership=membership, store=store, directory=directory,
                              registry=self.registry, runner=self.links, client_ctx=client_ctx, limits=self.limits,
                              mdns=settings.mdns)
-        self.admission = Admission(home=home, membership=membership, astore=astore, runner=self.links,
+        self.admission = Admission(home=home, membership=membership, store=store, runner=self.links,
                                    server_ctx=server_ctx, enrol_ctx=enrol_ctx, limits=self.limits)
         # The registry's subscribers hear each change in this order: gossip (ready links), receipts,
         # reports. What a new link is sent first: presence, then reports (the order of the sources).

@@ -30,7 +30,7 @@ from palace_proto.text import printable
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
-from ..store import Store
+from ..store.aio import AsyncStore
 from .clock import _utc
 from .gossip import Gossip, GossipRecord
 from .registry import LinkChange, LinkRegistry
@@ -66,7 +66,7 @@ class HeardReport:
 class Reports:
     """This daemon's report and the newest one heard from each other daemon."""
 
-    def __init__(self, *, peer_id: str, membership: Membership, identity: Ed25519PrivateKey, store: Store,
+    def __init__(self, *, peer_id: str, membership: Membership, identity: Ed25519PrivateKey, store: AsyncStore,
                  directory: MemberDirectory, registry: LinkRegistry, views: PeerViews, gossip: Gossip,
                  facts: Callable[[], Awaitable[Mapping[str, Any]]] | None, limits: LimitLog) -> None:
         self.peer_id = peer_id

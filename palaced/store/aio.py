@@ -16,21 +16,26 @@ page meanwhile, so nothing acknowledged is lost.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
 
 import trio
 
-from palace_proto.envelope import CommittedEvent, SignedEvent
+from palace_proto.envelope import CommittedEvent
 from palace_proto.sync import OriginHead
-from palace_proto.validation import ListQuery
+from palace_proto.validation import Limits
 
 from . import inbox, task_threads
 from . import usage as store_usage
+from .agents import AgentRegistry
+from .apply import Refusals
+from .queries import Reads
+from .reads import ReadSet, StoreRead
 from .store import Store
+from .wal import Wal
 from .wal_keeper import WalKeeper
 from .writer import HEAVY_ARTIFACT_BYTES, Writer
 
@@ -40,14 +45,19 @@ LOGGER: Final = logging.getLogger("palaced.store")
 # Why 4: reads are short index lookups; more threads than cores only add contention on 2 cores.
 READ_THREADS: Final = 4
 
+R = TypeVar("R")
+S = TypeVar("S", bound=ReadSet)
 
-class AsyncStore:
+
+class AsyncStore(ReadSet):
     """Async facade over ``Store``. Run ``serve_writer`` in a nursery (idle maintenance, and the
     drain at shutdown) before calling ``write``."""
 
     def __init__(self, store: Store, on_committed: Callable[[list[CommittedEvent]], bool | None],
                  on_purged: Callable[[list[str]], None] | None = None) -> None:
+        super().__init__(store, self._hop)
         self.store = store
+        self._sets: dict[type[ReadSet], ReadSet] = {}
         #: keeps the WAL small; the writer's ``Upkeep``
         self.keeper = WalKeeper(store)
         #: the group-commit writer
@@ -85,6 +95,12 @@ class AsyncStore:
         (``Writer``). Kept in memory: no read, no thread hop."""
         return dict(self.writer.durable_heads)
 
+    async def rebuild_memory(self, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """The memory's views rebuilt from the log (``Store.rebuild_memory``) as one heavy write;
+        ``progress(done, total)`` is called in the writer's thread."""
+        counts: dict[str, int] = await self.write(lambda w: self.store.rebuild_memory(w, progress), heavy=True)
+        return counts
+
     async def checkpoint(self) -> None:
         """Try to truncate the WAL now, between two batches (as the keeper does by itself when
         the WAL grows); the outcome shows in ``statistics``."""
@@ -108,117 +124,101 @@ class AsyncStore:
         """Refuse new writes (shutdown); queued ones still commit, then ``serve_writer`` returns."""
         self.writer.close()
 
+    # -- the store's state kept in memory (no read, no thread hop) --------------------------------
+
+    @property
+    def origin_id(self) -> str:
+        """This daemon's own origin (its Ed25519 public key, hex)."""
+        return self.store.origin_id
+
+    @property
+    def public_key(self) -> bytes:
+        return self.store.public_key
+
+    @property
+    def agents(self) -> AgentRegistry:
+        """The agent registry as of the last commit (agents.py), read in the event loop."""
+        return self.store.agents
+
+    @property
+    def refusals(self) -> Refusals:
+        """The arrivals this replica refused, counted (for ``status``)."""
+        return self.store.refusals
+
+    @property
+    def limits(self) -> Limits:
+        return self.store.limits
+
+    @property
+    def wal(self) -> Wal:
+        return self.store.wal
+
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    def version_vector(self) -> dict[str, int]:
+        return self.store.version_vector()
+
+    def heads(self) -> dict[str, OriginHead]:
+        return self.store.heads()
+
     # -- reading (each on a reader thread, under the readers' limiter) ---------------------------
-    # The store's reads (queries.Reads, inbox, task_threads) as the event loop calls them: each
-    # does its own thread hop, so a caller holds this one object and never picks the hop itself.
+    # The store's reads (queries.Reads, inbox, task_threads, usage) as the event loop calls them,
+    # each declared once where it is written and offered here as a typed coroutine (reads.py); a
+    # feature's own reads are a set of their own, declared in its store module (``reads``). A
+    # caller never passes a function nor picks the thread hop.
 
-    async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn``, reads of the store that belong together (one hop for all), on a reader thread."""
-        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._read_limiter)
+    async def _hop(self, fn: Callable[[], R]) -> R:
+        return await trio.to_thread.run_sync(fn, limiter=self._read_limiter)
 
-    async def _hop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._read_limiter)
+    def reads(self, kind: type[S]) -> S:
+        """A feature's reads — the ``ReadSet`` its store module declares (``RoomReads``, ...) — on
+        this store: ``await store.reads(RoomReads).whole_room(room_id)``."""
+        found = self._sets.get(kind)
+        if found is None:
+            found = self._sets[kind] = kind(self.store, self._hop)
+        return found  # type: ignore[return-value]
 
-    async def get_event(self, event_id: str) -> dict[str, Any] | None:
-        return await self._hop(self.store.get_event, event_id)
-
-    async def resolve_seq(self, field_name: str, event_id: str) -> int:
-        """Raises ``NotFound`` (naming ``field_name``) for an unknown id."""
-        return await self._hop(self.store.resolve_seq, field_name, event_id)
-
-    async def latest(self) -> tuple[int, str | None]:
-        return await self._hop(self.store.latest)
-
-    async def list_events(self, query: ListQuery, *, after_seq: int | None = None) -> list[dict[str, Any]]:
-        return await self._hop(functools.partial(self.store.list_events, query, after_seq=after_seq))
-
-    async def events_after_seq(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
-        return await self._hop(self.store.events_after_seq, after_seq, limit)
-
-    async def person_answers(self, question_ids: Sequence[str], per_origin: int) -> list[dict[str, Any]]:
-        return await self._hop(self.store.person_answers, question_ids, per_origin)
-
-    async def events_of_types(self, types: Sequence[str], since_created_at: str, limit: int) -> list[dict[str, Any]]:
-        return await self._hop(self.store.events_of_types, types, since_created_at, limit)
-
-    async def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        return await self._hop(self.store.events_by_correlation, correlation_id, limit)
-
-    async def correlations_present(self, correlation_ids: Sequence[str], types: Sequence[str] = (),
-                                   origin: str | None = None) -> set[str]:
-        return await self._hop(self.store.correlations_present, correlation_ids, types, origin)
-
-    async def signed_events_of_origin(self, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent]:
-        return await self._hop(self.store.signed_events_of_origin, origin, after_origin_seq, limit)
-
-    async def signed_events_of_type(self, event_type: str) -> list[SignedEvent]:
-        return await self._hop(self.store.signed_events_of_type, event_type)
-
-    async def export_page(self, after_seq: int, limit: int, streams: Sequence[str] | None = None,
-                          ) -> tuple[list[tuple[int, SignedEvent]], dict[str, bytes]]:
-        return await self._hop(self.store.export_page, after_seq, limit, streams)
-
-    async def count_events(self, after_seq: int = 0, streams: Sequence[str] | None = None) -> int:
-        return await self._hop(self.store.count_events, after_seq, streams)
-
-    async def counts(self) -> dict[str, int]:
-        return await self._hop(self.store.counts)
-
-    async def forks(self) -> list[dict[str, Any]]:
-        return await self._hop(self.store.forks)
-
-    async def get_artifact(self, id_or_sha256: str, *, with_content: bool = True) -> dict[str, Any]:
-        """Raises ``NotFound``: no such artifact on this replica."""
-        return await self._hop(functools.partial(self.store.get_artifact, id_or_sha256, with_content=with_content))
-
-    async def own_origins(self) -> list[tuple[str, bytes | None]]:
-        return await self._hop(self.store.own_origins)
-
-    async def origins_of_key(self, public_key: bytes) -> dict[str, int]:
-        return await self._hop(self.store.origins_of_key, public_key)
-
-    async def bindings(self) -> list[tuple[str, bytes, bytes | None]]:
-        return await self._hop(self.store.bindings)
-
-    async def static_peers(self) -> list[str]:
-        return await self._hop(self.store.static_peers)
-
-    async def peer_addresses(self) -> list[tuple[str, str, str, str]]:
-        return await self._hop(self.store.peer_addresses)
-
-    async def invite(self, invite_id: str) -> tuple[bytes, str, int, str | None] | None:
-        return await self._hop(self.store.invite, invite_id)
-
-    async def pending_invites(self, now_unix: int) -> int:
-        return await self._hop(self.store.pending_invites, now_unix)
-
-    async def memory_read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """A memory_views query (``fn``, given the reader connection first) on a reader thread."""
-        return await self._hop(functools.partial(self.store.memory_read, fn, *args, **kwargs))
-
-    async def drawer(self, drawer_id: str) -> dict[str, Any] | None:
-        return await self._hop(self.store.drawer, drawer_id)
-
-    async def agent_activity(self) -> list[tuple[str, str, int, str, str]]:
-        return await self._hop(self.store.agent_activity)
-
-    async def events_written_as(self, agent: str, origins: Sequence[str], limit: int) -> list[dict[str, Any]]:
-        return await self._hop(self.store.events_written_as, agent, origins, limit)
-
-    async def inbox_page(self, agent: str, limit: int, preview: bool,
-                         excluded: Iterable[str] = ()) -> tuple[inbox.Cursor, list[dict[str, Any]]]:
-        """``inbox.inbox_page``: the agent's cursor and the first ``limit`` events after it."""
-        return await self._hop(inbox.inbox_page, self.store, agent, limit, preview, excluded)
-
-    async def unread_count(self, agent: str, after_seq: int, excluded: Iterable[str] = ()) -> int:
-        """``inbox.unread_count``: the inbox events after ``after_seq`` (up to its cap)."""
-        return await self._hop(inbox.unread_count, self.store, agent, after_seq, excluded)
-
-    async def usage(self, by: str, since: str = "", now: str | None = None, *,
-                    tasks: bool = True) -> store_usage.UsageFigures:
-        """``store/usage.read_usage``: totals of the reports that count, the flagged count, the spending."""
-        return await self._hop(functools.partial(store_usage.read_usage, self.store, by, since, now, tasks=tasks))
-
-    async def tasks_to_derive(self, newest: int, unsettled: int) -> tuple[list[task_threads.TaskThread], bool]:
-        """``task_threads.tasks_to_derive``: the tasks worth deriving, with their events."""
-        return await self._hop(task_threads.tasks_to_derive, self.store, newest, unsettled)
+    get_event = StoreRead(Reads.get_event)
+    #: raises ``NotFound`` (naming the field) for an unknown id
+    resolve_seq = StoreRead(Reads.resolve_seq)
+    latest = StoreRead(Reads.latest)
+    list_events = StoreRead(Reads.list_events)
+    events_after_seq = StoreRead(Reads.events_after_seq)
+    person_answers = StoreRead(Reads.person_answers)
+    events_of_types = StoreRead(Reads.events_of_types)
+    events_by_correlation = StoreRead(Reads.events_by_correlation)
+    events_of_correlations = StoreRead(Reads.events_of_correlations)
+    correlations_present = StoreRead(Reads.correlations_present)
+    lease_events = StoreRead(Reads.lease_events)
+    lease_events_after = StoreRead(Reads.lease_events_after)
+    lease_window = StoreRead(Reads.lease_window)
+    signed_events_of_origin = StoreRead(Reads.signed_events_of_origin)
+    signed_events_of_type = StoreRead(Reads.signed_events_of_type)
+    export_page = StoreRead(Reads.export_page)
+    vector_forks = StoreRead(Reads.vector_forks)
+    absent_artifacts = StoreRead(Reads.absent_artifacts)
+    count_events = StoreRead(Reads.count_events)
+    counts = StoreRead(Reads.counts)
+    forks = StoreRead(Reads.forks)
+    #: raises ``NotFound``: no such artifact on this replica
+    get_artifact = StoreRead(Reads.get_artifact)
+    own_origins = StoreRead(Reads.own_origins)
+    origins_of_key = StoreRead(Reads.origins_of_key)
+    bindings = StoreRead(Reads.bindings)
+    static_peers = StoreRead(Reads.static_peers)
+    peer_addresses = StoreRead(Reads.peer_addresses)
+    invite = StoreRead(Reads.invite)
+    pending_invites = StoreRead(Reads.pending_invites)
+    drawer = StoreRead(Reads.drawer)
+    agent_activity = StoreRead(Reads.agent_activity)
+    events_written_as = StoreRead(Reads.events_written_as)
+    #: the agent's inbox cursor and the first ``limit`` events after it (inbox.py)
+    inbox_page = StoreRead(inbox.inbox_page)
+    #: the inbox events after ``after_seq`` (up to its cap)
+    unread_count = StoreRead(inbox.unread_count)
+    #: totals of the reports that count, the flagged count, the spending (usage.py)
+    usage = StoreRead(store_usage.read_usage)
+    #: the tasks worth deriving, with their events (task_threads.py)
+    tasks_to_derive = StoreRead(task_threads.tasks_to_derive)

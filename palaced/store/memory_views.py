@@ -41,10 +41,12 @@ from palace_proto.memory import (
 )
 from palace_proto.text import printable
 
+from .reads import ReadSet, StoreRead
+
 if TYPE_CHECKING:
     from .batch import WriteContext
 
-__all__ = ["VIEWS_VERSION", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
+__all__ = ["VIEWS_VERSION", "MemoryReads", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
            "drawers_fingerprint", "facts_about", "facts_ended_by", "keyword_search", "materialise", "passes", "rebuild",
            "related_memory_events", "related_memory_events_in", "tunnels", "unmaterialise"]
 
@@ -492,3 +494,18 @@ def tunnels(conn: apsw.Connection, wing_a: str | None, wing_b: str | None) -> li
             continue
         out.append({"room": room, "wings": sorted(wings), "drawers": sum(wings.values())})
     return out
+
+
+class MemoryReads(ReadSet):
+    """The memory's reads on the async store (``store.memory``), each on a reader thread."""
+
+    drawers_by_id = StoreRead(drawers_by_id, connection=True)
+    drawers_fingerprint = StoreRead(drawers_fingerprint, connection=True)
+    drawer_ids = StoreRead(drawer_ids, connection=True)
+    drawer_contents = StoreRead(drawer_contents, connection=True)
+    keyword_search = StoreRead(keyword_search, connection=True)
+    facts_about = StoreRead(facts_about, connection=True)
+    known_entities = StoreRead(known_entities, connection=True)
+    diary_page = StoreRead(diary_page, connection=True)
+    diaries = StoreRead(diaries, connection=True)
+    tunnels = StoreRead(tunnels, connection=True)

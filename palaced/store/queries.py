@@ -21,7 +21,7 @@ from palace_proto.errors import NotFound
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256
 from palace_proto.validation import ListQuery
 
-from palace_proto.sync import OriginHead
+from palace_proto.sync import OriginHead, Vector, vector_forks
 
 from . import event_search, follow, memory_views, origins
 from .rows import PUBLIC_COLUMNS, SIGNED_COLUMNS, row_to_public, row_to_signed
@@ -227,6 +227,11 @@ class Reads:
     def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         return correlation_events(self.db.reader(), correlation_id, limit)
 
+    def events_of_correlations(self, correlation_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The events of each of ``correlation_ids`` that has any (``events_by_correlation`` each,
+        in one reader's view)."""
+        return {cid: self.events_by_correlation(cid) for cid in sorted(self.correlations_present(correlation_ids))}
+
     def correlations_present(self, correlation_ids: Sequence[str], types: Sequence[str] = (),
                              origin: str | None = None) -> set[str]:
         """Which of ``correlation_ids`` a stored event carries (of one of ``types`` and written by
@@ -259,6 +264,11 @@ class Reads:
 
     def lease_seq(self, types: Sequence[str]) -> int:
         return latest_seq_of_types(self.db.reader(), types)
+
+    def lease_window(self, types: Sequence[str], since_created_at: str, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """The newest seq of ``types`` then their newest ``limit`` events since ``since_created_at``:
+        every such event committed after the first read has a higher seq than it."""
+        return self.lease_seq(types), self.lease_events(types, since_created_at, None, limit)
 
     def lease_events_after(self, types: Sequence[str], after_seq: int, limit: int) -> list[dict[str, Any]]:
         return events_of_types_after_seq(self.db.reader(), types, after_seq, limit)
@@ -342,6 +352,22 @@ class Reads:
         return dict(self.vector.heads)
 
     # -- artifacts ---------------------------------------------------------------------------------
+
+    def vector_forks(self, heads: dict[str, OriginHead], remote: Vector) -> list[str]:
+        """The origins where a peer's vector names, at a seq we hold, another hash than ours
+        (``palace_proto.sync.vector_forks`` against the stored hashes)."""
+        return vector_forks(heads, remote, self.stored_hash)
+
+    def absent_artifacts(self, events: Sequence[SignedEvent]) -> list[tuple[SignedEvent, list[str]]]:
+        """For each event, the artifact ids it names that this replica does not hold."""
+        def held(artifact_id: str) -> bool:
+            try:
+                self.get_artifact(artifact_id, with_content=False)
+            except NotFound:
+                return False
+            return True
+
+        return [(event, [a for a in event.artifact_ids if not held(a)]) for event in events]
 
     def get_artifact(self, id_or_sha256: str, *, with_content: bool = True) -> dict[str, Any]:
         """An artifact by ``art_…`` id or by full sha256 hex.

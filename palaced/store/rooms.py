@@ -25,12 +25,13 @@ from palace_proto.rooms import (ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES,
                                 derive_room, drawer_text, listed_members, transcript)
 
 from .clock import utc_now
+from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
     from .batch import WriteContext
 
-__all__ = ["MAX_ROOM_CURSORS", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
+__all__ = ["MAX_ROOM_CURSORS", "RoomReads", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
            "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",
            "rooms_touched_after", "room_state", "unread_count", "whole_room", "rooms_matching", "open_rooms_of",
            "late_turns_to_file"]
@@ -309,3 +310,16 @@ def late_turns_to_file(on: Source, room_id: str, own_origins: set[str]) -> bool:
     wanted = [Drawer(wing=room.wing, room=room.palace_room, content=text, added_by="-").id
               for text in map(drawer_text, transcript(room, events)) if text is not None]
     return len(existing_drawers(conn, wanted)) < len(set(wanted))
+
+
+class RoomReads(ReadSet):
+    """The rooms' reads on the async store (``store.rooms``), each on a reader thread."""
+
+    whole_room = StoreRead(whole_room)
+    room_state = StoreRead(room_state)
+    unread_count = StoreRead(unread_count)
+    rooms_matching = StoreRead(rooms_matching)
+    open_rooms_of = StoreRead(open_rooms_of)
+    rooms_touched_after = StoreRead(rooms_touched_after)
+    late_turns_to_file = StoreRead(late_turns_to_file)
+    is_member = StoreRead(is_member)

@@ -275,21 +275,23 @@ async def test_typed_reads_hop_to_a_reader_thread_and_answer_as_the_store(tmp_pa
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
     astore = AsyncStore(store, EventBus().publish)
     threads = []
-    real = store.list_events
+    real, reader = store.list_events, store.db.reader
 
-    def spy(*args, **kwargs):
+    def spy():
         threads.append(threading.current_thread())
-        return real(*args, **kwargs)
+        return reader()
 
-    store.list_events = spy
+    store.db.reader = spy  # every read takes its thread's connection
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
         first = await astore.write(lambda ctx: ctx.append(req("one")))
         await astore.write(lambda ctx: ctx.append(req("two")))
         query = ListQuery.from_wire({"limit": 10})
-        assert await astore.list_events(query) == real(query)
-        assert await astore.list_events(query, after_seq=first["seq"]) == real(query, after_seq=first["seq"])
+        threads.clear()
+        listed = await astore.list_events(query)
         assert threads and all(t is not threading.main_thread() for t in threads)
+        assert listed == real(query)
+        assert await astore.list_events(query, after_seq=first["seq"]) == real(query, after_seq=first["seq"])
         assert await astore.get_event(first["id"]) == store.get_event(first["id"])
         assert await astore.latest() == store.latest() and (await astore.counts())["events"] == 2
         with pytest.raises(NotFound, match="since_event_id"):

@@ -61,7 +61,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                     await astore.write(lambda ctx: ctx.append(req(BODY)))
                 assert astore.statistics()["disk_full"]["path"] == str(store.path)
 
-                listed = await astore.read(store.list_events, ListQuery.from_wire({"limit": 1000}))
+                listed = await astore.list_events(ListQuery.from_wire({"limit": 1000}))
                 assert [e["id"] for e in listed] == [e["id"] for e in acknowledged]
 
                 await astore.checkpoint()  # the WAL cannot be copied into a database that cannot grow
@@ -78,7 +78,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                 await astore.checkpoint()
                 assert astore.keeper.checkpoint_error is None and wal_bytes(store.path) == KEEP_BYTES
                 astore.close_writes()
-            listed = await astore.read(store.list_events, ListQuery.from_wire({"limit": 1000}))
+            listed = await astore.list_events(ListQuery.from_wire({"limit": 1000}))
             assert [e["id"] for e in listed] == [e["id"] for e in acknowledged]
             assert [e["origin_seq"] for e in listed] == list(range(1, len(acknowledged) + 1))
         finally:
@@ -104,7 +104,7 @@ async def test_the_vector_worker_survives_a_full_disk_and_saves_once_space_retur
             filler = disk.fill()
             async with trio.open_nursery() as nursery:
                 await nursery.start(astore.serve_writer)
-                indexer = MemoryIndexer(store, bus, WordEmbedder(), disk.path)
+                indexer = MemoryIndexer(astore, bus, WordEmbedder(), disk.path)
                 nursery.start_soon(indexer.run)
                 drawer = Drawer("w", "r", "the cat sleeps on the router", "a")
                 request = AppendRequest.from_wire(drawer.event(), LIMITS)

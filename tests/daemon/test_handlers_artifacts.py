@@ -38,7 +38,7 @@ async def test_bad_content_is_refused_and_nothing_is_stored(tmp_path, content, m
     async with open_context(tmp_path, limits=Limits(max_artifact_bytes=100)) as ctx:
         with pytest.raises(ValidationError, match=message):
             await artifacts.artifact_put(ctx, {"content": content, "kind": "file", "created_by": "alice"})
-        assert (await ctx.astore.read(ctx.store.counts))["artifacts"] == 0
+        assert (await ctx.store.counts())["artifacts"] == 0
 
 
 async def test_a_patch_takes_its_stream_and_recipient_from_the_task_it_answers(tmp_path):
@@ -61,7 +61,7 @@ async def test_a_patch_with_nowhere_to_go_is_refused_and_stores_nothing(tmp_path
             await artifacts.patch_submit(ctx, {"content": "diff\n", "from_agent": "bob"})
         with pytest.raises(ValidationError, match="no event on correlation 'task_x'"):
             await artifacts.patch_submit(ctx, {"content": "diff\n", "from_agent": "bob", "correlation_id": "task_x"})
-        counts = await ctx.astore.read(ctx.store.counts)
+        counts = await ctx.store.counts()
         assert (counts["artifacts"], counts["events"]) == (0, 0)
         assert (await log.list_events(ctx, {}))["count"] == 0
 
@@ -80,8 +80,8 @@ async def test_a_patch_and_a_release_carry_the_run_log_they_name(tmp_path):
         result = await artifacts.patch_submit(ctx, {"content": "diff --git a b\n", "from_agent": "bob",
                                                     "correlation_id": cid, "artifact_ids": [log_id]})
         assert result["event"]["artifact_ids"] == [result["artifact"]["id"], log_id]
-        before = await ctx.astore.read(ctx.store.counts)
+        before = await ctx.store.counts()
         with pytest.raises(ValidationError, match="unknown artifact .art_missing."):
             await artifacts.patch_submit(ctx, {"content": "diff --git c d\n", "from_agent": "bob",
                                                "correlation_id": cid, "artifact_ids": ["art_missing"]})
-        assert await ctx.astore.read(ctx.store.counts) == before
+        assert await ctx.store.counts() == before

@@ -109,5 +109,5 @@ async def test_invite_arguments_are_checked_before_anything_is_issued(tmp_path):
             with pytest.raises(ValidationError) as refused:
                 await fleet.invite(ctx, args)
             assert refused.value.field == field
-        (count,) = ctx.store.db.reader().execute("SELECT count(*) FROM invites").fetchone()
+        (count,) = ctx.store.store.db.reader().execute("SELECT count(*) FROM invites").fetchone()
         assert count == 0

@@ -38,14 +38,14 @@ def _peer_with_an_early_lease(tmp_path) -> Store:
 async def _apply_from(ctx, peer: Store) -> list[dict]:
     """Everything ``peer`` wrote, applied here as replication applies it; the events applied."""
     signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
-    report = await ctx.astore.write(lambda w: w.apply_remote(
+    report = await ctx.store.write(lambda w: w.apply_remote(
         signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
     return [record.public for record in report.applied]
 
 
 async def _derived_from_scratch(ctx) -> list[dict]:
-    events = await ctx.astore.read(lambda: ctx.store.agents.annotate(
-        ctx.store.lease_events(DERIVED_FROM, "2000-01-01T00:00:00Z", None, 100_000)))
+    events = ctx.store.agents.annotate(
+        await ctx.store.lease_events(DERIVED_FROM, "2000-01-01T00:00:00Z", None, 100_000))
     now = utc_now()
     return sorted((lease.to_wire(now) for lease in derive_leases(events)), key=lambda w: w["id"])
 
@@ -107,7 +107,7 @@ async def test_a_release_or_renew_by_another_agent_changes_nothing_in_the_kept_l
             req = AppendRequest.from_wire({"type": kind, "stream": "project/p", "room": LEASE_ROOM, "from_agent": "mallory",
                                            "correlation_id": lease_id, "body": "x", "metadata": {"ttl_s": 999999}},
                                           Limits())
-            await ctx.astore.write(lambda w, req=req: w.append(req))
+            await ctx.store.write(lambda w, req=req: w.append(req))
         (lease,) = (await leases.lease_list(ctx, {}))["leases"]
         assert (lease["state"], lease["renewals"], lease["expires_at"]) == ("active", 0, got["lease"]["expires_at"])
         assert await _listed(ctx) == _stateless(await _derived_from_scratch(ctx))
@@ -151,7 +151,7 @@ async def test_a_lost_lease_is_told_once_and_a_notice_forged_elsewhere_silences_
             assert await reconciler.reconcile() == 1
             assert await reconciler.reconcile() == 0
             assert await leases.LeaseReconciler(ctx).reconcile() == 0  # a fresh one reads it from the log
-            notices = await ctx.astore.read(lambda: ctx.store.lease_events((CONFLICT,), "2000-01-01T00:00:00Z", None, 10))
+            notices = await ctx.store.lease_events((CONFLICT,), "2000-01-01T00:00:00Z", None, 10)
             own = [n for n in notices if n["origin"] == ctx.store.origin_id]
             assert [(n["correlation_id"], n["to_agent"]) for n in own] == [(mine["id"], "alice")]
     finally:

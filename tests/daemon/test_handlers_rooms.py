@@ -90,8 +90,7 @@ async def test_read_positions_follow_mempalaces_rules(tmp_path):
 
         positions = []
         for agent in ("alice", "bob"):
-            positions.append(await ctx.astore.read(lambda a=agent: store_rooms.cursor_of(ctx.store.db.reader(),
-                                                                                        room_id, a)))
+            positions.append(store_rooms.cursor_of(ctx.store.store.db.reader(), room_id, agent))
         assert positions[0] > 0 and positions[1] is None  # bob has never read here
 
 
@@ -127,8 +126,7 @@ async def test_errors_are_mempalaces_words(tmp_path):
                 await _read(ctx, room_id, "bob", limit=limit)
             assert refused.value.field == "limit"
         # No read position is kept for a room that does not exist.
-        assert await ctx.astore.read(lambda: ctx.store.db.reader().execute(
-            "SELECT count(*) FROM room_cursors").fetchone()[0]) == 0
+        assert ctx.store.store.db.reader().execute("SELECT count(*) FROM room_cursors").fetchone()[0] == 0
         with pytest.raises(ValidationError, match="reserved: it is written by room_say \\(palacectl room say\\)"):
             await log.append(ctx, note(type="room.message", correlation_id=room_id, room="rooms"))
 
@@ -138,14 +136,14 @@ async def test_a_closed_room_refuses_turns_and_a_second_close_appends_nothing(tm
         room_id = (await _open(ctx))["room"]["room_id"]
         await _say(ctx, room_id, "bob", "one idea")
         first = await rooms.room_close(ctx, {"room_id": room_id, "from_agent": "bob", "outcome": "done"})
-        events_before = (await ctx.astore.counts())["events"]
+        events_before = (await ctx.store.counts())["events"]
         with pytest.raises(ApiError) as refused:
             await _say(ctx, room_id, "carol", "too late")
         assert refused.value.message == f"room {room_id!r} is closed" and refused.value.code == "conflict"
         again = await rooms.room_close(ctx, {"room_id": room_id, "from_agent": "alice", "outcome": "other"})
         assert again["already_closed"] is True and (again["filed"], again["already_filed"]) == (0, 3)
         assert again["event"]["id"] == first["event"]["id"] and again["room"]["outcome"] == "done"
-        assert (await ctx.astore.counts())["events"] == events_before  # nothing appended
+        assert (await ctx.store.counts())["events"] == events_before  # nothing appended
         # Reading a closed room still works, and shows the whole discussion.
         assert [e["type"] for e in (await _read(ctx, room_id, "dave"))["events"]] == \
             ["room.open", "room.message", "room.close"]
@@ -282,7 +280,7 @@ async def test_what_a_broken_peer_wrote_is_read_defensively(tmp_path):
         async def raw(**fields):
             request = AppendRequest.from_wire({"stream": "project/shop", "room": "rooms", "from_agent": "mallory",
                                                "to_agent": "*", **fields}, ctx.limits)
-            return await ctx.astore.write(lambda w: w.append(request))
+            return await ctx.store.write(lambda w: w.append(request))
 
         await raw(type="room.open", correlation_id="not a room id", body="x")
         await raw(type="room.open", body="no correlation at all")

@@ -102,7 +102,7 @@ async def test_a_daemon_reports_itself_as_status_sees_it(daemon):
     report = me["report"]
     assert (report["v"], report["role"], report["version"], report["origin"]) == (
         1, "member", __version__, ctx.store.origin_id)
-    status = await ctx.astore.read(ctx.store.counts)
+    status = await ctx.store.counts()
     assert report["events"] == status["events"] and report["links"] == [] and report["forks"] == 0
     assert report["health"] == {"ok": True, "problems": []} and report["watchers"] == 0
     assert view["daemons"] == [] and view["revoked"] == []

@@ -106,7 +106,7 @@ def test_a_statement_in_a_memory_read_lambda_is_found():
 
 
 def test_a_connection_passed_on_is_found():
-    source = "ctx.astore.write(lambda w: settle(w.conn, finished))\nx = store._conn\ny = store._reader()\n"
+    source = "ctx.store.write(lambda w: settle(w.conn, finished))\nx = store._conn\ny = store._reader()\n"
     assert seam_violations(source, "palaced/handlers/tasks.py") == [
         "palaced/handlers/tasks.py:1: .conn reaches a store connection outside palaced/store",
         "palaced/handlers/tasks.py:2: ._conn reaches a store connection outside palaced/store",

@@ -55,7 +55,7 @@ async def test_the_worker_embeds_drawers_and_drops_redacted_ones(tmp_path):
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(astore.serve_writer)
-            indexer = MemoryIndexer(store, bus, embedder, tmp_path)
+            indexer = MemoryIndexer(astore, bus, embedder, tmp_path)
             nursery.start_soon(indexer.run)
             with trio.fail_after(20):  # until its first look at the drawers (there are none) is done
                 while indexer._synced_fingerprint is None:
@@ -151,7 +151,7 @@ async def test_the_worker_switches_to_ivf_once_the_backlog_is_embedded(tmp_path)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(astore.serve_writer)
-            indexer = MemoryIndexer(store, bus, WordEmbedder(), tmp_path, exact_max=20)
+            indexer = MemoryIndexer(astore, bus, WordEmbedder(), tmp_path, exact_max=20)
             nursery.start_soon(indexer.run)
             for i in range(45):
                 req = AppendRequest.from_wire(Drawer("w", "r", f"note {i} about sqlite", "a").event(), LIMITS)
