@@ -1,9 +1,12 @@
 """MemPalace's light tool surface on palace: three tools that take a command string or fields.
 
-Owns: reading a call to ``palace_query`` (reads), ``palace_exec`` (memory writes) or
-``palace_coordinate`` (the log, tasks, artifacts, patches, peers, rooms) — MemPalace 3.10's
+Owns: reading a call to ``palace_query`` (reads), ``palace_exec`` (writes) or
+``palace_coordinate`` (the log, and whatever the features add) — MemPalace 3.10's
 ``mempalace-light-mcp`` surface — into the ``mempalace_*`` tool of palace that does the work, with
-that tool's arguments (``LightCall``); or a ``LightError`` saying why it cannot. Pure: stdlib
+that tool's arguments (``LightCall``); or a ``LightError`` saying why it cannot. The core reads the
+log's verbs (``EVENT …``, ``INBOX``) and the shape every call shares; each feature declares its
+own (``Feature.light``: its first words, its verbs (``Verb``), front tools it reads whole, the fields and
+words these add to the tools' schemas and descriptions), put together in ``Tables``. Pure: stdlib
 only, no IO; ``mcp_adapter`` routes the call (``mcp_server.Route``), so the routed tool's checks,
 identity rules, read-only gates and result shapes are exactly the full tool's.
 
@@ -18,11 +21,14 @@ coordinate: MemPalace's rule). A command is split into tokens: whitespace separa
 written ``key:value``, ``key: value`` or ``KEY value`` (an upper-case keyword). Unquoted values are
 typed: true/false/null, numbers, JSON objects and lists.
 
-On ``EVENT LIST``/``INBOX``/``EVENT WAIT``, ``from:`` is the author filter (``writer``); elsewhere it
-is the caller (``from_agent``), as in MemPalace 3.11. ``INBOX`` lists newest first (without a
-cursor) with previews. Verbs whose MemPalace tool palace does not offer (``TAXONOMY``, ``DRAWERS``,
-``KG SUPERSEDE``, ``MINE``...) are a ``LightError`` naming palace's way instead
-(docs/mempalace.md lists them).
+A coordinate command's first word picks its reader (the core's or a feature's ``WORDS``); a call of
+fields alone names its verb in ``action`` (a ``Verb``'s ``actions``), or one is inferred from the
+keys it gives (the core's verbs first, then the features' in their order; none: a listing). Then every verb's
+renames apply (``from``, ``to``, ``base``, ``correlation``), its own, and its required fields are
+checked. On ``EVENT LIST``/``INBOX``/``EVENT WAIT``, ``from:`` is the author filter (``writer``);
+elsewhere it is the caller (``from_agent``), as in MemPalace 3.11. ``INBOX`` lists newest first
+(without a cursor) with previews. A verb whose MemPalace tool palace does not offer is a
+``LightError`` naming palace's way instead (docs/mempalace.md lists them).
 """
 
 from __future__ import annotations
@@ -30,10 +36,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-__all__ = ["COMMAND_KEYS", "LIGHT_TOOLS", "LightCall", "LightError", "read_light_call"]
+from .feature import load
+
+if TYPE_CHECKING:
+    from .feature import Features
+
+__all__ = [
+    "COMMAND_KEYS", "CORE_VERBS", "LIGHT_TOOLS", "LightCall", "LightError", "Quoted", "Reader", "Tables", "Verb", "pairs",
+    "read_light_call", "rename", "require", "tables", "tokenize", "typed",
+]
 
 #: the three tools, and the word MemPalace uses for each in its parse errors
 LIGHT_TOOLS: Final = {"palace_query": "query", "palace_exec": "exec", "palace_coordinate": "coordinate"}
@@ -53,37 +67,6 @@ _DESC_WORDS: Final = frozenset({"desc", "latest", "recent", "tail"})
 _ASC_WORDS: Final = frozenset({"asc", "head", "oldest", "from_start"})
 _ORDER_FLAGS: Final = frozenset(w.upper() for w in _DESC_WORDS | _ASC_WORDS)
 
-# MemPalace verbs palace has no tool for, and what to use instead.
-_NOT_OFFERED: Final = {
-    "STATUS": "palace has no status tool: use mempalace_session_start (or `palacectl status`)",
-    "INFO": "palace has no status tool: use mempalace_session_start (or `palacectl status`)",
-    "FILED": "palace has no filed-away tool: use FIND … SINCE <date>",
-    "SETTINGS": "palace has no hook settings tool: `palacectl rules --harness NAME --hooks` installs hooks",
-    "AAAK": "palace has no AAAK dialect: drawers are verbatim text",
-    "TAXONOMY": "palace has no taxonomy tool: use mempalace_list_agents, or FIND … IN wing/room",
-    "WINGS": "palace has no wing listing: use mempalace_list_agents (an agent is a wing)",
-    "ROOMS": "palace has no memory room listing: use FIND … IN wing/room (ROOM OPEN… is palace_coordinate's)",
-    "DRAWER": "palace has no drawer-by-id tool: use FIND with the drawer's words",
-    "DRAWERS": "palace has no drawer listing: use FIND … IN wing/room",
-    "CHECK": "palace files the same content in one wing and room as one drawer: no duplicate check is needed",
-    "TRAVERSE": "palace has no graph traversal: use KG <entity> and TUNNELS",
-    "FOLLOW": "palace has no tunnel following: use TUNNELS BETWEEN a AND b",
-    "HALLWAYS": "palace has no hallways",
-    "GRAPH": "palace has no graph statistics",
-    "UPDATE": "palace's drawers are verbatim and content-addressed: ADD the new text",
-    "DELETE": "palace's log and drawers are append-only: nothing is deleted",
-    "TUNNEL": "palace derives tunnels from rooms two wings share: nothing to create",
-    "CREATE": "palace derives tunnels from rooms two wings share: nothing to create",
-    "MINE": "palace has no miner: file drawers with ADD",
-    "SYNC": "palace replicates by itself: nothing to sync",
-    "RECONNECT": "palace's adapter reconnects by itself",
-    "CHECKPOINT": "palace has no checkpoint: ADD drawers and DIARY WRITE",
-    "KG SUPERSEDE": "palace has no supersede: KG INVALIDATE the old fact, then KG ADD the new one",
-    "KG STATS": "palace has no KG statistics: use KG <entity>",
-    "KG TIMELINE": "palace has no KG timeline: use KG <entity> (it lists historical facts)",
-}
-
-
 class LightError(ValueError):
     """A light call palace cannot read: the message is MemPalace's where it has one."""
 
@@ -96,12 +79,12 @@ class LightCall:
     arguments: dict[str, Any]
 
 
-class _Quoted(str):
+class Quoted(str):
     """A token written in quotes: content, never a keyword."""
 
 
 def tokenize(text: str) -> list[str]:
-    """``text`` as tokens (see the module docstring); quoted ones are ``_Quoted``."""
+    """``text`` as tokens (see the module docstring); quoted ones are ``Quoted``."""
     tokens: list[str] = []
     i, n = 0, len(text)
     while i < n:
@@ -120,7 +103,7 @@ def tokenize(text: str) -> list[str]:
                 out.append(text[i])
                 i += 1
             i += 1  # the closing quote (an unclosed one ends at the end)
-            tokens.append(_Quoted("".join(out)))
+            tokens.append(Quoted("".join(out)))
         elif text.startswith(("->", "=>"), i):
             tokens.append(text[i:i + 2])
             i += 2
@@ -137,9 +120,9 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-def _value(token: str) -> Any:
+def typed(token: str) -> Any:
     """An unquoted value typed (true/false/null, a number, JSON); a quoted one as written."""
-    if isinstance(token, _Quoted):
+    if isinstance(token, Quoted):
         return str(token)
     lower = token.lower()
     if lower in ("true", "false"):
@@ -158,7 +141,7 @@ def _value(token: str) -> Any:
     return token
 
 
-def _pairs(tokens: list[str], bare: frozenset[str] = frozenset()) -> dict[str, Any]:
+def pairs(tokens: list[str], bare: frozenset[str] = frozenset()) -> dict[str, Any]:
     """``key:value`` / ``key: value`` / ``key : value`` / ``KEY value`` pairs, and bare upper-case
     flags (true). Keys are lower-cased."""
     flags = _BARE_FLAGS | bare
@@ -166,23 +149,23 @@ def _pairs(tokens: list[str], bare: frozenset[str] = frozenset()) -> dict[str, A
     i, n = 0, len(tokens)
     while i < n:
         tok = tokens[i]
-        quoted = isinstance(tok, _Quoted)
+        quoted = isinstance(tok, Quoted)
         if not tok or tok == ":":
             i += 1
         elif not quoted and tok.endswith(":") and i + 1 < n:
-            out[tok[:-1].strip().lower()] = _value(tokens[i + 1])
+            out[tok[:-1].strip().lower()] = typed(tokens[i + 1])
             i += 2
         elif not quoted and ":" in tok and not tok.startswith(("http://", "https://")):
             key, value = tok.split(":", 1)
             if key.strip():
-                out[key.strip().lower()] = _value(value)
+                out[key.strip().lower()] = typed(value)
             i += 1
         elif not quoted and i + 2 < n and tokens[i + 1] == ":":
-            out[tok.lower()] = _value(tokens[i + 2])
+            out[tok.lower()] = typed(tokens[i + 2])
             i += 3
         elif (not quoted and tok.isupper() and tok not in flags and i + 1 < n and tokens[i + 1] != ":"
-              and (isinstance(tokens[i + 1], _Quoted) or tok in _KEYS or tokens[i + 1].upper() not in flags)):
-            out[tok.lower()] = _value(tokens[i + 1])
+              and (isinstance(tokens[i + 1], Quoted) or tok in _KEYS or tokens[i + 1].upper() not in flags)):
+            out[tok.lower()] = typed(tokens[i + 1])
             i += 2
         elif not quoted and tok.isupper() and tok not in ("->", "=>"):
             out[tok.lower()] = True
@@ -192,25 +175,17 @@ def _pairs(tokens: list[str], bare: frozenset[str] = frozenset()) -> dict[str, A
     return out
 
 
-def _rename(args: dict[str, Any], old: str, new: str) -> None:
+def rename(args: dict[str, Any], old: str, new: str) -> None:
     """``old`` becomes ``new`` unless ``new`` is given already (then ``old`` is dropped)."""
     if old in args:
         value = args.pop(old)
         args.setdefault(new, value)
 
 
-def _require(args: Mapping[str, Any], verb: str, fields: tuple[str, ...]) -> None:
+def require(args: Mapping[str, Any], verb: str, fields: tuple[str, ...]) -> None:
     for field in fields:
         if args.get(field) in (None, ""):
             raise LightError(f"{verb} missing required field: '{field}'")
-
-
-def _place(loc: Any, args: dict[str, Any]) -> None:
-    """``wing/room`` (or a wing alone) into ``args``."""
-    wing, _, room = str(loc).partition("/")
-    args["wing"] = wing
-    if room:
-        args["room"] = room
 
 
 def _command_of(arguments: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -239,81 +214,81 @@ def _command_of(arguments: Mapping[str, Any]) -> tuple[str | None, dict[str, Any
 
 # -- palace_coordinate ----------------------------------------------------------------------------
 
-_ACTION_TOOLS: Final = {
-    "task": "task_create", "create_task": "task_create", "task_create": "task_create",
-    "event": "event_append", "append_event": "event_append", "event_append": "event_append", "emit": "event_append",
-    "events": "event_list", "list_events": "event_list", "event_list": "event_list", "logstream": "event_list",
-    "inbox": "inbox", "event_inbox": "inbox", "event_wait": "event_wait", "wait": "event_wait",
-    "ack": "event_ack", "event_ack": "event_ack", "artifact_put": "artifact_put", "artifact_get": "artifact_get",
-    "patch_submit": "patch_submit", "mesh_peers": "peers", "peers": "peers",
-    "room_open": "room_open", "room_read": "room_read", "room_say": "room_say", "room_close": "room_close",
+
+class Verb(NamedTuple):
+    """One thing ``palace_coordinate`` does: the full tool ``mempalace_<name>``, and how a call to it
+    is read (a feature's light module declares its own in ``VERBS``)."""
+
+    name: str
+    #: what a call's ``action`` (or ``target``) field may say to mean it
+    actions: tuple[str, ...] = ()
+    #: (a key a call may use, the tool's argument it is), in order, after the ones every verb has
+    renames: tuple[tuple[str, str], ...] = ()
+    #: the arguments it cannot run without (MemPalace's error names the first missing)
+    required: tuple[str, ...] = ()
+    #: a call with no action means this verb when its fields hold all the keys of one of these
+    infer: tuple[frozenset[str], ...] = ()
+
+
+#: the listing verbs: ``from:`` is their author filter (``writer``), their cursors are read
+_LISTING: Final = frozenset({"event_list", "inbox", "event_wait"})
+#: the core's verbs: the log (``inbox`` is ``event_list`` newest first, with previews)
+CORE_VERBS: Final = (
+    Verb("event_append", ("event", "append_event", "event_append", "emit"), (("event_type", "type"),),
+         ("type", "stream", "room"), (frozenset({"event_type"}), frozenset({"stream", "room", "type"}))),
+    Verb("event_list", ("events", "list_events", "event_list", "logstream")),
+    Verb("inbox", ("inbox", "event_inbox")),
+    Verb("event_wait", ("event_wait", "wait"), (("timeout", "timeout_ms"),)),
+    Verb("event_ack", ("ack", "event_ack"), (("id", "event_id"),), ("event_id",)),
+)
+#: what the core's verbs add to ``palace_coordinate``'s description and its schema's fields
+CORE_USAGE: Final = ("'INBOX'", "'EVENT LIST|WAIT to: from:(author) since_id: LIMIT n'",
+                     "'EVENT APPEND type: stream: room: to: body:'", "'EVENT ACK id: status:'")
+CORE_FIELDS: Final = {
+    "action": "string", "type": "string", "stream": "string", "room": "string", "topic": "string",
+    "to_agent": "string", "from_agent": "string", "writer": "string", "correlation_id": "string",
+    "status": "string", "body": "string", "metadata": "object", "since_event_id": "string",
+    "before_event_id": "string", "since_created_at": "string", "order": "string", "limit": "integer",
+    "preview": "boolean", "timeout_ms": "number", "event_id": "string",
 }
 
 
-def _coordinate_words(tokens: list[str]) -> tuple[str, dict[str, Any]]:
-    """A coordinate command's verb (an ``_ACTION_TOOLS`` value) and its pairs."""
+def _event_words(tokens: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """The core's words: ``EVENT APPEND|LIST|FIND|WAIT|ACK|INBOX``, ``INBOX``, ``EVENTS``, ``LOGSTREAM``."""
     first = tokens[0].upper()
     second = tokens[1].upper() if len(tokens) > 1 else ""
     rest = tokens[2:]
-    if first in ("PEERS", "MESH", "MESH_PEERS"):
-        return "peers", {}
-    if first == "TASK" and second in ("CREATE", "REQUEST"):
-        return "task_create", _pairs(rest)
-    if first == "EVENT" and second in ("APPEND", "EMIT", "POST"):
-        return "event_append", _pairs(rest)
     if first == "INBOX" or (first == "EVENT" and second == "INBOX"):
-        return "inbox", _pairs(tokens[1:] if first == "INBOX" else rest, _ORDER_FLAGS)
+        return "inbox", pairs(tokens[1:] if first == "INBOX" else rest, _ORDER_FLAGS)
     if first in ("LOGSTREAM", "EVENTS"):
-        return "event_list", _pairs(tokens[1:], _ORDER_FLAGS)
-    if first == "EVENT" and second in ("LIST", "FIND"):
-        return "event_list", _pairs(rest, _ORDER_FLAGS)
-    if first == "EVENT" and second == "WAIT":
-        return "event_wait", _pairs(rest)
-    if first == "EVENT" and second == "ACK":
-        return "event_ack", _pairs(rest)
-    if first == "ARTIFACT":
-        if second in ("PUT", "ADD"):
-            return "artifact_put", _pairs(rest)
-        if second == "GET":
-            if not rest:
-                raise LightError("ARTIFACT GET requires artifact_id")
-            return "artifact_get", {"artifact_id": str(rest[0])}
-        if not second:
-            raise LightError("ARTIFACT requires PUT or GET (or artifact_id)")
-        return "artifact_get", {"artifact_id": str(tokens[1])}
-    if first == "PATCH" and second in ("SUBMIT", "READY"):
-        return "patch_submit", _pairs(rest)
-    if first == "ROOM" and second in ("OPEN", "READ", "SAY", "CLOSE"):
-        args = _pairs(rest)
-        if second != "OPEN" and rest and not isinstance(rest[0], _Quoted) and str(rest[0]).startswith("room_"):
-            args.setdefault("room_id", str(rest[0]))  # ROOM SAY room_x_1a2b3c4d body: "…"
-        return f"room_{second.lower()}", args
-    raise LightError(f"Unrecognized palace_coordinate command: '{first}'")
+        return "event_list", pairs(tokens[1:], _ORDER_FLAGS)
+    if second in ("APPEND", "EMIT", "POST"):
+        return "event_append", pairs(rest)
+    if second in ("LIST", "FIND"):
+        return "event_list", pairs(rest, _ORDER_FLAGS)
+    if second == "WAIT":
+        return "event_wait", pairs(rest)
+    if second == "ACK":
+        return "event_ack", pairs(rest)
+    return None
 
 
-def _infer_coordinate_action(fields: Mapping[str, Any]) -> str:
-    if "goal" in fields or "branch" in fields or "base_commit" in fields:
-        return "task_create"
-    if "event_type" in fields or {"stream", "room", "type"} <= set(fields):
-        return "event_append"
-    if "artifact_id" in fields:
-        return "artifact_get"
-    if {"kind", "content", "created_by"} <= set(fields):
-        return "artifact_put"
-    if "diff" in fields:
-        return "patch_submit"
-    if "peers" in fields or "mesh" in fields:
-        return "peers"
-    return "event_list"
+CORE_WORDS: Final[dict[str, Callable[[list[str]], tuple[str, dict[str, Any]] | None]]] = {
+    "EVENT": _event_words, "INBOX": _event_words, "LOGSTREAM": _event_words, "EVENTS": _event_words,
+}
 
 
-def _read_coordinate(command: str | None, fields: dict[str, Any]) -> LightCall:
+def _read_coordinate(tables: Tables, command: str | None, fields: dict[str, Any]) -> LightCall:
     if command is not None:
         tokens = tokenize(command)
         if not tokens:
             verb, args = "event_list", {}
         else:
-            verb, args = _coordinate_words(tokens)
+            reader = tables.words.get(tokens[0].upper())
+            found = reader(tokens) if reader is not None else None
+            if found is None:
+                raise LightError(f"Unrecognized palace_coordinate command: '{tokens[0].upper()}'")
+            verb, args = found
         # Fields beside a command win in coordinate (MemPalace's rule); `from` and `to` keep their
         # meaning for the verb (below).
         for key, value in fields.items():
@@ -321,32 +296,23 @@ def _read_coordinate(command: str | None, fields: dict[str, Any]) -> LightCall:
                 args[key] = value
     else:
         args = dict(fields)
-        action = str(args.pop("action", None) or args.pop("target", None) or _infer_coordinate_action(args)).lower()
-        verb = _ACTION_TOOLS.get(action)
-        if verb is None:
+        action = str(args.pop("action", None) or args.pop("target", None) or tables.infer(args)).lower()
+        found_verb = tables.actions.get(action)
+        if found_verb is None:
             raise LightError(f"Unknown palace_coordinate action: '{action}'")
-    listing = verb in ("event_list", "inbox", "event_wait")
+        verb = found_verb
+    listing = verb in _LISTING
     if listing:
         # MemPalace 3.11: on a list or a wait, `from` filters by author; from_agent is the caller.
-        _rename(args, "from", "writer")
+        rename(args, "from", "writer")
     else:
-        _rename(args, "from", "from_agent")
-    _rename(args, "to", "to_agent")
-    _rename(args, "base", "base_commit")
-    _rename(args, "correlation", "correlation_id")
-    if verb == "event_ack":
-        _rename(args, "id", "event_id")
-    if verb == "event_append":
-        _rename(args, "event_type", "type")
-    if verb == "patch_submit":
-        _rename(args, "diff", "content")
-    if verb == "artifact_put":
-        _rename(args, "by", "created_by")
-    if verb == "event_wait":
-        _rename(args, "timeout", "timeout_ms")
-    if verb in ("room_read", "room_say", "room_close"):
-        _rename(args, "id", "room_id")
-        _rename(args, "room", "room_id")
+        rename(args, "from", "from_agent")
+    rename(args, "to", "to_agent")
+    rename(args, "base", "base_commit")
+    rename(args, "correlation", "correlation_id")
+    spec = tables.verbs[verb]
+    for old, new in spec.renames:
+        rename(args, old, new)
     if listing:
         _cursors(args, verb)
     if verb == "inbox":
@@ -358,12 +324,7 @@ def _read_coordinate(command: str | None, fields: dict[str, Any]) -> LightCall:
         _order(args)
     if "preview" in args:
         args["preview"] = bool(args["preview"])
-    required = {"task_create": ("project", "to_agent", "goal", "branch", "base_commit", "done"),
-                "event_append": ("type", "stream", "room"), "event_ack": ("event_id",),
-                "artifact_put": ("kind", "content"), "patch_submit": ("content",),
-                "room_open": ("project", "name"), "room_read": ("room_id",), "room_say": ("room_id", "body"),
-                "room_close": ("room_id",)}.get(verb, ())
-    _require(args, verb.replace("_", " ").upper(), required)
+    require(args, spec.name.replace("_", " ").upper(), spec.required)
     return LightCall(f"mempalace_{verb}", args)
 
 
@@ -373,8 +334,8 @@ def _cursors(args: dict[str, Any], verb: str) -> None:
         if flag in _DESC_WORDS | _ASC_WORDS and args[flag] is True:
             del args[flag]
             args.setdefault("order", "desc" if flag in _DESC_WORDS else "asc")
-    _rename(args, "since_id", "since_event_id")
-    _rename(args, "before_id", "before_event_id")
+    rename(args, "since_id", "since_event_id")
+    rename(args, "before_id", "before_event_id")
     if "since" in args and "since_event_id" not in args and "since_created_at" not in args:
         since = str(args.pop("since"))
         if since.startswith("evt_") or verb == "event_wait":
@@ -403,301 +364,124 @@ def _order(args: dict[str, Any]) -> None:
     args["order"] = word
 
 
-# -- palace_query -----------------------------------------------------------------------------------
+# -- the features' verbs, and the entry point ------------------------------------------------------
+
+#: a front tool's reader: (the command, the other fields) -> the call it runs
+Reader = Callable[[str | None, dict[str, Any]], LightCall]
 
 
-def _read_query(command: str | None, fields: dict[str, Any]) -> LightCall:
-    if command is None and not fields:
-        raise LightError(f"STATUS (an empty query): {_NOT_OFFERED['STATUS']}")
-    if command is None:
-        args = dict(fields)
-        target = str(args.pop("target", None) or args.pop("action", None) or _infer_query_target(args)).lower()
-        if target in ("search", "find"):
-            _rename(args, "content", "query")
-            _rename(args, "text", "query")
-            return LightCall("mempalace_search", args)
-        if target in ("kg", "kg_query"):
-            return LightCall("mempalace_kg_query", args)
-        if target in ("diary", "diary_read"):
-            _rename(args, "agent", "agent_name")
-            return LightCall("mempalace_diary_read", args)
-        if target in ("tunnels", "list_tunnels", "find_tunnels"):
-            return LightCall("mempalace_find_tunnels", args)
-        raise LightError(f"Unknown palace_query target: '{target}'" + _why_not(target.upper()))
-    tokens = tokenize(command)
-    first = tokens[0].upper() if tokens else "STATUS"
-    second = tokens[1].upper() if len(tokens) > 1 else ""
-    if first == "KG" and second in ("STATS", "TIMELINE"):
-        raise LightError(f"KG {second}: {_NOT_OFFERED['KG ' + second]}")
-    if first in _NOT_OFFERED and not (first == "CHECK" and second not in ("DUP", "DUPLICATE")):
-        raise LightError(f"{first}: {_NOT_OFFERED[first]}")
-    if first == "KG":
-        return LightCall("mempalace_kg_query", {**_kg_query(tokens[1:]), **_without(fields, ("target", "action"))})
-    if first == "DIARY":
-        if len(tokens) < 2:
-            raise LightError("DIARY requires agent_name (e.g. 'DIARY antigravity')")
-        args: dict[str, Any] = {"agent_name": str(tokens[1])}
-        i = 2
-        while i < len(tokens):
-            word = tokens[i].upper()
-            if word in ("LAST", "LIMIT") and i + 1 < len(tokens):
-                args["last_n"] = _value(tokens[i + 1])
-                i += 2
-            else:
-                i += 1
-        return LightCall("mempalace_diary_read", {**args, **_without(fields, ("target", "action"))})
-    if first == "TUNNELS":
-        args = {}
-        if second == "BETWEEN" and len(tokens) >= 5 and tokens[3].upper() == "AND":
-            args = {"wing_a": str(tokens[2]), "wing_b": str(tokens[4])}
-        elif second == "IN" and len(tokens) >= 3:
-            args = {"wing_a": str(tokens[2])}
-        elif second:
-            args = {"wing_a": str(tokens[1])}
-        return LightCall("mempalace_find_tunnels", args)
-    return LightCall("mempalace_search", {**_search(tokens), **_without(fields, ("target", "action"))})
+class Tables:
+    """What the core and ``features`` read light calls with, put together once
+    (``Features.memo``). A feature's light module (``Feature.light``) may hold:
+
+    * ``WORDS``: a command's first word -> (its tokens) -> (verb, arguments), or None when the
+      rest is none of its (``palace_coordinate``);
+    * ``VERBS``: its verbs (``Verb``);
+    * ``USAGE``: its words in ``palace_coordinate``'s description;
+    * ``READERS``: a whole front tool it reads (``palace_query``, ``palace_exec``) -> its ``Reader``;
+    * ``DESCRIPTIONS``: those tools' descriptions;
+    * ``FIELDS``: a front tool -> the fields a call may give (name -> JSON type), for its schema.
+
+    Raises:
+        ValueError: two (the core, or features) declare one first word, verb, action or reader.
+    """
+
+    def __init__(self, features: Features) -> None:
+        self.words: dict[str, Callable[[list[str]], tuple[str, dict[str, Any]] | None]] = dict(CORE_WORDS)
+        self.verbs: dict[str, Verb] = {verb.name: verb for verb in CORE_VERBS}
+        self.readers: dict[str, Reader] = {}
+        self.descriptions: dict[str, str] = {}
+        self.usage: list[str] = list(CORE_USAGE)
+        self.fields: dict[str, dict[str, str]] = {"palace_coordinate": dict(CORE_FIELDS)}
+        owner: dict[str, str] = {f"word {w}": "the core" for w in self.words} | {f"verb {v}": "the core"
+                                                                               for v in self.verbs}
+        inferred: list[tuple[str, tuple[frozenset[str], ...]]] = []
+
+        def claim(what: str, who: str) -> None:
+            if what in owner:
+                raise ValueError(f"{owner[what]} and {who} both declare the light {what}")
+            owner[what] = who
+
+        for feature in features:
+            if feature.light is None:
+                continue
+            module, who = load(feature.light), f"feature {feature.name}"
+            for word, reader in getattr(module, "WORDS", {}).items():
+                claim(f"word {word}", who)
+                self.words[word] = reader
+            for verb in getattr(module, "VERBS", ()):
+                claim(f"verb {verb.name}", who)
+                self.verbs[verb.name] = verb
+                inferred.append((verb.name, verb.infer))
+            for tool, reader in getattr(module, "READERS", {}).items():
+                claim(f"reader {tool}", who)
+                self.readers[tool] = reader
+            self.descriptions.update(getattr(module, "DESCRIPTIONS", {}))
+            self.usage.extend(getattr(module, "USAGE", ()))
+            for tool, fields in getattr(module, "FIELDS", {}).items():
+                for name, kind in fields.items():
+                    self.fields.setdefault(tool, {}).setdefault(name, kind)
+        # The core's verbs are inferred first, then the features' in their order; a call that names
+        # nothing lists.
+        self._inferred = [*((verb.name, verb.infer) for verb in CORE_VERBS), *inferred]
+        self.actions: dict[str, str] = {}
+        for verb in self.verbs.values():
+            for action in verb.actions:
+                claim(f"action {action}", f"verb {verb.name}")
+                self.actions[action] = verb.name
+
+    def __repr__(self) -> str:
+        return f"<light.Tables words={len(self.words)} verbs={len(self.verbs)} readers={sorted(self.readers)}>"
+
+    def infer(self, fields: Mapping[str, Any]) -> str:
+        """The action a call with no ``action`` means, from the fields it gives."""
+        keys = set(fields)
+        for verb, keysets in self._inferred:
+            if any(needed <= keys for needed in keysets):
+                return verb
+        return "event_list"
+
+    def description(self, tool: str) -> str:
+        """What a front tool's description says (``palace_coordinate``'s: every verb's words)."""
+        if tool == "palace_coordinate":
+            return f"Coordinate: {', '.join(self.usage)}."
+        return self.descriptions.get(tool, f"{tool}: nothing here reads it.")
+
+    def schema(self, tool: str) -> dict[str, Any]:
+        """A front tool's input schema: its command string and the fields a call may give instead
+        (any other key is accepted and routed or dropped, as MemPalace does)."""
+        command = "query" if tool == "palace_query" else "command"
+        properties: dict[str, Any] = {command: {"type": "string"}}
+        properties.update({name: {"type": kind} for name, kind in self.fields.get(tool, {}).items()})
+        return {"type": "object", "properties": properties}
 
 
-def _infer_query_target(fields: Mapping[str, Any]) -> str:
-    if "query" in fields or "content" in fields or "text" in fields:
-        return "search"
-    if "entity" in fields:
-        return "kg_query"
-    if "tunnels" in fields:
-        return "tunnels"
-    return "search"
+def tables(features: Features | None = None) -> Tables:
+    """The light tables of ``features`` (by default palacectl's, ``palacectl.features``)."""
+    if features is None:
+        from .features import features as registry
+
+        features = registry()
+    return features.memo("light", Tables)
 
 
-def _kg_query(tokens: list[str]) -> dict[str, Any]:
-    """``<entity words> [AS OF d] [DIRECTION dir]``."""
-    entity: list[str] = []
-    args: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        word = tokens[i].upper()
-        if word == "AS" and i + 2 < len(tokens) and tokens[i + 1].upper() == "OF":
-            args["as_of"] = str(tokens[i + 2])
-            i += 3
-        elif word == "AS_OF" and i + 1 < len(tokens):
-            args["as_of"] = str(tokens[i + 1])
-            i += 2
-        elif word == "DIRECTION" and i + 1 < len(tokens):
-            args["direction"] = str(tokens[i + 1]).lower()
-            i += 2
-        elif not args:
-            entity.append(str(tokens[i]))
-            i += 1
-        else:
-            i += 1
-    if not entity:
-        raise LightError("KG query requires an entity name (e.g. 'KG Max')")
-    return {"entity": " ".join(entity), **args}
-
-
-def _search(tokens: list[str]) -> dict[str, Any]:
-    """``[FIND|SEARCH] words [IN wing/room] [LIMIT n] [SINCE d] [BEFORE d] [STRATEGY s]``."""
-    if tokens and tokens[0].upper() in ("FIND", "SEARCH"):
-        tokens = tokens[1:]
-    words: list[str] = []
-    args: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        word = "" if isinstance(tok, _Quoted) else tok.upper()
-        if word in ("IN", "LIMIT", "SINCE", "BEFORE", "STRATEGY") and i + 1 < len(tokens):
-            value = tokens[i + 1]
-            if word == "IN":
-                _place(value, args)
-            elif word == "LIMIT":
-                args["limit"] = _value(value)
-            elif word != "STRATEGY":  # palace always ranks by meaning and words together
-                args[word.lower()] = str(value)
-            i += 2
-        else:
-            words.append(str(tok))
-            i += 1
-    if not words:
-        raise LightError("FIND requires words to search for (e.g. 'FIND \"auth token\" IN backend/auth')")
-    return {"query": " ".join(words), **args}
-
-
-def _without(fields: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: v for k, v in fields.items() if k not in keys}
-
-
-def _why_not(verb: str) -> str:
-    return f" ({_NOT_OFFERED[verb]})" if verb in _NOT_OFFERED else ""
-
-
-# -- palace_exec ------------------------------------------------------------------------------------
-
-
-def _read_exec(command: str | None, fields: dict[str, Any]) -> LightCall:
-    if command is None:
-        args = dict(fields)
-        action = str(args.pop("action", None) or args.pop("target", None) or _infer_exec_action(args)).lower()
-        if action in ("add", "add_drawer", "create_drawer"):
-            _rename(args, "document", "content")
-            _rename(args, "text", "content")
-            return LightCall("mempalace_add_drawer", args)
-        if action in ("kg_add", "add_fact", "add_triple"):
-            _rename(args, "obj", "object")
-            return LightCall("mempalace_kg_add", args)
-        if action in ("kg_invalidate", "invalidate"):
-            _rename(args, "valid_to", "ended")
-            _rename(args, "obj", "object")
-            return LightCall("mempalace_kg_invalidate", args)
-        if action in ("diary_write", "diary"):
-            _rename(args, "agent", "agent_name")
-            _rename(args, "content", "entry")
-            return LightCall("mempalace_diary_write", args)
-        raise LightError(f"Unknown palace_exec action: '{action}'" + _why_not(action.upper().split("_")[0]))
-    tokens = tokenize(command)
-    if not tokens:
-        raise LightError("Empty exec command")
-    first = tokens[0].upper()
-    second = tokens[1].upper() if len(tokens) > 1 else ""
-    extra = _without(fields, ("target", "action"))
-    if first == "KG" and second == "SUPERSEDE":
-        raise LightError(f"KG SUPERSEDE: {_NOT_OFFERED['KG SUPERSEDE']}")
-    if first == "KG" and second == "ADD":
-        return LightCall("mempalace_kg_add", {**_triple(tokens[2:], "KG ADD"), **extra})
-    if first == "KG" and second in ("INVALIDATE", "DELETE"):
-        return LightCall("mempalace_kg_invalidate", {**_triple(tokens[2:], "KG INVALIDATE"), **extra})
-    if first == "KG":
-        raise LightError("KG requires ADD, INVALIDATE, or SUPERSEDE")
-    if first == "ADD":
-        return LightCall("mempalace_add_drawer", {**extra, **_add(tokens[1:])})
-    if first == "DIARY":
-        return LightCall("mempalace_diary_write", {**extra, **_diary_write(tokens[1:])})
-    if first in _NOT_OFFERED:
-        raise LightError(f"{first}: {_NOT_OFFERED[first]}")
-    raise LightError(f"Unrecognized palace_exec command: '{first}'")
-
-
-def _infer_exec_action(fields: Mapping[str, Any]) -> str:
-    if "agent_name" in fields and ("entry" in fields or "content" in fields):
-        return "diary_write"
-    if "content" in fields or "document" in fields:
-        return "add_drawer"
-    if "subject" in fields and "predicate" in fields and ("object" in fields or "obj" in fields):
-        return "kg_add"
-    return "add_drawer"
-
-
-def _add(tokens: list[str]) -> dict[str, Any]:
-    """``[IN wing/room] "verbatim content" [SOURCE file] [ADDED_BY agent]``."""
-    args: dict[str, Any] = {}
-    content: list[str] = []
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        word = "" if isinstance(tok, _Quoted) else tok.upper()
-        if word in ("IN", "SOURCE", "ADDED_BY") and i + 1 < len(tokens):
-            if word == "IN":
-                _place(tokens[i + 1], args)
-            else:
-                args["source_file" if word == "SOURCE" else "added_by"] = str(tokens[i + 1])
-            i += 2
-        elif word and ":" in tok and not tok.startswith(("http://", "https://")):
-            key, value = tok.split(":", 1)
-            args[key.lower()] = _value(value)
-            i += 1
-        else:
-            content.append(str(tok))
-            i += 1
-    if content and "content" not in args:
-        args["content"] = " ".join(content)
-    if not args.get("content"):
-        raise LightError("ADD requires content to store")
-    if not args.get("wing") or not args.get("room"):
-        raise LightError("ADD requires wing and room (e.g. 'ADD IN backend/auth \"content\"')")
-    return args
-
-
-def _triple(tokens: list[str], verb: str) -> dict[str, Any]:
-    """``subject -> predicate -> object [flags]`` (or three bare tokens), with KG ADD's
-    ``FROM``/``VALID_FROM``/``TO``/``VALID_TO``/``DRAWER`` and KG INVALIDATE's ``ENDED``/``AT``."""
-    arrows = [i for i, t in enumerate(tokens) if t == "->" and not isinstance(t, _Quoted)]
-    if len(arrows) >= 2:
-        subject = " ".join(tokens[:arrows[0]])
-        predicate = " ".join(tokens[arrows[0] + 1:arrows[1]])
-        rest = tokens[arrows[1] + 1:]
-    elif len(tokens) >= 3:
-        subject, predicate, rest = str(tokens[0]), str(tokens[1]), tokens[2:]
-    else:
-        raise LightError(f"{verb} requires 'subject -> predicate -> object' or 'subject predicate object'")
-    flags = {"FROM", "TO", "VALID_FROM", "VALID_TO", "DRAWER", "CLOSET"} if verb == "KG ADD" else {"ENDED", "AT", "DATE"}
-    obj: list[str] = []
-    for i, tok in enumerate(rest):
-        head = tok.split(":", 1)[0].upper() if not isinstance(tok, _Quoted) else ""
-        if head in flags:
-            pairs = _pairs(rest[i:])
-            break
-        obj.append(str(tok))
-    else:
-        pairs = {}
-    args: dict[str, Any] = {"subject": subject, "predicate": predicate, "object": " ".join(obj)}
-    if verb == "KG ADD":
-        for key, name in (("from", "valid_from"), ("valid_from", "valid_from"), ("to", "valid_to"),
-                          ("valid_to", "valid_to"), ("drawer", "source_drawer_id")):
-            if key in pairs:
-                args[name] = str(pairs[key])
-    else:
-        for key in ("ended", "at", "date"):
-            if key in pairs:
-                args["ended"] = str(pairs[key])
-    return args
-
-
-def _diary_write(tokens: list[str]) -> dict[str, Any]:
-    """``[WRITE|ADD] agent text… [TOPIC t]``."""
-    if tokens and not isinstance(tokens[0], _Quoted) and tokens[0].upper() in ("WRITE", "ADD"):
-        tokens = tokens[1:]
-    if not tokens:
-        raise LightError("DIARY requires agent_name")
-    agent = str(tokens[0])
-    rest = tokens[1:]
-    if agent.upper() == "AGENT" and rest:
-        agent, rest = str(rest[0]), rest[1:]
-    elif agent.lower().startswith("agent:"):
-        agent = agent.split(":", 1)[1]
-    args: dict[str, Any] = {"agent_name": agent.strip("'\"")}
-    entry: list[str] = []
-    i = 0
-    while i < len(rest):
-        tok = rest[i]
-        word = "" if isinstance(tok, _Quoted) else tok.upper()
-        if word == "TOPIC" and i + 1 < len(rest):
-            args["topic"] = str(rest[i + 1])
-            i += 2
-        elif word and tok.lower().startswith("topic:"):
-            args["topic"] = tok.split(":", 1)[1]
-            i += 1
-        else:
-            entry.append(str(tok))
-            i += 1
-    args["entry"] = " ".join(entry)
-    if not args["entry"]:
-        raise LightError("DIARY WRITE requires the entry's text")
-    return args
-
-
-# -- the entry point --------------------------------------------------------------------------------
-
-_READERS: Final = {"palace_query": _read_query, "palace_exec": _read_exec, "palace_coordinate": _read_coordinate}
-
-
-def read_light_call(tool: str, arguments: Mapping[str, Any]) -> LightCall:
-    """The full tool a call to light ``tool`` runs, with its arguments.
+def read_light_call(tool: str, arguments: Mapping[str, Any], features: Features | None = None) -> LightCall:
+    """The full tool a call to light ``tool`` runs, with its arguments (read with ``features``'
+    verbs: by default palacectl's).
 
     Raises:
         LightError: the call cannot be read (MemPalace's words where it has them), or names
             something palace does not offer (and what to use instead).
     """
+    light = tables(features)
     command, fields = _command_of(arguments)
     try:
-        return _READERS[tool](command, fields)
+        if tool == "palace_coordinate":
+            return _read_coordinate(light, command, fields)
+        reader = light.readers.get(tool)
+        if reader is None:
+            raise LightError(f"{tool}: nothing here reads it")
+        return reader(command, fields)
     except (ValueError, TypeError, RecursionError) as exc:
         if isinstance(exc, LightError):
             raise

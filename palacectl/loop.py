@@ -1,10 +1,10 @@
 """The commands an agent loop runs on every step, with and without the command-line framework.
 
 Owns: the bodies of ``list``, ``append``, ``ack``, ``wait``, ``inbox`` (and ``inbox
-mark-read``), ``task ready`` and ``task claim`` (one request to the daemon, rendered), the input
-helpers every command shares (``UsageProblem``, ``text_or_file``, ``parse_metadata``, …), the
-mapping of failures to one line and an exit code (``guarded``), and ``run_quick``: a parser for
-exactly those commands that skips typer.
+mark-read``) (one request to the daemon, rendered), the input helpers every command shares
+(``UsageProblem``, ``text_or_file``, ``parse_metadata``, …), the mapping of failures to one line
+and an exit code (``guarded``), and ``run_quick``: a parser for exactly those commands, and for
+the ones features declare (``Feature.quick``), that skips typer.
 
 Why (issue 26): an agent without MCP calls ``palacectl`` for every step of its loop, and typer
 and every command module cost more at start-up (~45 ms) than the rest of the call. The typer
@@ -29,6 +29,7 @@ from palace_proto.filters import FILTER_OPTIONS, filter_args
 
 from . import output
 from .client import Client, DaemonUnreachable, home_from
+from .feature import Features, load
 from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit, fail, note, write_stdout
 
 __all__ = [
@@ -214,24 +215,6 @@ def mark_read(home: Path, o: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def task_ready(home: Path, o: dict[str, Any]) -> int:
-    result = call(home, "task_ready", agent=o["agent"])
-    if emit(result, o.get("json")):
-        return EXIT_OK
-    if not result["tasks"]:
-        note("Nothing ready.")
-    for t in result["tasks"]:
-        write_stdout(f"{t['correlation_id']}\tP{t['priority']}\tfrom {t['requested_by']}\t{t['request']['created_at']}\n")
-    return EXIT_OK
-
-
-def task_claim(home: Path, o: dict[str, Any]) -> int:
-    correlation_id, agent = o["correlation_id"], o["agent"]
-    result = call(home, "task_claim", correlation_id=correlation_id, agent=agent)
-    emit(result, o.get("json"), f"{'Already yours' if result['already'] else 'Claimed'}: {correlation_id} ({agent})")
-    return EXIT_OK
-
-
 # -- failures → one line and an exit code -------------------------------------------------------
 
 
@@ -273,10 +256,12 @@ def _append_body(home: Path, o: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-# command words → (options, positional names, options that must be given, body). Left to typer:
+#: a quick command: (options, positional names, options that must be given, body)
+_Entry = tuple[dict[str, tuple[str, str]], tuple[str, ...], tuple[str, ...], Callable[[Path, dict[str, Any]], int]]
+
+# command words → its entry. Left to typer:
 # ``append --ndjson/--replicated`` and ``wait --replicated/--event-id`` (not in these tables).
-_COMMANDS: Final[dict[tuple[str, ...], tuple[dict[str, tuple[str, str]], tuple[str, ...], tuple[str, ...],
-                                              Callable[[Path, dict[str, Any]], int]]]] = {
+_COMMANDS: Final[dict[tuple[str, ...], _Entry]] = {
     ("list",): ({**_EVENT_FILTERS, **_COMMON, "--since-event-id": ("since_event_id", "str"),
                  "--before-event-id": ("before_event_id", "str"), "--since-created-at": ("since_created_at", "str"),
                  "--order": ("order", "str"), "--limit": ("limit", "int"), "--preview": ("preview", "flag"),
@@ -295,8 +280,6 @@ _COMMANDS: Final[dict[tuple[str, ...], tuple[dict[str, tuple[str, str]], tuple[s
                   "--preview": ("preview", "flag")}, (), (), inbox),
     ("inbox", "mark-read"): ({**_COMMON, "--agent": ("agent", "str"), "--upto": ("upto", "str")}, (),
                              ("agent", "upto"), mark_read),
-    ("task", "ready"): ({**_COMMON, "--agent": ("agent", "str")}, (), ("agent",), task_ready),
-    ("task", "claim"): ({**_COMMON, "--agent": ("agent", "str")}, ("correlation_id",), ("agent",), task_claim),
 }
 
 
@@ -341,9 +324,40 @@ def _parse(words: list[str], options: dict[str, tuple[str, str]], positionals: t
     return parsed
 
 
-def run_quick(argv: list[str]) -> int | None:
+def _feature_command(words: list[str], features: Features | None) -> tuple[int, _Entry] | None:
+    """The features' quick command ``words`` start with (their words' length, and its entry)."""
+    if features is None:
+        from .features import features as registry
+
+        features = registry()
+    table: dict[tuple[str, ...], _Entry] = features.memo("quick", _quick_table)
+    for length in (2, 1):
+        entry = table.get(tuple(words[:length]))
+        if entry is not None:
+            return length, entry
+    return None
+
+
+def _quick_table(features: Features) -> dict[tuple[str, ...], _Entry]:
+    """Every feature's quick commands as the parser's entries (a core command's words are refused)."""
+    table: dict[tuple[str, ...], _Entry] = {}
+    for feature in features:
+        for words, quick in feature.quick.items():
+            if words in _COMMANDS:
+                raise ValueError(f"feature {feature.name} declares the quick command {' '.join(words)!r}: the core's")
+
+            def body(home: Path, o: dict[str, Any], run: str = quick.run) -> int:
+                return int(load(run)(home, o))
+
+            table[words] = ({**_COMMON, **quick.options}, quick.positionals, quick.required, body)
+    return table
+
+
+def run_quick(argv: list[str], features: Features | None = None) -> int | None:
     """Run ``argv`` (after ``palacectl``) if it is one of the loop's command lines, fully
-    understood; None means: give it to the full command line."""
+    understood; None means: give it to the full command line. ``features``: whose quick commands
+    count besides the core's (by default palacectl's, ``palacectl.features``, read only when the
+    words are none of the core's)."""
     words = list(argv)
     home: str | None = None
     if words and (words[0] == "--home" or words[0].startswith("--home=")):
@@ -359,7 +373,10 @@ def run_quick(argv: list[str]) -> int | None:
         if entry is not None:
             break
     else:
-        return None
+        found = _feature_command(words, features)
+        if found is None:
+            return None
+        length, entry = found
     options, positionals, required, body = entry
     parsed = _parse(words[length:], options, positionals, required)
     if parsed is None:

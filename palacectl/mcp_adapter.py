@@ -1,18 +1,16 @@
 """``palacectl mcp --agent ID``: palace as MCP tools over stdio, MemPalace-compatible.
 
 Owns: the server an agent harness talks to (``PalaceMCP``) and its policy (which tools are
-offered, the identity it speaks as, read-only mode, the result shapes) over the tool surface of
-``mcp_tools.py``: the eight MemPalace logstream tools with the same names, inputs and result
-shapes (reference §4), plus palace's ``task_status``, ``task_list``, ``who``, ``peers``, the
-``lease_*``, ``inbox``, ``inbox_mark_read`` and ``session_start`` tools, and the resources
-``palace://inbox/{agent}``, ``palace://tasks/open``, ``palace://task/{correlation_id}``,
-``palace://leases`` and ``palace://who``, translated onto the daemon's API. The adapter is a client
-of the local palaced like the CLI and keeps no state: every tool call is one request on a fresh
-connection (``aclient.py``), so it survives the daemon restarting under it.
+offered, the identity it speaks as, read-only mode, the result shapes) over the tools and
+resources of the core and of the features it serves (``mcp_tools.build_registry``: the MemPalace
+logstream tools with the same names, inputs and result shapes, reference §4, and palace's own),
+translated onto the daemon's API. The adapter is a client of the local palaced like the CLI and
+keeps no state: every tool call is one request on a fresh connection (``aclient.py``), so it
+survives the daemon restarting under it.
 
 What a harness is offered is ``--tools`` (``tool_sets.py``): by default ``core``, the delegation
 loop in under 6 KB of schemas, each tool's rarer arguments named in its description and accepted;
-``log``, ``memory`` and ``leases`` add the rest, ``all`` is every tool with every argument listed.
+the other groups add the rest, ``all`` is every tool with every argument listed.
 
 Rules it enforces on top of the daemon's:
 
@@ -34,7 +32,6 @@ this module must not import trio, typer or the SDK at its top.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -43,13 +40,12 @@ from palace_proto import __version__
 from palace_proto.errors import ApiError
 
 from .client import Client, DaemonUnreachable
-from .files import ConfigUnreadable, read_config
+from .feature import Features
 from .mcp_server import McpError, StdioServer, ToolSpec
-from .mcp_tools import TOOLS
-from .permission_policy import RUNNER_ENV, PermissionPolicy, PolicyError
-from .tool_sets import ALL, DEFAULT_TOOLS, GROUPS, LISTING_ORDER, parse_tool_sets
+from .mcp_tools import build_registry
+from .tool_sets import ALL, DEFAULT_TOOLS, tool_sets
 
-__all__ = ["MUTATING_TOOLS", "READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
+__all__ = ["READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
 
 LOGGER: Final = logging.getLogger("palacectl.mcp")
 #: JSON-RPC error code for a mutating tool called in read-only mode (MemPalace's).
@@ -58,8 +54,6 @@ READ_ONLY_ERROR: Final = -32003
 # accepted and dropped (refusing them refuses every call such a harness makes). Gemini CLI adds
 # ``wait_for_previous`` to each tool's schema and forwards what its model sets (issue 26).
 HARNESS_ARGUMENTS: Final = frozenset({"wait_for_previous"})
-#: The tools that write (``mutating=True`` in ``mcp_tools``): read-only mode leaves them out.
-MUTATING_TOOLS: Final = frozenset(name for name, spec in TOOLS.tools.items() if not spec.read_only)
 INSTRUCTIONS: Final = (
     "palace: the shared coordination log of this agent fleet (MemPalace-compatible). Cursor = event id "
     "(since_event_id is exclusive). Claim with ack status=claimed; close every loop with ack "
@@ -87,18 +81,28 @@ class _LazyDaemon:
 
 
 class PalaceMCP(StdioServer):
-    """The MCP server for one agent identity on one palace home, serving ``mcp_tools.TOOLS``
-    (each tool and resource is given this server: ``mcp_tools.Palace``)."""
+    """The MCP server for one agent identity on one palace home, serving the core's tools and
+    ``features``' (each tool and resource is given this server: ``mcp_tools.Palace``)."""
 
-    def __init__(self, home: Path, agent: str, *, read_only: bool = False, tools: str | None = ALL) -> None:
-        """``tools``: what ``--tools`` says (``tool_sets``): groups, tool names or ``all``."""
-        super().__init__("palace", __version__, INSTRUCTIONS, TOOLS)
+    def __init__(self, home: Path, agent: str, *, read_only: bool = False, tools: str | None = ALL,
+                 features: Features | None = None) -> None:
+        """``tools``: what ``--tools`` says (``tool_sets``): groups, tool names or ``all``;
+        ``features``: whose tools it serves besides the core's (by default palacectl's)."""
+        if features is None:
+            from .features import features as registry
+
+            features = registry()
+        super().__init__("palace", __version__, INSTRUCTIONS, build_registry(features))
         self.home = home
+        self.features = features
         self.daemon = _LazyDaemon(home)
         self.agent = agent
         self.forced_read_only = read_only
         self.tool_sets = tools or DEFAULT_TOOLS
-        self.offered, self.full_schemas = parse_tool_sets(tools)
+        self._sets = tool_sets(features)
+        self.offered, self.full_schemas = self._sets.parse(tools)
+        #: the tools that write (``mutating=True``): read-only mode leaves them out
+        self.mutating = frozenset(name for name, spec in self.tools.items() if not spec.read_only)
         self._observer: bool | None = None  # learned from the daemon (None: not asked yet)
 
     def __repr__(self) -> str:
@@ -122,13 +126,14 @@ class PalaceMCP(StdioServer):
         return self._observer
 
     def listed_tools(self) -> list[ToolSpec]:
-        tools = sorted((t for t in self.tools.values() if t.name in self.offered), key=lambda t: LISTING_ORDER[t.name])
+        order = self._sets.listing_order
+        tools = sorted((t for t in self.tools.values() if t.name in self.offered), key=lambda t: order[t.name])
         if self.read_only_now():
-            tools = [t for t in tools if t.name not in MUTATING_TOOLS]
+            tools = [t for t in tools if t.name not in self.mutating]
         return tools
 
     async def before_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        if name in MUTATING_TOOLS and self.read_only_now():
+        if name in self.mutating and self.read_only_now():
             raise self._read_only_error(name)
         known = self.tools[name].input_schema["properties"]
         return {k: v for k, v in arguments.items() if k not in HARNESS_ARGUMENTS or k in known}
@@ -136,7 +141,7 @@ class PalaceMCP(StdioServer):
     def not_offered(self, name: str) -> str | None:
         if name in self.offered:
             return None
-        group = next(g for g, names in GROUPS.items() if name in names)
+        group = self._sets.group_of[name]
         return (f"{name} is not offered here (palacectl mcp --tools {self.tool_sets}); add its group: "
                 f"--tools {self.tool_sets},{group} (or --tools all)")
 
@@ -153,19 +158,6 @@ class PalaceMCP(StdioServer):
             return self.agent
         raise ApiError(f"this adapter speaks as {self.agent!r}; {field}={value.strip()!r} would impersonate "
                        "another agent (run one adapter per agent identity)", code="invalid_argument")
-
-    def permission_policy(self) -> PermissionPolicy:
-        """``[permissions]`` of this home's ``config.toml`` for the runner named by the run's
-        environment (``PALACE_RUNNER``), read at each request: an edit applies to the next one.
-
-        Raises:
-            PolicyError: the file or its ``[permissions]`` is not readable as a policy.
-        """
-        try:
-            config = read_config(self.home)
-        except ConfigUnreadable as exc:
-            raise PolicyError(str(exc)) from None
-        return PermissionPolicy.from_config(config, os.environ.get(RUNNER_ENV) or None)
 
     async def run_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """A tool's result in MemPalace's shapes: a writing tool's is ``{"success": true, …}`` or

@@ -2,18 +2,13 @@
 
 Owns nothing itself; it names the entry point. ``main`` (the console script and ``python -m
 palacectl``) and ``app`` (the typer application) come from ``cli.root``, which assembles the
-command modules:
+core's command modules and every feature's (``palacectl.features``: each feature's ``cli`` module,
+in its own package):
 
 * ``common``: the home in use, ``call_daemon``, shared options, reading files and stdin;
-* ``log``: append, list, wait, watch, ack, redact;
-* ``palace``: status, init, invite, join, revoke, doctor, digest, who, peers;
-* ``artifacts``: the artifact and patch groups; ``tasks``: the task group;
-* ``memory``: remember, search, agents, tunnels, and the kg, diary and memory groups;
-* ``backup``: backup, restore; ``export``: export, import;
-* ``harness``: rules, mcp; ``permissions``: approve-hook (hidden: a launched run's permission hook);
-* ``bench``: the bench group; ``service``: the service group;
-* ``rooms``: the room group (agent rooms: open, say, read, close, list, show);
-* ``ui``: the dashboard (``palacectl.ui``).
+* ``log``: append, list, wait, watch, ack, redact; ``status``: status, digest;
+* ``session``: the inbox and session groups; ``harness``: rules, mcp;
+* ``bench``: the bench group; ``notify``: the notify group.
 
 Business rules live in the daemon; the commands read files and stdin byte-exactly, call the API
 and render. Heavy imports (apsw, the benchmark, MCP, cryptography, the service helpers) are

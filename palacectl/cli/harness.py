@@ -104,7 +104,7 @@ def rules(
 def _harness_hooks(agent: str, harness: str, *, remove: bool, as_json: bool) -> None:
     """Install (or remove) palace's session-start hook in the harness's settings."""
     from ..hooks import HOOK_HARNESSES, HooksError, hook_command, install_hooks, remove_hooks
-    from ..service.host import palacectl_command
+    from ..installed import palacectl_command
 
     spec = HOOK_HARNESSES.get(harness)
     if spec is None:

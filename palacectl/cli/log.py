@@ -14,12 +14,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from palace_proto.agents import is_human
-from palace_proto.questions import ANYONE
 from palace_proto.errors import ApiError
 from palace_proto.filters import filter_args
 
 from .. import loop
+from ..feature import load
 from ..output import EXIT_IDLE, emit, fail, note, write_stdout
 from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home
 
@@ -269,8 +268,7 @@ def watch(
             fail("agent identity is required to name a watch state file", code="invalid_argument")
         to_agents.append(agent.strip())
         excluded.append(agent.strip())
-        if is_human(agent.strip()):
-            to_agents.append(ANYONE)  # a person is woken by a question to anyone (human:*) too
+        to_agents.extend(_also_addressed(agent.strip()))
     if announce and not agent:
         raise UsageProblem("--announce needs --agent (the announcement is posted as that agent)")
     home = current_home()
@@ -291,6 +289,13 @@ def watch(
         limit=min(limit, 500), as_json=json_,
     ))
     raise typer.Exit(code)
+
+
+def _also_addressed(agent: str) -> list[str]:
+    """Who else a watch of ``agent`` wakes for: what the features say (``Feature.watch_also``)."""
+    from ..features import features
+
+    return [also for feature in features() if feature.watch_also for also in load(feature.watch_also)(agent)]
 
 
 def ack(

@@ -3,8 +3,8 @@ a service's file, and which ``palaced`` or ``palacectl`` to run.
 
 Owns: platform detection (systemd on Linux, launchd on macOS), whether systemd is the init
 system, the names of the services (``ServiceName``: palaced's, and one per agent for workers), the
-per-user install paths, and finding the installed ``palaced`` and ``palacectl``. Reads the file
-system and the environment only; runs no command (that is ``runner``).
+per-user install paths, and which ``palaced`` and ``palacectl`` a service runs (``palacectl.installed``'s). Reads
+the file system and the environment only; runs no command (that is ``runner``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 # NamedTuple rather than dataclasses: a dataclass costs ~0.5 ms to create, and this is a plain value.
 from typing import Final, Literal, NamedTuple
+
+from ..installed import palacectl_command, palaced_command
 
 __all__ = [
     "LAUNCHD_LABEL", "PALACED", "PLATFORMS", "SYSTEMD_UNIT", "Platform", "ServiceName", "detect_platform",
@@ -103,24 +104,3 @@ def service_file(platform: Platform, service: ServiceName = PALACED) -> Path:
 def launchd_log_dir() -> Path:
     return Path.home() / "Library" / "Logs" / "palace"
 
-
-def _installed_command(name: str) -> list[str]:
-    """An installed console script as an absolute command: the one beside this Python (the
-    installation this palacectl belongs to), else the one on PATH, else ``python -m <name>``."""
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return [str(beside.absolute())]
-    found = shutil.which(name)
-    if found:
-        return [str(Path(found).absolute())]
-    return [str(Path(sys.executable).absolute()), "-m", name]
-
-
-def palaced_command() -> list[str]:
-    """The installed palaced as an absolute command (see ``_installed_command``)."""
-    return _installed_command("palaced")
-
-
-def palacectl_command() -> list[str]:
-    """The installed palacectl as an absolute command, for a worker service (see ``_installed_command``)."""
-    return _installed_command("palacectl")

@@ -1,6 +1,6 @@
 """``palacectl ui``'s process: the listening socket, hypercorn's trio worker, ``ui.json``, the browser.
 
-Owns: choosing who the dashboard writes as (``human:<name>``), binding 127.0.0.1 (never another
+Owns: binding 127.0.0.1 (never another
 address: the dashboard is a window for the person at this machine; another machine reaches it
 through an SSH tunnel), serving the ``app.Dashboard`` with hypercorn until Ctrl-C or SIGTERM,
 printing the address with the run's secret, writing it to ``$PALACE_HOME/ui.json`` (mode 0600,
@@ -28,15 +28,13 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.agents import HUMAN_PREFIX, check_agent_id
-
 from ..aclient import AsyncDaemon
 from ..files import write_atomically
 from ..output import EXIT_INTERRUPTED, EXIT_OK, CommandFailed, note, utc_now
 from .app import Dashboard
 from .security import Gate, new_secret
 
-__all__ = ["UI_FILE", "human_id", "run_ui"]
+__all__ = ["UI_FILE", "run_ui"]
 
 LOGGER: Final = logging.getLogger("palacectl.ui")
 UI_FILE: Final = "ui.json"
@@ -47,21 +45,6 @@ GRACEFUL_S: Final = 2.0
 MAX_CONNECTIONS: Final = 256
 #: Why 16 KiB: a browser's request line and headers, cookies included, fit in a few KiB.
 MAX_HEADER_BYTES: Final = 16 * 1024
-
-
-def human_id(name: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
-    """The ``human:<name>`` the dashboard writes as: ``--as`` (with or without the prefix), else
-    the login name with what an id may not hold replaced.
-
-    Raises:
-        ValidationError: a ``--as`` that is not a person's id.
-    """
-    if name:
-        text = name.strip()
-        return check_agent_id(text if text.startswith(HUMAN_PREFIX) else HUMAN_PREFIX + text, field="--as")
-    login = environ.get("USER") or environ.get("USERNAME") or environ.get("LOGNAME") or "operator"
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in login)[:64].strip("-.") or "operator"
-    return check_agent_id(HUMAN_PREFIX + cleaned, field="login name")
 
 
 def _has_a_screen(environ: dict[str, str] | os._Environ[str] = os.environ, platform: str = sys.platform) -> bool:

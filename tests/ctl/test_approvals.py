@@ -1,4 +1,4 @@
-"""palacectl.approvals, the harness-neutral part of a run's permission requests (issue 28): how a
+"""palacectl.features.approvals.approvals, the harness-neutral part of a run's permission requests (issue 28): how a
 request of several calls is judged, the question a person gets (its text and approval marker),
 and what an answer — or silence — means. Issue 43: the person is shown the whole request and the
 answer is bound to its sha256; file tools stay in the run's worktree."""
@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from palacectl.approvals import (
+from palacectl.features.approvals.approvals import (
     ASK_CHOICES, Question, Verdict, answer_verdict, first_step, judge, question_for, request, request_text,
     worktree_of,
 )
-from palacectl.permission_policy import PermissionPolicy
+from palacectl.features.approvals.permission_policy import PermissionPolicy
 
 POLICY = PermissionPolicy.parse({"allow": ["Read", "WebFetch(https://docs.python.org/*)"], "deny": ["Bash(git push*)"],
                                  "ask_to": "human:ana", "timeout": "2m"})

@@ -1,4 +1,4 @@
-"""palacectl.approve_hook, the pure parts and the process's promise (issue 28, Gemini CLI): Gemini's
+"""palacectl.features.approvals.approve_hook, the pure parts and the process's promise (issue 28, Gemini CLI): Gemini's
 tools in the policy's words, the request read and mistrusted, exactly one decision printed — a deny
 for anything that fails or takes too long — and the run's own Gemini home that installs the hook."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from palacectl.approvals import Verdict
-from palacectl.approve_hook import (
+from palacectl.features.approvals.approvals import Verdict
+from palacectl.features.approvals.approve_hook import (
     ANSWER_MARGIN_S, MAX_HOOK_INPUT_BYTES, HookInputError, HookSettingsError, check_hooks_stay_on, decide,
     decision_json, gemini_calls, gemini_run_settings, hook_command, make_gemini_home, parse_hook_input,
     read_gemini_settings, run_hook, strip_json_comments, system_settings_path, user_gemini_home,
 )
-from palacectl.permission_policy import PermissionPolicy
+from palacectl.features.approvals.permission_policy import PermissionPolicy
 from tests.helpers import PYTHON
 
 

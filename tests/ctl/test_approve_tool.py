@@ -1,4 +1,4 @@
-"""The MCP ``approve`` tool Claude Code calls in a launched run (``palacectl.mcp_tools.approve``),
+"""The MCP ``approve`` tool Claude Code calls in a launched run (``palacectl.features.approvals.tools.approve``),
 against a scripted daemon and person (issue 43): each example of finding 1 judged command by
 command and path by path, with the run's worktree the server's working directory; and finding 2,
 an allow counts only for the very request the person was shown whole, and what runs is exactly it."""
@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from palace_proto.questions import check_approval
-from palacectl.mcp_tools import approve
-from palacectl.permission_policy import PermissionPolicy
+from palacectl.features.approvals.tools import approve
 
 
 @dataclasses.dataclass
@@ -39,15 +38,12 @@ class Person:
 
 @dataclasses.dataclass
 class Run:
-    """What the approve tool is given of its server: the run's agent, palace's home, the daemon."""
+    """What the approve tool is given of its server: the run's agent, palace's home (whose
+    config.toml holds no policy: the default one judges), the daemon."""
 
     home: Path
     daemon: Person
     agent: str = "linux-claude"
-    policy: PermissionPolicy = dataclasses.field(default_factory=PermissionPolicy)
-
-    def permission_policy(self) -> PermissionPolicy:
-        return self.policy
 
 
 @pytest.fixture

@@ -125,7 +125,7 @@ def _rules(path: Path) -> None:
 
 
 def _service_unit(path: Path) -> None:
-    from palacectl.cli.service import write_service_file
+    from palacectl.service.cli import write_service_file
 
     write_service_file(path, "[Unit]\nDescription=palace\n")
 

@@ -1,4 +1,4 @@
-"""``palacectl.permission_policy``: which of a launched run's tool calls palace allows, refuses,
+"""``palacectl.features.approvals.permission_policy``: which of a launched run's tool calls palace allows, refuses,
 or asks a person about, and how ``[permissions]`` is read (every mistake named in one line).
 Issue 43, finding 1: a shell rule judges each command a line runs, never the line's first words;
 a file tool is judged on the path it really reaches, inside the run's worktree only."""
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from palacectl.permission_policy import PermissionPolicy, PolicyError, main_argument
+from palacectl.features.approvals.permission_policy import PermissionPolicy, PolicyError, main_argument
 
 WORKTREE = Path("/w")
 

@@ -1,11 +1,11 @@
-"""``palacectl.shell_judge``: a command line read as bash reads it — every simple command it runs,
+"""``palacectl.features.approvals.shell_judge``: a command line read as bash reads it — every simple command it runs,
 with literal words, and what palace cannot vouch for (issue 43, finding 1)."""
 
 from __future__ import annotations
 
 import pytest
 
-from palacectl.shell_judge import option_doubts, read_command
+from palacectl.features.approvals.shell_judge import option_doubts, read_command
 
 
 def commands(line: str) -> list[tuple[str, ...] | None]:

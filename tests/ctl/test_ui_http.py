@@ -9,7 +9,7 @@ import pytest
 
 from palace_proto.errors import ValidationError
 from palacectl.ui.http import HttpError, Request, send_json
-from palacectl.ui.server import human_id
+from palacectl.features.dashboard.cli import human_id
 
 
 def request(query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None, body: list[bytes] | None = None) -> Request:

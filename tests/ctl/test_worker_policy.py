@@ -1,10 +1,10 @@
-"""palacectl.worker_policy: whose tasks a worker runs (issue 25, finding 2), judged per task."""
+"""palacectl.features.worker.worker_policy: whose tasks a worker runs (issue 25, finding 2), judged per task."""
 
 from __future__ import annotations
 
 import pytest
 
-from palacectl.worker_policy import MAX_ENTRIES, PolicyError, WorkerPolicy
+from palacectl.features.worker.worker_policy import MAX_ENTRIES, PolicyError, WorkerPolicy
 
 OWN, OTHER = "OWNPEER-1", "OTHERPEER-2"
 

@@ -11,8 +11,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from palacectl.approvals import request_text
-from palacectl.approve_hook import hook_command
+from palacectl.features.approvals.approvals import request_text
+from palacectl.features.approvals.approve_hook import hook_command
 from tests.fleet import ctl_json, wait_until
 from tests.helpers import PYTHON, run_ctl
 

@@ -1,7 +1,7 @@
 """`palacectl task launch` through each real harness, driven by a scripted model.
 
 A task from `boss` to each harness's agent is launched with the built-in runner for that harness
-(palacectl.launch.BUILTIN_RUNNERS: `claude --print`, `codex exec`, `gemini --prompt`, `opencode
+(palacectl.features.worker.launch.BUILTIN_RUNNERS: `claude --print`, `codex exec`, `gemini --prompt`, `opencode
 run`), configured from the README as in test_harness_loop.py and run offline with the rig's model.
 The model makes the harness write a file with the harness's own file tool (found in the tool list
 the harness sent: Claude Code's `Write`, Codex's `apply_patch` or its shell, Gemini CLI's

@@ -22,7 +22,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from palacectl.launch import BUILTIN_RUNNERS, PLACEHOLDERS, RUN_MCP_SERVER
+from palacectl.features.worker.launch import BUILTIN_RUNNERS, PLACEHOLDERS, RUN_MCP_SERVER
 from tests.fleet import append, ctl_json, wait_until
 from tests.harness_rig.install import QUIET, harnesses  # noqa: F401 - the install fixture, shared with the rig
 from tests.helpers import PYTHON, run_ctl_process
@@ -122,7 +122,7 @@ HIDDEN_BUT_RUN: dict[str, set[str]] = {"claude": {"--permission-prompt-tool"}}
 
 
 def test_task_launch_runners_pass_only_what_each_installed_harness_documents(harnesses, short_tmp):
-    """Guards the built-in runners (palacectl.launch.BUILTIN_RUNNERS) against a harness renaming an
+    """Guards the built-in runners (palacectl.features.worker.launch.BUILTIN_RUNNERS) against a harness renaming an
     option: each one's own --help, from the release npm has today, names every word palace passes."""
     assert set(RUNNER_HELP) == set(BUILTIN_RUNNERS)
     env = {**{k: v for k, v in os.environ.items() if k != "PALACE_HOME"}, "HOME": str(short_tmp), **QUIET}

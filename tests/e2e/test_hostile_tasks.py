@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from palacectl.launch import remove_worktree, task_branch
+from palacectl.features.worker.launch import remove_worktree, task_branch
 from tests.fleet import api, ctl_json, wait_until
 from tests.helpers import run_ctl_process, run_git
 from tests.hostile_task import Victim

@@ -231,7 +231,7 @@ def test_an_approvals_whole_request_reaches_the_dashboard_inline_or_from_its_art
     """Guards issue 43 finding 2: the person was shown the first 1,000 characters of a request.
     A short one rides whole in the question (Now page, task page); a long one is the artifact the
     question names, whose bytes the dashboard checks against the sha256 the answer is bound to."""
-    from palacectl.approvals import request_text
+    from palacectl.features.approvals.approvals import request_text
 
     cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bot",
                    "--branch", "main", "--base-commit", "abcdef1", "--goal", "migrate", "--done", "migrated",

@@ -295,7 +295,7 @@ def test_an_approval_waits_apart_on_now_and_on_its_task_page(single, daemon, bro
     command it is about, its task page says "waiting for approval", and one click denies it.
     Issue 43: the whole request is on both pages — from the artifact the question names when it is
     long, checked against its sha256 — before "allow" can be clicked."""
-    from palacectl.approvals import request_text
+    from palacectl.features.approvals.approvals import request_text
 
     cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bot",
                    "--branch", "main", "--base-commit", "abcdef1", "--goal", "migrate the orders table",

@@ -1,0 +1,74 @@
+"""The tasks feature's MCP tools: delegate, take and claim work (``core``), follow and hand it back (``log``); its resources: the open tasks, one task.
+
+Each is declared with ``mcp_tools.tool`` in the group this package's declaration lists it in;
+``mcp_tools.build_registry`` puts them together with the core's. Must not import trio or typer.
+"""
+
+from __future__ import annotations
+
+from ...mcp_tools import Palace, Result, drop_none, read_resource, resource, tool
+
+__all__ = ["mempalace_task_claim", "mempalace_task_create", "mempalace_task_list", "mempalace_task_ready", "mempalace_task_reassign", "mempalace_task_release", "mempalace_task_status", "open_tasks_resource", "task_resource"]
+
+
+@tool("core", mutating=True, extras=("from_agent", "blocked_by", "priority", "stall_after"), description=(
+    "Delegate work: a task.request with goal, branch, base_commit (a hex commit id, not a branch) and "
+    "definition of done. Returns {success, task, handoff}; wait on task.correlation_id."))
+async def mempalace_task_create(
+    palace: Palace, /, project: str, to_agent: str, goal: str, branch: str, base_commit: str, done: str,
+    from_agent: str | None = None, blocked_by: list[str] | None = None, priority: int | None = None,
+    stall_after: str | None = None,
+) -> Result:
+    return await palace.daemon.call("task_create", **drop_none(
+        project=project, to_agent=to_agent, goal=goal, branch=branch, base_commit=base_commit, done=done,
+        from_agent=palace.speaks_as("from_agent", from_agent), blocked_by=blocked_by or None,
+        priority=priority, stall_after=stall_after))
+
+
+@tool("core", description=(
+    "Tasks you can take now (for you or *, open, unclaimed, blockers applied), urgent and oldest first. "
+    "Claim one with mempalace_task_claim."))
+async def mempalace_task_ready(palace: Palace, /) -> Result:
+    return await palace.daemon.call("task_ready", agent=palace.agent)
+
+
+@tool("core", mutating=True, description=(
+    "Claim a task by correlation id; refused if another holds it, it is blocked or closed. A later "
+    "task.conflict to you means another claim won: stop."))
+async def mempalace_task_claim(palace: Palace, /, correlation_id: str) -> Result:
+    return await palace.daemon.call("task_claim", correlation_id=correlation_id, agent=palace.agent)
+
+
+@tool("log", description="A task's lifecycle by correlation id: state, claimant, every event on it.")
+async def mempalace_task_status(palace: Palace, /, correlation_id: str) -> Result:
+    return await palace.daemon.call("task_show", correlation_id=correlation_id)
+
+
+@tool("log", description="Tasks you requested or were asked to do; open_only=true (default): loops not yet closed.")
+async def mempalace_task_list(palace: Palace, /, open_only: bool = True) -> Result:
+    return await palace.daemon.call("task_list", agent=palace.agent, open=open_only)
+
+
+@tool("log", mutating=True, description="Give back a task you claimed (it is open again); say why in reason.")
+async def mempalace_task_release(palace: Palace, /, correlation_id: str, reason: str | None = None) -> Result:
+    return await palace.daemon.call("task_release", **drop_none(correlation_id=correlation_id, reason=reason,
+                                                                 agent=palace.agent))
+
+
+@tool("log", mutating=True,
+      description="As a task's requester, hand it to another agent (or *): open again, it wakes them.")
+async def mempalace_task_reassign(palace: Palace, /, correlation_id: str, to_agent: str) -> Result:
+    return await palace.daemon.call("task_reassign", correlation_id=correlation_id, to_agent=to_agent,
+                                    agent=palace.agent)
+
+
+@resource("palace://tasks/open", name="open tasks", mime_type="application/json",
+                description="Tasks not closed yet (newest first), each with its state and claimant.")
+async def open_tasks_resource(palace: Palace, /) -> str:
+    return await read_resource(palace, "task_list", open=True)
+
+
+@resource("palace://task/{correlation_id}", name="task", mime_type="application/json",
+                description="One task: its request, every event on it, its state, claims and blockers.")
+async def task_resource(palace: Palace, /, correlation_id: str) -> str:
+    return await read_resource(palace, "task_show", correlation_id=correlation_id)
