@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -145,7 +146,9 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
         key, created = load_or_create_identity(config.key_path)
         if created:
             LOGGER.info("created identity key %s", config.key_path)
-        store = await trio.to_thread.run_sync(Store, config.home / DB_FILENAME, key, config.limits)
+        daemon_features = features()
+        store = await trio.to_thread.run_sync(functools.partial(
+            Store, config.home / DB_FILENAME, key, config.limits, parts=daemon_features.store_parts))
         try:
             if store.minted_origin:
                 LOGGER.info("new origin %s for %s", store.origin_id, store.path)
@@ -166,7 +169,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                 # Derived state, off the append path: run in the API nursery, cancelled with it.
                 indexer = MemoryIndexer(astore, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
                                         config.home, exact_max=config.memory_exact_index_max)
-            ctx = Context(config, astore, bus, key, features(), membership=membership, indexer=indexer,
+            ctx = Context(config, astore, bus, key, daemon_features, membership=membership, indexer=indexer,
                           start_network=start_network)
             if config.notify is not None and config.notify.configured:
                 # Notifications out: a background follower of the bus, never on the append path.

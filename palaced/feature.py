@@ -28,6 +28,9 @@ import trio
 
 from palace_proto.errors import ApiError
 
+from .store.inbox import InboxScope
+from .store.parts import StorePart
+
 if TYPE_CHECKING:
     from .handlers.context import Context
     from .membership import Membership
@@ -68,6 +71,10 @@ class Feature:
     wake: Callable[[Context, str], WakeRule] | None = None
     #: its event types that stay out of an agent's inbox (read where they belong)
     inbox_excludes: frozenset[str] = frozenset()
+    #: other addressees whose events an agent's inbox holds too (a person's: questions to anyone)
+    inbox_also: Callable[[str], Iterable[str]] | None = None
+    #: what it keeps in the store beside the log (the store's part: palaced/store/parts.py)
+    store: StorePart | None = None
     #: its part of ``session_start``: keys of the reply, for ``agent``
     session: Callable[[Context, str], Awaitable[Mapping[str, Any]]] | None = None
     #: what to do now, for the session's ``next`` line, from the reply so far (its own keys in it)
@@ -110,6 +117,8 @@ class Features:
                              f"{sorted(missing_ops)}, not in the protocol {sorted(unknown)}")
         self.ops: Mapping[str, Handler] = table
         self.inbox_excludes: frozenset[str] = frozenset().union(*(f.inbox_excludes for f in self.features))
+        #: what the features keep in the store, in the features' order (``Store``'s ``parts``)
+        self.store_parts: tuple[StorePart, ...] = tuple(f.store for f in self.features if f.store is not None)
 
     def __repr__(self) -> str:
         return f"<Features {', '.join(f.name for f in self.features)} ops={len(self.ops)}>"
@@ -119,6 +128,11 @@ class Features:
 
     def named(self, name: str) -> Feature:
         return next(f for f in self.features if f.name == name)
+
+    def inbox_scope(self, agent: str) -> InboxScope:
+        """What ``agent``'s inbox holds besides the events to it, and the types kept out of it."""
+        also = tuple(dict.fromkeys(a for f in self.features if f.inbox_also is not None for a in f.inbox_also(agent)))
+        return InboxScope(also, tuple(sorted(self.inbox_excludes)))
 
     def wake_rules(self, ctx: Context, agent: str) -> list[WakeRule]:
         """What a watch of ``agent`` asks before it wakes on an event."""

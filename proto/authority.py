@@ -43,7 +43,7 @@ stored and relayed, and moves nothing here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, final
 
 from .stamps import STAMP_RE, seconds_between
@@ -138,6 +138,13 @@ class Rule:
     per_subject: int | None = None
     #: the test that attacks the rule (tests/…::name)
     test: str = ""
+    #: a second row of its types: it judges such an event only when ``when(facts)`` holds (facts:
+    #: the event's ``metadata``, and ``later_request``: its subject has its opening event already);
+    #: the type's own row (no ``when``) judges the rest
+    when: Callable[[Mapping[str, Any]], bool] | None = dataclasses.field(default=None, compare=False)
+    #: an event of its types carrying a status on its subject is judged by that status's row (and
+    #: an event of a type no row names, too: this row is their default)
+    defers_to_status: bool = False
 
     @property
     def appendable(self) -> bool:
@@ -192,19 +199,32 @@ class Table:
     namespaces: tuple[str, ...]
     by_name: Mapping[str, Rule]
     by_type: Mapping[str, Rule]
+    #: the second rows of a type (``Rule.when``), in the table's order
+    variants: Mapping[str, tuple[Rule, ...]]
     by_status: Mapping[str, Rule]
+    #: the row a status on a subject falls back to (``Rule.defers_to_status``), if any
+    status_default: Rule | None
 
     @classmethod
     def of(cls, rules: Iterable[Rule], namespaces: Iterable[str]) -> Table:
+        """Raises ``ValueError``: a type with two rows of its own, or two rows deferring to status."""
         ordered = tuple(rules)
-        return cls(ordered, tuple(namespaces), {r.name: r for r in ordered},
-                   {t: r for r in ordered for t in r.types if r.name not in _SECOND_ROWS},
-                   {s: r for r in ordered for s in r.statuses})
+        own: dict[str, Rule] = {}
+        variants: dict[str, list[Rule]] = {}
+        for rule in ordered:
+            for kind in rule.types:
+                if rule.when is not None:
+                    variants.setdefault(kind, []).append(rule)
+                elif own.setdefault(kind, rule) is not rule:
+                    raise ValueError(f"type {kind!r} has two rows of its own: {own[kind].name} and {rule.name}")
+        deferring = [rule for rule in ordered if rule.defers_to_status]
+        if len(deferring) > 1:
+            raise ValueError(f"two rows defer to the status's: {[rule.name for rule in deferring]}")
+        return cls(ordered, tuple(namespaces), {r.name: r for r in ordered}, own,
+                   {kind: tuple(rows) for kind, rows in variants.items()},
+                   {s: r for r in ordered for s in r.statuses}, deferring[0] if deferring else None)
 
 
-# The rows that share a type with another, reached by rule_for's flags (a later request, an
-# approval): the type's own row is the other one.
-_SECOND_ROWS: Final = frozenset({"task.correct", "question.approval"})
 _table: Table | None = None
 
 
@@ -239,28 +259,29 @@ def in_namespace(kind: str) -> bool:
 
 
 def rule_for(kind: str, status: str | None = None, *, on_task: bool = False, later_request: bool = False,
-             approval: bool = False) -> Rule | None:
+             metadata: Any = None) -> Rule | None:
     """The row an event of type ``kind`` with ``status`` is judged by, or None when the table does
     not name it (a type in palace's namespaces without a row: ``unnamed_type``).
 
     Args:
-        on_task: its correlation id names a task (a status then moves the task, by its row).
-        later_request: a ``task.request`` on a task that has its request already (a correction).
-        approval: a ``question.ask`` marked as a run's permission request.
+        on_task: its correlation id names a subject whose rows judge statuses (a status then moves
+            it, by its row).
+        later_request: its subject has its opening event already (a correction, not an opening).
+        metadata: the event's metadata (a second row of its type may look at it: an approval).
     """
     rows = table()
-    if kind == "task.request":
-        return rows.by_name["task.correct" if later_request else "task.open"]
-    if kind == "question.ask" and approval:
-        return rows.by_name["question.approval"]
+    facts = {"metadata": metadata, "later_request": later_request}
+    for variant in rows.variants.get(kind, ()):
+        assert variant.when is not None
+        if variant.when(facts):
+            return variant
     own = rows.by_type.get(kind)
     if own is None and in_namespace(kind):
         return None  # palace's own namespace, no row: it moves nothing, whatever status it carries
-    words_on_task = rows.by_name["task.words"]
-    if own is not None and own is not words_on_task:
+    if own is not None and not own.defers_to_status:
         return own
-    if on_task and status:
-        return rows.by_status.get(status, words_on_task)
+    if on_task and status and rows.status_default is not None:
+        return rows.by_status.get(status, rows.status_default)
     return own if own is not None else rows.by_name["words"]
 
 

@@ -49,7 +49,7 @@ __all__ = [
     "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_APPROVAL_ARGUMENT_CHARS", "MAX_APPROVAL_INLINE_BYTES",
     "MAX_APPROVAL_INPUT_BYTES", "MAX_APPROVAL_TOOL_CHARS", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S",
     "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "MAX_ANSWERS_PER_ORIGIN", "AskTerms", "QuestionState", "approval_marker",
-    "approval_sha256", "ask_metadata", "check_addressee", "check_approval", "check_approval_marker", "check_choices",
+    "approval_sha256", "ask_metadata", "asks_approval", "check_addressee", "check_approval", "check_approval_marker", "check_choices",
     "check_timeout", "match_choice", "settle",
 ]
 
@@ -127,6 +127,11 @@ def check_timeout(seconds: Any) -> int:
         raise ValidationError(f"timeout: from {MIN_TIMEOUT_S} s to {MAX_TIMEOUT_S // 86400} days (e.g. 30m, 2h)",
                               field="timeout_s")
     return seconds
+
+
+def asks_approval(metadata: Any) -> bool:
+    """Whether a question's ``metadata`` marks it as a run's permission request (``question.approval``)."""
+    return isinstance(metadata, Mapping) and metadata.get("approval") is not None
 
 
 def approval_sha256(text: str) -> str:
@@ -401,7 +406,8 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("question.approval", ("question.ask",), (), "task", frozenset({CLAIMANT}),
          "the task its correlation id names (a run asks on its own task)",
          "marks the task waiting for approval", written_by="ask (a run's approve tool or hook)",
-         test="tests/e2e/test_authority.py::test_an_approval_on_anothers_task_is_flagged_and_waits_for_nobody"),
+         test="tests/e2e/test_authority.py::test_an_approval_on_anothers_task_is_flagged_and_waits_for_nobody",
+         when=lambda facts: asks_approval(facts["metadata"])),
     Rule("question.answer", ("question.answer",), (), "question", frozenset({ASKED_PERSON}),
          "the question (ack_of), not before it was asked nor after it expires; one of its choices (a question "
          "to human:* is asked of every proven person)",

@@ -60,6 +60,8 @@ from .authority import (
     rule_for,
 )
 from .errors import ValidationError
+from .questions import ASK as QUESTION_ASK
+from .questions import asks_approval
 from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
 __all__ = [
@@ -73,9 +75,8 @@ RELEASE: Final = "task.release"
 REASSIGN: Final = "task.reassign"
 CONFLICT: Final = "task.conflict"
 STALLED: Final = "task.stalled"
-# The types of other features a task's derivation judges (literal here: those modules build on this one).
+# The type of another feature a task's derivation judges (literal here: usage builds on this module).
 USAGE_REPORT: Final = "usage.report"
-QUESTION_ASK: Final = "question.ask"
 TERMINAL: Final = frozenset({"applied", "failed", "blocked", "superseded"})
 # Why 0 (urgent) .. 3 (low), default 2: the scale issue trackers for agents use; 0 sorts first.
 MIN_PRIORITY: Final = 0
@@ -168,8 +169,12 @@ def _order(event: Mapping[str, Any]) -> tuple[str, str]:
 
 def is_approval(event: Mapping[str, Any]) -> bool:
     """Whether ``event`` is a question marked as a run's permission request (``question.approval``)."""
-    metadata = event.get("metadata")
-    return event.get("type") == QUESTION_ASK and isinstance(metadata, Mapping) and metadata.get("approval") is not None
+    return event.get("type") == QUESTION_ASK and asks_approval(event.get("metadata"))
+
+
+def _corrects(facts: Mapping[str, Any]) -> bool:
+    """``task.correct``'s condition: a request on a task that has its request already."""
+    return bool(facts["later_request"])
 
 
 def _metadata_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -216,7 +221,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
             if status not in (None, "open"):
                 out_of_role.append(flag_of(event, Verdict(False, "task.open", "a request opens its task (status open)")))
             continue
-        rule = rule_for(str(kind), status, on_task=True, later_request=kind == REQUEST, approval=is_approval(event))
+        rule = rule_for(str(kind), status, on_task=True, later_request=kind == REQUEST, metadata=event.get("metadata"))
         if rule is not None and rule.subject != "task":
             continue  # judged by its own feature (a redaction, a question, a memory write…)
         refers, refers_why = True, None
@@ -403,7 +408,8 @@ RULES: Final[tuple[Rule, ...]] = (
          "the task it corrects (its correlation id)",
          "the newest request is the task's wording; earlier ones read as superseded; a correction opens the "
          "task again, unclaimed, for its addressee",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing",
+         when=_corrects),
     Rule("task.claim", (), ("claimed",), "task", frozenset({ADDRESSED}),
          "an existing task, open",
          "the earliest claim since the task (re)opened holds it; a later one by another agent is a conflict, "
@@ -446,5 +452,6 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("task.words", ("event.ack", "task.reply", "task.status"), (), "task", frozenset({ANY_AGENT}),
          "anything (ack_of: an existing event); a status it carries on a task is judged by that status's row",
          "moves nothing; the claimant's count as its activity (a task stalls without them)",
-         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+         test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing",
+         defers_to_status=True),
 )

@@ -138,9 +138,8 @@ def test_the_handlers_hold_one_store_and_never_hand_it_a_function_to_read():
             continue
         if callable(member) and "Callable" in str(inspect.signature(member)):
             takes_a_function.append(name)
-    # A rebuild tells its progress (and ``write``, the writer's, takes the job to do in the
-    # writing transaction: a write, not a read).
-    assert takes_a_function == ["rebuild_memory"], takes_a_function
+    # (``write``, the writer's, takes the job to do in the writing transaction: a write, not a read.)
+    assert takes_a_function == [], takes_a_function
     for path, tree in _sources().items():
         if path.is_relative_to(ROOT / "palaced" / "store"):
             continue

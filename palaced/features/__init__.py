@@ -29,13 +29,16 @@ from ..feature import Feature, Features
 from ..handlers import API_LAYER_OPS, CORE_OPS
 from . import agents, artifacts, fleet, leases, memory, questions, rooms, tasks, usage
 
-__all__ = ["FEATURES", "features"]
+__all__ = ["FEATURES", "STORE_PARTS", "features"]
 
 #: the daemon's features, in the order they answer the core's questions
 FEATURES: Final[tuple[Feature, ...]] = (
     artifacts.FEATURE, questions.FEATURE, tasks.FEATURE, usage.FEATURE, leases.FEATURE, agents.FEATURE,
     memory.FEATURE, rooms.FEATURE, fleet.FEATURE,
 )
+
+#: what the features keep in the store beside the log (``Store``'s ``parts``), in their order
+STORE_PARTS: Final = tuple(feature.store for feature in FEATURES if feature.store is not None)
 
 
 def features(extra: tuple[Feature, ...] = ()) -> Features:

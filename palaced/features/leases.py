@@ -46,6 +46,7 @@ from palace_proto.validation import AppendRequest, clean_optional, clean_require
 
 from ..store import WriteContext
 from ..store.clock import utc_now as _now
+from ..store.leases import LeaseReads
 from ..feature import Feature, Follower
 from ..handlers.session import capped
 from ..handlers.context import Context
@@ -168,13 +169,13 @@ class LeaseBook:
         store, ledger = self._ctx.store, self._ledger
         if ledger is not None and revoked == self._revoked and time.time() < self._rebuild_at \
                 and not self._touched(records, ledger):
-            newer = await store.lease_events_after(DERIVED_FROM, self._seq, MAX_FEED)
+            newer = await store.reads(LeaseReads).events_after(DERIVED_FROM, self._seq, MAX_FEED)
             if len(newer) < MAX_FEED and ledger.applied + len(newer) <= 2 * MAX_LEASE_EVENTS:
                 fed = await trio.to_thread.run_sync(self._feed, ledger, newer, revoked)
                 if fed is not None:
                     return fed
         window = _window_start()
-        seq_before, events = await store.lease_window(DERIVED_FROM, window, MAX_LEASE_EVENTS)
+        seq_before, events = await store.reads(LeaseReads).window(DERIVED_FROM, window, MAX_LEASE_EVENTS)
         return await trio.to_thread.run_sync(self._rebuild, revoked, window, seq_before, events)
 
     def _feed(self, ledger: LeaseLedger, newer: list[dict[str, Any]], revoked: dict[str, str]) -> LeaseSnapshot | None:
@@ -317,8 +318,8 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         # pass: against what the snapshot held plus the lease events committed since (a handful;
         # the writer must not spend its time deriving). Conservative: a lease taken since counts as
         # a rival even if it lost, one forced out since still counts; only a release frees.
-        if w.lease_seq(DERIVED_FROM) != snapshot.seq:
-            newer = w.lease_events_after(DERIVED_FROM, snapshot.seq, MAX_FEED)
+        if w.latest_seq_of_types(DERIVED_FROM) != snapshot.seq:
+            newer = w.events_of_types_after(DERIVED_FROM, snapshot.seq, MAX_FEED)
             if len(newer) >= MAX_FEED:  # refused, never waved through unchecked
                 raise LeaseConflict(f"lease refused: over {MAX_FEED} lease events arrived while it was checked; "
                                     "try again")

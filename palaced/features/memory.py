@@ -73,7 +73,7 @@ async def memory_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     """File a drawer; the same content in the same wing and room returns the existing drawer."""
     ctx.require_writer()
     drawer = Drawer.from_wire(args, ctx.limits)
-    existing = await ctx.store.drawer(drawer.id)
+    existing = await _reads(ctx).drawer(drawer.id)
     if existing is not None:
         return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": True,
                 "filed_at": existing["filed_at"]}
@@ -143,7 +143,7 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 async def drawer_get(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     drawer_id = clean_required("drawer_id", args.get("drawer_id"))
-    drawer = await ctx.store.drawer(drawer_id)
+    drawer = await _reads(ctx).drawer(drawer_id)
     if drawer is None:
         raise NotFound(f"drawer {drawer_id!r} not found")
     return drawer
@@ -228,7 +228,7 @@ async def memory_rebuild(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
 
     ctx.memory_rebuild_progress = progress
     try:
-        counts = await ctx.store.rebuild_memory(report)
+        counts = await ctx.store.write(lambda w: views.rebuild_views(w, report), heavy=True)
     finally:
         ctx.memory_rebuild_progress = None
     reembedding = None
@@ -266,4 +266,4 @@ async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
 
 
 FEATURE: Final = Feature(name="memory", ops=OPS, session=session_part,
-                         redaction_related=views.related_memory_events_in)
+                         redaction_related=views.related_memory_events_in, store=views.PART)

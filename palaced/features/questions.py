@@ -21,6 +21,7 @@ from palace_proto.errors import ApiError, ValidationError
 from palace_proto.questions import (
     MAX_ANSWERS_PER_ORIGIN,
     ANSWER,
+    ANYONE,
     ASK,
     DEFAULT_TIMEOUT_S,
     MAX_APPROVAL_INLINE_BYTES,
@@ -43,6 +44,8 @@ from palace_proto.validation import AppendRequest, ListQuery, clean_optional, cl
 
 from ..store import WriteContext
 from ..store.aio import HEAVY_ARTIFACT_BYTES
+from ..store import questions as store_questions
+from ..store.questions import QuestionReads
 from ..feature import Feature
 from ..handlers.context import Context
 
@@ -88,7 +91,7 @@ async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]],
     if not asked:
         return []
     answers = ctx.store.agents.annotate(
-        await ctx.store.person_answers([q["id"] for q in asked], MAX_ANSWERS_PER_ORIGIN))
+        await ctx.store.reads(QuestionReads).person_answers([q["id"] for q in asked], MAX_ANSWERS_PER_ORIGIN))
     by_question: dict[Any, list[dict[str, Any]]] = {}
     for a in answers:
         by_question.setdefault(a["ack_of"], []).append(a)
@@ -305,4 +308,9 @@ OPS: Final = {"ask": ask, "answer": answer, "questions": questions}
 
 # -- the feature's declaration --------------------------------------------------------------------
 
-FEATURE: Final = Feature(name="questions", ops=OPS)
+def _inbox_also(agent: str) -> tuple[str, ...]:
+    """A person's inbox holds the questions to anyone (human:*) too: any person may answer them."""
+    return (ANYONE,) if is_human(agent) else ()
+
+
+FEATURE: Final = Feature(name="questions", ops=OPS, inbox_also=_inbox_also, store=store_questions.PART)

@@ -427,4 +427,4 @@ async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
 
 
 FEATURE: Final = Feature(name="rooms", ops=OPS, services=(RoomFiler,), wake=RoomWake,
-                         inbox_excludes=frozenset(ROOM_TYPES), session=session_part)
+                         inbox_excludes=frozenset(ROOM_TYPES), session=session_part, store=store_rooms.PART)

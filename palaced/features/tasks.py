@@ -42,7 +42,8 @@ from palace_proto.validation import AppendRequest, Limits, clean_optional, clean
 
 from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
-from ..store.task_threads import settle
+from ..store import tasks as store_tasks
+from ..store.tasks import TaskReads, settle
 from ..feature import Feature, Follower
 from ..handlers.session import capped, cut
 from ..handlers.context import Context
@@ -250,11 +251,11 @@ async def recent_views(ctx: Context) -> list[dict[str, Any]]:
 
 async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
     """The tasks worth deriving, derived: the newest MAX_TASKS requests and up to MAX_UNSETTLED
-    older tasks not known to be finished (store/task_threads.py); and whether older unfinished
+    older tasks not known to be finished (store/tasks.py); and whether older unfinished
     tasks were left out. A task derived as finished, with every conflict on it told, is recorded
     as settled, so it is not read again until an event on it arrives; an old open task therefore
     stays in every listing, the ready queue and the reconciler, however many newer tasks there are."""
-    threads, capped = await ctx.store.tasks_to_derive(MAX_TASKS, MAX_UNSETTLED)
+    threads, capped = await ctx.store.reads(TaskReads).tasks_to_derive(MAX_TASKS, MAX_UNSETTLED)
     if capped and (ctx.unsettled_capped_logged_at is None or time.monotonic() - ctx.unsettled_capped_logged_at > 3600):
         ctx.unsettled_capped_logged_at = time.monotonic()
         LOGGER.warning("more than %d tasks older than the newest %d are not finished; the oldest of them are left "
@@ -550,4 +551,4 @@ def ack_rule(ctx: Context, w: WriteContext, target: Mapping[str, Any], agent: st
 
 FEATURE: Final = Feature(
     name="tasks", ops=OPS, builds_on=("questions",), services=(TaskReconciler,), session=session_part,
-    session_hints=session_hints, ack_rule=ack_rule)
+    session_hints=session_hints, ack_rule=ack_rule, store=store_tasks.PART)

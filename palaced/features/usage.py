@@ -23,6 +23,8 @@ from palace_proto.validation import validate_created_at_bound
 
 from ..feature import Feature
 from ..handlers.context import Context
+from ..store import usage as store_usage
+from ..store.usage import UsageReads
 
 __all__ = ["FEATURE", "OPS"]
 
@@ -40,7 +42,7 @@ async def usage(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     budgets = parse_budgets(args["budgets"]) if args.get("budgets") is not None else None
     # A budget's window (today, this month, a task's whole life) is judged on every report that
     # counts, whatever ``since`` narrowed the totals to; each task's is read only if a task budget is set.
-    figures = await ctx.store.usage(
+    figures = await ctx.store.reads(UsageReads).usage(
         by, since, format_stamp(time.time()) if budgets is not None else None,
         tasks=budgets is not None and (budgets.task_usd is not None or budgets.task_tokens is not None))
     out: dict[str, Any] = {"by": by, "since": since or None, "reports": sum(t.runs for t in figures.totals),
@@ -57,4 +59,4 @@ OPS: Final = {"usage": usage}
 
 # -- the feature's declaration --------------------------------------------------------------------
 
-FEATURE: Final = Feature(name="usage", ops=OPS)
+FEATURE: Final = Feature(name="usage", ops=OPS, builds_on=("tasks",), store=store_usage.PART)

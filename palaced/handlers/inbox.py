@@ -29,8 +29,8 @@ MAX_INBOX_LIMIT: Final = 500
 
 async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dict[str, Any]:
     """The agent's inbox page (events flagged by the agent registry), noting how far it listed."""
-    excluded = ctx.features.inbox_excludes  # read where they belong (a room's turns in the room)
-    cursor, events = await ctx.store.inbox_page(agent, limit + 1, preview, excluded)
+    scope = ctx.features.inbox_scope(agent)  # what the features add to it, or keep out of it
+    cursor, events = await ctx.store.inbox_page(agent, limit + 1, preview, scope)
     more = len(events) > limit
     events = ctx.store.agents.annotate(events[:limit])
     if events and events[-1]["seq"] > cursor.listed_seq:
@@ -38,7 +38,7 @@ async def inbox_view(ctx: Context, agent: str, limit: int, preview: bool) -> dic
         await ctx.store.write(lambda w: store_inbox.note_listed(w, agent, last))
         cursor = store_inbox.Cursor(cursor.read_seq, cursor.read_event_id, last)
     # The page holds every unread event unless there are more: only then count them apart.
-    unread = (await ctx.store.unread_count(agent, cursor.read_seq, excluded) if more
+    unread = (await ctx.store.unread_count(agent, cursor.read_seq, scope) if more
               else len(events))
     return {"agent": agent, "events": events, "count": len(events), "more": more, "unread": unread,
             "unread_capped": unread >= store_inbox.UNREAD_COUNT_CAP, "cursor": cursor.to_wire()}
@@ -61,7 +61,7 @@ async def inbox_mark_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
         return store_inbox.mark_read(w, agent, upto)
 
     cursor, moved = await ctx.store.write(job)
-    unread = await ctx.store.unread_count(agent, cursor.read_seq, ctx.features.inbox_excludes)
+    unread = await ctx.store.unread_count(agent, cursor.read_seq, ctx.features.inbox_scope(agent))
     return {"agent": agent, "moved": moved, "cursor": cursor.to_wire(), "unread": unread,
             "unread_capped": unread >= store_inbox.UNREAD_COUNT_CAP}
 

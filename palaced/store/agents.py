@@ -53,8 +53,6 @@ from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.ids import fingerprint
 
-from .task_threads import unsettle_agents
-from .usage import rejudge_agents as rejudge_usage
 
 if TYPE_CHECKING:
     from .batch import WriteContext
@@ -203,14 +201,13 @@ class AgentRegistry:
 
     def reload_ca(self, ctx: WriteContext) -> None:
         """The CA check changed (a palace founded or joined): derive again (a write job's step: the
-        tasks of an agent whose record changed are derived again too, as its verdicts may have, and
-        so are the usage reports on them: usage.py)."""
+        store parts are told whose record changed, as its verdicts may have: parts.py)."""
         conn = ctx.conn
         before = self.records
         self.load(conn)
         changed = {agent for agent in before.keys() | self.records.keys() if before.get(agent) != self.records.get(agent)}
-        unsettle_agents(conn, changed)
-        rejudge_usage(ctx, changed)
+        for agents_changed in ctx.parts.agents_changed:
+            agents_changed(ctx, changed)
 
     # -- the checks of a write ------------------------------------------------------------------
 

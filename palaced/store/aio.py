@@ -28,8 +28,7 @@ from palace_proto.envelope import CommittedEvent
 from palace_proto.sync import OriginHead
 from palace_proto.validation import Limits
 
-from . import inbox, task_threads
-from . import usage as store_usage
+from . import inbox
 from .agents import AgentRegistry
 from .apply import Refusals
 from .queries import Reads
@@ -94,12 +93,6 @@ class AsyncStore(ReadSet):
         """Our version vector as known to be on disk: all a vector sent to a peer may name
         (``Writer``). Kept in memory: no read, no thread hop."""
         return dict(self.writer.durable_heads)
-
-    async def rebuild_memory(self, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """The memory's views rebuilt from the log (``Store.rebuild_memory``) as one heavy write;
-        ``progress(done, total)`` is called in the writer's thread."""
-        counts: dict[str, int] = await self.write(lambda w: self.store.rebuild_memory(w, progress), heavy=True)
-        return counts
 
     async def checkpoint(self) -> None:
         """Try to truncate the WAL now, between two batches (as the keeper does by itself when
@@ -186,14 +179,10 @@ class AsyncStore(ReadSet):
     latest = StoreRead(Reads.latest)
     list_events = StoreRead(Reads.list_events)
     events_after_seq = StoreRead(Reads.events_after_seq)
-    person_answers = StoreRead(Reads.person_answers)
     events_of_types = StoreRead(Reads.events_of_types)
     events_by_correlation = StoreRead(Reads.events_by_correlation)
     events_of_correlations = StoreRead(Reads.events_of_correlations)
     correlations_present = StoreRead(Reads.correlations_present)
-    lease_events = StoreRead(Reads.lease_events)
-    lease_events_after = StoreRead(Reads.lease_events_after)
-    lease_window = StoreRead(Reads.lease_window)
     signed_events_of_origin = StoreRead(Reads.signed_events_of_origin)
     signed_events_of_type = StoreRead(Reads.signed_events_of_type)
     export_page = StoreRead(Reads.export_page)
@@ -211,14 +200,9 @@ class AsyncStore(ReadSet):
     peer_addresses = StoreRead(Reads.peer_addresses)
     invite = StoreRead(Reads.invite)
     pending_invites = StoreRead(Reads.pending_invites)
-    drawer = StoreRead(Reads.drawer)
     agent_activity = StoreRead(Reads.agent_activity)
     events_written_as = StoreRead(Reads.events_written_as)
     #: the agent's inbox cursor and the first ``limit`` events after it (inbox.py)
     inbox_page = StoreRead(inbox.inbox_page)
     #: the inbox events after ``after_seq`` (up to its cap)
     unread_count = StoreRead(inbox.unread_count)
-    #: totals of the reports that count, the flagged count, the spending (usage.py)
-    usage = StoreRead(store_usage.read_usage)
-    #: the tasks worth deriving, with their events (task_threads.py)
-    tasks_to_derive = StoreRead(task_threads.tasks_to_derive)

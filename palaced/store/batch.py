@@ -28,11 +28,10 @@ from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.sync import OriginHead
 from palace_proto.validation import AppendRequest, Limits
 
-from . import usage as store_usage
 from .apply import ApplyReport, Refusals, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
 from .imports import import_history
-from .queries import correlation_events, event_by_id, events_of_types_after_seq, events_of_types_since, latest_seq_of_types
+from .queries import correlation_events, event_by_id, events_of_types_after_seq, latest_seq_of_types
 from .writes import append_event, append_system, put_artifact, redact
 
 if TYPE_CHECKING:
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from .chain import Chain
     from .db import Db
     from .origins import Vector
+    from .parts import StoreParts
     from .wal import Wal
 
 __all__ = ["Batch", "WriteBatchResult", "WriteContext", "write_batch"]
@@ -66,7 +66,7 @@ class Batch:
     batch's until the commit, and dropped with it if the commit fails. A job that fails goes
     back to its ``mark`` (``rewind``)."""
 
-    __slots__ = ("chain", "events", "heads", "purged", "registry", "usage_tasks")
+    __slots__ = ("chain", "events", "heads", "purged", "registry", "touched")
 
     def __init__(self, chain: Chain) -> None:
         self.chain = chain
@@ -78,9 +78,10 @@ class Batch:
         self.registry: list[SignedEvent] = []
         #: the heads moved, in order (the committed ``Vector`` takes them at the commit)
         self.heads: list[tuple[str, OriginHead]] = []
-        #: the tasks whose usage reports may count differently now (usage.py judges them again
-        #: before the commit; not rewound: judging a task again is idempotent)
-        self.usage_tasks: set[str] = set()
+        #: what each store part noted for settling before the commit, by the part's name (parts.py:
+        #: the tasks whose usage reports may count differently now...); not rewound: settling is
+        #: idempotent
+        self.touched: dict[str, set[str]] = {}
 
     def __repr__(self) -> str:
         return f"<Batch events={len(self.events)} purged={len(self.purged)} chain={self.chain.seq}>"
@@ -104,11 +105,12 @@ class WriteContext:
     """What a write job may do inside the batch transaction (handed to each job callable), and
     the state the store's write modules share: the writer connection (``conn``), our ``chain``,
     the running ``batch``, the agent registry, the committed ``vector``, the ``wal``'s pending
-    purge, and what was refused from peers (``refusals``). One per store; writer thread only.
+    purge, what was refused from peers (``refusals``) and the features' ``parts`` of the store.
+    One per store; writer thread only.
     """
 
     def __init__(self, db: Db, chain: Chain, agents: AgentRegistry, vector: Vector, wal: Wal, limits: Limits,
-                 refusals: Refusals) -> None:
+                 refusals: Refusals, parts: StoreParts) -> None:
         self.path = db.path
         self.conn: apsw.Connection = db.writer
         self.chain = chain
@@ -117,6 +119,8 @@ class WriteContext:
         self.wal = wal
         self.limits = limits
         self.refusals = refusals
+        #: what the features keep in the store beside the log, moved in each write (parts.py)
+        self.parts = parts
         #: the batch being written (a new one for each try of ``write_batch``)
         self.batch = Batch(chain)
         #: whether commits wait for their fsync now (``synchronous=FULL``, as schema.connect sets it)
@@ -145,14 +149,12 @@ class WriteContext:
     def correlation_events(self, correlation_id: str) -> list[dict[str, Any]]:
         return correlation_events(self.conn, correlation_id)
 
-    def lease_events(self, types: Sequence[str], since_created_at: str, stream: str | None,
-                     limit: int) -> list[dict[str, Any]]:
-        return events_of_types_since(self.conn, types, since_created_at, stream, limit)
-
-    def lease_events_after(self, types: Sequence[str], after_seq: int, limit: int) -> list[dict[str, Any]]:
+    def events_of_types_after(self, types: Sequence[str], after_seq: int, limit: int) -> list[dict[str, Any]]:
+        """The first ``limit`` events of ``types`` after local ``after_seq``, in this transaction."""
         return events_of_types_after_seq(self.conn, types, after_seq, limit)
 
-    def lease_seq(self, types: Sequence[str]) -> int:
+    def latest_seq_of_types(self, types: Sequence[str]) -> int:
+        """The seq of the newest event of one of ``types`` (0 if none), in this transaction."""
         return latest_seq_of_types(self.conn, types)
 
     def redact(self, event_id: str, redact_event_id: str) -> None:
@@ -275,9 +277,10 @@ def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]],
             if job_savepoint == "palace_job":
                 conn.execute("RELEASE palace_job")
             result.outcomes.append((True, value))
-        # Which usage reports count, and their totals, move in the transaction of the events
-        # that moved them: a reader never sees one without the other.
-        store_usage.settle(ctx)
+        # What the store parts derive (which usage reports count, and their totals...) moves in
+        # the transaction of the events that moved it: a reader never sees one without the other.
+        for settle in ctx.parts.settle:
+            settle(ctx)
         if chain.seq != committed_chain[0]:
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                          (chain.seq, chain.head_hash, chain.origin))

@@ -1,14 +1,11 @@
-"""What stored events update besides their own rows: the task threads, and the agent activity count.
+"""Followers of the log in the store: how far each got, and the agent activity count.
 
-Owns: the statements that keep ``task_threads`` (schema 0009: one row per task; a finished task
-unsettled when anything new happens on it) in step with ``events``, and ``agent_activity``
-(schema 0008: events, first and last time per agent and origin). Triggers did this until schema
-0010; they cost every insert a trigger sub-program whether or not it concerned the event (issue
-27), so the one insert path (``writes.insert_event``: local appends, peers' events, imports) calls
-``event_stored`` instead, in the same transaction, with the triggers' own statements and
-conditions. The activity count is folded later (schema 0011, ``fold_activity``: a write job of the
-log follower, in chunks, after the events up to meta ``agent_activity_seq``); a read adds what is
-not folded yet (``queries.agent_activity``), so it reads exactly as before. Writer thread only,
+Owns: a follower's position (meta ``key``: ``followed_to``/``follow_to``, the text index's and the
+activity count's), and ``agent_activity`` (schema 0008: events, first and last time per agent and
+origin), folded after the commits (schema 0011, ``fold_activity``: a write job of the log
+follower, in chunks, after the events up to meta ``agent_activity_seq``); a read adds what is not
+folded yet (``queries.agent_activity``), so it reads as if counted at each insert. (What a stored
+event moves in its own transaction is its features' business: parts.py.) Writer thread only,
 inside a batch.
 """
 
@@ -18,13 +15,10 @@ from typing import TYPE_CHECKING, Final
 
 import apsw
 
-from palace_proto.agents import REGISTRY_TYPES
-from palace_proto.envelope import SignedEvent
-
 if TYPE_CHECKING:
     from .batch import WriteContext
 
-__all__ = ["ACTIVITY_CHUNK", "ACTIVITY_SEQ_KEY", "event_stored", "fold_activity", "followed_to", "follow_to"]
+__all__ = ["ACTIVITY_CHUNK", "ACTIVITY_SEQ_KEY", "fold_activity", "followed_to", "follow_to"]
 
 #: the meta key of the last event counted in ``agent_activity``
 ACTIVITY_SEQ_KEY: Final = "agent_activity_seq"
@@ -34,28 +28,6 @@ _FOLD_ACTIVITY: Final = (
     "INSERT INTO agent_activity (from_agent, origin, events, first_at, last_at) VALUES (?1, ?2, ?3, ?4, ?5) "
     "ON CONFLICT (from_agent, origin) DO UPDATE SET events = events + excluded.events, "
     "first_at = min(first_at, excluded.first_at), last_at = max(last_at, excluded.last_at)")
-# A request adds its task, or unsettles it (a second request on one correlation).
-_FOLLOW_REQUEST: Final = (
-    "INSERT INTO task_threads (correlation_id, request_seq) VALUES (coalesce(?1, ?2), ?3) "
-    "ON CONFLICT (correlation_id) DO UPDATE SET settled_seq = NULL WHERE settled_seq IS NOT NULL")
-# Any other event on a settled task unsettles it (a reply can reopen a finished task).
-_FOLLOW_THREAD: Final = (
-    "UPDATE task_threads SET settled_seq = NULL WHERE correlation_id = ?1 AND settled_seq IS NOT NULL")
-# A registry event unsettles every task its agent wrote on (its impersonation verdicts may change).
-_UNSETTLE_AGENT: Final = (
-    "UPDATE task_threads SET settled_seq = NULL WHERE json_valid(?1) AND settled_seq IS NOT NULL "
-    "AND correlation_id IN (SELECT correlation_id FROM events WHERE from_agent = json_extract(?1, '$.agent') "
-    "AND correlation_id IS NOT NULL)")
-
-
-def event_stored(conn: apsw.Connection, ev: SignedEvent, seq: int) -> None:
-    """``ev`` was just inserted as local ``seq``: follow its task (if any)."""
-    if ev.type == "task.request":
-        conn.execute(_FOLLOW_REQUEST, (ev.correlation_id, ev.id, seq))
-    elif ev.correlation_id is not None:
-        conn.execute(_FOLLOW_THREAD, (ev.correlation_id,))
-    if ev.type in REGISTRY_TYPES:
-        conn.execute(_UNSETTLE_AGENT, (ev.metadata_json,))
 
 
 def followed_to(conn: apsw.Connection, key: str) -> int:

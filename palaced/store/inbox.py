@@ -10,15 +10,12 @@ its ``WriteContext``: writer thread, inside a batch).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.agents import is_human
 from palace_proto.errors import ApiError, NotFound, ValidationError
-from palace_proto.questions import ANYONE
 from palace_proto.validation import ListQuery
 
 from .clock import utc_now
@@ -27,8 +24,8 @@ if TYPE_CHECKING:
     from .batch import WriteContext
     from .queries import Reads
 
-__all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "cursor_of", "inbox_page", "mark_read", "note_listed",
-           "unread_count"]
+__all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "InboxScope", "cursor_of", "inbox_page", "mark_read",
+           "note_listed", "unread_count"]
 
 # Why 10,000: one row per agent whose inbox was read here; a client inventing ids without end
 # must not grow the table without end (a fleet has tens of agents, a busy one hundreds).
@@ -39,6 +36,17 @@ UNREAD_COUNT_CAP: Final = 1_000
 
 class InboxFull(ApiError):
     code = "limit_reached"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxScope:
+    """What an agent's inbox holds besides the events to it (the features' say: ``Features.inbox_scope``)."""
+
+    #: other addressees whose events it holds too (a person's: the questions to anyone, ``human:*``)
+    also_to: tuple[str, ...] = ()
+    #: the types that stay out, read where they belong (a room's turns, in their room: in the
+    #: inbox, every room's talk would reach every agent)
+    excluded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,26 +69,22 @@ def cursor_of(reads: Reads, agent: str) -> Cursor:
     return _cursor(reads.db.reader(), agent)
 
 
-def _query(agent: str, limit: int, preview: bool, excluded: Iterable[str]) -> ListQuery:
-    # A person's inbox holds the questions to anyone (human:*) too: any person may answer them.
-    to = [agent, ANYONE] if is_human(agent) else [agent]
-    # ``excluded``: the types the features read elsewhere (a room's turns, in their room: in the
-    # inbox, every room's talk would reach every agent).
-    return ListQuery.from_wire({"to_agents": to, "exclude_from_agents": [agent], "exclude_types": sorted(excluded),
+def _query(agent: str, limit: int, preview: bool, scope: InboxScope) -> ListQuery:
+    to = [agent, *(a for a in scope.also_to if a != agent)]
+    return ListQuery.from_wire({"to_agents": to, "exclude_from_agents": [agent], "exclude_types": sorted(scope.excluded),
                                 "order": "asc", "limit": limit, "preview": preview})
 
 
 def inbox_page(reads: Reads, agent: str, limit: int, preview: bool,
-               excluded: Iterable[str] = ()) -> tuple[Cursor, list[dict[str, Any]]]:
-    """The agent's cursor and the first ``limit`` events of its inbox after it (none of the
-    ``excluded`` types)."""
+               scope: InboxScope = InboxScope()) -> tuple[Cursor, list[dict[str, Any]]]:
+    """The agent's cursor and the first ``limit`` events of its inbox after it (as ``scope`` says)."""
     cursor = cursor_of(reads, agent)
-    return cursor, reads.list_events(_query(agent, limit, preview, excluded), after_seq=cursor.read_seq)
+    return cursor, reads.list_events(_query(agent, limit, preview, scope), after_seq=cursor.read_seq)
 
 
-def unread_count(reads: Reads, agent: str, after_seq: int, excluded: Iterable[str] = ()) -> int:
+def unread_count(reads: Reads, agent: str, after_seq: int, scope: InboxScope = InboxScope()) -> int:
     """How many inbox events follow ``after_seq`` (counted up to ``UNREAD_COUNT_CAP``)."""
-    return len(reads.list_events(_query(agent, UNREAD_COUNT_CAP, True, excluded), after_seq=after_seq))
+    return len(reads.list_events(_query(agent, UNREAD_COUNT_CAP, True, scope), after_seq=after_seq))
 
 
 def _ensure_row(conn: apsw.Connection, agent: str) -> None:

@@ -4,8 +4,10 @@ Owns: turning ``memory.*`` events into rows of the schema-0004/0005 tables (call
 in the same transaction that stores the event, whether appended here or arrived from a peer),
 undoing that for a redacted event without leaving its words anywhere in the database (the keyword
 index included: ``unmaterialise``), finding the other events that carry the same drawer or fact
-(``related_memory_events``), rebuilding everything from the log, and the read queries (keyword
-search, facts as of a date, diary pages, agents, tunnels; the drawers the vector index embeds).
+(``related_memory_events``), rebuilding everything from the log (``rebuild``; at open when the
+derivation changed: ``ensure_views``), and the read queries (a drawer, keyword search, facts as of a
+date, diary pages, agents, tunnels; the drawers the vector index embeds, in ``MemoryReads``). ``PART``
+declares the views to the store (parts.py).
 Synchronous apsw, like the store: every function takes the connection it works on, except the two
 steps of a handler's write job (``related_memory_events_in``, ``facts_ended_by``), which take the
 job's ``WriteContext``.
@@ -41,12 +43,15 @@ from palace_proto.memory import (
 )
 from palace_proto.text import printable
 
+from .parts import StorePart
+from .queries import signed_event_at
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
     from .batch import WriteContext
+    from .queries import Reads
 
-__all__ = ["VIEWS_VERSION", "MemoryReads", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
+__all__ = ["PART", "VIEWS_VERSION", "MemoryReads", "ensure_views", "rebuild_views", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
            "drawers_fingerprint", "facts_about", "facts_ended_by", "keyword_search", "materialise", "passes", "rebuild",
            "related_memory_events", "related_memory_events_in", "tunnels", "unmaterialise"]
 
@@ -496,9 +501,57 @@ def tunnels(conn: apsw.Connection, wing_a: str | None, wing_b: str | None) -> li
     return out
 
 
-class MemoryReads(ReadSet):
-    """The memory's reads on the async store (``store.memory``), each on a reader thread."""
+def drawer(reads: Reads, drawer_id: str) -> dict[str, Any] | None:
+    """The drawer ``drawer_id`` as the views hold it, or None."""
+    row = reads.db.reader().execute(f"SELECT {DRAWER_COLUMNS} FROM drawers d WHERE d.id=?", (drawer_id,)).fetchone()
+    return drawer_from_row(row) if row else None
 
+
+# -- the views' part of the store (parts.py) -------------------------------------------------------
+
+
+def _loader(conn: apsw.Connection) -> Loader:
+    def load(keys: Sequence[tuple[str, int]]) -> list[SignedEvent]:
+        return [signed_event_at(conn, origin, seq) for origin, seq in keys]
+    return load
+
+
+def rebuild_views(ctx: WriteContext, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """A write job: derive the views again from the log (and record this derivation's version)."""
+    conn = ctx.conn
+    counts = rebuild(conn, _loader(conn), progress)
+    conn.execute("INSERT INTO meta VALUES ('memory_views', ?) ON CONFLICT(key) DO UPDATE SET "
+                 "value=excluded.value", (VIEWS_VERSION,))
+    return counts
+
+
+def ensure_views(ctx: WriteContext) -> None:
+    """A write job run at open: rebuild the views when they were made by another derivation."""
+    row = ctx.conn.execute("SELECT value FROM meta WHERE key='memory_views'").fetchone()
+    if row is not None and row[0] == VIEWS_VERSION:
+        return
+    counts = rebuild_views(ctx)
+    _LOGGER.info("memory views built from the log: %d drawers, %d facts", counts["drawers"], counts["facts"])
+
+
+def _stored(ctx: WriteContext, event: SignedEvent, seq: int) -> None:
+    materialise(ctx.conn, event)
+
+
+def _redacted(ctx: WriteContext, event_id: str) -> None:
+    # After the body is gone: the views derive again what the event shared with others (the same
+    # drawer or fact) from the log, which must no longer show this event's body.
+    unmaterialise(ctx.conn, event_id, _loader(ctx.conn))
+
+
+#: the memory views' part of the store
+PART: Final = StorePart("memory", stored=_stored, redacted=_redacted, opened=ensure_views)
+
+
+class MemoryReads(ReadSet):
+    """The memory's reads on the async store (``store.reads(MemoryReads)``), each on a reader thread."""
+
+    drawer = StoreRead(drawer)
     drawers_by_id = StoreRead(drawers_by_id, connection=True)
     drawers_fingerprint = StoreRead(drawers_fingerprint, connection=True)
     drawer_ids = StoreRead(drawer_ids, connection=True)

@@ -11,7 +11,7 @@ side (store/aio.py) runs the same methods on its reader threads.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import apsw
@@ -23,7 +23,7 @@ from palace_proto.validation import ListQuery
 
 from palace_proto.sync import OriginHead, Vector, vector_forks
 
-from . import event_search, follow, memory_views, origins
+from . import event_search, follow, origins
 from .rows import PUBLIC_COLUMNS, SIGNED_COLUMNS, row_to_public, row_to_signed
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def artifact_record(conn: apsw.Connection, artifact_id: str, *, with_content: bo
         record["content"] = bytes(row[7])
     return record
 
+
 def correlation_events(conn: apsw.Connection, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
     """Every event on a correlation id (and the event with that id), in local order; on ``conn``
     (the writer's inside a write job: what a claim must check in the transaction that writes it)."""
@@ -77,25 +78,6 @@ def correlation_events(conn: apsw.Connection, correlation_id: str, limit: int = 
         (correlation_id, correlation_id, limit),
     ).fetchall()
     return [row_to_public(r) for r in rows]
-
-def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origin: int) -> list[dict[str, Any]]:
-    """The answers to each of ``question_ids`` that can count: written as a person's id, each
-    origin's first ``per_origin`` (by created_at, then id) per question — the ones
-    ``palace_proto.questions.settle`` judges (issue 43, finding 5). Index seeks only (schema 0014):
-    one per origin that answered, then one page of ``per_origin`` rows each, whatever an origin
-    wrote besides; a question's answers never share a cap with another's."""
-    found = []
-    person = "type='question.answer' AND from_agent >= 'human:' AND from_agent < 'human;'"
-    for question_id in dict.fromkeys(question_ids):
-        origins = [o for (o,) in conn.execute(
-            f"WITH RECURSIVE seen(o) AS (SELECT min(origin) FROM events WHERE {person} AND ack_of=?1 "
-            f"UNION ALL SELECT (SELECT min(origin) FROM events WHERE {person} AND ack_of=?1 AND origin > o) "
-            "FROM seen WHERE o IS NOT NULL) SELECT o FROM seen WHERE o IS NOT NULL", (question_id,))]
-        for origin in origins:
-            rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE {person} AND ack_of=? AND origin=? "
-                                "ORDER BY created_at, id LIMIT ?", (question_id, origin, per_origin)).fetchall()
-            found.extend(row_to_public(r) for r in rows)
-    return found
 
 
 def latest_seq_of_types(conn: apsw.Connection, types: Sequence[str]) -> int:
@@ -221,9 +203,6 @@ class Reads:
         ).fetchall()
         return [row_to_public(r) for r in rows]
 
-    def person_answers(self, question_ids: Sequence[str], per_origin: int) -> list[dict[str, Any]]:
-        return person_answers(self.db.reader(), question_ids, per_origin)
-
     def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         return correlation_events(self.db.reader(), correlation_id, limit)
 
@@ -254,24 +233,11 @@ class Reads:
                 [*chunk, *extra]))
         return found
 
-    def events_of_types(self, types: Sequence[str], since_created_at: str, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` events of ``types`` created since ``since_created_at``, oldest first."""
-        return events_of_types_since(self.db.reader(), types, since_created_at, None, limit)
-
-    def lease_events(self, types: Sequence[str], since_created_at: str, stream: str | None,
-                     limit: int) -> list[dict[str, Any]]:
+    def events_of_types(self, types: Sequence[str], since_created_at: str, limit: int,
+                        stream: str | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` events of ``types`` created since ``since_created_at`` (in
+        ``stream``, if given), oldest first."""
         return events_of_types_since(self.db.reader(), types, since_created_at, stream, limit)
-
-    def lease_seq(self, types: Sequence[str]) -> int:
-        return latest_seq_of_types(self.db.reader(), types)
-
-    def lease_window(self, types: Sequence[str], since_created_at: str, limit: int) -> tuple[int, list[dict[str, Any]]]:
-        """The newest seq of ``types`` then their newest ``limit`` events since ``since_created_at``:
-        every such event committed after the first read has a higher seq than it."""
-        return self.lease_seq(types), self.lease_events(types, since_created_at, None, limit)
-
-    def lease_events_after(self, types: Sequence[str], after_seq: int, limit: int) -> list[dict[str, Any]]:
-        return events_of_types_after_seq(self.db.reader(), types, after_seq, limit)
 
     def signed_events_of_origin(self, origin: str, after_origin_seq: int, limit: int) -> list[SignedEvent]:
         """Events of one origin after ``after_origin_seq``, in chain order (what replication sends)."""
@@ -410,17 +376,6 @@ class Reads:
         (n,) = self.db.reader().execute("SELECT count(*) FROM invites WHERE used_by IS NULL AND expires_at >= ?",
                                        (now_unix,)).fetchone()
         return n
-
-    # -- memory (views of schema 0004, see memory_views.py) ----------------------------------------
-
-    def memory_read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a memory_views query on this thread's reader connection."""
-        return fn(self.db.reader(), *args, **kwargs)
-
-    def drawer(self, drawer_id: str) -> dict[str, Any] | None:
-        row = self.db.reader().execute(f"SELECT {memory_views.DRAWER_COLUMNS} FROM drawers d WHERE d.id=?",
-                                      (drawer_id,)).fetchone()
-        return memory_views.drawer_from_row(row) if row else None
 
     # -- agents ------------------------------------------------------------------------------------
 

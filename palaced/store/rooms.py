@@ -6,9 +6,12 @@ job, never backwards) and bounded (``MAX_ROOM_CURSORS``); the room queries the h
 rooms from (``room_events``, ``room_openings``, ``room_activity``, ``unread_count``), and whether an
 agent is one of a room's members (``is_member``: what wakes its watch). The rules of a room
 (order, close, transcript) are palace_proto.rooms; this module fetches, and derives rooms from what
-it fetched (``whole_room``, ``rooms_matching``, ``open_rooms_of``, ``late_turns_to_file``). The reads
-take a ``Source``: the store (on the calling thread's reader connection) or a write job's
-``WriteContext`` (inside its transaction); ``read_page`` is a write job's step.
+it fetched (``whole_room``, ``rooms_matching``, ``open_rooms_of``, ``late_turns_to_file``), offered to
+the event loop in ``RoomReads``; and ``judge``, the authority table on a local write to a room
+(``derive_room`` over its events, the new one appended as a draft), which ``PART`` declares to the
+store (parts.py). The reads take a ``Source``: the store (on the calling thread's reader
+connection) or a write job's ``WriteContext`` (inside its transaction); ``read_page`` is a write
+job's step.
 """
 
 from __future__ import annotations
@@ -24,14 +27,18 @@ from palace_proto.memory import Drawer
 from palace_proto.rooms import (ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES, ROOMS_ROOM, Room, check_room_id,
                                 derive_room, drawer_text, listed_members, transcript)
 
+from palace_proto.authority import Rule
+from palace_proto.validation import AppendRequest
+
 from .clock import utc_now
+from .parts import StorePart
 from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
     from .batch import WriteContext
 
-__all__ = ["MAX_ROOM_CURSORS", "RoomReads", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
+__all__ = ["MAX_ROOM_CURSORS", "PART", "RoomReads", "judge", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
            "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",
            "rooms_touched_after", "room_state", "unread_count", "whole_room", "rooms_matching", "open_rooms_of",
            "late_turns_to_file"]
@@ -323,3 +330,23 @@ class RoomReads(ReadSet):
     rooms_touched_after = StoreRead(rooms_touched_after)
     late_turns_to_file = StoreRead(late_turns_to_file)
     is_member = StoreRead(is_member)
+
+
+def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: dict[str, Any]) -> str | None:
+    """Why this daemon may not write ``req`` to its room (None: it may), in the words
+    ``palace_proto.rooms.derive_room`` flags it with on every replica."""
+    room_id = req.correlation_id
+    if not room_id or req.type not in ROOM_TYPES:
+        return None
+    events = ctx.agents.annotate(room_events(ctx, room_id))
+    room = derive_room(room_id, [*events, draft], now=str(draft["created_at"]))
+    if room is None:
+        return None  # no such room here: its operation says so
+    for flag in room.flagged:
+        if flag["event_id"] == draft["id"]:
+            return str(flag["why"])
+    return None
+
+
+#: the rooms' part of the store (parts.py)
+PART: Final = StorePart("rooms", judges={"room": judge})

@@ -1,16 +1,16 @@
-"""Opening the database: its connections, its migrations, and the memory views kept in step.
+"""Opening the database: its connections and its migrations.
 
 Owns: how a connection is configured (the writer's WAL, ``synchronous=FULL`` and
 ``secure_delete``; a reader's ``query_only``), the numbered scripts of ``schema/`` applied
-in order (each in its own transaction, with the Python step SQL alone cannot do), refusing a
-database written by a newer palace, and deriving the memory views again when their derivation
-changed. Runs on the thread that opens the store, or as a writer job (``rebuild_memory``).
+in order (each in its own transaction, with the Python step SQL alone cannot do), and refusing a
+database written by a newer palace. (What a feature derives again when its derivation changed is
+its store part's ``opened``: parts.py.) Runs on the thread that opens the store.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Final
@@ -18,14 +18,11 @@ from typing import Final
 import apsw
 import msgpack
 
-from palace_proto.envelope import SignedEvent
 
-from . import memory_views
 from .clock import utc_now
 from .errors import StoreError
-from .queries import signed_event_at
 
-__all__ = ["connect", "ensure_memory_views", "migrate", "rebuild_memory"]
+__all__ = ["connect", "migrate"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 # Why 10 s: a writer's checkpoint or a long rebuild may hold the lock that long; waiting beats failing.
@@ -98,23 +95,3 @@ def _fork_evidence_without_bodies(conn: apsw.Connection) -> None:
         stripped = {**wire, "body": None} if isinstance(wire, dict) else {}
         conn.execute("UPDATE forks SET rejected=? WHERE rowid=?", (msgpack.packb(stripped, use_bin_type=True), rowid))
 
-
-def ensure_memory_views(conn: apsw.Connection) -> None:
-    """Rebuild the memory views from the log when they were made by another derivation."""
-    row = conn.execute("SELECT value FROM meta WHERE key='memory_views'").fetchone()
-    if row is not None and row[0] == memory_views.VIEWS_VERSION:
-        return
-    with conn:
-        counts = rebuild_memory(conn)
-    _LOGGER.info("memory views built from the log: %d drawers, %d facts", counts["drawers"], counts["facts"])
-
-
-def rebuild_memory(conn: apsw.Connection, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-    """Derive the memory views again from the log, inside the caller's transaction (writer connection)."""
-    def load(keys: Sequence[tuple[str, int]]) -> list[SignedEvent]:
-        return [signed_event_at(conn, origin, seq) for origin, seq in keys]
-
-    counts = memory_views.rebuild(conn, load, progress)
-    conn.execute("INSERT INTO meta VALUES ('memory_views', ?) ON CONFLICT(key) DO UPDATE SET "
-                 "value=excluded.value", (memory_views.VIEWS_VERSION,))
-    return counts

@@ -5,7 +5,7 @@ then holds them; it reaches into none of them. Each responsibility lives in its 
 
 - ``db``: the connections (``Db``: the writer's, a reader per thread, the checkpointer's);
 - ``chain``: our origin's chain (``Chain``: its key, its head; sealing the next event);
-- ``schema``: opening (connection settings, migrations, the memory views' derivation version);
+- ``schema``: opening (connection settings, migrations);
 - ``origins``: our origin (minted, legacy ones retired), nonces, chain heads, the committed
   version vector (``Vector``);
 - ``batch``: write batches (group commit, savepoints, re-runs), ``Batch`` (what a running batch
@@ -14,7 +14,8 @@ then holds them; it reaches into none of them. Each responsibility lives in its 
 - ``apply``: events from peers (verification, chains, forks, rules, redaction authority) and
   what was refused (``Refusals``);
 - ``agents``: the agent registry (which daemon holds each agent id; impersonation verdicts);
-- ``usage``: which usage reports count and their running totals, kept at commit;
+- ``parts``: what the features keep beside the log, moved in each write (``StorePart``: the
+  tasks', the usage's, the memory's ... declared in their own modules, given to ``Store``);
 - ``imports``: history from a file;
 - ``queries``: every read (``Reads``, which the store is); ``rows``: the one event-row mapping;
 - ``wal``: the WAL's checkpoints and state (``Wal``);
@@ -37,7 +38,7 @@ disk is full). Nothing is acknowledged before the commit returns.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -49,7 +50,7 @@ from palace_proto.ids import fingerprint
 from palace_proto.paths import DATABASE_FILENAME
 from palace_proto.validation import Limits
 
-from . import batch, origins, schema, usage
+from . import batch, origins, schema
 from .agents import AgentRegistry
 from .apply import ApplyReport, Refusals
 from .batch import WriteBatchResult, WriteContext
@@ -57,6 +58,7 @@ from .chain import Chain
 from .clock import utc_now
 from .db import Db
 from .errors import DiskFullError, StoreError, is_disk_full
+from .parts import StorePart, StoreParts
 from .queries import Reads
 from .wal import Wal
 
@@ -67,14 +69,22 @@ DB_FILENAME: Final = DATABASE_FILENAME
 
 
 class Store(Reads):
-    """The event log of one replica. Construct with ``Store(path, private_key, limits)``.
+    """The event log of one replica. Construct with ``Store(path, private_key, limits, parts=...)``.
 
     Reads (``Reads``'s methods) run on any thread, on its own reader connection. Writes run as
     jobs of ``write_batch`` (writer thread only), each handed the store's ``WriteContext``.
     """
 
-    def __init__(self, path: Path, private_key: Ed25519PrivateKey, limits: Limits) -> None:
+    def __init__(self, path: Path, private_key: Ed25519PrivateKey, limits: Limits, *,
+                 parts: Sequence[StorePart]) -> None:
+        """``parts``: what the features keep beside the log (``palaced.features.STORE_PARTS``).
+
+        Raises:
+            StoreError: the database cannot be opened (``DiskFullError``: its disk is full).
+            ValueError: ``parts`` holds a part twice, or two judges of one subject.
+        """
         self.path = path
+        store_parts = StoreParts(parts)
         self.limits = limits
         public_key = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         db = Db(path)
@@ -84,7 +94,6 @@ class Store(Reads):
             schema.migrate(conn, path)
             self.origin_id, self.minted_origin = origins.ensure_origin(conn, public_key)
             seq, head_hash = origins.chain_head(conn, self.origin_id)
-            schema.ensure_memory_views(conn)
         except (apsw.Error, OSError) as exc:
             # Opening is a write too (migrations, a new origin): a full disk or a damaged file says
             # so in one line (palaced's start-up errors), never with a traceback.
@@ -108,16 +117,17 @@ class Store(Reads):
         #: what was refused from peers: origins not asked for again, redactions not honoured
         self.refusals = Refusals()
         #: what write jobs are handed (writer thread only)
-        self.writing = WriteContext(db, chain, self.agents, self.vector, self.wal, limits, self.refusals)
+        self.writing = WriteContext(db, chain, self.agents, self.vector, self.wal, limits, self.refusals, store_parts)
         #: ``write_batch(jobs)``: batch.write_batch on this store's ``WriteContext`` (a partial: no
         #: call layer of its own on the append path)
         self.write_batch = functools.partial(batch.write_batch, self.writing)
         try:
-            # Usage totals need the registry just loaded: filled from the log here, not by the
-            # migration (schema 0013), when this database has none of this derivation yet.
-            ok, value = self.write_batch([usage.ensure_judged]).outcomes[0]
-            if not ok:
-                raise value
+            # Each part brings itself up to date with the log (a derivation this database does not
+            # hold yet: the memory views' new version, the usage totals of schema 0013), with the
+            # registry just loaded.
+            for ok, value in self.write_batch(list(store_parts.opened)).outcomes:
+                if not ok:
+                    raise value
         except BaseException:
             db.close()
             raise
@@ -127,7 +137,3 @@ class Store(Reads):
 
     def close(self) -> None:
         self.db.close()
-
-    def rebuild_memory(self, ctx: WriteContext, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Writer job: derive the memory views again from the log."""
-        return schema.rebuild_memory(ctx.conn, progress)

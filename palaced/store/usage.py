@@ -2,12 +2,13 @@
 running sums of those per UTC day (schema 0013).
 
 Owns: the ``usage_reports`` and ``usage_totals`` tables and every write to them — a stored report's
-row (``event_stored``, from the one insert path), the judgement of a task's reports again before a
-batch commits (``settle``, from batch.py; ``rejudge_agents``, from ``AgentRegistry.reload_ca``),
-filling both from the log when a database opens without them (``ensure_judged``) — and the one read
-the ``usage`` operation makes (``read_usage``: totals by a field since a time, how many reports
-count nowhere, and what each budget's window has spent). Must not import trio; the writes run on
-the writer thread inside a batch's transaction, the read on a reader's connection.
+row (``event_stored``, as each event is stored), the judgement of a task's reports again before a
+batch commits (``settle``; ``rejudge_agents``, when the registry's verdicts change), filling both
+from the log when a database opens without them (``ensure_judged``): the usage's part of the store
+(``PART``, parts.py) — and the one read the ``usage`` operation makes (``read_usage``, in
+``UsageReads``: totals by a field since a time, how many reports count nowhere, and what each
+budget's window has spent). Must not import trio; the writes run on the writer thread inside a
+batch's transaction, the read on a reader's connection.
 
 Theory of operation
 -------------------
@@ -21,12 +22,12 @@ any event, summed nowhere (issue 43, finding 3: a member's invented report stopp
 That verdict belongs to the whole task, and can change after a report is stored: replicas receive
 origins in their own order, so a report may arrive before the request or the claim it depends on,
 a later claim may make an agent a claimant, a registry event learnt late may make an agent's
-events impersonations. So the store keeps it the way it keeps ``task_threads`` (follow.py), in the
+events impersonations. So the store keeps it the way it keeps ``task_threads`` (tasks.py), in the
 transaction that commits the events:
 
 * each stored ``usage.report`` gets its row (``counts`` 0) and the running batch notes its task;
   so does any event that can move who may report on a task: a request, a release, a reassign, an
-  event carrying a status (``Batch.usage_tasks``);
+  event carrying a status (the batch's ``touched`` subjects of this part);
 * before the batch commits (``settle``), each noted task that holds reports is judged again:
   its events are read once (``_judge``: the events that can move roles, and only its claimants'
   reports), ``derive_task`` runs on them, and the difference between the reports that count now and
@@ -53,7 +54,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import json
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import apsw
@@ -65,12 +65,17 @@ from palace_proto.ids import fingerprint
 from palace_proto.tasks import REASSIGN, RELEASE, REQUEST, derive_task
 from palace_proto.usage import MAX_USAGE_REPORTS_PER_TASK, USAGE_TYPE, Spending, Total, cost_micros, record_from_event, total_of
 
+from .parts import StorePart
+from .reads import ReadSet, StoreRead
+
 if TYPE_CHECKING:
     from .batch import WriteContext
     from .queries import Reads
 
-__all__ = ["BY_TABLE", "MAX_REPORTS_JUDGED", "MAX_TASK_EVENTS", "USAGE_VERSION", "UsageFigures", "ensure_judged",
-           "event_stored", "read_usage", "rebuild", "rejudge", "rejudge_agents", "settle"]
+__all__ = ["BY_TABLE", "MAX_REPORTS_JUDGED", "MAX_TASK_EVENTS", "PART", "USAGE_VERSION", "UsageFigures", "UsageReads",
+           "ensure_judged", "event_stored", "read_usage", "rebuild", "rejudge", "rejudge_agents", "settle"]
+
+PART_NAME: Final = "usage"
 
 #: the derivation the tables hold: a database whose meta ``usage_version`` differs is judged anew
 #: from the log when the store opens (``ensure_judged``)
@@ -118,7 +123,13 @@ _SUMS: Final = ("sum(runs), sum(tokens_in), sum(tokens_out), sum(cache_read_toke
 # -- on the write path (writer thread, inside a batch) ------------------------------------------
 
 
-def event_stored(ctx: WriteContext, ev: SignedEvent) -> None:
+def _noted(ctx: WriteContext) -> set[str]:
+    """The tasks the running batch noted for judging again before it commits (not rewound with a
+    failed job: judging again is idempotent)."""
+    return ctx.batch.touched.setdefault(PART_NAME, set())
+
+
+def event_stored(ctx: WriteContext, ev: SignedEvent, seq: int) -> None:
     """``ev`` was just inserted: a report gets its row, and the batch notes the task whose
     reports it may move (judged before the commit: ``settle``)."""
     if ev.type == USAGE_TYPE:
@@ -128,11 +139,11 @@ def event_stored(ctx: WriteContext, ev: SignedEvent) -> None:
         if conn.changes():
             conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = ?", (_HELD_KEY,))
         if ev.correlation_id is not None:
-            ctx.batch.usage_tasks.add(ev.correlation_id)
+            _noted(ctx).add(ev.correlation_id)
     elif ev.type == REQUEST:
-        ctx.batch.usage_tasks.add(ev.correlation_id or ev.id)
+        _noted(ctx).add(ev.correlation_id or ev.id)
     elif ev.correlation_id is not None and (ev.status is not None or ev.type in _MOVING_TYPES):
-        ctx.batch.usage_tasks.add(ev.correlation_id)
+        _noted(ctx).add(ev.correlation_id)
 
 
 def _report_row(event_id: str, task: str | None, agent: str, origin: str, created_at: str,
@@ -155,7 +166,7 @@ def settle(ctx: WriteContext) -> None:
     """Before the batch commits: judge again every task it noted that holds reports, and the
     tasks of the agents whose registry record it changed (batch.py calls it; idempotent)."""
     batch = ctx.batch
-    tasks = set(batch.usage_tasks)
+    tasks = set(batch.touched.get(PART_NAME, ()))
     if batch.registry:
         tasks |= _tasks_of(ctx.conn, _changed_agents(ctx))
     conn = ctx.conn
@@ -164,7 +175,7 @@ def settle(ctx: WriteContext) -> None:
             rejudge(ctx, task)
 
 
-def rejudge_agents(ctx: WriteContext, agents: Iterable[str]) -> None:
+def rejudge_agents(ctx: WriteContext, agents: set[str]) -> None:
     """Judge again the tasks holding reports that these agents wrote on: the verdicts on their
     events changed (the registry was derived anew: ``AgentRegistry.reload_ca``)."""
     for task in sorted(_tasks_of(ctx.conn, set(agents))):
@@ -406,3 +417,14 @@ def _spending(conn: apsw.Connection, now: str, tasks: bool) -> Spending:
     return Spending(day=day, month=month, agents_today=agents, tasks=per_task,
                     palace_month=_total("month", month, tuple(v or 0 for v in row)))
 
+
+
+class UsageReads(ReadSet):
+    """The usage's reads on the async store (``store.reads(UsageReads)``), on a reader thread."""
+
+    usage = StoreRead(read_usage)
+
+
+#: the usage's part of the store (parts.py)
+PART: Final = StorePart(PART_NAME, stored=event_stored, settle=settle, agents_changed=rejudge_agents,
+                        opened=ensure_judged)

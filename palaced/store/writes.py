@@ -3,9 +3,9 @@ and redactions.
 
 Owns: growing this replica's chain inside a batch (``Chain``: sealed here, moved on once stored;
 the origins row itself is written once per batch, by batch.py), the one insert every event goes
-through (the memory views follow it in the same transaction; it makes the event's one
-``CommittedEvent`` record, which the batch hands to the bus), and purging a redacted body with what the views
-derived from it. Each function takes the job's ``WriteContext`` (its connection, chain, running
+through (what the features keep beside the log follows it in the same transaction: parts.py; it
+makes the event's one ``CommittedEvent`` record, which the batch hands to the bus), and purging a
+redacted body with what the features derived from it. Each function takes the job's ``WriteContext`` (its connection, chain, running
 batch, agent registry, limits and WAL). Writer thread only, inside a batch's transaction (batch.py).
 This is the append hot path: keep it to these few calls.
 """
@@ -30,9 +30,9 @@ from palace_proto.errors import NotPermitted, ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
 
-from . import authority, event_search, follow, memory_views, usage
+from . import authority, event_search
 from .clock import utc_now
-from .queries import artifact_record, signed_event_at
+from .queries import artifact_record
 from .rows import INSERT_EVENT, insert_params
 
 if TYPE_CHECKING:
@@ -103,14 +103,14 @@ def insert_event(ctx: WriteContext, ev: SignedEvent, *, history: bool = False) -
     """Store ``ev`` (already verified or signed here); its record, with its new local ``seq``."""
     conn = ctx.conn
     conn.execute(INSERT_EVENT, insert_params(ev))
-    # Taken before the memory views write rows of their own: last_insert_rowid() would then be a
+    # Taken before the store parts write rows of their own: last_insert_rowid() would then be a
     # drawer's or a fact's, and the event would be published with that for its seq (issue 26: the
     # bus never moved past it, so no link pushed memory events and no local wait woke on them).
     seq = conn.last_insert_rowid()
-    follow.event_stored(conn, ev, seq)  # what the row moves besides itself (once triggers: issue 27)
-    usage.event_stored(ctx, ev)  # a report's row; the tasks whose reports count anew before the commit
-    # The memory views follow the log in the same transaction (local appends and peer events alike).
-    memory_views.materialise(conn, ev)
+    # What the features keep beside the log follows it in the same transaction, local appends and
+    # peers' events alike (the task threads, the usage reports, the memory views: parts.py).
+    for stored in ctx.parts.stored:
+        stored(ctx, ev, seq)
     if not history and ev.type in REGISTRY_TYPES:  # history's registry is another palace's: never counts here
         ctx.batch.registry.append(ev)
     return CommittedEvent(seq, ev, history=history)
@@ -147,9 +147,8 @@ def redact(ctx: WriteContext, event_id: str, redact_event_id: str) -> None:
     changed = conn.execute(
         "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)
     ).fetchall()
-    # After the body is gone: the views derive again what the event shared with others (the
-    # same drawer or fact) from the log, which must no longer show this event's body.
-    memory_views.unmaterialise(
-        conn, event_id, lambda keys: [signed_event_at(conn, origin, seq) for origin, seq in keys])
+    # After the body is gone: the features forget what they derived from it (parts.py).
+    for redacted in ctx.parts.redacted:
+        redacted(ctx, event_id)
     if changed:
         ctx.wal.purge_pending = True

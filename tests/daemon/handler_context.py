@@ -30,11 +30,12 @@ async def open_context(home: Path, *, limits: Limits | None = None, **fields: An
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     config = Config(home=home, mdns=False, memory_embed=False, limits=limits or Limits())
     key = Ed25519PrivateKey.generate()
-    store = Store(home / DB_FILENAME, key, config.limits)
+    daemon_features = fields.pop("features", None) or features()
+    store = Store(home / DB_FILENAME, key, config.limits, parts=daemon_features.store_parts)
     try:
         bus = EventBus(store.latest()[0])
         astore = AsyncStore(store, bus.publish, on_purged=bus.scrub)
-        ctx = Context(config, astore, bus, key, fields.pop("features", None) or features(), **fields)
+        ctx = Context(config, astore, bus, key, daemon_features, **fields)
         ctx.features.start(ctx)
         async with trio.open_nursery() as nursery:
             await nursery.start(astore.serve_writer)

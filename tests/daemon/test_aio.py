@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import AppendRequest, Limits, ListQuery
+from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
@@ -25,7 +26,7 @@ def req(body, **extra):
 
 
 async def test_concurrent_writes_are_group_committed(tmp_path):
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     bus = EventBus()
     astore = AsyncStore(store, bus.publish)
     results, errors = [], []
@@ -58,7 +59,7 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
     alone with ``disk_full``; the twenty appends batched with it commit, numbered 1..20; status
     shows the full disk until a client's write succeeds again (a background one of derived data
     proves nothing: test_disk_full raced it under load; a peer's push does), with no restart."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     (pages,) = store.db.writer.execute("PRAGMA page_count").fetchone()
     store.db.writer.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small appends, not for 1 MiB
     astore = AsyncStore(store, EventBus().publish)
@@ -110,7 +111,7 @@ async def test_slow_commits_send_the_next_batches_to_a_thread_but_one_hiccup_doe
     commit (a virtual disk's hiccup) changes nothing: it used to cost seconds of thread hops."""
     from palaced.store import writer
 
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     astore = AsyncStore(store, EventBus().publish)
     threads = []
 
@@ -142,7 +143,7 @@ async def test_slow_commits_send_the_next_batches_to_a_thread_but_one_hiccup_doe
 async def test_slow_commits_far_apart_never_send_batches_to_a_thread(tmp_path, monkeypatch):
     from palaced.store import writer
 
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     astore = AsyncStore(store, EventBus().publish)
     now = [1000.0]
     monkeypatch.setattr(writer.time, "monotonic", lambda: now[0])
@@ -164,7 +165,7 @@ async def test_the_wal_is_copied_back_in_the_background_while_writes_go_on(tmp_p
     from palaced.store import wal_keeper
 
     monkeypatch.setattr(wal_keeper, "COPY_BACK_PAGES", 20)
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     astore = AsyncStore(store, EventBus().publish)
     pages = []
     async with trio.open_nursery() as n:
@@ -188,7 +189,7 @@ async def test_a_failing_copy_back_is_logged_and_writes_go_on(tmp_path, monkeypa
     from palaced.store.errors import StoreError
 
     monkeypatch.setattr(wal_keeper, "COPY_BACK_PAGES", 1)
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
 
     def broken():
         raise StoreError("disk I/O error (planted)")
@@ -209,7 +210,7 @@ async def test_a_failing_copy_back_is_logged_and_writes_go_on(tmp_path, monkeypa
 async def test_a_heavy_write_commits_on_a_thread_while_the_loop_serves(tmp_path):
     """Imports, rebuilds and big artifacts (``heavy``) commit on a worker thread: the event loop
     goes on meanwhile (here: a task runs while the heavy job is held)."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     astore = AsyncStore(store, EventBus().publish)
     held, release = threading.Event(), threading.Event()
     ticks = []
@@ -241,7 +242,7 @@ async def test_every_writer_returns_once_its_write_is_committed_while_others_kee
     link) the queue never emptied, and the leader's own caller — an append, or a link's applier —
     waited 10-19 s for a write committed long before. The lead now passes to the next queued
     write once the leader's own is committed, so every writer keeps moving."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     astore = AsyncStore(store, EventBus().publish)
     done = [0] * 4
     stop = trio.Event()
@@ -272,7 +273,7 @@ async def test_every_writer_returns_once_its_write_is_committed_while_others_kee
 async def test_typed_reads_hop_to_a_reader_thread_and_answer_as_the_store(tmp_path):
     """The async reads (issue 27 §3: a caller holds one store object and never picks the thread
     hop itself) each run the store's read of the same name on a reader thread."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     astore = AsyncStore(store, EventBus().publish)
     threads = []
     real, reader = store.list_events, store.db.reader
@@ -308,7 +309,7 @@ async def test_the_wal_is_kept_written_to_its_working_size_so_commits_overwrite_
     from palaced.store.backup import wal_bytes
     from palaced.store.wal import KEEP_BYTES
 
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     store.write_batch([lambda ctx: ctx.append(req("before"))])
     assert 0 < wal_bytes(store.path) < KEEP_BYTES
     astore = AsyncStore(store, EventBus().publish)
@@ -325,7 +326,7 @@ async def test_the_wal_is_kept_written_to_its_working_size_so_commits_overwrite_
         assert wal_bytes(store.path) == KEEP_BYTES and store.wal.pages > 0
         astore.close_writes()
     store.close()
-    again = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    again = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     bodies = [r[0] for r in again.db.writer.execute("SELECT body FROM events ORDER BY seq")]
     assert bodies == ["before", "after", *map(str, range(50))]
     again.close()
@@ -335,7 +336,7 @@ def test_a_truncated_wal_is_written_back_to_its_working_size(tmp_path):
     from palaced.store.backup import wal_bytes
     from palaced.store.wal import KEEP_BYTES
 
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     store.write_batch([lambda ctx: ctx.append(req("x" * 50_000))])
     assert store.wal.truncate()
     assert wal_bytes(store.path) == KEEP_BYTES
@@ -352,7 +353,7 @@ async def test_an_idle_writer_copies_the_wal_back_without_truncating_it(tmp_path
     from palaced.store.wal import KEEP_BYTES
 
     monkeypatch.setattr(wal_keeper, "IDLE_CHECKPOINT_S", 0.05)
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     astore = AsyncStore(store, EventBus().publish)
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)

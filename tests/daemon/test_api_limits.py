@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from palace_proto.control import PRE_HELLO_MAX_FRAME_BYTES, token_matches
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import ApiEndpoint
+from palaced.features import STORE_PARTS
 import palaced.api
 from palaced.api import MAX_CONNECTIONS, ApiConnections, client_of, max_connections_for, serve_api
 from palaced.bus import EventBus
@@ -226,7 +227,7 @@ async def serving(home: Path) -> AsyncIterator[Api]:
     """The real API on a Unix socket in ``home``, over a real store; cancelled on exit."""
     config = Config(home=home, mdns=False, memory_embed=False)
     key = Ed25519PrivateKey.generate()
-    store = Store(home / "palace.sqlite3", key, config.limits)
+    store = Store(home / "palace.sqlite3", key, config.limits, parts=STORE_PARTS)
     api: Api | None = None
     try:
         bus = EventBus(store.latest()[0])

@@ -7,6 +7,7 @@ import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
+from palaced.features import STORE_PARTS
 from palaced.bus import EventBus, record_bytes
 
 _KEY = Ed25519PrivateKey.generate()
@@ -158,7 +159,7 @@ async def test_the_ring_is_bounded_by_bytes_and_a_late_reader_catches_up_from_th
     from palaced.store.aio import AsyncStore
 
     bound = 2 << 20
-    store = Store(tmp_path / "p.sqlite3", _KEY, Limits())
+    store = Store(tmp_path / "p.sqlite3", _KEY, Limits(), parts=STORE_PARTS)
     bus = EventBus(ring_bytes=bound)
     astore = AsyncStore(store, bus.publish)
     ctx = Context(Config(home=tmp_path, mdns=False, memory_embed=False), astore, bus, _KEY, features())

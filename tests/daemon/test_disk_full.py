@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import DiskFull
 from palace_proto.memory import Drawer
 from palace_proto.validation import AppendRequest, Limits, ListQuery
+from palaced.features import STORE_PARTS
 from palaced import vectors
 from palaced.bus import EventBus
 from palaced.store import Store
@@ -41,7 +42,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
     there, numbered 1..n without a gap."""
     caplog.set_level(logging.INFO, logger="palaced.store")
     with small_tmpfs("4m") as disk:
-        store = Store(disk.path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+        store = Store(disk.path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
         astore = AsyncStore(store, EventBus().publish)
         try:
             async with trio.open_nursery() as nursery:
@@ -96,7 +97,7 @@ async def test_the_vector_worker_survives_a_full_disk_and_saves_once_space_retur
     real_save = vectors.VectorIndex.save
     monkeypatch.setattr(vectors.VectorIndex, "save", lambda self: (saves.append(1), real_save(self))[1])
     caplog.set_level(logging.INFO, logger="palaced.vectors")
-    store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     bus = EventBus(store.latest()[0])
     astore = AsyncStore(store, bus.publish)
     try:
@@ -130,7 +131,7 @@ async def test_a_disk_too_small_for_the_kept_wal_keeps_its_space_for_the_databas
     """The WAL's zeros (wal.KEEP_BYTES) never take the last free space: on a disk without room
     for them the file goes back to its size, and appends go on."""
     with small_tmpfs("4m") as disk:
-        store = Store(disk.path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+        store = Store(disk.path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
         try:
             before = wal_bytes(store.path)
             store.wal.keep_written()  # what the keeper does in its first slot

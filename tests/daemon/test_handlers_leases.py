@@ -13,6 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.leases import ACQUIRE, CONFLICT, LEASE_ROOM, RELEASE, RENEW, LeaseIndex, derive_leases
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store.leases import LeaseReads
+from palaced.features import STORE_PARTS
 from palaced.features import leases
 from palaced.features.leases import DERIVED_FROM, LeaseBook
 from palaced.store import Store
@@ -28,7 +30,7 @@ def _acquire_request(agent: str, lease_id: str, patterns: list[str]) -> AppendRe
 
 def _peer_with_an_early_lease(tmp_path) -> Store:
     """A second replica holding bob's lease on src/api/**, stamped before anything written later."""
-    peer = Store(tmp_path / "peer.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    peer = Store(tmp_path / "peer.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     req = _acquire_request("bob", "lease_00000000000000b0", ["src/api/**"])
     ok, early = peer.write_batch([lambda w: w.append(req)]).outcomes[0]
     assert ok, early
@@ -45,7 +47,7 @@ async def _apply_from(ctx, peer: Store) -> list[dict]:
 
 async def _derived_from_scratch(ctx) -> list[dict]:
     events = ctx.store.agents.annotate(
-        await ctx.store.lease_events(DERIVED_FROM, "2000-01-01T00:00:00Z", None, 100_000))
+        (await ctx.store.reads(LeaseReads).window(DERIVED_FROM, "2000-01-01T00:00:00Z", 100_000))[1])
     now = utc_now()
     return sorted((lease.to_wire(now) for lease in derive_leases(events)), key=lambda w: w["id"])
 
@@ -151,7 +153,7 @@ async def test_a_lost_lease_is_told_once_and_a_notice_forged_elsewhere_silences_
             assert await reconciler.reconcile() == 1
             assert await reconciler.reconcile() == 0
             assert await leases.LeaseReconciler(ctx).reconcile() == 0  # a fresh one reads it from the log
-            notices = await ctx.store.lease_events((CONFLICT,), "2000-01-01T00:00:00Z", None, 10)
+            notices = await ctx.store.events_of_types((CONFLICT,), "2000-01-01T00:00:00Z", 10)
             own = [n for n in notices if n["origin"] == ctx.store.origin_id]
             assert [(n["correlation_id"], n["to_agent"]) for n in own] == [(mine["id"], "alice")]
     finally:

@@ -21,6 +21,7 @@ from palace_proto.errors import ValidationError
 from palace_proto.memory import FACT_FORMAT, DiaryEntry, Drawer, FactAdd, FactAdded, FactInvalidate
 from palace_proto.peer import event_to_wire
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store import memory_views as views
 
@@ -29,7 +30,7 @@ LIMITS = Limits()
 
 @pytest.fixture
 def store(tmp_path):
-    s = Store(tmp_path / "m.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    s = Store(tmp_path / "m.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     yield s
     s.close()
 
@@ -48,7 +49,7 @@ def file_drawer(store, content, wing="wing_p", room="decisions"):
 
 
 def search(store, query, **filters):
-    return store.memory_read(views.keyword_search, query, **filters)
+    return views.keyword_search(store.db.reader(), query, **filters)
 
 
 def test_drawers_are_verbatim_deduplicated_and_searchable(store):
@@ -56,7 +57,7 @@ def test_drawers_are_verbatim_deduplicated_and_searchable(store):
     drawer = file_drawer(store, text)
     file_drawer(store, text)  # the same content again: the same drawer (the view keeps the first)
     file_drawer(store, text, room="other")  # another room: another drawer
-    assert store.drawer(drawer.id)["content"] == text
+    assert views.drawer(store, drawer.id)["content"] == text
     hits = search(store, "power loss")
     assert [h["drawer_id"] for h in hits][:1] == [drawer.id] and hits[0]["content"] == text
     assert search(store, "power", room="decisions")[0]["room"] == "decisions"
@@ -67,11 +68,11 @@ def test_drawers_are_verbatim_deduplicated_and_searchable(store):
 def test_diaries_read_newest_first_with_totals(store):
     for i in range(12):
         write(store, DiaryEntry(agent="mac-claude", entry=f"entry {i}", wing="wing_mac-claude").event("mac-claude"))
-    page = store.memory_read(views.diary_page, "wing_mac-claude", 10)
+    page = views.diary_page(store.db.reader(), "wing_mac-claude", 10)
     assert page["total"] == 12 and page["showing"] == 10
     assert [e["content"] for e in page["entries"]][:3] == ["entry 11", "entry 10", "entry 9"]
     write(store, DiaryEntry(agent="mac-claude", entry="entry 11", wing="wing_mac-claude").event("mac-claude"))
-    assert store.memory_read(views.diary_page, "wing_mac-claude", 100)["total"] == 13  # entries never merge
+    assert views.diary_page(store.db.reader(), "wing_mac-claude", 100)["total"] == 13  # entries never merge
 
 
 def test_facts_change_by_invalidate_then_add_and_as_of_shows_history(store):
@@ -80,12 +81,12 @@ def test_facts_change_by_invalidate_then_add_and_as_of_shows_history(store):
     write(store, FactAdd(FactAdded("palace", "uses", "duckdb", valid_from="2026-06-01"), "a").event())
 
     def objects(as_of, state):
-        return [f["object"] for f in store.memory_read(views.facts_about, "palace", as_of)[f"{state}_facts"]]
+        return [f["object"] for f in views.facts_about(store.db.reader(), "palace", as_of)[f"{state}_facts"]]
 
     assert objects("2026-03-01", "active") == ["sqlite"] and objects("2026-03-01", "future") == ["duckdb"]
     assert objects("2026-07-01", "active") == ["duckdb"] and objects("2026-07-01", "historical") == ["sqlite"]
     assert objects("2025-12-31", "future") == ["sqlite", "duckdb"]
-    incoming = store.memory_read(views.facts_about, "DUCKDB", "2026-07-01", "incoming")  # case-insensitive
+    incoming = views.facts_about(store.db.reader(), "DUCKDB", "2026-07-01", "incoming")  # case-insensitive
     assert [f["subject"] for f in incoming["facts"]] == ["palace"]
 
 
@@ -95,21 +96,21 @@ def test_a_redacted_drawer_leaves_search_and_rebuild_agrees(store):
     event = write(store, secret.event())
     store.write_batch([lambda ctx: ctx.redact(event["id"], "evt_redactor")])
     assert [h["drawer_id"] for h in search(store, "replication")] == [keep.id]
-    assert store.drawer(secret.id) is None
-    counts = store.write_batch([lambda ctx: store.rebuild_memory(ctx)]).outcomes[0][1]
+    assert views.drawer(store, secret.id) is None
+    counts = store.write_batch([views.rebuild_views]).outcomes[0][1]
     assert counts["drawers"] == 1 and [h["drawer_id"] for h in search(store, "replication")] == [keep.id]
 
 
 def test_events_from_a_peer_fill_the_views(tmp_path, store):
-    other = Store(tmp_path / "o.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    other = Store(tmp_path / "o.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         drawer = file_drawer(other, "decided on a peer: rebuilds are derived from the log")
         write(other, FactAdd(FactAdded("log", "is", "truth"), "b").event())
         events = other.signed_events_of_origin(other.origin_id, 0, 10)
         key = other.public_key
         store.write_batch([lambda ctx: ctx.apply_remote(events, lambda o, s: key)])
-        assert store.drawer(drawer.id)["content"] == "decided on a peer: rebuilds are derived from the log"
-        assert store.memory_read(views.facts_about, "log", "2026-11-30")["count"] == 1
+        assert views.drawer(store, drawer.id)["content"] == "decided on a peer: rebuilds are derived from the log"
+        assert views.facts_about(store.db.reader(), "log", "2026-11-30")["count"] == 1
     finally:
         other.close()
 
@@ -119,9 +120,9 @@ def test_agents_and_tunnels(store):
     file_drawer(store, "shared room b", wing="wing_two", room="design")
     file_drawer(store, "lonely", wing="wing_one", room="private")
     write(store, DiaryEntry(agent="reviewer", entry="PR#42|auth", wing="wing_reviewer").event("reviewer"))
-    found = store.memory_read(views.tunnels, "wing_one", "wing_two")
+    found = views.tunnels(store.db.reader(), "wing_one", "wing_two")
     assert found == [{"room": "design", "wings": ["wing_one", "wing_two"], "drawers": 2}]
-    seen = store.memory_read(views.agents)
+    seen = views.agents(store.db.reader())
     assert seen["reviewer"]["diary_entries"] == 1 and seen["reviewer"]["wing"] == "wing_reviewer"
     assert "mac-claude" in seen
 
@@ -151,7 +152,7 @@ def test_keyword_search_narrowed_to_rare_words_ranks_like_the_full_query(store, 
         full = dict(ranking(query, 10**9, limit=120))
         narrowed = ranking(query, 30)
         assert len(narrowed) == 5 and all(full[d] == score for d, score in narrowed), query
-        assert all(all(w in store.drawer(d)["content"] for w in query.split()) for d, _ in narrowed)
+        assert all(all(w in views.drawer(store, d)["content"] for w in query.split()) for d, _ in narrowed)
     # common words that never meet: the full ranking after all
     assert ranking("kappa zeta", 15) == ranking("kappa zeta", 10**9) and len(ranking("kappa zeta", 15)) == 5
     assert ranking("gamma alpha", 30, room="r") == ranking("gamma alpha", 10**9, room="r")
@@ -259,26 +260,26 @@ def test_redacting_a_fact_and_the_events_related_to_it_removes_it_entirely(store
     diary = write(store, DiaryEntry(agent="a", entry="a diary line", wing="wing_a").event("a"))
     for event in (first, again, ended):
         assert event["metadata"] == {"format": FACT_FORMAT} and secret.lower() in event["body"].lower()
-    assert store.memory_read(views.facts_about, "deploy", "2026-03-01")["count"] == 3
+    assert views.facts_about(store.db.reader(), "deploy", "2026-03-01")["count"] == 3
 
     def related(event_id):
-        return store.memory_read(views.related_memory_events, event_id)
+        return views.related_memory_events(store.db.reader(), event_id)
 
     assert related(first["id"]) == [again["id"], ended["id"]] and related(ended["id"]) == [first["id"], again["id"]]
     assert related(other["id"]) == [] and related(diary["id"]) == [] and related("evt_unknown") == []
     for event in (first, again, ended):
         assert store.write_batch([lambda ctx, e=event: ctx.redact(e["id"], "evt_r")]).outcomes[0][0]
-    facts = store.memory_read(views.facts_about, "deploy", "2026-03-01")
+    facts = views.facts_about(store.db.reader(), "deploy", "2026-03-01")
     assert [f["object"] for f in facts["facts"]] == ["sqlite"]
     assert not traces(database_bytes(store), secret) and not traces(database_bytes(store), secret.lower())
     assert related(other["id"]) == []
-    assert store.write_batch([lambda ctx: store.rebuild_memory(ctx)]).outcomes[0][1]["facts"] == 1
+    assert store.write_batch([views.rebuild_views]).outcomes[0][1]["facts"] == 1
 
 
 def test_redacting_one_copy_derives_again_what_the_others_still_carry(store, tmp_path):
     """A drawer filed on two replicas at once, or a fact ended by an invalidation that is then
     redacted: the views after a redaction are what a rebuild from the log makes."""
-    other = Store(tmp_path / "o.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    other = Store(tmp_path / "o.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         drawer = Drawer("wing_p", "r", "filed on both replicas at once", "a")
         mine = write(store, drawer.event())
@@ -288,21 +289,21 @@ def test_redacting_one_copy_derives_again_what_the_others_still_carry(store, tmp
         assert store.write_batch([lambda ctx: ctx.apply_remote(events, lambda o, s: key)]).outcomes[0][0]
     finally:
         other.close()
-    assert store.memory_read(views.related_memory_events, mine["id"]) == [theirs["id"]]
+    assert views.related_memory_events(store.db.reader(), mine["id"]) == [theirs["id"]]
     assert store.write_batch([lambda ctx: ctx.redact(mine["id"], "evt_r")]).outcomes[0][0]
-    assert store.drawer(drawer.id)["content"] == drawer.content  # still in the log, in their event
+    assert views.drawer(store, drawer.id)["content"] == drawer.content  # still in the log, in their event
     assert [h["drawer_id"] for h in search(store, "replicas")] == [drawer.id]
 
     added = write(store, FactAdd(FactAdded("palace", "uses", "sqlite", valid_from="2026-01-01"), "a").event())
     ended = write(store, FactInvalidate("palace", "uses", "sqlite", "2026-06-01", "a").event())
-    assert store.memory_read(views.facts_about, "palace", "2026-07-01")["historical_facts"]
+    assert views.facts_about(store.db.reader(), "palace", "2026-07-01")["historical_facts"]
     assert store.write_batch([lambda ctx: ctx.redact(ended["id"], "evt_r")]).outcomes[0][0]
-    now = store.memory_read(views.facts_about, "palace", "2026-07-01")
+    now = views.facts_about(store.db.reader(), "palace", "2026-07-01")
     assert [f["object"] for f in now["active_facts"]] == ["sqlite"] and now["facts"][0]["valid_to"] is None
-    assert store.memory_read(views.related_memory_events, added["id"]) == []
-    rebuilt = store.write_batch([lambda ctx: store.rebuild_memory(ctx)]).outcomes[0][1]
+    assert views.related_memory_events(store.db.reader(), added["id"]) == []
+    rebuilt = store.write_batch([views.rebuild_views]).outcomes[0][1]
     assert rebuilt == {"events": 4, "drawers": 1, "facts": 1}
-    assert store.memory_read(views.facts_about, "palace", "2026-07-01") == now
+    assert views.facts_about(store.db.reader(), "palace", "2026-07-01") == now
 
 
 LEGACY_FACT = {"triple_id": "kg_0", "subject": "palace", "predicate": "stores", "object": "legacy facts"}
@@ -317,13 +318,13 @@ def test_facts_written_before_schema_5_are_still_read_and_a_redacted_one_stays_o
                   "body": "ended 2026-02-01: palace → stores → legacy facts",
                   "metadata": {"subject": "palace", "predicate": "stores", "object": "legacy facts",
                                "ended": "2026-02-01"}})
-    facts = store.memory_read(views.facts_about, "palace", "2026-03-01")
+    facts = views.facts_about(store.db.reader(), "palace", "2026-03-01")
     assert [(f["object"], f["state"], f["valid_to"]) for f in facts["facts"]] == [("legacy facts", "historical",
                                                                                    "2026-02-01")]
     assert store.write_batch([lambda ctx: ctx.redact(legacy["id"], "evt_r")]).outcomes[0][0]
-    assert store.memory_read(views.facts_about, "palace", "2026-03-01")["count"] == 0
-    store.write_batch([lambda ctx: store.rebuild_memory(ctx)])
-    assert store.memory_read(views.facts_about, "palace", "2026-03-01")["count"] == 0
+    assert views.facts_about(store.db.reader(), "palace", "2026-03-01")["count"] == 0
+    store.write_batch([views.rebuild_views])
+    assert views.facts_about(store.db.reader(), "palace", "2026-03-01")["count"] == 0
 
 
 MALFORMED = [
@@ -349,9 +350,9 @@ def test_malformed_memory_events_are_left_out_of_the_views_and_logged_once(store
     good = file_drawer(store, "a sound drawer among bad ones")
     ids = [write(store, {"type": t, "stream": "memory", "room": "r", "from_agent": "peer", "body": body,
                          "metadata": meta})["id"] for t, body, meta in MALFORMED]
-    rebuilt = store.write_batch([lambda ctx: store.rebuild_memory(ctx)]).outcomes[0][1]
+    rebuilt = store.write_batch([views.rebuild_views]).outcomes[0][1]
     assert rebuilt == {"events": len(MALFORMED) + 1, "drawers": 1, "facts": 0}
-    assert store.drawer(good.id) is not None
+    assert views.drawer(store, good.id) is not None
     logged = [r.getMessage() for r in caplog.records if "left out of the memory views" in r.getMessage()]
     assert sorted(m.split()[2] for m in logged) == sorted(ids)  # once each, though materialised twice
 
@@ -410,7 +411,7 @@ def test_upgrading_to_schema_5_removes_traces_left_by_earlier_releases(tmp_path)
     conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
     conn.close()
     assert traces(path.read_bytes(), secret)  # the traces this upgrade must remove
-    store = Store(path, Ed25519PrivateKey.generate(), LIMITS)
+    store = Store(path, Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         assert not traces(database_bytes(store), secret)
         evidence = [msgpack.unpackb(bytes(b), raw=False) for (b,) in store.db.writer.execute("SELECT rejected FROM forks")]

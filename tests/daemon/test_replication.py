@@ -22,6 +22,7 @@ from palace_proto.framing import NEED_DATA, FrameBuffer
 from palace_proto.link import SYNC_WAL
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello, from_wire
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.peers.link import PeerLink
 from palaced.store import Store
@@ -34,7 +35,7 @@ LIMITS = Limits()
 class Replica:
     def __init__(self, path, name):
         self.name = name
-        self.store = Store(path, Ed25519PrivateKey.generate(), LIMITS)
+        self.store = Store(path, Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
         latest, _ = self.store.latest()
         self.bus = EventBus(latest)
         self.astore = AsyncStore(self.store, self.bus.publish)

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.rows import SIGNED_COLUMNS, insert_params, row_to_public, row_to_signed
 
@@ -34,7 +35,7 @@ def test_insert_parameters_read_back_as_the_same_event(event):
 
 
 def test_a_stored_event_reads_back_as_signed_and_as_public(tmp_path):
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": "x",
                                        "topic": "t", "metadata": {"k": 1}}, LIMITS)

@@ -10,6 +10,7 @@ from palace_proto.envelope import GENESIS_HASH, seal_event, verify_chain_link, v
 from palace_proto.ids import origin_id_for_key, origin_id_from_random
 from palace_proto.errors import NotFound, ValidationError
 from palace_proto.validation import AppendRequest, Limits, ListQuery
+from palaced.features import STORE_PARTS
 from palaced.store import Store, StoreError
 
 LIMITS = Limits()
@@ -27,7 +28,7 @@ def key():
 
 @pytest.fixture
 def store(tmp_path, key):
-    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     yield s
     s.close()
 
@@ -40,13 +41,13 @@ def append(store, **fields):
 
 
 def test_new_database_mints_an_origin_and_reopening_keeps_it(tmp_path, key):
-    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     origin = s.origin_id
     assert s.minted_origin and origin.startswith("ori2_")  # key-derived (palace_proto.bindings)
     (nonce,) = [n for o, n in s.own_origins() if o == origin]
     assert origin_id_for_key(s.public_key, nonce) == origin
     s.close()
-    again = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    again = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     assert again.origin_id == origin and not again.minted_origin
     again.close()
 
@@ -55,7 +56,7 @@ def test_a_legacy_origin_is_retired_on_upgrade_and_keeps_its_history(tmp_path, k
     """A home made before protocol 2 writes a random (legacy) origin that another member could
     claim at a replica that never saw it: the first start of this release retires it and writes
     under a key-derived origin from then on; the legacy events stay, signed, as they were."""
-    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     derived = s.origin_id
     s.close()
     legacy = origin_id_from_random(b"\x05" * 16)
@@ -72,7 +73,7 @@ def test_a_legacy_origin_is_retired_on_upgrade_and_keeps_its_history(tmp_path, k
                      (old.id, legacy, 1, old.prev_hash, old.event_hash, old.signature, "note", "s", "r", "a", old.body,
                       old.body_sha256, "{}", old.created_at))
     conn.close()
-    upgraded = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    upgraded = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     try:
         assert upgraded.minted_origin and upgraded.origin_id.startswith("ori2_") and upgraded.origin_id != legacy
         after = append(upgraded, body="written after the upgrade")
@@ -89,19 +90,19 @@ def test_a_legacy_origin_is_retired_on_upgrade_and_keeps_its_history(tmp_path, k
 
 def test_recreated_database_never_reuses_an_origin(tmp_path, key):
     """Guards the SSB fork failure: a wiped database must not reissue (origin, seq) pairs."""
-    first = Store(tmp_path / "a.sqlite3", key, LIMITS)
-    second = Store(tmp_path / "b.sqlite3", key, LIMITS)
+    first = Store(tmp_path / "a.sqlite3", key, LIMITS, parts=STORE_PARTS)
+    second = Store(tmp_path / "b.sqlite3", key, LIMITS, parts=STORE_PARTS)
     assert first.origin_id != second.origin_id
     first.close()
     second.close()
 
 
 def test_changed_identity_key_starts_a_new_origin_and_keeps_history(tmp_path, key):
-    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     old_origin = s.origin_id
     append(s, body="before")
     s.close()
-    s2 = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    s2 = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     assert s2.origin_id != old_origin
     event = append(s2, body="after")
     assert event["origin"] == s2.origin_id and event["origin_seq"] == 1
@@ -110,11 +111,11 @@ def test_changed_identity_key_starts_a_new_origin_and_keeps_history(tmp_path, ke
 
 
 def test_database_from_a_newer_release_is_refused(tmp_path, key):
-    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     s.db.writer.execute("INSERT INTO _migrations VALUES (9999, 'future.sql', 'x')")
     s.close()
     with pytest.raises(StoreError, match="newer palace"):
-        Store(tmp_path / "p.sqlite3", key, LIMITS)
+        Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
 
 
 def test_batch_rolls_back_only_the_failing_job(store):
@@ -209,7 +210,7 @@ def test_no_commit_checkpoints_and_a_copy_back_lets_the_wal_start_over(tmp_path,
     ran inside the commit that crossed 1,000 (later 10,000) pages, tens of ms for that append.
     Commits now only count the WAL's pages; ``copy_back`` (a connection of its own, while the
     writer goes on) copies them, and the next commit starts the WAL over."""
-    s = Store(tmp_path / "p.sqlite3", key, LIMITS)
+    s = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     try:
         pages = []
         for k in range(300):

@@ -17,6 +17,7 @@ from palace_proto.errors import ValidationError
 from palace_proto.ids import fingerprint
 from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.agents import AgentElsewhere, AgentRetired
 
@@ -25,7 +26,7 @@ LIMITS = Limits()
 
 @pytest.fixture
 def trio_of_stores(tmp_path):
-    stores = [Store(tmp_path / f"{name}.sqlite3", Ed25519PrivateKey.generate(), LIMITS) for name in "abc"]
+    stores = [Store(tmp_path / f"{name}.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS) for name in "abc"]
     for store in stores:
         store.agents.enforcing = True  # as when the daemon belongs to a palace
     yield stores
@@ -91,7 +92,7 @@ def test_the_first_write_as_an_agent_registers_it_in_the_same_commit(trio_of_sto
 def test_a_daemon_alone_registers_nothing(tmp_path):
     """Guards the rule that registration starts when a daemon belongs to a palace (until then
     there is no other daemon to tell apart, and the log stays as it was)."""
-    alone = Store(tmp_path / "alone.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    alone = Store(tmp_path / "alone.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         append(alone)
         assert types_of(alone) == [("note", "mac-claude")] and alone.agents.records == {}
@@ -220,12 +221,12 @@ def test_the_registry_is_derived_again_from_the_log_on_open(trio_of_stores, tmp_
     a, _, _ = trio_of_stores
     append(a)
     key = Ed25519PrivateKey.generate()
-    first = Store(tmp_path / "d.sqlite3", key, LIMITS)
+    first = Store(tmp_path / "d.sqlite3", key, LIMITS, parts=STORE_PARTS)
     try:
         sync(a, first, a, first)
     finally:
         first.close()
-    again = Store(tmp_path / "d.sqlite3", key, LIMITS)
+    again = Store(tmp_path / "d.sqlite3", key, LIMITS, parts=STORE_PARTS)
     try:
         assert again.agents.records["mac-claude"].current.daemon == a.agents.daemon
         again.agents.enforcing = True
@@ -304,7 +305,7 @@ def test_agent_activity_counts_every_event_whichever_way_it_came(trio_of_stores,
     assert rows[("mac-claude", a.origin_id)] == 2 and rows[("win-codex", b.origin_id)] == 1
     path = b.path
     b.close()
-    reopened = Store(path, Ed25519PrivateKey.generate(), LIMITS)
+    reopened = Store(path, Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         assert sorted(reopened.agent_activity()) == _activity_as_the_log_counts_it(reopened)
     finally:

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from palace_proto.envelope import seal_event, verify_chain_link, verify_event
 from palace_proto.sync import verify_batch
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.store import Store
 
 LIMITS = Limits()
@@ -19,8 +20,8 @@ LIMITS = Limits()
 
 @pytest.fixture
 def pair(tmp_path):
-    a = Store(tmp_path / "a.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
-    b = Store(tmp_path / "b.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    a = Store(tmp_path / "a.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
+    b = Store(tmp_path / "b.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     yield a, b
     a.close()
     b.close()
@@ -266,7 +267,7 @@ def test_an_authentic_event_that_breaks_a_rule_is_refused_alone_and_not_asked_fo
 def test_a_redaction_is_honoured_only_from_the_targets_origin(pair, tmp_path):
     """Regression (issue 11, finding 5): an event.redact from any member purged any event."""
     a, b = pair
-    c = Store(tmp_path / "c.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    c = Store(tmp_path / "c.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         secret = append(a, body="a's words")
         append(c, type="event.redact", metadata={"redacts": secret["id"]}, body="c tries")
@@ -354,7 +355,7 @@ def test_the_heads_kept_in_memory_are_the_committed_ones(pair):
     assert {o: h.max_seq for o, h in b.heads().items()} == {a.origin_id: 3, b.origin_id: 2} == b.version_vector()
     path, key = b.path, b.chain.key
     b.close()
-    again = Store(path, key, LIMITS)
+    again = Store(path, key, LIMITS, parts=STORE_PARTS)
     try:
         assert again.heads() == heads_on_disk(again) == heads_on_disk(a) | {again.origin_id: again.heads()[again.origin_id]}
     finally:

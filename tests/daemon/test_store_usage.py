@@ -23,6 +23,7 @@ from palace_proto.ids import origin_id_for_key
 from palace_proto.tasks import derive_task
 from palace_proto.usage import MAX_COST_USD, MAX_TOKENS, USAGE_TYPE, record_from_event, spending, totals
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.usage import read_usage
 from tests.daemon.test_store_agents import sync
@@ -33,7 +34,7 @@ CID = "task_fix_parser_0001"
 
 @pytest.fixture
 def stores(tmp_path):
-    opened = [Store(tmp_path / f"{name}.sqlite3", Ed25519PrivateKey.generate(), LIMITS) for name in "abc"]
+    opened = [Store(tmp_path / f"{name}.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS) for name in "abc"]
     yield opened
     for store in opened:
         store.close()
@@ -122,7 +123,7 @@ def test_a_report_counts_once_its_request_and_claim_arrive_whatever_order_the_or
     report(runner, at(2, 12), cid="task_invented_0002", by="bob", tokens_in=MAX_TOKENS, cost=MAX_COST_USD)
     finals = set()
     for n, order in enumerate(itertools.permutations([requester, claimer, runner])):
-        store = Store(tmp_path / f"order{n}.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+        store = Store(tmp_path / f"order{n}.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
         try:
             for step, chain in enumerate(order, 1):
                 deliver(store, chain)
@@ -200,7 +201,7 @@ def test_since_reads_whole_days_and_of_a_time_of_day_its_first_days_reports_from
     claim(chain, at(1, 1), req)
     for day, second, tokens in ((2, 10, 1), (2, 50, 10), (3, 10, 100), (4, 10, 1000)):
         report(chain, at(day, second), tokens_in=tokens)
-    store = Store(tmp_path / "s.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    store = Store(tmp_path / "s.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         deliver(store, chain)
 
@@ -234,7 +235,7 @@ def test_the_migration_fills_the_tables_from_the_log(stores):
                         "DELETE FROM meta WHERE key LIKE 'usage%'")
     path, key = a.path, Ed25519PrivateKey.generate()
     a.close()
-    reopened = Store(path, key, LIMITS)
+    reopened = Store(path, key, LIMITS, parts=STORE_PARTS)
     try:
         assert {by: counted(reopened, by) for by in kept} == kept
         assert reopened.db.writer.execute("SELECT * FROM usage_reports ORDER BY event_id").fetchall() == rows
@@ -279,7 +280,7 @@ def test_every_answer_is_the_pure_sum_of_the_reports_the_tasks_count(tmp_path):
     now = "2026-03-02T12:00:00.000000Z"
     answers = set()
     for n in range(3):
-        store = Store(tmp_path / f"r{n}.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+        store = Store(tmp_path / f"r{n}.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
         try:
             # The origins' events interleaved at random (each origin's in its order), a few a batch.
             queues = [list(c.events) for c in chains]

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.memory import Drawer
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
@@ -48,7 +49,7 @@ async def settle(indexer: MemoryIndexer, count: int) -> None:
 
 
 async def test_the_worker_embeds_drawers_and_drops_redacted_ones(tmp_path):
-    store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     bus = EventBus(store.latest()[0])
     astore = AsyncStore(store, bus.publish)
     embedder = WordEmbedder()
@@ -145,7 +146,7 @@ def test_ivf_index_is_retrained_when_the_palace_has_grown_fourfold(tmp_path):
 
 
 async def test_the_worker_switches_to_ivf_once_the_backlog_is_embedded(tmp_path):
-    store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     bus = EventBus(store.latest()[0])
     astore = AsyncStore(store, bus.publish)
     try:

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.envelope import GENESIS_HASH
 from palace_proto.errors import ApiError, DiskFull
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.store import Store, StoreError
 
@@ -28,7 +29,7 @@ def append(body: str):
 
 @pytest.fixture
 def store(tmp_path):
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     yield store
     store.close()
 
@@ -253,7 +254,7 @@ def test_the_bus_keeps_a_bounded_ring_of_records(store):
 def test_imported_history_is_never_offered_from_the_bus(store, tmp_path):
     """Guards the push path (issue 13): history is never offered to peers, so none of it may be
     handed to replication from memory either (watchers see it, as they do from the store)."""
-    other = Store(tmp_path / "other.sqlite3", Ed25519PrivateKey.generate(), LIMITS)
+    other = Store(tmp_path / "other.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     try:
         other.write_batch([append("theirs")])
         [theirs] = other.signed_events_of_origin(other.origin_id, 0, 1)

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.store import Store, StoreError
 from palaced.store.writer import Writer
 
@@ -49,7 +50,7 @@ class FakeUpkeep:
 
 
 async def test_the_writer_tells_the_keeper_of_each_commit_and_asks_it_between_batches(tmp_path):
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     upkeep = FakeUpkeep(store)
     committed = []
     writer = Writer(store, upkeep, committed.extend)
@@ -63,7 +64,7 @@ async def test_the_writer_tells_the_keeper_of_each_commit_and_asks_it_between_ba
 
 
 async def test_a_redaction_is_purged_from_the_wal_before_its_writer_is_answered(tmp_path):
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     upkeep = FakeUpkeep(store)
     writer = Writer(store, upkeep, lambda events: None)
     event = await writer.write(lambda ctx: ctx.append(req("secret")))
@@ -79,7 +80,7 @@ async def test_a_redaction_is_purged_from_the_wal_before_its_writer_is_answered(
 
 
 async def test_maintenance_runs_in_a_slot_between_batches_never_during_one(tmp_path):
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     upkeep = FakeUpkeep(store)
     writer = Writer(store, upkeep, lambda events: None)
     seen = []
@@ -107,7 +108,7 @@ async def test_watchers_of_a_batch_run_before_its_writers_are_answered_and_backg
     the bus's background lane earns no scheduler pass before the answer."""
     from palaced.bus import EventBus
 
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     bus = EventBus()
     writer = Writer(store, FakeUpkeep(store), bus.publish)
     seen = []
@@ -128,7 +129,7 @@ async def test_watchers_of_a_batch_run_before_its_writers_are_answered_and_backg
 async def test_a_failing_publish_still_answers_the_committed_batch(tmp_path):
     """A bug in publishing fails the leader's task, but every write of the committed batch is
     answered with its event (none waits for ever)."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
 
     def publish(events):
         raise RuntimeError("a bug in a subscriber")
@@ -154,7 +155,7 @@ async def test_a_non_durable_write_commits_alone_without_its_fsync_and_durable_o
     """Guards the text indexer's writes (issue 27): ``durable=False`` commits in a batch of its
     own under synchronous=NORMAL, and every durable batch after it under FULL again, even when
     the non-durable job failed."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     writer = Writer(store, FakeUpkeep(store), lambda events: None)
     seen = []
 
@@ -190,7 +191,7 @@ async def test_sync_puts_non_durable_batches_on_disk_once_and_counts_a_durable_c
     """Guards the receipt of a peer's live push (issue 27): ``sync`` syncs the WAL once for the
     ``durable=False`` batches before it, callers at the same time share that one sync, a durable
     commit since makes it unnecessary, and a failed sync is a ``StoreError`` that a later call retries."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     writer = Writer(store, FakeUpkeep(store), lambda events: None)
     real_sync, syncs, failing = store.wal.sync, [], []
 
@@ -227,7 +228,7 @@ async def test_sync_puts_non_durable_batches_on_disk_once_and_counts_a_durable_c
 
 def test_the_wal_sync_of_a_missing_file_raises_oserror(tmp_path):
     """``Wal.sync`` never creates the WAL (SQLite owns its existence): no file, an OSError."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     store.wal.sync()
     store.close()  # the last connection closing removes the WAL
     with pytest.raises(OSError):
@@ -238,7 +239,7 @@ async def test_sync_within_lets_a_durable_commit_cover_the_batches_before_syncin
     """Guards the receipts' grace (issue 27): ``sync(within)`` first waits up to ``within`` for a
     durable commit to cover the non-durable batches (no sync of its own), and syncs itself once
     it is over."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     writer = Writer(store, FakeUpkeep(store), lambda events: None)
     real_sync, syncs = store.wal.sync, []
     store.wal.sync = lambda: (syncs.append(writer.batches), real_sync())
@@ -260,7 +261,7 @@ async def test_a_sync_makes_durable_only_what_was_counted_before_it_started(tmp_
     power cut could make false): ``durable_heads`` moves to what a sync covered, taken before it
     starts; a batch committed while it runs, or committed but not yet counted (its redaction still
     being purged from the WAL), stays out until a later sync or durable commit covers it."""
-    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits())
+    store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     upkeep = FakeUpkeep(store)
     writer = Writer(store, upkeep, lambda events: None)
     origin = store.origin_id

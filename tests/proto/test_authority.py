@@ -3,6 +3,7 @@ proto/PROTOCOL.md shows it (issue 43 §3)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,23 @@ def test_statuses_on_a_task_are_judged_by_their_rows_whatever_the_type():
     assert rule_for("patch.ready", "ready").name == "words"  # not on a task: words
     assert rule_for(USAGE_TYPE, "applied", on_task=True).name == "usage.report"  # a row of its own wins
     assert rule_for(REQUEST, later_request=True).name == "task.correct"
-    assert rule_for(ASK, approval=True).name == "question.approval"
+    assert rule_for(ASK, metadata={"approval": {"tool": "Bash"}}).name == "question.approval"
+    assert rule_for(ASK, metadata={"approval": None}).name == "question.ask"
+
+
+def test_a_types_second_row_is_chosen_by_its_own_condition_and_the_table_refuses_ambiguity():
+    """Which row judges an event is the table's data (``Rule.when``, ``Rule.defers_to_status``), not
+    a list of feature names in the judge: a second own row for a type, or a second row deferring
+    to the status's, is refused when the table is put together."""
+    from palace_proto.authority import Rule, Table
+
+    base = Rule("x.do", ("x.do",), (), "x", frozenset({ANY_AGENT}), "", "")
+    Table.of([base, dataclasses.replace(base, name="x.again", when=lambda facts: facts["later_request"])], ["x."])
+    with pytest.raises(ValueError, match="two rows of its own"):
+        Table.of([base, dataclasses.replace(base, name="x.twice")], ["x."])
+    deferring = dataclasses.replace(base, defers_to_status=True)
+    with pytest.raises(ValueError, match="defer to the status"):
+        Table.of([deferring, dataclasses.replace(deferring, name="x.other", types=("x.other",))], ["x."])
 
 
 def test_a_type_in_palaces_namespaces_without_a_row_is_unnamed_and_refused():

@@ -1,4 +1,4 @@
-"""The task_threads table (schema 0009) and palaced/store/task_threads.py, on real SQLite files:
+"""The task_threads table (schema 0009) and palaced/store/tasks.py, on real SQLite files:
 the triggers keep one row per task whichever way its events came and unsettle a finished task
 when anything happens on it, the migration's backfill builds the same rows, and what is derived
 is the newest requests plus every unsettled task."""
@@ -9,9 +9,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.validation import AppendRequest, Limits
+from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.schema import migrate
-from palaced.store.task_threads import settle, tasks_to_derive
+from palaced.store.tasks import settle, tasks_to_derive
 from tests.daemon.test_store_agents import sync
 
 LIMITS = Limits()
@@ -19,7 +20,7 @@ LIMITS = Limits()
 
 @pytest.fixture
 def stores(tmp_path):
-    opened = [Store(tmp_path / f"{name}.sqlite3", Ed25519PrivateKey.generate(), LIMITS) for name in "ab"]
+    opened = [Store(tmp_path / f"{name}.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS) for name in "ab"]
     yield opened
     for store in opened:
         store.close()
