@@ -25,6 +25,7 @@ from palace_proto.peer import parse_peer_address
 from .api import ApiListenError, SocketPathTooLong
 from .app import AlreadyRunning, serve
 from .config import DEFAULT_LISTEN, ConfigError, default_home, load_config
+from .features import features
 from .identity import IdentityError
 from .membership import MembershipError
 from .peers import ListenError
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = (args.home or default_home()).expanduser().absolute()
     try:
-        config = load_config(home)
+        config = load_config(home, features().config_extensions)
     except ConfigError as exc:
         print(f"palaced: {exc}", file=sys.stderr)
         return 1

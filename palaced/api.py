@@ -65,11 +65,10 @@ __all__ = ["ApiConnections", "ApiListenError", "SocketPathTooLong", "serve_api"]
 LOGGER: Final = logging.getLogger("palaced.api")
 # Why 64 KiB: large enough to take a body-sized request in a few reads, small enough per connection.
 RECEIVE_CHUNK: Final = 65536
-# Requests the connection's reader answers itself when nothing is queued before them: each is
-# short (no wait for a peer, a timeout or a stream; ``append`` and ``ack`` wait for one commit at
-# most, and only without ``replicated``).
-INLINE_OPS: Final = frozenset({"ping", "append", "append_many", "ack", "get_event", "list", "artifact_get", "task_show",
-                               "status", "digest", "who"})
+# The core's requests the connection's reader answers itself when nothing is queued before them
+# (and the features' ``inline_ops``): each is short (no wait for a peer, a timeout or a stream;
+# ``append`` and ``ack`` wait for one commit at most, and only without ``replicated``).
+INLINE_OPS: Final = frozenset({"ping", "append", "append_many", "ack", "get_event", "list", "status", "digest"})
 # Why 16: a client may pipeline a few requests (hello + one op); more just waits in the socket.
 REQUEST_QUEUE: Final = 16
 # Why 5 s: a reply to a client that stopped reading must not pin a handler forever.
@@ -274,6 +273,7 @@ class _Connection:
         self.client = client
         self.connections = connections if connections is not None else ApiConnections()
         self.ops = ops
+        self.inline_ops = INLINE_OPS | ctx.features.inline_ops
         self.conn = ServerConnection(max_frame_bytes, token=token)
         self.send_lock = trio.Lock()
         self.greeted_event = trio.Event()
@@ -360,7 +360,7 @@ class _Connection:
                     if event is NEED_DATA:
                         break
                     if type(event) is Request:
-                        if self._queued == 0 and event.op in INLINE_OPS and not event.args.get("replicated"):
+                        if self._queued == 0 and event.op in self.inline_ops and not event.args.get("replicated"):
                             # Short, and nothing queued for the processor before it (replies keep
                             # their order): answered here, one scheduler pass sooner than through
                             # the processor (most requests of an agent's loop). Only ops that

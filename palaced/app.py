@@ -29,7 +29,6 @@ from palace_proto.pki import REVOKE_EVENT_TYPE
 from .api import serve_api
 from .bus import EventBus
 from .config import Config
-from .embedding import FastEmbedder
 from .features import features
 from .handlers import Context, op_table
 from .handlers.log import LogFollower
@@ -41,7 +40,6 @@ from .notify.notifier import Notifier
 from .peers import Network, NetworkSettings
 from .store import DB_FILENAME, Store
 from .store.aio import AsyncStore
-from .vectors import MemoryIndexer
 
 __all__ = ["AlreadyRunning", "prepare_home", "serve"]
 
@@ -164,12 +162,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                 network = await _network_for(ctx, joined)
                 await network_nursery.start(network.run)
 
-            indexer = None
-            if config.memory_embed:
-                # Derived state, off the append path: run in the API nursery, cancelled with it.
-                indexer = MemoryIndexer(astore, bus, FastEmbedder(config.memory_model, config.home / "models", threads=2),
-                                        config.home, exact_max=config.memory_exact_index_max)
-            ctx = Context(config, astore, bus, key, daemon_features, membership=membership, indexer=indexer,
+            ctx = Context(config, astore, bus, key, daemon_features, membership=membership,
                           start_network=start_network)
             if config.notify is not None and config.notify.configured:
                 # Notifications out: a background follower of the bus, never on the append path.
@@ -197,8 +190,6 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
                             await start_network(membership)
                         ctx.api_address = await api_nursery.start(serve_api, config.api_endpoint, config.home, ctx,
                                                                   ops, config.max_frame_bytes)
-                        if indexer is not None:
-                            api_nursery.start_soon(indexer.run)
                         api_nursery.start_soon(LogFollower(ctx).run)
                         for service in ctx.features.services(ctx):  # what the features run in the background
                             api_nursery.start_soon(service.run)

@@ -1,8 +1,10 @@
 """Daemon configuration: the home directory, its files, and the optional ``config.toml``.
 
-Owns: where everything lives (``$PALACE_HOME``, else ``~/.palace``) and which settings exist. No
-config file is needed; a file with an unknown key or a wrong type is refused with a message naming
-the key, rather than silently ignored. Pure apart from reading the file.
+Owns: where everything lives (``$PALACE_HOME``, else ``~/.palace``) and which settings exist: the
+core's, and the sections the features add (``Extensions``: a feature's ``Section`` — ``[tasks]``,
+``[agents]`` — and the kinds of notification a person's ``on`` may name). No config file is needed;
+a file with an unknown key or a wrong type is refused with a message naming the key, rather than
+silently ignored. Pure apart from reading the file.
 """
 
 from __future__ import annotations
@@ -11,20 +13,20 @@ import dataclasses
 import os
 import sys
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
 
 from palace_proto import paths
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
 from palace_proto.peer import DEFAULT_PEER_PORT, parse_peer_address
 from palace_proto.errors import ValidationError
-from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
-from palace_proto.tasks import DEFAULT_STALL_AFTER_S, check_stall_after
 from palace_proto.validation import Limits
 
 from .notify.settings import NotifyConfigError, NotifySettings, parse_notify
 
-__all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "default_home", "load_config"]
+__all__ = ["CONFIG_FILENAME", "Config", "ConfigError", "Extensions", "Section", "default_home", "load_config"]
 
 CONFIG_FILENAME: Final = paths.CONFIG_FILENAME
 LOCK_FILENAME: Final = paths.LOCK_FILENAME
@@ -45,6 +47,29 @@ def default_home() -> Path:
     return paths.default_home(os.environ, Path.home(), sys.platform)
 
 
+S = TypeVar("S")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Section:
+    """A table of config.toml a feature reads (``[tasks]``): its keys with their types, and
+    ``read(values) -> settings``, which gets the table's values (checked for type; empty when the
+    table is absent) and raises ``ValidationError`` (its message names the key) on a bad one."""
+
+    name: str
+    keys: Mapping[str, type]
+    read: Callable[[Mapping[str, Any]], Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Extensions:
+    """What the daemon's features add to config.toml (``palaced.feature.Features.config_extensions``)."""
+
+    sections: tuple[Section, ...] = ()
+    #: the kinds of notification a person's ``[notify.people.X] on`` may name
+    notify_kinds: tuple[str, ...] = ()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Config:
     home: Path
@@ -62,12 +87,15 @@ class Config:
     memory_embed: bool = True
     #: drawers up to which vector search is exact; above, an IVF index (~1-2 ms instead of ~17 ms at 100k)
     memory_exact_index_max: int = 50_000
-    #: a claimed task with no word from its claimant for this long is stalled ([tasks] stall_after)
-    tasks_stall_after_s: int = DEFAULT_STALL_AFTER_S
-    #: an agent silent for this long is marked stale in `agents` ([agents] stale_after)
-    agents_stale_after_s: int = DEFAULT_STALE_AFTER_S
     #: who is told of what, through which channels ([notify]; docs/notifications.md); None: nobody
     notify: NotifySettings | None = None
+    #: the features' sections as their ``Section.read`` made them, by section name
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    def section(self, name: str, default: S) -> S:
+        """A feature's settings from its section (``default`` for a config made without it)."""
+        found: S = self.sections.get(name, default)
+        return found
 
     @property
     def socket_path(self) -> Path:
@@ -105,13 +133,11 @@ _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "api": {"listen": str},
     "network": {"listen": str, "mdns": bool},
     "memory": {"model": str, "embed": bool, "exact_index_max": int},
-    "tasks": {"stall_after": str},
-    "agents": {"stale_after": str},
 }
 
 
-def load_config(home: Path) -> Config:
-    """Read ``home/config.toml`` if present.
+def load_config(home: Path, extensions: Extensions) -> Config:
+    """Read ``home/config.toml`` if present: the core's sections, and those ``extensions`` add.
 
     Raises:
         ConfigError: unreadable or invalid TOML, unknown section or key, wrong type or range.
@@ -120,11 +146,12 @@ def load_config(home: Path) -> Config:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return Config(home=home)
+        raw = {}
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    schema = {**_SCHEMA, **{s.name: dict(s.keys) for s in extensions.sections}}
     values: dict[str, dict[str, Any]] = {}
     notify = None
     for section, table in raw.items():
@@ -132,17 +159,17 @@ def load_config(home: Path) -> Config:
             continue  # palacectl's (runners, the worker's policy): it checks them when it uses them
         if section == "notify":  # nested tables (people, channels): checked by palaced/notify/settings.py
             try:
-                notify = parse_notify(table, home)
+                notify = parse_notify(table, home, extensions.notify_kinds)
             except NotifyConfigError as exc:
                 raise ConfigError(f"{path}: {exc}") from None
             continue
-        if section not in _SCHEMA or not isinstance(table, dict):
-            raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted({*_SCHEMA, 'notify'}))})")
+        if section not in schema or not isinstance(table, dict):
+            raise ConfigError(f"{path}: unknown section [{section}] (known: {', '.join(sorted({*schema, 'notify'}))})")
         for key, value in table.items():
-            expected = _SCHEMA[section].get(key)
+            expected = schema[section].get(key)
             if expected is None:
                 raise ConfigError(
-                    f"{path}: unknown key {section}.{key} (known: {', '.join(sorted(_SCHEMA[section]))})"
+                    f"{path}: unknown key {section}.{key} (known: {', '.join(sorted(schema[section]))})"
                 )
             if expected is bool:
                 if not isinstance(value, bool):
@@ -171,19 +198,13 @@ def load_config(home: Path) -> Config:
     if memory.get("exact_index_max", 50_000) < 1_000:
         raise ConfigError(f"{path}: memory.exact_index_max must be at least 1000 (an approximate index only pays "
                           "off for large palaces)")
-    stall_after = values.get("tasks", {}).get("stall_after")
-    try:
-        stall_after_s = (check_stall_after(stall_after, field="tasks.stall_after")
-                         if stall_after is not None else DEFAULT_STALL_AFTER_S)
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: tasks.stall_after: {exc.message}") from None
-    stale_after = values.get("agents", {}).get("stale_after")
-    try:
-        stale_after_s = check_stale_after(stale_after) if stale_after is not None else DEFAULT_STALE_AFTER_S
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: {exc.message}") from None
+    sections: dict[str, Any] = {}
+    for extension in extensions.sections:
+        try:
+            sections[extension.name] = extension.read(values.get(extension.name, {}))
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {exc.message}") from None
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen, api=api,
-                  tasks_stall_after_s=stall_after_s, agents_stale_after_s=stale_after_s,
-                  mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
+                  sections=MappingProxyType(sections), mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
                   memory_exact_index_max=memory.get("exact_index_max", 50_000), notify=notify)

@@ -28,6 +28,8 @@ import trio
 
 from palace_proto.errors import ApiError
 
+from .config import Extensions, Section
+from .notify.triggers import CORE_KINDS, CORE_TRIGGERS, Trigger
 from .store.inbox import InboxScope
 from .store.parts import StorePart
 
@@ -65,8 +67,8 @@ class Feature:
     ops: Mapping[str, Handler] = dataclasses.field(default_factory=dict)
     #: the features it builds on (it imports them)
     builds_on: tuple[str, ...] = ()
-    #: its background services, each made from the context and run for the daemon's life
-    services: tuple[Callable[[Context], Service], ...] = ()
+    #: its background services, each made from the context (None: not wanted) and run for the daemon's life
+    services: tuple[Callable[[Context], Service | None], ...] = ()
     #: a watch of ``agent`` (with no correlation id of its own) asks this before waking on an event
     wake: Callable[[Context, str], WakeRule] | None = None
     #: its event types that stay out of an agent's inbox (read where they belong)
@@ -75,6 +77,16 @@ class Feature:
     inbox_also: Callable[[str], Iterable[str]] | None = None
     #: what it keeps in the store beside the log (the store's part: palaced/store/parts.py)
     store: StorePart | None = None
+    #: its table of config.toml (``[tasks]``), read into ``ctx.config.section(name, default)``
+    section: Section | None = None
+    #: what of its events a person may be told of (palaced/notify: a ``Trigger`` per kind)
+    triggers: tuple[Trigger, ...] = ()
+    #: its operations answered in the API's loop without a task of their own (cheap reads)
+    inline_ops: frozenset[str] = frozenset()
+    #: its part of the ``status`` reply (keys of its own)
+    status: Callable[[Context], Awaitable[Mapping[str, Any]]] | None = None
+    #: what needs attention and what is worth knowing in the ``status`` reply: (problems, notes)
+    health: Callable[[Mapping[str, Any]], tuple[Sequence[str], Sequence[str]]] | None = None
     #: its part of ``session_start``: keys of the reply, for ``agent``
     session: Callable[[Context, str], Awaitable[Mapping[str, Any]]] | None = None
     #: what to do now, for the session's ``next`` line, from the reply so far (its own keys in it)
@@ -119,6 +131,22 @@ class Features:
         self.inbox_excludes: frozenset[str] = frozenset().union(*(f.inbox_excludes for f in self.features))
         #: what the features keep in the store, in the features' order (``Store``'s ``parts``)
         self.store_parts: tuple[StorePart, ...] = tuple(f.store for f in self.features if f.store is not None)
+        #: what a person may be told of: the features' triggers in their order, then the core's
+        #: (first match wins: a question is never also a message)
+        self.triggers: tuple[Trigger, ...] = (*(t for f in self.features for t in f.triggers), *CORE_TRIGGERS)
+        kinds = [t.kind for t in self.triggers] + list(CORE_KINDS)
+        self.notify_kinds: tuple[str, ...] = tuple(dict.fromkeys(kinds))
+        sections = [f.section for f in self.features if f.section is not None]
+        section_names = [s.name for s in sections]
+        if len(set(section_names)) != len(section_names):
+            raise ValueError(f"config sections declared twice: {sorted(section_names)}")
+        #: what the features add to config.toml (``load_config``)
+        self.config_extensions = Extensions(tuple(sections), self.notify_kinds)
+        #: operations answered in the API's loop (the features' say; the core's are the API's)
+        self.inline_ops: frozenset[str] = frozenset().union(*(f.inline_ops for f in self.features))
+        unknown_inline = self.inline_ops - self.ops.keys()
+        if unknown_inline:
+            raise ValueError(f"inline operations nobody answers: {sorted(unknown_inline)}")
 
     def __repr__(self) -> str:
         return f"<Features {', '.join(f.name for f in self.features)} ops={len(self.ops)}>"
@@ -179,8 +207,22 @@ class Features:
                 await feature.on_joined(ctx, membership)
 
     def services(self, ctx: Context) -> list[Service]:
-        """Every feature's background services, made for ``ctx``."""
-        return [make(ctx) for feature in self.features for make in feature.services]
+        """Every feature's background services, made for ``ctx`` (a maker may decline: None, as the
+        memory's vector worker does when embedding is off)."""
+        made = (make(ctx) for feature in self.features for make in feature.services)
+        return [service for service in made if service is not None]
+
+    def health(self, status: Mapping[str, Any]) -> list[tuple[Sequence[str], Sequence[str]]]:
+        """Every feature's (problems, notes) on the ``status`` reply."""
+        return [feature.health(status) for feature in self.features if feature.health is not None]
+
+    async def status(self, ctx: Context) -> dict[str, Any]:
+        """Every feature's part of ``status``, in the features' order."""
+        out: dict[str, Any] = {}
+        for feature in self.features:
+            if feature.status is not None:
+                out.update(await feature.status(ctx))
+        return out
 
 
 class Follower:

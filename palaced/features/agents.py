@@ -22,9 +22,11 @@ from palace_proto.agents import (
     AGENT_EVENT_STREAM,
     REGISTER,
     RETIRE,
+    DEFAULT_STALE_AFTER_S,
     SYSTEM_AGENT,
     TRANSFER,
     AgentRecord,
+    check_stale_after,
     ca_signature_of,
     ca_statement,
     check_agent_id,
@@ -45,6 +47,7 @@ from ..store import WriteContext
 from ..store import agents as store_agents
 from ..store.memory_views import MemoryReads
 from ..store.clock import utc_now as _now
+from ..config import Section
 from ..feature import Feature
 from ..handlers.context import Context
 from .fleet import who
@@ -319,7 +322,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             "retired_at": wire["since"] if wire["retired"] else None,
             "last_activity": last,
             "events": info["events"],
-            "stale": last is not None and seconds_between(last, now) > ctx.config.agents_stale_after_s,
+            "stale": last is not None and seconds_between(last, now) > stale_after_s(ctx),
             "watching": agent in live,
             "watching_on": sorted(set(live.get(agent, []))),
             # An author's wing is named after it; only a diary with no events of its own has its wing.
@@ -328,7 +331,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             "impersonations": impersonations,
             "contested": wire["void"],
         })
-    return {"agents": out, "count": len(out), "stale_after_s": ctx.config.agents_stale_after_s,
+    return {"agents": out, "count": len(out), "stale_after_s": stale_after_s(ctx),
             "daemon": ctx.fingerprint}
 
 
@@ -362,5 +365,15 @@ async def on_joined(ctx: Context, membership: Membership) -> None:
                     ", ".join(registered[:20]))
 
 
-FEATURE: Final = Feature(name="agents", ops=OPS, builds_on=("fleet", "leases", "tasks"), on_start=on_start,
-                         on_joined=on_joined)
+def _stale_after(values: Mapping[str, Any]) -> int:
+    """``[agents] stale_after`` in seconds: an agent silent for this long is marked stale in ``agents``."""
+    value = values.get("stale_after")
+    return check_stale_after(value) if value is not None else DEFAULT_STALE_AFTER_S
+
+
+def stale_after_s(ctx: Context) -> int:
+    return int(ctx.config.section("agents", DEFAULT_STALE_AFTER_S))
+
+
+FEATURE: Final = Feature(name="agents", ops=OPS, builds_on=("fleet", "leases", "memory", "tasks"), on_start=on_start,
+                         on_joined=on_joined, section=Section("agents", {"stale_after": str}, _stale_after))

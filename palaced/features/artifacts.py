@@ -152,4 +152,4 @@ OPS: Final = {
 
 # -- the feature's declaration --------------------------------------------------------------------
 
-FEATURE: Final = Feature(name="artifacts", ops=OPS)
+FEATURE: Final = Feature(name="artifacts", ops=OPS, inline_ops=frozenset({"artifact_get"}))

@@ -40,6 +40,7 @@ from ..membership import Membership, create_palace, save_joined
 from ..peers import ListenError
 from ..store import WriteContext, invites
 from ..feature import Feature
+from ..notify.triggers import Trigger
 from ..handlers.session import capped
 from ..handlers.context import Context
 from ..handlers.network import replicated_args, wait_replicated
@@ -384,4 +385,14 @@ async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
             "you_are_watching": any(w["agent"] == agent and w["on"] == "here" for w in watching)}
 
 
-FEATURE: Final = Feature(name="fleet", ops=OPS, session=session_part)
+def _revoked(event: Mapping[str, Any]) -> str:
+    metadata = event.get("metadata")
+    peer = metadata.get("peer_id") if isinstance(metadata, Mapping) else None
+    return f"A daemon was revoked: {str(peer)[:7] if peer else 'unknown'}"
+
+
+TRIGGERS: Final = (Trigger("revocation", lambda e: e.get("type") == REVOKE_EVENT_TYPE, _revoked,
+                           lambda e: "palacectl peers"),)
+
+FEATURE: Final = Feature(name="fleet", ops=OPS, session=session_part, triggers=TRIGGERS,
+                         inline_ops=frozenset({"who"}))

@@ -48,6 +48,7 @@ from ..store import WriteContext
 from ..store.clock import utc_now as _now
 from ..store.leases import LeaseReads
 from ..feature import Feature, Follower
+from ..notify.triggers import Trigger
 from ..handlers.session import capped
 from ..handlers.context import Context
 
@@ -138,9 +139,7 @@ class LeaseBook:
 
     @classmethod
     def of(cls, ctx: Context) -> LeaseBook:
-        if ctx.lease_book is None:
-            ctx.lease_book = cls(ctx)
-        return ctx.lease_book  # type: ignore[no-any-return]
+        return ctx.state(cls)
 
     def _current(self, revoked: dict[str, str]) -> bool:
         return (self._snapshot is not None and self._generation == self._watch.generation
@@ -558,4 +557,8 @@ async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
     return {"leases": capped(active, LEASES_SHOWN), "lost_leases": capped(lost, LEASES_SHOWN)}
 
 
-FEATURE: Final = Feature(name="leases", ops=OPS, services=(LeaseReconciler,), session=session_part)
+TRIGGERS: Final = (Trigger("lost_lease", lambda e: e.get("type") == CONFLICT, lambda e: f"Lease lost by {e.get('to_agent')}",
+                           lambda e: "palacectl lease list"),)
+
+FEATURE: Final = Feature(name="leases", ops=OPS, services=(LeaseReconciler,), session=session_part,
+                         triggers=TRIGGERS)

@@ -4,8 +4,9 @@ Owns: the local-API handlers for memory. Every write is a ``memory.*`` event app
 (so it replicates, is signed, and can be redacted); the store updates the materialised views in
 the same transaction, so a write is readable the moment it returns. Reads go to the views
 (``store/memory_views.py``). Search is hybrid: keyword ranking (FTS5, bm25) and nearest vectors
-(``vectors.py``) combined on one score (``hybrid_score``); while drawers await embedding, or when
-no model can load, keyword ranking alone answers.
+(``memory_vectors.py``: the vector worker, this feature's service, kept in ``MemoryState``) combined
+on one score (``hybrid_score``); while drawers await embedding, or when no model can load, keyword
+ranking alone answers. The memory's part of ``status`` and what its health says are here too.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from ..store.memory_views import MemoryReads
 from ..feature import Feature
 from ..handlers.session import cut
 from ..handlers.context import Context
+from .memory_embedding import FastEmbedder
+from .memory_vectors import MemoryIndexer
 
 __all__ = ["FEATURE", "OPS"]
 
@@ -54,6 +57,30 @@ DEFAULT_MIN_SIMILARITY: Final = 0.1
 def _reads(ctx: Context) -> MemoryReads:
     """The memory's reads on the daemon's store (store/memory_views.py)."""
     return ctx.store.reads(MemoryReads)
+
+
+class MemoryState:
+    """What the memory keeps for the daemon's life (``ctx.state(MemoryState)``): its vector worker
+    (None when embedding is off: ``[memory] embed = false``) and a running rebuild's progress."""
+
+    def __init__(self, ctx: Context) -> None:
+        config = ctx.config
+        #: the vector worker, run as the feature's service (``_vector_worker``)
+        self.indexer: MemoryIndexer | None = None
+        if config.memory_embed:
+            # Derived state, off the append path: the model loads in the worker's own thread.
+            self.indexer = MemoryIndexer(ctx.store, ctx.bus, FastEmbedder(config.memory_model, config.home / "models",
+                                                                          threads=2),
+                                         config.home, exact_max=config.memory_exact_index_max)
+        #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)
+        self.rebuild_progress: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<MemoryState indexer={self.indexer!r}>"
+
+
+def _vector_worker(ctx: Context) -> MemoryIndexer | None:
+    return ctx.state(MemoryState).indexer
 
 
 def _today() -> str:
@@ -99,7 +126,7 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     mode = args.get("mode") or "hybrid"
     if mode not in SEARCH_MODES:
         raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}", field="mode")
-    indexer = ctx.indexer
+    indexer = ctx.state(MemoryState).indexer
     if mode != "keyword" and (indexer is None or not indexer.available):
         if mode == "vector":
             raise ApiError("vector search is not available on this daemon (see `palacectl status`)",
@@ -226,14 +253,15 @@ async def memory_rebuild(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
     def report(done: int, total: int) -> None:  # in the writer thread: plain assignments only
         progress["done"], progress["total"] = done, total
 
-    ctx.memory_rebuild_progress = progress
+    state = ctx.state(MemoryState)
+    state.rebuild_progress = progress
     try:
         counts = await ctx.store.write(lambda w: views.rebuild_views(w, report), heavy=True)
     finally:
-        ctx.memory_rebuild_progress = None
+        state.rebuild_progress = None
     reembedding = None
-    if vectors and ctx.indexer is not None:
-        reembedding = await ctx.indexer.reset()
+    if vectors and state.indexer is not None:
+        reembedding = await state.indexer.reset()
     return {**counts, "seconds": round(time.monotonic() - started, 3), "vectors_reset": reembedding is not None,
             "embedding": reembedding}
 
@@ -265,5 +293,29 @@ async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
     return {"diary": {"items": entries, "total": diary["total"]}}
 
 
-FEATURE: Final = Feature(name="memory", ops=OPS, session=session_part,
-                         redaction_related=views.related_memory_events_in, store=views.PART)
+async def status_part(ctx: Context) -> dict[str, Any]:
+    """``status``'s ``memory``: the drawers and facts held, the vector worker, a rebuild going on."""
+    counts = await ctx.store.counts()
+    state = ctx.state(MemoryState)
+    return {"memory": {"drawers": counts["drawers"], "facts": counts["facts"],
+                       "embedding": state.indexer.status() if state.indexer else None,
+                       "rebuild": dict(state.rebuild_progress) if state.rebuild_progress else None}}
+
+
+def health(status: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """What the memory's part of ``status`` needs attention for (problems), or is worth knowing (notes)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    embedding = status.get("memory", {}).get("embedding")
+    if embedding and embedding.get("error"):
+        problems.append(f"memory search fell back to keywords: {embedding['error']}")
+    elif embedding and embedding.get("pending"):
+        notes.append(f"{embedding['pending']:,} drawer(s) await embedding (found by keywords meanwhile)")
+    if embedding and embedding.get("save_error"):
+        notes.append(f"{embedding['save_error']}; retried by itself (search is unaffected)")
+    return problems, notes
+
+
+FEATURE: Final = Feature(name="memory", ops=OPS, session=session_part, services=(_vector_worker,),
+                         redaction_related=views.related_memory_events_in, store=views.PART, status=status_part,
+                         health=health)

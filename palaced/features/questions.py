@@ -47,6 +47,7 @@ from ..store.aio import HEAVY_ARTIFACT_BYTES
 from ..store import questions as store_questions
 from ..store.questions import QuestionReads
 from ..feature import Feature
+from ..notify.triggers import Trigger, preview
 from ..handlers.context import Context
 
 __all__ = ["FEATURE", "OPS", "held_people", "proven_person", "settled"]
@@ -313,4 +314,21 @@ def _inbox_also(agent: str) -> tuple[str, ...]:
     return (ANYONE,) if is_human(agent) else ()
 
 
-FEATURE: Final = Feature(name="questions", ops=OPS, inbox_also=_inbox_also, store=store_questions.PART)
+def _question_title(event: Mapping[str, Any]) -> str:
+    to = " to anyone" if event.get("to_agent") == ANYONE else ""
+    return f"Question{to} from {event.get('from_agent')}"
+
+
+def _choices_hint(event: Mapping[str, Any]) -> str:
+    metadata = event.get("metadata")
+    choices = metadata.get("choices") if isinstance(metadata, Mapping) else None
+    offered = (" " + "|".join(preview(c, 40) for c in choices[:12])) if isinstance(choices, list) and choices else ""
+    return f"palacectl answer {event.get('id')}{offered or ' TEXT'}"
+
+
+#: a question to a person is only ever told to them (or to every person, for ``human:*``)
+TRIGGERS: Final = (Trigger("question", lambda e: e.get("type") == ASK, _question_title, _choices_hint,
+                           addressed_only=True),)
+
+FEATURE: Final = Feature(name="questions", ops=OPS, inbox_also=_inbox_also, store=store_questions.PART,
+                         triggers=TRIGGERS)

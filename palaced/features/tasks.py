@@ -12,6 +12,7 @@ itself is palace_proto.tasks (the same on every replica).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -34,6 +35,7 @@ from palace_proto.tasks import (
     STALLED,
     check_blocked_by,
     check_priority,
+    DEFAULT_STALL_AFTER_S,
     check_stall_after,
     derive_task,
     ready_order,
@@ -44,7 +46,9 @@ from ..store import StoreError, WriteContext
 from ..store.clock import utc_now as _now
 from ..store import tasks as store_tasks
 from ..store.tasks import TaskReads, settle
+from ..config import Section
 from ..feature import Feature, Follower
+from ..notify.triggers import Trigger
 from ..handlers.session import capped, cut
 from ..handlers.context import Context
 from .questions import settled as settled_questions
@@ -149,7 +153,7 @@ def view_of(ctx: Context, correlation_id: str, events: Sequence[dict[str, Any]])
     and what the authority table does not allow is listed in ``out_of_role`` (palace_proto.tasks)."""
     daemons = ctx.store.agents.origin_daemons
     return derive_task(correlation_id, ctx.store.agents.annotate(events), now=_now(),
-                       stall_after_s=ctx.config.tasks_stall_after_s,
+                       stall_after_s=settings(ctx).stall_after_s,
                        daemon_of=lambda origin: daemons.get(origin) or origin)
 
 
@@ -256,8 +260,9 @@ async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
     as settled, so it is not read again until an event on it arrives; an old open task therefore
     stays in every listing, the ready queue and the reconciler, however many newer tasks there are."""
     threads, capped = await ctx.store.reads(TaskReads).tasks_to_derive(MAX_TASKS, MAX_UNSETTLED)
-    if capped and (ctx.unsettled_capped_logged_at is None or time.monotonic() - ctx.unsettled_capped_logged_at > 3600):
-        ctx.unsettled_capped_logged_at = time.monotonic()
+    looked = ctx.state(TaskLook)
+    if capped and (looked.capped_logged_at is None or time.monotonic() - looked.capped_logged_at > 3600):
+        looked.capped_logged_at = time.monotonic()
         LOGGER.warning("more than %d tasks older than the newest %d are not finished; the oldest of them are left "
                        "out of task listings and the ready queue (close or supersede the ones nobody will do)",
                        MAX_UNSETTLED, MAX_TASKS)
@@ -453,7 +458,7 @@ class TaskReconciler(Follower):
     async def reconcile(self) -> int:
         ctx = self.ctx
         views = await recent_views(ctx)
-        ctx.stalled_tasks = [v["correlation_id"] for v in views if v["stalled"]]
+        ctx.state(TaskLook).stalled = [v["correlation_id"] for v in views if v["stalled"]]
         now = _now()
         upcoming = [v["stalls_at"] for v in views if v["stalls_at"] is not None and v["stalls_at"] > now]
         self.next_stall_in = (min(seconds_between(now, at) for at in upcoming) + 0.5) if upcoming else STALL_SCAN_S
@@ -549,6 +554,71 @@ def ack_rule(ctx: Context, w: WriteContext, target: Mapping[str, Any], agent: st
         check_claim(view_of(ctx, cid, w.correlation_events(cid)), cid, agent)
 
 
+# -- what a person is told of, the [tasks] section, and its part of status ----------------------
+
+
+class TaskLook:
+    """What the tasks feature keeps of its last look (``ctx.state(TaskLook)``)."""
+
+    def __init__(self, ctx: Context) -> None:
+        #: correlation ids of the stalled tasks among the recent ones (the reconciler's last look)
+        self.stalled: list[str] = []
+        #: when it was last logged that unfinished tasks were left out of listings (monotonic)
+        self.capped_logged_at: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<TaskLook stalled={len(self.stalled)}>"
+
+
+async def status_part(ctx: Context) -> dict[str, Any]:
+    """``status``'s ``tasks``: a note, not a health problem (a stalled task needs a person or its
+    requester, not a fix here)."""
+    stalled = ctx.state(TaskLook).stalled
+    return {"tasks": {"stalled": len(stalled), "stalled_ids": stalled[:20]}}
+
+
+
+def _is_task(event: Mapping[str, Any]) -> bool:
+    cid = event.get("correlation_id")
+    return isinstance(cid, str) and cid.startswith("task_")
+
+
+def _task_hint(event: Mapping[str, Any]) -> str:
+    return f"palacectl task show {event.get('correlation_id')}"
+
+
+TRIGGERS: Final = (
+    Trigger("stall", lambda e: e.get("type") == STALLED, lambda e: f"Task stalled: {e.get('correlation_id')}",
+            _task_hint),
+    Trigger("lost_claim", lambda e: e.get("type") == CONFLICT,
+            lambda e: f"Claim lost by {e.get('to_agent')}: {e.get('correlation_id')}", _task_hint),
+    Trigger("task_failed", lambda e: e.get("status") == "failed" and _is_task(e),
+            lambda e: f"Task failed: {e.get('correlation_id')} ({e.get('from_agent')})", _task_hint),
+    Trigger("task_blocked", lambda e: e.get("status") == "blocked" and _is_task(e),
+            lambda e: f"Task blocked: {e.get('correlation_id')} ({e.get('from_agent')})", _task_hint),
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """``[tasks]`` of config.toml."""
+
+    #: a claimed task with no word from its claimant for this long is stalled (``stall_after``)
+    stall_after_s: int = DEFAULT_STALL_AFTER_S
+
+
+def _read_settings(values: Mapping[str, Any]) -> TaskSettings:
+    stall = values.get("stall_after")
+    return TaskSettings(check_stall_after(stall, field="tasks.stall_after") if stall is not None
+                        else DEFAULT_STALL_AFTER_S)
+
+
+def settings(ctx: Context) -> TaskSettings:
+    return ctx.config.section("tasks", TaskSettings())
+
+
 FEATURE: Final = Feature(
     name="tasks", ops=OPS, builds_on=("questions",), services=(TaskReconciler,), session=session_part,
-    session_hints=session_hints, ack_rule=ack_rule, store=store_tasks.PART)
+    session_hints=session_hints, ack_rule=ack_rule, store=store_tasks.PART, triggers=TRIGGERS,
+    section=Section("tasks", {"stall_after": str}, _read_settings), inline_ops=frozenset({"task_show"}),
+    status=status_part)

@@ -18,10 +18,11 @@ from typing import Any, Final
 
 from palace_proto.errors import ValidationError
 from palace_proto.stamps import format_stamp
-from palace_proto.usage import BY_FIELDS, judge_budgets, parse_budgets
+from palace_proto.usage import BUDGET_TYPE, BY_FIELDS, judge_budgets, parse_budgets
 from palace_proto.validation import validate_created_at_bound
 
 from ..feature import Feature
+from ..notify.triggers import Trigger
 from ..handlers.context import Context
 from ..store import usage as store_usage
 from ..store.usage import UsageReads
@@ -59,4 +60,8 @@ OPS: Final = {"usage": usage}
 
 # -- the feature's declaration --------------------------------------------------------------------
 
-FEATURE: Final = Feature(name="usage", ops=OPS, builds_on=("tasks",), store=store_usage.PART)
+#: a budget reached (a worker writes it: palacectl's worker)
+TRIGGERS: Final = (Trigger("budget", lambda e: e.get("type") == BUDGET_TYPE, lambda e: "Budget reached",
+                           lambda e: "palacectl usage"),)
+
+FEATURE: Final = Feature(name="usage", ops=OPS, builds_on=("tasks",), store=store_usage.PART, triggers=TRIGGERS)

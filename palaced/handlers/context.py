@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -38,9 +38,10 @@ if TYPE_CHECKING:
     from ..feature import Features
     from ..members import MemberDirectory
     from ..peers import Network
-    from ..vectors import MemoryIndexer
 
 __all__ = ["Context", "ReadOnly", "Watcher"]
+
+T = TypeVar("T")
 
 
 class ReadOnly(ApiError):
@@ -81,8 +82,6 @@ class Context:
     features: Features
     #: the palace this daemon belongs to; None until ``init`` or ``join`` sets it (fleet handlers)
     membership: Membership | None = None
-    #: the memory's vector worker (None when embedding is off); app.py runs it
-    indexer: MemoryIndexer | None = None
     #: starts the peer network for a new membership, in app.py's nursery (called by ``init``/``join``)
     start_network: Callable[[Membership], Awaitable[None]] | None = None
     #: the peer network and the member directory: set by app.py when the network starts
@@ -94,16 +93,10 @@ class Context:
     api_statistics: Callable[[], dict[str, Any]] | None = None
     #: live subscriptions by connection id (added and removed by ``log.subscribe``)
     watchers: dict[int, Watcher] = field(default_factory=dict)
-    #: correlation ids of the stalled tasks among the recent ones (the task reconciler's last look)
-    stalled_tasks: list[str] = field(default_factory=list)
     #: the notifier (palaced.notify.notifier.Notifier) when [notify] names people; set by app.py
     notifier: Any = None
-    #: the leases as last derived (features.leases.LeaseBook, made on first use)
-    lease_book: Any = None
-    #: when it was last logged that unfinished tasks were left out of task listings (monotonic)
-    unsettled_capped_logged_at: float | None = None
-    #: while ``memory rebuild`` runs: {"phase", "done", "total"} (updated by the writer thread)
-    memory_rebuild_progress: dict[str, Any] | None = None
+    #: what each feature keeps in memory for the daemon's life, by its kind (``state``)
+    states: dict[type, Any] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     started_monotonic: float = field(default_factory=time.monotonic)
     # Derived once from the above (read on every request, so plain attributes rather than properties).
@@ -118,6 +111,17 @@ class Context:
         palace = self.membership.palace_id if self.membership else None
         return (f"<Context origin={self.store.origin_id} palace={palace} network={self.network is not None} "
                 f"watchers={len(self.watchers)}>")
+
+    # -- a feature's state -------------------------------------------------------------------------
+
+    def state(self, kind: Callable[[Context], T]) -> T:
+        """A feature's state for the daemon's life — ``kind(ctx)``, made on first use (the leases'
+        ``LeaseBook``, the tasks' last look, the memory's vector worker): the core holds it without
+        knowing what it is."""
+        found = self.states.get(kind)  # type: ignore[call-overload]
+        if found is None:
+            found = self.states[kind] = kind(self)  # type: ignore[index]
+        return found  # type: ignore[no-any-return]
 
     # -- watchers --------------------------------------------------------------------------------
 

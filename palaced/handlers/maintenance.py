@@ -71,9 +71,6 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "api": ctx.api_address, "pid": os.getpid(),
         "origin": ctx.store.origin_id, "fingerprint": ctx.fingerprint,
         "events": counts["events"], "artifacts": counts["artifacts"], "latest_event_id": latest_id,
-        "memory": {"drawers": counts["drawers"], "facts": counts["facts"],
-                   "embedding": ctx.indexer.status() if ctx.indexer else None,
-                   "rebuild": dict(ctx.memory_rebuild_progress) if ctx.memory_rebuild_progress else None},
         "started_at": format_stamp_seconds(ctx.started_at),
         "uptime_s": round(time.monotonic() - ctx.started_monotonic, 3),
         "watchers": len(ctx.watchers), "writer": ctx.store.statistics(),
@@ -84,11 +81,10 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "api_connections": ctx.api_statistics() if ctx.api_statistics is not None else None,
         "redactions": {"purge_pending": ctx.store.wal.purge_pending,
                        "refused_from_peers": ctx.store.refusals.redactions},
-        # A note, not a health problem: a stalled task needs a person or its requester, not a fix here.
-        "tasks": {"stalled": len(ctx.stalled_tasks), "stalled_ids": ctx.stalled_tasks[:20]},
         # Notifications out ([notify]): people, channels, sent/failed/dropped, last error; null when off
         "notify": ctx.notifier.statistics() if ctx.notifier is not None else None,
     }
+    result.update(await ctx.features.status(ctx))  # their parts: memory, tasks...
     result["peers"] = await peer_counts(ctx)
     result["health"] = await health(ctx, result)
     return result
@@ -251,13 +247,9 @@ async def health(ctx: Context, status: Mapping[str, Any]) -> dict[str, Any]:
                         "ended and dialled again)")
     if network and network["forks"]:
         problems.append(f"{network['forks']} fork(s) detected: see `palacectl peers` and `palacectl doctor`")
-    embedding = status["memory"]["embedding"]
-    if embedding and embedding.get("error"):
-        problems.append(f"memory search fell back to keywords: {embedding['error']}")
-    elif embedding and embedding.get("pending"):
-        notes.append(f"{embedding['pending']:,} drawer(s) await embedding (found by keywords meanwhile)")
-    if embedding and embedding.get("save_error"):
-        notes.append(f"{embedding['save_error']}; retried by itself (search is unaffected)")
+    for problem, note in ctx.features.health(status):  # what the features see in their parts
+        problems.extend(problem)
+        notes.extend(note)
     if status.get("redactions", {}).get("purge_pending"):
         notes.append("a redaction's purge is pending: old database pages keep the redacted bytes until a reader "
                      "lets go of the WAL (palaced retries by itself)")

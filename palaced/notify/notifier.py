@@ -131,7 +131,7 @@ class Notifier:
                 if isinstance(target, str) and self.core.withdraw(target):
                     self._wake.set()
                 continue
-            thing = thing_for(event, preview_chars=self.settings.preview_chars)
+            thing = thing_for(event, self.ctx.features.triggers, preview_chars=self.settings.preview_chars)
             if thing is None:
                 continue
             created = event.get("created_at")

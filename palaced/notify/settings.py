@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from palace_proto.agents import HUMAN_PREFIX
 
-from .triggers import DEFAULT_PREVIEW_CHARS, KINDS
+from .triggers import DEFAULT_PREVIEW_CHARS
 
 __all__ = ["ChannelSettings", "NotifyConfigError", "NotifySettings", "PersonSettings", "parse_notify"]
 
@@ -102,7 +102,8 @@ class ChannelSettings:
 class PersonSettings:
     person: str
     channels: tuple[str, ...]
-    on: frozenset[str] = frozenset(KINDS)
+    #: the kinds of thing they are told of (all there are, unless their ``on`` names some)
+    on: frozenset[str] = frozenset()
     scope: str = "palace"
 
 
@@ -229,7 +230,8 @@ def _channel(name: str, table: Mapping[str, Any], home: Path) -> ChannelSettings
                            password_file=password, sender=sender, recipients=tuple(recipients))
 
 
-def _person(key: str, table: Mapping[str, Any], channels: Mapping[str, ChannelSettings]) -> PersonSettings:
+def _person(key: str, table: Mapping[str, Any], channels: Mapping[str, ChannelSettings],
+            kinds: tuple[str, ...]) -> PersonSettings:
     where = f"notify.people.{key}"
     name = key[len(HUMAN_PREFIX):] if key.startswith(HUMAN_PREFIX) else key
     if not _NAME_RE.match(name):
@@ -241,18 +243,19 @@ def _person(key: str, table: Mapping[str, Any], channels: Mapping[str, ChannelSe
         if channel not in channels:
             raise NotifyConfigError(f"{where}.channels names {channel!r}, which no [notify.channels.{channel}] "
                                     "defines")
-    on = _list(f"{where}.on", table["on"]) if "on" in table else list(KINDS)
+    on = _list(f"{where}.on", table["on"]) if "on" in table else list(kinds)
     for kind in on:
-        if kind not in KINDS:
-            raise NotifyConfigError(f"{where}.on: {kind!r} is not one of {', '.join(KINDS)}")
+        if kind not in kinds:
+            raise NotifyConfigError(f"{where}.on: {kind!r} is not one of {', '.join(kinds)}")
     scope = table.get("scope", "palace")
     if scope not in SCOPES:
         raise NotifyConfigError(f"{where}.scope must be one of {', '.join(SCOPES)}")
     return PersonSettings(HUMAN_PREFIX + name, tuple(dict.fromkeys(names)), frozenset(on), scope)
 
 
-def parse_notify(table: Any, home: Path) -> NotifySettings:
-    """The ``[notify]`` table as settings (relative secret files are under ``home``).
+def parse_notify(table: Any, home: Path, kinds: tuple[str, ...]) -> NotifySettings:
+    """The ``[notify]`` table as settings (relative secret files are under ``home``; ``kinds``: the
+    kinds of thing there are, ``palaced.feature.Features.notify_kinds``).
 
     Raises:
         NotifyConfigError: one line naming the key.
@@ -267,7 +270,7 @@ def parse_notify(table: Any, home: Path) -> NotifySettings:
                 for name, value in raw_channels.items()}
     people: dict[str, PersonSettings] = {}
     for key, value in raw_people.items():
-        person = _person(key, _table(f"notify.people.{key}", value), channels)
+        person = _person(key, _table(f"notify.people.{key}", value), channels, kinds)
         if person.person in people:
             raise NotifyConfigError(f"notify.people.{key}: {person.person} is configured twice")
         people[person.person] = person

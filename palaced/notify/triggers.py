@@ -1,9 +1,11 @@
-"""Which records need a person: the trigger table, and who among the people is told.
+"""Which records need a person: a trigger's shape, the core's triggers, and who among the people is told.
 
 Owns: ``Thing`` (one thing a person may be told of: its kind, a one-line title, a body preview,
-the event it comes from), ``TRIGGERS`` (the table from a committed event's public dict to a thing;
-the first row that matches wins), ``fork_thing`` (a fork is a row of the store's forks table, not
-an event), and ``wants``: whether a person's settings ask for a thing.
+the event it comes from), ``Trigger`` (a row of the table from a committed event's public dict to
+a thing: each feature declares its own, ``palaced.feature.Feature.triggers``; the features'
+rows come first, in their order, then the core's ``CORE_TRIGGERS``, and the first row that matches
+wins), ``thing_for`` (the thing an event is, by the table), ``fork_thing`` (a fork is a row of the
+store's forks table, not an event), and ``wants``: whether a person's settings ask for a thing.
 
 Theory of operation
 -------------------
@@ -13,11 +15,12 @@ tells them — the notifier asks ``wants`` only for the people held here. A thin
 *addressed* (``to_agent`` is the person, or ``human:*``: each holder tells its own people) or
 *palace-wide* (a task failed, a stall, a lost lease: a person in charge of the fleet wants those
 whoever they were addressed to; ``scope = "addressed"`` in a person's settings turns that off).
-A question and a message are only ever addressed. Nobody is told of what they wrote themselves.
+A question and a message are only ever addressed (``Trigger.addressed_only``). Nobody is told of
+what they wrote themselves.
 
 A redacted event is never a thing (its body is gone, and what it said must not leave by mail);
-bodies are cut to a preview. To add a trigger (``usage.budget`` is the example: written by the
-budgets of part 4), add a row to ``TRIGGERS`` and its kind to ``KINDS``.
+bodies are cut to a preview. To add a trigger, give the feature's ``Feature`` a ``Trigger`` of a
+new kind (``usage.budget`` is the example: palaced/features/usage.py).
 
 Pure: stdlib and palace_proto only; no trio, no clock.
 """
@@ -30,33 +33,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from palace_proto.agents import HUMAN_PREFIX, is_human
-from palace_proto.leases import CONFLICT as LEASE_CONFLICT
-from palace_proto.pki import REVOKE_EVENT_TYPE
-from palace_proto.usage import BUDGET_TYPE
-from palace_proto.tasks import CONFLICT as TASK_CONFLICT
-from palace_proto.tasks import STALLED
 
-__all__ = [
-    "ADDRESSED_KINDS", "ANYONE", "KINDS", "QUESTION", "TRIGGERS", "Thing", "Trigger", "fork_thing", "preview",
-    "thing_for", "wants",
-]
+__all__ = ["ANYONE", "CORE_KINDS", "CORE_TRIGGERS", "Thing", "Trigger", "fork_thing", "preview", "thing_for", "wants"]
 
-#: a question to a person (another engineer's part 1: from_agent = asker, to_agent = the person)
-QUESTION: Final = "question.ask"
-#: a budget reached (a worker writes it: palacectl/worker.py)
-BUDGET: Final = BUDGET_TYPE
 #: ``to_agent`` of a question or message to every person
 ANYONE: Final = HUMAN_PREFIX + "*"
-#: every kind of thing, in the order the docs list them (a person's ``on`` names some of them)
-KINDS: Final = ("question", "message", "task_failed", "task_blocked", "stall", "lost_lease", "lost_claim", "fork",
-                "revocation", "budget")
-#: kinds only ever told to the person they are addressed to (or every person, for ``human:*``)
-ADDRESSED_KINDS: Final = frozenset({"question", "message"})
 # Why 200: a notification is a pointer, not the content: enough to judge whether to look now.
 DEFAULT_PREVIEW_CHARS: Final = 200
 _SPACE_RE: Final = re.compile(r"\s+")
 _CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-_TASK_RE: Final = re.compile(r"^task_")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,6 +63,8 @@ class Thing:
     correlation_id: str | None = None
     #: what to run to act on it ("palacectl answer EVENT_ID ...")
     hint: str = ""
+    #: only ever told to the person it is addressed to (or every person, for ``human:*``)
+    addressed_only: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": self.kind, "title": self.title, "preview": self.preview, "event_id": self.event_id,
@@ -94,6 +81,10 @@ def preview(text: Any, limit: int = DEFAULT_PREVIEW_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: max(0, limit - 1)].rstrip() + "…"
 
 
+def _since_hint(event: Mapping[str, Any]) -> str:
+    return f"palacectl list --since-event-id {event.get('id')}"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Trigger:
     """A row of the table: ``kind`` when ``matches(event)``; ``title(event)`` names it."""
@@ -101,57 +92,22 @@ class Trigger:
     kind: str
     matches: Callable[[Mapping[str, Any]], bool]
     title: Callable[[Mapping[str, Any]], str]
-    hint: Callable[[Mapping[str, Any]], str] = lambda event: f"palacectl list --since-event-id {event.get('id')}"
+    hint: Callable[[Mapping[str, Any]], str] = _since_hint
+    #: only ever told to the person it is addressed to (``Thing.addressed_only``)
+    addressed_only: bool = False
 
 
-def _is_task(event: Mapping[str, Any]) -> bool:
-    return isinstance(event.get("correlation_id"), str) and bool(_TASK_RE.match(event["correlation_id"]))
-
-
-def _question_title(event: Mapping[str, Any]) -> str:
-    to = " to anyone" if event.get("to_agent") == ANYONE else ""
-    return f"Question{to} from {event.get('from_agent')}"
-
-
-def _choices_hint(event: Mapping[str, Any]) -> str:
-    metadata = event.get("metadata")
-    choices = metadata.get("choices") if isinstance(metadata, Mapping) else None
-    offered = (" " + "|".join(preview(c, 40) for c in choices[:12])) if isinstance(choices, list) and choices else ""
-    return f"palacectl answer {event.get('id')}{offered or ' TEXT'}"
-
-
-def _task_hint(event: Mapping[str, Any]) -> str:
-    return f"palacectl task show {event.get('correlation_id')}"
-
-
-def _revoked(event: Mapping[str, Any]) -> str:
-    metadata = event.get("metadata")
-    peer = metadata.get("peer_id") if isinstance(metadata, Mapping) else None
-    return f"A daemon was revoked: {str(peer)[:7] if peer else 'unknown'}"
-
-
-#: the table, first match wins (so a question is never also a "message")
-TRIGGERS: Final[tuple[Trigger, ...]] = (
-    Trigger("question", lambda e: e.get("type") == QUESTION, _question_title, _choices_hint),
-    Trigger("stall", lambda e: e.get("type") == STALLED, lambda e: f"Task stalled: {e.get('correlation_id')}",
-            _task_hint),
-    Trigger("lost_claim", lambda e: e.get("type") == TASK_CONFLICT,
-            lambda e: f"Claim lost by {e.get('to_agent')}: {e.get('correlation_id')}", _task_hint),
-    Trigger("lost_lease", lambda e: e.get("type") == LEASE_CONFLICT, lambda e: f"Lease lost by {e.get('to_agent')}",
-            lambda e: "palacectl lease list"),
-    Trigger("revocation", lambda e: e.get("type") == REVOKE_EVENT_TYPE, _revoked, lambda e: "palacectl peers"),
-    Trigger("budget", lambda e: e.get("type") == BUDGET, lambda e: "Budget reached", lambda e: "palacectl usage"),
-    Trigger("task_failed", lambda e: e.get("status") == "failed" and _is_task(e),
-            lambda e: f"Task failed: {e.get('correlation_id')} ({e.get('from_agent')})", _task_hint),
-    Trigger("task_blocked", lambda e: e.get("status") == "blocked" and _is_task(e),
-            lambda e: f"Task blocked: {e.get('correlation_id')} ({e.get('from_agent')})", _task_hint),
+#: the core's rows, after every feature's: words to a person are a message
+CORE_TRIGGERS: Final[tuple[Trigger, ...]] = (
     Trigger("message", lambda e: is_human(e.get("to_agent")), lambda e: f"Message from {e.get('from_agent')}",
-            lambda e: f"palacectl inbox --agent {e.get('to_agent')}"),
+            lambda e: f"palacectl inbox --agent {e.get('to_agent')}", addressed_only=True),
 )
+#: the core's kinds: its triggers' and a fork (``fork_thing``)
+CORE_KINDS: Final = ("message", "fork")
 
 
-def thing_for(event: Mapping[str, Any], *, preview_chars: int = DEFAULT_PREVIEW_CHARS,
-              triggers: tuple[Trigger, ...] = TRIGGERS) -> Thing | None:
+def thing_for(event: Mapping[str, Any], triggers: tuple[Trigger, ...], *,
+              preview_chars: int = DEFAULT_PREVIEW_CHARS) -> Thing | None:
     """The thing ``event`` (a public event object) is, or None (most events are none; a redacted
     event never is)."""
     if event.get("body_redacted"):
@@ -164,7 +120,8 @@ def thing_for(event: Mapping[str, Any], *, preview_chars: int = DEFAULT_PREVIEW_
             return Thing(kind=trigger.kind, title=preview(title, 120), preview=preview(event.get("body"), preview_chars),
                          key=str(event.get("id")), event_id=event.get("id"), created_at=event.get("created_at"),
                          from_agent=event.get("from_agent"), to_agent=event.get("to_agent"),
-                         correlation_id=event.get("correlation_id"), hint=trigger.hint(event))
+                         correlation_id=event.get("correlation_id"), hint=trigger.hint(event),
+                         addressed_only=trigger.addressed_only)
     return None
 
 
@@ -182,6 +139,6 @@ def wants(person: str, on: frozenset[str], scope: str, thing: Thing) -> bool:
     if thing.kind not in on or thing.from_agent == person:
         return False
     addressed = thing.to_agent == person or thing.to_agent == ANYONE
-    if thing.kind in ADDRESSED_KINDS:
+    if thing.addressed_only:
         return addressed
     return addressed or scope == "palace"

@@ -26,6 +26,7 @@ FAKE_CTX: Any = SimpleNamespace(
     store=SimpleNamespace(origin_id="o" * 16),
     limits=SimpleNamespace(max_body_bytes=1, max_metadata_bytes=2, max_artifact_bytes=3),
     config=SimpleNamespace(max_frame_bytes=1 << 20),
+    features=SimpleNamespace(inline_ops=frozenset()),
 )
 
 

@@ -11,6 +11,7 @@ import trio
 
 from palace_proto.paths import socket_path
 from palacectl.aclient import AsyncDaemon
+from palaced.features.memory import MemoryState
 from palaced.app import serve
 from palaced.config import Config
 from palaced.handlers import Context, log
@@ -33,7 +34,7 @@ async def test_serve_builds_one_context_and_the_api_answers_from_it(short_home):
         ctx: Context = await nursery.start(serve, _config(short_home))
         assert ctx.api_address == str(socket_path(short_home)) and ctx.api_statistics is not None
         assert ctx.start_network is not None and ctx.network is None and ctx.directory is None
-        assert ctx.indexer is None and ctx.membership is None
+        assert ctx.state(MemoryState).indexer is None and ctx.membership is None
         event = await daemon.call("append", type="note", stream="s", room="r", from_agent="a", body="hi")
         assert (await log.get_event(ctx, {"event_id": event["id"]}))["body"] == "hi"
         status = await daemon.call("status")

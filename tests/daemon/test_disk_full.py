@@ -14,13 +14,13 @@ from palace_proto.errors import DiskFull
 from palace_proto.memory import Drawer
 from palace_proto.validation import AppendRequest, Limits, ListQuery
 from palaced.features import STORE_PARTS
-from palaced import vectors
+from palaced.features import memory_vectors as vectors
 from palaced.bus import EventBus
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
 from palaced.store.backup import wal_bytes
 from palaced.store.wal import KEEP_BYTES
-from palaced.vectors import INDEX_FILE, MemoryIndexer
+from palaced.features.memory_vectors import INDEX_FILE, MemoryIndexer
 from tests.daemon.test_vectors import WordEmbedder, settle
 from tests.tmpfs import needs_tmpfs, small_tmpfs
 
@@ -96,7 +96,7 @@ async def test_the_vector_worker_survives_a_full_disk_and_saves_once_space_retur
     saves = []
     real_save = vectors.VectorIndex.save
     monkeypatch.setattr(vectors.VectorIndex, "save", lambda self: (saves.append(1), real_save(self))[1])
-    caplog.set_level(logging.INFO, logger="palaced.vectors")
+    caplog.set_level(logging.INFO, logger="palaced.features.memory_vectors")
     store = Store(tmp_path / "v.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     bus = EventBus(store.latest()[0])
     astore = AsyncStore(store, bus.publish)

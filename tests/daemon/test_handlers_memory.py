@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palaced.features.memory import MemoryState
 from palaced.handlers import log
 from palaced.features import memory
 from tests.daemon.handler_context import open_context
@@ -63,7 +64,7 @@ async def test_a_rebuild_derives_the_views_again(tmp_path):
     async with open_context(tmp_path) as ctx:
         filed = await memory.memory_add(ctx, DRAWER)
         rebuilt = await memory.memory_rebuild(ctx, {})
-        assert rebuilt["vectors_reset"] is False and ctx.memory_rebuild_progress is None
+        assert rebuilt["vectors_reset"] is False and ctx.state(MemoryState).rebuild_progress is None
         assert (await memory.drawer_get(ctx, {"drawer_id": filed["drawer_id"]}))["wing"] == "palace"
         with pytest.raises(ValidationError):
             await memory.memory_rebuild(ctx, {"vectors": "yes"})

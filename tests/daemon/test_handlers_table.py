@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from palace_proto.features import OPS
-from palace_proto.errors import ApiError, NotFound
+from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import Limits
 from palaced import handlers
 from palaced.feature import Feature, Features
@@ -109,3 +109,35 @@ def test_the_handlers_never_import_the_api_or_the_app():
                 continue
             for name in imported:
                 assert name.split(".")[:2] not in (["palaced", "api"], ["palaced", "app"]), f"{path.name}: {name}"
+
+
+def test_a_features_config_section_and_notification_kinds_are_read_from_its_declaration(tmp_path):
+    """config.toml's feature sections and a person's kinds of notification are the features' own:
+    a toy feature's section is read by its ``read`` (and its bad value refused in one line naming the
+    key), its trigger's kind is one a person may ask for; two features declaring one section are
+    refused."""
+    from palaced.config import ConfigError, Section, load_config
+    from palaced.notify.triggers import Trigger
+
+    def read(values):
+        if values.get("colour", "red") not in ("red", "blue"):
+            raise ValidationError("toy.colour must be red or blue", field="toy.colour")
+        return values.get("colour", "red")
+
+    toy = Feature(name="toy", section=Section("toy", {"colour": str}, read),
+                  triggers=(Trigger("toy_thing", lambda e: e.get("type") == "toy.thing", lambda e: "A toy thing"),))
+    daemon = features((toy,))
+    assert "toy_thing" in daemon.notify_kinds and daemon.triggers[-1].kind == "message"  # the core's row last
+    (tmp_path / "config.toml").write_text('[toy]\ncolour = "blue"\n[tasks]\nstall_after = "2h"\n'
+                                          '[notify.people.ana]\nchannels = ["d"]\non = ["toy_thing"]\n'
+                                          '[notify.channels.d]\nkind = "desktop"\n')
+    config = load_config(tmp_path, daemon.config_extensions)
+    assert config.section("toy", None) == "blue" and config.section("tasks", None).stall_after_s == 7200
+    assert config.notify.people["human:ana"].on == frozenset({"toy_thing"})
+    with pytest.raises(ConfigError, match=r"unknown section \[toy\]"):
+        load_config(tmp_path, features().config_extensions)  # a daemon without the feature knows no [toy]
+    (tmp_path / "config.toml").write_text('[toy]\ncolour = "green"\n')
+    with pytest.raises(ConfigError, match=r"config.toml: toy.colour must be red or blue$"):
+        load_config(tmp_path, daemon.config_extensions)
+    with pytest.raises(ValueError, match="config sections declared twice"):
+        features((toy, Feature(name="toy2", section=toy.section)))

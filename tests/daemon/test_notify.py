@@ -31,7 +31,18 @@ from palaced.notify.payloads import (
     webhook_body,
 )
 from palaced.notify.settings import NotifyConfigError, parse_notify
-from palaced.notify.triggers import KINDS, Thing, fork_thing, preview, thing_for, wants
+from palaced.features import features
+from palaced.notify import triggers
+from palaced.notify.triggers import Thing, fork_thing, preview, wants
+
+#: the daemon's features: what a person may be told of is theirs (their triggers and kinds)
+DAEMON = features()
+KINDS = DAEMON.notify_kinds
+ADDRESSED_ONLY = frozenset(t.kind for t in DAEMON.triggers if t.addressed_only)
+
+
+def thing_for(event, **options):
+    return triggers.thing_for(event, DAEMON.triggers, **options)
 
 
 def event(**fields):
@@ -42,7 +53,8 @@ def event(**fields):
 
 
 def thing(key="evt_1", kind="message", to="human:ana", **fields):
-    return Thing(kind=kind, title=f"t {key}", preview="p", key=key, event_id=key, to_agent=to, **fields)
+    return Thing(kind=kind, title=f"t {key}", preview="p", key=key, event_id=key, to_agent=to,
+                 addressed_only=kind in ADDRESSED_ONLY, **fields)
 
 
 # -- triggers -----------------------------------------------------------------------------------
@@ -326,8 +338,8 @@ def notifier_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deliveries: De
              "channels": {"hook": {"kind": "webhook", "url": "https://hooks.example.com/x"},
                           "mail": {"kind": "webhook", "url": "https://mail.example.com/y"}}}
     reads = StandInStore()
-    ctx = SimpleNamespace(membership=None, bus=EventBus(), astore=reads, store=reads)
-    return Notifier(ctx, parse_notify(table, tmp_path))  # type: ignore[arg-type]
+    ctx = SimpleNamespace(membership=None, bus=EventBus(), store=reads, features=DAEMON)
+    return Notifier(ctx, parse_notify(table, tmp_path, KINDS))  # type: ignore[arg-type]
 
 
 def told(key: str) -> dict[str, Any]:
@@ -407,7 +419,7 @@ GOOD = {
 
 def test_good_settings(tmp_path):
     (tmp_path / "smtp.pass").write_text("s3cret\n")
-    settings = parse_notify(GOOD, tmp_path)
+    settings = parse_notify(GOOD, tmp_path, KINDS)
     assert settings.group_window_s == 30 and settings.rate_per_minute == 2
     assert set(settings.people) == {"human:ana", "human:bob"}
     assert settings.people["human:ana"].on == frozenset({"question"})
@@ -441,7 +453,7 @@ def test_bad_settings_name_the_key(tmp_path, change, message):
     config = copy.deepcopy(GOOD)
     change(config)
     with pytest.raises(NotifyConfigError) as caught:
-        parse_notify(config, tmp_path)
+        parse_notify(config, tmp_path, KINDS)
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
     assert "hunter2" not in str(caught.value)
 
@@ -449,13 +461,13 @@ def test_bad_settings_name_the_key(tmp_path, change, message):
 def test_config_toml_with_a_bad_notify_key_is_refused_in_one_line(tmp_path: Path):
     (tmp_path / "config.toml").write_text('[notify]\nrate_per_minute = 3\n[notify.people.ana]\nchanels = ["x"]\n')
     with pytest.raises(ConfigError) as caught:
-        load_config(tmp_path)
+        load_config(tmp_path, DAEMON.config_extensions)
     assert str(caught.value) == (f"{tmp_path / 'config.toml'}: unknown key notify.people.ana.chanels "
                                  "(known: channels, on, scope)")
     (tmp_path / "config.toml").write_text('[notfy]\n')
     with pytest.raises(ConfigError, match=r"unknown section \[notfy\] \(known: .*notify"):
-        load_config(tmp_path)
+        load_config(tmp_path, DAEMON.config_extensions)
     (tmp_path / "config.toml").write_text('[notify.people.ana]\nchannels = ["d"]\n[notify.channels.d]\nkind = "desktop"\n')
-    assert load_config(tmp_path).notify.people["human:ana"].channels == ("d",)
+    assert load_config(tmp_path, DAEMON.config_extensions).notify.people["human:ana"].channels == ("d",)
     (tmp_path / "config.toml").write_text("")
-    assert load_config(tmp_path).notify is None
+    assert load_config(tmp_path, DAEMON.config_extensions).notify is None

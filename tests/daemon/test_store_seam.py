@@ -101,8 +101,8 @@ def test_a_statement_run_on_a_write_context_is_found():
 
 def test_a_statement_in_a_memory_read_lambda_is_found():
     source = "rows = store.memory_read(\n    lambda conn: conn.executemany(q, params))\n"
-    assert seam_violations(source, "palaced/vectors.py") == [
-        "palaced/vectors.py:2: .executemany(...) runs a statement outside palaced/store"]
+    assert seam_violations(source, "palaced/features/memory_vectors.py") == [
+        "palaced/features/memory_vectors.py:2: .executemany(...) runs a statement outside palaced/store"]
 
 
 def test_a_connection_passed_on_is_found():

@@ -16,7 +16,7 @@ from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
-from palaced.vectors import MemoryIndexer, VectorIndex
+from palaced.features.memory_vectors import MemoryIndexer, VectorIndex
 
 LIMITS = Limits()
 SYNONYMS = {"kitten": "cat", "kitty": "cat", "database": "sqlite", "db": "sqlite"}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from palaced.vectors import META_FILE, VectorIndex, vector_key
+from palaced.features.memory_vectors import META_FILE, VectorIndex, vector_key
 from tests.fleet import append, ctl_json, wait_converged, wait_until
 from tests.helpers import RawClient, run_ctl
 

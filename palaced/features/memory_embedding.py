@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUILTIN_MODEL", "Embedder", "EmbeddingError", "FastEmbedder"]
 
-LOGGER: Final = logging.getLogger("palaced.embedding")
+LOGGER: Final = logging.getLogger("palaced.features.memory_embedding")
 BUILTIN_MODEL: Final = "builtin:all-MiniLM-L6-v2-int8"
 _BUILTIN_NAME: Final = "palace/all-MiniLM-L6-v2-int8"
 _BUILTIN_DIM: Final = 384

@@ -25,18 +25,18 @@ import trio
 
 from palace_proto.memory import MEMORY_TYPES
 
-from .bus import EventBus, TypeWatch
-from .embedding import Embedder, EmbeddingError
-from .files import fsync_directory
-from .store.aio import AsyncStore
-from .store.memory_views import MemoryReads
+from ..bus import EventBus, TypeWatch
+from .memory_embedding import Embedder, EmbeddingError
+from ..files import fsync_directory
+from ..store.aio import AsyncStore
+from ..store.memory_views import MemoryReads
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["MemoryIndexer", "VectorIndex", "vector_key"]
 
-LOGGER: Final = logging.getLogger("palaced.vectors")
+LOGGER: Final = logging.getLogger("palaced.features.memory_vectors")
 INDEX_FILE: Final = "memory-vectors.faiss"
 META_FILE: Final = "memory-vectors.json"
 # Why 64: a batch embeds in ~30-250 ms here, short enough that the worker yields often.
