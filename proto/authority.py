@@ -29,7 +29,7 @@ replicas always converge. The rules decide what an event *does*:
   append path). So a local refusal and a remote flag are the same judgement, word for word.
 
 Roles are held, never claimed: an event written as an agent by a daemon that does not hold that
-id (an impersonation, ``palace_proto.agents``) holds no role at all, and a person's role needs the
+id (an impersonation, ``palace_proto.identity``) holds no role at all, and a person's role needs the
 palace CA's grant. Statuses on a task are judged by the status's row whatever the event's type
 (``event.ack``, ``patch.ready``, ``task.reply``…), except for the types with rows of their own.
 
@@ -53,7 +53,7 @@ __all__ = [
     "CORE_RULES", "DAEMON", "EVER_CLAIMED", "ID_HOLDER", "LEASE_HOLDER", "LOSING_CLAIMANT", "MAX_CLOCK_SKEW_S", "OPENER",
     "PALACE_CA", "REQUESTER", "ROLES", "ROOM_MEMBER", "TARGET_AUTHOR", "TARGET_ORIGIN", "TELLING_DAEMON",
     "Rule", "Table", "Verdict", "counts_in_order", "flag_of", "judge", "rule_for", "rule_named", "table_markdown",
-    "table", "threats_markdown", "unnamed_type",
+    "table", "threats_markdown", "unnamed_type", "written_as_daemon",
 ]
 
 # -- roles -----------------------------------------------------------------------------------------
@@ -145,6 +145,9 @@ class Rule:
     #: an event of its types carrying a status on its subject is judged by that status's row (and
     #: an event of a type no row names, too: this row is their default)
     defers_to_status: bool = False
+    #: palaced writes it as itself (``from_agent`` palaced: a notice, a registry event, a
+    #: revocation), and no client may write its types under that name
+    as_daemon: bool = False
 
     @property
     def appendable(self) -> bool:
@@ -204,6 +207,8 @@ class Table:
     by_status: Mapping[str, Rule]
     #: the row a status on a subject falls back to (``Rule.defers_to_status``), if any
     status_default: Rule | None
+    #: the types palaced writes as itself (``Rule.as_daemon``)
+    as_daemon: frozenset[str]
 
     @classmethod
     def of(cls, rules: Iterable[Rule], namespaces: Iterable[str]) -> Table:
@@ -222,7 +227,8 @@ class Table:
             raise ValueError(f"two rows defer to the status's: {[rule.name for rule in deferring]}")
         return cls(ordered, tuple(namespaces), {r.name: r for r in ordered}, own,
                    {kind: tuple(rows) for kind, rows in variants.items()},
-                   {s: r for r in ordered for s in r.statuses}, deferring[0] if deferring else None)
+                   {s: r for r in ordered for s in r.statuses}, deferring[0] if deferring else None,
+                   frozenset(kind for rule in ordered if rule.as_daemon for kind in rule.types))
 
 
 _table: Table | None = None
@@ -246,6 +252,11 @@ def __getattr__(name: str) -> Any:
     if name == "NAMESPACES":
         return table().namespaces
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def written_as_daemon() -> frozenset[str]:
+    """The types palaced writes as itself (its rows say ``as_daemon``)."""
+    return table().as_daemon
 
 
 def rule_named(name: str) -> Rule:

@@ -1,8 +1,8 @@
 """palace's features as the protocol core declares them, put together in one place.
 
 Owns: ``FEATURES`` — each feature's module, in the order the protocol shows them — and what they
-declare assembled and checked once, at import: ``RULES`` (the authority table: the core's rows,
-then each feature's, the agents' own words last), ``NAMESPACES`` (the type prefixes palace owns:
+declare assembled and checked once, at import: ``RULES`` (the authority table: the core's rows —
+the log's and the identity's registry — then each feature's, the agents' own words last), ``NAMESPACES`` (the type prefixes palace owns:
 a type in one must be named by a row before anything writes it) and ``OPS`` (every operation of
 the local API: the core's, then each feature's). A feature module declares its own ``OPS``,
 ``NAMESPACE`` and ``RULES`` beside its event types and derivations; adding a feature is adding
@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Final
 
-from . import agents, artifacts, fleet, leases, memory, questions, rooms, tasks, usage
+from . import agents, artifacts, fleet, identity, leases, memory, questions, rooms, tasks, usage
 from .authority import CORE_NAMESPACES, CORE_RULES, Rule
 from .control import CORE_OPS
 
@@ -31,8 +31,10 @@ def assemble(features: tuple[ModuleType, ...]) -> tuple[tuple[Rule, ...], tuple[
         ValueError: a feature declares no ``OPS``, ``NAMESPACE`` or ``RULES``, a rule, an operation or
             a namespace is declared twice, or a rule names a type outside every namespace but words.
     """
-    rules: list[Rule] = list(CORE_RULES[:-1])  # the core's, but its last row (words) comes last of all
-    namespaces: list[str] = list(CORE_NAMESPACES)
+    # The core's rows first — authority's own and the identity's (the registry: every event is
+    # judged by who holds its writer's id) — but the core's last row (words) comes last of all.
+    rules: list[Rule] = [*CORE_RULES[:-1], *identity.RULES]
+    namespaces: list[str] = [*CORE_NAMESPACES, identity.NAMESPACE]
     ops: set[str] = set(CORE_OPS)
     for feature in features:
         name = feature.__name__.rsplit(".", 1)[-1]

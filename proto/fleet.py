@@ -227,6 +227,6 @@ NAMESPACE: Final = "palace."
 RULES: Final[tuple[Rule, ...]] = (
     Rule("palace.revoke", ("palace.revoke",), (), "agent", frozenset({PALACE_CA}),
          "a member's key and its origins' cutoffs", "every receiver refuses the peer from then on",
-         written_by="revoke (palacectl revoke)",
+         written_by="revoke (palacectl revoke)", as_daemon=True,
          test="tests/e2e/test_fleet_security.py::test_a_revoked_peer_is_cut_off_everywhere"),
 )

@@ -1100,6 +1100,6 @@ RULES: Final[tuple[Rule, ...]] = (
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
     Rule("lease.conflict", ("lease.conflict",), (), "lease", frozenset({TELLING_DAEMON}),
          "the losing lease", "moves nothing: tells the loser once",
-         written_by="palaced (to a lease's loser)",
+         written_by="palaced (to a lease's loser)", as_daemon=True,
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
 )

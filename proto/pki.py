@@ -372,7 +372,7 @@ def verify_redaction_signature(ca_cert_pem: bytes, palace_id: str, target_event_
 
 def sign_ca_statement(ca_key: Ed25519PrivateKey, statement: bytes) -> str:
     """The palace CA's signature (hex) over a statement that carries its own domain, such as
-    ``palace_proto.agents.ca_statement`` (an agent moved or retired by the palace owner)."""
+    ``palace_proto.identity.ca_statement`` (an agent moved or retired by the palace owner)."""
     return ca_key.sign(statement).hex()
 
 

@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .agents import HUMAN_PREFIX, check_agent_id, is_human, order_key
+from .identity import HUMAN_PREFIX, check_agent_id, is_human, order_key
 from .authority import ANY_AGENT, ASKED_PERSON, CLAIMANT, Rule, Verdict, counts_in_order, judge, rule_named
 from .errors import ValidationError
 from .ids import artifact_id_for_sha256

@@ -13,7 +13,7 @@ Theory of operation
 
 A room is nothing but events on one correlation id, replicated like every other, so a
 discussion spans machines and goes on through a partition: both sides may say, and even close.
-Every replica orders a room's events by ``(created_at, event id)`` (``palace_proto.agents.
+Every replica orders a room's events by ``(created_at, event id)`` (``palace_proto.identity.
 order_key``: the order palace uses everywhere; there is no hybrid clock), never by local arrival
 order, so the same events give the same room on every replica whatever order they came in:
 
@@ -53,7 +53,7 @@ from typing import Any, Final, final
 
 import hashlib
 
-from .agents import check_agent_id, order_key
+from .identity import check_agent_id, order_key
 from .authority import (
     ANY_AGENT,
     MAX_CLOCK_SKEW_S,
@@ -67,7 +67,7 @@ from .authority import (
     rule_named,
 )
 from .errors import ValidationError
-from .tasks import project_stream, slugify
+from .projects import project_stream, slugify
 from .validation import Limits, clean_optional
 
 __all__ = [

@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .agents import SYSTEM_AGENT, order_key
+from .identity import SYSTEM_AGENT, order_key
 from .authority import (
     ADDRESSED,
     ADDRESSED_FREE,
@@ -66,8 +66,8 @@ from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, secon
 
 __all__ = [
     "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
-    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "project_stream", "queue_fields",
-    "ready_order", "is_approval", "slugify",
+    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "queue_fields",
+    "ready_order", "is_approval",
 ]
 
 REQUEST: Final = "task.request"
@@ -88,17 +88,6 @@ DEFAULT_STALL_AFTER_S: Final = 30 * 60
 # Why 32: a task waits on a few others; a longer list is a plan, which belongs in a parent task.
 MAX_BLOCKED_BY: Final = 32
 _CORRELATION_RE: Final = re.compile(r"^task_[A-Za-z0-9_.-]{1,200}$")
-
-
-def slugify(text: str, *, max_len: int = 40, empty: str = "work") -> str:
-    """Lower-case letters and digits joined by ``_`` (at most ``max_len``), ``empty`` if none."""
-    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
-    return slug or empty
-
-
-def project_stream(project: str) -> str:
-    """The stream a project's tasks and leases live on: ``project/<slug>``."""
-    return f"project/{slugify(project, empty='project')}"
 
 
 def check_priority(value: Any) -> int:
@@ -193,7 +182,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
     are compared). Every event is judged by the authority table (``palace_proto.authority``): one
     it does not allow is listed in ``out_of_role`` with its rule and why, and moves nothing. See
     the module docstring for the states."""
-    # An event palace judged an impersonation (palace_proto.agents: written as an agent by a
+    # An event palace judged an impersonation (palace_proto.identity: written as an agent by a
     # daemon that did not hold it) holds no role: it stays in the thread and moves nothing.
     genuine = [e for e in events if not e.get("impersonation")]
     dated = [e for e in genuine if isinstance(e.get("created_at"), str) and STAMP_RE.match(e["created_at"])]
@@ -443,11 +432,11 @@ RULES: Final[tuple[Rule, ...]] = (
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
     Rule("task.conflict", ("task.conflict",), (), "task", frozenset({TELLING_DAEMON}),
          "the losing claim (metadata.claim_event_id)", "moves nothing: tells the loser once",
-         written_by="palaced (to a claim's loser)",
+         written_by="palaced (to a claim's loser)", as_daemon=True,
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
     Rule("task.stalled", ("task.stalled",), (), "task", frozenset({TELLING_DAEMON}),
          "the stalled claim (metadata.claim_event_id)", "moves nothing: tells the requester once per stall",
-         written_by="palaced (to a stalled task's requester)",
+         written_by="palaced (to a stalled task's requester)", as_daemon=True,
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
     Rule("task.words", ("event.ack", "task.reply", "task.status"), (), "task", frozenset({ANY_AGENT}),
          "anything (ack_of: an existing event); a status it carries on a task is judged by that status's row",

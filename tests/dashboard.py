@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.agents import REGISTRY_TYPES
+from palace_proto.identity import REGISTRY_TYPES
 from tests.fleet import ctl_json
 from tests.helpers import PYTHON, run_ctl
 

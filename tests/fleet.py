@@ -21,7 +21,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.agents import REGISTRY_TYPES
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.pki import issue_certificate
 from palaced.membership import save_joined
 from tests.helpers import Daemon, RawClient, run_ctl
@@ -91,7 +91,7 @@ def wait_converged(*daemons: Daemon, timeout: float = WAIT_S) -> dict[str, Any]:
 
 def bodies(home: Path) -> list[str]:
     """Every event body on a replica, sorted (what converged means to an agent), without the
-    daemons' own agent registrations (palace_proto.agents: bookkeeping, not anyone's words)."""
+    daemons' own agent registrations (palace_proto.identity: bookkeeping, not anyone's words)."""
     return sorted(e["body"] for e in api(home, "list", limit=500)["events"] if e["type"] not in REGISTRY_TYPES)
 
 

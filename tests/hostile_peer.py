@@ -23,7 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.agents import AGENT_EVENT_ROOM, AGENT_EVENT_STREAM, REGISTER, SYSTEM_AGENT, registry_metadata
+from palace_proto.identity import AGENT_EVENT_ROOM, AGENT_EVENT_STREAM, REGISTER, SYSTEM_AGENT, registry_metadata
 from palace_proto.bindings import OriginBinding
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, seal_event

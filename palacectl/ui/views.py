@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.agents import check_agent_id, is_human
+from palace_proto.identity import check_agent_id, is_human
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.export import ExportError, verify_export_event
 from palace_proto.filters import filter_args

@@ -6,7 +6,7 @@ Owns: ``agent_register`` (an id taken for this daemon before its first write), `
 written; its history stays), and ``agents`` (every agent the log knows: its daemon, last
 activity, watching now or not, stale, impersonations, contested registrations). The registry
 itself — who holds what, and the verdict on each event — is ``store/agents.py`` over
-``palace_proto.agents``; ``ca_checker`` and ``daemon_label`` are what app.py gives it.
+``palace_proto.identity``; ``ca_checker`` and ``daemon_label`` are what app.py gives it.
 """
 
 from __future__ import annotations
@@ -17,16 +17,14 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from palace_proto.agents import (
+from palace_proto.identity import (
     AGENT_EVENT_ROOM,
     AGENT_EVENT_STREAM,
     REGISTER,
     RETIRE,
-    DEFAULT_STALE_AFTER_S,
     SYSTEM_AGENT,
     TRANSFER,
     AgentRecord,
-    check_stale_after,
     ca_signature_of,
     ca_statement,
     check_agent_id,
@@ -35,6 +33,7 @@ from palace_proto.agents import (
     order_key,
     registry_metadata,
 )
+from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.ids import fingerprint_is_valid
 from palace_proto.memory import diary_wing
@@ -44,7 +43,7 @@ from palace_proto.validation import AppendRequest, clean_optional
 
 from ..membership import Membership
 from ..store import WriteContext
-from ..store import agents as store_agents
+from ..store import identity as store_identity
 from ..store.memory_views import MemoryReads
 from ..store.clock import utc_now as _now
 from ..config import Section
@@ -142,14 +141,14 @@ async def register_own_agents(ctx: Context) -> list[str]:
         return []
 
     def job(w: WriteContext) -> list[str]:
-        if store_agents.own_agents_registered(w):
+        if store_identity.own_agents_registered(w):
             return []
         agents = store.agents.unregistered_own_agents(w)
         for agent in agents:
             w.append_system(_system_event(REGISTER, agent, f"{agent} is registered to this daemon (it wrote as "
                                           f"{agent} before belonging to a palace)",
                                           store.agents.register_metadata(agent), ctx))
-        store_agents.note_own_agents_registered(w)
+        store_identity.note_own_agents_registered(w)
         return agents
 
     return await ctx.store.write(job, heavy=True)

@@ -41,7 +41,7 @@ from palace_proto.leases import (
     normalize_path,
 )
 from palace_proto.stamps import add_seconds, format_duration, seconds_between
-from palace_proto.tasks import project_stream
+from palace_proto.projects import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from ..store import WriteContext

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.agents import is_human
+from palace_proto.identity import is_human
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.questions import (
     MAX_ANSWERS_PER_ORIGIN,

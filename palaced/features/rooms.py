@@ -63,7 +63,7 @@ from palace_proto.rooms import (
     room_slug,
     transcript,
 )
-from palace_proto.tasks import project_stream
+from palace_proto.projects import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required, validate_page_limit
 
 from ..store import WriteContext

@@ -25,9 +25,8 @@ import trio
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.questions import ASK as QUESTION_ASK
 from palace_proto.stamps import seconds_between
+from palace_proto.projects import project_stream, slugify
 from palace_proto.tasks import (
-    project_stream,
-    slugify,
     CONFLICT,
     REASSIGN,
     RELEASE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from palace_proto.agents import HUMAN_PREFIX
+from palace_proto.identity import HUMAN_PREFIX
 from palace_proto.errors import ApiError
 from palace_proto.validation import clean_optional
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from palace_proto.agents import HUMAN_PREFIX
+from palace_proto.identity import HUMAN_PREFIX
 
 from .triggers import DEFAULT_PREVIEW_CHARS
 

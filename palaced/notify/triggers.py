@@ -10,7 +10,7 @@ store's forks table, not an event), and ``wants``: whether a person's settings a
 Theory of operation
 -------------------
 Every daemon sees every event, so every daemon could tell every person: the one-per-palace rule
-is that only the daemon *holding* the person's id (the agent registry, ``palace_proto.agents``)
+is that only the daemon *holding* the person's id (the agent registry, ``palace_proto.identity``)
 tells them — the notifier asks ``wants`` only for the people held here. A thing is either
 *addressed* (``to_agent`` is the person, or ``human:*``: each holder tells its own people) or
 *palace-wide* (a task failed, a stall, a lost lease: a person in charge of the fleet wants those
@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from palace_proto.agents import HUMAN_PREFIX, is_human
+from palace_proto.identity import HUMAN_PREFIX, is_human
 
 __all__ = ["ANYONE", "CORE_KINDS", "CORE_TRIGGERS", "Thing", "Trigger", "fork_thing", "preview", "thing_for", "wants"]
 

@@ -29,7 +29,7 @@ from palace_proto.sync import OriginHead
 from palace_proto.validation import Limits
 
 from . import inbox
-from .agents import AgentRegistry
+from .identity import AgentRegistry
 from .apply import Refusals
 from .queries import Reads
 from .reads import ReadSet, StoreRead

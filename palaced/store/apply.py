@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 import apsw
 import msgpack
 
-from palace_proto.agents import REGISTRY_TYPES
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, SignedEvent, verify_hashes
 from palace_proto.errors import SignatureError, ValidationError
 from palace_proto.memory import MEMORY_TYPES, check_memory_event

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.agents import AgentRecord
+from palace_proto.identity import AgentRecord
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.sync import OriginHead
@@ -35,7 +35,7 @@ from .queries import correlation_events, event_by_id, events_of_types_after_seq,
 from .writes import append_event, append_system, put_artifact, redact
 
 if TYPE_CHECKING:
-    from .agents import AgentRegistry
+    from .identity import AgentRegistry
     from .chain import Chain
     from .db import Db
     from .origins import Vector

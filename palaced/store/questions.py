@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.agents import is_human
+from palace_proto.identity import is_human
 from palace_proto.authority import Rule
 from palace_proto.questions import ANSWER, ASK, MAX_ANSWERS_PER_ORIGIN, settle
 from palace_proto.validation import AppendRequest

@@ -51,7 +51,7 @@ from palace_proto.paths import DATABASE_FILENAME
 from palace_proto.validation import Limits
 
 from . import batch, origins, schema
-from .agents import AgentRegistry
+from .identity import AgentRegistry
 from .apply import ApplyReport, Refusals
 from .batch import WriteBatchResult, WriteContext
 from .chain import Chain

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from palace_proto.agents import REGISTRY_TYPES
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.authority import Rule
 from palace_proto.envelope import SignedEvent
 from palace_proto.tasks import REQUEST, derive_task

@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.agents import judge as impersonation_of
-from palace_proto.agents import order_key
+from palace_proto.identity import judge as impersonation_of
+from palace_proto.identity import order_key
 from palace_proto.envelope import SignedEvent
 from palace_proto.ids import fingerprint
 from palace_proto.tasks import REASSIGN, RELEASE, REQUEST, derive_task

@@ -16,14 +16,14 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from palace_proto.agents import (
+from palace_proto.identity import (
     AGENT_EVENT_ROOM,
     AGENT_EVENT_STREAM,
     REGISTER,
     REGISTRY_TYPES,
     SYSTEM_AGENT,
-    SYSTEM_WRITTEN_TYPES,
 )
+from palace_proto.authority import written_as_daemon
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import NotPermitted, ValidationError
@@ -60,7 +60,7 @@ def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
             )
     agent = req.from_agent
     if agent == SYSTEM_AGENT:
-        if req.type not in SYSTEM_WRITTEN_TYPES:
+        if req.type not in written_as_daemon():
             raise ValidationError(f"from_agent {SYSTEM_AGENT!r} is the daemon's own id; write as your agent id",
                                   field="from_agent")
     elif ctx.agents.needs_registration(ctx, agent):

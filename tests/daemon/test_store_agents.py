@@ -10,7 +10,7 @@ import json
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.agents import REGISTER, RETIRE, SYSTEM_AGENT, registry_metadata
+from palace_proto.identity import REGISTER, RETIRE, SYSTEM_AGENT, registry_metadata
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import seal_event
 from palace_proto.errors import ValidationError
@@ -19,7 +19,7 @@ from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, Limits
 from palaced.features import STORE_PARTS
 from palaced.store import Store
-from palaced.store.agents import AgentElsewhere, AgentRetired
+from palaced.store.identity import AgentElsewhere, AgentRetired
 
 LIMITS = Limits()
 
@@ -261,7 +261,7 @@ def test_history_of_another_palace_registers_nothing_here(trio_of_stores):
 
 def test_one_origin_registers_a_bounded_number_of_agents_here_and_on_arrival(trio_of_stores, monkeypatch):
     """Guards the registry's memory on every replica against a member inventing agent ids."""
-    from palaced.store import agents as registry
+    from palaced.store import identity as registry
 
     a, b, _ = trio_of_stores
     monkeypatch.setattr(registry, "MAX_AGENTS_PER_ORIGIN", 2)

@@ -20,7 +20,7 @@ import msgpack
 import pytest
 import trio
 
-from palace_proto.agents import REGISTER, registry_metadata
+from palace_proto.identity import REGISTER, registry_metadata
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent

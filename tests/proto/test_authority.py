@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from palace_proto import authority
-from palace_proto.agents import REGISTRY_TYPES, SYSTEM_WRITTEN_TYPES
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.appends import RESERVED_TYPES
 from palace_proto.authority import (
     ANY_AGENT,
@@ -37,7 +37,7 @@ from palace_proto.usage import BUDGET_TYPE, USAGE_TYPE
 
 ROOT = Path(__file__).resolve().parents[2]
 #: every type palace writes or gives a meaning to: each must have a row of its own
-PALACE_TYPES = (REGISTRY_TYPES | SYSTEM_WRITTEN_TYPES | LEASE_TYPES | MEMORY_TYPES | ROOM_TYPES
+PALACE_TYPES = (REGISTRY_TYPES | authority.written_as_daemon() | LEASE_TYPES | MEMORY_TYPES | ROOM_TYPES
                 | {REQUEST, RELEASE, REASSIGN, CONFLICT, STALLED, ASK, ANSWER, USAGE_TYPE, BUDGET_TYPE, "event.redact",
                    "event.ack", "task.reply", "task.status"})
 
@@ -137,7 +137,7 @@ def test_the_protocol_shows_the_table_the_code_has():
 # of the rule; the derivation every replica runs must let it count (not flag it). A rule or role
 # added to the table without a scenario here fails ``test_every_role_a_rule_names_can_write_it``.
 
-from palace_proto import agents as _agents  # noqa: E402
+from palace_proto import identity as _agents  # noqa: E402
 from palace_proto.leases import LeaseLedger  # noqa: E402
 from palace_proto.rooms import ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, derive_room, keyed_room_id  # noqa: E402
 from palace_proto.tasks import derive_task  # noqa: E402

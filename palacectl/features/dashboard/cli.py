@@ -51,8 +51,8 @@ def human_id(name: str | None, environ: dict[str, str] | os._Environ[str] = os.e
     Raises:
         ValidationError: a ``--as`` that is not a person's id.
     """
-    # Only now: the other commands start without palace_proto.agents.
-    from palace_proto.agents import HUMAN_PREFIX, check_agent_id
+    # Only now: the other commands start without palace_proto.identity.
+    from palace_proto.identity import HUMAN_PREFIX, check_agent_id
 
     if name:
         text = name.strip()

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Final, Optional
 import typer
 
 from palace_proto.errors import ValidationError
-from palace_proto.agents import is_human
+from palace_proto.identity import is_human
 from palace_proto.questions import ANYONE, check_timeout
 from palace_proto.stamps import duration_seconds
 

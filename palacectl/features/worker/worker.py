@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.filters import filter_args
-from palace_proto.tasks import project_stream
+from palace_proto.projects import project_stream
 from palace_proto.usage import BUDGET_TYPE as BUDGET_EVENT
 from palace_proto.workers import fit_activity
 

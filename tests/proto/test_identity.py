@@ -1,13 +1,16 @@
-"""palace_proto.agents: registrations, transfers and retirements derived into tenures the same way
+"""palace_proto.identity: registrations, transfers and retirements derived into tenures the same way
 whatever order they arrive in; the verdict on events written as an agent; the id rules."""
 
 from __future__ import annotations
 
 import pytest
+
+from palace_proto.authority import written_as_daemon
 from hypothesis import given
 from hypothesis import strategies as st
 
-from palace_proto import agents as A
+from palace_proto import identity as A
+from palace_proto.agents import check_stale_after
 from palace_proto.errors import ValidationError
 from palace_proto.leases import CONFLICT as LEASE_CONFLICT
 from palace_proto.pki import REVOKE_EVENT_TYPE
@@ -151,17 +154,18 @@ def test_agent_ids_and_people():
 
 @pytest.mark.parametrize(("value", "seconds"), [("14d", 14 * 86400), ("72h", 72 * 3600), (7200, 7200), ("3600", 3600)])
 def test_stale_after_takes_a_duration(value, seconds):
-    assert A.check_stale_after(value) == seconds
+    assert check_stale_after(value) == seconds
 
 
 @pytest.mark.parametrize("value", ["soon", "30m", "400d", True, None, -5])
 def test_stale_after_outside_its_range_is_refused(value):
     with pytest.raises(ValidationError, match="agents.stale_after"):
-        A.check_stale_after(value)
+        check_stale_after(value)
 
 
-def test_the_system_written_types_are_the_notices_their_modules_own():
-    assert {REVOKE_EVENT_TYPE, LEASE_CONFLICT, TASK_CONFLICT, STALLED} | A.REGISTRY_TYPES == A.SYSTEM_WRITTEN_TYPES
+def test_the_types_palaced_writes_as_itself_are_the_rows_that_say_so():
+    """The notices, the registry and a revocation: each feature's row says ``as_daemon``."""
+    assert {REVOKE_EVENT_TYPE, LEASE_CONFLICT, TASK_CONFLICT, STALLED} | A.REGISTRY_TYPES == written_as_daemon()
 
 
 def test_a_record_speaks_wire():

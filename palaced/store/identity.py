@@ -1,6 +1,6 @@
 """The agent registry of one replica: which daemon holds each agent id, as the log says.
 
-Owns: the registry's state derived from the stored registry events (palace_proto.agents) — each
+Owns: the registry's state derived from the stored registry events (palace_proto.identity) — each
 agent's record, each origin's daemon (the fingerprint of its key), and the agents each origin has
 registered — loaded when the store opens and brought up to date after each commit; the checks a
 local write as an agent must pass (``needs_registration``: held here, free, elsewhere, retired);
@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.agents import (
+from palace_proto.identity import (
     MAX_AGENTS_PER_ORIGIN,
     REGISTER,
     REGISTRY_TYPES,
     SYSTEM_AGENT,
-    SYSTEM_WRITTEN_TYPES,
     AgentRecord,
     Claim,
     ca_signature_of,
@@ -49,6 +48,7 @@ from palace_proto.agents import (
     judge,
     registry_metadata,
 )
+from palace_proto.authority import written_as_daemon
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.ids import fingerprint
@@ -310,7 +310,7 @@ class AgentRegistry:
 
     def verdict(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
         """The identity verdict on a public event object, or None (fine, or not judged): written as
-        an agent by a daemon that does not hold it (``palace_proto.agents.judge``), as ``palaced``
+        an agent by a daemon that does not hold it (``palace_proto.identity.judge``), as ``palaced``
         when it is no notice of the daemon's, as a registry event not in the daemon's own word, or
         as an agent nobody holds by an origin that registers its agents but never registered this
         one. Every replica reaches the same verdict from the same events; an event with one holds
@@ -321,7 +321,7 @@ class AgentRegistry:
             return None
         kind = event.get("type")
         if agent == SYSTEM_AGENT:
-            if kind not in SYSTEM_WRITTEN_TYPES:
+            if kind not in written_as_daemon():
                 return _flag(agent, daemon, f"only the daemon's own notices are written as {SYSTEM_AGENT}, not {kind}")
             if kind in REGISTRY_TYPES:
                 problem = registry_problem(event, daemon)
