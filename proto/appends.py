@@ -12,13 +12,12 @@ daemon and the client never disagree on what is valid. Pure: no IO.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from .authority import RULES, unnamed_type
 from .errors import ValidationError
-from .usage import USAGE_TYPE, check_usage_metadata
+from .features import APPEND_CHECKS
 from .validation import AppendRequest, Limits
 
 __all__ = ["MAX_APPEND_MANY", "RESERVED_TYPES", "append_many_requests", "append_request"]
@@ -40,9 +39,9 @@ def append_request(args: Mapping[str, Any], limits: Limits) -> AppendRequest:
     refused = unnamed_type(request.type)
     if refused is not None:
         raise ValidationError(refused, field="type")
-    if request.type == USAGE_TYPE:
-        # What every replica sums: a usage report is checked field by field (palace_proto.usage).
-        check_usage_metadata(json.loads(request.metadata_json))
+    check = APPEND_CHECKS.get(request.type)
+    if check is not None:  # what its feature asks of its content (a usage report's figures)
+        check(request.type, request.body, request.metadata_json)
     return request
 
 

@@ -148,6 +148,10 @@ class Rule:
     #: palaced writes it as itself (``from_agent`` palaced: a notice, a registry event, a
     #: revocation), and no client may write its types under that name
     as_daemon: bool = False
+    #: checks what an event of it refers to beyond its subject's id: ``refers(event, subject_id)``
+    #: says why it does not (None: it does), for a row of another feature judged on a subject
+    #: (a usage report must name its task in its metadata too)
+    refers: Callable[[Mapping[str, Any], str], str | None] | None = dataclasses.field(default=None, compare=False)
 
     @property
     def appendable(self) -> bool:

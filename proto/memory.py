@@ -506,6 +506,8 @@ def hybrid_score(cosine: float | None, keyword: float | None) -> float:
 OPS: Final = frozenset({"memory_add", "search", "drawer_get", "kg_add", "kg_invalidate", "kg_query", "diary_write",
                         "diary_read", "tunnels", "memory_rebuild"})
 NAMESPACE: Final = "memory."
+#: a memory event from a peer or a file is stored only if a daemon could have written it
+STORED_CHECKS: Final = dict.fromkeys(MEMORY_TYPES, check_memory_event)
 RULES: Final[tuple[Rule, ...]] = (
     Rule("memory.drawer", ("memory.drawer",), (), "memory", frozenset({ANY_AGENT}),
          "a wing and a room", "content-addressed: the first filing of a content makes the drawer",

@@ -24,7 +24,7 @@ import msgpack
 from .bindings import OriginBinding
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
-from .fleet import MAX_REPORT_BYTES
+from .reports import MAX_REPORT_BYTES
 from .ids import ORIGIN_ID_RE
 from .paths import host_port
 from .workers import MAX_ACTIVITY_CHARS

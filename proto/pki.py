@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import NameOID
 
+from .authority import PALACE_CA, Rule
 from .canonical import canonical_json
 from .ids import fingerprint
 
@@ -39,7 +40,9 @@ __all__ = [
     "Invite",
     "InviteError",
     "MemberCertificate",
+    "NAMESPACE",
     "REVOKE_EVENT_TYPE",
+    "RULES",
     "Revocation",
     "RevocationError",
     "ca_fingerprint",
@@ -387,3 +390,16 @@ def verify_ca_statement(ca_cert_pem: bytes, statement: bytes, signature_hex: str
     except (ValueError, InvalidSignature):
         return False
     return True
+
+
+# -- the membership's row of the authority table: the core's (palace_proto.features puts it right
+# after the identity's), as a revoked member's events are refused by every receiver --------------
+
+#: the membership's namespace: no client may write a type in it
+NAMESPACE: Final = "palace."
+RULES: Final[tuple[Rule, ...]] = (
+    Rule(REVOKE_EVENT_TYPE, (REVOKE_EVENT_TYPE,), (), "agent", frozenset({PALACE_CA}),
+         "a member's key and its origins' cutoffs", "every receiver refuses the peer from then on",
+         written_by="revoke (palacectl revoke)", as_daemon=True,
+         test="tests/e2e/test_fleet_security.py::test_a_revoked_peer_is_cut_off_everywhere"),
+)

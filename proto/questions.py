@@ -49,7 +49,7 @@ __all__ = [
     "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_APPROVAL_ARGUMENT_CHARS", "MAX_APPROVAL_INLINE_BYTES",
     "MAX_APPROVAL_INPUT_BYTES", "MAX_APPROVAL_TOOL_CHARS", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S",
     "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "MAX_ANSWERS_PER_ORIGIN", "AskTerms", "QuestionState", "approval_marker",
-    "approval_sha256", "ask_metadata", "asks_approval", "check_addressee", "check_approval", "check_approval_marker", "check_choices",
+    "approval_sha256", "ask_metadata", "asks_approval", "is_approval", "check_addressee", "check_approval", "check_approval_marker", "check_choices",
     "check_timeout", "match_choice", "settle",
 ]
 
@@ -132,6 +132,11 @@ def check_timeout(seconds: Any) -> int:
 def asks_approval(metadata: Any) -> bool:
     """Whether a question's ``metadata`` marks it as a run's permission request (``question.approval``)."""
     return isinstance(metadata, Mapping) and metadata.get("approval") is not None
+
+
+def is_approval(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is a question marked as a run's permission request (``question.approval``)."""
+    return event.get("type") == ASK and asks_approval(event.get("metadata"))
 
 
 def approval_sha256(text: str) -> str:

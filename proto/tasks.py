@@ -60,14 +60,12 @@ from .authority import (
     rule_for,
 )
 from .errors import ValidationError
-from .questions import ASK as QUESTION_ASK
-from .questions import asks_approval
 from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
 __all__ = [
     "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
     "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "queue_fields",
-    "ready_order", "is_approval",
+    "ready_order",
 ]
 
 REQUEST: Final = "task.request"
@@ -75,8 +73,6 @@ RELEASE: Final = "task.release"
 REASSIGN: Final = "task.reassign"
 CONFLICT: Final = "task.conflict"
 STALLED: Final = "task.stalled"
-# The type of another feature a task's derivation judges (literal here: usage builds on this module).
-USAGE_REPORT: Final = "usage.report"
 TERMINAL: Final = frozenset({"applied", "failed", "blocked", "superseded"})
 # Why 0 (urgent) .. 3 (low), default 2: the scale issue trackers for agents use; 0 sorts first.
 MIN_PRIORITY: Final = 0
@@ -156,11 +152,6 @@ def _order(event: Mapping[str, Any]) -> tuple[str, str]:
     return order_key(event.get("created_at"), event.get("id"))  # type: ignore[arg-type]
 
 
-def is_approval(event: Mapping[str, Any]) -> bool:
-    """Whether ``event`` is a question marked as a run's permission request (``question.approval``)."""
-    return event.get("type") == QUESTION_ASK and asks_approval(event.get("metadata"))
-
-
 def _corrects(facts: Mapping[str, Any]) -> bool:
     """``task.correct``'s condition: a request on a task that has its request already."""
     return bool(facts["later_request"])
@@ -201,7 +192,9 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         out_of_role.append(flag_of(event, Verdict(False, "clock", f"dated {event['created_at']}, more than "
                                                   f"{MAX_CLOCK_SKEW_S // 60} minutes ahead of this replica's clock: "
                                                   "it counts once that clock reaches it")))
-    usage_counted: list[str] = []
+    # What the rows of other features judged on a task count (a usage report): by rule, the
+    # events that count, in the settling order, each bounded by its row's per_subject.
+    counted: dict[str, list[str]] = {}
     by_id = {e.get("id"): e for e in ordered}
     for event in ordered:
         task.last_activity = max(task.last_activity, event["created_at"])
@@ -216,8 +209,8 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         refers, refers_why = True, None
         if kind == REQUEST and status not in (None, "open"):
             refers, refers_why = False, "a request opens its task (status open)"
-        elif kind == USAGE_REPORT and _metadata_of(event).get("task_id") != correlation_id:
-            refers, refers_why = False, "usage.report must name its task in metadata.task_id"
+        elif rule is not None and rule.refers is not None and (why := rule.refers(event, correlation_id)):
+            refers, refers_why = False, why
         elif kind in (CONFLICT, STALLED):
             told = by_id.get(_metadata_of(event).get("claim_event_id"))
             about = told if kind == CONFLICT else task.wording
@@ -225,11 +218,15 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
                 refers, refers_why = False, (f"{kind} must come from the daemon that wrote the "
                                              f"{'claim' if kind == CONFLICT else 'request'} it tells about")
         verdict = judge(rule, task.roles(who, requester), kind=str(kind), agent=who, refers=refers,
-                        refers_why=refers_why, subject_count=len(usage_counted), names=task.names(requester))
+                        refers_why=refers_why, subject_count=len(counted.get(rule.name, ()) if rule else ()),
+                        names=task.names(requester))
         if not verdict.ok:
             out_of_role.append(flag_of(event, verdict))
             continue
-        task.apply(verdict.rule, event, who, status, requester, usage_counted)
+        if verdict.rule.startswith("task."):
+            task.apply(verdict.rule, event, who, status, requester)
+        else:  # a row of another feature on this task: it counts, and moves nothing of the task's
+            counted.setdefault(verdict.rule, []).append(str(event.get("id")))
     state = task.state
     blocked_by, priority, own_stall = queue_fields(task.wording.get("metadata"))
     stall_after = own_stall or stall_after_s
@@ -251,7 +248,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         "claim_events": task.claims,
         "conflicts": task.conflicts,
         "out_of_role": sorted(out_of_role, key=lambda f: order_key(str(f["created_at"]), str(f["event_id"]))),
-        "usage_reports": usage_counted,
+        "counted": counted,
         "blocked_by": blocked_by,
         "priority": priority,
         "stall_after_s": stall_after,
@@ -316,8 +313,7 @@ class _Derivation:
         self.state, self.claimant, self.claim_event, self.claimant_last = state, None, None, None
         self.losers = set()
 
-    def apply(self, rule: str, event: Mapping[str, Any], who: Any, status: Any, requester: Any,
-              usage_counted: list[str]) -> None:
+    def apply(self, rule: str, event: Mapping[str, Any], who: Any, status: Any, requester: Any) -> None:
         """What an event the table allowed does (its rule says which kind of move it is)."""
         terminal = self.state in TERMINAL
         at = event["created_at"]
@@ -370,8 +366,6 @@ class _Derivation:
             if isinstance(target, str) and target:
                 self.assigned = target
             self._round()
-        elif rule == "usage.report":
-            usage_counted.append(str(event.get("id")))
 
 
 def ready_order(views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

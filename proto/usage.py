@@ -1185,13 +1185,28 @@ def blocking(breaches: Sequence[Breach], *, agent: str | None = None, task: str 
 #: the local API's operations of usage
 OPS: Final = frozenset({"usage"})
 NAMESPACE: Final = "usage."
+
+
+def _check_report(kind: str, body: str | None, metadata_json: str) -> None:
+    # What every replica sums: a report is checked field by field before it is appended.
+    check_usage_metadata(json.loads(metadata_json))
+
+
+def _names_its_task(event: Mapping[str, Any], task: str) -> str | None:
+    metadata = event.get("metadata")
+    named = metadata.get("task_id") if isinstance(metadata, Mapping) else None
+    return None if named == task else "usage.report must name its task in metadata.task_id"
+
+
+#: a client's usage report must carry figures that check
+APPEND_CHECKS: Final = {USAGE_TYPE: _check_report}
 # Why 256 reports per task: one per run; a task run 256 times is a loop, not work (issue 43, finding 4).
 MAX_USAGE_REPORTS_PER_TASK: Final = 256
 RULES: Final[tuple[Rule, ...]] = (
     Rule("usage.report", ("usage.report",), (), "task", frozenset({EVER_CLAIMED}),
          "an existing task, named both by its correlation id and by metadata.task_id",
          "summed into every total and budget; only the first reports of a task count",
-         per_subject=MAX_USAGE_REPORTS_PER_TASK,
+         per_subject=MAX_USAGE_REPORTS_PER_TASK, refers=_names_its_task,
          test="tests/e2e/test_usage.py::test_a_forged_usage_report_counts_nowhere_and_stops_no_worker"),
     Rule("usage.budget", ("usage.budget",), (), "", frozenset({ANY_AGENT}),
          "a budget reached (a worker says so)", "moves nothing",

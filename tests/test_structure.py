@@ -101,10 +101,15 @@ def names_outside_slices() -> dict[str, list[str]]:
     """For each feature, the source files outside its slice, and outside the slices of the features
     that build on it, that import one of its modules or name one of its types or operations."""
     from palace_proto.features import FEATURES
+    from palacectl.features import FEATURES as CLIENT_FEATURES
     from palaced.features import features
 
-    names = [module.__name__.rpartition(".")[2] for module in FEATURES]
-    builds_on = {f.name: set(f.builds_on) for f in features()}
+    protocol = [module.__name__.rpartition(".")[2] for module in FEATURES]
+    # palacectl's own features (the worker, approvals, the dashboard...) have slices too
+    names = protocol + [f.name for f in CLIENT_FEATURES if f.name not in protocol]
+    builds_on: dict[str, set[str]] = {}
+    for feature in (*features(), *CLIENT_FEATURES):
+        builds_on.setdefault(feature.name, set()).update(feature.builds_on)
     sources = _sources()
     slice_of = {path: feature_of(path, names) for path in sources}
     modules = {name: {_module_name(p) for p, f in slice_of.items() if f == name} for name in names}
@@ -146,3 +151,4 @@ def test_the_handlers_hold_one_store_and_never_hand_it_a_function_to_read():
         reads = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute)
                  and (node.attr == "memory_read" or node.attr == "read" and "store" in ast.unparse(node.value))]
         assert not reads, f"{path.relative_to(ROOT)}:{reads} hands the store a function to read"
+

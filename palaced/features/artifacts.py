@@ -152,4 +152,4 @@ OPS: Final = {
 
 # -- the feature's declaration --------------------------------------------------------------------
 
-FEATURE: Final = Feature(name="artifacts", ops=OPS, inline_ops=frozenset({"artifact_get"}))
+FEATURE: Final = Feature(name="artifacts", ops=OPS, builds_on=("tasks",), inline_ops=frozenset({"artifact_get"}))

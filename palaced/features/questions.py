@@ -35,11 +35,12 @@ from palace_proto.questions import (
     check_approval,
     check_choices,
     check_timeout,
+    is_approval,
     match_choice,
     settle,
 )
 from palace_proto.stamps import format_stamp, seconds_between
-from palace_proto.tasks import derive_task, is_approval
+from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
 
 from ..store import WriteContext
@@ -330,5 +331,5 @@ def _choices_hint(event: Mapping[str, Any]) -> str:
 TRIGGERS: Final = (Trigger("question", lambda e: e.get("type") == ASK, _question_title, _choices_hint,
                            addressed_only=True),)
 
-FEATURE: Final = Feature(name="questions", ops=OPS, inbox_also=_inbox_also, store=store_questions.PART,
+FEATURE: Final = Feature(name="questions", ops=OPS, builds_on=("tasks",), inbox_also=_inbox_also, store=store_questions.PART,
                          triggers=TRIGGERS)

@@ -426,5 +426,5 @@ async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
     return {"rooms": await rooms_of(ctx, agent)}
 
 
-FEATURE: Final = Feature(name="rooms", ops=OPS, services=(RoomFiler,), wake=RoomWake,
+FEATURE: Final = Feature(name="rooms", ops=OPS, builds_on=("memory",), services=(RoomFiler,), wake=RoomWake,
                          inbox_excludes=frozenset(ROOM_TYPES), session=session_part, store=store_rooms.PART)

@@ -5,7 +5,7 @@ Owns: ``ping``; ``status`` (everything ``palacectl status`` shows, gathered from
 and ``health``, its judgement of what needs attention — a WAL that stopped being truncated, forks,
 an embedding model that failed, a recent error in the log, a certificate about to expire, no peer
 reachable; ``report_facts``, the same as the rest of the palace sees it (what this daemon's report
-says beyond its links, palace_proto.fleet); ``backup``, a consistent copy of the live database to a
+says beyond its links, palace_proto.reports); ``backup``, a consistent copy of the live database to a
 path the client names; ``export_page`` / ``import_events``, which move signed events in and out as
 NDJSON lines (``palace_proto.export``; imported events are history, never replicated). Restoring is
 not here: it needs the daemon stopped, so ``palacectl restore`` does it.
@@ -91,7 +91,7 @@ async def status(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def report_facts(ctx: Context) -> dict[str, Any]:
-    """What this daemon's report (palace_proto.fleet) says of it beyond its links, gathered as
+    """What this daemon's report (palace_proto.reports) says of it beyond its links, gathered as
     ``status`` gathers it and judged by ``health``: the network calls this for every report it
     announces (every 30 s, and after a link changes state)."""
     result = await status(ctx, {})

@@ -1,7 +1,7 @@
 """Daemon reports: what each daemon says about itself for the fleet view (``palacectl fleet``).
 
 Owns: this daemon's report — its links with their state and lag (as ``peers`` shows them), and the
-rest as ``status`` sees it (``facts``), content in ``palace_proto.fleet`` — signed with its key and
+rest as ``status`` sees it (``facts``), content in ``palace_proto.reports`` — signed with its key and
 announced at start, on a heartbeat, and once links settle after one of them changed state (heard
 through the registry's change hook); the newest report heard from each other member daemon, kept
 only if it verifies and holds a report, and relayed to every other link; and what the ``fleet``
@@ -23,7 +23,7 @@ import trio
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from palace_proto.fleet import decode_report, encode_report
+from palace_proto.reports import decode_report, encode_report
 from palace_proto.peer import Report, report_signing_bytes
 from palace_proto.text import printable
 
@@ -151,7 +151,7 @@ class Reports:
                 for p in views]
 
     async def _content(self, links: list[dict[str, Any]]) -> dict[str, Any]:
-        """The whole report (palace_proto.fleet): ``links``, and the rest as ``status`` sees it."""
+        """The whole report (palace_proto.reports): ``links``, and the rest as ``status`` sees it."""
         content: dict[str, Any] = {"role": self.membership.role, "origin": self.store.origin_id, "links": links}
         try:
             content.update(await self._facts() if self._facts is not None else {})

@@ -27,7 +27,7 @@ import msgpack
 from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, SignedEvent, verify_hashes
 from palace_proto.errors import SignatureError, ValidationError
-from palace_proto.memory import MEMORY_TYPES, check_memory_event
+from palace_proto.features import STORED_CHECKS
 from palace_proto.peer import event_to_wire
 from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
 from palace_proto.text import printable
@@ -206,8 +206,9 @@ def rule_broken(event: SignedEvent, limits: Limits) -> str | None:
     """Why an authentic event from outside breaks the data model (None: it does not)."""
     try:
         check_replicated_event(event, limits)
-        if event.type in MEMORY_TYPES:
-            check_memory_event(event.type, event.body, event.metadata_json)
+        check = STORED_CHECKS.get(event.type)
+        if check is not None:  # what its feature asks of its content (memory's shapes)
+            check(event.type, event.body, event.metadata_json)
     except ValidationError as exc:
         return exc.message
     return None

@@ -255,7 +255,7 @@ def _judge(ctx: WriteContext, task: str) -> tuple[dict[str, tuple[Any, ...]], li
     # now=None: the verdict must not depend on when it was reached (a claim dated ahead of one
     # replica's clock would otherwise count there later than elsewhere, with nothing to judge it again).
     view = derive_task(task, _annotate(ctx, events), now=None, daemon_of=lambda origin: _daemon(ctx, origin) or origin)
-    return {r[0]: r for r in reports}, (view["usage_reports"] if view is not None else [])
+    return {r[0]: r for r in reports}, (view["counted"].get("usage.report", []) if view is not None else [])
 
 
 def _loads(text: str) -> Any:

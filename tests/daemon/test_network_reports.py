@@ -17,7 +17,7 @@ import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto import __version__
-from palace_proto.fleet import decode_report, encode_report
+from palace_proto.reports import decode_report, encode_report
 from palace_proto.peer import Presence, Report, report_signing_bytes
 from palaced.app import serve
 from palaced.config import Config

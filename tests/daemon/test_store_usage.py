@@ -274,7 +274,7 @@ def test_every_answer_is_the_pure_sum_of_the_reports_the_tasks_count(tmp_path):
     counts = set()
     for cid in {e["correlation_id"] for e in everything}:
         view = derive_task(cid, [e for e in everything if e["correlation_id"] == cid])
-        counts.update(view["usage_reports"] if view else [])
+        counts.update(view["counted"].get("usage.report", []) if view else [])
     records = [record_from_event(e) for e in everything if e["id"] in counts]
     assert 10 < len(records) < len([e for e in everything if e["type"] == USAGE_TYPE])
     now = "2026-03-02T12:00:00.000000Z"

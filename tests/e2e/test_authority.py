@@ -81,7 +81,7 @@ def _task_flagged(rule: str) -> Callable[[Any, Honest, list[str]], None]:
         view = ctl_json(home, "task", "show", honest.task["correlation_id"])
         assert (view["state"], view["claimed_by"], view["requested_by"], view["assigned_to"]) == \
             ("ready", "bob", "alice", "bob"), view
-        assert view["request"]["id"] == honest.task["id"] and view["usage_reports"] == []
+        assert view["request"]["id"] == honest.task["id"] and view["counted"].get("usage.report", []) == []
         flagged = {f["event_id"]: f["rule"] for f in view["out_of_role"]}
         assert all(flagged.get(i) == rule for i in ids), (rule, view["out_of_role"])
     return check

@@ -24,7 +24,7 @@ from palace_proto.identity import REGISTER, registry_metadata
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent
-from palace_proto.fleet import decode_report, encode_report
+from palace_proto.reports import decode_report, encode_report
 from palace_proto.ids import origin_id_from_random
 from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,

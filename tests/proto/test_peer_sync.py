@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
-from palace_proto.fleet import MAX_REPORT_BYTES
+from palace_proto.reports import MAX_REPORT_BYTES
 from palace_proto.framing import NEED_DATA, encode_frame
 from palace_proto.bindings import OriginBinding
 from palace_proto.peer import (
@@ -381,7 +381,7 @@ REPORT_WIRE = {"t": "report", "peer_id": "P", "name": "laptop", "serial": 5, "re
 ])
 def test_a_report_of_the_wrong_shape_is_refused(change, field):
     """Every field checked, the content's size before anything reads it (its content is read by
-    palace_proto.fleet only once its signature verified)."""
+    palace_proto.reports only once its signature verified)."""
     assert from_wire(REPORT_WIRE) == Report("P", "laptop", 5, b'{"v":1}', b"s" * 64)
     with pytest.raises(RemoteProtocolError, match=field):
         from_wire({**REPORT_WIRE, **change})

@@ -3,7 +3,6 @@ replica runs on the same events to agree on the answer that counts."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""palace_proto.fleet: a daemon report as its daemon writes it (bounded, sorted, ASCII, at most
+"""palace_proto.reports: a daemon report as its daemon writes it (bounded, sorted, ASCII, at most
 16 KiB) and as every other daemon reads it — leniently but safely, because a hostile member may
 have signed anything: unknown keys dropped, strings checked or made visible and cut, lists bounded,
 wrong types read as None, and no exception for any JSON object."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from palace_proto.fleet import (
+from palace_proto.reports import (
     LINK_STATES,
     MAX_HEALTH_PROBLEMS,
     MAX_PROBLEM_CHARS,
