@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from .feature import Features
 
 __all__ = [
-    "COMMAND_KEYS", "CORE_VERBS", "LIGHT_TOOLS", "LightCall", "LightError", "Quoted", "Reader", "Tables", "Verb", "pairs",
-    "read_light_call", "rename", "require", "tables", "tokenize", "typed",
+    "COMMAND_KEYS", "CORE_VERBS", "LIGHT_TOOLS", "LightCall", "LightError", "Quoted", "Reader", "Tables", "Verb",
+    "pairs", "read_light_call", "rename", "require", "tables", "tokenize", "typed",
 ]
 
 #: the three tools, and the word MemPalace uses for each in its parse errors

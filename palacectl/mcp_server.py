@@ -7,7 +7,8 @@ OpenCode speak it, and ``server/discover`` with the version in every request's `
 their arguments checked (and coerced the lax way models need: ``"5"`` for 5), resources and
 their templates, ``ping``, cancellation, batches, and errors by JSON-RPC code; and the
 ``Registry`` tools and resources are declared into by decorator (a module's: palace's tools are
-module-level functions in ``mcp_tools.py``; or a server's own). It knows nothing of palace, and
+module-level functions in ``mcp_tools.py`` and the features' tools modules, put together by
+``mcp_tools.build_registry``; or a server's own). It knows nothing of palace, and
 imports nothing but the stdlib (trio only once it serves asynchronously; never the ``mcp`` SDK).
 
 Why not the ``mcp`` SDK: importing it takes ~0.5-0.8 s here, and harnesses give a server about

@@ -28,7 +28,7 @@ from ..loop import guarded
 from ..output import EXIT_OK, EXIT_USAGE
 from . import bench, common, harness, log, notify, session, status
 
-__all__ = ["CORE_COMMANDS", "CORE_GROUPS", "app", "build_app", "main"]
+__all__ = ["CORE_COMMANDS", "CORE_GROUPS", "application", "build_app", "main"]  # and ``app``
 
 #: the core's top-level commands (each feature's are its ``cli`` module's ``COMMANDS``)
 CORE_COMMANDS: Final[dict[str, Callable[..., Any]]] = {
@@ -68,7 +68,8 @@ def build_app(features: Features) -> typer.Typer:
         if feature.cli is None:
             continue
         module = load(feature.cli)
-        for table, into in ((module.COMMANDS, commands), (getattr(module, "HIDDEN", {}), hidden), (module.GROUPS, groups)):
+        tables = ((module.COMMANDS, commands), (getattr(module, "HIDDEN", {}), hidden), (module.GROUPS, groups))
+        for table, into in tables:
             for name, thing in table.items():
                 if name in owner:
                     raise ValueError(f"{owner[name]} and feature {feature.name} both declare the command {name!r}")
@@ -99,7 +100,22 @@ def _add_subcommands(group: typer.Typer, subs: dict[str, Callable[..., Any]], fe
             raise ValueError(f"feature {feature_name} adds {name!r} to a group that has one")
 
 
-app: Final = build_app(registry())
+_built: list[typer.Typer] = []
+
+
+def application() -> typer.Typer:
+    """palacectl's app, with palacectl's features (``palacectl.features``), built at its first use:
+    a feature's command module imports ``cli.common``, so the app cannot be built while this
+    package is first imported (by that very module, in a test)."""
+    if not _built:
+        _built.append(build_app(registry()))
+    return _built[0]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # ``app`` is ``application()``'s
+        return application()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- entry point --------------------------------------------------------------------------------
@@ -107,12 +123,12 @@ app: Final = build_app(registry())
 _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-def main(argv: list[str] | None = None, *, application: typer.Typer | None = None) -> int:
-    """Run palacectl (``application``: another app ``build_app`` made, a test's); returns the exit
-    code (never a traceback for expected failures)."""
+def main(argv: list[str] | None = None, *, app: typer.Typer | None = None) -> int:
+    """Run palacectl (``app``: another one ``build_app`` made, a test's); returns the exit code
+    (never a traceback for expected failures)."""
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args
-    command = typer.main.get_command(application or app)
+    command = typer.main.get_command(app or application())
 
     def run() -> int:
         # What only the framework raises is mapped here; the rest as for the loop's quick path.

@@ -15,7 +15,7 @@ The daemon's features keep the protocol's names (``palace_proto.features``); pal
     worker      worker, task launch: runs of a headless harness on tasks
     guard       the guard group: git hooks under other agents' leases
     service     the service group (its folder: palacectl/service/)
-    backup      backup, restore, export, import
+    archive     backup, restore, export, import: the palace's data out and back in
     dashboard   ui, and the dashboard's own pages: Now, Timeline, a person's message and answer
 
 Standard library only: every declaration is, and so is this (``tool_sets`` and the loop read it
@@ -28,7 +28,7 @@ from typing import Final
 
 from .. import service
 from ..feature import Feature, Features
-from . import agents, approvals, artifacts, backup, dashboard, fleet, guard, leases, memory, questions, rooms, tasks
+from . import agents, approvals, archive, artifacts, dashboard, fleet, guard, leases, memory, questions, rooms, tasks
 from . import usage, worker
 
 __all__ = ["FEATURES", "HELP_ORDER", "NAV_ORDER", "TOOL_GROUPS", "features"]
@@ -37,7 +37,7 @@ __all__ = ["FEATURES", "HELP_ORDER", "NAV_ORDER", "TOOL_GROUPS", "features"]
 FEATURES: Final[tuple[Feature, ...]] = (
     artifacts.FEATURE, tasks.FEATURE, memory.FEATURE, leases.FEATURE, fleet.FEATURE, questions.FEATURE,
     usage.FEATURE, rooms.FEATURE, agents.FEATURE,
-    approvals.FEATURE, worker.FEATURE, guard.FEATURE, service.FEATURE, backup.FEATURE, dashboard.FEATURE,
+    approvals.FEATURE, worker.FEATURE, guard.FEATURE, service.FEATURE, archive.FEATURE, dashboard.FEATURE,
 )
 #: ``palacectl --help``: the top-level commands (the loop's first, then people, the palace, the
 #: harness, data, memory, runs), then the groups

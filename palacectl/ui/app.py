@@ -6,21 +6,29 @@ of failures to HTTP: a daemon refusal to 400/403/404 with its message, a daemon 
 503 naming how to start it, and anything unexpected to a 500 for that request only (logged once
 with its traceback, counted in ``/statusz``; the server and every other request go on).
 
+The page is the core's frame (``static/``) and the features' pages: the nav lists every
+feature's ``Page`` in ``Features.nav_order`` and the page loads every feature's script after the
+frame's (both written into ``index.html`` here, from the features, never listed by hand); each
+feature's dashboard module (``Feature.ui``) answers its own routes (``views.Route``). This module
+names no feature.
+
 Routes (all but ``/healthz`` behind the gate):
 
     GET  /                      the page (the secret in the URL sets the cookie, then 303 to /)
-    GET  /static/NAME           its script, styles and icon
+    GET  /static/NAME           its script, styles and icon; a feature's script is NAME.js
     GET  /healthz               {ok, daemon}: no secret, nothing of the palace
     GET  /statusz               the dashboard's own counters and the daemon's health
     GET  /logstream/stream      the log as server-sent events (``sse``)
-    GET  /api/...               one JSON document per page or panel (``views``)
-    POST /api/message           a person's message (CSRF token and Origin required; not on observers)
-    POST /api/answer            a person's answer to a question (the same requirements)
+    GET  /api/session           who this dashboard is, and whether it may write
+    ...  /api/...               the features' routes: one JSON document per page or panel, a
+                                download, or a person's write (POST: CSRF token and Origin
+                                required; never on an observer)
 """
 
 from __future__ import annotations
 
 import collections
+import html
 import importlib.resources
 import logging
 import re
@@ -34,10 +42,11 @@ from palace_proto.errors import ApiError
 
 from ..aclient import AsyncDaemon
 from ..client import DaemonUnreachable
+from ..feature import Features, load
 from .http import HttpError, Receive, Request, Scope, Send, send_bytes, send_json
 from .security import Gate, Verdict
 from .sse import StreamSlots, serve_stream, stream_args
-from .views import Views
+from .views import Route, Views
 
 __all__ = ["Dashboard"]
 
@@ -56,6 +65,8 @@ REQUEST_TIMEOUT_S: Final = 30.0
 #: Why 2 s: ``/healthz`` is what a monitor polls; it must answer promptly even about a stuck daemon.
 HEALTH_TIMEOUT_S: Final = 2.0
 _STATIC_NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+#: a page's name: in the page's address (``#/name``) and the nav's ``data-page``
+_PAGE_NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _CONTENT_TYPES: Final = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
     ".svg": "image/svg+xml", ".txt": "text/plain; charset=utf-8",
@@ -80,12 +91,54 @@ def _load_static() -> dict[str, tuple[bytes, str]]:
     return files
 
 
-class Dashboard:
-    """The ASGI application of one ``palacectl ui`` run."""
+def _feature_scripts(features: Features, taken: set[str]) -> dict[str, tuple[bytes, str]]:
+    """Each feature's page script (``Feature.script``), as the static file ``<feature>.js``.
 
-    def __init__(self, daemon: AsyncDaemon, gate: Gate, *, human: str, max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+    Raises:
+        ValueError: a name that is not a static file's, or one the frame's files hold already.
+    """
+    scripts: dict[str, tuple[bytes, str]] = {}
+    for feature in features:
+        if feature.script is None:
+            continue
+        name = f"{feature.name}.js"
+        if not _STATIC_NAME_RE.match(name) or name in taken:
+            raise ValueError(f"feature {feature.name}: its script cannot be served as /static/{name}")
+        package, _, file = feature.script.partition(":")
+        scripts[name] = ((importlib.resources.files(package) / file).read_bytes(), _CONTENT_TYPES[".js"])
+    return scripts
+
+
+def _page(frame: bytes, features: Features, scripts: list[str], csrf_token: str) -> bytes:
+    """The frame's ``index.html`` with the features' nav entries and scripts written in.
+
+    Raises:
+        ValueError: a page's name that cannot be an address.
+    """
+    links = []
+    for _, page in features.pages():
+        if not _PAGE_NAME_RE.match(page.name):
+            raise ValueError(f"page {page.name!r}: a page's name is lower-case letters, digits, '_' and '-'")
+        links.append(f'<a href="#/{page.name}" data-page="{page.name}">{html.escape(page.title)}</a>')
+    tags = [f'<script src="/static/{html.escape(name)}" defer></script>' for name in scripts]
+    return (frame.replace(b"{{CSRF_TOKEN}}", csrf_token.encode("ascii"))
+            .replace(b"{{NAV}}", "\n    ".join(links).encode("utf-8"))
+            .replace(b"{{PAGES}}", "\n".join(tags).encode("utf-8")))
+
+
+class Dashboard:
+    """The ASGI application of one ``palacectl ui`` run, with ``features``' pages (by default
+    palacectl's, ``palacectl.features``)."""
+
+    def __init__(self, daemon: AsyncDaemon, gate: Gate, *, human: str, max_streams: int = DEFAULT_MAX_STREAMS,
+                 features: Features | None = None) -> None:
+        if features is None:
+            from ..features import features as registry
+
+            features = registry()
         self.daemon = daemon
         self.gate = gate
+        self.features = features
         self.views = Views(daemon, human=human)
         self.streams = StreamSlots(max_streams)
         self.busy = trio.CapacityLimiter(MAX_CONCURRENT_REQUESTS)
@@ -93,28 +146,13 @@ class Dashboard:
         self.counters: collections.Counter[str] = collections.Counter()
         self._failed_places: set[str] = set()
         self.static = _load_static()
-        page = self.static.get("index.html", (b"", ""))[0]
-        self.page = page.replace(b"{{CSRF_TOKEN}}", gate.csrf_token.encode("ascii"))
+        scripts = _feature_scripts(features, set(self.static))
+        self.static.update(scripts)
+        self.page = _page(self.static.get("index.html", (b"", ""))[0], features, list(scripts), gate.csrf_token)
         self.routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[None]]]] = [
             ("GET", re.compile(r"^/api/session$"), self._json(lambda r: self.views.session())),
-            ("GET", re.compile(r"^/api/now$"), self._json(lambda r: self.views.now())),
-            ("GET", re.compile(r"^/api/events$"), self._json(self.views.events)),
-            ("GET", re.compile(r"^/api/event/([^/]{1,120})$"), self._json(lambda r, i: self.views.event(i))),
-            ("GET", re.compile(r"^/api/tasks$"), self._json(lambda r: self.views.tasks())),
-            ("GET", re.compile(r"^/api/task/([^/]{1,256})$"), self._json(lambda r, c: self.views.task(c))),
-            ("GET", re.compile(r"^/api/artifact/([^/]{1,80})$"), self._json(lambda r, a: self.views.artifact_view(a))),
-            ("GET", re.compile(r"^/api/artifact/([^/]{1,80})/raw$"), self._artifact_raw),
-            ("GET", re.compile(r"^/api/fleet$"), self._json(lambda r: self.views.fleet())),
-            ("GET", re.compile(r"^/api/leases$"), self._json(lambda r: self.views.leases())),
-            ("GET", re.compile(r"^/api/usage$"), self._json(self.views.usage)),
-            ("GET", re.compile(r"^/api/rooms$"), self._json(self.views.rooms)),
-            ("GET", re.compile(r"^/api/room/([^/]{1,120})$"), self._json(lambda r, i: self.views.room(i, r))),
-            ("GET", re.compile(r"^/api/memory/search$"), self._json(self.views.search)),
-            ("GET", re.compile(r"^/api/memory/drawer/([^/]{1,120})$"), self._json(lambda r, d: self.views.drawer(d))),
-            ("GET", re.compile(r"^/api/memory/entity$"), self._json(self.views.entity)),
-            ("GET", re.compile(r"^/api/memory/diary$"), self._json(self.views.diary)),
-            ("POST", re.compile(r"^/api/message$"), self._message),
-            ("POST", re.compile(r"^/api/answer$"), self._answer),
+            *((route.method, re.compile(route.pattern), self._handler(route))
+              for feature in features if feature.ui is not None for route in load(feature.ui).ROUTES),
             ("GET", re.compile(r"^/logstream/stream$"), self._stream),
             ("GET", re.compile(r"^/statusz$"), self._json(lambda r: self.statusz())),
             ("GET", re.compile(r"^/static/([^/]{1,64})$"), self._static),
@@ -207,6 +245,20 @@ class Dashboard:
 
     # -- routes --------------------------------------------------------------------------------
 
+    def _handler(self, route: Route) -> Callable[..., Awaitable[None]]:
+        """What answers a feature's route: its handler given this run's ``Views`` (``views.Route``)."""
+        if route.kind == "json":
+            return self._json(lambda request, *groups: route.handler(self.views, request, *groups))
+        if route.kind == "raw":
+            async def raw(request: Request, send: Send, *groups: str) -> None:
+                body, content_type, headers = await self._bounded(route.handler(self.views, request, *groups))
+                await send_bytes(send, 200, body, content_type, headers=headers)
+            return raw
+
+        async def write(request: Request, send: Send) -> None:
+            await self._persons_write(request, send, lambda doc: route.handler(self.views, doc), route.refusal)
+        return write
+
     def _json(self, produce: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
         async def handler(request: Request, send: Send, *groups: str) -> None:
             await send_json(send, 200, await self._bounded(produce(request, *groups)))
@@ -269,23 +321,6 @@ class Dashboard:
     async def _stream(self, request: Request, send: Send) -> None:
         args = stream_args(request.query, request.headers.get("last-event-id"))
         await serve_stream(self.daemon, args, self.streams, request.receive, send)
-
-    async def _artifact_raw(self, request: Request, send: Send, artifact_id: str) -> None:
-        record, content = await self._bounded(self.views.artifact(artifact_id))
-        if not record["sha256_verified"]:
-            raise HttpError(502, f"artifact {artifact_id}: its bytes do not match its sha256 "
-                                 f"({record['sha256_computed']}); not served")
-        extension = {"patch": "patch", "log": "log"}.get(str(record.get("kind")), "bin")
-        name = f"{record.get('id', 'artifact')}.{extension}"
-        await send_bytes(send, 200, content, "application/octet-stream",
-                         headers=[("content-disposition", f'attachment; filename="{name}"'),
-                                  ("x-palace-sha256", str(record.get("sha256")))])
-
-    async def _message(self, request: Request, send: Send) -> None:
-        await self._persons_write(request, send, self.views.send_message, "it sends no messages")
-
-    async def _answer(self, request: Request, send: Send) -> None:
-        await self._persons_write(request, send, self.views.answer_question, "it writes no answers")
 
     async def _persons_write(self, request: Request, send: Send,
                              write: Callable[[Any], Awaitable[dict[str, Any]]], refusal: str) -> None:

@@ -84,13 +84,15 @@ def use_fake_client(monkeypatch: pytest.MonkeyPatch, home: Path) -> FakeClient:
     return fake
 
 
-def invoke(*args: str, input: bytes | None = None) -> CtlResult:
+def invoke(*args: str, input: bytes | None = None, app: Any = None) -> CtlResult:
     """Run ``palacectl ARGS`` in this process as a real one runs it (``palacectl.cli.main``: exit
     64 for usage, 1 for a failure, 3 for no daemon), with its stdin, stdout and stderr swapped for
-    buffers, as tests/helpers.py runs it against a real daemon."""
+    buffers, as tests/helpers.py runs it against a real daemon. ``app``: another typer app than
+    palacectl's (``cli.root.build_app`` with a test's features)."""
     from palacectl.cli import main
 
-    _build_palacectl_command_once()
+    if app is None:
+        _build_palacectl_command_once()
     out, err = io.BytesIO(), io.BytesIO()
     streams = (io.TextIOWrapper(io.BytesIO(input or b""), encoding="utf-8"),
                io.TextIOWrapper(out, encoding="utf-8", write_through=True),
@@ -98,7 +100,7 @@ def invoke(*args: str, input: bytes | None = None) -> CtlResult:
     saved = (sys.stdin, sys.stdout, sys.stderr)
     sys.stdin, sys.stdout, sys.stderr = streams
     try:
-        code = main(list(args))
+        code = main(list(args), app=app)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

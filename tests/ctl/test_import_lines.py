@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from palacectl.features.backup import export as export_cli
+from palacectl.features.archive import export as export_cli
 
 
 def test_a_line_over_the_bound_is_read_past_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,10 +2,10 @@
 top-level ``agents`` roster.
 
 Owns: the flags, the one-line answers and the roster's columns. An agent id belongs to the daemon
-where it was registered (by its first write there, or ``agent register``); the daemon refuses
-writes as an agent another daemon holds, and flags events that other replicas wrote as it
-(docs/coordination.md, "Agents, inboxes and sessions"). Thin commands over ``common.call_daemon``. The root registers what ``COMMANDS`` and ``GROUPS`` name.
-"""
+where it was registered (by its first write there, or ``agent register``); the daemon refuses writes
+as an agent another daemon holds, and flags events that other replicas wrote as it
+(docs/coordination.md, "Agents, inboxes and sessions"). Thin commands over ``common.call_daemon``.
+The root registers what ``COMMANDS`` and ``GROUPS`` name."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """palacectl's command behind a launched run's permission hook: ``approve-hook`` (not for people).
 
-Owns the command line of ``approve_hook`` — what Gemini CLI runs before each tool call
-of a run palace launched (its settings file names it, with the run's agent, task, runner and the
-harness's limit on the hook) — and nothing else: the hook reads the request on stdin and prints
-one decision, a deny whenever anything fails. Hidden from ``palacectl --help``. The root registers what ``COMMANDS`` and ``GROUPS`` name.
-"""
+Owns the command line of ``approve_hook`` — what Gemini CLI runs before each tool call of a run
+palace launched (its settings file names it, with the run's agent, task, runner and the harness's
+limit on the hook) — and nothing else: the hook reads the request on stdin and prints one decision,
+a deny whenever anything fails. Hidden from ``palacectl --help``. The root registers what
+``COMMANDS`` and ``GROUPS`` name."""
 
 from __future__ import annotations
 

@@ -18,4 +18,5 @@ FEATURE: Final = Feature(
     tools={"core": ("mempalace_patch_submit", "mempalace_artifact_get"), "log": ("mempalace_artifact_put",)},
     tools_module=f"{__name__}.tools",
     light=f"{__name__}.light",
+    ui=f"{__name__}.page",
 )

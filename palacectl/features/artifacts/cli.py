@@ -1,10 +1,10 @@
 """palacectl's artifact and patch commands: content-addressed bytes, and patches delivered with them.
 
-Owns: the ``artifact`` group (put: any bytes from a file or stdin, byte-exact; get: the exact
-bytes to stdout or ``--out``, sha256 verified before anything is written) and the ``patch``
-group (submit: store a diff and announce it with ``patch.ready`` in one transaction). Writing
-``--out`` goes through ``palacectl.files`` (atomic, the user's usual mode). The root registers what ``COMMANDS`` and ``GROUPS`` name.
-"""
+Owns: the ``artifact`` group (put: any bytes from a file or stdin, byte-exact; get: the exact bytes
+to stdout or ``--out``, sha256 verified before anything is written) and the ``patch`` group (submit:
+store a diff and announce it with ``patch.ready`` in one transaction). Writing ``--out`` goes
+through ``palacectl.files`` (atomic, the user's usual mode). The root registers what ``COMMANDS``
+and ``GROUPS`` name."""
 
 from __future__ import annotations
 

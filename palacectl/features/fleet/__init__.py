@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...feature import Feature
+from ...feature import Feature, Page
 
 __all__ = ["FEATURE"]
 
@@ -18,4 +18,7 @@ FEATURE: Final = Feature(
     tools={"log": ("mempalace_who", "mempalace_peers")},
     tools_module=f"{__name__}.tools",
     light=f"{__name__}.light",
+    ui=f"{__name__}.page",
+    script=f"{__name__}:page.js",
+    pages=(Page("fleet", "Fleet"),),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...feature import Feature
+from ...feature import Feature, Page
 
 __all__ = ["FEATURE"]
 
@@ -18,4 +18,7 @@ FEATURE: Final = Feature(
     tools={"leases": ("mempalace_lease_acquire", "mempalace_lease_renew", "mempalace_lease_release",
                       "mempalace_lease_list", "mempalace_lease_check")},
     tools_module=f"{__name__}.tools",
+    ui=f"{__name__}.page",
+    script=f"{__name__}:page.js",
+    pages=(Page("leases", "Leases"),),
 )

@@ -1,8 +1,8 @@
 """palacectl's lease commands: claim paths and resources so agents stop colliding.
 
-Owns: the ``lease`` group (acquire, renew, release, list, check) over the daemon's lease
-operations (palaced/handlers/leases.py; the rules are palace_proto.leases). The root registers what ``COMMANDS`` and ``GROUPS`` name.
-"""
+Owns: the ``lease`` group (acquire, renew, release, list, check) over the daemon's lease operations
+(palaced/handlers/leases.py; the rules are palace_proto.leases). The root registers what
+``COMMANDS`` and ``GROUPS`` name."""
 
 from __future__ import annotations
 

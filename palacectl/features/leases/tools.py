@@ -10,7 +10,10 @@ from palace_proto.errors import ApiError
 
 from ...mcp_tools import Palace, Result, drop_none, read_resource, resource, tool
 
-__all__ = ["leases_resource", "mempalace_lease_acquire", "mempalace_lease_check", "mempalace_lease_list", "mempalace_lease_release", "mempalace_lease_renew"]
+__all__ = [
+    "leases_resource", "mempalace_lease_acquire", "mempalace_lease_check", "mempalace_lease_list",
+    "mempalace_lease_release", "mempalace_lease_renew",
+]
 
 
 @tool("leases", mutating=True, extras=("agent",), description=(

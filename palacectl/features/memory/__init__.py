@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...feature import Feature
+from ...feature import Feature, Page
 
 __all__ = ["FEATURE"]
 
@@ -20,4 +20,7 @@ FEATURE: Final = Feature(
                       "mempalace_diary_read", "mempalace_list_agents", "mempalace_find_tunnels")},
     tools_module=f"{__name__}.tools",
     light=f"{__name__}.light",
+    ui=f"{__name__}.page",
+    script=f"{__name__}:page.js",
+    pages=(Page("memory", "Memory"),),
 )

@@ -283,7 +283,8 @@ def _triple(tokens: list[str], verb: str) -> dict[str, Any]:
         subject, predicate, rest = str(tokens[0]), str(tokens[1]), tokens[2:]
     else:
         raise LightError(f"{verb} requires 'subject -> predicate -> object' or 'subject predicate object'")
-    flags = {"FROM", "TO", "VALID_FROM", "VALID_TO", "DRAWER", "CLOSET"} if verb == "KG ADD" else {"ENDED", "AT", "DATE"}
+    flags = ({"FROM", "TO", "VALID_FROM", "VALID_TO", "DRAWER", "CLOSET"} if verb == "KG ADD"
+             else {"ENDED", "AT", "DATE"})
     obj: list[str] = []
     for i, tok in enumerate(rest):
         head = tok.split(":", 1)[0].upper() if not isinstance(tok, Quoted) else ""
@@ -342,7 +343,8 @@ def _diary_write(tokens: list[str]) -> dict[str, Any]:
 READERS: Final = {"palace_query": _read_query, "palace_exec": _read_exec}
 DESCRIPTIONS: Final = {
     "palace_query": ("Read the palace: 'FIND words [IN wing/room] [LIMIT n] [SINCE d]', 'KG entity [AS OF d]', "
-                     "'DIARY agent [LAST n]', 'TUNNELS [BETWEEN a AND b]'; or fields (target: search|kg_query|diary|tunnels)."),
+                     "'DIARY agent [LAST n]', 'TUNNELS [BETWEEN a AND b]'; or fields (target: "
+                     "search|kg_query|diary|tunnels)."),
     "palace_exec": ("Write memory: 'ADD IN wing/room \"verbatim text\"', 'KG ADD s -> p -> o [FROM d]', "
                     "'KG INVALIDATE s -> p -> o [ENDED d]', 'DIARY WRITE agent text [TOPIC t]'; or fields (action)."),
 }

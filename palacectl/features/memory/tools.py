@@ -1,4 +1,5 @@
-"""The memory feature's MCP tools: search and file drawers (``core``); the knowledge graph, diaries, the wings and their tunnels (``memory``).
+"""The memory feature's MCP tools: search and file drawers (``core``); the knowledge graph, diaries,
+the wings and their tunnels (``memory``).
 
 Each is declared with ``mcp_tools.tool`` in the group this package's declaration lists it in;
 ``mcp_tools.build_registry`` puts them together with the core's. Must not import trio or typer.
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 from ...mcp_tools import Palace, Result, drop_none, tool
 
-__all__ = ["mempalace_add_drawer", "mempalace_diary_read", "mempalace_diary_write", "mempalace_find_tunnels", "mempalace_kg_add", "mempalace_kg_invalidate", "mempalace_kg_query", "mempalace_list_agents", "mempalace_search"]
+__all__ = [
+    "mempalace_add_drawer", "mempalace_diary_read", "mempalace_diary_write", "mempalace_find_tunnels",
+    "mempalace_kg_add", "mempalace_kg_invalidate", "mempalace_kg_query", "mempalace_list_agents",
+    "mempalace_search",
+]
 
 
 @tool("core", extras=("since", "before"), description=(

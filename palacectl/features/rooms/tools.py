@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from ...mcp_tools import Palace, Result, drop_none, tool
 
-__all__ = ["mempalace_room_close", "mempalace_room_list", "mempalace_room_open", "mempalace_room_read", "mempalace_room_say"]
+__all__ = [
+    "mempalace_room_close", "mempalace_room_list", "mempalace_room_open", "mempalace_room_read",
+    "mempalace_room_say",
+]
 
 
 @tool("rooms", mutating=True, extras=("members", "wing", "room", "from_agent"), description=(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...feature import Feature, Quick
+from ...feature import Feature, Page, Quick
 
 __all__ = ["FEATURE"]
 
@@ -16,7 +16,8 @@ FEATURE: Final = Feature(
     name="tasks", builds_on=(),
     cli=f"{__name__}.cli",
     tools={"core": ("mempalace_task_create", "mempalace_task_ready", "mempalace_task_claim"),
-           "log": ("mempalace_task_status", "mempalace_task_list", "mempalace_task_release", "mempalace_task_reassign")},
+           "log": ("mempalace_task_status", "mempalace_task_list", "mempalace_task_release",
+                   "mempalace_task_reassign")},
     tools_module=f"{__name__}.tools",
     light=f"{__name__}.light",
     quick={
@@ -24,4 +25,7 @@ FEATURE: Final = Feature(
         ("task", "claim"): Quick({"--agent": ("agent", "str")}, ("correlation_id",), ("agent",),
                                  f"{__name__}.quick:task_claim"),
     },
+    ui=f"{__name__}.page",
+    script=f"{__name__}:page.js",
+    pages=(Page("tasks", "Tasks"),),
 )

@@ -1,4 +1,5 @@
-"""The tasks feature's MCP tools: delegate, take and claim work (``core``), follow and hand it back (``log``); its resources: the open tasks, one task.
+"""The tasks feature's MCP tools: delegate, take and claim work (``core``), follow and hand it back
+(``log``); its resources: the open tasks, one task.
 
 Each is declared with ``mcp_tools.tool`` in the group this package's declaration lists it in;
 ``mcp_tools.build_registry`` puts them together with the core's. Must not import trio or typer.
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 from ...mcp_tools import Palace, Result, drop_none, read_resource, resource, tool
 
-__all__ = ["mempalace_task_claim", "mempalace_task_create", "mempalace_task_list", "mempalace_task_ready", "mempalace_task_reassign", "mempalace_task_release", "mempalace_task_status", "open_tasks_resource", "task_resource"]
+__all__ = [
+    "mempalace_task_claim", "mempalace_task_create", "mempalace_task_list", "mempalace_task_ready",
+    "mempalace_task_reassign", "mempalace_task_release", "mempalace_task_status", "open_tasks_resource",
+    "task_resource",
+]
 
 
 @tool("core", mutating=True, extras=("from_agent", "blocked_by", "priority", "stall_after"), description=(

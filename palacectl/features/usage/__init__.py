@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...feature import Feature
+from ...feature import Feature, Page
 
 __all__ = ["FEATURE"]
 
@@ -17,4 +17,7 @@ FEATURE: Final = Feature(
     cli=f"{__name__}.cli",
     tools={"people": ("mempalace_usage",)},
     tools_module=f"{__name__}.tools",
+    ui=f"{__name__}.page",
+    script=f"{__name__}:page.js",
+    pages=(Page("usage", "Usage"),),
 )

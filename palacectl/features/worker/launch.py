@@ -2,13 +2,13 @@
 
 Owns: the checks before a run (the task, its addressee, the git workspace, its base commit and
 branch; each refused with ``LaunchRefused``, nothing started), the runners (how each harness is
-started headless, and ``[runners.NAME]`` from ``config.toml``), the task's own git worktree, and
-the run's bookkeeping: claim first, a ``task.status`` event when the run starts and every
+started headless, and ``[runners.NAME]`` from ``config.toml``), the task's own git worktree, and the
+run's bookkeeping: claim first, a ``task.status`` event when the run starts and every
 ``heartbeat_s`` while it lives (so the claim never looks stalled), the run's output kept as a
 ``log`` artifact, then the patch (``git diff`` against the base commit) or a ``failed``/``blocked``
 reply quoting the run's last message (a built-in harness's JSON output read by
-``palace_proto.usage.final_text``), else the log's tail, verbatim. A timeout, Ctrl-C or SIGTERM stops the runner (its whole
-process group) and says so in the reply.
+``palace_proto.usage.final_text``), else the log's tail, verbatim. A timeout, Ctrl-C or SIGTERM
+stops the runner (its whole process group) and says so in the reply.
 
 The runner is started without a shell, with the task's hand-off and palace's rules as its prompt,
 and with palace's answer to its permission requests (issue 28): Claude Code's approve tool (an MCP

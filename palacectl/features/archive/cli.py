@@ -6,9 +6,9 @@ write under its old origin again: the fleet already holds that origin's events u
 sequence number than the backup, and a second, different event at one (origin, seq) is a fork
 (p2p-lessons, SSB). So restore retires the old origin: its events stay, signed, as history (peers
 send back the ones written after the backup), and palaced mints a new origin at its next start.
-Nothing is half-written: the copy takes the database's name only once complete and fsynced, and
-a replaced database is kept beside it, never deleted. The root registers what ``COMMANDS`` names (this module's, and ``export``'s).
-"""
+Nothing is half-written: the copy takes the database's name only once complete and fsynced, and a
+replaced database is kept beside it, never deleted. The root registers what ``COMMANDS`` names (this
+module's, and ``export``'s)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,10 @@
+"""The toy feature's MCP tool, in its own group (``--tools toys``)."""
+
+from __future__ import annotations
+
+from palacectl.mcp_tools import Palace, Result, tool
+
+
+@tool("toys", description="How many toys a box holds: {box, count}.")
+async def mempalace_toy_count(palace: Palace, /, box: str) -> Result:
+    return await palace.daemon.call("toy_count", box=box)
