@@ -11,7 +11,6 @@ their slot of the context: the network and member directory when this daemon bel
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import logging
 import os
@@ -26,6 +25,7 @@ from palace_proto.ids import fingerprint
 from palace_proto.peer import parse_peer_address
 from palace_proto.pki import REVOKE_EVENT_TYPE
 
+from .clock import utc_datetime
 from .api import serve_api
 from .bus import EventBus
 from .config import Config
@@ -102,7 +102,7 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
     """The member directory (bindings and revocations from the log) and the network for a palace,
     set on ``ctx`` for the handlers."""
     config, key, store, bus = ctx.config, ctx.identity, ctx.store, ctx.bus
-    directory = MemberDirectory(membership.ca_cert_pem, lambda: datetime.datetime.now(datetime.UTC))
+    directory = MemberDirectory(membership.ca_cert_pem, utc_datetime)
     # Our own origins first, each with its proof: a key-derived origin's nonce, or for a legacy one
     # a signature made now (only we can); they are relayed to every peer that lacks them.
     for origin, nonce in await store.own_origins():
@@ -153,7 +153,7 @@ async def serve(config: Config, *, task_status: trio.TaskStatus[Context] = trio.
             latest_seq, _ = store.latest()
             bus = EventBus(latest_seq)
             astore = AsyncStore(store, bus.publish, on_purged=bus.scrub)
-            membership = load_membership(config.home, key, datetime.datetime.now(datetime.UTC))
+            membership = load_membership(config.home, key, utc_datetime())
             # The network runs in the API nursery, so shutdown stops it before the writer drains.
             network_nursery: trio.Nursery | None = None
 

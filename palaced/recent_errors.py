@@ -8,10 +8,11 @@ Owns: ``RECENT_ERRORS``, a logging handler that ``__main__`` installs on the "pa
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Final
 
 from palace_proto.stamps import format_stamp_seconds
+
+from .clock import unix_now
 
 __all__ = ["RECENT_ERRORS", "RecentErrors"]
 
@@ -33,7 +34,7 @@ class RecentErrors(logging.Handler):
             self.handleError(record)
 
     def recent(self, within_s: float = RECENT_ERROR_S) -> dict[str, Any] | None:
-        if self.last is None or time.time() - self.last[0] > within_s:
+        if self.last is None or unix_now() - self.last[0] > within_s:
             return None
         return {"at": format_stamp_seconds(self.last[0]), "message": self.last[1]}
 

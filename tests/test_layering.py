@@ -155,3 +155,70 @@ def test_peers_package_imports_run_one_way():
 
     for module in sorted(graph):
         visit(module, ())
+
+
+#: the daemon's layers, lowest first: a module imports (type-only imports included) from its own
+#: layer or a lower one, never a higher one. The longest prefix places a module.
+DAEMON_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the ground: files, keys, TLS, limits", ("palaced", "palaced.files", "palaced.limits", "palaced.recent_errors",
+                                               "palaced.interfaces", "palaced.identity", "palaced.membership",
+                                               "palaced.tls_stream", "palaced.tls", "palaced.models")),
+    ("settings", ("palaced.config", "palaced.notify.settings", "palaced.notify.triggers")),
+    ("the store", ("palaced.store",)),
+    ("the bus and the member directory", ("palaced.bus", "palaced.members")),
+    ("the network", ("palaced.discovery", "palaced.enrolment", "palaced.peers")),
+    ("the core's handlers and what a feature is", ("palaced.handlers", "palaced.feature")),
+    ("the features and the notifier", ("palaced.features", "palaced.notify")),
+    ("the local API", ("palaced.api",)),
+    ("the wiring", ("palaced.app", "palaced.__main__")),
+)
+
+
+def _layer_of(module: str) -> int | None:
+    placed = [(len(prefix), index) for index, (_, prefixes) in enumerate(DAEMON_LAYERS) for prefix in prefixes
+              if module == prefix or module.startswith(prefix + ".")]
+    return max(placed)[1] if placed else None
+
+
+def test_the_daemon_imports_only_downwards():
+    """Guards the daemon's layer order (STYLE §2): store → bus → network → handlers → features →
+    api → app, with the ground and the settings below them all — checked for every module and every
+    import, type-only ones too (a type-only import upwards is a cycle waiting for its first call)."""
+    from tests.test_structure import _imported, _module_name
+
+    modules = {_module_name(path): path for path in sorted((ROOT / "palaced").rglob("*.py"))
+               if "__pycache__" not in path.parts}
+    upwards, unplaced = [], []
+    for module, path in modules.items():
+        own = _layer_of(module)
+        if own is None:
+            unplaced.append(module)
+            continue
+        for imported in _imported(path, ast.parse(path.read_text(encoding="utf-8"))):
+            target = imported
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if not target.startswith("palaced"):
+                continue
+            layer = _layer_of(target)
+            if layer is not None and layer > own:
+                upwards.append(f"{module} ({DAEMON_LAYERS[own][0]}) imports {target} ({DAEMON_LAYERS[layer][0]})")
+    assert not unplaced, f"modules in no layer of DAEMON_LAYERS: {unplaced}"
+    assert not upwards, upwards
+
+
+def test_the_daemon_reads_the_time_of_day_in_one_place():
+    """Guards issue 44 §4: four clock helpers and seven inline readings of the wall clock are
+    ``palaced/clock.py`` now; intervals (``time.monotonic``, trio's clock) are not the time of day."""
+    readings = {("time", "time"), ("time", "time_ns"), ("datetime", "now"), ("datetime", "utcnow"),
+                ("date", "today"), ("datetime", "today")}
+    found = []
+    for path in sorted((ROOT / "palaced").rglob("*.py")):
+        if path == ROOT / "palaced" / "clock.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
+                owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+                if (owner, node.attr) in readings:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"read the clock through palaced.clock: {found}"

@@ -45,7 +45,7 @@ from ..membership import Membership
 from ..store import WriteContext
 from ..store import identity as store_identity
 from ..store.memory_views import MemoryReads
-from ..store.clock import utc_now as _now
+from ..clock import utc_now as _now
 from ..config import Section
 from ..feature import Feature
 from ..handlers.context import Context

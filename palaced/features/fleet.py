@@ -15,7 +15,6 @@ import datetime
 import logging
 import os
 import socket
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -34,6 +33,7 @@ from palace_proto.stamps import format_stamp_seconds
 from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
+from ..clock import unix_now, utc_datetime, utc_now_seconds
 from ..enrolment import enrol
 from ..interfaces import interface_ipv4_addresses
 from ..membership import Membership, create_palace, save_joined
@@ -55,7 +55,7 @@ CLOCK_SKEW_WARNING_S: Final = 2.0
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+    return utc_datetime()
 
 
 # -- membership ----------------------------------------------------------------------------------
@@ -110,12 +110,12 @@ async def invite(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         except ValueError as exc:
             raise ValidationError(f"address: {exc}", field="address") from None
     secret = os.urandom(24)
-    expires_at = int(time.time()) + ttl_s
+    expires_at = int(unix_now()) + ttl_s
     invitation = Invite(membership.palace_id, address, ca_fingerprint(membership.ca_cert_pem), secret, role,
                         expires_at)
 
     def job(w: WriteContext) -> None:
-        invites.issue(w, invitation.invite_id, secret, role, expires_at, format_stamp_seconds(time.time()))
+        invites.issue(w, invitation.invite_id, secret, role, expires_at, utc_now_seconds())
 
     await ctx.store.write(job)
     assert ctx.network is not None
@@ -132,7 +132,7 @@ async def join(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     code = clean_required("code", args.get("code"))
     try:
         invitation = Invite.decode(code)
-        invitation.check_not_expired(time.time())
+        invitation.check_not_expired(unix_now())
     except InviteError as exc:
         raise ValidationError(str(exc), field="code") from None
     address = clean_optional("address", args.get("address"))
@@ -161,7 +161,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError(f"peer {peer_id} is already revoked", field="peer_id")
     cutoffs = await ctx.store.origins_of_key(cert.public_key)
     revocation = Revocation(membership.palace_id, peer_id, cert.public_key, tuple(sorted(cutoffs.items())),
-                            format_stamp_seconds(time.time())).signed(ctx.ca_key())
+                            utc_now_seconds()).signed(ctx.ca_key())
     req = AppendRequest.from_wire(
         {"type": REVOKE_EVENT_TYPE, "stream": "palace", "room": "members", "from_agent": "palaced",
          "topic": "revoke", "body": f"revoked {peer_id} ({cert.name})", "metadata": revocation.to_metadata()},

@@ -14,7 +14,6 @@ import dataclasses
 import heapq
 import logging
 import os
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -44,8 +43,9 @@ from palace_proto.stamps import add_seconds, format_duration, seconds_between
 from palace_proto.projects import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
+from ..clock import unix_now
 from ..store import WriteContext
-from ..store.clock import utc_now as _now
+from ..clock import utc_now as _now
 from ..store.leases import LeaseReads
 from ..feature import Feature, Follower
 from ..notify.triggers import Trigger
@@ -144,7 +144,7 @@ class LeaseBook:
     def _current(self, revoked: dict[str, str]) -> bool:
         return (self._snapshot is not None and self._generation == self._watch.generation
                 and self._records is self._ctx.store.agents.records and self._revoked == revoked
-                and time.time() < self._rebuild_at)
+                and unix_now() < self._rebuild_at)
 
     async def snapshot(self, *, fresh: bool = False) -> LeaseSnapshot:
         """The leases as derived from what is committed now; unless ``fresh``, the last snapshot
@@ -166,7 +166,7 @@ class LeaseBook:
         window moved on, a revocation or an agent record changed, too much arrived); the ledger's
         work runs on a thread, as a read would."""
         store, ledger = self._ctx.store, self._ledger
-        if ledger is not None and revoked == self._revoked and time.time() < self._rebuild_at \
+        if ledger is not None and revoked == self._revoked and unix_now() < self._rebuild_at \
                 and not self._touched(records, ledger):
             newer = await store.reads(LeaseReads).events_after(DERIVED_FROM, self._seq, MAX_FEED)
             if len(newer) < MAX_FEED and ledger.applied + len(newer) <= 2 * MAX_LEASE_EVENTS:
@@ -200,7 +200,7 @@ class LeaseBook:
         daemons = agents.origin_daemons
         ledger = LeaseLedger(revoked, lambda origin: daemons.get(origin) or origin)
         ledger.feed(events)
-        self._ledger, self._window, self._rebuild_at = ledger, window, time.time() + REBUILD_EVERY_S
+        self._ledger, self._window, self._rebuild_at = ledger, window, unix_now() + REBUILD_EVERY_S
         # One query, one read snapshot: every event committed after it has a higher seq.
         self._seq = max((e["seq"] for e in events), default=seq_before)
         self.derivations += 1

@@ -11,7 +11,6 @@ ranking alone answers. The memory's part of ``status`` and what its health says 
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -29,6 +28,7 @@ from palace_proto.memory import (
 )
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
+from ..clock import utc_today
 from ..store import WriteContext
 from ..store import memory_views as views
 from ..store.memory_views import MemoryReads
@@ -84,7 +84,7 @@ def _vector_worker(ctx: Context) -> MemoryIndexer | None:
 
 
 def _today() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    return utc_today()
 
 
 def _bounded_int(args: Mapping[str, Any], field: str, default: int, maximum: int) -> int:

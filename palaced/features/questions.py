@@ -10,7 +10,6 @@ machine's own user.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -39,10 +38,11 @@ from palace_proto.questions import (
     match_choice,
     settle,
 )
-from palace_proto.stamps import format_stamp, seconds_between
+from palace_proto.stamps import seconds_between
 from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
 
+from ..clock import utc_now
 from ..store import WriteContext
 from ..store.aio import HEAVY_ARTIFACT_BYTES
 from ..store import questions as store_questions
@@ -97,7 +97,7 @@ async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]],
     by_question: dict[Any, list[dict[str, Any]]] = {}
     for a in answers:
         by_question.setdefault(a["ack_of"], []).append(a)
-    now = format_stamp(time.time())
+    now = utc_now()
     refused = await _approvals_refused(ctx, asked, now, task)
     return [settle(q, by_question.get(q["id"], []), lambda a: proven_person(ctx, a), now,
                    approval_refused=refused.get(q["id"])) for q in asked]
@@ -159,7 +159,7 @@ async def ask(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     # The tip before reading the answers: one committed after it is seen by the loop below.
     cursor = ctx.bus.latest_seq
     state = await _settled(ctx, question)
-    remaining = (seconds_between(format_stamp(time.time()), state.terms.expires_at)
+    remaining = (seconds_between(utc_now(), state.terms.expires_at)
                  if state.terms.expires_at is not None else MAX_TIMEOUT_S)
     limit = min(remaining, wait_s) if wait_s is not None else remaining
     if not wait or state.status != "open" or limit <= 0:
@@ -200,7 +200,7 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
         "type": ASK, "stream": args.get("stream") or QUESTION_STREAM, "room": args.get("room") or QUESTION_ROOM,
         "topic": args.get("topic"), "from_agent": clean_required("from_agent", args.get("from_agent")), "to_agent": to,
         "body": args.get("body"), "correlation_id": args.get("correlation_id"),
-        "metadata": ask_metadata(choices, format_stamp(time.time()), timeout_s, marker),
+        "metadata": ask_metadata(choices, utc_now(), timeout_s, marker),
         "artifact_ids": [marker["input_artifact"]] if marker is not None and whole is not None else [],
     }, ctx.limits)
     if is_human(req.from_agent):

@@ -42,7 +42,7 @@ from palace_proto.tasks import (
 from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required, validate_artifact_ids
 
 from ..store import StoreError, WriteContext
-from ..store.clock import utc_now as _now
+from ..clock import utc_now as _now
 from ..store import tasks as store_tasks
 from ..store.tasks import TaskReads, settle
 from ..config import Section

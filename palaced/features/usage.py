@@ -12,15 +12,14 @@ sends the table); the daemon judges them against the same totals.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 from palace_proto.errors import ValidationError
-from palace_proto.stamps import format_stamp
 from palace_proto.usage import BUDGET_TYPE, BY_FIELDS, judge_budgets, parse_budgets
 from palace_proto.validation import validate_created_at_bound
 
+from ..clock import utc_now
 from ..feature import Feature
 from ..notify.triggers import Trigger
 from ..handlers.context import Context
@@ -44,7 +43,7 @@ async def usage(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     # A budget's window (today, this month, a task's whole life) is judged on every report that
     # counts, whatever ``since`` narrowed the totals to; each task's is read only if a task budget is set.
     figures = await ctx.store.reads(UsageReads).usage(
-        by, since, format_stamp(time.time()) if budgets is not None else None,
+        by, since, utc_now() if budgets is not None else None,
         tasks=budgets is not None and (budgets.task_usd is not None or budgets.task_tokens is not None))
     out: dict[str, Any] = {"by": by, "since": since or None, "reports": sum(t.runs for t in figures.totals),
                            "capped": False, "flagged": figures.flagged,

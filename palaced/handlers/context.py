@@ -30,6 +30,7 @@ from palace_proto.validation import Limits, clean_required
 from palace_proto.workers import encode_activity
 
 from ..bus import EventBus
+from ..clock import unix_now
 from ..config import Config
 from ..membership import Membership, load_ca_key
 from ..store.aio import AsyncStore
@@ -97,7 +98,7 @@ class Context:
     notifier: Any = None
     #: what each feature keeps in memory for the daemon's life, by its kind (``state``)
     states: dict[type, Any] = field(default_factory=dict)
-    started_at: float = field(default_factory=time.time)
+    started_at: float = field(default_factory=unix_now)
     started_monotonic: float = field(default_factory=time.monotonic)
     # Derived once from the above (read on every request, so plain attributes rather than properties).
     limits: Limits = field(init=False)

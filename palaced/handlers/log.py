@@ -24,7 +24,6 @@ from palace_proto.envelope import preview_event
 from palace_proto.errors import ApiError, NotFound, NotPermitted, ValidationError
 from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request
 from palace_proto.pki import sign_redaction
-from palace_proto.stamps import format_stamp_seconds
 from palace_proto.workers import check_activity
 from palace_proto.validation import (
     AppendRequest,
@@ -37,6 +36,7 @@ from palace_proto.validation import (
     validate_timeout_ms,
 )
 
+from ..clock import utc_now_seconds
 from ..feature import Follower, WakeRule
 from ..store import WriteContext
 from ..store import event_search, follow
@@ -247,7 +247,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
     # wakes only the room's members: features/rooms.py); naming a correlation id asks for it anyway.
     wake_rules = ctx.features.wake_rules(ctx, agent) if agent is not None and query.correlation_ids is None else []
     watcher = Watcher(conn_id=conn_id, agent=agent, filters=query.describe(), cursor=cursor_id,
-                      since=format_stamp_seconds(time.time()), pid=pid, worker=worker, token=secrets.token_hex(16))
+                      since=utc_now_seconds(), pid=pid, worker=worker, token=secrets.token_hex(16))
     ctx.watchers[conn_id] = watcher
     ctx.watchers_changed()
     LOGGER.info("watch started: agent=%s filters=%s from=%s%s", agent or "-", watcher.filters, cursor_id or start,

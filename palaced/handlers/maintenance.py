@@ -13,7 +13,6 @@ not here: it needs the daemon stopped, so ``palacectl restore`` does it.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import time
@@ -36,6 +35,7 @@ from palace_proto.export import (
 from palace_proto.stamps import format_stamp_seconds
 from palace_proto.validation import clean_required
 
+from ..clock import utc_datetime
 from ..recent_errors import RECENT_ERRORS
 from ..store import StoreError, WriteContext
 from ..store.backup import backup_database, wal_bytes
@@ -262,7 +262,7 @@ async def health(ctx: Context, status: Mapping[str, Any]) -> dict[str, Any]:
         problems.append(f"error logged at {recent['at']}: {recent['message']}")
     membership = ctx.membership
     if membership is not None:
-        left = (membership.member.not_after - datetime.datetime.now(datetime.UTC)).days
+        left = (membership.member.not_after - utc_datetime()).days
         if left < CERT_ATTENTION_DAYS:
             problems.append(f"this daemon's member certificate expires in {left} day(s)"
                             if left >= 0 else "this daemon's member certificate has expired")

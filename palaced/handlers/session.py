@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from palace_proto.validation import clean_required
 
-from ..store.clock import utc_now as _now
+from ..clock import utc_now as _now
 from .context import Context
 from .inbox import inbox_view
 

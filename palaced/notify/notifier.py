@@ -24,15 +24,15 @@ from __future__ import annotations
 import logging
 import math
 import socket
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from palace_proto.errors import ApiError, ValidationError
-from palace_proto.stamps import format_stamp, seconds_between
+from palace_proto.stamps import seconds_between
 
+from ..clock import unix_now, utc_now
 from .channels import DeliveryError, deliver
 from .dispatch import Delivery, Dispatcher
 from .payloads import probe_message, render
@@ -119,7 +119,7 @@ class Notifier:
                 position = ctx.bus.latest_seq
                 continue
             position = events[-1]["seq"]
-            self.observe(ctx.store.agents.annotate(events), trio.current_time(), format_stamp(time.time()))
+            self.observe(ctx.store.agents.annotate(events), trio.current_time(), utc_now())
 
     def observe(self, events: list[dict[str, Any]], now: float, wall: str) -> int:
         """Offer the things among ``events`` to the people held here; how many offers were taken."""
@@ -173,7 +173,7 @@ class Notifier:
         palace, daemon = self._where()
         message = render(delivery.person, delivery.things, dropped=delivery.dropped, palace=palace, daemon=daemon)
         try:
-            await deliver(channel, message, timeout_s=self.settings.timeout_s, limiter=self._limiter, now=time.time())
+            await deliver(channel, message, timeout_s=self.settings.timeout_s, limiter=self._limiter, now=unix_now())
         except DeliveryError as exc:
             self._failed(delivery, str(exc))
         except Exception as exc:  # the second wall: a bug in a channel must not stop the daemon
@@ -181,7 +181,7 @@ class Notifier:
             self._failed(delivery, f"internal error: {type(exc).__name__}")
         else:
             self.core.delivered(delivery, trio.current_time())
-            self.last_sent_at = format_stamp(time.time())
+            self.last_sent_at = utc_now()
         self._wake.set()
 
     def _failed(self, delivery: Delivery, error: str) -> None:
@@ -191,7 +191,7 @@ class Notifier:
         LOGGER.warning("notification to %s via %s failed: %s; %s", delivery.person, delivery.channel, error, then)
 
     def _note_error(self, person: str, channel: str, error: str) -> None:
-        self.last_error = {"at": format_stamp(time.time()), "person": person, "channel": channel, "message": error}
+        self.last_error = {"at": utc_now(), "person": person, "channel": channel, "message": error}
 
     # -- notify test and status ------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ class Notifier:
                       "target": channel.describe(), "ok": True, "error": None}
             try:
                 await deliver(channel, probe_message(who, name, palace=palace, daemon=daemon),
-                              timeout_s=self.settings.timeout_s, limiter=self._limiter, now=time.time())
+                              timeout_s=self.settings.timeout_s, limiter=self._limiter, now=unix_now())
             except DeliveryError as exc:
                 result.update(ok=False, error=str(exc))
                 self._note_error(who, name, str(exc))

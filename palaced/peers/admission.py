@@ -13,10 +13,8 @@ Imports the link runner and enrolment; never the dialler, gossip or reports.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import ssl
-import time
 from pathlib import Path
 from typing import Final
 
@@ -26,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.peer import format_peer_address
 from palace_proto.pki import CertificateError
 
+from ..clock import unix_now, utc_datetime
 from ..enrolment import serve_enrolment
 from ..limits import LimitLog
 from ..membership import Membership, load_ca_key
@@ -75,7 +74,7 @@ class Admission:
         """Whether the listener should let certificate-less joiners through to enrolment."""
         if self._enrol_ctx is None:
             return
-        self.invites_pending = await self.store.pending_invites(int(time.time())) > 0
+        self.invites_pending = await self.store.pending_invites(int(unix_now())) > 0
 
     def _admit(self, host: str) -> bool:
         """May a new connection from ``host`` proceed to the TLS handshake? (Bounds: total, per host
@@ -141,7 +140,7 @@ class Admission:
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 await stream.do_handshake()
-            cert = peer_certificate(stream, self.membership.ca_cert_pem, datetime.datetime.now(datetime.UTC))
+            cert = peer_certificate(stream, self.membership.ca_cert_pem, utc_datetime())
         except (trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError, CertificateError, OSError) as exc:
             LOGGER.warning("refused a connection from %s: %s", remote, _describe_accept_error(exc))
             await trio.aclose_forcefully(stream)
@@ -151,7 +150,7 @@ class Admission:
                 await serve_enrolment(stream, self.store, ca_key=self._load_ca_key,
                                       ca_pem=self.membership.ca_cert_pem, palace_id=self.membership.palace_id,
                                       palace_name=self.membership.palace_name, remote=remote,
-                                      now=lambda: datetime.datetime.now(datetime.UTC))
+                                      now=lambda: utc_datetime())
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             finally:

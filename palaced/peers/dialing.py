@@ -16,7 +16,6 @@ registry, the link runner and the store's ``peer_rows``, never admission, gossip
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import random
 import ssl
@@ -31,6 +30,7 @@ from palace_proto.peer import PEER_PROTOCOL_VERSION, format_peer_address, parse_
 from palace_proto.pki import CertificateError
 from palace_proto.text import printable
 
+from ..clock import utc_datetime
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
@@ -38,7 +38,7 @@ from ..store import StoreError, WriteContext, peer_rows
 from ..store.aio import AsyncStore
 from ..tls import peer_certificate
 from ..tls_stream import TlsStream
-from .clock import _utc
+from ..clock import utc_now_seconds
 from .links import HANDSHAKE_TIMEOUT_S, LinkRunner
 from .registry import LinkRegistry
 
@@ -179,7 +179,7 @@ class Dialer:
         normal = format_peer_address(host, port)
 
         def job(ctx: WriteContext) -> None:
-            peer_rows.add_static_peer(ctx, normal, _utc())
+            peer_rows.add_static_peer(ctx, normal, utc_now_seconds())
 
         await self.store.write(job)
         self.add_target(normal, "static")
@@ -252,7 +252,7 @@ class Dialer:
             stream = TlsStream(tcp, self._client_ctx, server_side=False)
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 await stream.do_handshake()
-            cert = peer_certificate(stream, self.membership.ca_cert_pem, datetime.datetime.now(datetime.UTC))
+            cert = peer_certificate(stream, self.membership.ca_cert_pem, utc_datetime())
             if cert is None:  # pragma: no cover - CERT_REQUIRED on the client side
                 raise CertificateError("the peer presented no certificate")
         except (OSError, trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError, CertificateError,
@@ -273,7 +273,7 @@ class Dialer:
         return await self.runner.run(stream, cert, dialer=self.peer_id, remote=target.address)
 
     def _note_target_error(self, target: Target, reason: str) -> None:
-        target.last_error, target.last_error_at = reason, _utc()
+        target.last_error, target.last_error_at = reason, utc_now_seconds()
         target.state = "error"
         if target.peer_id:
             record = self.registry.record(target.peer_id)
@@ -285,7 +285,7 @@ class Dialer:
 
     async def _remember_address(self, peer_id: str, address: str, source: str) -> None:
         def job(ctx: WriteContext) -> None:
-            peer_rows.remember_address(ctx, peer_id, address, source, _utc(), REMEMBERED_PER_PEER)
+            peer_rows.remember_address(ctx, peer_id, address, source, utc_now_seconds(), REMEMBERED_PER_PEER)
 
         try:
             await self.store.write(job)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -61,11 +60,11 @@ from palace_proto.peer import (
     Vector,
 )
 from palace_proto.session import ConnectionClosed
-from palace_proto.stamps import format_stamp
 from palace_proto.sync import verify_batch
 from palace_proto.sync_plan import SERVE_RATE_EVENTS_S, OwedPage
 from palace_proto.text import printable
 
+from ..clock import utc_now
 from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import BindingError, MemberDirectory
@@ -89,10 +88,6 @@ RECEIPT_SYNC_S: Final = 0.010
 # sender, and everything queued behind it, forever. The link ends and is dialled again.
 SEND_STALL_S: Final = 30.0
 SEND_PIECE_BYTES: Final = 64 * 1024
-
-
-def _utc_now() -> str:
-    return format_stamp(time.time())
 
 
 def _short(peer_id: str | None) -> str:
@@ -203,7 +198,7 @@ class PeerLink:
         self.limits = limits if limits is not None else LimitLog(LOGGER)
         #: peer id of the side that dialled (tie-break between two connections of one pair)
         self.dialer = dialer
-        self.last_contact = _utc_now()
+        self.last_contact = utc_now()
         self.log = _PeerLog(LOGGER, {"link": self})
         self.closed = trio.Event()
         #: set when the sender may have something to do (replaced each time it waits)
@@ -295,7 +290,7 @@ class PeerLink:
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
                 machine.receive_data(data, trio.current_time())
-                self.last_contact = _utc_now()
+                self.last_contact = utc_now()
                 while (event := machine.next_event(trio.current_time())) is not NEED_DATA:
                     if isinstance(event, ConnectionClosed):
                         if event.goodbye is not None and event.goodbye.code != "shutting_down":

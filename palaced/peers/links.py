@@ -30,7 +30,7 @@ from .link import LinkHooks, PeerLink
 from ..store import StoreError
 from ..store.aio import AsyncStore
 from ..tls_stream import TlsStream
-from .clock import _utc
+from ..clock import utc_now_seconds
 from .registry import LinkRegistry
 
 __all__ = ["HANDSHAKE_TIMEOUT_S", "LinkRunner"]
@@ -78,7 +78,7 @@ class LinkRunner:
             return "self"
         if self.directory.is_revoked(peer_id):
             LOGGER.warning("refused revoked peer %s (%s) from %s", peer_id, name, remote)
-            record.state, record.last_error, record.last_error_at = "revoked", "revoked", _utc()
+            record.state, record.last_error, record.last_error_at = "revoked", "revoked", utc_now_seconds()
             await trio.aclose_forcefully(stream)
             return "revoked"
         link = PeerLink(stream, self.hello, self.store, self.bus, directory=self.directory,
@@ -98,17 +98,17 @@ class LinkRunner:
                 except ProtocolError as exc:
                     outcome = "failed"
                     message = printable(exc.message, 300)
-                    record.last_error, record.last_error_at = f"protocol error: {message}", _utc()
+                    record.last_error, record.last_error_at = f"protocol error: {message}", utc_now_seconds()
                     LOGGER.warning("link with %s failed: %s", peer_id, message)
                     with trio.move_on_after(1):
                         await link.close("protocol_error", message[:200])
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    record.last_error, record.last_error_at = f"connection lost: {exc}", _utc()
+                    record.last_error, record.last_error_at = f"connection lost: {exc}", utc_now_seconds()
                 except (StoreError, ApiError) as exc:
                     # This daemon cannot take what the peer sends now (a full disk, shutting down):
                     # not a bug, so no traceback; the link ends and is dialled again with back-off.
                     outcome = "failed"
-                    record.last_error, record.last_error_at = f"this daemon could not store its events: {exc}", _utc()
+                    record.last_error, record.last_error_at = f"this daemon could not store its events: {exc}", utc_now_seconds()
                     self.limits.hit(f"link_store_error/{peer_id}", "link with %s ended: %s (it reconnects with "
                                     "back-off)", peer_id, exc)
                     with trio.move_on_after(1):
@@ -118,7 +118,7 @@ class LinkRunner:
                     # logged once with its traceback; the daemon and every other link go on.
                     outcome = "failed"
                     self.failures += 1
-                    record.last_error, record.last_error_at = f"internal error: {type(exc).__name__}: {exc}", _utc()
+                    record.last_error, record.last_error_at = f"internal error: {type(exc).__name__}: {exc}", utc_now_seconds()
                     LOGGER.exception("link with %s ended on an unexpected error", peer_id)
                     with trio.move_on_after(1):
                         await link.close("internal", "the other side failed; it will reconnect")

@@ -12,7 +12,6 @@ Sends through gossip.py; imports nothing else of the package.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,10 +27,11 @@ from palace_proto.peer import (
 from palace_proto.text import printable
 from palace_proto.workers import decode_activity
 
+from ..clock import unix_now, unix_now_us
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
-from .clock import _utc
+from ..clock import utc_now_seconds
 from .gossip import Gossip, GossipRecord
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class Presences:
 
     def own(self) -> Presence:
         """A new presence record of this daemon, signed."""
-        self._serial = max(self._serial + 1, time.time_ns() // 1000)
+        self._serial = max(self._serial + 1, unix_now_us())
         local = self._watchers()
         if len(local) > MAX_WATCHERS_PER_PRESENCE:
             self.limits.hit("presence_watchers", "announcing the first %d of %d watchers to peers (the limit of one "
@@ -109,10 +109,10 @@ class Presences:
             return
         if self.directory.is_revoked(presence.peer_id):
             return
-        self._heard[presence.peer_id] = (presence, trio.current_time(), _utc())
+        self._heard[presence.peer_id] = (presence, trio.current_time(), utc_now_seconds())
         if presence.peer_id == link.peer_id:
             # Direct from its daemon: the serial is that daemon's clock (µs), good to a few ms.
-            self._skews[presence.peer_id] = presence.serial / 1e6 - time.time()
+            self._skews[presence.peer_id] = presence.serial / 1e6 - unix_now()
         # Relayed to every other link: each keeps the newest per daemon for its one sender.
         self.gossip.relay(presence, link)
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import trio
 
-from .clock import _utc
+from ..clock import utc_now_seconds
 
 if TYPE_CHECKING:
     from .link import PeerLink
@@ -137,7 +137,7 @@ class LinkRegistry:
             self.cancel(existing)
         record.link = link
         record.direction = "out" if link.dialer == self.peer_id else "in"
-        record.state, record.connected_since, record.last_contact = "connected", _utc(), _utc()
+        record.state, record.connected_since, record.last_contact = "connected", utc_now_seconds(), utc_now_seconds()
         self._tell(LinkChange("added", peer_id, link))
         return True
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,7 +30,7 @@ from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
 from ..store.aio import AsyncStore
-from .clock import _utc
+from ..clock import unix_now_us, utc_now_seconds
 from .gossip import Gossip, GossipRecord
 from .registry import LinkChange, LinkRegistry
 from .views import PeerViews
@@ -168,7 +167,7 @@ class Reports:
         """Sign a new report and hand it to every link."""
         encoded = encode_report(await self._content(links))
         # The daemon's clock in µs (as presence): a restarted daemon's reports still win over its old ones.
-        self._serial = max(self._serial + 1, time.time_ns() // 1000)
+        self._serial = max(self._serial + 1, unix_now_us())
         name = self.membership.name
         signature = self.identity.sign(report_signing_bytes(self.peer_id, name, self._serial, encoded))
         self._own = Report(self.peer_id, name, self._serial, encoded, signature)
@@ -228,7 +227,7 @@ class Reports:
             # Signed by its daemon, yet not a report: a bug or a hostile member. Not relayed either.
             self.limits.hit("bad_report_content", "ignored a daemon report of %s: %s", about, exc)
             return
-        self._heard[report.peer_id] = HeardReport(report, content, trio.current_time(), _utc())
+        self._heard[report.peer_id] = HeardReport(report, content, trio.current_time(), utc_now_seconds())
         self.gossip.relay(report, link)
 
     def forget(self, peer_id: str) -> None:

@@ -33,7 +33,7 @@ from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
 from palace_proto.text import printable
 from palace_proto.validation import Limits, check_replicated_event
 
-from .clock import utc_now
+from ..clock import utc_now
 from .origins import head, origin_key
 from .queries import hash_at, signed_event_at
 from .writes import insert_event, redact

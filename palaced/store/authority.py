@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from palace_proto.authority import ANY_AGENT, Rule, rule_for
 from palace_proto.validation import AppendRequest
 
-from .clock import utc_now
+from ..clock import utc_now
 
 if TYPE_CHECKING:
     from .batch import WriteContext

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from palace_proto.envelope import SignedEvent, seal_event, seal_request
 from palace_proto.validation import AppendRequest
 
-from .clock import utc_now
+from ..clock import utc_now
 
 __all__ = ["Chain"]
 

@@ -18,7 +18,7 @@ import apsw
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import ListQuery
 
-from .clock import utc_now
+from ..clock import utc_now
 
 if TYPE_CHECKING:
     from .batch import WriteContext

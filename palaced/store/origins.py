@@ -20,7 +20,7 @@ from palace_proto.envelope import GENESIS_HASH
 from palace_proto.ids import ORIGIN_NONCE_BYTES, is_key_derived_origin, origin_id_for_key
 from palace_proto.sync import OriginHead
 
-from .clock import utc_now
+from ..clock import utc_now
 
 if TYPE_CHECKING:
     from .batch import WriteContext

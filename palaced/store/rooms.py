@@ -30,7 +30,7 @@ from palace_proto.rooms import (ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES,
 from palace_proto.authority import Rule
 from palace_proto.validation import AppendRequest
 
-from .clock import utc_now
+from ..clock import utc_now
 from .parts import StorePart
 from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public

@@ -19,7 +19,7 @@ import apsw
 import msgpack
 
 
-from .clock import utc_now
+from ..clock import utc_now
 from .errors import StoreError
 
 __all__ = ["connect", "migrate"]

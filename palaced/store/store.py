@@ -55,7 +55,7 @@ from .identity import AgentRegistry
 from .apply import ApplyReport, Refusals
 from .batch import WriteBatchResult, WriteContext
 from .chain import Chain
-from .clock import utc_now
+from ..clock import utc_now
 from .db import Db
 from .errors import DiskFullError, StoreError, is_disk_full
 from .parts import StorePart, StoreParts

@@ -31,7 +31,7 @@ from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
 
 from . import authority, event_search
-from .clock import utc_now
+from ..clock import utc_now
 from .queries import artifact_record
 from .rows import INSERT_EVENT, insert_params
 

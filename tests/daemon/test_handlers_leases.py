@@ -18,7 +18,7 @@ from palaced.features import STORE_PARTS
 from palaced.features import leases
 from palaced.features.leases import DERIVED_FROM, LeaseBook
 from palaced.store import Store
-from palaced.store.clock import utc_now
+from palaced.clock import utc_now
 from tests.daemon.handler_context import open_context
 
 
