@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from palace_proto.bounds import MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 from palace_proto.errors import ApiError, ProtocolError, ValidationError
@@ -29,8 +29,10 @@ from palace_proto.filters import FILTER_OPTIONS, filter_args
 
 from . import output
 from .client import Client, DaemonUnreachable, home_from
-from .feature import Features, load
 from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit, fail, note, write_stdout
+
+if TYPE_CHECKING:
+    from .feature import Features
 
 __all__ = [
     "UsageProblem", "call", "capped", "decode_utf8", "guarded", "open_client", "parse_metadata", "print_event",
@@ -325,7 +327,8 @@ def _parse(words: list[str], options: dict[str, tuple[str, str]], positionals: t
 
 
 def _feature_command(words: list[str], features: Features | None) -> tuple[int, _Entry] | None:
-    """The features' quick command ``words`` start with (their words' length, and its entry)."""
+    """The features' quick command ``words`` start with (their words' length, and its entry); the
+    registry is read only now, so the core's quick commands start without it."""
     if features is None:
         from .features import features as registry
 
@@ -340,6 +343,8 @@ def _feature_command(words: list[str], features: Features | None) -> tuple[int, 
 
 def _quick_table(features: Features) -> dict[tuple[str, ...], _Entry]:
     """Every feature's quick commands as the parser's entries (a core command's words are refused)."""
+    from .feature import load
+
     table: dict[tuple[str, ...], _Entry] = {}
     for feature in features:
         for words, quick in feature.quick.items():
