@@ -25,6 +25,7 @@ from palace_proto.ids import fingerprint
 from palace_proto.peer import parse_peer_address
 from palace_proto.pki import REVOKE_EVENT_TYPE
 
+from .store import save_bindings
 from .clock import utc_datetime
 from .api import serve_api
 from .bus import EventBus
@@ -118,7 +119,7 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
             LOGGER.warning("dropped a stored binding: %s", exc)
     unsaved = directory.take_unsaved()
     if unsaved:
-        await store.write(lambda ctx: ctx.save_bindings(unsaved))
+        await store.write(lambda ctx: save_bindings(ctx, unsaved))
     for event in await store.signed_events_of_type(REVOKE_EVENT_TYPE):
         directory.observe(event)
     host, port = parse_peer_address(config.listen)

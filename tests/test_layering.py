@@ -222,3 +222,32 @@ def test_the_daemon_reads_the_time_of_day_in_one_place():
                 if (owner, node.attr) in readings:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, f"read the clock through palaced.clock: {found}"
+
+
+def test_the_store_state_is_its_bottom():
+    """Guards issue 44 §4: 14 modules of the store imported ``WriteContext`` from batch.py (type-only)
+    while batch.py imported them to forward to them: one circle. The state objects are state.py
+    now, which imports no module of the store at run time; the only cycle left is type-only,
+    state.py naming the registry's and the parts' classes as its attributes' types."""
+    from tests.test_structure import _imported, _module_name
+
+    modules = {_module_name(path): path for path in sorted((ROOT / "palaced" / "store").glob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        deps = set()
+        for imported in _imported(path, ast.parse(path.read_text(encoding="utf-8"))):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported not in (module, "palaced.store"):
+                deps.add(imported)
+        graph[module] = deps
+    state_source = ast.parse(modules["palaced.store.state"].read_text(encoding="utf-8"))
+    runtime = [node for node in state_source.body if isinstance(node, ast.ImportFrom) and node.level]
+    assert not runtime, "state.py imports a module of the store at run time"
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(dep == goal or (dep not in seen and not seen.add(dep) and reaches(dep, goal, seen))
+                   for dep in graph[start])
+
+    cyclic = {module for module in graph if reaches(module, module, set())}
+    assert cyclic <= {"palaced.store.state", "palaced.store.identity", "palaced.store.parts"}, sorted(cyclic)

@@ -41,6 +41,7 @@ from palace_proto.pki import sign_ca_statement, verify_ca_statement
 from palace_proto.stamps import seconds_between
 from palace_proto.validation import AppendRequest, clean_optional
 
+from ..store import append_system
 from ..membership import Membership
 from ..store import WriteContext
 from ..store import identity as store_identity
@@ -145,7 +146,7 @@ async def register_own_agents(ctx: Context) -> list[str]:
             return []
         agents = store.agents.unregistered_own_agents(w)
         for agent in agents:
-            w.append_system(_system_event(REGISTER, agent, f"{agent} is registered to this daemon (it wrote as "
+            append_system(w, _system_event(REGISTER, agent, f"{agent} is registered to this daemon (it wrote as "
                                           f"{agent} before belonging to a palace)",
                                           store.agents.register_metadata(agent), ctx))
         store_identity.note_own_agents_registered(w)
@@ -161,7 +162,7 @@ async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
     store = ctx.store
 
     def job(w: WriteContext) -> dict[str, Any] | None:
-        record = w.agent_record(agent)
+        record = w.agents.record_of(w, agent)
         current = record.current if record else None
         if current is not None and current.daemon is not None:
             if current.daemon != store.agents.daemon:
@@ -169,7 +170,7 @@ async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
             if agent in store.agents.registered_by(w, store.origin_id):
                 return None
         body = f"{agent} is registered to this daemon" + (" again" if record and record.retired else "")
-        return w.append_system(_system_event(REGISTER, agent, body, store.agents.register_metadata(agent), ctx))
+        return append_system(w, _system_event(REGISTER, agent, body, store.agents.register_metadata(agent), ctx))
 
     event = await ctx.store.write(job)
     record = ctx.store.agents.records.get(agent)
@@ -196,7 +197,7 @@ async def agent_transfer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
     nonce = new_ca_nonce(os.urandom(32))
 
     def job(w: WriteContext) -> dict[str, Any]:
-        record = w.agent_record(agent)
+        record = w.agents.record_of(w, agent)
         current = record.current if record else None
         holder = current.daemon if current else None
         if holder == to:
@@ -211,7 +212,7 @@ async def agent_transfer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
             statement = ca_statement(membership.palace_id, TRANSFER, agent, to, nonce)
             metadata = registry_metadata(TRANSFER, agent, store.agents.daemon, to_daemon=to, ca_nonce=nonce,
                                          ca_signature=sign_ca_statement(ca_key, statement))
-        return w.append_system(_system_event(
+        return append_system(w, _system_event(
             TRANSFER, agent, f"{agent} moves to daemon {names.get(to) or to[:7]} ({to})", metadata, ctx))
 
     event = await ctx.store.write(job)
@@ -242,11 +243,11 @@ async def agent_retire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             released_tasks.append(view["correlation_id"])
 
     def job(w: WriteContext) -> dict[str, Any]:
-        now = w.agent_record(agent)
+        now = w.agents.record_of(w, agent)
         held = now.current if now else None
         if held is None or held.daemon != store.agents.daemon:
             raise ApiError(f"agent {agent} is no longer held here", code="not_permitted")
-        return w.append_system(_system_event(RETIRE, agent, why, registry_metadata(RETIRE, agent, store.agents.daemon),
+        return append_system(w, _system_event(RETIRE, agent, why, registry_metadata(RETIRE, agent, store.agents.daemon),
                                              ctx))
 
     event = await ctx.store.write(job)

@@ -22,6 +22,7 @@ from palace_proto.validation import (
     validate_metadata,
 )
 
+from ..store import append_event, put_artifact
 from ..store import WriteContext
 from ..store.aio import HEAVY_ARTIFACT_BYTES
 from ..feature import Feature
@@ -69,7 +70,7 @@ def _artifact_args(ctx: Context, args: Mapping[str, Any], *, kind: str | None = 
 async def artifact_put(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     fields = _artifact_args(ctx, args)
-    record = await ctx.store.write(lambda w: w.put_artifact(**fields), heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
+    record = await ctx.store.write(lambda w: put_artifact(w, **fields), heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)
     record.pop("metadata", None)
     if fields["kind"] == "patch" and (warnings := _patch_warnings(fields["content"])):
         record["warnings"] = warnings
@@ -131,9 +132,9 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     AppendRequest.from_wire({**wire, "artifact_ids": also}, ctx.limits)  # validate before writing
 
     def job(w: WriteContext) -> dict[str, Any]:
-        artifact = w.put_artifact(**fields)
+        artifact = put_artifact(w, **fields)
         ids = list(dict.fromkeys([artifact["id"], *also]))
-        event = w.append(AppendRequest.from_wire({**wire, "artifact_ids": ids}, ctx.limits))
+        event = append_event(w, AppendRequest.from_wire({**wire, "artifact_ids": ids}, ctx.limits))
         return {"artifact": artifact, "event": event}
 
     result = await ctx.store.write(job, heavy=len(fields["content"]) > HEAVY_ARTIFACT_BYTES)

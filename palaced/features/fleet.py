@@ -33,6 +33,7 @@ from palace_proto.stamps import format_stamp_seconds
 from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
+from ..store import append_event
 from ..clock import unix_now, utc_datetime, utc_now_seconds
 from ..enrolment import enrol
 from ..interfaces import interface_ipv4_addresses
@@ -168,7 +169,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         ctx.limits)
 
     def job(w: WriteContext) -> dict[str, Any]:
-        event = w.append(req)
+        event = append_event(w, req)
         directory.revoke(revocation)
         return event
 

@@ -43,6 +43,7 @@ from palace_proto.stamps import add_seconds, format_duration, seconds_between
 from palace_proto.projects import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
+from ..store import append_event, events_of_types_after_seq, latest_seq_of_types
 from ..clock import unix_now
 from ..store import WriteContext
 from ..clock import utc_now as _now
@@ -317,8 +318,8 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         # pass: against what the snapshot held plus the lease events committed since (a handful;
         # the writer must not spend its time deriving). Conservative: a lease taken since counts as
         # a rival even if it lost, one forced out since still counts; only a release frees.
-        if w.latest_seq_of_types(DERIVED_FROM) != snapshot.seq:
-            newer = w.events_of_types_after(DERIVED_FROM, snapshot.seq, MAX_FEED)
+        if latest_seq_of_types(w, DERIVED_FROM) != snapshot.seq:
+            newer = events_of_types_after_seq(w, DERIVED_FROM, snapshot.seq, MAX_FEED)
             if len(newer) >= MAX_FEED:  # refused, never waved through unchecked
                 raise LeaseConflict(f"lease refused: over {MAX_FEED} lease events arrived while it was checked; "
                                     "try again")
@@ -334,7 +335,7 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
             mine = [lease for lease in snapshot.leases if lease.id not in released] + taken
             if held_by(mine, agent, stream, now) >= MAX_HELD:
                 raise _over_limit(agent, project)
-        return w.append(req)
+        return append_event(w, req)
 
     event = await ctx.store.write(job)
     # Derived again before answering: whoever the agent tells next finds the lease in every read.
@@ -366,7 +367,7 @@ async def _write_change(ctx: Context, kind: str, lease: Lease, agent: str, body:
     req = AppendRequest.from_wire(
         {"type": kind, "stream": lease.stream, "room": LEASE_ROOM, "from_agent": agent, "correlation_id": lease.id,
          "body": body, "metadata": metadata or {}}, ctx.limits)
-    return await ctx.store.write(lambda w: w.append(req))
+    return await ctx.store.write(lambda w: append_event(w, req))
 
 
 async def lease_renew(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -507,7 +508,7 @@ class LeaseReconciler(Follower):
         # One transaction for every notice: a forced batch of leases costs the writer one job.
         def job(w: WriteContext) -> int:
             for req in requests:
-                w.append(req)
+                append_event(w, req)
             return len(requests)
 
         written = await ctx.store.write(job)

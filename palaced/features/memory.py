@@ -28,6 +28,7 @@ from palace_proto.memory import (
 )
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
+from ..store import append_event
 from ..clock import utc_today
 from ..store import WriteContext
 from ..store import memory_views as views
@@ -105,7 +106,7 @@ async def memory_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": True,
                 "filed_at": existing["filed_at"]}
     req = AppendRequest.from_wire(drawer.event(), ctx.limits)
-    event = await ctx.store.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: append_event(w, req))
     return {"drawer_id": drawer.id, "wing": drawer.wing, "room": drawer.room, "duplicate": False,
             "filed_at": event["created_at"], "event_id": event["id"]}
 
@@ -183,7 +184,7 @@ async def kg_add(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     fact = FactAdd.from_wire(args)
     req = AppendRequest.from_wire(fact.event(), ctx.limits)
-    event = await ctx.store.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: append_event(w, req))
     return {"triple_id": fact.id, "fact": fact.text, "event_id": event["id"]}
 
 
@@ -193,7 +194,7 @@ async def kg_invalidate(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     req = AppendRequest.from_wire(change.event(), ctx.limits)
 
     def job(w: WriteContext) -> dict[str, Any]:
-        event = w.append(req)
+        event = append_event(w, req)
         return {"event": event, "ended": views.facts_ended_by(w, event["id"])}
 
     result = await ctx.store.write(job)
@@ -221,7 +222,7 @@ async def diary_write(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     entry = DiaryEntry.from_wire(args, ctx.limits)
     req = AppendRequest.from_wire(entry.event(clean_optional("added_by", args.get("added_by")) or entry.agent),
                                   ctx.limits)
-    event = await ctx.store.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: append_event(w, req))
     return {"entry_id": diary_entry_id(event["id"]), "agent": entry.agent, "wing": entry.wing,
             "topic": entry.topic, "timestamp": event["created_at"], "event_id": event["id"]}
 

@@ -42,6 +42,7 @@ from palace_proto.stamps import seconds_between
 from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
 
+from ..store import append_event, put_artifact
 from ..clock import utc_now
 from ..store import WriteContext
 from ..store.aio import HEAVY_ARTIFACT_BYTES
@@ -206,13 +207,13 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
     if is_human(req.from_agent):
         raise ValidationError("a question is asked by an agent (from_agent); people answer", field="from_agent")
     if whole is None:
-        return await ctx.store.write(lambda w: w.append(req))
+        return await ctx.store.write(lambda w: append_event(w, req))
     content = whole
 
     def job(w: WriteContext) -> dict[str, Any]:
-        artifact = w.put_artifact(kind="note", created_by=req.from_agent, content=content)
+        artifact = put_artifact(w, kind="note", created_by=req.from_agent, content=content)
         assert marker is not None and artifact["id"] == marker["input_artifact"]
-        return w.append(req)
+        return append_event(w, req)
 
     return await ctx.store.write(job, heavy=len(content) > HEAVY_ARTIFACT_BYTES)
 
@@ -265,7 +266,7 @@ async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         "from_agent": person, "to_agent": question["from_agent"], "ack_of": question["id"],
         "correlation_id": question.get("correlation_id"), "body": choice,
     }, ctx.limits)
-    written = await ctx.store.write(lambda w: w.append(req))
+    written = await ctx.store.write(lambda w: append_event(w, req))
     state = await _settled(ctx, question)
     return {"answer": written, "won": state.answer is not None and state.answer.get("id") == written["id"],
             "question": state.to_wire()}

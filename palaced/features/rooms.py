@@ -66,6 +66,7 @@ from palace_proto.rooms import (
 from palace_proto.projects import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required, validate_page_limit
 
+from ..store import append_event
 from ..store import WriteContext
 from ..store import rooms as store_rooms
 from ..store.rooms import RoomReads
@@ -151,7 +152,7 @@ def _file(ctx: Context, w: WriteContext, room: Room, events: Sequence[Mapping[st
         except ValidationError as exc:
             errors.append(f"{drawer.content.split(chr(10), 1)[0]}: {exc.message}")
             continue
-        w.append(request)
+        append_event(w, request)
         filed += 1
     return filed, len(there), errors
 
@@ -174,7 +175,7 @@ async def room_open(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     request = AppendRequest.from_wire(open_request(room_id=room_id, project=project, from_agent=from_agent,
                                                    agenda=agenda, members=members, wing=wing,
                                                    palace_room=palace_room, nonce=nonce), ctx.limits)
-    event = await ctx.store.write(lambda w: w.append(request))
+    event = await ctx.store.write(lambda w: append_event(w, request))
     room = derive_room(room_id, [event])
     assert room is not None  # its own opening
     return {"success": True, "room": room.to_wire(), "event": compact(event, room), "handoff": handoff(room_id)}
@@ -220,7 +221,7 @@ async def room_say(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                            "and open another", code="limit_reached")
         request = AppendRequest.from_wire(message_request(room, from_agent=from_agent, body=body, to_agent=to_agent),
                                           ctx.limits)
-        return w.append(request)
+        return append_event(w, request)
 
     event = await ctx.store.write(job)
     unread = await _reads(ctx).unread_count(room_id, event["from_agent"])
@@ -240,7 +241,7 @@ async def room_close(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         already_closed = room.closed
         if not already_closed:
             request = AppendRequest.from_wire(close_request(room, from_agent=from_agent, outcome=outcome), ctx.limits)
-            events.append(w.append(request))
+            events.append(append_event(w, request))
             room = derive_room(room_id, events)
             assert room is not None  # it was open a line ago
         close = next(e for e in events if e["id"] == room.close_event_id)

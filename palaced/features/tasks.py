@@ -41,6 +41,7 @@ from palace_proto.tasks import (
 )
 from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required, validate_artifact_ids
 
+from ..store import append_event, correlation_events
 from ..store import StoreError, WriteContext
 from ..clock import utc_now as _now
 from ..store import tasks as store_tasks
@@ -223,7 +224,7 @@ async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     for blocker in check_blocked_by(args.get("blocked_by")):
         if await task_view(ctx, blocker) is None:
             raise NotFound(f"blocked_by names an unknown task {blocker!r}")
-    event = await ctx.store.write(lambda w: w.append(req))
+    event = await ctx.store.write(lambda w: append_event(w, req))
     return {"task": event, "handoff": handoff}
 
 
@@ -343,11 +344,11 @@ async def task_claim(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 
     def job(w: WriteContext) -> dict[str, Any]:
         # Checked again in the transaction that writes the claim: two claims on this daemon never both pass.
-        view = view_of(ctx, cid, w.correlation_events(cid))
+        view = view_of(ctx, cid, correlation_events(w, cid))
         check_claim(view, cid, agent)
         assert view is not None
         request = view["request"]
-        return w.append(AppendRequest.from_wire(
+        return append_event(w, AppendRequest.from_wire(
             {"type": "event.ack", "stream": request["stream"], "room": request["room"], "topic": request["topic"],
              "from_agent": agent, "to_agent": request["from_agent"], "correlation_id": cid, "status": "claimed",
              "ack_of": request["id"], "body": f"{agent} claims {cid}", "metadata": {"ack_of": request["id"]}},
@@ -399,7 +400,7 @@ async def _task_event(ctx: Context, view: Mapping[str, Any], kind: str, agent: s
          "status": "open" if kind in (RELEASE, REASSIGN) else None, "body": body, "metadata": metadata or {},
          "artifact_ids": list(artifact_ids)},
         ctx.limits)
-    return await ctx.store.write(lambda w: w.append(req))
+    return await ctx.store.write(lambda w: append_event(w, req))
 
 
 def _public(view: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -550,7 +551,7 @@ def ack_rule(ctx: Context, w: WriteContext, target: Mapping[str, Any], agent: st
     writing transaction; ``task_claim`` checks the same)."""
     if status == "claimed" and target["type"] == TASK_REQUEST_TYPE and target["correlation_id"]:
         cid = target["correlation_id"]
-        check_claim(view_of(ctx, cid, w.correlation_events(cid)), cid, agent)
+        check_claim(view_of(ctx, cid, correlation_events(w, cid)), cid, agent)
 
 
 # -- what a person is told of, the [tasks] section, and its part of status ----------------------

@@ -36,6 +36,8 @@ from palace_proto.validation import (
     validate_timeout_ms,
 )
 
+from ..store import append_event, event_by_id
+from ..store import writes as store_writes
 from ..clock import utc_now_seconds
 from ..feature import Follower, WakeRule
 from ..store import WriteContext
@@ -66,9 +68,9 @@ async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     def job(w: WriteContext) -> dict[str, Any]:
         # In the writing transaction, as append_many does: no read (and thread hop) ahead of every
         # ack, and the event it names is there when the ack is written (issue 27).
-        if req.ack_of is not None and w.get_event(req.ack_of) is None:
+        if req.ack_of is not None and event_by_id(w, req.ack_of) is None:
             raise NotFound(f"event {req.ack_of!r} not found")
-        return w.append(req)  # judged by the authority table there, as every write is
+        return append_event(w, req)  # judged by the authority table there, as every write is
 
     event = await ctx.store.write(job)
     if replicated:
@@ -88,9 +90,9 @@ async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         appended = []
         for index, req in enumerate(requests):
             try:
-                if req.ack_of is not None and w.get_event(req.ack_of) is None:
+                if req.ack_of is not None and event_by_id(w, req.ack_of) is None:
                     raise NotFound(f"ack_of names an unknown event {req.ack_of!r}")
-                appended.append(w.append(req))
+                appended.append(append_event(w, req))
             except (ValidationError, NotFound, NotPermitted) as exc:
                 # The job fails as a whole: nothing of this request is written.
                 raise type(exc)(f"events[{index}]: {exc.message}; nothing was appended") from None
@@ -335,7 +337,7 @@ async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     validate_metadata(metadata, ctx.limits)  # before queueing: the writer only sees valid jobs
 
     def job(w: WriteContext) -> dict[str, Any]:
-        target = w.get_event(target_id)
+        target = event_by_id(w, target_id)
         if target is None:
             raise NotFound(f"event {target_id!r} not found")
         # A feature's own rule on what an ack may be (a claim by ack is a claim: the queue's rules hold).
@@ -347,7 +349,7 @@ async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
              "ack_of": target["id"], "body": body, "metadata": {**metadata, "ack_of": target["id"]}},
             ctx.limits,
         )
-        return w.append(req)
+        return append_event(w, req)
 
     return await ctx.store.write(job)
 
@@ -384,7 +386,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         return True, sign_redaction(ca_key, palace_id, event["id"])
 
     def job(w: WriteContext) -> dict[str, Any]:
-        target = w.get_event(target_id)
+        target = event_by_id(w, target_id)
         if target is None:
             raise NotFound(f"event {target_id!r} not found")
         if target.get("body_redacted"):
@@ -405,7 +407,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         first: dict[str, Any] | None = None
         also: list[str] = []
         for event_id in [target_id, *related]:
-            event = w.get_event(event_id)
+            event = event_by_id(w, event_id)
             if event is None or event.get("body_redacted"):
                 continue
             allowed, signature = signer_for(w, event)
@@ -420,8 +422,8 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                  "body": reason, "metadata": metadata},
                 ctx.limits,
             )
-            appended = w.append(req)
-            w.redact(event_id, appended["id"])
+            appended = append_event(w, req)
+            store_writes.redact(w, event_id, appended["id"])
             if first is None:
                 first = appended
             else:

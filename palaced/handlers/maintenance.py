@@ -35,6 +35,7 @@ from palace_proto.export import (
 from palace_proto.stamps import format_stamp_seconds
 from palace_proto.validation import clean_required
 
+from ..store import import_history, put_verified_artifact
 from ..clock import utc_datetime
 from ..recent_errors import RECENT_ERRORS
 from ..store import StoreError, WriteContext
@@ -208,7 +209,7 @@ async def import_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
         stored_artifacts = 0
         for record, content in artifacts:
             try:
-                w.put_verified_artifact(sha256=record["sha256"], kind=record.get("kind", "file"),
+                put_verified_artifact(w, sha256=record["sha256"], kind=record.get("kind", "file"),
                                           created_by=record.get("created_by", "import"),
                                           created_at=record.get("created_at", ""),
                                           metadata_json=json.dumps(record.get("metadata") or {}, sort_keys=True),
@@ -217,7 +218,7 @@ async def import_events(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
             except StoreError:  # verified above; the store checks again
                 refused.append({"id": str(record.get("id")),
                                 "reason": "artifact content does not match its sha256"})
-        return {**w.import_history(events, keys), "artifacts": stored_artifacts}
+        return {**import_history(w, events, keys), "artifacts": stored_artifacts}
 
     result = await ctx.store.write(job, heavy=True)
     result["refused"] = refused + result["refused"]

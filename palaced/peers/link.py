@@ -64,6 +64,7 @@ from palace_proto.sync import verify_batch
 from palace_proto.sync_plan import SERVE_RATE_EVENTS_S, OwedPage
 from palace_proto.text import printable
 
+from ..store import apply_remote, put_verified_artifact, save_bindings
 from ..clock import utc_now
 from ..bus import EventBus
 from ..limits import LimitLog
@@ -320,7 +321,7 @@ class PeerLink:
             await self._on_events(event)
         elif isinstance(event, ArtifactArrived):
             content = event.received.content
-            await self.store.write(lambda ctx: ctx.put_verified_artifact(content=content, **event.record),
+            await self.store.write(lambda ctx: put_verified_artifact(ctx, content=content, **event.record),
                                     heavy=len(content) > HEAVY_ARTIFACT_BYTES)
             self.log.info("sent artifact %s (%d bytes)", event.received.artifact_id, len(content))
             self.machine.artifact_stored(event.received, self.store.heads())
@@ -343,7 +344,7 @@ class PeerLink:
                                 _short(self.peer_id), len(refused), printable(refused[0], 200))
             unsaved = self.directory.take_unsaved()
             if unsaved:
-                await self.store.write(lambda ctx: ctx.save_bindings(unsaved))
+                await self.store.write(lambda ctx: save_bindings(ctx, unsaved))
         if isinstance(message, Hello) and self.hooks is not None:
             self.hooks.link_ready(self)
 
@@ -383,7 +384,7 @@ class PeerLink:
         may_redact = directory.redaction_authorized if directory is not None else None
         self._applying = True
         report = await self.store.write(
-            lambda ctx: ctx.apply_remote(events, self.machine.key_for, source=self.peer_id, on_applied=observe,
+            lambda ctx: apply_remote(ctx, events, self.machine.key_for, source=self.peer_id, on_applied=observe,
                                          verified_keys=keys, may_redact=may_redact),
             heavy=not live, durable=not live)
         # What we hold as of the batches the writer counted, all of which the next sync covers

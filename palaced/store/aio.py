@@ -30,7 +30,7 @@ from palace_proto.validation import Limits
 
 from . import inbox
 from .identity import AgentRegistry
-from .apply import Refusals
+from .state import Refusals
 from .queries import Reads
 from .reads import ReadSet, StoreRead
 from .store import Store

@@ -33,15 +33,16 @@ from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
 from palace_proto.text import printable
 from palace_proto.validation import Limits, check_replicated_event
 
+from .state import Refusals
 from ..clock import utc_now
 from .origins import head, origin_key
 from .queries import hash_at, signed_event_at
 from .writes import insert_event, redact
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
-__all__ = ["ApplyReport", "Refusals", "apply_remote", "rule_broken"]
+__all__ = ["ApplyReport", "apply_remote", "rule_broken"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 
@@ -64,25 +65,8 @@ class ApplyReport:
     purged: list[str] = field(default_factory=list)
 
 
-class Refusals:
-    """What this replica refused from peers since it started (the writer thread writes; any thread
-    reads: ``next`` is only ever changed one key at a time)."""
-
-    __slots__ = ("next", "redactions")
-
-    def __init__(self) -> None:
-        #: origin -> (origin_seq, event_hash, reason) of its next event, authentic but refused for
-        #: breaking a rule: replication does not ask for that origin again
-        self.next: dict[str, tuple[int, bytes, str]] = {}
-        #: peer redactions not honoured (their author was neither the origin nor the CA)
-        self.redactions = 0
-
-    def __repr__(self) -> str:
-        return f"<Refusals origins={len(self.next)} redactions={self.redactions}>"
-
-
 def apply_remote(ctx: WriteContext, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
-                 source: str | None, on_applied: Callable[[SignedEvent], None] | None = None,
+                 source: str | None = None, on_applied: Callable[[SignedEvent], None] | None = None,
                  verified_keys: Sequence[bytes | None] | None = None,
                  may_redact: Callable[[SignedEvent, str], bool] | None = None) -> ApplyReport:
     """Verify and store events from a peer, in the order given (each origin in seq order).
@@ -199,6 +183,7 @@ def apply_remote(ctx: WriteContext, events: Sequence[SignedEvent], key_for: Call
             report.applied.append(record)
             if on_applied is not None:
                 on_applied(event)
+    ctx.batch.events.extend(report.applied)  # the bus gets them once committed
     return report
 
 
@@ -278,7 +263,7 @@ def _apply_redaction(ctx: WriteContext, redaction: SignedEvent, may_redact: Call
                      (target_id, redaction.id, redaction.origin, int(authorised(redaction, ""))))
         return
     if authorised(redaction, row[0]):
-        redact(ctx, target_id, redaction.id)
+        redact(ctx, target_id, redaction.id)  # the batch notes the purge
         report.purged.append(target_id)
         return
     ctx.refusals.redactions += 1

@@ -26,7 +26,7 @@ from palace_proto.validation import AppendRequest
 from ..clock import utc_now
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["DRAFT_ID", "daemon_of", "refusal"]
 

@@ -1,11 +1,9 @@
 """Write batches: many write jobs, one transaction, one fsync (group commit), and what they commit.
 
 Owns: ``write_batch`` (a savepoint per job, so a job that raises fails alone; re-runs after SQLite
-rolled the whole transaction back by itself), ``Batch`` (what a running batch accumulates: the
-records of the events it stored, the bodies it purged, its registry events and the heads it
-moved, with the ``mark``/``rewind`` a failed job goes back with), ``WriteContext`` (everything a
-job may write, through writes.py, apply.py and imports.py), and the origins row of our chain
-written once per batch. Writer thread only.
+rolled the whole transaction back by itself; a new ``Batch`` for each try, state.py), what the
+store parts settle before the commit, and the origins row of our chain written once per batch.
+Writer thread only.
 
 Nothing is acknowledged before the commit returns: an apsw error on commit fails the whole batch
 as ``StoreError`` (``DiskFullError`` when the disk is full), and the chain goes back to what is
@@ -14,35 +12,20 @@ committed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import apsw
 
-from palace_proto.identity import AgentRecord
-from palace_proto.envelope import CommittedEvent, SignedEvent
-from palace_proto.ids import artifact_id_for_sha256
+from palace_proto.envelope import CommittedEvent
 from palace_proto.sync import OriginHead
-from palace_proto.validation import AppendRequest, Limits
 
-from .apply import ApplyReport, Refusals, apply_remote
 from .errors import StoreError, TransactionLost, job_failure, write_error
-from .imports import import_history
-from .queries import correlation_events, event_by_id, events_of_types_after_seq, latest_seq_of_types
-from .writes import append_event, append_system, put_artifact, redact
+from .state import Batch, WriteContext
 
-if TYPE_CHECKING:
-    from .identity import AgentRegistry
-    from .chain import Chain
-    from .db import Db
-    from .origins import Vector
-    from .parts import StoreParts
-    from .wal import Wal
-
-__all__ = ["Batch", "WriteBatchResult", "WriteContext", "write_batch"]
+__all__ = ["WriteBatchResult", "write_batch"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 
@@ -59,142 +42,6 @@ class WriteBatchResult:
     events: list[CommittedEvent] = field(default_factory=list)
     #: ids of events whose bodies this batch purged (the bus scrubs them from its ring)
     purged: list[str] = field(default_factory=list)
-
-
-class Batch:
-    """What one try of a write batch accumulated, and our chain as it grew: all of it is the
-    batch's until the commit, and dropped with it if the commit fails. A job that fails goes
-    back to its ``mark`` (``rewind``)."""
-
-    __slots__ = ("chain", "events", "heads", "purged", "registry", "touched")
-
-    def __init__(self, chain: Chain) -> None:
-        self.chain = chain
-        #: the records of the events stored, in order (the bus gets them once committed)
-        self.events: list[CommittedEvent] = []
-        #: ids of events whose bodies were purged
-        self.purged: list[str] = []
-        #: the registry events stored (agents.py counts them at once, and for good at the commit)
-        self.registry: list[SignedEvent] = []
-        #: the heads moved, in order (the committed ``Vector`` takes them at the commit)
-        self.heads: list[tuple[str, OriginHead]] = []
-        #: what each store part noted for settling before the commit, by the part's name (parts.py:
-        #: the tasks whose usage reports may count differently now...); not rewound: settling is
-        #: idempotent
-        self.touched: dict[str, set[str]] = {}
-
-    def __repr__(self) -> str:
-        return f"<Batch events={len(self.events)} purged={len(self.purged)} chain={self.chain.seq}>"
-
-    def mark(self) -> tuple[int, bytes, int, int, int, int]:
-        """Where the batch and our chain stand (before a job runs)."""
-        chain = self.chain
-        return (chain.seq, chain.head_hash, len(self.events), len(self.purged), len(self.registry),
-                len(self.heads))
-
-    def rewind(self, mark: tuple[int, bytes, int, int, int, int]) -> None:
-        """Drop everything added since ``mark`` (the job's savepoint was rolled back)."""
-        self.chain.seq, self.chain.head_hash = mark[0], mark[1]
-        del self.events[mark[2]:]
-        del self.purged[mark[3]:]
-        del self.registry[mark[4]:]
-        del self.heads[mark[5]:]
-
-
-class WriteContext:
-    """What a write job may do inside the batch transaction (handed to each job callable), and
-    the state the store's write modules share: the writer connection (``conn``), our ``chain``,
-    the running ``batch``, the agent registry, the committed ``vector``, the ``wal``'s pending
-    purge, what was refused from peers (``refusals``) and the features' ``parts`` of the store.
-    One per store; writer thread only.
-    """
-
-    def __init__(self, db: Db, chain: Chain, agents: AgentRegistry, vector: Vector, wal: Wal, limits: Limits,
-                 refusals: Refusals, parts: StoreParts) -> None:
-        self.path = db.path
-        self.conn: apsw.Connection = db.writer
-        self.chain = chain
-        self.agents = agents
-        self.vector = vector
-        self.wal = wal
-        self.limits = limits
-        self.refusals = refusals
-        #: what the features keep in the store beside the log, moved in each write (parts.py)
-        self.parts = parts
-        #: the batch being written (a new one for each try of ``write_batch``)
-        self.batch = Batch(chain)
-        #: whether commits wait for their fsync now (``synchronous=FULL``, as schema.connect sets it)
-        self.durable_commits = True
-
-    def __repr__(self) -> str:
-        return f"<WriteContext {self.path} {self.batch!r}>"
-
-    def append(self, req: AppendRequest) -> dict[str, Any]:
-        return append_event(self, req)
-
-    def append_system(self, req: AppendRequest) -> dict[str, Any]:
-        """A registry event of the daemon's own (``writes.append_system``)."""
-        return append_system(self, req)
-
-    def agent_record(self, agent: str) -> AgentRecord | None:
-        """``agent``'s registry record as this transaction sees it."""
-        return self.agents.record_of(self, agent)
-
-    def put_artifact(self, **kwargs: Any) -> dict[str, Any]:
-        return put_artifact(self, **kwargs)
-
-    def get_event(self, event_id: str) -> dict[str, Any] | None:
-        return event_by_id(self.conn, event_id)
-
-    def correlation_events(self, correlation_id: str) -> list[dict[str, Any]]:
-        return correlation_events(self.conn, correlation_id)
-
-    def events_of_types_after(self, types: Sequence[str], after_seq: int, limit: int) -> list[dict[str, Any]]:
-        """The first ``limit`` events of ``types`` after local ``after_seq``, in this transaction."""
-        return events_of_types_after_seq(self.conn, types, after_seq, limit)
-
-    def latest_seq_of_types(self, types: Sequence[str]) -> int:
-        """The seq of the newest event of one of ``types`` (0 if none), in this transaction."""
-        return latest_seq_of_types(self.conn, types)
-
-    def redact(self, event_id: str, redact_event_id: str) -> None:
-        redact(self, event_id, redact_event_id)
-        self.batch.purged.append(event_id)
-
-    def put_verified_artifact(self, *, sha256: str, kind: str, created_by: str, created_at: str,
-                              metadata_json: str, content: bytes) -> None:
-        """Store an artifact that arrived from a peer (the caller checked the sha256)."""
-        if hashlib.sha256(content).hexdigest() != sha256:
-            raise StoreError("artifact content does not match its sha256")
-        self.conn.execute(
-            "INSERT INTO artifacts (id, sha256, kind, size_bytes, content, created_by, created_at, metadata) "
-            "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
-            (artifact_id_for_sha256(sha256), sha256, kind, len(content), content, created_by, created_at, metadata_json),
-        )
-
-    def save_bindings(self, bindings: Sequence[tuple[str, bytes, bytes | None]]) -> None:
-        """Keep (origin, certificate PEM, proof) bindings; a proof fills in one stored without."""
-        self.conn.executemany(
-            "INSERT INTO bindings (origin, certificate, proof) VALUES (?, ?, ?) ON CONFLICT(origin) DO UPDATE "
-            "SET proof=excluded.proof WHERE bindings.proof IS NULL AND excluded.proof IS NOT NULL", bindings)
-
-    def import_history(self, events: Sequence[SignedEvent], keys: Mapping[str, bytes]) -> dict[str, Any]:
-        """Store verified events of other palaces (or of this one's past) as history."""
-        result = import_history(self, events, keys)
-        self.batch.events.extend(result.pop("stored"))
-        return result
-
-    def apply_remote(self, events: Sequence[SignedEvent], key_for: Callable[[str, int], bytes | None],
-                     source: str | None = None, on_applied: Callable[[SignedEvent], None] | None = None,
-                     verified_keys: Sequence[bytes | None] | None = None,
-                     may_redact: Callable[[SignedEvent, str], bool] | None = None) -> ApplyReport:
-        """Verify and store peer events; ``on_applied`` sees each stored event before the next is
-        judged (a revocation earlier in a batch governs the rest of it)."""
-        report = apply_remote(self, events, key_for, source, on_applied, verified_keys, may_redact)
-        batch = self.batch
-        batch.events.extend(report.applied)
-        batch.purged.extend(report.purged)
-        return report
 
 
 def write_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]], *,

@@ -20,7 +20,7 @@ from .follow import follow_to, followed_to
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["INDEX_CHUNK", "forget", "index_pending", "indexed_seq", "search_events"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 import apsw
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["ACTIVITY_CHUNK", "ACTIVITY_SEQ_KEY", "fold_activity", "followed_to", "follow_to"]
 

@@ -55,7 +55,7 @@ from palace_proto.ids import fingerprint
 
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["MAX_AGENTS_PER_ORIGIN", "AgentElsewhere", "AgentRegistry", "AgentRetired", "note_own_agents_registered",
            "own_agents_registered"]

@@ -20,7 +20,7 @@ from .apply import rule_broken
 from .writes import insert_event
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["import_history"]
 
@@ -30,8 +30,8 @@ def import_history(ctx: WriteContext, events: Sequence[SignedEvent], keys: Mappi
 
     Refused: our own origin, and an origin this palace replicates (its events come from peers or
     a backup, never from a file: an import must not be able to put words in a member's mouth that
-    the member's chain does not hold). Returns the stored events' records (``stored``), how
-    many were imported, duplicates, and the refused ones with their reasons.
+    the member's chain does not hold). The stored events' records go to the batch (the bus); returns
+    how many were imported, duplicates, and the refused ones with their reasons.
     """
     conn = ctx.conn
     stored: list[CommittedEvent] = []
@@ -81,4 +81,5 @@ def import_history(ctx: WriteContext, events: Sequence[SignedEvent], keys: Mappi
             known[event.origin] = (key, 0)
         # a body redacted before the export stays absent
         stored.append(insert_event(ctx, event, history=True))
-    return {"stored": stored, "imported": len(stored), "duplicates": duplicates, "refused": refused}
+    ctx.batch.events.extend(stored)  # the bus gets them once committed
+    return {"imported": len(stored), "duplicates": duplicates, "refused": refused}

@@ -21,7 +21,7 @@ from palace_proto.validation import ListQuery
 from ..clock import utc_now
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
     from .queries import Reads
 
 __all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "InboxScope", "cursor_of", "inbox_page", "mark_read",

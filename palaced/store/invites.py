@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["issue", "spend"]
 

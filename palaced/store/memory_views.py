@@ -48,7 +48,7 @@ from .queries import signed_event_at
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
     from .queries import Reads
 
 __all__ = ["PART", "VIEWS_VERSION", "MemoryReads", "ensure_views", "rebuild_views", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 import apsw
@@ -23,9 +24,9 @@ from palace_proto.sync import OriginHead
 from ..clock import utc_now
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
-__all__ = ["Vector", "chain_head", "ensure_origin", "head", "head_in", "nonce", "origin_key", "origins_of_key",
+__all__ = ["save_bindings", "chain_head", "ensure_origin", "head", "head_in", "nonce", "origin_key", "origins_of_key",
            "own_origins", "read_heads"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
@@ -111,18 +112,8 @@ def read_heads(conn: apsw.Connection) -> dict[str, OriginHead]:
             conn.execute("SELECT origin, max_seq, head_hash FROM origins WHERE max_seq > 0")}
 
 
-class Vector:
-    """Our version vector with head hashes, as committed: origin -> its head (max_seq > 0).
-
-    Kept in memory so replication never reads back what it just wrote (issue 27): the writer
-    (batch.py) moves it after each commit by replacing ``heads`` whole with the heads the batch
-    moved merged in, so any thread may read it without a lock or a thread hop.
-    """
-
-    __slots__ = ("heads",)
-
-    def __init__(self, heads: dict[str, OriginHead]) -> None:
-        self.heads = heads
-
-    def __repr__(self) -> str:
-        return f"<Vector origins={len(self.heads)}>"
+def save_bindings(ctx: WriteContext, bindings: Sequence[tuple[str, bytes, bytes | None]]) -> None:
+    """Keep (origin, certificate PEM, proof) bindings; a proof fills in one stored without."""
+    ctx.conn.executemany(
+        "INSERT INTO bindings (origin, certificate, proof) VALUES (?, ?, ?) ON CONFLICT(origin) DO UPDATE "
+        "SET proof=excluded.proof WHERE bindings.proof IS NULL AND excluded.proof IS NOT NULL", bindings)

@@ -25,7 +25,7 @@ from palace_proto.envelope import SignedEvent
 from palace_proto.validation import AppendRequest
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["Judge", "StorePart", "StoreParts"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import apsw
 
@@ -21,14 +21,15 @@ from palace_proto.errors import NotFound
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256
 from palace_proto.validation import ListQuery
 
-from palace_proto.sync import OriginHead, Vector, vector_forks
+from palace_proto.sync import OriginHead, vector_forks
+from palace_proto.sync import Vector as PeerVector
 
 from . import event_search, follow, origins
 from .rows import PUBLIC_COLUMNS, SIGNED_COLUMNS, row_to_public, row_to_signed
 
 if TYPE_CHECKING:
     from .db import Db
-    from .origins import Vector
+    from .state import Vector, WriteContext
 
 __all__ = ["Reads", "artifact_record", "correlation_events", "event_by_id", "events_of_types_after_seq",
            "events_of_types_since", "hash_at", "latest_seq_of_types", "signed_event_at"]
@@ -44,7 +45,16 @@ _ACTIVITY_WITH_BACKLOG = (
 # -- on a given connection ----------------------------------------------------------------------
 
 
-def event_by_id(conn: apsw.Connection, event_id: str) -> dict[str, Any] | None:
+#: what a read of the store runs on: a connection, or a write job's ``WriteContext`` (its transaction)
+Source = Union[apsw.Connection, "WriteContext"]
+
+
+def _conn(on: Source) -> apsw.Connection:
+    return on if isinstance(on, apsw.Connection) else on.conn
+
+
+def event_by_id(on: Source, event_id: str) -> dict[str, Any] | None:
+    conn = _conn(on)
     row = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE id=?", (event_id,)).fetchone()
     return row_to_public(row) if row else None
 
@@ -70,9 +80,10 @@ def artifact_record(conn: apsw.Connection, artifact_id: str, *, with_content: bo
     return record
 
 
-def correlation_events(conn: apsw.Connection, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+def correlation_events(on: Source, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
     """Every event on a correlation id (and the event with that id), in local order; on ``conn``
     (the writer's inside a write job: what a claim must check in the transaction that writes it)."""
+    conn = _conn(on)
     rows = conn.execute(
         f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? OR id=? ORDER BY seq LIMIT ?",
         (correlation_id, correlation_id, limit),
@@ -80,16 +91,18 @@ def correlation_events(conn: apsw.Connection, correlation_id: str, limit: int = 
     return [row_to_public(r) for r in rows]
 
 
-def latest_seq_of_types(conn: apsw.Connection, types: Sequence[str]) -> int:
+def latest_seq_of_types(on: Source, types: Sequence[str]) -> int:
     """The seq of the newest event of one of ``types`` (0 if none): one index probe per type, so a
     writer job can tell cheaply whether anything of those types came in since it last looked."""
+    conn = _conn(on)
     return max((conn.execute("SELECT max(seq) FROM events WHERE type = ?", (kind,)).fetchone()[0] or 0)
                for kind in types)
 
-def events_of_types_after_seq(conn: apsw.Connection, types: Sequence[str], after_seq: int,
+def events_of_types_after_seq(on: Source, types: Sequence[str], after_seq: int,
                               limit: int) -> list[dict[str, Any]]:
     """Events of ``types`` committed here after ``after_seq``, oldest first, at most ``limit`` (what
     a kept lease derivation is fed); on the type index, so as cheap as what is new; on ``conn``."""
+    conn = _conn(on)
     rows = conn.execute(
         f"SELECT {PUBLIC_COLUMNS} FROM events WHERE type IN ({','.join('?' * len(types))}) AND seq > ? "
         "ORDER BY seq LIMIT ?", [*types, after_seq, limit]).fetchall()
@@ -120,7 +133,7 @@ class Reads:
         self.db = db
         #: this replica's identity key (raw): what its own origins were written with
         self.public_key = public_key
-        #: our version vector, as committed (origins.Vector: the writer replaces its heads whole)
+        #: our version vector, as committed (state.Vector: the writer replaces its heads whole)
         self.vector = vector
 
     # -- events ------------------------------------------------------------------------------------
@@ -319,7 +332,7 @@ class Reads:
 
     # -- artifacts ---------------------------------------------------------------------------------
 
-    def vector_forks(self, heads: dict[str, OriginHead], remote: Vector) -> list[str]:
+    def vector_forks(self, heads: dict[str, OriginHead], remote: PeerVector) -> list[str]:
         """The origins where a peer's vector names, at a seq we hold, another hash than ours
         (``palace_proto.sync.vector_forks`` against the stored hashes)."""
         return vector_forks(heads, remote, self.stored_hash)

@@ -20,12 +20,13 @@ from palace_proto.authority import Rule
 from palace_proto.questions import ANSWER, ASK, MAX_ANSWERS_PER_ORIGIN, settle
 from palace_proto.validation import AppendRequest
 
+from .queries import event_by_id
 from .parts import StorePart
 from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
     from .queries import Reads
 
 __all__ = ["PART", "QuestionReads", "judge", "person_answers"]
@@ -61,7 +62,7 @@ def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: dict[str, An
     question's state (an ask is any agent's)."""
     if rule.name != "question.answer":
         return None
-    question = ctx.get_event(req.ack_of) if req.ack_of else None
+    question = event_by_id(ctx, req.ack_of) if req.ack_of else None
     if question is None or question.get("type") != ASK:
         return f"question.answer must acknowledge a question ({ASK}) with ack_of"
     answers = ctx.agents.annotate(person_answers(ctx.conn, [question["id"]], MAX_ANSWERS_PER_ORIGIN))

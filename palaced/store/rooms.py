@@ -36,7 +36,7 @@ from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["MAX_ROOM_CURSORS", "PART", "RoomReads", "judge", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
            "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",

@@ -6,20 +6,20 @@ then holds them; it reaches into none of them. Each responsibility lives in its 
 - ``db``: the connections (``Db``: the writer's, a reader per thread, the checkpointer's);
 - ``chain``: our origin's chain (``Chain``: its key, its head; sealing the next event);
 - ``schema``: opening (connection settings, migrations);
-- ``origins``: our origin (minted, legacy ones retired), nonces, chain heads, the committed
-  version vector (``Vector``);
-- ``batch``: write batches (group commit, savepoints, re-runs), ``Batch`` (what a running batch
-  accumulates) and ``WriteContext`` (what a job may write, and the state the write modules share);
+- ``state``: the state the modules share, at the bottom of the store: ``WriteContext`` (what a job
+  is handed), ``Batch`` (what a running batch accumulates), the committed version vector
+  (``Vector``) and what was refused from peers (``Refusals``);
+- ``origins``: our origin (minted, legacy ones retired), nonces, chain heads, bindings;
+- ``batch``: write batches (group commit, savepoints, re-runs);
 - ``writes``: the rows a job adds: local appends, the one event insert, artifacts, redaction;
-- ``apply``: events from peers (verification, chains, forks, rules, redaction authority) and
-  what was refused (``Refusals``);
-- ``agents``: the agent registry (which daemon holds each agent id; impersonation verdicts);
+- ``apply``: events from peers (verification, chains, forks, rules, redaction authority);
+- ``identity``: the agent registry (which daemon holds each agent id; impersonation verdicts);
 - ``parts``: what the features keep beside the log, moved in each write (``StorePart``: the
   tasks', the usage's, the memory's ... declared in their own modules, given to ``Store``);
 - ``imports``: history from a file;
 - ``queries``: every read (``Reads``, which the store is); ``rows``: the one event-row mapping;
 - ``wal``: the WAL's checkpoints and state (``Wal``);
-- ``errors``: ``StoreError``/``DiskFullError`` and error translation; ``clock``: ``utc_now``.
+- ``errors``: ``StoreError``/``DiskFullError`` and error translation.
 
 Must not import trio: the daemon reaches the store only through ``store/aio.py`` (one writer, a
 pool of reader threads; the WAL keeper).
@@ -52,8 +52,9 @@ from palace_proto.validation import Limits
 
 from . import batch, origins, schema
 from .identity import AgentRegistry
-from .apply import ApplyReport, Refusals
-from .batch import WriteBatchResult, WriteContext
+from .apply import ApplyReport
+from .batch import WriteBatchResult
+from .state import Refusals, Vector, WriteContext
 from .chain import Chain
 from ..clock import utc_now
 from .db import Db
@@ -106,7 +107,7 @@ class Store(Reads):
         except Exception:
             conn.close()
             raise
-        super().__init__(db, public_key, origins.Vector(origins.read_heads(conn)))
+        super().__init__(db, public_key, Vector(origins.read_heads(conn)))
         #: our origin's chain (its head moves with each append: writer thread)
         self.chain = chain = Chain(self.origin_id, private_key, seq, head_hash)
         #: the WAL: its size after the last commit, and whether a redaction still owes it a purge

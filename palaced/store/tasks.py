@@ -30,7 +30,7 @@ from .queries import correlation_events
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
     from .queries import Reads
 
 __all__ = ["PART", "TaskReads", "TaskThread", "judge", "settle", "tasks_to_derive", "unsettle_agents"]
@@ -122,7 +122,7 @@ def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: dict[str, An
     if not cid:
         return None if own else f"{rule.name} must refer to {rule.refers_to}: give its correlation_id"
     now = str(draft["created_at"])
-    events = ctx.agents.annotate(ctx.correlation_events(cid))
+    events = ctx.agents.annotate(correlation_events(ctx, cid))
     view = derive_task(cid, [*events, draft], now=now, daemon_of=lambda origin: daemon_of(ctx, origin))
     if view is None:
         return None if own else f"{rule.name} must refer to an existing task: no request on {cid} here"

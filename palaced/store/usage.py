@@ -69,7 +69,7 @@ from .parts import StorePart
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
     from .queries import Reads
 
 __all__ = ["BY_TABLE", "MAX_REPORTS_JUDGED", "MAX_TASK_EVENTS", "PART", "USAGE_VERSION", "UsageFigures", "UsageReads",

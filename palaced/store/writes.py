@@ -32,11 +32,12 @@ from palace_proto.validation import AppendRequest
 
 from . import authority, event_search
 from ..clock import utc_now
+from .errors import StoreError
 from .queries import artifact_record
 from .rows import INSERT_EVENT, insert_params
 
 if TYPE_CHECKING:
-    from .batch import WriteContext
+    from .state import WriteContext
 
 __all__ = ["append_event", "append_system", "insert_event", "put_artifact", "redact"]
 
@@ -152,3 +153,17 @@ def redact(ctx: WriteContext, event_id: str, redact_event_id: str) -> None:
         redacted(ctx, event_id)
     if changed:
         ctx.wal.purge_pending = True
+    ctx.batch.purged.append(event_id)  # the bus scrubs it from its ring once committed
+
+
+def put_verified_artifact(ctx: WriteContext, *, sha256: str, kind: str, created_by: str, created_at: str,
+                          metadata_json: str, content: bytes) -> None:
+    """Store an artifact that arrived from a peer or a file (the caller checked the sha256; the
+    store checks again)."""
+    if hashlib.sha256(content).hexdigest() != sha256:
+        raise StoreError("artifact content does not match its sha256")
+    ctx.conn.execute(
+        "INSERT INTO artifacts (id, sha256, kind, size_bytes, content, created_by, created_at, metadata) "
+        "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
+        (artifact_id_for_sha256(sha256), sha256, kind, len(content), content, created_by, created_at, metadata_json),
+    )

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import AppendRequest, Limits, ListQuery
+from palaced.store import append_event, put_artifact
 from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.store import Store
@@ -34,7 +35,7 @@ async def test_concurrent_writes_are_group_committed(tmp_path):
     async def one(i):
         r = req(str(i), artifact_ids=["art_" + "0" * 32]) if i == 7 else req(str(i))
         try:
-            results.append(await astore.write(lambda ctx: ctx.append(r)))
+            results.append(await astore.write(lambda ctx: append_event(ctx, r)))
         except ValidationError as exc:
             errors.append(exc)
 
@@ -49,7 +50,7 @@ async def test_concurrent_writes_are_group_committed(tmp_path):
     assert astore.writer.batches < 64, "writes were not batched"
     assert bus.latest_seq == 63
     with pytest.raises(ApiError, match="shutting down"):
-        await astore.write(lambda ctx: ctx.append(req("late")))
+        await astore.write(lambda ctx: append_event(ctx, req("late")))
     store.close()
 
 
@@ -80,10 +81,10 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
             clients.start_soon(functools.partial(astore.write, heavy=True), lambda ctx: (started.set(), gate.wait(10)))
             await trio.to_thread.run_sync(started.wait)
             for i in range(10):
-                clients.start_soon(one, lambda ctx, i=i: ctx.append(req(f"a{i}")))
-            clients.start_soon(one, lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"x" * (1 << 20)))
+                clients.start_soon(one, lambda ctx, i=i: append_event(ctx, req(f"a{i}")))
+            clients.start_soon(one, lambda ctx: put_artifact(ctx, kind="file", created_by="a", content=b"x" * (1 << 20)))
             for i in range(10, 20):
-                clients.start_soon(one, lambda ctx, i=i: ctx.append(req(f"a{i}")))
+                clients.start_soon(one, lambda ctx, i=i: append_event(ctx, req(f"a{i}")))
             with trio.fail_after(10):
                 while astore.statistics()["queued"] < 21:
                     await trio.sleep(0.01)
@@ -94,10 +95,10 @@ async def test_a_write_that_fills_the_database_fails_alone_as_disk_full_and_writ
         assert astore.statistics()["disk_full"]["path"] == str(store.path)
         # A background write of derived data (the text index, a few rows) fits in pages the full
         # disk still has: no proof of room while clients' writes keep failing.
-        await astore.write(lambda ctx: ctx.append(req("a small derived write")), durable=False, derived=True)
+        await astore.write(lambda ctx: append_event(ctx, req("a small derived write")), durable=False, derived=True)
         assert astore.statistics()["disk_full"]["path"] == str(store.path)
         store.db.writer.execute("PRAGMA max_page_count=1073741823")  # the disk has room again
-        await astore.write(lambda ctx: ctx.append(req("resumed")))
+        await astore.write(lambda ctx: append_event(ctx, req("resumed")))
         assert astore.statistics()["disk_full"] is None
         astore.close_writes()
     store.close()
@@ -117,7 +118,7 @@ async def test_slow_commits_send_the_next_batches_to_a_thread_but_one_hiccup_doe
 
     def job(ctx):
         threads.append(threading.current_thread())
-        return ctx.append(req("x"))
+        return append_event(ctx, req("x"))
 
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
@@ -151,7 +152,7 @@ async def test_slow_commits_far_apart_never_send_batches_to_a_thread(tmp_path, m
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
         for _ in range(3 * writer.SLOW_COMMITS):
-            await astore.write(lambda ctx: ctx.append(req("x")))
+            await astore.write(lambda ctx: append_event(ctx, req("x")))
             now[0] += writer.SLOW_WINDOW_S / (writer.SLOW_COMMITS - 1) + 0.01  # each window holds one too few
         assert astore.statistics()["slow_disk"] is False
         astore.close_writes()
@@ -176,7 +177,7 @@ async def test_the_wal_is_copied_back_in_the_background_while_writes_go_on(tmp_p
             # machine, where copies lag, only takes longer. (Counting WAL restarts instead raced:
             # when copies lag, the writer's own truncation may restart the WAL too.)
             while astore.statistics()["wal_copies"] < 2:
-                await astore.write(lambda ctx, k=k: ctx.append(req(f"{k} " + "x" * 2_000)))
+                await astore.write(lambda ctx, k=k: append_event(ctx, req(f"{k} " + "x" * 2_000)))
                 pages.append(store.wal.pages)
                 k += 1
         assert sum(1 for a, b in zip(pages, pages[1:]) if b < a) >= 1  # and the WAL started over
@@ -199,7 +200,7 @@ async def test_a_failing_copy_back_is_logged_and_writes_go_on(tmp_path, monkeypa
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
         for k in range(20):
-            await astore.write(lambda ctx, k=k: ctx.append(req(str(k))))
+            await astore.write(lambda ctx, k=k: append_event(ctx, req(str(k))))
             await trio.sleep(0.001)
         astore.close_writes()
     assert store.db.writer.execute("SELECT count(*) FROM events").fetchone() == (20,)
@@ -218,7 +219,7 @@ async def test_a_heavy_write_commits_on_a_thread_while_the_loop_serves(tmp_path)
     def heavy(ctx):
         held.set()
         release.wait(10)
-        return ctx.append(req("heavy"))
+        return append_event(ctx, req("heavy"))
 
     async def tick():
         await trio.to_thread.run_sync(held.wait)
@@ -250,7 +251,7 @@ async def test_every_writer_returns_once_its_write_is_committed_while_others_kee
     def slow_apply(r):
         def job(ctx):
             threading.Event().wait(0.02)  # a heavy batch: on a thread, for a while
-            return ctx.append(r)
+            return append_event(ctx, r)
         return job
 
     async def writer(k):
@@ -285,8 +286,8 @@ async def test_typed_reads_hop_to_a_reader_thread_and_answer_as_the_store(tmp_pa
     store.db.reader = spy  # every read takes its thread's connection
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
-        first = await astore.write(lambda ctx: ctx.append(req("one")))
-        await astore.write(lambda ctx: ctx.append(req("two")))
+        first = await astore.write(lambda ctx: append_event(ctx, req("one")))
+        await astore.write(lambda ctx: append_event(ctx, req("two")))
         query = ListQuery.from_wire({"limit": 10})
         threads.clear()
         listed = await astore.list_events(query)
@@ -310,7 +311,7 @@ async def test_the_wal_is_kept_written_to_its_working_size_so_commits_overwrite_
     from palaced.store.wal import KEEP_BYTES
 
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
-    store.write_batch([lambda ctx: ctx.append(req("before"))])
+    store.write_batch([lambda ctx: append_event(ctx, req("before"))])
     assert 0 < wal_bytes(store.path) < KEEP_BYTES
     astore = AsyncStore(store, EventBus().publish)
     async with trio.open_nursery() as n:
@@ -318,11 +319,11 @@ async def test_the_wal_is_kept_written_to_its_working_size_so_commits_overwrite_
         with trio.fail_after(30):
             while wal_bytes(store.path) < KEEP_BYTES:  # the keeper's first slot
                 await trio.sleep(0.01)
-        await astore.write(lambda ctx: ctx.append(req("after")))
+        await astore.write(lambda ctx: append_event(ctx, req("after")))
         assert wal_bytes(store.path) == KEEP_BYTES
         assert os.stat(f"{store.path}-wal").st_blocks * 512 >= KEEP_BYTES  # written, not a hole
         for k in range(50):
-            await astore.write(lambda ctx, k=k: ctx.append(req(f"{k}")))
+            await astore.write(lambda ctx, k=k: append_event(ctx, req(f"{k}")))
         assert wal_bytes(store.path) == KEEP_BYTES and store.wal.pages > 0
         astore.close_writes()
     store.close()
@@ -337,10 +338,10 @@ def test_a_truncated_wal_is_written_back_to_its_working_size(tmp_path):
     from palaced.store.wal import KEEP_BYTES
 
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
-    store.write_batch([lambda ctx: ctx.append(req("x" * 50_000))])
+    store.write_batch([lambda ctx: append_event(ctx, req("x" * 50_000))])
     assert store.wal.truncate()
     assert wal_bytes(store.path) == KEEP_BYTES
-    store.write_batch([lambda ctx: ctx.append(req("after the truncation"))])
+    store.write_batch([lambda ctx: append_event(ctx, req("after the truncation"))])
     assert store.db.writer.execute("SELECT count(*) FROM events").fetchone() == (2,)
     store.close()
 
@@ -358,7 +359,7 @@ async def test_an_idle_writer_copies_the_wal_back_without_truncating_it(tmp_path
     async with trio.open_nursery() as n:
         await n.start(astore.serve_writer)
         for k in range(20):
-            await astore.write(lambda ctx, k=k: ctx.append(req(f"{k}")))
+            await astore.write(lambda ctx, k=k: append_event(ctx, req(f"{k}")))
         with trio.fail_after(30):
             while astore.keeper._uncopied:
                 await trio.sleep(0.02)

@@ -12,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.backup import backup_database
@@ -24,7 +25,7 @@ def database(tmp_path: Path) -> Path:
     store = Store(tmp_path / "palace.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
     request = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a",
                                        "body": "in the backup"}, LIMITS)
-    assert store.write_batch([lambda ctx: ctx.append(request)]).outcomes[0][0]
+    assert store.write_batch([lambda ctx: append_event(ctx, request)]).outcomes[0][0]
     store.close()
     return tmp_path / "palace.sqlite3"
 

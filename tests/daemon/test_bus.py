@@ -7,6 +7,7 @@ import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
+from palaced.store import append_event
 from palaced.features import STORE_PARTS
 from palaced.bus import EventBus, record_bytes
 
@@ -170,7 +171,7 @@ async def test_the_ring_is_bounded_by_bytes_and_a_late_reader_catches_up_from_th
             body = f"{i:04d}" + "x" * (big - 4)
             request = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a",
                                                "body": body}, Limits())
-            await astore.write(lambda wctx, r=request: wctx.append(r))
+            await astore.write(lambda wctx, r=request: append_event(wctx, r))
             assert bus.ring_bytes <= bound
             assert bus.ring_bytes == sum(record_bytes(r) for r in bus._ring)
         assert 2 <= len(bus._ring) <= bound // big  # some kept, far from all 40

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import DiskFull
 from palace_proto.memory import Drawer
 from palace_proto.validation import AppendRequest, Limits, ListQuery
+from palaced.store import append_event
 from palaced.features import STORE_PARTS
 from palaced.features import memory_vectors as vectors
 from palaced.bus import EventBus
@@ -50,7 +51,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                 acknowledged = []
                 for _ in range(200):
                     try:
-                        acknowledged.append(await astore.write(lambda ctx: ctx.append(req(BODY))))
+                        acknowledged.append(await astore.write(lambda ctx: append_event(ctx, req(BODY))))
                     except DiskFull as exc:
                         full = exc
                         break
@@ -59,7 +60,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                 assert full.code == "disk_full" and str(store.path) in full.message
                 assert "free some space" in full.message
                 with pytest.raises(DiskFull):  # still full: the next write is told the same
-                    await astore.write(lambda ctx: ctx.append(req(BODY)))
+                    await astore.write(lambda ctx: append_event(ctx, req(BODY)))
                 assert astore.statistics()["disk_full"]["path"] == str(store.path)
 
                 listed = await astore.list_events(ListQuery.from_wire({"limit": 1000}))
@@ -74,7 +75,7 @@ async def test_writes_and_checkpoints_on_a_full_disk_fail_cleanly_and_resume_whe
                             and "writes fail" in r.getMessage()]) == 1
 
                 disk.resize("64m")
-                acknowledged.append(await astore.write(lambda ctx: ctx.append(req("space is back"))))
+                acknowledged.append(await astore.write(lambda ctx: append_event(ctx, req("space is back"))))
                 assert astore.statistics()["disk_full"] is None
                 await astore.checkpoint()
                 assert astore.keeper.checkpoint_error is None and wal_bytes(store.path) == KEEP_BYTES
@@ -109,7 +110,7 @@ async def test_the_vector_worker_survives_a_full_disk_and_saves_once_space_retur
                 nursery.start_soon(indexer.run)
                 drawer = Drawer("w", "r", "the cat sleeps on the router", "a")
                 request = AppendRequest.from_wire(drawer.event(), LIMITS)
-                await astore.write(lambda ctx: ctx.append(request))
+                await astore.write(lambda ctx: append_event(ctx, request))
                 await settle(indexer, 1)
                 with trio.fail_after(20):
                     while len(saves) < 3:  # failed, and retried twice
@@ -136,7 +137,7 @@ async def test_a_disk_too_small_for_the_kept_wal_keeps_its_space_for_the_databas
             before = wal_bytes(store.path)
             store.wal.keep_written()  # what the keeper does in its first slot
             assert wal_bytes(store.path) == before < KEEP_BYTES
-            store.write_batch([lambda ctx: ctx.append(req("x" * 1_000))])
+            store.write_batch([lambda ctx: append_event(ctx, req("x" * 1_000))])
             assert store.db.writer.execute("SELECT count(*) FROM events").fetchone() == (1,)
         finally:
             store.close()

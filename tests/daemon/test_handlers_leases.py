@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.leases import ACQUIRE, CONFLICT, LEASE_ROOM, RELEASE, RENEW, LeaseIndex, derive_leases
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, apply_remote
 from palaced.store.leases import LeaseReads
 from palaced.features import STORE_PARTS
 from palaced.features import leases
@@ -32,7 +33,7 @@ def _peer_with_an_early_lease(tmp_path) -> Store:
     """A second replica holding bob's lease on src/api/**, stamped before anything written later."""
     peer = Store(tmp_path / "peer.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     req = _acquire_request("bob", "lease_00000000000000b0", ["src/api/**"])
-    ok, early = peer.write_batch([lambda w: w.append(req)]).outcomes[0]
+    ok, early = peer.write_batch([lambda w: append_event(w, req)]).outcomes[0]
     assert ok, early
     return peer
 
@@ -40,7 +41,7 @@ def _peer_with_an_early_lease(tmp_path) -> Store:
 async def _apply_from(ctx, peer: Store) -> list[dict]:
     """Everything ``peer`` wrote, applied here as replication applies it; the events applied."""
     signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
-    report = await ctx.store.write(lambda w: w.apply_remote(
+    report = await ctx.store.write(lambda w: apply_remote(w, 
         signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
     return [record.public for record in report.applied]
 
@@ -109,7 +110,7 @@ async def test_a_release_or_renew_by_another_agent_changes_nothing_in_the_kept_l
             req = AppendRequest.from_wire({"type": kind, "stream": "project/p", "room": LEASE_ROOM, "from_agent": "mallory",
                                            "correlation_id": lease_id, "body": "x", "metadata": {"ttl_s": 999999}},
                                           Limits())
-            await ctx.store.write(lambda w, req=req: w.append(req))
+            await ctx.store.write(lambda w, req=req: append_event(w, req))
         (lease,) = (await leases.lease_list(ctx, {}))["leases"]
         assert (lease["state"], lease["renewals"], lease["expires_at"]) == ("active", 0, got["lease"]["expires_at"])
         assert await _listed(ctx) == _stateless(await _derived_from_scratch(ctx))
@@ -146,7 +147,7 @@ async def test_a_lost_lease_is_told_once_and_a_notice_forged_elsewhere_silences_
             forged = AppendRequest.from_wire(
                 {"type": CONFLICT, "stream": "project/p", "room": LEASE_ROOM, "from_agent": "palaced", "to_agent": "alice",
                  "correlation_id": mine["id"], "body": "nothing to see", "metadata": {}}, Limits())
-            ok, _ = peer.write_batch([lambda w: w.append(forged)]).outcomes[0]
+            ok, _ = peer.write_batch([lambda w: append_event(w, forged)]).outcomes[0]
             assert ok
             await _apply_from(ctx, peer)
             reconciler = leases.LeaseReconciler(ctx)

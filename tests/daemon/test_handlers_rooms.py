@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.rooms import MAX_ROOM_BODY_CHARS
+from palaced.store import append_event
 from palaced.handlers import ReadOnly, log
 from palaced.features import memory, rooms
 from palaced.membership import create_palace
@@ -280,7 +281,7 @@ async def test_what_a_broken_peer_wrote_is_read_defensively(tmp_path):
         async def raw(**fields):
             request = AppendRequest.from_wire({"stream": "project/shop", "room": "rooms", "from_agent": "mallory",
                                                "to_agent": "*", **fields}, ctx.limits)
-            return await ctx.store.write(lambda w: w.append(request))
+            return await ctx.store.write(lambda w: append_event(w, request))
 
         await raw(type="room.open", correlation_id="not a room id", body="x")
         await raw(type="room.open", body="no correlation at all")

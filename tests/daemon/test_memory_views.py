@@ -21,6 +21,7 @@ from palace_proto.errors import ValidationError
 from palace_proto.memory import FACT_FORMAT, DiaryEntry, Drawer, FactAdd, FactAdded, FactInvalidate
 from palace_proto.peer import event_to_wire
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, apply_remote, redact
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store import memory_views as views
@@ -37,7 +38,7 @@ def store(tmp_path):
 
 def write(store, wire):
     req = AppendRequest.from_wire(wire, LIMITS)
-    ok, value = store.write_batch([lambda ctx: ctx.append(req)]).outcomes[0]
+    ok, value = store.write_batch([lambda ctx: append_event(ctx, req)]).outcomes[0]
     assert ok, value
     return value
 
@@ -94,7 +95,7 @@ def test_a_redacted_drawer_leaves_search_and_rebuild_agrees(store):
     keep = file_drawer(store, "keep this decision about replication")
     secret = Drawer(wing="wing_p", room="decisions", content="the api token is hunter2 replication", added_by="x")
     event = write(store, secret.event())
-    store.write_batch([lambda ctx: ctx.redact(event["id"], "evt_redactor")])
+    store.write_batch([lambda ctx: redact(ctx, event["id"], "evt_redactor")])
     assert [h["drawer_id"] for h in search(store, "replication")] == [keep.id]
     assert views.drawer(store, secret.id) is None
     counts = store.write_batch([views.rebuild_views]).outcomes[0][1]
@@ -108,7 +109,7 @@ def test_events_from_a_peer_fill_the_views(tmp_path, store):
         write(other, FactAdd(FactAdded("log", "is", "truth"), "b").event())
         events = other.signed_events_of_origin(other.origin_id, 0, 10)
         key = other.public_key
-        store.write_batch([lambda ctx: ctx.apply_remote(events, lambda o, s: key)])
+        store.write_batch([lambda ctx: apply_remote(ctx, events, lambda o, s: key)])
         assert views.drawer(store, drawer.id)["content"] == "decided on a peer: rebuilds are derived from the log"
         assert views.facts_about(store.db.reader(), "log", "2026-11-30")["count"] == 1
     finally:
@@ -137,7 +138,7 @@ def test_keyword_search_narrowed_to_rare_words_ranks_like_the_full_query(store, 
         words += ["omega"] if i % 3 == 0 else []
         words += ["kappa"] if i < 40 and i % 2 == 0 else []  # never with zeta
         req = AppendRequest.from_wire(Drawer("wing_p", "r", f"note {i}: {' '.join(words)}", "a").event(), LIMITS)
-        jobs.append(lambda ctx, req=req: ctx.append(req))
+        jobs.append(lambda ctx, req=req: append_event(ctx, req))
     assert all(ok for ok, _ in store.write_batch(jobs).outcomes)
 
     def ranking(query, budget, limit=5, **filters):
@@ -185,7 +186,7 @@ def test_a_redacted_drawer_leaves_no_byte_of_its_words_in_the_database_files(sto
     """Guards finding 4: a redacted drawer's words stayed in the FTS5 index (its tombstoned terms,
     prefix-compressed, and FTS5's own copy of the text) inside palace.sqlite3."""
     rng = random.Random(4)
-    jobs = [lambda ctx, req=AppendRequest.from_wire(Drawer("wing_p", "r", text, "a").event(), LIMITS): ctx.append(req)
+    jobs = [lambda ctx, req=AppendRequest.from_wire(Drawer("wing_p", "r", text, "a").event(), LIMITS): append_event(ctx, req)
             for text in filler(rng, 300)]
     assert all(ok for ok, _ in store.write_batch(jobs).outcomes)
     secrets = ["Qzvrkplmwx" + "".join(rng.choice("bcdfghjk") for _ in range(8)) + "7" for _ in range(20)]
@@ -195,7 +196,7 @@ def test_a_redacted_drawer_leaves_no_byte_of_its_words_in_the_database_files(sto
     query = " ".join(filler(random.Random(4), 1)[0].split()[:10])
     before = {h["drawer_id"] for h in search(store, query, limit=500)}
     for event in events:
-        assert store.write_batch([lambda ctx, e=event: ctx.redact(e["id"], "evt_redactor")]).outcomes[0][0]
+        assert store.write_batch([lambda ctx, e=event: redact(ctx, e["id"], "evt_redactor")]).outcomes[0][0]
     data = database_bytes(store)
     assert [s for s in secrets if traces(data, s)] == []
     assert search(store, secrets[0]) == [] and search(store, "deploy token") == []
@@ -213,7 +214,7 @@ def test_a_separator_key_left_by_secure_delete_is_purged(store, monkeypatch):
     events = {}
     for start in range(0, len(texts), 100):
         reqs = [AppendRequest.from_wire(Drawer("w", "r", t, "a").event(), LIMITS) for t in texts[start:start + 100]]
-        outcomes = store.write_batch([lambda ctx, req=req: ctx.append(req) for req in reqs]).outcomes
+        outcomes = store.write_batch([lambda ctx, req=req: append_event(ctx, req) for req in reqs]).outcomes
         events.update({req.body.split()[0]: value["id"] for req, (_, value) in zip(reqs, outcomes, strict=True)})
     conn = store.db.writer  # the writer's connection: this test looks inside the index
     conn.execute("INSERT INTO drawers_fts (drawers_fts) VALUES ('optimize')")  # one segment, keys made afresh
@@ -239,7 +240,7 @@ def test_a_separator_key_left_by_secure_delete_is_purged(store, monkeypatch):
     real = views.purge_index_traces
     monkeypatch.setattr(views, "purge_index_traces", lambda conn, texts: done.append(real(conn, texts)) or done[-1])
     for s in exposed:
-        assert store.write_batch([lambda ctx, s=s: ctx.redact(events[s], "evt_r")]).outcomes[0][0]
+        assert store.write_batch([lambda ctx, s=s: redact(ctx, events[s], "evt_r")]).outcomes[0][0]
     assert "optimize" in done and "rebuild" not in done  # even an index of one segment is merged anew
     assert not views._stale_separators(conn, {s.encode() for s in exposed})
     data = database_bytes(store)
@@ -268,7 +269,7 @@ def test_redacting_a_fact_and_the_events_related_to_it_removes_it_entirely(store
     assert related(first["id"]) == [again["id"], ended["id"]] and related(ended["id"]) == [first["id"], again["id"]]
     assert related(other["id"]) == [] and related(diary["id"]) == [] and related("evt_unknown") == []
     for event in (first, again, ended):
-        assert store.write_batch([lambda ctx, e=event: ctx.redact(e["id"], "evt_r")]).outcomes[0][0]
+        assert store.write_batch([lambda ctx, e=event: redact(ctx, e["id"], "evt_r")]).outcomes[0][0]
     facts = views.facts_about(store.db.reader(), "deploy", "2026-03-01")
     assert [f["object"] for f in facts["facts"]] == ["sqlite"]
     assert not traces(database_bytes(store), secret) and not traces(database_bytes(store), secret.lower())
@@ -286,18 +287,18 @@ def test_redacting_one_copy_derives_again_what_the_others_still_carry(store, tmp
         theirs = write(other, drawer.event())
         key = other.public_key
         events = other.signed_events_of_origin(other.origin_id, 0, 10)
-        assert store.write_batch([lambda ctx: ctx.apply_remote(events, lambda o, s: key)]).outcomes[0][0]
+        assert store.write_batch([lambda ctx: apply_remote(ctx, events, lambda o, s: key)]).outcomes[0][0]
     finally:
         other.close()
     assert views.related_memory_events(store.db.reader(), mine["id"]) == [theirs["id"]]
-    assert store.write_batch([lambda ctx: ctx.redact(mine["id"], "evt_r")]).outcomes[0][0]
+    assert store.write_batch([lambda ctx: redact(ctx, mine["id"], "evt_r")]).outcomes[0][0]
     assert views.drawer(store, drawer.id)["content"] == drawer.content  # still in the log, in their event
     assert [h["drawer_id"] for h in search(store, "replicas")] == [drawer.id]
 
     added = write(store, FactAdd(FactAdded("palace", "uses", "sqlite", valid_from="2026-01-01"), "a").event())
     ended = write(store, FactInvalidate("palace", "uses", "sqlite", "2026-06-01", "a").event())
     assert views.facts_about(store.db.reader(), "palace", "2026-07-01")["historical_facts"]
-    assert store.write_batch([lambda ctx: ctx.redact(ended["id"], "evt_r")]).outcomes[0][0]
+    assert store.write_batch([lambda ctx: redact(ctx, ended["id"], "evt_r")]).outcomes[0][0]
     now = views.facts_about(store.db.reader(), "palace", "2026-07-01")
     assert [f["object"] for f in now["active_facts"]] == ["sqlite"] and now["facts"][0]["valid_to"] is None
     assert views.related_memory_events(store.db.reader(), added["id"]) == []
@@ -321,7 +322,7 @@ def test_facts_written_before_schema_5_are_still_read_and_a_redacted_one_stays_o
     facts = views.facts_about(store.db.reader(), "palace", "2026-03-01")
     assert [(f["object"], f["state"], f["valid_to"]) for f in facts["facts"]] == [("legacy facts", "historical",
                                                                                    "2026-02-01")]
-    assert store.write_batch([lambda ctx: ctx.redact(legacy["id"], "evt_r")]).outcomes[0][0]
+    assert store.write_batch([lambda ctx: redact(ctx, legacy["id"], "evt_r")]).outcomes[0][0]
     assert views.facts_about(store.db.reader(), "palace", "2026-03-01")["count"] == 0
     store.write_batch([views.rebuild_views])
     assert views.facts_about(store.db.reader(), "palace", "2026-03-01")["count"] == 0
@@ -364,7 +365,7 @@ def test_fork_evidence_keeps_no_body(store):
                         created_at="2026-01-01T00:00:00.000000Z", type="note", stream="s", room="r",
                         from_agent="a", body=f"the body says {secret}", metadata_json="{}")
     write(store, {"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": "the real first event"})
-    report = store.write_batch([lambda ctx: ctx.apply_remote([forged], lambda o, s: None, "peer")]).outcomes[0][1]
+    report = store.write_batch([lambda ctx: apply_remote(ctx, [forged], lambda o, s: None, "peer")]).outcomes[0][1]
     assert report.forks == [forged]
     (blob,) = store.db.writer.execute("SELECT rejected FROM forks").fetchone()
     evidence = msgpack.unpackb(bytes(blob), raw=False)

@@ -22,6 +22,7 @@ from palace_proto.framing import NEED_DATA, FrameBuffer
 from palace_proto.link import SYNC_WAL
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello, from_wire
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, apply_remote
 from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.peers.link import PeerLink
@@ -46,7 +47,7 @@ class Replica:
     async def append(self, body):
         req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": self.name,
                                        "body": body}, LIMITS)
-        return await self.astore.write(lambda ctx: ctx.append(req))
+        return await self.astore.write(lambda ctx: append_event(ctx, req))
 
     async def backlog(self, count, body_bytes, *, seed=0):
         """``count`` events written in one transaction (what a replica wrote while cut off), bodies
@@ -55,7 +56,7 @@ class Replica:
         reqs = [AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": self.name,
                                          "body": f"{self.name}{i} " + "x" * rng.randint(1, body_bytes)}, LIMITS)
                 for i in range(count)]
-        await self.astore.write(lambda ctx: [ctx.append(r) for r in reqs])
+        await self.astore.write(lambda ctx: [append_event(ctx, r) for r in reqs])
 
     def bodies(self):
         return sorted(e.body for o in self.store.version_vector() for e in self.store.signed_events_of_origin(o, 0, 10_000))
@@ -131,7 +132,7 @@ async def test_a_large_catch_up_is_batched_and_exact(tmp_path):
     async with replicas(tmp_path, "a", "b") as ((a, b), key_for, nursery):
         reqs = [AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a",
                                          "body": f"{i}" * 50}, LIMITS) for i in range(3000)]
-        await a.astore.write(lambda ctx: [ctx.append(r) for r in reqs])
+        await a.astore.write(lambda ctx: [append_event(ctx, r) for r in reqs])
         link_a, _ = connect(nursery, a, b, key_for)
         await converged(a, b, count=3000)
         assert link_a.machine.stats.sent_events == 3000  # nothing sent twice
@@ -248,7 +249,7 @@ async def test_a_vector_names_only_what_the_sync_before_it_covered(tmp_path):
         one, two = a.store.signed_events_of_origin(a.store.origin_id, 0, 10)
 
         async def push(event):  # what b's link does with a live push: committed before its fsync
-            await b.astore.write(lambda ctx: ctx.apply_remote([event], lambda o, s: key_for(o), source="a"),
+            await b.astore.write(lambda ctx: apply_remote(ctx, [event], lambda o, s: key_for(o), source="a"),
                                  durable=False)
 
         await push(one)

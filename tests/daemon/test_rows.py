@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.rows import SIGNED_COLUMNS, insert_params, row_to_public, row_to_signed
@@ -39,7 +40,7 @@ def test_a_stored_event_reads_back_as_signed_and_as_public(tmp_path):
     try:
         req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a", "body": "x",
                                        "topic": "t", "metadata": {"k": 1}}, LIMITS)
-        result = store.write_batch([lambda ctx: ctx.append(req)])
+        result = store.write_batch([lambda ctx: append_event(ctx, req)])
         (record,) = result.events
         public, kept = record.public, record.signed
         assert store.signed_events_of_origin(store.origin_id, 0, 10) == [kept]

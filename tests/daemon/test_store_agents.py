@@ -17,6 +17,7 @@ from palace_proto.errors import ValidationError
 from palace_proto.ids import fingerprint
 from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, append_system, apply_remote, import_history
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.identity import AgentElsewhere, AgentRetired
@@ -40,7 +41,7 @@ def request(**fields):
 
 
 def append(store, **fields):
-    ok, value = store.write_batch([lambda w: w.append(request(**fields))]).outcomes[0]
+    ok, value = store.write_batch([lambda w: append_event(w, request(**fields))]).outcomes[0]
     if not ok:
         raise value
     return value
@@ -50,7 +51,7 @@ def system(store, kind, agent, **extra):
     req = AppendRequest.from_wire({"type": kind, "stream": "palace", "room": "agents", "from_agent": SYSTEM_AGENT,
                                    "body": kind, "metadata": registry_metadata(kind, agent, store.agents.daemon,
                                                                                **extra)}, LIMITS)
-    ok, value = store.write_batch([lambda w: w.append_system(req)]).outcomes[0]
+    ok, value = store.write_batch([lambda w: append_system(w, req)]).outcomes[0]
     assert ok, value
     return value
 
@@ -65,7 +66,7 @@ def sync(source, target, *stores):
     events = []
     for origin in source.version_vector():
         events += source.signed_events_of_origin(origin, 0, 10_000)
-    ok, report = target.write_batch([lambda w: w.apply_remote(events, keys_of(*stores), source="test")]).outcomes[0]
+    ok, report = target.write_batch([lambda w: apply_remote(w, events, keys_of(*stores), source="test")]).outcomes[0]
     assert ok, report
     return report
 
@@ -150,7 +151,7 @@ def test_a_partition_where_two_daemons_took_one_id_ends_with_the_same_verdicts_e
 def _stored_and_flagged(a, b, forged):
     """``forged`` (an authentic event of a's chain) pushed to b: stored (replicas converge), and
     the verdict b attaches to it."""
-    ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
+    ok, report = b.write_batch([lambda w: apply_remote(w, [forged], keys_of(a, b), source="test")]).outcomes[0]
     assert ok and report.refused == [] and [r.signed.id for r in report.applied] == [forged.id], report
     [stored] = b.agents.annotate([b.get_event(forged.id)])
     return stored.get("impersonation")
@@ -208,10 +209,10 @@ def test_registrations_of_a_rolled_back_job_leave_no_trace(trio_of_stores):
     a, _, _ = trio_of_stores
 
     def fails(w):
-        w.append(request(from_agent="ghost"))
+        append_event(w, request(from_agent="ghost"))
         raise ValidationError("no", field="x")
 
-    outcomes = a.write_batch([fails, lambda w: w.append(request())]).outcomes
+    outcomes = a.write_batch([fails, lambda w: append_event(w, request())]).outcomes
     assert outcomes[0][0] is False and outcomes[1][0] is True
     assert "ghost" not in a.agents.records and "mac-claude" in a.agents.records
     assert [e["metadata"].get("agent") for e in a.list_events(_query(types=[REGISTER]))] == ["mac-claude"]
@@ -251,7 +252,7 @@ def test_history_of_another_palace_registers_nothing_here(trio_of_stores):
     a, b, _ = trio_of_stores
     append(a)
     events = a.signed_events_of_origin(a.origin_id, 0, 10)
-    ok, result = b.write_batch([lambda w: w.import_history(events, {a.origin_id: a.public_key})]).outcomes[0]
+    ok, result = b.write_batch([lambda w: import_history(w, events, {a.origin_id: a.public_key})]).outcomes[0]
     assert ok and result["imported"] == 2
     assert "mac-claude" not in b.agents.records
     append(b)  # b's own mac-claude
@@ -276,7 +277,7 @@ def test_one_origin_registers_a_bounded_number_of_agents_here_and_on_arrival(tri
                         created_at="2026-12-01T10:00:00.000000Z", type=REGISTER, stream="palace", room="agents",
                         from_agent=SYSTEM_AGENT, body="r",
                         metadata_json=canonical_json(registry_metadata(REGISTER, "three", a.agents.daemon)))
-    ok, report = b.write_batch([lambda w: w.apply_remote([forged], keys_of(a, b), source="test")]).outcomes[0]
+    ok, report = b.write_batch([lambda w: apply_remote(w, [forged], keys_of(a, b), source="test")]).outcomes[0]
     assert ok and report.refused == [] and len(report.applied) == 1  # stored: replicas converge
     assert "three" not in b.agents.records  # and void: beyond the bound it registers nothing
 

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError, NotPermitted
 from palace_proto.rooms import ROOM_MESSAGE, keyed_room_id
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, apply_remote, redact
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.parts import StorePart, StoreParts
@@ -39,7 +40,7 @@ def _req(**fields: object) -> AppendRequest:
 
 
 def _append(store: Store, **fields: object) -> dict:
-    ok, value = store.write_batch([lambda ctx: ctx.append(_req(**fields))]).outcomes[0]
+    ok, value = store.write_batch([lambda ctx: append_event(ctx, _req(**fields))]).outcomes[0]
     assert ok, value
     return value
 
@@ -55,13 +56,13 @@ def test_every_hook_is_called_where_the_write_path_moves(tmp_path):
         assert recorder.calls == [("stored", ("one", first["seq"])), ("settle", 1)]
         recorder.calls.clear()
         theirs = _append(peer, body="from a peer")
-        ok, _ = store.write_batch([lambda ctx: ctx.apply_remote(
+        ok, _ = store.write_batch([lambda ctx: apply_remote(ctx, 
             peer.signed_events_of_origin(peer.origin_id, 0, 10), lambda origin, seq: peer.public_key,
             source="test")]).outcomes[0]
         assert ok and recorder.calls[0][0] == "stored" and recorder.calls[0][1][0] == "from a peer"
         assert theirs["id"] not in [c[1] for c in recorder.calls]
         recorder.calls.clear()
-        ok, _ = store.write_batch([lambda ctx: ctx.redact(first["id"], "evt_redactor")]).outcomes[0]
+        ok, _ = store.write_batch([lambda ctx: redact(ctx, first["id"], "evt_redactor")]).outcomes[0]
         assert ok and ("redacted", first["id"]) in recorder.calls
         recorder.calls.clear()
         ok, _ = store.write_batch([store.agents.reload_ca]).outcomes[0]
@@ -88,7 +89,7 @@ def test_a_local_write_is_judged_by_the_part_judging_its_subject(tmp_path):
     store = Store(tmp_path / "a.sqlite3", Ed25519PrivateKey.generate(), LIMITS, parts=parts)
     try:
         room_id = keyed_room_id("talk", origin=store.origin_id, opener="a", nonce="0" * 32)
-        ok, refusal = store.write_batch([lambda ctx: ctx.append(_req(type=ROOM_MESSAGE, correlation_id=room_id,
+        ok, refusal = store.write_batch([lambda ctx: append_event(ctx, _req(type=ROOM_MESSAGE, correlation_id=room_id,
                                                                       room="rooms"))]).outcomes[0]
         assert not ok and isinstance(refusal, NotPermitted) and "room.message: refused by the test" in str(refusal)
         assert store.counts()["events"] == 0

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from palace_proto.envelope import seal_event, verify_chain_link, verify_event
 from palace_proto.sync import verify_batch
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, apply_remote, import_history, put_artifact, redact
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 
@@ -29,7 +30,7 @@ def pair(tmp_path):
 
 def append(store, **fields):
     req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "a", **fields}, LIMITS)
-    ok, value = store.write_batch([lambda ctx: ctx.append(req)]).outcomes[0]
+    ok, value = store.write_batch([lambda ctx: append_event(ctx, req)]).outcomes[0]
     assert ok, value
     return value
 
@@ -40,7 +41,7 @@ def keys_of(*stores):
 
 
 def apply(store, events, key_for):
-    result = store.write_batch([lambda ctx: ctx.apply_remote(events, key_for, source="test")])
+    result = store.write_batch([lambda ctx: apply_remote(ctx, events, key_for, source="test")])
     ok, report = result.outcomes[0]
     assert ok, report
     return report, result.events
@@ -129,9 +130,9 @@ def test_forged_unknown_and_own_origin_events_are_rejected(pair):
 def test_redaction_replicates_and_wins_over_a_late_original(pair, tmp_path):
     a, b = pair
     secret = append(a, body="token SECRET-0f9e8d")
-    ok, redact = a.write_batch([lambda ctx: (e := ctx.append(AppendRequest.from_wire(
+    ok, redaction = a.write_batch([lambda ctx: (e := append_event(ctx, AppendRequest.from_wire(
         {"type": "event.redact", "stream": "s", "room": "r", "from_agent": "a", "metadata": {"redacts": secret["id"]}},
-        LIMITS)), ctx.redact(secret["id"], e["id"]))[0]]).outcomes[0]
+        LIMITS)), redact(ctx, secret["id"], e["id"]))[0]]).outcomes[0]
     assert ok
     events = a.signed_events_of_origin(a.origin_id, 0, 10)
     assert events[0].body is None  # redacted at the source
@@ -147,12 +148,12 @@ def test_redaction_replicates_and_wins_over_a_late_original(pair, tmp_path):
 
 def test_events_wait_for_their_artifacts(pair):
     a, b = pair
-    ok, artifact = a.write_batch([lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"\x00bytes")]).outcomes[0]
+    ok, artifact = a.write_batch([lambda ctx: put_artifact(ctx, kind="file", created_by="a", content=b"\x00bytes")]).outcomes[0]
     append(a, body="with artifact", artifact_ids=[artifact["id"]])
     events = a.signed_events_of_origin(a.origin_id, 0, 10)
     report, _ = apply(b, events, keys_of(a))
     assert report.missing_artifacts == events and not report.applied
-    b.write_batch([lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"\x00bytes")])
+    b.write_batch([lambda ctx: put_artifact(ctx, kind="file", created_by="a", content=b"\x00bytes")])
     report, _ = apply(b, events, keys_of(a))
     assert len(report.applied) == 1 and b.get_event(events[0].id)["artifact_ids"] == [artifact["id"]]
 
@@ -173,7 +174,7 @@ def test_an_origin_never_changes_keys(pair, tmp_path):
 
 
 def _import(store, events, keys):
-    ok, result = store.write_batch([lambda ctx: ctx.import_history(events, keys)]).outcomes[0]
+    ok, result = store.write_batch([lambda ctx: import_history(ctx, events, keys)]).outcomes[0]
     assert ok, result
     return result
 
@@ -215,7 +216,7 @@ def test_import_refuses_own_origin_replicated_origins_wrong_keys_and_altered_eve
 def apply_verified(store, events, key_for, **kwargs):
     """As replication applies a batch: signatures checked first (verify_batch), by position."""
     verified = verify_batch(events, key_for)
-    result = store.write_batch([lambda ctx: ctx.apply_remote(events, key_for, source="test", verified_keys=verified,
+    result = store.write_batch([lambda ctx: apply_remote(ctx, events, key_for, source="test", verified_keys=verified,
                                                              **kwargs)])
     ok, report = result.outcomes[0]
     assert ok, report
@@ -245,7 +246,7 @@ def test_a_forged_event_cannot_borrow_a_genuine_events_verification(pair):
     # Verification handed in for the wrong objects is never trusted: hashes are recomputed here.
     report = apply_verified(b, [forged], keys_of(a))
     assert report.rejected == [forged] or report.duplicates == [forged]
-    swapped = b.write_batch([lambda ctx: ctx.apply_remote([forged], keys_of(a), verified_keys=[a.public_key])])
+    swapped = b.write_batch([lambda ctx: apply_remote(ctx, [forged], keys_of(a), verified_keys=[a.public_key])])
     ok, swapped_report = swapped.outcomes[0]
     assert ok and swapped_report.rejected == [forged] and not swapped_report.applied
 
@@ -334,18 +335,18 @@ def test_the_heads_kept_in_memory_are_the_committed_ones(pair):
     events = a.signed_events_of_origin(a.origin_id, 0, 10)
 
     def applies_then_fails(ctx):
-        ctx.apply_remote(events, keys_of(a), source="test")
+        apply_remote(ctx, events, keys_of(a), source="test")
         raise ValueError("rolled back after applying")
 
     append(b, body="b1")
-    outcomes = b.write_batch([applies_then_fails, lambda ctx: ctx.apply_remote(events[:1], keys_of(a),
+    outcomes = b.write_batch([applies_then_fails, lambda ctx: apply_remote(ctx, events[:1], keys_of(a),
                                                                                source="test")]).outcomes
     assert [ok for ok, _ in outcomes] == [False, True]
     assert b.heads() == heads_on_disk(b) and b.heads()[a.origin_id].max_seq == 1
     b.db.writer.set_commit_hook(lambda: True)  # the commit fails: nothing of the batch exists
     try:
         with pytest.raises(Exception, match="could not commit"):
-            b.write_batch([lambda ctx: ctx.apply_remote(events[1:], keys_of(a), source="test")])
+            b.write_batch([lambda ctx: apply_remote(ctx, events[1:], keys_of(a), source="test")])
     finally:
         b.db.writer.set_commit_hook(None)
     assert b.heads() == heads_on_disk(b) and b.heads()[a.origin_id].max_seq == 1

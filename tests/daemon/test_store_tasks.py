@@ -9,6 +9,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.schema import migrate
@@ -28,7 +29,7 @@ def stores(tmp_path):
 
 def append(store, **fields):
     req = AppendRequest.from_wire({"type": "note", "stream": "s", "room": "r", "from_agent": "alice", **fields}, LIMITS)
-    ok, value = store.write_batch([lambda w: w.append(req)]).outcomes[0]
+    ok, value = store.write_batch([lambda w: append_event(w, req)]).outcomes[0]
     assert ok, value
     return value
 

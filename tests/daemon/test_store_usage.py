@@ -23,6 +23,7 @@ from palace_proto.ids import origin_id_for_key
 from palace_proto.tasks import derive_task
 from palace_proto.usage import MAX_COST_USD, MAX_TOKENS, USAGE_TYPE, record_from_event, spending, totals
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, apply_remote
 from palaced.features import STORE_PARTS
 from palaced.store import Store
 from palaced.store.usage import read_usage
@@ -90,7 +91,7 @@ def deliver(store, *chains, events=None):
     events in chain order)."""
     table = {c.origin: c.public_key for c in chains}
     events = [e for c in chains for e in c.events] if events is None else events
-    ok, result = store.write_batch([lambda w: w.apply_remote(events, lambda origin, seq: table.get(origin))]).outcomes[0]
+    ok, result = store.write_batch([lambda w: apply_remote(w, events, lambda origin, seq: table.get(origin))]).outcomes[0]
     assert ok and not result.refused and not result.rejected, result
     return result
 
@@ -104,7 +105,7 @@ def counted(store, by="task"):
 def append(store, **fields):
     req = AppendRequest.from_wire({"type": "note", "stream": "project/shop", "room": "delegation",
                                    "from_agent": "alice", "body": "x", **fields}, LIMITS)
-    ok, value = store.write_batch([lambda w: w.append(req)]).outcomes[0]
+    ok, value = store.write_batch([lambda w: append_event(w, req)]).outcomes[0]
     if not ok:
         raise value
     return value

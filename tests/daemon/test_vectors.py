@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.memory import Drawer
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, redact
 from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.store import Store
@@ -65,11 +66,11 @@ async def test_the_worker_embeds_drawers_and_drops_redacted_ones(tmp_path):
             events = []
             for text in ("the cat sleeps on the router", "sqlite keeps the log", "deploys go out on mondays"):
                 req = AppendRequest.from_wire(Drawer("w", "r", text, "a").event(), LIMITS)
-                events.append(await astore.write(lambda ctx, req=req: ctx.append(req)))
+                events.append(await astore.write(lambda ctx, req=req: append_event(ctx, req)))
             await settle(indexer, 3)
             hits = await indexer.search("a kitten naps", 3)
             assert hits[0][0] == Drawer("w", "r", "the cat sleeps on the router", "a").id
-            await astore.write(lambda ctx: ctx.redact(events[0]["id"], "evt_x"))
+            await astore.write(lambda ctx: redact(ctx, events[0]["id"], "evt_x"))
             await settle(indexer, 2)
             assert Drawer("w", "r", "the cat sleeps on the router", "a").id not in [d for d, _ in
                                                                                     await indexer.search("cat", 3)]
@@ -156,7 +157,7 @@ async def test_the_worker_switches_to_ivf_once_the_backlog_is_embedded(tmp_path)
             nursery.start_soon(indexer.run)
             for i in range(45):
                 req = AppendRequest.from_wire(Drawer("w", "r", f"note {i} about sqlite", "a").event(), LIMITS)
-                await astore.write(lambda ctx, req=req: ctx.append(req))
+                await astore.write(lambda ctx, req=req: append_event(ctx, req))
             await settle(indexer, 45)
             with trio.fail_after(20):
                 while indexer.index.kind != "ivf":

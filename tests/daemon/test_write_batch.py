@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.envelope import GENESIS_HASH
 from palace_proto.errors import ApiError, DiskFull
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, import_history, put_artifact, redact
 from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
 from palaced.store import Store, StoreError
@@ -24,7 +25,7 @@ def req(body: str) -> AppendRequest:
 
 
 def append(body: str):
-    return lambda ctx: ctx.append(req(body))
+    return lambda ctx: append_event(ctx, req(body))
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_a_job_whose_database_error_leaves_the_transaction_usable_fails_alone(st
     its place in the chain; the jobs before and after it commit, chained to each other."""
 
     def append_then_break_a_constraint(ctx):
-        ctx.append(req("rolled back"))
+        append_event(ctx, req("rolled back"))
         ctx.conn.execute("INSERT INTO events (id) VALUES (NULL)")  # NOT NULL: apsw.ConstraintError
 
     result = store.write_batch([append("one"), append_then_break_a_constraint, append("two")])
@@ -92,7 +93,7 @@ def test_sqlite_full_while_one_job_writes_fails_that_job_alone_as_disk_full(stor
     (pages,) = store.db.writer.execute("PRAGMA page_count").fetchone()
     store.db.writer.execute(f"PRAGMA max_page_count={pages + 64}")  # room for small rows, not for 1 MiB
     result = store.write_batch([append("before"),
-                                lambda ctx: ctx.put_artifact(kind="file", created_by="a", content=b"x" * (1 << 20)),
+                                lambda ctx: put_artifact(ctx, kind="file", created_by="a", content=b"x" * (1 << 20)),
                                 append("after")])
     (ok1, _), (ok2, failure), (ok3, _) = result.outcomes
     assert ok1 and ok3 and not ok2
@@ -109,7 +110,7 @@ def test_a_job_after_which_sqlite_rolled_everything_back_fails_alone_and_the_oth
     assert store.write_batch([append("kept")]).outcomes[0][0]
 
     def full_disk_mid_statement(ctx):
-        ctx.append(req("lost with the transaction"))
+        append_event(ctx, req("lost with the transaction"))
         ctx.conn.execute("ROLLBACK")  # what SQLite does itself after SQLITE_FULL mid-statement
         raise apsw.FullError("database or disk is full")
 
@@ -192,7 +193,7 @@ def test_a_job_that_fails_publishes_nothing_and_a_batch_that_fails_neither(store
     bus = EventBus()
 
     def appends_then_fails(ctx):
-        ctx.append(req("rolled back"))
+        append_event(ctx, req("rolled back"))
         raise ApiError("no", code="bad_request")
 
     _published(store, [append("kept"), appends_then_fails], bus)
@@ -211,9 +212,9 @@ def test_a_job_that_fails_publishes_nothing_and_a_batch_that_fails_neither(store
 
 def _redact(target_id):
     def job(ctx):
-        event = ctx.append(AppendRequest.from_wire({"type": "event.redact", "stream": "s", "room": "r",
+        event = append_event(ctx, AppendRequest.from_wire({"type": "event.redact", "stream": "s", "room": "r",
                                                     "from_agent": "a", "ack_of": target_id}, LIMITS))
-        ctx.redact(target_id, event["id"])
+        redact(ctx, target_id, event["id"])
     return job
 
 
@@ -236,7 +237,7 @@ def test_a_body_purged_in_the_batch_that_stored_it_is_never_published(store):
     secret = {}
 
     def append_secret(ctx):
-        secret.update(ctx.append(req("secret in the same batch")))
+        secret.update(append_event(ctx, req("secret in the same batch")))
 
     _published(store, [append_secret, lambda ctx: _redact(secret["id"])(ctx)], bus)
     assert [e.body for e in bus.signed_after(store.origin_id, 0, 10)] == [None, ""]
@@ -261,7 +262,7 @@ def test_imported_history_is_never_offered_from_the_bus(store, tmp_path):
     finally:
         other.close()
     bus = EventBus()
-    result = _published(store, [lambda ctx: ctx.import_history([theirs], {theirs.origin: other.public_key})], bus)
+    result = _published(store, [lambda ctx: import_history(ctx, [theirs], {theirs.origin: other.public_key})], bus)
     assert result.outcomes[0][1]["imported"] == 1
     assert bus.signed_after(theirs.origin, 0, 1) is None
     assert [e["body"] for e in bus.events_after(0, 10)] == ["theirs"]

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError
 from palace_proto.validation import AppendRequest, Limits
+from palaced.store import append_event, redact
 from palaced.features import STORE_PARTS
 from palaced.store import Store, StoreError
 from palaced.store.writer import Writer
@@ -54,10 +55,10 @@ async def test_the_writer_tells_the_keeper_of_each_commit_and_asks_it_between_ba
     upkeep = FakeUpkeep(store)
     committed = []
     writer = Writer(store, upkeep, committed.extend)
-    await writer.write(lambda ctx: ctx.append(req("one")))
+    await writer.write(lambda ctx: append_event(ctx, req("one")))
     assert upkeep.calls == [("committed", 1), "due?"] and len(committed) == 1
     upkeep.due, upkeep.calls = True, []
-    await writer.write(lambda ctx: ctx.append(req("two")))
+    await writer.write(lambda ctx: append_event(ctx, req("two")))
     assert upkeep.calls == [("committed", 1), "due?", "slot"]
     assert (writer.batches, writer.writes, writer.leading) == (2, 2, False)
     store.close()
@@ -67,14 +68,14 @@ async def test_a_redaction_is_purged_from_the_wal_before_its_writer_is_answered(
     store = Store(tmp_path / "p.sqlite3", Ed25519PrivateKey.generate(), Limits(), parts=STORE_PARTS)
     upkeep = FakeUpkeep(store)
     writer = Writer(store, upkeep, lambda events: None)
-    event = await writer.write(lambda ctx: ctx.append(req("secret")))
+    event = await writer.write(lambda ctx: append_event(ctx, req("secret")))
     upkeep.calls = []
 
-    def redact(ctx):
-        ctx.redact(event["id"], "evt_x")
+    def redact_it(ctx):
+        redact(ctx, event["id"], "evt_x")
         return list(upkeep.calls)  # what the keeper was told while the job ran: nothing yet
 
-    assert await writer.write(redact) == []
+    assert await writer.write(redact_it) == []
     assert upkeep.calls == ["purge", ("committed", 1), "due?"] and not store.wal.purge_pending
     store.close()
 
@@ -91,7 +92,7 @@ async def test_maintenance_runs_in_a_slot_between_batches_never_during_one(tmp_p
 
     async with trio.open_nursery() as n:
         n.start_soon(writer.maintain, work)
-        n.start_soon(writer.write, lambda ctx: ctx.append(req("queued behind the slot")))
+        n.start_soon(writer.write, lambda ctx: append_event(ctx, req("queued behind the slot")))
     assert seen == [True] and writer.batches == 1 and not writer.leading
     writer.stop()
     assert writer.closed
@@ -120,7 +121,7 @@ async def test_watchers_of_a_batch_run_before_its_writers_are_answered_and_backg
     async with trio.open_nursery() as n:
         n.start_soon(waiter)
         await trio.testing.wait_all_tasks_blocked()
-        await writer.write(lambda ctx: ctx.append(req("wake me")))
+        await writer.write(lambda ctx: append_event(ctx, req("wake me")))
         seen.append("writer answered")
     assert seen == order
     store.close()
@@ -138,7 +139,7 @@ async def test_a_failing_publish_still_answers_the_committed_batch(tmp_path):
     results = []
 
     async def write(body):
-        results.append((await writer.write(lambda ctx: ctx.append(req(body))))["body"])
+        results.append((await writer.write(lambda ctx: append_event(ctx, req(body))))["body"])
 
     with pytest.raises(ExceptionGroup) as raised:
         async with trio.open_nursery() as n:
@@ -164,7 +165,7 @@ async def test_a_non_durable_write_commits_alone_without_its_fsync_and_durable_o
             seen.append((name, ctx.conn.execute("PRAGMA synchronous").fetchone()[0], len(ctx.batch.events)))
             if name == "failing derived":
                 raise ValueError("a bug in an indexer")
-            return ctx.append(req(name))
+            return append_event(ctx, req(name))
         return job
 
     release = trio.Event()
@@ -204,19 +205,19 @@ async def test_sync_puts_non_durable_batches_on_disk_once_and_counts_a_durable_c
     store.wal.sync = counting_sync
     await writer.sync()
     assert syncs == []  # nothing committed yet: nothing to sync
-    await writer.write(lambda ctx: ctx.append(req("replicated 1")), durable=False)
-    await writer.write(lambda ctx: ctx.append(req("replicated 2")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated 1")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated 2")), durable=False)
     async with trio.open_nursery() as n:
         for _ in range(3):
             n.start_soon(writer.sync)
     assert syncs == [2]  # one sync for both batches and all three callers
     await writer.sync()
     assert syncs == [2]
-    await writer.write(lambda ctx: ctx.append(req("replicated 3")), durable=False)
-    await writer.write(lambda ctx: ctx.append(req("local")))  # FULL: its fsync covers the batch before
+    await writer.write(lambda ctx: append_event(ctx, req("replicated 3")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("local")))  # FULL: its fsync covers the batch before
     await writer.sync()
     assert syncs == [2]
-    await writer.write(lambda ctx: ctx.append(req("replicated 4")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated 4")), durable=False)
     failing.append(True)
     with pytest.raises(StoreError, match="could not sync the write-ahead log"):
         await writer.sync()
@@ -243,13 +244,13 @@ async def test_sync_within_lets_a_durable_commit_cover_the_batches_before_syncin
     writer = Writer(store, FakeUpkeep(store), lambda events: None)
     real_sync, syncs = store.wal.sync, []
     store.wal.sync = lambda: (syncs.append(writer.batches), real_sync())
-    await writer.write(lambda ctx: ctx.append(req("replicated")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated")), durable=False)
     async with trio.open_nursery() as n:
         n.start_soon(writer.sync, 30.0)
         await trio.testing.wait_all_tasks_blocked()
-        await writer.write(lambda ctx: ctx.append(req("local")))
+        await writer.write(lambda ctx: append_event(ctx, req("local")))
     assert syncs == []
-    await writer.write(lambda ctx: ctx.append(req("replicated again")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated again")), durable=False)
     with trio.fail_after(10):
         await writer.sync(0.05)
     assert syncs == [3]
@@ -269,7 +270,7 @@ async def test_a_sync_makes_durable_only_what_was_counted_before_it_started(tmp_
 
     def sync_while_committing():
         for body in during:  # commits in the loop while this thread is about to sync
-            trio.from_thread.run(functools.partial(writer.write, lambda ctx, b=body: ctx.append(req(b)),
+            trio.from_thread.run(functools.partial(writer.write, lambda ctx, b=body: append_event(ctx, req(b)),
                                                    durable=False))
         during.clear()
         real_sync()
@@ -278,7 +279,7 @@ async def test_a_sync_makes_durable_only_what_was_counted_before_it_started(tmp_
         return heads[origin].max_seq if origin in heads else 0
 
     store.wal.sync = sync_while_committing
-    await writer.write(lambda ctx: ctx.append(req("replicated 1")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated 1")), durable=False)
     assert (seq(writer.committed_heads), seq(writer.durable_heads)) == (1, 0)
     during.append("replicated 2, committed during the sync")
     await writer.sync()
@@ -287,7 +288,7 @@ async def test_a_sync_makes_durable_only_what_was_counted_before_it_started(tmp_
     await writer.sync()
     assert seq(writer.durable_heads) == 2
 
-    await writer.write(lambda ctx: ctx.append(req("replicated 3")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated 3")), durable=False)
     seen = {}
 
     async def purge():  # the slot between a batch's commit and its count
@@ -298,8 +299,8 @@ async def test_a_sync_makes_durable_only_what_was_counted_before_it_started(tmp_
 
     upkeep.purge = purge
     store.wal.purge_pending = True
-    await writer.write(lambda ctx: ctx.append(req("replicated 4")), durable=False)
+    await writer.write(lambda ctx: append_event(ctx, req("replicated 4")), durable=False)
     assert seen == {"store": 4, "counted": 3, "durable": 3}
-    await writer.write(lambda ctx: ctx.append(req("local")))  # a durable commit covers every batch
+    await writer.write(lambda ctx: append_event(ctx, req("local")))  # a durable commit covers every batch
     assert seq(writer.durable_heads) == seq(writer.committed_heads) == 5
     store.close()
