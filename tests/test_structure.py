@@ -152,3 +152,58 @@ def test_the_handlers_hold_one_store_and_never_hand_it_a_function_to_read():
                  and (node.attr == "memory_read" or node.attr == "read" and "store" in ast.unparse(node.value))]
         assert not reads, f"{path.relative_to(ROOT)}:{reads} hands the store a function to read"
 
+
+#: the one registry of each package: the only files outside a feature's slice that may name it
+REGISTRIES = frozenset({"proto/features.py", "palaced/features/__init__.py", "palacectl/features/__init__.py"})
+
+
+def test_a_feature_is_named_only_in_its_slice_and_the_three_registries():
+    """Guards issue 44 §1: adding rooms touched 21 source files, 5 of them its own (registration
+    lists, and feature logic inside shared modules). A feature's names now appear, outside its
+    slice and the slices of the features that build on it, only in each package's registry."""
+    found = names_outside_slices()
+    assert found, "no feature counted"
+    for feature, files in found.items():
+        assert len(files) <= 3 and set(files) <= REGISTRIES, f"{feature} is named in {files}"
+
+
+def test_a_slice_that_uses_another_feature_says_it_builds_on_it():
+    """What a feature uses of another is declared (``builds_on``, which the registries check is
+    there), so the counting above never hides a dependency nobody wrote down."""
+    from palace_proto.features import FEATURES
+    from palacectl.features import FEATURES as CLIENT_FEATURES
+    from palaced.features import features
+
+    protocol = [module.__name__.rpartition(".")[2] for module in FEATURES]
+    names = protocol + [f.name for f in CLIENT_FEATURES if f.name not in protocol]
+    builds_on: dict[str, set[str]] = {}
+    for feature in (*features(), *CLIENT_FEATURES):
+        builds_on.setdefault(feature.name, set()).update(feature.builds_on)
+    sources = _sources()
+    slice_of = {path: feature_of(path, names) for path in sources}
+    modules = {name: {_module_name(p) for p, f in slice_of.items() if f == name} for name in names}
+    undeclared = []
+    for path, tree in sources.items():
+        user = slice_of[path]
+        if user is None:
+            continue
+        imported = _imported(path, tree)
+        undeclared += [f"{path.relative_to(ROOT)}: {user} uses {used}" for used in names
+                       if used != user and imported & modules[used] and used not in builds_on.get(user, set())]
+    assert not undeclared, undeclared
+
+
+def test_the_core_modules_the_issue_named_import_no_feature():
+    """``handlers/log.py`` called the task rules on every append and built the rooms' wake rule,
+    ``handlers/session.py`` and ``store/inbox.py`` knew about rooms, and ``app.py`` started each
+    feature's service by name: each asks the features now (ctx.features, the store's parts)."""
+    from palace_proto.features import FEATURES
+
+    features = {module.__name__.rpartition(".")[2] for module in FEATURES}
+    for relative in ("palaced/handlers/log.py", "palaced/handlers/session.py", "palaced/store/inbox.py",
+                     "palaced/app.py", "palaced/api.py", "palaced/config.py", "palaced/handlers/context.py"):
+        path = ROOT / relative
+        imported = _imported(path, ast.parse(path.read_text(encoding="utf-8")))
+        named = sorted(m for m in imported if feature_of(ROOT / (m.replace(".", "/") + ".py"), sorted(features))
+                       or any(m.startswith(f"palaced.features.{f}") for f in features))
+        assert not named, f"{relative} imports {named}"
