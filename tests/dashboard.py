@@ -52,7 +52,8 @@ class Answer:
 class DashboardProcess:
     """One ``palacectl ui`` run on ``home``."""
 
-    def __init__(self, home: Path, *args: str, browser: bool = False, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, home: Path, *args: str, browser: bool = False, env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
         self.home = home
         self.args = list(args)
         self.log = home.parent / f"ui-{home.name}-{time.monotonic_ns()}.log"
@@ -63,7 +64,8 @@ class DashboardProcess:
         self._out = open(self.log, "wb")
         options = [] if browser else ["--no-browser"]
         self.proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(home), "ui", *options, *args],
-                                     stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                                     stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                     cwd=cwd)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             info = self._info()
