@@ -325,7 +325,7 @@ async def test_excluded_types_never_match_a_list_or_a_wait(tmp_path):
                                                     "timeout_ms": 5000}))
 
                 nursery.start_soon(waiter)
-                await trio.sleep(0.2)
+                await trio.testing.wait_all_tasks_blocked()  # the waiter waits on the bus
                 await log.append(ctx, note(type="status", body="another announce", to_agent="*"))
                 last = await log.append(ctx, note(body="wake", to_agent="*"))
         assert [e["id"] for e in got[0]["events"]] == [last["id"]]

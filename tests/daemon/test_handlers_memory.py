@@ -76,6 +76,7 @@ async def test_memory_writes_carry_their_own_seq_and_wake_a_wait(tmp_path):
     moved past it: no link pushed it (peers got it from the 10 s repair round) and a local wait
     never woke on it."""
     import trio
+    import trio.testing
 
     async with open_context(tmp_path) as ctx:
         for i in range(3):
@@ -97,7 +98,7 @@ async def test_memory_writes_carry_their_own_seq_and_wake_a_wait(tmp_path):
             with trio.fail_after(20):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(waiter)
-                    await trio.sleep(0.1)
+                    await trio.testing.wait_all_tasks_blocked()  # the waiter waits on the bus
                     await write()
             (event,) = woke[0]["events"]
             stored = (await log.list_events(ctx, {"types": [kind], "order": "desc", "limit": 1}))["events"][0]

@@ -222,16 +222,20 @@ async def test_a_live_push_is_visible_before_the_replicas_fsync_and_confirmed_on
         with trio.fail_after(10):
             while link_a.machine.confirmed.get(a.store.origin_id) != 1:
                 await trio.sleep(0.01)
-        real_sync, release = b.store.wal.sync, threading.Event()
+        real_sync, entered, release = b.store.wal.sync, threading.Event(), threading.Event()
 
         def held_sync():
+            entered.set()
             release.wait(10)
             real_sync()
 
         b.store.wal.sync = held_sync
         await a.append("live")
         await converged(a, b, count=2)  # committed on b, and its watchers told, with b's sync held
-        await trio.sleep(0.2)
+        with trio.fail_after(10):  # b syncs for its receipt now, and is held there
+            while not entered.is_set():
+                await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()  # whatever both links would do without that sync is done
         assert link_a.machine.confirmed[a.store.origin_id] == 1
         release.set()
         with trio.fail_after(10):
