@@ -34,7 +34,8 @@ def assemble(features: tuple[ModuleType, ...]) -> tuple[tuple[Rule, ...], tuple[
 
     Raises:
         ValueError: a feature declares no ``OPS``, ``NAMESPACE`` or ``RULES``, a rule, an operation or
-            a namespace is declared twice, or a rule names a type outside every namespace but words.
+            a namespace is declared twice, a rule names a type outside every namespace but words, or
+            a rule is written by an operation nobody declares.
     """
     # The core's rows first — authority's own and the identity's (the registry: every event is
     # judged by who holds its writer's id) — but the core's last row (words) comes last of all.
@@ -64,6 +65,9 @@ def assemble(features: tuple[ModuleType, ...]) -> tuple[tuple[Rule, ...], tuple[
         outside = [t for t in rule.types if not t.startswith(tuple(namespaces))]
         if outside and rule.name != "words":
             raise ValueError(f"rule {rule.name} names types outside palace's namespaces: {outside}")
+        writer = rule.written_by.split()[0]
+        if writer not in ("append", "palaced") and writer not in ops:
+            raise ValueError(f"rule {rule.name} is written by {writer!r}, an operation nobody declares")
     return tuple(rules), tuple(namespaces), frozenset(ops)
 
 

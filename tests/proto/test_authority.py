@@ -379,3 +379,10 @@ def test_the_features_assemble_one_table_and_refuse_what_two_declare():
     stray.OPS, stray.NAMESPACE, stray.RULES = frozenset(), "stray.", (rule_named("room.open"),)
     with pytest.raises(ValueError, match="rules named twice"):
         features.assemble((rooms, stray))
+    # A row written by an operation no feature declares: the feature forgot its operation.
+    orphan = types.ModuleType("palace_proto.orphan")
+    orphan.OPS, orphan.NAMESPACE = frozenset(), "orphan."
+    orphan.RULES = (dataclasses.replace(rule_named("room.open"), name="orphan.open", types=("orphan.open",),
+                                        written_by="orphan_open (palacectl orphan open)"),)
+    with pytest.raises(ValueError, match="written by 'orphan_open', an operation nobody declares"):
+        features.assemble((orphan,))
