@@ -385,4 +385,4 @@ def test_the_features_assemble_one_table_and_refuse_what_two_declare():
     orphan.RULES = (dataclasses.replace(rule_named("room.open"), name="orphan.open", types=("orphan.open",),
                                         written_by="orphan_open (palacectl orphan open)"),)
     with pytest.raises(ValueError, match="written by 'orphan_open', an operation nobody declares"):
-        features.assemble((orphan,))
+        features.assemble((*features.FEATURES, orphan))
