@@ -143,14 +143,15 @@ def list_events(home: Path, o: dict[str, Any]) -> int:
 
 def append_event(home: Path, o: dict[str, Any]) -> dict[str, Any]:
     """Append one event (the options ``append`` takes without --ndjson); returns it, printed."""
-    missing = [flag for flag, key in (("--type", "type"), ("--stream", "stream"), ("--room", "room"),
-                                      ("--from-agent", "from_agent")) if o.get(key) is None]
+    from .event_options import APPEND_FIELDS, ROUTING, flag
+
+    required = [flag(field) for field in APPEND_FIELDS if not field.optional]
+    missing = [flag(field) for field in APPEND_FIELDS if not field.optional and o.get(field.option) is None]
     if missing:
-        raise UsageProblem(f"Missing option '{missing[0]}' (--type, --stream, --room and --from-agent are required, "
-                           "or give --ndjson FILE)")
+        raise UsageProblem(f"Missing option '{missing[0]}' ({', '.join(required[:-1])} and {required[-1]} are "
+                           "required, or give --ndjson FILE)")
     text = text_or_file(o.get("body"), o.get("body_file"), "body")
-    routing = {k: o.get(k) for k in ("type", "stream", "room", "from_agent", "topic", "to_agent", "correlation_id",
-                                     "branch", "base_commit", "status")}
+    routing = {k: o.get(k) for k in ROUTING}
     event: dict[str, Any] = call(home, "append", **routing, body=text, metadata=parse_metadata(o.get("metadata")),
                                  artifact_ids=o.get("artifact_id"), replicated=o.get("replicated"),
                                  timeout_ms=capped(o.get("timeout_ms"), 3_600_000))
@@ -258,8 +259,20 @@ def _append_body(home: Path, o: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-#: a quick command: (options, positional names, options that must be given, body)
-_Entry = tuple[dict[str, tuple[str, str]], tuple[str, ...], tuple[str, ...], Callable[[Path, dict[str, Any]], int]]
+def _append_options() -> dict[str, tuple[str, str]]:
+    """``append``'s options: the event's fields (``palacectl.event_options``, imported only when an
+    append runs: a quick list or wait starts without the table) and ``--body-file``."""
+    from .event_options import APPEND_FIELDS, dest, flag
+
+    fields = {flag(f): (dest(f), "multi" if f.wire == "ids" else "str") for f in APPEND_FIELDS}
+    return {**_COMMON, **fields, "--body-file": ("body_file", "str")}
+
+
+_Options = dict[str, tuple[str, str]]
+#: a quick command: (options, or the function making them; positional names; options that must be
+#: given; body)
+_Entry = tuple[_Options | Callable[[], _Options], tuple[str, ...], tuple[str, ...],
+               Callable[[Path, dict[str, Any]], int]]
 
 # command words → its entry. Left to typer:
 # ``append --ndjson/--replicated`` and ``wait --replicated/--event-id`` (not in these tables).
@@ -271,10 +284,7 @@ _COMMANDS: Final[dict[tuple[str, ...], _Entry]] = {
     ("wait",): ({**_EVENT_FILTERS, **_COMMON, "--since-event-id": ("since_event_id", "str"),
                  "--since-created-at": ("since_created_at", "str"), "--limit": ("limit", "int"),
                  "--preview": ("preview", "flag"), "--timeout-ms": ("timeout_ms", "int")}, (), (), wait_events),
-    ("append",): ({**_COMMON, **{f"--{k.replace('_', '-')}": (k, "str") for k in (
-                      "type", "stream", "room", "from_agent", "topic", "to_agent", "correlation_id", "branch",
-                      "base_commit", "status", "body", "body_file", "metadata")},
-                   "--artifact-id": ("artifact_id", "multi")}, (), (), _append_body),
+    ("append",): (_append_options, (), (), _append_body),
     ("ack",): ({**_COMMON, "--from-agent": ("from_agent", "str"), "--status": ("status", "str"),
                 "--topic": ("topic", "str"), "--body": ("body", "str"), "--body-file": ("body_file", "str")},
                ("event_id",), ("from_agent",), ack_event),
@@ -383,7 +393,7 @@ def run_quick(argv: list[str], features: Features | None = None) -> int | None:
             return None
         length, entry = found
     options, positionals, required, body = entry
-    parsed = _parse(words[length:], options, positionals, required)
+    parsed = _parse(words[length:], options() if callable(options) else options, positionals, required)
     if parsed is None:
         return None
     path = home_from(Path(home) if home is not None else None)

@@ -30,18 +30,22 @@ asked (a different answer while it is down).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from palace_proto.errors import ApiError
-from palace_proto.filters import filter_args
+from palace_proto.event_fields import EventField
+from palace_proto.filters import FILTER_OPTIONS, filter_args
 from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 
 from .client import DaemonUnreachable
+from .event_options import APPEND_FIELDS, PY_TYPES, RARE
 from .feature import Features, load
 from .light import LightError, read_light_call, tables
 from .mcp_server import INVALID_PARAMS, McpError, Registry, Route
@@ -58,6 +62,7 @@ _RESOURCE: Final = "__palace_resource__"
 
 Filter = str | list[str] | None
 Result = dict[str, Any]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Daemon(Protocol):
@@ -107,6 +112,75 @@ def drop_none(**args: Any) -> dict[str, Any]:
     return {k: v for k, v in args.items() if v is not None}
 
 
+# -- parameters from tables ----------------------------------------------------------------------
+
+
+def offering(parameters: Iterable[inspect.Parameter], *, after: int = 0) -> Callable[[F], F]:
+    """A tool taking ``parameters`` besides its own (placed after the first ``after`` of them, the
+    server not counted), in its ``**`` parameter: its signature and type hints (its input schema)
+    name them, and it is called with every one of them, defaults filled in."""
+    parameters = tuple(parameters)
+    defaults = {p.name: p.default for p in parameters}
+
+    def declare(fn: F) -> F:
+        own = inspect.signature(fn, eval_str=True)
+        server = [p for p in own.parameters.values() if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own.parameters.values()
+                if p.kind not in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_KEYWORD)]
+
+        @functools.wraps(fn)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await fn(*args, **{**defaults, **kwargs})
+
+        signature = own.replace(parameters=[*server, *rest[:after], *parameters, *rest[after:]])
+        call.__signature__ = signature  # type: ignore[attr-defined]
+        call.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()} | {
+            "return": own.return_annotation}
+        return call  # type: ignore[return-value]
+    return declare
+
+
+def field_parameters(fields: Iterable[EventField], *, defaults: Mapping[str, Any] | None = None,
+                     ) -> list[inspect.Parameter]:
+    """A writing tool's parameters for event ``fields``: each its append argument, of its wire's
+    type, required as the table says unless ``defaults`` gives it a default (else None); the
+    caller (``from_agent``) last, optional: the agent this server speaks as (``Palace.speaks_as``)."""
+    defaults = defaults or {}
+    given, caller = [], []
+    for field in fields:
+        name, kind = field.option or field.name, PY_TYPES[field.wire]
+        if name == "from_agent":
+            caller.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind | None))
+        elif field.optional or name in defaults:
+            given.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(name),
+                                           annotation=kind | None))
+        else:
+            given.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind))
+    return [*given, *caller]
+
+
+def rare_options(fields: Iterable[EventField], *, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """A writing tool's extras (``tool``): ``also``, its rare fields' arguments and the caller."""
+    return (*also, *(f.option for f in fields if f.option in RARE), "from_agent")
+
+
+def _filter_parameters() -> list[inspect.Parameter]:
+    """The event filters of a list or a wait (``palace_proto.filters``), each a value or a list (OR):
+    MemPalace's names, but the author filter is ``writer`` (3.11), after ``from_agent``, the caller."""
+    parameters = []
+    for name in FILTER_OPTIONS:
+        if name == "from_agent":
+            parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                                annotation=str | None))
+            name = "writer"
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Filter))
+    return parameters
+
+
+#: The event filters' parameters of ``mempalace_event_list`` and ``mempalace_event_wait``.
+FILTER_PARAMETERS: Final = _filter_parameters()
+
+
 # -- core: the delegation loop --------------------------------------------------------------------
 
 
@@ -134,18 +208,12 @@ async def mempalace_inbox_mark_read(palace: Palace, /, upto_event_id: str) -> Re
     return await palace.daemon.call("inbox_mark_read", agent=palace.agent, upto_event_id=upto_event_id)
 
 
-@tool("core", mutating=True, extras=("topic", "branch", "base_commit", "metadata", "from_agent"),
+@tool("core", mutating=True, extras=rare_options(APPEND_FIELDS),
       description="Append an event to the log. from_agent defaults to you. Returns {success, event}.")
-async def mempalace_event_append(
-    palace: Palace, /, type: str, stream: str, room: str, body: str | None = "", topic: str | None = None,
-    to_agent: str | None = None, correlation_id: str | None = None, branch: str | None = None,
-    base_commit: str | None = None, status: str | None = None, metadata: dict[str, Any] | None = None,
-    artifact_ids: list[str] | None = None, from_agent: str | None = None,
-) -> Result:
+@offering(field_parameters(APPEND_FIELDS, defaults={"body": ""}))
+async def mempalace_event_append(palace: Palace, /, **fields: Any) -> Result:
     event = await palace.daemon.call("append", **drop_none(
-        type=type, stream=stream, room=room, body=body, topic=topic, to_agent=to_agent,
-        correlation_id=correlation_id, branch=branch, base_commit=base_commit, status=status,
-        metadata=metadata, artifact_ids=artifact_ids, from_agent=palace.speaks_as("from_agent", from_agent)))
+        **{**fields, "from_agent": palace.speaks_as("from_agent", fields["from_agent"])}))
     return {"event": event}
 
 
@@ -167,19 +235,17 @@ async def mempalace_event_ack(
           "Wait until an event matches (at once if one does); pushed by the daemon, no polling. from_agent: you "
           "(not a filter); writer filters by author. timeout_ms default 60000, max 300000. Returns {timed_out, "
           "events, count}; a timeout is not an error."))
+@offering(FILTER_PARAMETERS)
 async def mempalace_event_wait(
-    palace: Palace, /, stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
-    to_agent: Filter = None, from_agent: str | None = None, writer: Filter = None, exclude_from_agent: Filter = None,
-    correlation_id: Filter = None, status: Filter = None, since_event_id: str | None = None,
-    since_created_at: str | None = None, timeout_ms: float = 60_000, limit: int | None = None,
+    palace: Palace, /, since_event_id: str | None = None, since_created_at: str | None = None,
+    timeout_ms: float = 60_000, limit: int | None = None, **filters: Filter,
 ) -> Result:
     if timeout_ms < 0:
         raise ApiError("timeout_ms must be a non-negative number", code="invalid_argument")
-    result = await palace.daemon.call("wait", **filter_args(
-        stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=writers(writer),
-        exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status),
-        **drop_none(since_event_id=since_event_id, since_created_at=since_created_at, limit=limit,
-                     timeout_ms=int(min(timeout_ms, MAX_WAIT_TIMEOUT_MS))))
+    from_agent, writer = filters.pop("from_agent"), filters.pop("writer")
+    result = await palace.daemon.call("wait", **filter_args(**filters, from_agent=writers(writer)), **drop_none(
+        since_event_id=since_event_id, since_created_at=since_created_at, limit=limit,
+        timeout_ms=int(min(timeout_ms, MAX_WAIT_TIMEOUT_MS))))
     return with_caller_note(result, from_agent, writer)
 
 
@@ -224,22 +290,20 @@ def writers(writer: Filter) -> Filter:
           "List events. Filters (value or list, OR) are exact; to_agent also matches '*'; writer: the author "
           "(from_agent is you, not a filter). Cursor: since_event_id. Newest first without a cursor, oldest "
           "first with one. preview=true cuts bodies over 200 chars. text: words to find. Returns {events, count}."))
+@offering(FILTER_PARAMETERS)
 async def mempalace_event_list(
-    palace: Palace, /, stream: Filter = None, room: Filter = None, topic: Filter = None, type: Filter = None,
-    to_agent: Filter = None, from_agent: str | None = None, writer: Filter = None, exclude_from_agent: Filter = None,
-    correlation_id: Filter = None, status: Filter = None, since_event_id: str | None = None,
-    before_event_id: str | None = None, since_created_at: str | None = None, order: str | None = None,
-    limit: int | None = None, preview: bool = False, text: str | None = None,
+    palace: Palace, /, since_event_id: str | None = None, before_event_id: str | None = None,
+    since_created_at: str | None = None, order: str | None = None, limit: int | None = None, preview: bool = False,
+    text: str | None = None, **filters: Filter,
 ) -> Result:
-    filters = filter_args(
-        stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, from_agent=writers(writer),
-        exclude_from_agent=exclude_from_agent, correlation_id=correlation_id, status=status)
+    from_agent, writer = filters.pop("from_agent"), filters.pop("writer")
+    wanted = filter_args(**filters, from_agent=writers(writer))
     if text is not None:  # a text search is ranked, best match first
-        result = await palace.daemon.call("list", **filters, **drop_none(
+        result = await palace.daemon.call("list", **wanted, **drop_none(
             since_event_id=since_event_id, before_event_id=before_event_id, since_created_at=since_created_at,
             limit=limit, preview=preview, text=text))
     else:
-        result = await palace.daemon.call("list", **filters, **drop_none(
+        result = await palace.daemon.call("list", **wanted, **drop_none(
             since_event_id=since_event_id, before_event_id=before_event_id, since_created_at=since_created_at,
             limit=limit, preview=preview, order=_order(order, since_event_id)))
     return with_caller_note(result, from_agent, writer)

@@ -9,6 +9,7 @@ only when it runs. Registered on the root app by ``cli.root``; imports ``cli.com
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -20,61 +21,55 @@ from palace_proto.filters import filter_args
 from .. import loop
 from ..feature import load
 from ..output import EXIT_IDLE, emit, fail, note, write_stdout
+from ..event_options import APPEND_FIELDS, ROUTING
 from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home
+from .options import EVENT_FILTERS, field_option, option, with_options
 
 __all__ = ["ack", "append", "list_", "redact", "wait", "watch"]
 
 ReplicatedOpt = Annotated[Optional[int], typer.Option("--replicated", help="Wait until K peers hold the event (exit 2 on timeout).")]
-StreamOpt = Annotated[Multi, typer.Option("--stream", help="Repeat for OR.")]
-RoomOpt = Annotated[Multi, typer.Option("--room")]
-TopicOpt = Annotated[Multi, typer.Option("--topic")]
-TypeOpt = Annotated[Multi, typer.Option("--type")]
-ToOpt = Annotated[Multi, typer.Option("--to-agent", help="Matches the agent or * (broadcast).")]
-FromOpt = Annotated[Multi, typer.Option("--from-agent")]
-ExcludeOpt = Annotated[Multi, typer.Option("--exclude-from-agent")]
-CorrOpt = Annotated[Multi, typer.Option("--correlation-id")]
-StatusOpt = Annotated[Multi, typer.Option("--status")]
 SinceOpt = Annotated[Optional[str], typer.Option("--since-event-id", help="Exclusive cursor (an event id).")]
 
 
+def _append_options() -> list[inspect.Parameter]:
+    """``append``'s options for the event's fields (``--body-file`` beside ``--body``): none is
+    required of the command line, as ``--ndjson``'s lines may carry them."""
+    options = []
+    for field in APPEND_FIELDS:
+        said = field.help
+        if not field.optional:
+            said = f"{said.removesuffix('.')} (required; with --ndjson a default)."
+        elif field.wire == "ids":
+            said = f"{said.removesuffix('.')} (repeatable)."
+        options.append(field_option(field, help=said))
+        if field.wire == "body":
+            options.append(option("body_file", Annotated[Optional[str], typer.Option(
+                "--body-file", help="Read the body from a file, or - for stdin.")]))
+    return options
+
+
+@with_options(_append_options())
 def append(
-    type_: Annotated[Optional[str], typer.Option("--type", help="Event type, e.g. task.reply (required; with --ndjson a default for lines without one).")] = None,
-    stream: Annotated[Optional[str], typer.Option(help="Stream, e.g. project/palace (required; with --ndjson a default).")] = None,
-    room: Annotated[Optional[str], typer.Option(help="Room, e.g. delegation (required; with --ndjson a default).")] = None,
-    from_agent: Annotated[Optional[str], typer.Option("--from-agent", help="Your agent id (required; with --ndjson a default).")] = None,
-    topic: Annotated[Optional[str], typer.Option()] = None,
-    to_agent: Annotated[Optional[str], typer.Option("--to-agent", help="Addressee, or * to broadcast.")] = None,
-    correlation_id: Annotated[Optional[str], typer.Option("--correlation-id")] = None,
-    branch: Annotated[Optional[str], typer.Option()] = None,
-    base_commit: Annotated[Optional[str], typer.Option("--base-commit")] = None,
-    status_: Annotated[Optional[str], typer.Option("--status")] = None,
-    body: Annotated[Optional[str], typer.Option(help="Body text (verbatim).")] = None,
-    body_file: Annotated[Optional[str], typer.Option("--body-file", help="Read the body from a file, or - for stdin.")] = None,
-    metadata: Annotated[Optional[str], typer.Option(help="A JSON object.")] = None,
-    artifact_id: Annotated[Multi, typer.Option("--artifact-id", help="Attach an artifact (repeatable).")] = None,
     replicated: ReplicatedOpt = None,
     timeout_ms: Annotated[Optional[int], typer.Option("--timeout-ms", help="With --replicated: how long to wait (default 30000).")] = None,
     ndjson: Annotated[Optional[str], typer.Option("--ndjson", help="Append many events from a file (or - for stdin): one JSON object of append's fields per line; the options above are defaults for every line. All lines are checked before any is sent.")] = None,
     json_: JsonOpt = False,
+    **fields: Any,
 ) -> None:
     """Append an event; prints the stored event. With --replicated K, return once K peers hold it.
     With --ndjson, append every line of a file, in order, in as few commits as fit."""
-    routing = {"type": type_, "stream": stream, "room": room, "from_agent": from_agent, "topic": topic,
-               "to_agent": to_agent, "correlation_id": correlation_id, "branch": branch, "base_commit": base_commit,
-               "status": status_}
     if ndjson is not None:
-        given = [flag for flag, value in (("--body", body), ("--body-file", body_file), ("--metadata", metadata),
-                                          ("--artifact-id", artifact_id), ("--replicated", replicated),
-                                          ("--timeout-ms", timeout_ms)) if value]
+        given = [f"--{name.replace('_', '-')}" for name, value in (*fields.items(), ("replicated", replicated),
+                                                                   ("timeout_ms", timeout_ms))
+                 if value and name not in ROUTING]
         if given:
             raise UsageProblem(f"{given[0]} does not go with --ndjson: each line carries its own body, metadata and "
                                "artifact_ids (the routing options are defaults for every line)")
-        _append_ndjson(ndjson, {k: v for k, v in routing.items() if v is not None}, as_json=json_)
+        _append_ndjson(ndjson, {k: fields[k] for k in ROUTING if fields[k] is not None}, as_json=json_)
         return
     _check_replicated(replicated, timeout_ms)
-    event = loop.append_event(current_home(), {
-        **routing, "body": body, "body_file": body_file, "metadata": metadata, "artifact_id": artifact_id,
-        "replicated": replicated, "timeout_ms": timeout_ms, "json": json_})
+    event = loop.append_event(current_home(), {**fields, "replicated": replicated, "timeout_ms": timeout_ms,
+                                               "json": json_})
     _replication_outcome(event.get("replication"), replicated)
 
 
@@ -179,18 +174,9 @@ def _replication_outcome(replication: dict[str, Any] | None, wanted: int | None)
     note(f"Held by {replication['replicated_count']} peer(s): {holders}.")
 
 
-def _loop_filters(stream: Multi, room: Multi, topic: Multi, type_: Multi, to_agent: Multi, from_agent: Multi,
-                  exclude_from_agent: Multi, correlation_id: Multi, status_: Multi) -> dict[str, Multi]:
-    """The event filter options as ``palacectl.loop``'s bodies take them."""
-    return {"stream": stream, "room": room, "topic": topic, "type": type_, "to_agent": to_agent,
-            "from_agent": from_agent, "exclude_from_agent": exclude_from_agent, "correlation_id": correlation_id,
-            "status": status_}
-
-
+@with_options(EVENT_FILTERS)
 def list_(
-    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
-    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
-    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    since_event_id: SinceOpt = None,
     before_event_id: Annotated[Optional[str], typer.Option("--before-event-id")] = None,
     since_created_at: Annotated[Optional[str], typer.Option("--since-created-at", help="YYYY-MM-DD or UTC datetime (inclusive); prefer the id cursor.")] = None,
     order: Annotated[Optional[str], typer.Option(help="asc (default) or desc.")] = None,
@@ -199,18 +185,18 @@ def list_(
     text: Annotated[Optional[str], typer.Option("--text", help="Only events whose body has every one of these "
                                                               "words, best match first.")] = None,
     json_: JsonOpt = False,
+    **filters: Multi,
 ) -> None:
     """List events (oldest first by default; with --text, best match first)."""
     loop.list_events(current_home(), {
-        **_loop_filters(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent, correlation_id, status_),
+        **filters,
         "since_event_id": since_event_id, "before_event_id": before_event_id, "since_created_at": since_created_at,
         "order": order, "limit": limit, "preview": preview, "text": text, "json": json_})
 
 
+@with_options(EVENT_FILTERS)
 def wait(
-    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
-    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
-    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    since_event_id: SinceOpt = None,
     since_created_at: Annotated[Optional[str], typer.Option("--since-created-at")] = None,
     limit: Annotated[Optional[int], typer.Option()] = None,
     preview: Annotated[bool, typer.Option("--preview")] = False,
@@ -218,6 +204,7 @@ def wait(
     replicated: ReplicatedOpt = None,
     event_id: Annotated[Optional[str], typer.Option("--event-id", help="With --replicated: the event to wait for.")] = None,
     json_: JsonOpt = False,
+    **filters: Multi,
 ) -> None:
     """Wait until a matching event exists (at once if one already does); exits 2 on timeout.
 
@@ -234,18 +221,17 @@ def wait(
             raise typer.Exit(EXIT_IDLE)
         return
     code = loop.wait_events(current_home(), {
-        **_loop_filters(stream, room, topic, type_, to_agent, from_agent, exclude_from_agent, correlation_id, status_),
+        **filters,
         "since_event_id": since_event_id, "since_created_at": since_created_at, "limit": limit, "preview": preview,
         "timeout_ms": timeout_ms, "json": json_})
     if code:
         raise typer.Exit(code)
 
 
+@with_options(EVENT_FILTERS, after=1)
 def watch(
     agent: Annotated[Optional[str], typer.Option("--agent", help="= --to-agent ID --exclude-from-agent ID, with a state file.")] = None,
-    stream: StreamOpt = None, room: RoomOpt = None, topic: TopicOpt = None, type_: TypeOpt = None,
-    to_agent: ToOpt = None, from_agent: FromOpt = None, exclude_from_agent: ExcludeOpt = None,
-    correlation_id: CorrOpt = None, status_: StatusOpt = None, since_event_id: SinceOpt = None,
+    since_event_id: SinceOpt = None,
     state_file: Annotated[Optional[str], typer.Option("--state-file", help="Cursor file; '' turns persistence off.")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", help="Replay from the first event.")] = False,
     follow: Annotated[bool, typer.Option("--follow", help="Keep going; one JSON batch per line.")] = False,
@@ -254,6 +240,7 @@ def watch(
     with_status: Annotated[bool, typer.Option("--with-status", help="With --agent: wake on status events too (by default a fleet watcher sleeps through them, announcements included).")] = False,
     limit: Annotated[int, typer.Option(help="Events per batch (max 500).")] = 50,
     json_: JsonOpt = False,
+    **filters: Multi,
 ) -> None:
     """Block until matching events arrive (pushed by palaced); exit 0 on a hit, 2 when idle."""
     from ..watch import WatchOptions, default_state_file, run_watch
@@ -262,7 +249,7 @@ def watch(
         fail("--idle-exit-ms must be zero (wait forever) or a positive number of milliseconds", code="invalid_argument")
     if limit < 1:
         fail("--limit must be a positive integer", code="invalid_argument")
-    to_agents, excluded = list(to_agent or []), list(exclude_from_agent or [])
+    to_agents, excluded = list(filters["to_agent"] or []), list(filters["exclude_from_agent"] or [])
     if agent is not None:
         if not agent.strip():
             fail("agent identity is required to name a watch state file", code="invalid_argument")
@@ -276,15 +263,14 @@ def watch(
         path = default_state_file(home, agent) if agent else None
     else:
         path = Path(state_file).expanduser() if state_file else None
-    filters = filter_args(stream=stream, room=room, topic=topic, type=type_, to_agent=to_agents, from_agent=from_agent,
-                          exclude_from_agent=excluded, correlation_id=correlation_id, status=status_)
+    wanted = filter_args(**{**filters, "to_agent": to_agents, "exclude_from_agent": excluded})
     # The shared-brain rules: status is the type fleet watchers sleep through, so one agent's
     # `watch --announce` (a status to *) wakes nobody else (issue 26). Asked for by --type or
     # --with-status, it wakes.
-    if agent is not None and not with_status and not type_:
-        filters["exclude_types"] = ["status"]
+    if agent is not None and not with_status and not filters["type"]:
+        wanted["exclude_types"] = ["status"]
     code = run_watch(WatchOptions(
-        home=home, filters=filters, agent=agent.strip() if agent else None, since_event_id=since_event_id,
+        home=home, filters=wanted, agent=agent.strip() if agent else None, since_event_id=since_event_id,
         state_file=path, from_start=from_start, follow=follow, idle_exit_ms=idle_exit_ms, announce=announce,
         limit=min(limit, 500), as_json=json_,
     ))
