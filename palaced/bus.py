@@ -23,10 +23,11 @@ import bisect
 import sys
 from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import Any, Final
+from typing import Final
 
 import trio
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.envelope import CommittedEvent, SignedEvent
 
 __all__ = ["EventBus", "TypeWatch", "record_bytes"]
@@ -196,7 +197,7 @@ class EventBus:
         start = bisect.bisect_right(ring, seq, key=_SEQ)
         return ring[start : start + limit]
 
-    def events_after(self, seq: int, limit: int) -> list[dict[str, Any]] | None:
+    def events_after(self, seq: int, limit: int) -> list[PublicEvent] | None:
         """``records_after`` as public event objects (what clients are sent)."""
         records = self.records_after(seq, limit)
         return None if records is None else [record.public for record in records]

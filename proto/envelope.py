@@ -6,12 +6,10 @@ encoding"). Pure: stdlib, msgpack and cryptography only; no clock, no IO.
 
 Theory of operation
 -------------------
-The *canonical encoding* is a msgpack array in a fixed field order (never a map, so no key-order
-question arises), with ``None`` for absent optional fields::
-
-    [1, origin, origin_seq, prev_hash, created_at, type, stream, room, topic, from_agent,
-     to_agent, correlation_id, branch, base_commit, status, ack_of, artifact_ids,
-     body_sha256, metadata_json]
+The *canonical encoding* is a msgpack array: the version (1), then the signed fields in the
+order ``event_fields.SIGNED_FIELDS`` gives (the table's signed positions: the origin's chain, the
+author's routing, the artifact ids, the body's sha256, the metadata), with ``None`` for absent
+optional fields. An array, never a map, so no key-order question arises.
 
 The body enters only through its sha256. That is what makes redaction possible: a replica may drop
 a body (a secret pasted by mistake) and still verify the hash, the signature and the chain, since
@@ -29,7 +27,6 @@ import dataclasses
 import hashlib
 import json
 import operator
-from types import SimpleNamespace
 from typing import Any, Final, final
 
 import msgpack
@@ -38,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from .canonical import canonical_json
 from .errors import SignatureError
+from .event_fields import EVENT_FIELDS, PUBLIC_KEYS, SIGNED_FIELDS, EventContent, PublicEvent, content_of
 from .ids import EventId, event_id_for
 
 __all__ = [
@@ -46,6 +44,7 @@ __all__ = [
     "GENESIS_HASH",
     "PREVIEW_BODY_CHARS",
     "PUBLIC_KEYS",
+    "SIGNED_FIELDS",
     "SignedEvent",
     "body_sha256",
     "canonical_json",
@@ -64,44 +63,24 @@ GENESIS_HASH: Final = bytes(32)
 # MemPalace-compatible preview cut (reference §1.7), counted in Python characters, not bytes.
 PREVIEW_BODY_CHARS: Final = 200
 
-#: Keys of the public event object, in output order (MemPalace-compatible envelope).
-PUBLIC_KEYS: Final = (
-    "id", "seq", "origin", "origin_seq", "type", "stream", "room", "topic", "from_agent", "to_agent",
-    "correlation_id", "branch", "base_commit", "status", "ack_of", "artifact_ids", "body", "metadata",
-    "created_at",
-)
-
-
 def body_sha256(body: str) -> bytes:
     return hashlib.sha256(body.encode("utf-8")).digest()
 
 
 @final
-@dataclasses.dataclass(frozen=True, slots=True)
-class SignedEvent:
-    """An event as signed by its origin. ``body`` is None once redacted; ``seq`` is local, unsigned."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SignedEvent(EventContent):
+    """An event as signed by its origin: an author's content (``EventContent``, whose ``body`` is
+    None once redacted) placed in its origin's chain, hashed and signed. The fields are the
+    table's (``palace_proto.event_fields``); the local ``seq`` is not one of them."""
 
     origin: str
     origin_seq: int
     prev_hash: bytes
     created_at: str
-    type: str
-    stream: str
-    room: str
-    topic: str | None
-    from_agent: str
-    to_agent: str | None
-    correlation_id: str | None
-    branch: str | None
-    base_commit: str | None
-    status: str | None
-    ack_of: str | None
-    artifact_ids: tuple[str, ...]
     body_sha256: bytes
-    metadata_json: str
     event_hash: bytes
     signature: bytes
-    body: str | None
 
     @property
     def id(self) -> EventId:
@@ -110,23 +89,21 @@ class SignedEvent:
     def canonical(self) -> bytes:
         return _canonical(self)
 
-    def to_public(self, seq: int) -> dict[str, Any]:
+    def to_public(self, seq: int) -> PublicEvent:
         """The MemPalace-compatible JSON object (signature and chain fields are not shown)."""
-        out: dict[str, Any] = {
-            "id": self.id, "seq": seq, "origin": self.origin, "origin_seq": self.origin_seq,
-            "type": self.type, "stream": self.stream, "room": self.room, "topic": self.topic,
-            "from_agent": self.from_agent, "to_agent": self.to_agent,
-            "correlation_id": self.correlation_id, "branch": self.branch,
-            "base_commit": self.base_commit, "status": self.status, "ack_of": self.ack_of,
-            "artifact_ids": list(self.artifact_ids),
-            "body": self.body if self.body is not None else "",
-            "metadata": json.loads(self.metadata_json) if self.metadata_json != "{}" else {},
-            "created_at": self.created_at,
-        }
+        out: dict[str, Any] = dict(zip(PUBLIC_KEYS, (self.id, seq, *_shown_values(self)), strict=True))
+        out["artifact_ids"] = list(self.artifact_ids)
+        out["metadata"] = json.loads(self.metadata_json) if self.metadata_json != "{}" else {}
         if self.body is None:
+            out["body"] = ""
             out["body_redacted"] = True
             out["body_sha256"] = self.body_sha256.hex()
-        return out
+        return out  # type: ignore[return-value]  # PUBLIC_KEYS are PublicEvent's keys (event_fields checks)
+
+
+#: The attributes behind the public object's keys after ``id`` and ``seq``, in their order.
+_shown_values: Final = operator.attrgetter(*(f.name for f in EVENT_FIELDS if f.public is not None
+                                             and f.role not in ("derived", "local")))
 
 
 class CommittedEvent:
@@ -144,13 +121,13 @@ class CommittedEvent:
         self.seq = seq
         self.signed = signed
         self.history = history
-        self._public: dict[str, Any] | None = None
+        self._public: PublicEvent | None = None
 
     def __repr__(self) -> str:
         return f"<CommittedEvent seq={self.seq} {self.signed.origin}#{self.signed.origin_seq} {self.signed.type}>"
 
     @property
-    def public(self) -> dict[str, Any]:
+    def public(self) -> PublicEvent:
         """The MemPalace-compatible JSON object (``SignedEvent.to_public``), built once."""
         view = self._public
         if view is None:
@@ -167,16 +144,15 @@ class CommittedEvent:
         self._public = None
 
 
-#: The signed content of an event, in canonical order: ``SignedEvent``'s first fields (the rest are
-#: the hash, the signature and the body, which enters only through ``body_sha256``).
-SIGNED_FIELDS: Final = tuple(f.name for f in dataclasses.fields(SignedEvent))[:18]
-assert SIGNED_FIELDS[-1] == "metadata_json" and SIGNED_FIELDS[15] == "artifact_ids"
 _signed_values: Final = operator.attrgetter(*SIGNED_FIELDS)
+# Where the list-valued field sits in the signed content (msgpack packs a list, not a tuple).
+_IDS_AT: Final = SIGNED_FIELDS.index("artifact_ids")
 
 
 def _pack(values: tuple[Any, ...]) -> bytes:
     """The canonical encoding of the signed content ``values`` (in ``SIGNED_FIELDS`` order)."""
-    return msgpack.packb([CANONICAL_VERSION, *values[:15], list(values[15]), *values[16:]], use_bin_type=True)
+    return msgpack.packb([CANONICAL_VERSION, *values[:_IDS_AT], list(values[_IDS_AT]), *values[_IDS_AT + 1:]],
+                         use_bin_type=True)
 
 
 def _canonical(ev: Any) -> bytes:
@@ -187,53 +163,37 @@ def _hash(canonical: bytes) -> bytes:
     return hashlib.sha256(_DOMAIN + canonical).digest()
 
 
-#: The fields an author writes (a validated append: ``palace_proto.validation.AppendRequest``),
-#: in ``SIGNED_FIELDS`` order: the routing, then the artifacts; the body enters through its hash.
-_routing_values: Final = operator.attrgetter(*SIGNED_FIELDS[4:15])
+#: The author's fields in the signed content (``SIGNED_FIELDS`` between the chain's four and the
+#: body's hash): what ``seal_request`` reads from a validated append.
+_routing_values: Final = operator.attrgetter(*SIGNED_FIELDS[4:_IDS_AT])
 
 
-def seal_request(private_key: Ed25519PrivateKey, content: Any, *, origin: str, origin_seq: int, prev_hash: bytes,
-                 created_at: str) -> SignedEvent:
-    """Hash and sign ``content`` (an already validated append: an ``AppendRequest``, or anything
-    with its fields) as event ``origin_seq`` of ``origin``; the complete ``SignedEvent``."""
+def seal_request(private_key: Ed25519PrivateKey, content: EventContent, *, origin: str, origin_seq: int,
+                 prev_hash: bytes, created_at: str) -> SignedEvent:
+    """Hash and sign ``content`` (an already validated append: an ``AppendRequest``) as event
+    ``origin_seq`` of ``origin``; the complete ``SignedEvent``."""
     # In SIGNED_FIELDS order, once: encoded, hashed, and then the event's own fields (issue 27: the
     # request is read as it is, with no draft dict, namespace or keyword unpacking per append).
     body = content.body
+    if body is None:
+        raise ValueError("an event is sealed with its body")
+    body_hash = body_sha256(body)
     values = (origin, origin_seq, prev_hash, created_at, *_routing_values(content), tuple(content.artifact_ids),
-              body_sha256(body), content.metadata_json)
+              body_hash, content.metadata_json)
     event_hash = _hash(_pack(values))
-    return SignedEvent(*values, event_hash, private_key.sign(event_hash), body)
+    return SignedEvent(*content_of(content), origin=origin, origin_seq=origin_seq, prev_hash=prev_hash,
+                       created_at=created_at, body_sha256=body_hash, event_hash=event_hash,
+                       signature=private_key.sign(event_hash))
 
 
-def seal_event(
-    private_key: Ed25519PrivateKey,
-    *,
-    origin: str,
-    origin_seq: int,
-    prev_hash: bytes,
-    created_at: str,
-    type: str,
-    stream: str,
-    room: str,
-    from_agent: str,
-    body: str = "",
-    metadata_json: str = "{}",
-    topic: str | None = None,
-    to_agent: str | None = None,
-    correlation_id: str | None = None,
-    branch: str | None = None,
-    base_commit: str | None = None,
-    status: str | None = None,
-    ack_of: str | None = None,
-    artifact_ids: tuple[str, ...] = (),
-) -> SignedEvent:
-    """``seal_request`` with the fields given one by one (the daemon's own notices, tests)."""
-    content = SimpleNamespace(type=type, stream=stream, room=room, topic=topic, from_agent=from_agent,
-                              to_agent=to_agent, correlation_id=correlation_id, branch=branch,
-                              base_commit=base_commit, status=status, ack_of=ack_of, artifact_ids=artifact_ids,
-                              body=body, metadata_json=metadata_json)
-    return seal_request(private_key, content, origin=origin, origin_seq=origin_seq, prev_hash=prev_hash,
-                        created_at=created_at)
+def seal_event(private_key: Ed25519PrivateKey, *, origin: str, origin_seq: int, prev_hash: bytes, created_at: str,
+               **content: Any) -> SignedEvent:
+    """``seal_request`` with the content given as ``EventContent``'s keyword arguments (the
+    daemon's own notices, tests); an unknown or missing field is a TypeError."""
+    if "artifact_ids" in content:
+        content["artifact_ids"] = tuple(content["artifact_ids"])
+    return seal_request(private_key, EventContent(**content), origin=origin, origin_seq=origin_seq,
+                        prev_hash=prev_hash, created_at=created_at)
 
 
 def verify_hashes(event: SignedEvent) -> None:
@@ -291,12 +251,12 @@ def verify_chain_link(previous: SignedEvent | None, event: SignedEvent) -> None:
         raise SignatureError(f"event {event.id}: prev_hash does not match the previous event's hash")
 
 
-def preview_event(public: dict[str, Any]) -> dict[str, Any]:
+def preview_event(public: PublicEvent) -> PublicEvent:
     """Cut a public event's body to ``PREVIEW_BODY_CHARS`` characters, with the MemPalace markers."""
     body = public.get("body") or ""
     if len(body) <= PREVIEW_BODY_CHARS:
         return public
-    out = dict(public)
+    out = public.copy()
     out["body"] = body[:PREVIEW_BODY_CHARS]
     out["body_truncated"] = True
     out["body_length"] = len(body)

@@ -17,36 +17,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from .event_fields import FILTERED_FIELDS
+
 __all__ = ["FILTER_FIELDS", "FILTER_OPTIONS", "filter_args"]
 
-#: list/wait/watch filters: wire name (plural, each a list meaning OR) -> event field.
-FILTER_FIELDS: Final = {
-    "streams": "stream",
-    "rooms": "room",
-    "topics": "topic",
-    "types": "type",
-    "to_agents": "to_agent",
-    "from_agents": "from_agent",
-    "exclude_from_agents": "from_agent",
-    "exclude_types": "type",
-    "correlation_ids": "correlation_id",
-    "statuses": "status",
-}
+#: list/wait/watch filters: wire name (plural, each a list meaning OR) -> event field: the table's
+#: filters (``palace_proto.event_fields``), and two that exclude instead.
+FILTER_FIELDS: Final = {**FILTERED_FIELDS, "exclude_from_agents": "from_agent", "exclude_types": "type"}
 
 #: a filter as clients offer it (singular: ``--to-agent``, MCP's ``to_agent``) -> its wire name.
 #: ``exclude_types`` has no option: only ``watch --agent`` sets it (a fleet watcher sleeps through
 #: status announcements), never a person.
-FILTER_OPTIONS: Final = {
-    "stream": "streams",
-    "room": "rooms",
-    "topic": "topics",
-    "type": "types",
-    "to_agent": "to_agents",
-    "from_agent": "from_agents",
-    "exclude_from_agent": "exclude_from_agents",
-    "correlation_id": "correlation_ids",
-    "status": "statuses",
-}
+FILTER_OPTIONS: Final = {**{field: plural for plural, field in FILTERED_FIELDS.items()},
+                         "exclude_from_agent": "exclude_from_agents"}
 
 
 def filter_args(**given: str | Iterable[str] | None) -> dict[str, list[str]]:

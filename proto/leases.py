@@ -45,6 +45,7 @@ from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 from .authority import ANY_AGENT, LEASE_HOLDER, TELLING_DAEMON, Rule, Verdict, flag_of, judge, rule_named
+from .event_fields import PublicEvent
 from .errors import ValidationError
 from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check_duration, parse_duration
 
@@ -780,7 +781,7 @@ class Lease:
                 "forced": list(self.forced)}
 
 
-def _metadata(event: Mapping[str, Any]) -> dict[str, Any]:
+def _metadata(event: PublicEvent) -> dict[str, Any]:
     meta = event.get("metadata")
     if isinstance(meta, str):
         try:
@@ -790,7 +791,7 @@ def _metadata(event: Mapping[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def lease_of(event: Mapping[str, Any]) -> Lease | None:
+def lease_of(event: PublicEvent) -> Lease | None:
     """The lease an acquire event takes, as it stands when taken (nothing renewed or ended yet), or
     None if a (hostile or damaged) event is malformed."""
     meta = _metadata(event)
@@ -817,7 +818,7 @@ def lease_of(event: Mapping[str, Any]) -> Lease | None:
 _expiry: Final = lru_cache(maxsize=65536)(add_seconds)
 
 
-def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, str] | None = None,
+def derive_leases(events: Iterable[PublicEvent], *, revoked: Mapping[str, str] | None = None,
                   daemon_of: Callable[[Any], Any] | None = None) -> list[Lease]:
     """Every lease the events take, with how and when each ended (if it did), oldest first.
 
@@ -830,7 +831,7 @@ def derive_leases(events: Iterable[Mapping[str, Any]], *, revoked: Mapping[str, 
     return ledger.leases()
 
 
-def _settle_order(event: Mapping[str, Any]) -> tuple[str, int, str]:
+def _settle_order(event: PublicEvent) -> tuple[str, int, str]:
     """Where an event stands in the one pass: by ``created_at``; at one same instant a renew or a
     release comes before an acquire (a lease released at t is not in force at t); then by id."""
     return event["created_at"], 1 if event["type"] == ACQUIRE else 0, str(event.get("id"))
@@ -893,7 +894,7 @@ class LeaseLedger:
         """Every lease taken so far, in start order (a new list; the leases themselves are shared)."""
         return list(self._ordered)
 
-    def feed(self, events: Iterable[Mapping[str, Any]]) -> bool:
+    def feed(self, events: Iterable[PublicEvent]) -> bool:
         """Apply ``events`` (any order among themselves); False, applying none, if one of them
         sorts at or before the last event applied (derive afresh)."""
         batch = []
@@ -919,7 +920,7 @@ class LeaseLedger:
             self.frontier = _settle_order(batch[-1])
         return True
 
-    def _acquire(self, event: Mapping[str, Any]) -> None:
+    def _acquire(self, event: PublicEvent) -> None:
         lease = lease_of(event)
         # One acquire per id: a replayed or forged duplicate id keeps the first (by order).
         if lease is None or lease.id in self._acquires:
@@ -937,11 +938,11 @@ class LeaseLedger:
         if when is not None and when < lease.until():
             lease.ended_at, lease.end = max(when, lease.created_at), "revoked"
 
-    def _flag(self, event: Mapping[str, Any], verdict: Verdict) -> None:
+    def _flag(self, event: PublicEvent, verdict: Verdict) -> None:
         self.flagged.append(flag_of(event, verdict))
         self.flagged_count += 1
 
-    def _told(self, event: Mapping[str, Any]) -> None:
+    def _told(self, event: PublicEvent) -> None:
         """A ``lease.conflict`` moves nothing; from another daemon than the loser's, or about a
         lease that did not lose (or was not forced out), it is flagged: it tells nobody anything."""
         lease = self._acquires.get(_metadata(event).get("lease_id"))  # type: ignore[arg-type]
@@ -953,7 +954,7 @@ class LeaseLedger:
         if not verdict.ok:
             self._flag(event, verdict)
 
-    def _change(self, event: Mapping[str, Any]) -> None:
+    def _change(self, event: PublicEvent) -> None:
         lease = self._acquires.get(event.get("correlation_id"))  # type: ignore[arg-type]
         stamp = event["created_at"]
         holds = lease is not None and event.get("from_agent") == lease.holder and lease.created_at <= stamp < lease.until()

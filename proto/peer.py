@@ -24,6 +24,7 @@ import msgpack
 from .bindings import OriginBinding
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
+from .event_fields import EVENT_FIELDS, EventField
 from .reports import MAX_REPORT_BYTES
 from .ids import ORIGIN_ID_RE
 from .paths import host_port
@@ -95,8 +96,6 @@ ARTIFACT_CHUNK_BYTES: Final = 1 << 20
 MAX_WATCHERS_PER_PRESENCE: Final = 512
 MAX_PRESENCE_FILTER_CHARS: Final = 512
 
-_EVENT_STR_FIELDS: Final = ("origin", "created_at", "type", "stream", "room", "from_agent", "metadata_json")
-_EVENT_OPT_FIELDS: Final = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "status", "ack_of")
 
 
 @final
@@ -313,46 +312,56 @@ def _bytes(d: Mapping[str, Any], key: str, size: int) -> bytes:
     return value
 
 
-_SIGNED_EVENT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(SignedEvent))
+#: The fields of a signed event on the wire (every field of the table a ``SignedEvent`` holds), in
+#: the order a map carries them: the signed content, then the hash and signature, then the body.
+_EVENT_WIRE_FIELDS: Final = tuple(sorted((f for f in EVENT_FIELDS if f.role not in ("derived", "local")),
+                                         key=lambda f: (f.canonical is None, f.wire == "body", f.canonical or 0)))
+_EVENT_WIRE_NAMES: Final = tuple(f.name for f in _EVENT_WIRE_FIELDS)
+#: The bytes each binary wire type holds.
+_BINARY_SIZES: Final = {"hash": 32, "signature": 64}
 
 
 def event_to_wire(event: SignedEvent, *, with_body: bool = True) -> dict[str, Any]:
     """A signed event as sent to peers; ``with_body=False`` (or a redacted event) omits the body."""
-    wire: dict[str, Any] = {name: getattr(event, name) for name in _SIGNED_EVENT_FIELDS}
+    wire: dict[str, Any] = {name: getattr(event, name) for name in _EVENT_WIRE_NAMES}
     wire["artifact_ids"] = list(event.artifact_ids)
     if not with_body or event.body is None:
         wire["body"] = None
     return wire
 
 
+def _event_field(d: Mapping[str, Any], field: EventField) -> Any:
+    """One field of an event from a peer, checked by its wire type (palace_proto.event_fields)."""
+    key, wire = field.name, field.wire
+    if wire == "text":
+        return _str(d, key, max_len=MAX_EVENT_STRING_CHARS, optional=field.optional)
+    if wire == "json":
+        return _str(d, key, max_len=1 << 62)  # bounded by the frame; its configured limit is a per-event rule
+    if wire == "int":
+        value = _int(d, key)
+        if value < 1:
+            raise RemoteProtocolError(f"peer message field {key!r} must be at least 1")
+        return value
+    if wire in _BINARY_SIZES:
+        return _bytes(d, key, _BINARY_SIZES[wire])
+    if wire == "ids":
+        ids = d.get(key)
+        if (not isinstance(ids, list) or len(ids) > MAX_EVENT_ARTIFACT_IDS
+                or not all(isinstance(a, str) and len(a) <= MAX_EVENT_STRING_CHARS for a in ids)):
+            raise RemoteProtocolError(f"peer message field {key!r} must be a list of at most "
+                                      f"{MAX_EVENT_ARTIFACT_IDS} strings")
+        return tuple(ids)
+    body = d.get(key)  # "body": gone once redacted
+    if body is not None and not isinstance(body, str):
+        raise RemoteProtocolError(f"peer message field {key!r} must be a string or nil")
+    return body
+
+
 def event_from_wire(d: Any) -> SignedEvent:
     """Rebuild a signed event; shape and types are checked here, signatures by sync.verify_incoming."""
     if not isinstance(d, Mapping):
         raise RemoteProtocolError("an event must be a map")
-    fields: dict[str, Any] = {}
-    for key in _EVENT_STR_FIELDS:
-        # metadata_json is bounded by the frame; its configured limit is a per-event rule
-        fields[key] = _str(d, key, max_len=1 << 62 if key == "metadata_json" else MAX_EVENT_STRING_CHARS)
-    for key in _EVENT_OPT_FIELDS:
-        fields[key] = _str(d, key, max_len=MAX_EVENT_STRING_CHARS, optional=True)
-    fields["origin_seq"] = _int(d, "origin_seq")
-    if fields["origin_seq"] < 1:
-        raise RemoteProtocolError("peer message field 'origin_seq' must be at least 1")
-    fields["prev_hash"] = _bytes(d, "prev_hash", 32)
-    fields["body_sha256"] = _bytes(d, "body_sha256", 32)
-    fields["event_hash"] = _bytes(d, "event_hash", 32)
-    fields["signature"] = _bytes(d, "signature", 64)
-    artifact_ids = d.get("artifact_ids")
-    if (not isinstance(artifact_ids, list) or len(artifact_ids) > MAX_EVENT_ARTIFACT_IDS
-            or not all(isinstance(a, str) and len(a) <= MAX_EVENT_STRING_CHARS for a in artifact_ids)):
-        raise RemoteProtocolError(f"peer message field 'artifact_ids' must be a list of at most "
-                                  f"{MAX_EVENT_ARTIFACT_IDS} strings")
-    fields["artifact_ids"] = tuple(artifact_ids)
-    body = d.get("body")
-    if body is not None and not isinstance(body, str):
-        raise RemoteProtocolError("peer message field 'body' must be a string or nil")
-    fields["body"] = body
-    return SignedEvent(**fields)
+    return SignedEvent(**{field.name: _event_field(d, field) for field in _EVENT_WIRE_FIELDS})
 
 
 def to_wire(message: PeerMessage) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from .identity import HUMAN_PREFIX, check_agent_id, is_human, order_key
 from .authority import ANY_AGENT, ASKED_PERSON, CLAIMANT, Rule, Verdict, counts_in_order, judge, rule_named
+from .event_fields import PublicEvent
 from .errors import ValidationError
 from .ids import artifact_id_for_sha256
 from .stamps import STAMP_RE, add_seconds, seconds_between
@@ -134,7 +135,7 @@ def asks_approval(metadata: Any) -> bool:
     return isinstance(metadata, Mapping) and metadata.get("approval") is not None
 
 
-def is_approval(event: Mapping[str, Any]) -> bool:
+def is_approval(event: PublicEvent) -> bool:
     """Whether ``event`` is a question marked as a run's permission request (``question.approval``)."""
     return event.get("type") == ASK and asks_approval(event.get("metadata"))
 
@@ -291,14 +292,14 @@ def match_choice(terms: AskTerms, text: str) -> str | None:
 class QuestionState:
     """One question as settled from the answers known here."""
 
-    question: Mapping[str, Any]
+    question: PublicEvent
     terms: AskTerms
     #: open (waiting), answered, or expired (no answer counted before it expired)
     status: str
     #: the answer that counts (the event), if any
-    answer: Mapping[str, Any] | None
+    answer: PublicEvent | None
     #: (answer event, the authority table's verdict: its rule and why it did not count), in the settling order
-    flagged: tuple[tuple[Mapping[str, Any], Verdict], ...]
+    flagged: tuple[tuple[PublicEvent, Verdict], ...]
     #: why the question's approval marker does not count (asked by another than the task's
     #: claimant: rule question.approval), if it does not; the question then waits as an ordinary one
     approval_refused: str | None = None
@@ -336,8 +337,8 @@ def _expired(expires_at: str | None, at: str) -> bool:
     return expires_at is not None and seconds_between(expires_at, at) > 0
 
 
-def settle(question: Mapping[str, Any], answers: Iterable[Mapping[str, Any]],
-           proven: Callable[[Mapping[str, Any]], bool], now: str, *,
+def settle(question: PublicEvent, answers: Iterable[PublicEvent],
+           proven: Callable[[PublicEvent], bool], now: str, *,
            approval_refused: str | None = None) -> QuestionState:
     """The state of ``question`` from ``answers`` (any order; events other than its answers are
     ignored), judged at ``now``. ``proven(answer)``: whether the answer was written by the daemon
@@ -351,10 +352,10 @@ def settle(question: Mapping[str, Any], answers: Iterable[Mapping[str, Any]],
     addressee = question.get("to_agent")
     asked_at = question.get("created_at")
     mine = [a for a in answers if a.get("type") == ANSWER and a.get("ack_of") == question.get("id")]
-    ordered: Sequence[Mapping[str, Any]] = sorted(mine, key=lambda a: order_key(a.get("created_at"), a.get("id")))  # type: ignore[arg-type]
+    ordered: Sequence[PublicEvent] = sorted(mine, key=lambda a: order_key(a.get("created_at"), a.get("id")))  # type: ignore[arg-type]
     rule = rule_named("question.answer")
-    winner: Mapping[str, Any] | None = None
-    flagged: list[tuple[Mapping[str, Any], Verdict]] = []
+    winner: PublicEvent | None = None
+    flagged: list[tuple[PublicEvent, Verdict]] = []
     seen: set[Any] = set()
     per_origin: dict[Any, int] = {}
     for answer in ordered:

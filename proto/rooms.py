@@ -66,7 +66,9 @@ from .authority import (
     judge,
     rule_named,
 )
+from .event_fields import PublicEvent
 from .errors import ValidationError
+from .event_fields import thread
 from .projects import project_stream, slugify
 from .validation import Limits, clean_optional
 
@@ -161,7 +163,7 @@ def is_keyed(room_id: str) -> bool:
     return match is not None and len(match.group(2)) == ID_HEX_CHARS
 
 
-def opens_room(room_id: str, event: Mapping[str, Any]) -> bool:
+def opens_room(room_id: str, event: PublicEvent) -> bool:
     """Whether ``event`` is the opening ``room_id`` is bound to (any opening, for a legacy id)."""
     if event.get("type") != ROOM_OPEN:
         return False
@@ -280,8 +282,8 @@ def open_request(*, room_id: str, project: Any, from_agent: str, agenda: str, me
         metadata["nonce"] = nonce
     if members:
         metadata["members"] = list(members)
-    return {"type": ROOM_OPEN, "stream": project_stream(project), "room": ROOMS_ROOM, "from_agent": from_agent,
-            "to_agent": "*", "correlation_id": room_id, "body": agenda, "metadata": metadata}
+    return {**thread(project_stream(project), ROOMS_ROOM, room_id), "type": ROOM_OPEN, "from_agent": from_agent,
+            "to_agent": "*", "body": agenda, "metadata": metadata}
 
 
 def message_request(room: Room, *, from_agent: str, body: str, to_agent: str | None = None) -> dict[str, Any]:
@@ -306,14 +308,14 @@ def handoff(room_id: str) -> str:
 
 # -- reading a room from its events ----------------------------------------------------------------
 
-def is_room_event(event: Mapping[str, Any], room_id: str | None = None) -> bool:
+def is_room_event(event: PublicEvent, room_id: str | None = None) -> bool:
     """Whether ``event`` is a room's (of ``room_id``, if given): its type and log room say so."""
     return (event.get("type") in ROOM_TYPES and event.get("room") == ROOMS_ROOM
             and isinstance(event.get("correlation_id"), str)
             and (room_id is None or event.get("correlation_id") == room_id))
 
 
-def _key(event: Mapping[str, Any]) -> tuple[str, str]:
+def _key(event: PublicEvent) -> tuple[str, str]:
     return order_key(event.get("created_at"), event.get("id"))  # type: ignore[arg-type]
 
 
@@ -386,7 +388,7 @@ class Room:
         return out
 
 
-def derive_room(room_id: str, events: Iterable[Mapping[str, Any]], *, readers: Sequence[str] = (),
+def derive_room(room_id: str, events: Iterable[PublicEvent], *, readers: Sequence[str] = (),
                 messages: int | None = None, last_activity: str | None = None,
                 speakers: Sequence[str] | None = None, first_spoke: Mapping[str, str] | None = None,
                 now: str | None = None) -> Room | None:
@@ -419,7 +421,7 @@ def derive_room(room_id: str, events: Iterable[Mapping[str, Any]], *, readers: S
     open_rule, say_rule, close_rule = rule_named("room.open"), rule_named("room.message"), rule_named("room.close")
     spoke: dict[str, str] = dict(first_spoke or {})
     turns_by_origin: dict[Any, int] = {}
-    close: Mapping[str, Any] | None = None
+    close: PublicEvent | None = None
     closes = 0
     for event in mine:
         kind, who = event.get("type"), str(event.get("from_agent"))
@@ -453,7 +455,7 @@ def derive_room(room_id: str, events: Iterable[Mapping[str, Any]], *, readers: S
             close = event
     stream = opening.get("stream") if isinstance(opening.get("stream"), str) else ""
     stream_slug = stream[len("project/"):] if stream.startswith("project/") else ""
-    name = meta.get("name") if isinstance(meta.get("name"), str) and _NAME_RE.match(meta["name"]) \
+    name = str(meta["name"]) if isinstance(meta.get("name"), str) and _NAME_RE.match(meta["name"]) \
         and len(meta["name"]) <= MAX_NAME_CHARS else _name_of(room_id)
     project = _place(meta.get("project"), stream_slug or "project")
     flagged_ids = {f["event_id"] for f in flagged}
@@ -485,7 +487,7 @@ def _normal(stamp: Any) -> str:
     return order_key(str(stamp), "")[0]
 
 
-def is_turn(room: Room, event: Mapping[str, Any]) -> bool:
+def is_turn(room: Room, event: PublicEvent) -> bool:
     """Whether ``event`` is one of ``room``'s turns: its opening, a message the table allows, or
     its close (not another opening, a flagged event, nor a close that lost to an earlier one)."""
     kind = event.get("type")
@@ -498,29 +500,29 @@ def is_turn(room: Room, event: Mapping[str, Any]) -> bool:
     return kind == ROOM_CLOSE and event.get("id") == room.close_event_id
 
 
-def after_close(room: Room, event: Mapping[str, Any]) -> bool:
+def after_close(room: Room, event: PublicEvent) -> bool:
     """Whether ``event`` comes after the room's close (by ``(created_at, id)``): written on a side
     of a partition that had not heard of the close yet, or a close that lost."""
     key = room.close_key
     return key is not None and _key(event) > key
 
 
-def transcript(room: Room, events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def transcript(room: Room, events: Iterable[PublicEvent]) -> list[PublicEvent]:
     """The room's turns in order; once it is closed, those at or before the close (the rest are
     ``after_close``). The same list on every replica holding the same events."""
     turns = sorted((e for e in events if is_room_event(e, room.room_id) and is_turn(room, e)), key=_key)
     return [e for e in turns if not after_close(room, e)]
 
 
-def ordered(room: Room, events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def ordered(room: Room, events: Iterable[PublicEvent]) -> list[PublicEvent]:
     """Every event of the room in the order every replica agrees on (what a full view shows)."""
     return sorted((e for e in events if is_room_event(e, room.room_id)), key=_key)
 
 
-def compact(event: Mapping[str, Any], room: Room | None = None) -> dict[str, Any]:
+def compact(event: PublicEvent, room: Room | None = None) -> dict[str, Any]:
     """The fields a participant reads (MemPalace's compact event), plus ``after_close`` when the
     turn lies after the close, ``body_redacted`` and ``impersonation`` when the log says so."""
-    out = {"id": event.get("id"), "type": event.get("type"), "from_agent": event.get("from_agent"),
+    out: dict[str, Any] = {"id": event.get("id"), "type": event.get("type"), "from_agent": event.get("from_agent"),
            "to_agent": event.get("to_agent"), "body": event.get("body") or "", "created_at": event.get("created_at")}
     if room is not None and after_close(room, event):
         out["after_close"] = True
@@ -530,7 +532,7 @@ def compact(event: Mapping[str, Any], room: Room | None = None) -> dict[str, Any
     return out
 
 
-def drawer_text(event: Mapping[str, Any]) -> str | None:
+def drawer_text(event: PublicEvent) -> str | None:
     """The drawer a turn is filed as: ``[<type> <id> from=<a>[ to=<b>] at=<ts>]``, a newline, and
     the body verbatim; None for a turn without words (an empty agenda or outcome, a redacted body)."""
     body = event.get("body")
@@ -543,7 +545,7 @@ def drawer_text(event: Mapping[str, Any]) -> str | None:
     return f"{header} at={event.get('created_at')}]\n{body}"
 
 
-def needs_membership(event: Mapping[str, Any], agent: str) -> bool:
+def needs_membership(event: PublicEvent, agent: str) -> bool:
     """Whether a watch of ``agent`` should wake on ``event`` only if the agent is one of the room's
     members: a room event to everyone (``*``) by someone else. One addressed to the agent wakes it
     like any other message; events that are not a room's are none of this."""

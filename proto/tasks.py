@@ -59,6 +59,7 @@ from .authority import (
     judge,
     rule_for,
 )
+from .event_fields import PublicEvent
 from .errors import ValidationError
 from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
@@ -148,7 +149,7 @@ def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
     return blocked_by, priority, stall_after
 
 
-def _order(event: Mapping[str, Any]) -> tuple[str, str]:
+def _order(event: PublicEvent) -> tuple[str, str]:
     return order_key(event.get("created_at"), event.get("id"))  # type: ignore[arg-type]
 
 
@@ -157,12 +158,12 @@ def _corrects(facts: Mapping[str, Any]) -> bool:
     return bool(facts["later_request"])
 
 
-def _metadata_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
+def _metadata_of(event: PublicEvent) -> Mapping[str, Any]:
     metadata = event.get("metadata")
     return metadata if isinstance(metadata, Mapping) else {}
 
 
-def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now: str | None = None,
+def derive_task(correlation_id: str, events: Sequence[PublicEvent], *, now: str | None = None,
                 stall_after_s: int = DEFAULT_STALL_AFTER_S,
                 daemon_of: Callable[[Any], Any] | None = None) -> dict[str, Any] | None:
     """The lifecycle view of one task from every event on its correlation id (any order), or
@@ -212,7 +213,7 @@ def derive_task(correlation_id: str, events: Sequence[Mapping[str, Any]], *, now
         elif rule is not None and rule.refers is not None and (why := rule.refers(event, correlation_id)):
             refers, refers_why = False, why
         elif kind in (CONFLICT, STALLED):
-            told = by_id.get(_metadata_of(event).get("claim_event_id"))
+            told = by_id.get(str(_metadata_of(event).get("claim_event_id")))
             about = told if kind == CONFLICT else task.wording
             if told is None or about is None or daemon(event.get("origin")) != daemon(about.get("origin")):
                 refers, refers_why = False, (f"{kind} must come from the daemon that wrote the "
@@ -266,10 +267,10 @@ class _Derivation:
     """One task's state as ``derive_task`` walks its events (the roles a writer holds at each
     point, and what an allowed event does)."""
 
-    def __init__(self, correlation_id: str, first: Mapping[str, Any]) -> None:
+    def __init__(self, correlation_id: str, first: PublicEvent) -> None:
         self.correlation_id = correlation_id
-        self.wording: Mapping[str, Any] = first
-        self.requests: list[Mapping[str, Any]] = [first]
+        self.wording: PublicEvent = first
+        self.requests: list[PublicEvent] = [first]
         self.superseded: set[Any] = set()
         self.assigned: Any = first.get("to_agent")
         self.state = "open"
@@ -313,7 +314,7 @@ class _Derivation:
         self.state, self.claimant, self.claim_event, self.claimant_last = state, None, None, None
         self.losers = set()
 
-    def apply(self, rule: str, event: Mapping[str, Any], who: Any, status: Any, requester: Any) -> None:
+    def apply(self, rule: str, event: PublicEvent, who: Any, status: Any, requester: Any) -> None:
         """What an event the table allowed does (its rule says which kind of move it is)."""
         terminal = self.state in TERMINAL
         at = event["created_at"]

@@ -12,12 +12,13 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, final
 
 from .bounds import DEFAULT_LIST_LIMIT, DEFAULT_WAIT_TIMEOUT_MS, MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 from .canonical import canonical_json
 from .errors import ValidationError
+from .event_fields import AUTHOR_FIELDS, EventContent, EventField
 from .filters import FILTER_FIELDS
 
 __all__ = [
@@ -285,45 +286,39 @@ def validate_created_at_bound(field: str, value: Any) -> str | None:
     return m.group(1) + (m.group(2) or ".").ljust(7, "0") + "Z"
 
 
+def _author_check(field: EventField) -> Callable[[Any, Limits], Any]:
+    """The rule an author's field is checked by in an append (MemPalace's wording)."""
+    if field.name == "type":
+        return lambda value, _limits: validate_type(value)
+    if field.name == "status":
+        return lambda value, _limits: validate_status(value)
+    if field.wire == "text":
+        clean = clean_optional if field.optional else clean_required
+        return lambda value, _limits: clean(field.name, value)
+    if field.wire == "ids":
+        return lambda value, _limits: validate_artifact_ids(value)
+    if field.wire == "body":
+        return validate_body
+    if field.wire == "json":
+        return validate_metadata
+    raise AssertionError(f"no append rule for {field.name}'s wire type {field.wire}")
+
+
+#: (attribute, append argument, rule) of every field an author writes, in the order they are checked.
+_AUTHOR_CHECKS: Final = tuple((f.name, f.option, _author_check(f)) for f in AUTHOR_FIELDS)
+
+
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
-class AppendRequest:
+class AppendRequest(EventContent):
     """A validated append, before the store assigns origin_seq, created_at and the signature."""
 
-    type: str
-    stream: str
-    room: str
-    from_agent: str
-    topic: str | None = None
-    to_agent: str | None = None
-    correlation_id: str | None = None
-    branch: str | None = None
-    base_commit: str | None = None
-    status: str | None = None
-    ack_of: str | None = None
-    artifact_ids: tuple[str, ...] = ()
     body: str = ""
-    metadata_json: str = "{}"
 
     @classmethod
     def from_wire(cls, args: Mapping[str, Any], limits: Limits) -> AppendRequest:
         """Validate append arguments in MemPalace's order; the first broken rule is reported."""
-        return cls(
-            type=validate_type(args.get("type")),
-            stream=clean_required("stream", args.get("stream")),
-            room=clean_required("room", args.get("room")),
-            from_agent=clean_required("from_agent", args.get("from_agent")),
-            topic=clean_optional("topic", args.get("topic")),
-            to_agent=clean_optional("to_agent", args.get("to_agent")),
-            correlation_id=clean_optional("correlation_id", args.get("correlation_id")),
-            branch=clean_optional("branch", args.get("branch")),
-            base_commit=clean_optional("base_commit", args.get("base_commit")),
-            status=validate_status(args.get("status")),
-            ack_of=clean_optional("ack_of", args.get("ack_of")),
-            artifact_ids=validate_artifact_ids(args.get("artifact_ids")),
-            body=validate_body(args.get("body"), limits),
-            metadata_json=validate_metadata(args.get("metadata"), limits),
-        )
+        return cls(**{name: check(args.get(option), limits) for name, option, check in _AUTHOR_CHECKS})
 
 
 # created_at exactly as a daemon writes it (store.utc_now): microseconds, UTC.
@@ -333,8 +328,9 @@ _ORIGIN_RE: Final = re.compile(r"^ori2?_[a-z2-7]{26}$")
 # Why 256: far more artifacts than one event ever names (a patch names one); a cap keeps an event's
 # artifact fetches bounded on every receiver.
 MAX_ARTIFACT_IDS: Final = 256
-_REQUIRED_ROUTING: Final = ("stream", "room", "from_agent")
-_OPTIONAL_ROUTING: Final = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "ack_of")
+# The routing an event carries (its text fields but the type and the status, which have rules of their own).
+_REQUIRED_ROUTING: Final = tuple(f.name for f in AUTHOR_FIELDS if f.wire == "text" and not f.optional and f.name != "type")
+_OPTIONAL_ROUTING: Final = tuple(f.name for f in AUTHOR_FIELDS if f.wire == "text" and f.optional and f.name != "status")
 
 
 def _stored_routing(field: str, value: Any, *, required: bool) -> None:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import (
     AGENT_EVENT_ROOM,
     AGENT_EVENT_STREAM,
@@ -161,7 +162,7 @@ async def agent_register(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
     agent = _agent_arg(args)
     store = ctx.store
 
-    def job(w: WriteContext) -> dict[str, Any] | None:
+    def job(w: WriteContext) -> PublicEvent | None:
         record = w.agents.record_of(w, agent)
         current = record.current if record else None
         if current is not None and current.daemon is not None:
@@ -196,7 +197,7 @@ async def agent_transfer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
     ca_key = ctx.ca_key() if membership.can_invite else None
     nonce = new_ca_nonce(os.urandom(32))
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         record = w.agents.record_of(w, agent)
         current = record.current if record else None
         holder = current.daemon if current else None
@@ -242,7 +243,7 @@ async def agent_retire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             await task_release(ctx, {"correlation_id": view["correlation_id"], "agent": agent, "reason": why})
             released_tasks.append(view["correlation_id"])
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         now = w.agents.record_of(w, agent)
         held = now.current if now else None
         if held is None or held.daemon != store.agents.daemon:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from palace_proto.errors import ValidationError
+from palace_proto.event_fields import author_args
 from palace_proto.validation import (
     AppendRequest,
     ListQuery,
@@ -120,13 +121,10 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         requests = await ctx.store.list_events(query)
         if requests:
             to_agent = requests[0]["from_agent"]
-    wire = {
-        "type": "patch.ready", "stream": stream, "room": args.get("room") or "patches",
-        "topic": args.get("topic"), "from_agent": from_agent,
-        "to_agent": to_agent, "correlation_id": correlation_id,
-        "branch": args.get("branch"), "base_commit": args.get("base_commit"), "status": "ready",
-        "body": args.get("body"), "metadata": args.get("metadata"),
-    }
+    # The author's fields as given (from_agent, topic, the git base, body, metadata…), but those
+    # the patch sets itself.
+    wire = {**author_args(args), "type": "patch.ready", "stream": stream, "room": args.get("room") or "patches",
+            "to_agent": to_agent, "correlation_id": correlation_id, "status": "ready", "ack_of": None}
     # Other artifacts the event names (a run's log): they travel with it to every replica.
     also = list(validate_artifact_ids(args.get("artifact_ids")))
     AppendRequest.from_wire({**wire, "artifact_ids": also}, ctx.limits)  # validate before writing

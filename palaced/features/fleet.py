@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import trio
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.peer import format_peer_address, parse_peer_address
 from palace_proto.pki import (
@@ -168,7 +169,7 @@ async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
          "topic": "revoke", "body": f"revoked {peer_id} ({cert.name})", "metadata": revocation.to_metadata()},
         ctx.limits)
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         event = append_event(w, req)
         directory.revoke(revocation)
         return event

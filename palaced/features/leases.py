@@ -20,6 +20,7 @@ from typing import Any, Final
 import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.event_fields import PublicEvent, thread
 from palace_proto.leases import (
     ACQUIRE,
     CONFLICT,
@@ -178,7 +179,7 @@ class LeaseBook:
         seq_before, events = await store.reads(LeaseReads).window(DERIVED_FROM, window, MAX_LEASE_EVENTS)
         return await trio.to_thread.run_sync(self._rebuild, revoked, window, seq_before, events)
 
-    def _feed(self, ledger: LeaseLedger, newer: list[dict[str, Any]], revoked: dict[str, str]) -> LeaseSnapshot | None:
+    def _feed(self, ledger: LeaseLedger, newer: list[PublicEvent], revoked: dict[str, str]) -> LeaseSnapshot | None:
         in_window = [e for e in newer if e["created_at"] >= self._window]
         if not ledger.feed(self._ctx.store.agents.annotate(in_window)):
             return None
@@ -195,7 +196,7 @@ class LeaseBook:
         return any(before.get(agent) is not records.get(agent) for agent in ledger.writers)
 
     def _rebuild(self, revoked: dict[str, str], window: str, seq_before: int,
-                 events: list[dict[str, Any]]) -> LeaseSnapshot:
+                 events: list[PublicEvent]) -> LeaseSnapshot:
         agents = self._ctx.store.agents
         events = agents.annotate(events)
         daemons = agents.origin_daemons
@@ -308,12 +309,12 @@ async def lease_acquire(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
     if rivals:
         body += f"; forced out {', '.join(sorted({r.holder for r in rivals}))}"
     req = AppendRequest.from_wire(
-        {"type": ACQUIRE, "stream": stream, "room": LEASE_ROOM, "topic": project, "from_agent": agent,
-         "correlation_id": lease_id, "body": body, "metadata": request.metadata([r.id for r in rivals])},
+        {**thread(stream, LEASE_ROOM, lease_id, topic=project), "type": ACQUIRE, "from_agent": agent, "body": body,
+         "metadata": request.metadata([r.id for r in rivals])},
         ctx.limits)
     forced_ids = {r.id for r in rivals}
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         # Checked again in the transaction that writes it, so two acquires on this daemon never both
         # pass: against what the snapshot held plus the lease events committed since (a handful;
         # the writer must not spend its time deriving). Conservative: a lease taken since counts as
@@ -365,8 +366,8 @@ async def _own_lease(ctx: Context, args: Mapping[str, Any]) -> tuple[Lease, str]
 async def _write_change(ctx: Context, kind: str, lease: Lease, agent: str, body: str,
                         metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     req = AppendRequest.from_wire(
-        {"type": kind, "stream": lease.stream, "room": LEASE_ROOM, "from_agent": agent, "correlation_id": lease.id,
-         "body": body, "metadata": metadata or {}}, ctx.limits)
+        {**thread(lease.stream, LEASE_ROOM, lease.id), "type": kind, "from_agent": agent, "body": body,
+         "metadata": metadata or {}}, ctx.limits)
     return await ctx.store.write(lambda w: append_event(w, req))
 
 
@@ -525,8 +526,8 @@ class LeaseReconciler(Follower):
         why = ("was taken on both sides of a partition; the earlier lease wins" if lease.end == "lost"
                else "was forced out with --force")
         return AppendRequest.from_wire(
-            {"type": CONFLICT, "stream": lease.stream, "room": LEASE_ROOM, "from_agent": "palaced",
-             "to_agent": lease.holder, "correlation_id": lease.id,
+            {**thread(lease.stream, LEASE_ROOM, lease.id), "type": CONFLICT, "from_agent": "palaced",
+             "to_agent": lease.holder,
              "body": (f"Your lease {lease.id} on {', '.join(lease.patterns)} ended: it {why}. "
                       f"{lease.ended_by_agent} holds {lease.ended_by}. Stop editing those paths; "
                       "`palacectl lease list` shows who holds what."),

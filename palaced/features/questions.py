@@ -17,6 +17,7 @@ import trio
 
 from palace_proto.identity import is_human
 from palace_proto.errors import ApiError, ValidationError
+from palace_proto.event_fields import PublicEvent, reply_to, thread
 from palace_proto.questions import (
     MAX_ANSWERS_PER_ORIGIN,
     ANSWER,
@@ -60,7 +61,7 @@ _PAGE: Final = 500
 MAX_QUESTIONS: Final = 200
 
 
-def proven_person(ctx: Context, event: Mapping[str, Any]) -> bool:
+def proven_person(ctx: Context, event: PublicEvent) -> bool:
     """Whether ``event`` was written as a person's id by the daemon that holds it. A daemon in no
     palace has no registry to ask: its own user is the only person there is."""
     agents = ctx.store.agents
@@ -78,14 +79,14 @@ def held_people(ctx: Context) -> list[str]:
     return sorted(agent for agent in agents.records if is_human(agent) and agents.holds(agent))
 
 
-async def _question(ctx: Context, event_id: Any) -> dict[str, Any]:
+async def _question(ctx: Context, event_id: Any) -> PublicEvent:
     event = await ctx.event_or_404(event_id)
     if event.get("type") != ASK:
         raise ValidationError(f"event {event['id']} is a {event.get('type')}, not a question ({ASK})", field="event_id")
     return event
 
 
-async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]],
+async def settled(ctx: Context, asked: Sequence[PublicEvent],
                   task: Mapping[str, Any] | None = None) -> list[QuestionState]:
     """The state of each question of ``asked``, from the answers that can count held here (each
     origin's first few per question, written as a person's id: ``Reads.person_answers``), with the
@@ -95,7 +96,7 @@ async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]],
         return []
     answers = ctx.store.agents.annotate(
         await ctx.store.reads(QuestionReads).person_answers([q["id"] for q in asked], MAX_ANSWERS_PER_ORIGIN))
-    by_question: dict[Any, list[dict[str, Any]]] = {}
+    by_question: dict[Any, list[PublicEvent]] = {}
     for a in answers:
         by_question.setdefault(a["ack_of"], []).append(a)
     now = utc_now()
@@ -104,7 +105,7 @@ async def settled(ctx: Context, asked: Sequence[Mapping[str, Any]],
                    approval_refused=refused.get(q["id"])) for q in asked]
 
 
-async def _approvals_refused(ctx: Context, asked: Sequence[Mapping[str, Any]], now: str,
+async def _approvals_refused(ctx: Context, asked: Sequence[PublicEvent], now: str,
                              task: Mapping[str, Any] | None) -> dict[Any, str]:
     """Why each approval-marked question of ``asked`` does not count as one (the authority table's
     ``question.approval``: only the claimant of the task it names asks for approval on it)."""
@@ -133,7 +134,7 @@ async def _approvals_refused(ctx: Context, asked: Sequence[Mapping[str, Any]], n
     return refused
 
 
-async def _settled(ctx: Context, question: Mapping[str, Any]) -> QuestionState:
+async def _settled(ctx: Context, question: PublicEvent) -> QuestionState:
     return (await settled(ctx, [question]))[0]
 
 
@@ -179,7 +180,7 @@ async def ask(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return _reply(await _settled(ctx, question))
 
 
-async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+async def _write_question(ctx: Context, args: Mapping[str, Any]) -> PublicEvent:
     """Write the question; a run's permission request (``approval``) keeps its whole request in
     the metadata when short, else in an artifact the event names, written in the same transaction
     (so no replica holds the question without what it asks about)."""
@@ -197,11 +198,11 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
                                   f"{ctx.limits.max_artifact_bytes} bytes", field="approval.input")
         marker = approval_marker(approval, inline=len(text) <= MAX_APPROVAL_INLINE_BYTES)
         whole = None if "input" in marker else text
+    routing = thread(args.get("stream") or QUESTION_STREAM, args.get("room") or QUESTION_ROOM,
+                     args.get("correlation_id"), topic=args.get("topic"))
     req = AppendRequest.from_wire({
-        "type": ASK, "stream": args.get("stream") or QUESTION_STREAM, "room": args.get("room") or QUESTION_ROOM,
-        "topic": args.get("topic"), "from_agent": clean_required("from_agent", args.get("from_agent")), "to_agent": to,
-        "body": args.get("body"), "correlation_id": args.get("correlation_id"),
-        "metadata": ask_metadata(choices, utc_now(), timeout_s, marker),
+        **routing, "type": ASK, "from_agent": clean_required("from_agent", args.get("from_agent")), "to_agent": to,
+        "body": args.get("body"), "metadata": ask_metadata(choices, utc_now(), timeout_s, marker),
         "artifact_ids": [marker["input_artifact"]] if marker is not None and whole is not None else [],
     }, ctx.limits)
     if is_human(req.from_agent):
@@ -210,7 +211,7 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> dict[str, An
         return await ctx.store.write(lambda w: append_event(w, req))
     content = whole
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         artifact = put_artifact(w, kind="note", created_by=req.from_agent, content=content)
         assert marker is not None and artifact["id"] == marker["input_artifact"]
         return append_event(w, req)
@@ -261,11 +262,8 @@ async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     choice = match_choice(state.terms, text)
     if choice is None:
         raise ValidationError(f"{text!r} is not one of the choices: {', '.join(state.terms.choices or ())}", field="text")
-    req = AppendRequest.from_wire({
-        "type": ANSWER, "stream": question["stream"], "room": question["room"], "topic": question.get("topic"),
-        "from_agent": person, "to_agent": question["from_agent"], "ack_of": question["id"],
-        "correlation_id": question.get("correlation_id"), "body": choice,
-    }, ctx.limits)
+    req = AppendRequest.from_wire({**reply_to(question), "type": ANSWER, "from_agent": person, "body": choice},
+                                  ctx.limits)
     written = await ctx.store.write(lambda w: append_event(w, req))
     state = await _settled(ctx, question)
     return {"answer": written, "won": state.answer is not None and state.answer.get("id") == written["id"],
@@ -316,12 +314,12 @@ def _inbox_also(agent: str) -> tuple[str, ...]:
     return (ANYONE,) if is_human(agent) else ()
 
 
-def _question_title(event: Mapping[str, Any]) -> str:
+def _question_title(event: PublicEvent) -> str:
     to = " to anyone" if event.get("to_agent") == ANYONE else ""
     return f"Question{to} from {event.get('from_agent')}"
 
 
-def _choices_hint(event: Mapping[str, Any]) -> str:
+def _choices_hint(event: PublicEvent) -> str:
     metadata = event.get("metadata")
     choices = metadata.get("choices") if isinstance(metadata, Mapping) else None
     offered = (" " + "|".join(preview(c, 40) for c in choices[:12])) if isinstance(choices, list) and choices else ""

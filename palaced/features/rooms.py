@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.memory import Drawer
 from palace_proto.rooms import (
@@ -105,7 +106,7 @@ def _not_found(room_id: str) -> NotFound:
     return NotFound(f"room {room_id!r} not found")
 
 
-def _whole_room(on: Any, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
+def _whole_room(on: Any, room_id: str) -> tuple[Room, list[PublicEvent]]:
     """The room and all its events, in a write job (``store_rooms.whole_room``).
 
     Raises:
@@ -114,7 +115,7 @@ def _whole_room(on: Any, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
     return _found(room_id, store_rooms.whole_room(on, room_id))
 
 
-async def _read_room(ctx: Context, room_id: str) -> tuple[Room, list[dict[str, Any]]]:
+async def _read_room(ctx: Context, room_id: str) -> tuple[Room, list[PublicEvent]]:
     """The room and all its events, read on a reader thread.
 
     Raises:
@@ -123,14 +124,14 @@ async def _read_room(ctx: Context, room_id: str) -> tuple[Room, list[dict[str, A
     return _found(room_id, await _reads(ctx).whole_room(room_id))
 
 
-def _found(room_id: str, found: tuple[Room | None, list[dict[str, Any]]]) -> tuple[Room, list[dict[str, Any]]]:
+def _found(room_id: str, found: tuple[Room | None, list[PublicEvent]]) -> tuple[Room, list[PublicEvent]]:
     room, events = found
     if room is None:
         raise _not_found(room_id)
     return room, events
 
 
-def _file(ctx: Context, w: WriteContext, room: Room, events: Sequence[Mapping[str, Any]],
+def _file(ctx: Context, w: WriteContext, room: Room, events: Sequence[PublicEvent],
           filer: str) -> tuple[int, int, list[str]]:
     """File the transcript turns that have no drawer yet, as ``filer`` (a write job's step): how
     many were filed, how many were there already, and why any could not be (a turn a peer wrote
@@ -189,7 +190,7 @@ async def room_read(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     agent = clean_required("agent", args.get("agent"))
     limit = validate_page_limit(args.get("limit"), DEFAULT_READ_LIMIT, MAX_READ_LIMIT)
 
-    def job(w: WriteContext) -> list[dict[str, Any]]:
+    def job(w: WriteContext) -> list[PublicEvent]:
         if not any(e["type"] == ROOM_OPEN for e in store_rooms.room_skeleton(w, room_id)):
             raise _not_found(room_id)  # before a read position is kept for it
         return store_rooms.read_page(w, room_id, agent, limit)
@@ -209,7 +210,7 @@ async def room_say(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     body = check_body(args.get("body"), "message body", required=True, limits=ctx.limits)
     to_agent = clean_optional("to_agent", args.get("to_agent"))
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         # Checked in the writing transaction: a close committed before this turn refuses it.
         room = store_rooms.room_state(w, room_id)
         if room is None:
@@ -236,7 +237,7 @@ async def room_close(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     from_agent = clean_required("from_agent", args.get("from_agent"))
     outcome = check_body(args.get("outcome"), "outcome", required=False, limits=ctx.limits)
 
-    def job(w: WriteContext) -> tuple[Room, dict[str, Any], bool, tuple[int, int, list[str]]]:
+    def job(w: WriteContext) -> tuple[Room, PublicEvent, bool, tuple[int, int, list[str]]]:
         room, events = _whole_room(w, room_id)
         already_closed = room.closed
         if not already_closed:
@@ -407,7 +408,7 @@ class RoomWake:
     def __repr__(self) -> str:
         return f"<RoomWake {self.agent} rooms={len(self.member_of)}>"
 
-    async def wakes(self, event: Mapping[str, Any]) -> bool:
+    async def wakes(self, event: PublicEvent) -> bool:
         if not needs_membership(event, self.agent):
             return True
         room_id = event["correlation_id"]

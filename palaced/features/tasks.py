@@ -23,6 +23,7 @@ from typing import Any, Final
 import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.event_fields import PublicEvent, reply_to, thread, thread_of
 from palace_proto.questions import ASK as QUESTION_ASK
 from palace_proto.stamps import seconds_between
 from palace_proto.projects import project_stream, slugify
@@ -72,6 +73,19 @@ def _required_text(label: str, value: Any) -> str:
     return value.strip()
 
 
+def _git_base(args: Mapping[str, Any]) -> dict[str, str]:
+    """The task's git base, a branch and a commit id, as its request carries them (the commit in
+    lowercase hex: a branch or tag name moves, and the worker must start where the requester was)."""
+    branch = _required_text("branch", args.get("branch"))
+    commit = _required_text("base commit", args.get("base_commit"))
+    if not _HEX_COMMIT_RE.fullmatch(commit):
+        raise ValidationError(
+            "task base commit must be a hexadecimal Git object id (at least 7 characters), not a branch or tag",
+            field="base_commit",
+        )
+    return {"branch": branch, "base_commit": commit.lower()}
+
+
 def delivery_line(correlation_id: str) -> str:
     """How the worker closes the loop, in the request's body.
 
@@ -98,16 +112,10 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     goal = args.get("goal")
     if not isinstance(goal, str) or not goal.strip():
         raise ValidationError("task goal must not be empty", field="goal")
-    branch = _required_text("branch", args.get("branch"))
-    base_commit = _required_text("base commit", args.get("base_commit"))
+    git = _git_base(args)
     done = args.get("done")
     if not isinstance(done, str) or not done.strip():
         raise ValidationError("task definition of done must not be empty", field="done")
-    if not _HEX_COMMIT_RE.fullmatch(base_commit):
-        raise ValidationError(
-            "task base commit must be a hexadecimal Git object id (at least 7 characters), not a branch or tag",
-            field="base_commit",
-        )
     metadata: dict[str, Any] = {}
     blocked_by = check_blocked_by(args.get("blocked_by"))
     if blocked_by:
@@ -120,18 +128,14 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     correlation_id = f"task_{slugify(goal)}_{random_hex8}"
     body = (
         f"Goal:\n{goal.strip()}\n\n"
-        f"Branch: {branch}\nBase commit: {base_commit.lower()}\n\n"
+        f"Branch: {git['branch']}\nBase commit: {git['base_commit']}\n\n"
         f"Definition of done:\n{done.strip()}\n\n"
         f"Delivery:\n{delivery_line(correlation_id)}"
     )
+    routing = thread(project_stream(project), "delegation", correlation_id, topic=args.get("topic"))
     req = AppendRequest.from_wire(
-        {
-            "type": TASK_REQUEST_TYPE, "stream": project_stream(project),
-            "room": "delegation", "from_agent": from_agent,
-            "to_agent": to_agent, "correlation_id": correlation_id, "branch": branch,
-            "base_commit": base_commit.lower(), "status": "open", "topic": args.get("topic"), "body": body,
-            "metadata": metadata,
-        },
+        {**routing, **git, "type": TASK_REQUEST_TYPE, "from_agent": from_agent, "to_agent": to_agent, "status": "open", "body": body,
+         "metadata": metadata},
         limits,
     )
     handoff = (
@@ -148,7 +152,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
 
 
 
-def view_of(ctx: Context, correlation_id: str, events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def view_of(ctx: Context, correlation_id: str, events: Sequence[PublicEvent]) -> dict[str, Any] | None:
     """The task's view; impersonations (the agent registry's verdict) are flagged and move nothing,
     and what the authority table does not allow is listed in ``out_of_role`` (palace_proto.tasks)."""
     daemons = ctx.store.agents.origin_daemons
@@ -267,13 +271,13 @@ async def task_views(ctx: Context) -> tuple[list[dict[str, Any]], bool]:
                        "out of task listings and the ready queue (close or supersede the ones nobody will do)",
                        MAX_UNSETTLED, MAX_TASKS)
     views, finished = [], []
-    for thread in threads:
-        view = view_of(ctx, thread.correlation_id, thread.events)
+    for task in threads:
+        view = view_of(ctx, task.correlation_id, task.events)
         if view is None:
             continue
         views.append(view)
-        if view["terminal"] and not thread.settled and not _untold_conflicts(view):
-            finished.append((thread.correlation_id, thread.newest_seq))
+        if view["terminal"] and not task.settled and not _untold_conflicts(view):
+            finished.append((task.correlation_id, task.newest_seq))
     if finished:
         # Written only when a task has just finished (once per task), not on every listing.
         try:
@@ -342,16 +346,16 @@ async def task_claim(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if before["claimed_by"] == agent:
         return {"task": _public(before), "event": None, "already": True}
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         # Checked again in the transaction that writes the claim: two claims on this daemon never both pass.
         view = view_of(ctx, cid, correlation_events(w, cid))
         check_claim(view, cid, agent)
         assert view is not None
         request = view["request"]
+        routing = reply_to(request)
         return append_event(w, AppendRequest.from_wire(
-            {"type": "event.ack", "stream": request["stream"], "room": request["room"], "topic": request["topic"],
-             "from_agent": agent, "to_agent": request["from_agent"], "correlation_id": cid, "status": "claimed",
-             "ack_of": request["id"], "body": f"{agent} claims {cid}", "metadata": {"ack_of": request["id"]}},
+            {**routing, "type": "event.ack", "from_agent": agent, "status": "claimed", "body": f"{agent} claims {cid}",
+             "metadata": {"ack_of": routing["ack_of"]}},
             ctx.limits))
 
     event = await ctx.store.write(job)
@@ -394,8 +398,7 @@ async def _task_event(ctx: Context, view: Mapping[str, Any], kind: str, agent: s
                       artifact_ids: tuple[str, ...] = ()) -> dict[str, Any]:
     request = view["request"]
     req = AppendRequest.from_wire(
-        {"type": kind, "stream": request["stream"], "room": request["room"], "topic": request["topic"],
-         "from_agent": agent, "to_agent": to_agent, "correlation_id": view["correlation_id"],
+        {**thread_of(request), "type": kind, "from_agent": agent, "to_agent": to_agent,
          # A release or reassign opens the task again; palace's notices move nothing.
          "status": "open" if kind in (RELEASE, REASSIGN) else None, "body": body, "metadata": metadata or {},
          "artifact_ids": list(artifact_ids)},

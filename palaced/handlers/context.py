@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.ids import fingerprint
 from palace_proto.validation import Limits, clean_required
@@ -163,7 +164,7 @@ class Context:
     def ca_key(self) -> Ed25519PrivateKey:
         return load_ca_key(self.config.home)
 
-    async def committed_after(self, seq: int, limit: int) -> list[dict[str, Any]]:
+    async def committed_after(self, seq: int, limit: int) -> list[PublicEvent]:
         """Committed events with seq > ``seq``, oldest first, at most ``limit``: from the bus ring,
         else SQLite (what every follower of the log reads after a wake)."""
         events = self.bus.events_after(seq, limit)
@@ -171,7 +172,7 @@ class Context:
             events = await self.store.events_after_seq(seq, limit)
         return events
 
-    async def event_or_404(self, event_id: Any, field: str = "event_id") -> dict[str, Any]:
+    async def event_or_404(self, event_id: Any, field: str = "event_id") -> PublicEvent:
         """The event named by a request's ``field``, or ``not_found``."""
         eid = clean_required(field, event_id)
         event = await self.store.get_event(eid)

@@ -21,6 +21,7 @@ from typing import Any, Final
 import trio
 
 from palace_proto.envelope import preview_event
+from palace_proto.event_fields import PublicEvent, reply_to, thread
 from palace_proto.errors import ApiError, NotFound, NotPermitted, ValidationError
 from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request
 from palace_proto.pki import sign_redaction
@@ -65,7 +66,7 @@ async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     require_peers_for(ctx, replicated)
     req = append_request(args, ctx.limits)
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         # In the writing transaction, as append_many does: no read (and thread hop) ahead of every
         # ack, and the event it names is there when the ack is written (issue 27).
         if req.ack_of is not None and event_by_id(w, req.ack_of) is None:
@@ -86,7 +87,7 @@ async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     requests = append_many_requests(args.get("events"), ctx.limits)
 
-    def job(w: WriteContext) -> list[dict[str, Any]]:
+    def job(w: WriteContext) -> list[PublicEvent]:
         appended = []
         for index, req in enumerate(requests):
             try:
@@ -104,7 +105,7 @@ async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             "count": len(events), "origin": ctx.store.origin_id}
 
 
-async def get_event(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+async def get_event(ctx: Context, args: Mapping[str, Any]) -> PublicEvent:
     return ctx.store.agents.annotate([await ctx.event_or_404(args.get("event_id"))])[0]
 
 
@@ -275,7 +276,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
                 new = await ctx.committed_after(cursor_seq, CATCH_UP_PAGE)
                 if not new:
                     break
-                matches: list[dict[str, Any]] = []
+                matches: list[PublicEvent] = []
                 for event in new:
                     if query.matches(event) and await _wakes(wake_rules, event):
                         matches.append(preview_event(event) if query.preview else event)
@@ -336,17 +337,19 @@ async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     metadata = args.get("metadata") or {}
     validate_metadata(metadata, ctx.limits)  # before queueing: the writer only sees valid jobs
 
-    def job(w: WriteContext) -> dict[str, Any]:
+    def job(w: WriteContext) -> PublicEvent:
         target = event_by_id(w, target_id)
         if target is None:
             raise NotFound(f"event {target_id!r} not found")
         # A feature's own rule on what an ack may be (a claim by ack is a claim: the queue's rules hold).
         ctx.features.check_ack(ctx, w, target, from_agent, status)
+        # On the target's thread (or a thread of its own: the ack's correlation is then the target).
+        routing = reply_to(target)
+        routing["correlation_id"] = routing["correlation_id"] or routing["ack_of"]
+        routing["topic"] = topic or routing["topic"]
         req = AppendRequest.from_wire(
-            {"type": "event.ack", "stream": target["stream"], "room": target["room"],
-             "topic": topic or target["topic"], "from_agent": from_agent, "to_agent": target["from_agent"],
-             "correlation_id": target["correlation_id"] or target["id"], "status": status,
-             "ack_of": target["id"], "body": body, "metadata": {**metadata, "ack_of": target["id"]}},
+            {**routing, "type": "event.ack", "from_agent": from_agent, "status": status, "body": body,
+             "metadata": {**metadata, "ack_of": routing["ack_of"]}},
             ctx.limits,
         )
         return append_event(w, req)
@@ -404,7 +407,7 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         # In the same transaction as the redactions: what else carries the same words (a fact's
         # invalidations, the same drawer or fact filed again), found before the target's link goes.
         related = ctx.features.redaction_related(w, target_id)
-        first: dict[str, Any] | None = None
+        first: PublicEvent | None = None
         also: list[str] = []
         for event_id in [target_id, *related]:
             event = event_by_id(w, event_id)
@@ -416,12 +419,10 @@ async def redact(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             metadata: dict[str, Any] = {"redacts": event_id}
             if signature is not None:
                 metadata["ca_signature"] = signature
+            routing = thread(event["stream"], event["room"], event["correlation_id"] or event["id"])
             req = AppendRequest.from_wire(
-                {"type": "event.redact", "stream": event["stream"], "room": event["room"],
-                 "from_agent": from_agent, "correlation_id": event["correlation_id"] or event["id"],
-                 "body": reason, "metadata": metadata},
-                ctx.limits,
-            )
+                {**routing, "type": "event.redact", "from_agent": from_agent, "body": reason, "metadata": metadata},
+                ctx.limits)
             appended = append_event(w, req)
             store_writes.redact(w, event_id, appended["id"])
             if first is None:

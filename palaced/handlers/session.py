@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from palace_proto.event_fields import BRIEF_KEYS
 from palace_proto.validation import clean_required
 
 from ..clock import utc_now as _now
@@ -71,10 +72,8 @@ async def session_start(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
                 "registers": registry.enforcing}
 
     inbox = await inbox_view(ctx, agent, INBOX_SHOWN, True)
-    inbox_events = [{"id": e["id"], "type": e["type"], "from_agent": e["from_agent"], "to_agent": e["to_agent"],
-                     "correlation_id": e["correlation_id"], "status": e["status"], "created_at": e["created_at"],
-                     "body": cut(e.get("body")), **({"impersonation": e["impersonation"]["reason"]}
-                                                    if e.get("impersonation") else {})}
+    inbox_events = [{**{key: e.get(key) for key in BRIEF_KEYS}, "body": cut(e.get("body")),
+                     **({"impersonation": e["impersonation"]["reason"]} if e.get("impersonation") else {})}
                     for e in inbox["events"]]
 
     reply: dict[str, Any] = {

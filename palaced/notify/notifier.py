@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.stamps import seconds_between
 
@@ -121,7 +122,7 @@ class Notifier:
             position = events[-1]["seq"]
             self.observe(ctx.store.agents.annotate(events), trio.current_time(), utc_now())
 
-    def observe(self, events: list[dict[str, Any]], now: float, wall: str) -> int:
+    def observe(self, events: list[PublicEvent], now: float, wall: str) -> int:
         """Offer the things among ``events`` to the people held here; how many offers were taken."""
         offered = 0
         for event in events:

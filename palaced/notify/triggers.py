@@ -32,6 +32,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import HUMAN_PREFIX, is_human
 
 __all__ = ["ANYONE", "CORE_KINDS", "CORE_TRIGGERS", "Thing", "Trigger", "fork_thing", "preview", "thing_for", "wants"]
@@ -90,9 +91,9 @@ class Trigger:
     """A row of the table: ``kind`` when ``matches(event)``; ``title(event)`` names it."""
 
     kind: str
-    matches: Callable[[Mapping[str, Any]], bool]
-    title: Callable[[Mapping[str, Any]], str]
-    hint: Callable[[Mapping[str, Any]], str] = _since_hint
+    matches: Callable[[PublicEvent], bool]
+    title: Callable[[PublicEvent], str]
+    hint: Callable[[PublicEvent], str] = _since_hint
     #: only ever told to the person it is addressed to (``Thing.addressed_only``)
     addressed_only: bool = False
 
@@ -106,7 +107,7 @@ CORE_TRIGGERS: Final[tuple[Trigger, ...]] = (
 CORE_KINDS: Final = ("message", "fork")
 
 
-def thing_for(event: Mapping[str, Any], triggers: tuple[Trigger, ...], *,
+def thing_for(event: PublicEvent, triggers: tuple[Trigger, ...], *,
               preview_chars: int = DEFAULT_PREVIEW_CHARS) -> Thing | None:
     """The thing ``event`` (a public event object) is, or None (most events are none; a redacted
     event never is)."""

@@ -21,6 +21,7 @@ import json
 from typing import TYPE_CHECKING, Any, Final
 
 from palace_proto.authority import ANY_AGENT, Rule, rule_for
+from palace_proto.event_fields import PublicEvent, draft_public
 from palace_proto.validation import AppendRequest
 
 from ..clock import utc_now
@@ -40,12 +41,9 @@ def daemon_of(ctx: WriteContext, origin: Any) -> Any:
     return ctx.agents.origin_daemons.get(origin) or origin
 
 
-def _draft(ctx: WriteContext, req: AppendRequest, now: str, metadata: Any) -> dict[str, Any]:
+def _draft(ctx: WriteContext, req: AppendRequest, now: str, metadata: Any) -> PublicEvent:
     """The event ``req`` would be, as a derivation reads it."""
-    return {"id": DRAFT_ID, "origin": ctx.chain.origin, "type": req.type, "stream": req.stream, "room": req.room,
-            "topic": req.topic, "from_agent": req.from_agent, "to_agent": req.to_agent,
-            "correlation_id": req.correlation_id, "status": req.status, "ack_of": req.ack_of, "body": req.body,
-            "metadata": metadata, "created_at": now}
+    return draft_public(req, event_id=DRAFT_ID, origin=ctx.chain.origin, created_at=now, metadata=metadata)
 
 
 def refusal(ctx: WriteContext, req: AppendRequest) -> str | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.envelope import preview_event
 from palace_proto.validation import ListQuery, text_match_expression
 
@@ -59,7 +60,7 @@ def forget(conn: apsw.Connection, seq: int, body: str) -> None:
         conn.execute("INSERT INTO events_fts (events_fts, rowid, body) VALUES ('delete', ?, ?)", (seq, body))
 
 
-def search_events(conn: apsw.Connection, query: ListQuery, conds: list[str], params: list[Any]) -> list[dict[str, Any]]:
+def search_events(conn: apsw.Connection, query: ListQuery, conds: list[str], params: list[Any]) -> list[PublicEvent]:
     """Events whose body has every word of ``query.text``, passing ``conds`` (the list filters as
     SQL over ``events``), best match first (bm25), then newest; on ``conn`` (a reader's)."""
     assert query.text is not None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import (
     MAX_AGENTS_PER_ORIGIN,
     REGISTER,
@@ -340,7 +341,7 @@ class AgentRegistry:
         found = judge(record, daemon, event["created_at"], event["id"])
         return found.to_wire() if found is not None else None
 
-    def annotate(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    def annotate(self, events: Iterable[PublicEvent]) -> list[PublicEvent]:
         """The events with ``impersonation`` on those the verdict flags (a copy of each such event:
         the ones given may be shared, e.g. the bus's ring)."""
         out = []

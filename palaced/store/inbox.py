@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import ListQuery
 
@@ -76,7 +77,7 @@ def _query(agent: str, limit: int, preview: bool, scope: InboxScope) -> ListQuer
 
 
 def inbox_page(reads: Reads, agent: str, limit: int, preview: bool,
-               scope: InboxScope = InboxScope()) -> tuple[Cursor, list[dict[str, Any]]]:
+               scope: InboxScope = InboxScope()) -> tuple[Cursor, list[PublicEvent]]:
     """The agent's cursor and the first ``limit`` events of its inbox after it (as ``scope`` says)."""
     cursor = cursor_of(reads, agent)
     return cursor, reads.list_events(_query(agent, limit, preview, scope), after_seq=cursor.read_seq)

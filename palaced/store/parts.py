@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.authority import Rule
 from palace_proto.envelope import SignedEvent
 from palace_proto.validation import AppendRequest
@@ -31,7 +32,7 @@ __all__ = ["Judge", "StorePart", "StoreParts"]
 
 #: why this daemon may not write ``req`` (None: it may), judged by ``rule`` on the subject's events
 #: with ``draft`` (the event ``req`` would be) as the newest: ``judge(ctx, req, rule, draft)``
-Judge = Callable[["WriteContext", AppendRequest, Rule, dict[str, Any]], "str | None"]
+Judge = Callable[["WriteContext", AppendRequest, Rule, PublicEvent], "str | None"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

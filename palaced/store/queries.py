@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Union
 import apsw
 
 from palace_proto.envelope import SignedEvent, preview_event
+from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import NotFound
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256
 from palace_proto.validation import ListQuery
@@ -53,7 +54,7 @@ def _conn(on: Source) -> apsw.Connection:
     return on if isinstance(on, apsw.Connection) else on.conn
 
 
-def event_by_id(on: Source, event_id: str) -> dict[str, Any] | None:
+def event_by_id(on: Source, event_id: str) -> PublicEvent | None:
     conn = _conn(on)
     row = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE id=?", (event_id,)).fetchone()
     return row_to_public(row) if row else None
@@ -80,7 +81,7 @@ def artifact_record(conn: apsw.Connection, artifact_id: str, *, with_content: bo
     return record
 
 
-def correlation_events(on: Source, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+def correlation_events(on: Source, correlation_id: str, limit: int = 10_000) -> list[PublicEvent]:
     """Every event on a correlation id (and the event with that id), in local order; on ``conn``
     (the writer's inside a write job: what a claim must check in the transaction that writes it)."""
     conn = _conn(on)
@@ -99,7 +100,7 @@ def latest_seq_of_types(on: Source, types: Sequence[str]) -> int:
                for kind in types)
 
 def events_of_types_after_seq(on: Source, types: Sequence[str], after_seq: int,
-                              limit: int) -> list[dict[str, Any]]:
+                              limit: int) -> list[PublicEvent]:
     """Events of ``types`` committed here after ``after_seq``, oldest first, at most ``limit`` (what
     a kept lease derivation is fed); on the type index, so as cheap as what is new; on ``conn``."""
     conn = _conn(on)
@@ -109,7 +110,7 @@ def events_of_types_after_seq(on: Source, types: Sequence[str], after_seq: int,
     return [row_to_public(r) for r in rows]
 
 def events_of_types_since(conn: apsw.Connection, types: Sequence[str], since_created_at: str, stream: str | None,
-                          limit: int) -> list[dict[str, Any]]:
+                          limit: int) -> list[PublicEvent]:
     """Events of ``types`` created since ``since_created_at`` (of one stream, or all), the newest
     ``limit`` of them, oldest first (what palace_proto.leases derives leases from); on ``conn``."""
     where = f"type IN ({','.join('?' * len(types))}) AND created_at >= ?"
@@ -138,7 +139,7 @@ class Reads:
 
     # -- events ------------------------------------------------------------------------------------
 
-    def get_event(self, event_id: str) -> dict[str, Any] | None:
+    def get_event(self, event_id: str) -> PublicEvent | None:
         return event_by_id(self.db.reader(), event_id)
 
     def resolve_seq(self, field_name: str, event_id: str) -> int:
@@ -153,7 +154,7 @@ class Reads:
         row = self.db.reader().execute("SELECT seq, id FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         return (row[0], row[1]) if row else (0, None)
 
-    def list_events(self, query: ListQuery, *, after_seq: int | None = None) -> list[dict[str, Any]]:
+    def list_events(self, query: ListQuery, *, after_seq: int | None = None) -> list[PublicEvent]:
         """Events matching ``query`` (cursors resolved through the local seq).
 
         ``after_seq`` overrides ``since_event_id`` (used by wait/watch, which already resolved it).
@@ -209,17 +210,17 @@ class Reads:
         events = [row_to_public(r) for r in rows]
         return [preview_event(e) for e in events] if query.preview else events
 
-    def events_after_seq(self, after_seq: int, limit: int) -> list[dict[str, Any]]:
+    def events_after_seq(self, after_seq: int, limit: int) -> list[PublicEvent]:
         """Every event with seq > after_seq, oldest first (watchers catching up after a gap)."""
         rows = self.db.reader().execute(
             f"SELECT {PUBLIC_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)
         ).fetchall()
         return [row_to_public(r) for r in rows]
 
-    def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+    def events_by_correlation(self, correlation_id: str, limit: int = 10_000) -> list[PublicEvent]:
         return correlation_events(self.db.reader(), correlation_id, limit)
 
-    def events_of_correlations(self, correlation_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    def events_of_correlations(self, correlation_ids: Sequence[str]) -> dict[str, list[PublicEvent]]:
         """The events of each of ``correlation_ids`` that has any (``events_by_correlation`` each,
         in one reader's view)."""
         return {cid: self.events_by_correlation(cid) for cid in sorted(self.correlations_present(correlation_ids))}
@@ -247,7 +248,7 @@ class Reads:
         return found
 
     def events_of_types(self, types: Sequence[str], since_created_at: str, limit: int,
-                        stream: str | None = None) -> list[dict[str, Any]]:
+                        stream: str | None = None) -> list[PublicEvent]:
         """The newest ``limit`` events of ``types`` created since ``since_created_at`` (in
         ``stream``, if given), oldest first."""
         return events_of_types_since(self.db.reader(), types, since_created_at, stream, limit)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import is_human
 from palace_proto.authority import Rule
 from palace_proto.questions import ANSWER, ASK, MAX_ANSWERS_PER_ORIGIN, settle
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["PART", "QuestionReads", "judge", "person_answers"]
 
 
-def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origin: int) -> list[dict[str, Any]]:
+def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origin: int) -> list[PublicEvent]:
     """The answers to each of ``question_ids`` that can count: written as a person's id, each
     origin's first ``per_origin`` (by created_at, then id) per question — the ones
     ``palace_proto.questions.settle`` judges (issue 43, finding 5). Index seeks only (schema 0014):
@@ -52,11 +53,11 @@ def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origi
     return found
 
 
-def _person_answers(reads: Reads, question_ids: Sequence[str], per_origin: int) -> list[dict[str, Any]]:
+def _person_answers(reads: Reads, question_ids: Sequence[str], per_origin: int) -> list[PublicEvent]:
     return person_answers(reads.db.reader(), question_ids, per_origin)
 
 
-def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: dict[str, Any]) -> str | None:
+def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: PublicEvent) -> str | None:
     """Why this daemon may not write the answer ``req`` (None: it may), as
     ``palace_proto.questions.settle`` will judge it everywhere. Only an answer is judged by its
     question's state (an ask is any agent's)."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.memory import Drawer
 from palace_proto.rooms import (ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES, ROOMS_ROOM, Room, check_room_id,
@@ -77,7 +78,7 @@ class RoomsFull(ApiError):
     code = "limit_reached"
 
 
-def room_events(on: Source, room_id: str, limit: int = MAX_ROOM_EVENTS) -> list[dict[str, Any]]:
+def room_events(on: Source, room_id: str, limit: int = MAX_ROOM_EVENTS) -> list[PublicEvent]:
     """Every event of the room (its three types, in the log room ``rooms``), in local order."""
     conn = _connection(on)
     rows = conn.execute(f"SELECT {PUBLIC_COLUMNS} FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=? "
@@ -85,7 +86,7 @@ def room_events(on: Source, room_id: str, limit: int = MAX_ROOM_EVENTS) -> list[
     return [row_to_public(r) for r in rows]
 
 
-def room_skeleton(on: Source, room_id: str) -> list[dict[str, Any]]:
+def room_skeleton(on: Source, room_id: str) -> list[PublicEvent]:
     """The room's openings and closes (at most 100 of them: one of each, unless both sides of a
     partition closed, or a peer is broken): what its state is derived from without its messages."""
     conn = _connection(on)
@@ -111,7 +112,7 @@ def rooms_touched_after(on: Source, after_seq: int, limit: int) -> tuple[list[st
     return [r[0] for r in rows], max((r[1] for r in rows), default=after_seq)
 
 
-def room_openings(on: Source, limit: int, stream: str | None = None) -> list[dict[str, Any]]:
+def room_openings(on: Source, limit: int, stream: str | None = None) -> list[PublicEvent]:
     """The newest ``limit`` room openings (of one project's stream, if given), newest first."""
     conn = _connection(on)
     where, params = "type=? AND room=?", [ROOM_OPEN, ROOMS_ROOM]
@@ -123,7 +124,7 @@ def room_openings(on: Source, limit: int, stream: str | None = None) -> list[dic
     return [row_to_public(r) for r in rows]
 
 
-def room_activity(on: Source, room_id: str) -> tuple[list[dict[str, Any]], int, str | None, list[str],
+def room_activity(on: Source, room_id: str) -> tuple[list[PublicEvent], int, str | None, list[str],
                                                      dict[str, str]]:
     """What a listing shows of a room without reading its messages: its openings and closes, how
     many messages it holds, the newest ``created_at`` among its events, who spoke (messages and
@@ -157,7 +158,7 @@ def readers(on: Source, room_id: str) -> list[str]:
 
 
 def _page(conn: apsw.Connection, room_id: str, agent: str, after_seq: int, own_too: bool,
-          limit: int) -> list[dict[str, Any]]:
+          limit: int) -> list[PublicEvent]:
     also, params = "", [room_id, *_TYPES, ROOMS_ROOM, after_seq]
     if not own_too:
         also = " AND from_agent != ?"
@@ -167,7 +168,7 @@ def _page(conn: apsw.Connection, room_id: str, agent: str, after_seq: int, own_t
     return [row_to_public(r) for r in rows]
 
 
-def read_page(ctx: WriteContext, room_id: str, agent: str, limit: int) -> list[dict[str, Any]]:
+def read_page(ctx: WriteContext, room_id: str, agent: str, limit: int) -> list[PublicEvent]:
     """The agent's next page of the room, and its position moved to the page's last event (a write
     job's step: the page and the move are one transaction, so two reads never return the same
     events). A first read returns everything, the agent's own turns too; later ones leave its own
@@ -236,7 +237,7 @@ def existing_drawers(on: Source, ids: Sequence[str]) -> set[str]:
 # -- rooms derived from what this replica holds (the rules are palace_proto.rooms) ---------------
 
 
-def _annotated(on: Source, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _annotated(on: Source, events: list[PublicEvent]) -> list[PublicEvent]:
     """The events with the agent registry's verdicts (an impersonation holds no role in a room),
     where ``on`` knows the registry (the store, a write job's context)."""
     agents = getattr(on, "agents", None)
@@ -252,7 +253,7 @@ def room_state(on: Source, room_id: str) -> Room | None:
                        first_spoke=first_spoke, now=utc_now())
 
 
-def whole_room(on: Source, room_id: str) -> tuple[Room | None, list[dict[str, Any]]]:
+def whole_room(on: Source, room_id: str) -> tuple[Room | None, list[PublicEvent]]:
     """The room (None: no opening of it here) and all its events (with the registry's verdicts),
     with this replica's readers among its members."""
     conn = _connection(on)
@@ -332,7 +333,7 @@ class RoomReads(ReadSet):
     is_member = StoreRead(is_member)
 
 
-def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: dict[str, Any]) -> str | None:
+def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: PublicEvent) -> str | None:
     """Why this daemon may not write ``req`` to its room (None: it may), in the words
     ``palace_proto.rooms.derive_room`` flags it with on every replica."""
     room_id = req.correlation_id

@@ -10,69 +10,79 @@ for the hashes and signature it does not show.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from typing import Any, Final
 
 from palace_proto.envelope import SignedEvent
+from palace_proto.event_fields import COLUMNS, EVENT_FIELDS, PUBLIC_KEYS, PublicEvent
 
-__all__ = ["INSERT_EVENT", "PUBLIC_COLUMNS", "SIGNED_COLUMNS", "insert_params", "row_to_public", "row_to_signed"]
+__all__ = ["BODILESS_PUBLIC_COLUMNS", "INSERT_EVENT", "PUBLIC_COLUMNS", "SIGNED_COLUMNS", "insert_params", "row_to_public", "row_to_signed"]
 
-#: Every column of ``events``, in row order: what the public object shows (``seq`` first: SQLite
-#: assigns it, the local arrival order), then the chain (shown by no public object).
-_COLUMNS: Final = (
-    "seq", "id", "origin", "origin_seq", "type", "stream", "room", "topic", "from_agent", "to_agent",
-    "correlation_id", "branch", "base_commit", "status", "ack_of", "artifact_ids", "body", "metadata",
-    "created_at", "body_sha256",
-    "prev_hash", "event_hash", "signature",
-)
-# Why 20: the chain's three columns are the last ones.
-_PUBLIC_COUNT: Final = len(_COLUMNS) - 3
+#: Every column of ``events``, in row order (``palace_proto.event_fields.COLUMNS``): what the
+#: public object shows (``seq`` first: SQLite assigns it, the local arrival order), then the chain
+#: (shown by no public object).
+_COLUMNS: Final = COLUMNS
+#: How many columns a public read selects: those through the body's hash (which a redacted
+#: event's public object shows), never the chain's after it.
+_PUBLIC_COUNT: Final = _COLUMNS.index("body_sha256") + 1
 
 #: SELECT list of a row for ``row_to_public``
 PUBLIC_COLUMNS: Final = ", ".join(_COLUMNS[:_PUBLIC_COUNT])
+#: SELECT list of a row for ``row_to_public`` whose body reads as "": for a derivation that never
+#: reads one (a task's judge of its usage reports), so that no body is read from disk
+BODILESS_PUBLIC_COLUMNS: Final = ", ".join("'' AS body" if column == "body" else column
+                                           for column in _COLUMNS[:_PUBLIC_COUNT])
 #: SELECT list of a row for ``row_to_signed`` (and ``row_to_public``: the same prefix)
 SIGNED_COLUMNS: Final = ", ".join(_COLUMNS)
 #: the insert of one event; its parameters are ``insert_params(event)``
 INSERT_EVENT: Final = (f"INSERT INTO events ({', '.join(_COLUMNS[1:])}) "
                        f"VALUES ({','.join('?' * (len(_COLUMNS) - 1))})")
 
+_BY_COLUMN: Final = {f.column: f for f in EVENT_FIELDS}
+# A row's values in the public object's order (the row leads with seq, the object with the id).
+_shown: Final = operator.itemgetter(*(_COLUMNS.index(f.column) for f in EVENT_FIELDS if f.public is not None))
+_BODY_AT: Final = _COLUMNS.index("body")
+_BODY_HASH_AT: Final = _COLUMNS.index("body_sha256")
+# A SignedEvent's attributes (not the id, not the seq), the row's values for them, and which of
+# them a column holds in another form: artifact ids as JSON text, bytes as a blob.
+_ATTRIBUTES: Final = tuple(f for f in EVENT_FIELDS if f.role not in ("derived", "local"))
+_ATTRIBUTE_NAMES: Final = tuple(f.name for f in _ATTRIBUTES)
+_attribute_values: Final = operator.itemgetter(*(_COLUMNS.index(f.column) for f in _ATTRIBUTES))
+_IDS_ATTRIBUTE: Final = "artifact_ids"
+_BINARY_ATTRIBUTES: Final = tuple(f.name for f in _ATTRIBUTES if f.wire in ("hash", "signature"))
+# Every column but seq, in row order, as the attribute holding it (the id is SignedEvent's property).
+_insert_values: Final = operator.attrgetter(*(_BY_COLUMN[column].name for column in _COLUMNS[1:]))
+_IDS_PARAM: Final = _COLUMNS.index(_BY_COLUMN[_IDS_ATTRIBUTE].column) - 1
+assert {f.wire for f in EVENT_FIELDS} == {"text", "int", "hash", "signature", "ids", "json", "body"}, \
+    "a new wire type needs its column form here"
 
-def row_to_public(row: Sequence[Any]) -> dict[str, Any]:
+
+def row_to_public(row: Sequence[Any]) -> PublicEvent:
     """The public object of a row selected with ``PUBLIC_COLUMNS`` (or ``SIGNED_COLUMNS``)."""
-    (seq, eid, origin, origin_seq, type_, stream, room, topic, from_agent, to_agent, corr, branch,
-     base, status, ack_of, artifact_ids, body, metadata, created_at, body_sha) = row[:_PUBLIC_COUNT]
-    out = {
-        "id": eid, "seq": seq, "origin": origin, "origin_seq": origin_seq, "type": type_,
-        "stream": stream, "room": room, "topic": topic, "from_agent": from_agent,
-        "to_agent": to_agent, "correlation_id": corr, "branch": branch, "base_commit": base,
-        "status": status, "ack_of": ack_of, "artifact_ids": json.loads(artifact_ids),
-        "body": body if body is not None else "", "metadata": json.loads(metadata),
-        "created_at": created_at,
-    }
-    if body is None:
+    out: dict[str, Any] = dict(zip(PUBLIC_KEYS, _shown(row), strict=True))
+    out["artifact_ids"] = json.loads(out["artifact_ids"])
+    out["metadata"] = json.loads(out["metadata"])
+    if row[_BODY_AT] is None:
+        out["body"] = ""
         out["body_redacted"] = True
-        out["body_sha256"] = bytes(body_sha).hex()
-    return out
+        out["body_sha256"] = bytes(row[_BODY_HASH_AT]).hex()
+    return out  # type: ignore[return-value]  # PUBLIC_KEYS are PublicEvent's keys (event_fields checks)
 
 
 def row_to_signed(row: Sequence[Any]) -> SignedEvent:
     """The signed event of a row selected with ``SIGNED_COLUMNS`` (its ``seq`` and ``id`` are not
     part of it: the id is derived from the signed fields)."""
-    (_seq, _id, origin, origin_seq, type_, stream, room, topic, from_agent, to_agent, corr, branch,
-     base, status, ack_of, artifact_ids, body, metadata, created_at, body_sha, prev_hash, event_hash,
-     signature) = row
-    return SignedEvent(
-        origin=origin, origin_seq=origin_seq, prev_hash=bytes(prev_hash), created_at=created_at, type=type_,
-        stream=stream, room=room, topic=topic, from_agent=from_agent, to_agent=to_agent, correlation_id=corr,
-        branch=branch, base_commit=base, status=status, ack_of=ack_of, artifact_ids=tuple(json.loads(artifact_ids)),
-        body_sha256=bytes(body_sha), metadata_json=metadata, event_hash=bytes(event_hash),
-        signature=bytes(signature), body=body,
-    )
+    fields = dict(zip(_ATTRIBUTE_NAMES, _attribute_values(row), strict=True))
+    fields[_IDS_ATTRIBUTE] = tuple(json.loads(fields[_IDS_ATTRIBUTE]))
+    for name in _BINARY_ATTRIBUTES:
+        fields[name] = bytes(fields[name])
+    return SignedEvent(**fields)
 
 
 def insert_params(ev: SignedEvent) -> tuple[Any, ...]:
     """The parameters of ``INSERT_EVENT`` for ``ev`` (every column but ``seq``, in row order)."""
-    return (ev.id, ev.origin, ev.origin_seq, ev.type, ev.stream, ev.room, ev.topic, ev.from_agent, ev.to_agent,
-            ev.correlation_id, ev.branch, ev.base_commit, ev.status, ev.ack_of,
-            json.dumps(list(ev.artifact_ids)) if ev.artifact_ids else "[]", ev.body, ev.metadata_json,
-            ev.created_at, ev.body_sha256, ev.prev_hash, ev.event_hash, ev.signature)
+    params = list(_insert_values(ev))
+    ids = params[_IDS_PARAM]
+    params[_IDS_PARAM] = json.dumps(list(ids)) if ids else "[]"
+    return tuple(params)

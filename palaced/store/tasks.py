@@ -16,8 +16,9 @@ job's (writer thread, inside a batch).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.authority import Rule
 from palace_proto.envelope import SignedEvent
@@ -53,7 +54,7 @@ class TaskThread(NamedTuple):
     correlation_id: str
     #: recorded as finished, and nothing happened on it since (``settle``)
     settled: bool
-    events: list[dict[str, Any]]
+    events: list[PublicEvent]
 
     @property
     def newest_seq(self) -> int:
@@ -113,7 +114,7 @@ def unsettle_agents(ctx: WriteContext, agents: Iterable[str]) -> None:
                      "(SELECT correlation_id FROM events WHERE from_agent=? AND correlation_id IS NOT NULL)", (agent,))
 
 
-def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: dict[str, Any]) -> str | None:
+def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: PublicEvent) -> str | None:
     """Why this daemon may not write ``req`` on its task (None: it may), in the words
     ``palace_proto.tasks.derive_task`` flags it with on every replica. A rule of another feature
     judged on a task (a usage report, an approval) must name an existing one."""

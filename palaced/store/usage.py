@@ -61,12 +61,14 @@ import apsw
 from palace_proto.identity import judge as impersonation_of
 from palace_proto.identity import order_key
 from palace_proto.envelope import SignedEvent
+from palace_proto.event_fields import PublicEvent, blank_public
 from palace_proto.ids import fingerprint
 from palace_proto.tasks import REASSIGN, RELEASE, REQUEST, derive_task
 from palace_proto.usage import MAX_USAGE_REPORTS_PER_TASK, USAGE_TYPE, Spending, Total, cost_micros, record_from_event, total_of
 
 from .parts import StorePart
 from .reads import ReadSet, StoreRead
+from .rows import BODILESS_PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
     from .state import WriteContext
@@ -113,7 +115,7 @@ _REPORT_COLUMNS: Final = ("event_id, agent, origin, created_at, named_task, day,
 # The events of a task that can move who may report on it (the request, claims, deliveries,
 # releases, reassigns, closes, corrections): a word without a status moves nothing.
 _TASK_EVENTS: Final = (
-    "SELECT id, origin, type, from_agent, to_agent, correlation_id, status, ack_of, metadata, created_at FROM events "
+    f"SELECT {BODILESS_PUBLIC_COLUMNS} FROM events "
     f"WHERE (correlation_id = ?1 AND type != '{USAGE_TYPE}' AND (status IS NOT NULL OR type IN "
     f"({', '.join(repr(t) for t in _MOVING_TYPES)}))) OR id = ?1 ORDER BY created_at, id LIMIT ?2")
 _SUMS: Final = ("sum(runs), sum(tokens_in), sum(tokens_out), sum(cache_read_tokens), sum(cache_write_tokens), "
@@ -232,10 +234,7 @@ def _judge(ctx: WriteContext, task: str) -> tuple[dict[str, tuple[Any, ...]], li
     """The task's reports that were judged (id -> row) and those ``derive_task`` counts, from its
     events read once: those that can move roles, and its claimants' reports from their first claim."""
     conn = ctx.conn
-    events = [{"id": eid, "origin": origin, "type": kind, "from_agent": agent, "to_agent": to, "correlation_id": cid,
-               "status": status, "ack_of": ack_of, "metadata": _loads(metadata), "created_at": at}
-              for eid, origin, kind, agent, to, cid, status, ack_of, metadata, at
-              in conn.execute(_TASK_EVENTS, (task, MAX_TASK_EVENTS))]
+    events: list[PublicEvent] = [row_to_public(row) for row in conn.execute(_TASK_EVENTS, (task, MAX_TASK_EVENTS))]
     # Who may have claimed the task, and from when: a report of anyone else, or from before its
     # writer's first claim, cannot count (derive_task would flag it), so it is not even read.
     first_claim: dict[str, str] = {}
@@ -250,8 +249,11 @@ def _judge(ctx: WriteContext, task: str) -> tuple[dict[str, tuple[Any, ...]], li
     reports = list(heapq.merge(*runs, key=lambda r: (r[3], r[0])))[:MAX_REPORTS_JUDGED]
     if not reports:
         return {}, []
-    events += [{"id": r[0], "origin": r[2], "type": USAGE_TYPE, "from_agent": r[1], "correlation_id": task,
-                "status": None, "ack_of": None, "metadata": {"task_id": r[4]}, "created_at": r[3]} for r in reports]
+    for r in reports:
+        event = blank_public()
+        event["id"], event["origin"], event["type"], event["from_agent"] = r[0], r[2], USAGE_TYPE, r[1]
+        event["correlation_id"], event["metadata"], event["created_at"] = task, {"task_id": r[4]}, r[3]
+        events.append(event)
     # now=None: the verdict must not depend on when it was reached (a claim dated ahead of one
     # replica's clock would otherwise count there later than elsewhere, with nothing to judge it again).
     view = derive_task(task, _annotate(ctx, events), now=None, daemon_of=lambda origin: _daemon(ctx, origin) or origin)
@@ -276,7 +278,7 @@ def _daemon(ctx: WriteContext, origin: str) -> str | None:
     return daemon
 
 
-def _annotate(ctx: WriteContext, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _annotate(ctx: WriteContext, events: list[PublicEvent]) -> list[PublicEvent]:
     """The events with ``impersonation`` on those that are one, as the registry will say once
     this batch commits (``AgentRegistry.annotate``, with the batch's registry events counted)."""
     records: dict[str, Any] = {}

@@ -16,6 +16,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import (
     AGENT_EVENT_ROOM,
     AGENT_EVENT_STREAM,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["append_event", "append_system", "insert_event", "put_artifact", "redact"]
 
 
-def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
+def append_event(ctx: WriteContext, req: AppendRequest) -> PublicEvent:
     """Sign ``req`` as the next event of our origin and store it; its public object. The batch
     gets its record, after that of any event stored before it (a registration).
 
@@ -76,7 +77,7 @@ def append_event(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
     return _store_sealed(ctx, ctx.chain.seal_request(req))
 
 
-def append_system(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
+def append_system(ctx: WriteContext, req: AppendRequest) -> PublicEvent:
     """Store a registry event the daemon writes itself (``agent register``, ``transfer``,
     ``retire``): as ``palaced``, checked by the handler that built it, never by a client."""
     if req.type not in REGISTRY_TYPES or req.from_agent != SYSTEM_AGENT:
@@ -89,7 +90,7 @@ def append_system(ctx: WriteContext, req: AppendRequest) -> dict[str, Any]:
                                              from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json))
 
 
-def _store_sealed(ctx: WriteContext, event: SignedEvent) -> dict[str, Any]:
+def _store_sealed(ctx: WriteContext, event: SignedEvent) -> PublicEvent:
     """Store ``event``, just sealed as the next of our chain, and move the chain on to it; its
     public object (the batch gets its record)."""
     record = insert_event(ctx, event)
