@@ -129,3 +129,14 @@ def test_each_author_field_reaches_the_signed_event(field):
     event = seal_request(Ed25519PrivateKey.generate(), request, origin="ori_" + "a" * 26, origin_seq=1,
                          prev_hash=GENESIS_HASH, created_at="2026-12-06T00:00:00.000000Z")
     assert event.to_public(1)[field.public] == sample
+
+
+def test_the_signed_order_is_the_specs():
+    """PROTOCOL.md's canonical encoding lists the fields in the table's signed order."""
+    import re
+
+    spec = (ROOT / "proto" / "PROTOCOL.md").read_text(encoding="utf-8")
+    block = spec[spec.index("[1, origin, origin_seq"):]
+    listed = re.sub(r"\([^)]*\)", "", block[1:block.index("]\n")]).replace("\n", " ")
+    names = [name.strip() for name in listed.split(",")][1:]
+    assert tuple(names) == SIGNED_FIELDS
