@@ -8,6 +8,7 @@ and ``GROUPS`` name."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Final, Optional
@@ -17,6 +18,8 @@ import typer
 from ... import output
 from ...output import emit, fail, warn, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, parse_metadata, read_input
+from ...cli.options import field_option, with_options
+from .patch import PATCH_FIELDS
 
 __all__ = ["COMMANDS", "GROUPS", "artifact_app", "patch_app"]
 
@@ -75,31 +78,33 @@ def artifact_get(
         sys.stdout.buffer.flush()
 
 
+# Why these helps: a patch's routing defaults to its task's (the daemon's patch_submit).
+_PATCH_HELP: Final = {"to_agent": "Default: who requested the task.", "correlation_id": "The task this answers.",
+                      "stream": "Default: the stream of the task on this correlation.", "room": "Default: patches."}
+
+
+def _patch_options() -> list[inspect.Parameter]:
+    """``patch submit``'s options for its announcement's fields: the sender's identity required."""
+    return [field_option(field, help=_PATCH_HELP.get(field.option), required=field.option == "from_agent",
+                         default="patches" if field.option == "room" else None) for field in PATCH_FIELDS]
+
+
 @patch_app.command("submit")
+@with_options(_patch_options())
 def patch_submit(
-    from_agent: Annotated[str, typer.Option("--from-agent")],
-    to_agent: Annotated[Optional[str], typer.Option("--to-agent", help="Default: who requested the task.")] = None,
-    correlation_id: Annotated[Optional[str], typer.Option("--correlation-id", help="The task this answers.")] = None,
     file: Annotated[str, typer.Option("--file", help="The diff, or - for stdin (default).")] = "-",
-    stream: Annotated[Optional[str], typer.Option(help="Default: the stream of the task on this correlation.")] = None,
-    room: Annotated[str, typer.Option()] = "patches",
-    topic: Annotated[Optional[str], typer.Option()] = None,
-    branch: Annotated[Optional[str], typer.Option()] = None,
-    base_commit: Annotated[Optional[str], typer.Option("--base-commit")] = None,
-    body: Annotated[Optional[str], typer.Option()] = None,
-    metadata: Annotated[Optional[str], typer.Option()] = None,
     json_: JsonOpt = False,
+    **fields: Any,
 ) -> None:
     """Store a patch and announce it with patch.ready, in one transaction.
 
     Give --correlation-id (the task it answers) or --stream: with a correlation, the stream and
     --to-agent default to its task's."""
-    if stream is None and correlation_id is None:
+    if fields["stream"] is None and fields["correlation_id"] is None:
         raise UsageProblem("pass --correlation-id (the task this patch answers; its stream is used) or --stream")
     content = read_input(file, "--file")
-    result = call_daemon("patch_submit", from_agent=from_agent, to_agent=to_agent, correlation_id=correlation_id,
-                         content=content, stream=stream, room=room, topic=topic, branch=branch,
-                         base_commit=base_commit, body=body, metadata=parse_metadata(metadata))
+    result = call_daemon("patch_submit", **{**fields, "metadata": parse_metadata(fields["metadata"])},
+                         content=content)
     _print_warnings(result["artifact"])
     if emit(result, json_):
         return

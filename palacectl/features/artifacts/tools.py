@@ -12,7 +12,8 @@ from typing import Any
 
 from palace_proto.errors import ApiError
 
-from ...mcp_tools import Palace, Result, drop_none, tool
+from ...mcp_tools import Palace, Result, drop_none, field_parameters, offering, rare_options, tool
+from .patch import PATCH_FIELDS
 
 __all__ = ["mempalace_artifact_get", "mempalace_artifact_put", "mempalace_patch_submit"]
 
@@ -28,20 +29,13 @@ def _content(text: str | None, encoded: str | None) -> bytes | str:
         raise ApiError("content_base64 is not valid base64", code="invalid_argument") from None
 
 
-@tool("core", mutating=True, extras=("stream", "room", "branch", "base_commit", "metadata", "topic", "from_agent"),
-      description=(
+@tool("core", mutating=True, extras=rare_options(PATCH_FIELDS, also=("stream", "room")), description=(
           "Deliver a diff (byte-exact, with its final newline): stores it and appends patch.ready in one step; "
           "with correlation_id, stream and to_agent come from its task. Returns {success, artifact, event}."))
-async def mempalace_patch_submit(
-    palace: Palace, /, content: str, stream: str | None = None, room: str = "patches", to_agent: str | None = None,
-    correlation_id: str | None = None, branch: str | None = None, base_commit: str | None = None,
-    body: str | None = None, metadata: dict[str, Any] | None = None, topic: str | None = None,
-    from_agent: str | None = None,
-) -> Result:
+@offering(field_parameters(PATCH_FIELDS, defaults={"stream": None, "room": "patches"}), after=1)
+async def mempalace_patch_submit(palace: Palace, /, content: str, **fields: Any) -> Result:
     return await palace.daemon.call("patch_submit", **drop_none(
-        content=content, to_agent=to_agent, correlation_id=correlation_id, stream=stream, room=room,
-        topic=topic, branch=branch, base_commit=base_commit, body=body, metadata=metadata,
-        from_agent=palace.speaks_as("from_agent", from_agent)))
+        content=content, **{**fields, "from_agent": palace.speaks_as("from_agent", fields["from_agent"])}))
 
 
 @tool("core", description=(
