@@ -7,7 +7,7 @@ that tool's arguments (``LightCall``); or a ``LightError`` saying why it cannot.
 log's verbs (``EVENT …``, ``INBOX``) and the shape every call shares; each feature declares its
 own (``Feature.light``: its first words, its verbs (``Verb``), front tools it reads whole, the fields and
 words these add to the tools' schemas and descriptions), put together in ``Tables``. Pure: stdlib
-only, no IO; ``mcp_adapter`` routes the call (``mcp_server.Route``), so the routed tool's checks,
+and ``palace_proto`` only (an append's fields: ``palacectl.event_options``), no IO; ``mcp_adapter`` routes the call (``mcp_server.Route``), so the routed tool's checks,
 identity rules, read-only gates and result shapes are exactly the full tool's.
 
 Theory of operation
@@ -24,7 +24,7 @@ typed: true/false/null, numbers, JSON objects and lists.
 A coordinate command's first word picks its reader (the core's or a feature's ``WORDS``); a call of
 fields alone names its verb in ``action`` (a ``Verb``'s ``actions``), or one is inferred from the
 keys it gives (the core's verbs first, then the features' in their order; none: a listing). Then every verb's
-renames apply (``from``, ``to``, ``base``, ``correlation``), its own, and its required fields are
+renames apply (``from``, and the short names of ``event_options.SHORT_NAMES``), its own, and its required fields are
 checked. On ``EVENT LIST``/``INBOX``/``EVENT WAIT``, ``from:`` is the author filter (``writer``);
 elsewhere it is the caller (``from_agent``), as in MemPalace 3.11. ``INBOX`` lists newest first
 (without a cursor) with previews. A verb whose MemPalace tool palace does not offer is a
@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from .event_options import APPEND_FIELDS, JSON_TYPES, SHORT_NAMES
 from .feature import load
 
 if TYPE_CHECKING:
@@ -244,12 +245,12 @@ CORE_VERBS: Final = (
 #: what the core's verbs add to ``palace_coordinate``'s description and its schema's fields
 CORE_USAGE: Final = ("'INBOX'", "'EVENT LIST|WAIT to: from:(author) since_id: LIMIT n'",
                      "'EVENT APPEND type: stream: room: to: body:'", "'EVENT ACK id: status:'")
+#: the fields a call of the core's verbs may give, by JSON type: an append's (``event_options``) and
+#: a listing's
 CORE_FIELDS: Final = {
-    "action": "string", "type": "string", "stream": "string", "room": "string", "topic": "string",
-    "to_agent": "string", "from_agent": "string", "writer": "string", "correlation_id": "string",
-    "status": "string", "body": "string", "metadata": "object", "since_event_id": "string",
-    "before_event_id": "string", "since_created_at": "string", "order": "string", "limit": "integer",
-    "preview": "boolean", "timeout_ms": "number", "event_id": "string",
+    "action": "string", **{f.option: JSON_TYPES[f.wire] for f in APPEND_FIELDS if f.option}, "writer": "string",
+    "since_event_id": "string", "before_event_id": "string", "since_created_at": "string", "order": "string",
+    "limit": "integer", "preview": "boolean", "timeout_ms": "number", "event_id": "string",
 }
 
 
@@ -307,9 +308,8 @@ def _read_coordinate(tables: Tables, command: str | None, fields: dict[str, Any]
         rename(args, "from", "writer")
     else:
         rename(args, "from", "from_agent")
-    rename(args, "to", "to_agent")
-    rename(args, "base", "base_commit")
-    rename(args, "correlation", "correlation_id")
+    for short, name in SHORT_NAMES.items():
+        rename(args, short, name)
     spec = tables.verbs[verb]
     for old, new in spec.renames:
         rename(args, old, new)

@@ -40,6 +40,9 @@ __all__ = ["WatchOptions", "default_state_file", "read_state", "run_watch", "san
 # Why 0.5 s: how often a watch retries while palaced restarts (an upgrade, a crash): fast enough
 # to feel continuous, slow enough to cost nothing.
 RECONNECT_INTERVAL_S: Final = 0.5
+# Where `watch --announce` says what it watches: a status to everyone, which fleet watchers sleep
+# through (cli/log.py: a status wakes only the watches that ask for it).
+_ANNOUNCEMENT: Final = {"type": "status", "stream": "presence", "room": "watch", "to_agent": "*"}
 
 
 def sanitise_agent(agent: str) -> str:
@@ -228,9 +231,9 @@ def _announce(opts: WatchOptions, cursor: str | None) -> None:
     # A second connection: the first one now belongs to the subscription.
     with Client(opts.home) as announcer:
         announcer.call(
-            "append", type="status", stream="presence", room="watch", from_agent=opts.agent, to_agent="*",
-            body=body, metadata={"watch": {"filters": opts.filters, "cursor": cursor,
-                                           "state_file": str(opts.state_file) if opts.state_file else None}},
+            "append", **_ANNOUNCEMENT, from_agent=opts.agent, body=body,
+            metadata={"watch": {"filters": opts.filters, "cursor": cursor,
+                                "state_file": str(opts.state_file) if opts.state_file else None}},
         )
 
 

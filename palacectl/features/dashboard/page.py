@@ -33,10 +33,9 @@ from ..tasks.page import task_card
 
 __all__ = ["MESSAGE_TYPE", "ROUTES", "answer_question", "event", "events", "now", "send_message"]
 
-#: A person's message from the dashboard: its type, stream and room.
+#: A person's message from the dashboard: its type, and where it goes (the type, stream and room).
 MESSAGE_TYPE: Final = "human.message"
-MESSAGE_STREAM: Final = "human"
-MESSAGE_ROOM: Final = "messages"
+_MESSAGE: Final = {"type": MESSAGE_TYPE, "stream": "human", "room": "messages"}
 #: Why 16 KiB: a message to an agent is read into its context window; a longer text is a drawer
 #: or an artifact.
 MAX_MESSAGE_BYTES: Final = 16 * 1024
@@ -303,9 +302,8 @@ async def send_message(views: Views, doc: Mapping[str, Any]) -> dict[str, Any]:
     if correlation_id is not None and not isinstance(correlation_id, str):
         raise HttpError(400, "correlation_id must be a string")
     event = await views.call(
-        "append", type=MESSAGE_TYPE, stream=MESSAGE_STREAM, room=MESSAGE_ROOM, from_agent=views.human,
-        to_agent=to_agent, body=body, correlation_id=(correlation_id or "").strip() or None,
-        metadata=metadata)
+        "append", **_MESSAGE, from_agent=views.human, to_agent=to_agent, body=body,
+        correlation_id=(correlation_id or "").strip() or None, metadata=metadata)
     return {"event": event}
 
 

@@ -67,6 +67,9 @@ MAX_INTERRUPTIONS: Final = 2
 SHUTDOWN_WAIT_S: Final = 60.0
 # Why 4096: the tasks the worker remembers skipping (each until something happens on it).
 MAX_SKIPPED: Final = 4096
+#: Where the worker tells of a budget it nears or is over (once per budget, subject, window and
+#: state: its topic): the usage feature's budget notices.
+_BUDGET_NOTICE: Final = {"type": BUDGET_EVENT, "stream": "usage", "room": "budgets"}
 # Events that can make a task ready to take: a new request, a release, a reassign, an applied
 # blocker (an ack or a reply with a status), a stall notice.
 _WAKING_TYPES: Final = frozenset({"task.request", "task.release", "task.reassign", "task.reply", "event.ack",
@@ -352,8 +355,8 @@ class Worker:
         self.say(line)
         told = self._call("list", types=[BUDGET_EVENT], topics=[key], limit=1)["events"]
         if not told:
-            self._call("append", type=BUDGET_EVENT, stream="usage", room="budgets", topic=key,
-                       from_agent=self.opts.agent, body=line, status="blocked" if stops else None,
+            self._call("append", **_BUDGET_NOTICE, topic=key, from_agent=self.opts.agent, body=line,
+                       status="blocked" if stops else None,
                        metadata={"budget": breach["budget"], "subject": breach["subject"], "window": breach["window"],
                                  "state": breach["state"], "spent": breach["spent"], "limit": breach["limit"]})
 
