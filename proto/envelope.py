@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from .canonical import canonical_json
 from .errors import SignatureError
-from .event_fields import EVENT_FIELDS, PUBLIC_KEYS, SIGNED_FIELDS, EventContent, PublicEvent, content_of
+from .event_content import EventContent, content_of
+from .event_fields import EVENT_FIELDS, PUBLIC_KEYS, SIGNED_FIELDS, PublicEvent
 from .ids import EventId, event_id_for
 
 __all__ = [

@@ -8,24 +8,23 @@ it). From it come the signed event's order (``envelope``), the public object and
 (``validation.AppendRequest``) and the clients' options (``palacectl``): adding a field is a row
 here, and an import-time check below fails while any of those forms disagrees with it.
 
-Also owns the two typed shapes an event is read in: ``EventContent`` (what an author writes: the
-base of ``AppendRequest`` and of ``SignedEvent``) and ``PublicEvent`` (the public object every
-derivation reads: tasks, leases, rooms, questions). Pure: stdlib only.
+Also owns the public object's type, ``PublicEvent`` (what every derivation reads: tasks, leases,
+rooms, questions), and the routing of an event on a thread (``thread``, ``reply_to``). What an
+author writes, ``EventContent``, is ``event_content``'s. Pure, and light: a client's quick path
+loads it (through ``filters``), so it imports no dataclasses (tests/e2e/test_cli_quick.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import operator
-from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, TypedDict, final
+from collections.abc import Mapping
+from typing import Any, Final, Literal, NamedTuple, TypedDict
 
 __all__ = [
     "AUTHOR_FIELDS",
     "BRIEF_KEYS",
     "COLUMNS",
     "EVENT_FIELDS",
-    "EventContent",
     "EventField",
     "FILTERED_FIELDS",
     "PUBLIC_KEYS",
@@ -37,8 +36,6 @@ __all__ = [
     "author_args",
     "author_field",
     "blank_public",
-    "content_of",
-    "draft_public",
     "reply_to",
     "thread",
     "thread_of",
@@ -58,9 +55,7 @@ Wire = Literal["text", "int", "hash", "signature", "ids", "json", "body"]
 Role = Literal["author", "chain", "seal", "derived", "local"]
 
 
-@final
-@dataclasses.dataclass(frozen=True, slots=True)
-class EventField:
+class EventField(NamedTuple):
     """One field of an event, and how each form of an event carries it."""
 
     name: str
@@ -159,29 +154,6 @@ def author_field(option: str) -> EventField | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class EventContent:
-    """What an author writes: an event before its daemon places it in a chain and signs it.
-
-    ``body`` is None only in a ``SignedEvent`` whose body was redacted.
-    """
-
-    type: str
-    stream: str
-    room: str
-    from_agent: str
-    topic: str | None = None
-    to_agent: str | None = None
-    correlation_id: str | None = None
-    branch: str | None = None
-    base_commit: str | None = None
-    status: str | None = None
-    ack_of: str | None = None
-    artifact_ids: tuple[str, ...] = ()
-    metadata_json: str = "{}"
-    body: str | None = ""
-
-
 class _Shown(TypedDict):
     """The keys every public object has."""
 
@@ -218,16 +190,6 @@ class PublicEvent(_Shown, total=False):
     body_truncated: bool
     """a preview's (``envelope.preview_event``): the body was cut, from ``body_length`` characters"""
     body_length: int
-
-
-_content_names: Final = tuple(f.name for f in dataclasses.fields(EventContent))
-_content_values: Final[Callable[[Any], tuple[Any, ...]]] = operator.attrgetter(*_content_names)
-
-
-def content_of(event: Any) -> tuple[Any, ...]:
-    """An event's content (an ``EventContent``, a ``SignedEvent``: anything with its fields), as
-    ``EventContent``'s positional arguments."""
-    return _content_values(event)
 
 
 def author_args(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -268,28 +230,8 @@ def blank_public() -> PublicEvent:
     return view  # type: ignore[return-value]  # PUBLIC_KEYS are PublicEvent's keys (checked below)
 
 
-def draft_public(content: EventContent, *, event_id: str, origin: str, created_at: str,
-                 metadata: Mapping[str, Any]) -> PublicEvent:
-    """The public object ``content`` would have once written (its ``seq`` and ``origin_seq``
-    unknown yet: 0), for judging an append before it is signed."""
-    view: dict[str, Any] = dict(blank_public())
-    for field in AUTHOR_FIELDS:
-        if field.public is not None:
-            view[field.public] = getattr(content, field.name)
-    view["artifact_ids"] = list(content.artifact_ids)
-    view["body"] = content.body or ""
-    view["metadata"] = dict(metadata)
-    view.update(id=event_id, seq=0, origin=origin, origin_seq=0, created_at=created_at)
-    return view  # type: ignore[return-value]  # every key of PublicEvent is set
-
-
 def _check_table() -> None:
     """The typed shapes agree with the table (raises at import when a field is added to one only)."""
-    content = {f.name: f.default is not dataclasses.MISSING for f in dataclasses.fields(EventContent)}
-    author = {f.name: f.optional for f in EVENT_FIELDS if f.role == "author"}
-    if content != author:
-        raise AssertionError(f"EventContent's fields (with a default: optional) {content} are not the table's "
-                             f"author fields {author}")
     public = tuple(key for key in PublicEvent.__annotations__ if key in PublicEvent.__required_keys__)
     if public != PUBLIC_KEYS:
         raise AssertionError(f"PublicEvent's keys {public} are not the table's public keys {PUBLIC_KEYS}")

@@ -18,7 +18,8 @@ from typing import Any, Final, final
 from .bounds import DEFAULT_LIST_LIMIT, DEFAULT_WAIT_TIMEOUT_MS, MAX_LIST_LIMIT, MAX_WAIT_TIMEOUT_MS
 from .canonical import canonical_json
 from .errors import ValidationError
-from .event_fields import AUTHOR_FIELDS, EventContent, EventField
+from .event_content import EventContent
+from .event_fields import AUTHOR_FIELDS, EventField
 from .filters import FILTER_FIELDS
 
 __all__ = [

@@ -21,7 +21,8 @@ import json
 from typing import TYPE_CHECKING, Any, Final
 
 from palace_proto.authority import ANY_AGENT, Rule, rule_for
-from palace_proto.event_fields import PublicEvent, draft_public
+from palace_proto.event_content import draft_public
+from palace_proto.event_fields import PublicEvent
 from palace_proto.validation import AppendRequest
 
 from ..clock import utc_now
