@@ -5,7 +5,8 @@ Owns: ``with_options``, which gives a command the options of a table besides its
 a command's parameters from ``inspect.signature``, which honours ``__signature__``); the command
 gets them in its ``**`` parameter, under their names. And the two tables' options: ``field_option``
 (an event field's: ``--to-agent``; a list one value at a time, ``--artifact-id``) and
-``EVENT_FILTERS`` (``--stream``, …, each repeatable for OR). Imports ``cli.common`` only.
+``EVENT_FILTERS`` (``--stream``, …, each repeatable for OR). Imports ``cli.common`` and
+``palacectl.event_options`` only.
 """
 
 from __future__ import annotations

@@ -10,44 +10,49 @@ worker feature adds ``task launch``).
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Optional
+import inspect
+from typing import Annotated, Any, Final, Optional, get_origin
 
 import typer
 
 from ... import output
 from ...cli.common import JsonOpt, call_daemon, current_home, text_or_file
+from ...cli.options import option, with_options
 from ...output import emit, note, warn, write_stdout
 from . import quick
+from .request import ARGUMENTS
 
 __all__ = ["COMMANDS", "GROUPS", "task_app"]
 
 task_app = typer.Typer(no_args_is_help=True, help="Delegate work and follow its lifecycle.")
 
 
+def _create_options() -> list[inspect.Parameter]:
+    """``task create``'s options: the sender's identity, then ``request.ARGUMENTS`` (long text
+    inline or from a file, ``--goal``/``--goal-file``; a list one value at a time)."""
+    options = [option("from_agent", Annotated[str, typer.Option("--from-agent")], required=True)]
+    for arg in ARGUMENTS:
+        flag, said = "--" + arg.name.replace("_", "-"), arg.help or None
+        if arg.from_file:
+            options.append(option(arg.name, Annotated[Optional[str], typer.Option(flag, help=said)]))
+            options.append(option(f"{arg.name}_file", Annotated[Optional[str], typer.Option(f"{flag}-file")]))
+        elif arg.required:
+            options.append(option(arg.name, Annotated[arg.type, typer.Option(flag, help=said)], required=True))
+        else:
+            options.append(option(arg.name, Annotated[Optional[arg.type], typer.Option(flag, help=said)]))
+    return options
+
+
 @task_app.command("create")
-def task_create(
-    project: Annotated[str, typer.Option()],
-    from_agent: Annotated[str, typer.Option("--from-agent")],
-    to_agent: Annotated[str, typer.Option("--to-agent")],
-    branch: Annotated[str, typer.Option()],
-    base_commit: Annotated[str, typer.Option("--base-commit", help="A hex commit id (≥7 chars), not a branch.")],
-    goal: Annotated[Optional[str], typer.Option()] = None,
-    goal_file: Annotated[Optional[str], typer.Option("--goal-file")] = None,
-    done: Annotated[Optional[str], typer.Option(help="Definition of done.")] = None,
-    done_file: Annotated[Optional[str], typer.Option("--done-file")] = None,
-    blocked_by: Annotated[Optional[list[str]], typer.Option(
-        "--blocked-by", help="A task (correlation id) that must be applied first; repeatable.")] = None,
-    priority: Annotated[Optional[int], typer.Option(help="0 (urgent) to 3 (low); default 2.")] = None,
-    stall_after: Annotated[Optional[str], typer.Option(
-        "--stall-after", help="Stalled when its claimant says nothing this long (90s, 30m, 2h, 7d).")] = None,
-    json_: JsonOpt = False,
-) -> None:
+@with_options(_create_options())
+def task_create(json_: JsonOpt = False, **args: Any) -> None:
     """Delegate work: a task.request with goal, branch, base commit and definition of done."""
-    goal_text = text_or_file(goal, goal_file, "goal")
-    done_text = text_or_file(done, done_file, "done")
-    result = call_daemon("task_create", project=project, from_agent=from_agent, to_agent=to_agent, goal=goal_text or "",
-                         branch=branch, base_commit=base_commit, done=done_text or "", blocked_by=blocked_by or None,
-                         priority=priority, stall_after=stall_after)
+    for arg in ARGUMENTS:
+        if arg.from_file:
+            args[arg.name] = text_or_file(args[arg.name], args.pop(f"{arg.name}_file"), arg.name) or ""
+        elif get_origin(arg.type) is list:
+            args[arg.name] = args[arg.name] or None  # an empty list is none (the daemon's default)
+    result = call_daemon("task_create", **args)
     if emit(result, json_):
         return
     task = result["task"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ...light import Verb, pairs
+from .request import ARGUMENTS, GIT_FIELDS
 
 __all__ = ["FIELDS", "USAGE", "VERBS", "WORDS"]
 
@@ -23,11 +24,13 @@ def _task_words(tokens: list[str]) -> tuple[str, dict[str, Any]] | None:
 
 
 WORDS: Final = {"TASK": _task_words}
+# Why these JSON types: the schema's type of each argument type a light call may give.
+_JSON_TYPES: Final = {str: "string", int: "integer"}
 VERBS: Final = (
+    # A call of fields alone means a task when it gives a goal or says where the work starts in git.
     Verb("task_create", ("task", "create_task", "task_create"), (),
-         ("project", "to_agent", "goal", "branch", "base_commit", "done"),
-         (frozenset({"goal"}), frozenset({"branch"}), frozenset({"base_commit"}))),
+         tuple(a.name for a in ARGUMENTS if a.required),
+         (frozenset({"goal"}), *(frozenset({name}) for name in GIT_FIELDS))),
 )
 USAGE: Final = ("'TASK CREATE project: to: goal: branch: base: done:'",)
-FIELDS: Final = {"palace_coordinate": {"project": "string", "goal": "string", "branch": "string",
-                                       "base_commit": "string", "done": "string"}}
+FIELDS: Final = {"palace_coordinate": {a.name: _JSON_TYPES[a.type] for a in ARGUMENTS if a.required}}

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from ...ui.http import Request
 from ...ui.views import Route, Views, gather
+from .request import GIT_FIELDS
 
 __all__ = ["BOARD_COLUMNS", "ROUTES", "task", "task_card", "tasks"]
 
@@ -44,7 +45,7 @@ def task_card(task: Mapping[str, Any]) -> dict[str, Any]:
         "stalls_at": task.get("stalls_at"), "blocked_by": task.get("blocked_by") or [],
         "waiting_on": task.get("waiting_on") or [], "conflicts": task.get("conflicts") or [],
         "last_activity": task.get("last_activity"), "created_at": request.get("created_at"),
-        "stream": request.get("stream"), "branch": request.get("branch"), "base_commit": request.get("base_commit"),
+        "stream": request.get("stream"), **{name: request.get(name) for name in GIT_FIELDS},
         "impersonations": task.get("impersonations", 0),
     }
 

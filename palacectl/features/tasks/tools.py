@@ -7,7 +7,11 @@ Each is declared with ``mcp_tools.tool`` in the group this package's declaration
 
 from __future__ import annotations
 
-from ...mcp_tools import Palace, Result, drop_none, read_resource, resource, tool
+import inspect
+from typing import Any, get_origin
+
+from ...mcp_tools import Palace, Result, drop_none, offering, read_resource, resource, tool
+from .request import ARGUMENTS, DESCRIPTION
 
 __all__ = [
     "mempalace_task_claim", "mempalace_task_create", "mempalace_task_list", "mempalace_task_ready",
@@ -16,18 +20,25 @@ __all__ = [
 ]
 
 
-@tool("core", mutating=True, extras=("from_agent", "blocked_by", "priority", "stall_after"), description=(
-    "Delegate work: a task.request with goal, branch, base_commit (a hex commit id, not a branch) and "
-    "definition of done. Returns {success, task, handoff}; wait on task.correlation_id."))
-async def mempalace_task_create(
-    palace: Palace, /, project: str, to_agent: str, goal: str, branch: str, base_commit: str, done: str,
-    from_agent: str | None = None, blocked_by: list[str] | None = None, priority: int | None = None,
-    stall_after: str | None = None,
-) -> Result:
+def _create_parameters() -> list[inspect.Parameter]:
+    """``mempalace_task_create``'s parameters: ``request.ARGUMENTS``, the caller (``from_agent``,
+    optional: the agent this server speaks as) after the required ones."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    required = [inspect.Parameter(a.name, keyword, annotation=a.type) for a in ARGUMENTS if a.required]
+    optional = [inspect.Parameter(a.name, keyword, default=None, annotation=a.type | None)
+                for a in ARGUMENTS if not a.required]
+    return [*required, inspect.Parameter("from_agent", keyword, default=None, annotation=str | None), *optional]
+
+
+@tool("core", mutating=True, extras=("from_agent", *(a.name for a in ARGUMENTS if not a.required)),
+      description=DESCRIPTION)
+@offering(_create_parameters())
+async def mempalace_task_create(palace: Palace, /, **args: Any) -> Result:
+    for arg in ARGUMENTS:
+        if get_origin(arg.type) is list:
+            args[arg.name] = args[arg.name] or None  # an empty list is none (the daemon's default)
     return await palace.daemon.call("task_create", **drop_none(
-        project=project, to_agent=to_agent, goal=goal, branch=branch, base_commit=base_commit, done=done,
-        from_agent=palace.speaks_as("from_agent", from_agent), blocked_by=blocked_by or None,
-        priority=priority, stall_after=stall_after))
+        **{**args, "from_agent": palace.speaks_as("from_agent", args["from_agent"])}))
 
 
 @tool("core", description=(

@@ -50,6 +50,7 @@ from ...git import GitDirSnapshot, PinnedGit, palacectl_in_worktree
 from ..approvals.permission_policy import DEFAULT_TIMEOUT_S as DEFAULT_APPROVAL_TIMEOUT_S
 from ..approvals.permission_policy import RUNNER_ENV, TASK_ENV, PermissionPolicy, PolicyError
 from ...rules import render_rules
+from ..tasks.request import GitBase
 
 __all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "metadata_field",
            "remove_worktree", "runner_command", "stop_process_group", "task_slug"]
@@ -355,9 +356,8 @@ class Launch:
         except LaunchRefused:
             raise LaunchRefused(f"workspace {self.workspace} is not a git repository") from None
         self.repo = self.git.work_tree
-        self.base = request.get("base_commit") or ""
-        self.branch = request.get("branch") or ""
-        self.base = self._resolve_base(self.base)
+        start = GitBase.of(request)
+        self.branch, self.base = start.branch, self._resolve_base(start.commit)
         if self.git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all").strip():
             raise LaunchRefused(f"workspace {self.repo} has uncommitted changes: commit or stash them first")
         if self.in_place:
@@ -758,7 +758,7 @@ class Launch:
             if result.outcome == "delivered":
                 submitted = client.call(
                     "patch_submit", from_agent=self.agent, correlation_id=self.cid, content=self.diff.encode(),
-                    base_commit=self.base, branch=self.branch, metadata={"run": self.run_id},
+                    **GitBase(self.branch, self.base).fields(), metadata={"run": self.run_id},
                     # The log travels with the patch: every replica that gets the event gets it.
                     artifact_ids=[result.log_artifact] if result.log_artifact else None,
                     body=f"{self.agent} ({self.runner}) delivers {self.cid}: git apply it on {self.base[:12]}. "
