@@ -19,9 +19,9 @@ from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from palace_proto import paths
+from palace_proto.errors import ValidationError
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
 from palace_proto.peer import DEFAULT_PEER_PORT, parse_peer_address
-from palace_proto.errors import ValidationError
 from palace_proto.validation import Limits
 
 from .notify.settings import NotifyConfigError, NotifySettings, parse_notify

@@ -25,9 +25,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, final
 
+from .authority import ANY_AGENT, Rule
 from .canonical import canonical_json
 from .errors import ValidationError
-from .authority import ANY_AGENT, Rule
 from .validation import Limits, clean_optional, clean_required, validate_body
 
 __all__ = [

@@ -517,11 +517,9 @@ class PullPlan:
         for entry in vector.entries:
             origin = entry.origin
             ours = _held(heads, origin)
-            if self._key_for(origin, ours + 1) is None:
-                skip.add(origin)
-            elif origin in refused_next and refused_next[origin][0] == ours + 1:
-                skip.add(origin)
-            elif self._rejected_at.get(origin) == ours:
+            if (self._key_for(origin, ours + 1) is None  # unbound
+                    or (origin in refused_next and refused_next[origin][0] == ours + 1)  # it broke a rule here
+                    or self._rejected_at.get(origin) == ours):  # this peer sent it and we rejected it
                 skip.add(origin)
         for origin, at in list(self._rejected_at.items()):
             if _held(heads, origin) != at:
@@ -550,7 +548,7 @@ class PullPlan:
         wants = []
         for origin in sorted({e.origin for e in gaps}):
             ours = _held(heads, origin)
-            if origin in refused_next and refused_next[origin][0] == ours + 1 or self._rejected_at.get(origin) == ours:
+            if (origin in refused_next and refused_next[origin][0] == ours + 1) or self._rejected_at.get(origin) == ours:
                 continue
             if not self._waits_for_artifact(origin):
                 wants.append(Want(origin, ours))

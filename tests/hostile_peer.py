@@ -23,11 +23,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.identity import AGENT_EVENT_ROOM, AGENT_EVENT_STREAM, REGISTER, SYSTEM_AGENT, registry_metadata
 from palace_proto.bindings import OriginBinding
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, seal_event
 from palace_proto.framing import NEED_DATA, encode_frame
+from palace_proto.identity import AGENT_EVENT_ROOM, AGENT_EVENT_STREAM, REGISTER, SYSTEM_AGENT, registry_metadata
 from palace_proto.ids import fingerprint, origin_id_for_key
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Events, Hello, Members, Vector, VectorEntry
 from palace_proto.pki import issue_certificate

@@ -31,14 +31,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Optional, cast
 
 import typer
 
-from ..output import emit, fail, note, write_stdout
 from ..cli.common import JsonOpt, UsageProblem, current_home
+from ..output import emit, fail, note, write_stdout
 
 if TYPE_CHECKING:
     from .host import Platform

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
 # NamedTuple rather than dataclasses: a dataclass costs ~0.5 ms to create, and this is a plain value.
 from typing import Any, NamedTuple
 

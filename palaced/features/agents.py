@@ -12,11 +12,12 @@ itself — who holds what, and the verdict on each event — is ``store/agents.p
 from __future__ import annotations
 
 import logging
-
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
+from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.identity import (
     AGENT_EVENT_ROOM,
     AGENT_EVENT_STREAM,
@@ -33,23 +34,20 @@ from palace_proto.identity import (
     order_key,
     registry_metadata,
 )
-from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
-from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.ids import fingerprint_is_valid
 from palace_proto.memory import diary_wing
 from palace_proto.pki import sign_ca_statement, verify_ca_statement
 from palace_proto.stamps import seconds_between
 from palace_proto.validation import AppendRequest, clean_optional
 
-from ..store import append_system
-from ..membership import Membership
-from ..store import WriteContext
-from ..store import identity as store_identity
-from ..store.memory_views import MemoryReads
 from ..clock import utc_now as _now
 from ..config import Section
 from ..feature import Feature
 from ..handlers.context import Context
+from ..membership import Membership
+from ..store import WriteContext, append_system
+from ..store import identity as store_identity
+from ..store.memory_views import MemoryReads
 from .fleet import who
 from .leases import lease_release
 from .tasks import recent_views, task_release

@@ -28,14 +28,13 @@ from palace_proto.memory import (
 )
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
-from ..store import append_event
 from ..clock import utc_today
-from ..store import WriteContext
+from ..feature import Feature
+from ..handlers.context import Context
+from ..handlers.session import cut
+from ..store import WriteContext, append_event
 from ..store import memory_views as views
 from ..store.memory_views import MemoryReads
-from ..feature import Feature
-from ..handlers.session import cut
-from ..handlers.context import Context
 from .memory_embedding import FastEmbedder
 from .memory_vectors import MemoryIndexer
 

@@ -26,10 +26,10 @@ import trio
 from palace_proto.memory import MEMORY_TYPES
 
 from ..bus import EventBus, TypeWatch
-from .memory_embedding import Embedder, EmbeddingError
 from ..files import fsync_directory
 from ..store.aio import AsyncStore
 from ..store.memory_views import MemoryReads
+from .memory_embedding import Embedder, EmbeddingError
 
 if TYPE_CHECKING:
     import numpy as np

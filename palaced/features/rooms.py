@@ -38,9 +38,9 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.memory import Drawer
+from palace_proto.projects import project_stream
 from palace_proto.rooms import (
     ROOM_OPEN,
     ROOM_TYPES,
@@ -55,23 +55,21 @@ from palace_proto.rooms import (
     derive_room,
     drawer_text,
     handoff,
-    message_request,
     keyed_room_id,
+    message_request,
     needs_membership,
     open_request,
     ordered,
     room_slug,
     transcript,
 )
-from palace_proto.projects import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required, validate_page_limit
 
-from ..store import append_event
-from ..store import WriteContext
-from ..store import rooms as store_rooms
-from ..store.rooms import RoomReads
 from ..feature import Feature, Follower
 from ..handlers.context import Context
+from ..store import WriteContext, append_event
+from ..store import rooms as store_rooms
+from ..store.rooms import RoomReads
 
 __all__ = ["FEATURE", "OPS", "RoomFiler", "RoomWake", "rooms_of"]
 

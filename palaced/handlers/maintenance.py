@@ -35,10 +35,9 @@ from palace_proto.export import (
 from palace_proto.stamps import format_stamp_seconds
 from palace_proto.validation import clean_required
 
-from ..store import import_history, put_verified_artifact
 from ..clock import utc_datetime
 from ..recent_errors import RECENT_ERRORS
-from ..store import StoreError, WriteContext
+from ..store import StoreError, WriteContext, import_history, put_verified_artifact
 from ..store.backup import backup_database, wal_bytes
 from .context import Context
 from .network import network_status, peer_counts

@@ -95,7 +95,7 @@ class Admission:
             return False
         if host not in self._accepts_by_host and len(self._accepts_by_host) >= MAX_TRACKED_HOSTS:
             self._accepts_by_host = {h: ts for h, ts in self._accepts_by_host.items()
-                                     if ts and now - ts[-1] < ACCEPT_WINDOW_S or self._inbound_by_host.get(h)}
+                                     if (ts and now - ts[-1] < ACCEPT_WINDOW_S) or self._inbound_by_host.get(h)}
             if len(self._accepts_by_host) >= MAX_TRACKED_HOSTS:
                 self.limits.hit("tracked_hosts", "refusing peer connections: %d hosts connected within %.0f s (the "
                                 "limit)", MAX_TRACKED_HOSTS, ACCEPT_WINDOW_S)

@@ -30,7 +30,7 @@ from palace_proto.peer import PEER_PROTOCOL_VERSION, format_peer_address, parse_
 from palace_proto.pki import CertificateError
 from palace_proto.text import printable
 
-from ..clock import utc_datetime
+from ..clock import utc_datetime, utc_now_seconds
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
@@ -38,7 +38,6 @@ from ..store import StoreError, WriteContext, peer_rows
 from ..store.aio import AsyncStore
 from ..tls import peer_certificate
 from ..tls_stream import TlsStream
-from ..clock import utc_now_seconds
 from .links import HANDSHAKE_TIMEOUT_S, LinkRunner
 from .registry import LinkRegistry
 

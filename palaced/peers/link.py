@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import trio
+
 from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError
@@ -64,11 +65,11 @@ from palace_proto.sync import verify_batch
 from palace_proto.sync_plan import SERVE_RATE_EVENTS_S, OwedPage
 from palace_proto.text import printable
 
-from ..store import apply_remote, put_verified_artifact, save_bindings
-from ..clock import utc_now
 from ..bus import EventBus
+from ..clock import utc_now
 from ..limits import LimitLog
 from ..members import BindingError, MemberDirectory
+from ..store import apply_remote, put_verified_artifact, save_bindings
 from ..store.aio import HEAVY_ARTIFACT_BYTES, AsyncStore
 
 __all__ = ["LinkHooks", "PeerLink"]

@@ -29,12 +29,12 @@ from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
-from .link import PeerLink
 from ..store.aio import AsyncStore
 from ..tls import client_context, server_context
 from .admission import Admission
 from .dialing import Dialer
 from .gossip import Gossip
+from .link import PeerLink
 from .links import LinkRunner
 from .presence import Presences
 from .receipts import Receipts

@@ -30,9 +30,9 @@ from palace_proto.validation import Limits
 
 from . import inbox
 from .identity import AgentRegistry
-from .state import Refusals
 from .queries import Reads
 from .reads import ReadSet, StoreRead
+from .state import Refusals
 from .store import Store
 from .wal import Wal
 from .wal_keeper import WalKeeper

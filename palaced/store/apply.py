@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Final
 import apsw
 import msgpack
 
-from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, SignedEvent, verify_hashes
 from palace_proto.errors import SignatureError, ValidationError
 from palace_proto.features import STORED_CHECKS
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.peer import event_to_wire
 from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
 from palace_proto.text import printable
 from palace_proto.validation import Limits, check_replicated_event
 
-from .state import Refusals
 from ..clock import utc_now
 from .origins import head, origin_key
 from .queries import hash_at, signed_event_at
+from .state import Refusals
 from .writes import insert_event, redact
 
 if TYPE_CHECKING:

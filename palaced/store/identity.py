@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.authority import written_as_daemon
+from palace_proto.envelope import CommittedEvent, SignedEvent
+from palace_proto.errors import ApiError, ValidationError
 from palace_proto.identity import (
     MAX_AGENTS_PER_ORIGIN,
     REGISTER,
@@ -48,11 +51,7 @@ from palace_proto.identity import (
     judge,
     registry_metadata,
 )
-from palace_proto.authority import written_as_daemon
-from palace_proto.envelope import CommittedEvent, SignedEvent
-from palace_proto.errors import ApiError, ValidationError
 from palace_proto.ids import fingerprint
-
 
 if TYPE_CHECKING:
     from .state import WriteContext

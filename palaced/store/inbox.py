@@ -21,8 +21,8 @@ from palace_proto.validation import ListQuery
 from ..clock import utc_now
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "InboxScope", "cursor_of", "inbox_page", "mark_read",
            "note_listed", "unread_count"]

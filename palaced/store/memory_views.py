@@ -48,8 +48,8 @@ from .queries import signed_event_at
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["PART", "VIEWS_VERSION", "MemoryReads", "ensure_views", "rebuild_views", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
            "drawers_fingerprint", "facts_about", "facts_ended_by", "keyword_search", "materialise", "passes", "rebuild",

@@ -19,10 +19,9 @@ import apsw
 from palace_proto.envelope import SignedEvent, preview_event
 from palace_proto.errors import NotFound
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256
-from palace_proto.validation import ListQuery
-
 from palace_proto.sync import OriginHead, vector_forks
 from palace_proto.sync import Vector as PeerVector
+from palace_proto.validation import ListQuery
 
 from . import event_search, follow, origins
 from .rows import PUBLIC_COLUMNS, SIGNED_COLUMNS, row_to_public, row_to_signed

@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.identity import is_human
 from palace_proto.authority import Rule
+from palace_proto.identity import is_human
 from palace_proto.questions import ANSWER, ASK, MAX_ANSWERS_PER_ORIGIN, settle
 from palace_proto.validation import AppendRequest
 
-from .queries import event_by_id
 from .parts import StorePart
+from .queries import event_by_id
 from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["PART", "QuestionReads", "judge", "person_answers"]
 

@@ -22,12 +22,22 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.authority import Rule
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.memory import Drawer
-from palace_proto.rooms import (ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES, ROOMS_ROOM, Room, check_room_id,
-                                derive_room, drawer_text, listed_members, transcript)
-
-from palace_proto.authority import Rule
+from palace_proto.rooms import (
+    ROOM_CLOSE,
+    ROOM_MESSAGE,
+    ROOM_OPEN,
+    ROOM_TYPES,
+    ROOMS_ROOM,
+    Room,
+    check_room_id,
+    derive_room,
+    drawer_text,
+    listed_members,
+    transcript,
+)
 from palace_proto.validation import AppendRequest
 
 from ..clock import utc_now

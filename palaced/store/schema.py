@@ -18,7 +18,6 @@ from typing import Final
 import apsw
 import msgpack
 
-
 from ..clock import utc_now
 from .errors import StoreError
 

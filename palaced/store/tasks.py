@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.authority import Rule
 from palace_proto.envelope import SignedEvent
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.tasks import REQUEST, derive_task
 from palace_proto.validation import AppendRequest
 
@@ -30,8 +30,8 @@ from .queries import correlation_events
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["PART", "TaskReads", "TaskThread", "judge", "settle", "tasks_to_derive", "unsettle_agents"]
 

@@ -103,7 +103,7 @@ class _Pending:
     """One queued write: its job, and (once its batch is committed) its outcome — or, while still
     queued, the lead handed to its task (``lead``)."""
 
-    __slots__ = ("job", "done", "ok", "value", "heavy", "durable", "derived", "lead")
+    __slots__ = ("derived", "done", "durable", "heavy", "job", "lead", "ok", "value")
 
     def __init__(self, job: Callable[[WriteContext], Any], heavy: bool, durable: bool = True,
                  derived: bool = False) -> None:

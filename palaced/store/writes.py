@@ -16,6 +16,10 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from palace_proto.authority import written_as_daemon
+from palace_proto.canonical import canonical_json
+from palace_proto.envelope import CommittedEvent, SignedEvent
+from palace_proto.errors import NotPermitted, ValidationError
 from palace_proto.identity import (
     AGENT_EVENT_ROOM,
     AGENT_EVENT_STREAM,
@@ -23,15 +27,11 @@ from palace_proto.identity import (
     REGISTRY_TYPES,
     SYSTEM_AGENT,
 )
-from palace_proto.authority import written_as_daemon
-from palace_proto.canonical import canonical_json
-from palace_proto.envelope import CommittedEvent, SignedEvent
-from palace_proto.errors import NotPermitted, ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
 
-from . import authority, event_search
 from ..clock import utc_now
+from . import authority, event_search
 from .errors import StoreError
 from .queries import artifact_record
 from .rows import INSERT_EVENT, insert_params

@@ -10,14 +10,14 @@ import threading
 import apsw
 import pytest
 import trio
+import trio.lowlevel
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import AppendRequest, Limits, ListQuery
-from palaced.store import append_event, put_artifact
-from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
-from palaced.store import Store
+from palaced.features import STORE_PARTS
+from palaced.store import Store, append_event, put_artifact
 from palaced.store.aio import AsyncStore
 
 
@@ -225,7 +225,7 @@ async def test_a_heavy_write_commits_on_a_thread_while_the_loop_serves(tmp_path)
         await trio.to_thread.run_sync(held.wait)
         for _ in range(3):
             ticks.append(1)
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         release.set()
 
     async with trio.open_nursery() as n:

@@ -10,8 +10,8 @@ import pytest
 
 from palace_proto.errors import NotFound, ValidationError
 from palace_proto.validation import Limits
-from palaced.handlers import log
 from palaced.features import artifacts, tasks
+from palaced.handlers import log
 from tests.daemon.handler_context import open_context
 
 TASK = {"project": "palace", "from_agent": "alice", "to_agent": "bob", "goal": "Fix the build", "branch": "main",

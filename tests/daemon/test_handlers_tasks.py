@@ -7,8 +7,8 @@ import pytest
 
 from palace_proto.errors import NotFound, ValidationError
 from palace_proto.validation import Limits
-from palaced.handlers import log
 from palaced.features import tasks
+from palaced.handlers import log
 from tests.daemon.handler_context import open_context
 
 TASK = {"project": "My Project", "from_agent": "alice", "to_agent": "bob", "goal": "Fix the flaky build!",

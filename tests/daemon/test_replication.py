@@ -22,11 +22,10 @@ from palace_proto.framing import NEED_DATA, FrameBuffer
 from palace_proto.link import SYNC_WAL
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello, from_wire
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote
-from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
+from palaced.features import STORE_PARTS
 from palaced.peers.link import PeerLink
-from palaced.store import Store
+from palaced.store import Store, append_event, apply_remote
 from palaced.store.aio import AsyncStore
 from tests.daemon.pipes import bounded_stream_pair
 

@@ -12,9 +12,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from palace_proto.envelope import seal_event, verify_chain_link, verify_event
 from palace_proto.sync import verify_batch
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote, import_history, put_artifact, redact
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event, apply_remote, import_history, put_artifact, redact
 
 LIMITS = Limits()
 

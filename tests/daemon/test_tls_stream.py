@@ -10,6 +10,7 @@ import os
 
 import pytest
 import trio
+
 from palace_proto.pki import new_palace
 from palaced.tls import client_context, enrolment_client_context, peer_certificate, server_context
 from palaced.tls_stream import TlsStream

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from palace_proto.identity import RETIRE, SYSTEM_AGENT, TRANSFER, registry_metadata
 from palace_proto.authority import ANY_AGENT, RULES
+from palace_proto.identity import RETIRE, SYSTEM_AGENT, TRANSFER, registry_metadata
 from palace_proto.questions import approval_marker, approval_sha256, ask_metadata
 from tests.fleet import api, ctl_json, wait_converged
 from tests.helpers import RawClient, run_ctl

@@ -32,7 +32,7 @@ SHELL: dict[str, tuple[str, dict[str, str]]] = {"claude": ("Bash", {"description
 
 
 @pytest.fixture
-def user(harnesses, daemon_factory, short_tmp) -> User:  # noqa: F811 - the fixture imported above
+def user(harnesses, daemon_factory, short_tmp) -> User:
     root = short_tmp / "user"
     root.mkdir()
     return User(root, daemon_factory(root / ".palace").home, harnesses, README)

@@ -58,7 +58,7 @@ LOOP_TOOLS = ("mempalace_session_start", "mempalace_event_append", "mempalace_in
 
 
 @pytest.fixture
-def user(harnesses, daemon_factory, short_tmp) -> User:  # noqa: F811 - the fixture imported above
+def user(harnesses, daemon_factory, short_tmp) -> User:
     root = short_tmp / "user"
     root.mkdir()
     home = daemon_factory(root / ".palace").home  # the default home: the README's commands name none

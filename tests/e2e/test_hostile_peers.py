@@ -20,12 +20,12 @@ import msgpack
 import pytest
 import trio
 
-from palace_proto.identity import REGISTER, registry_metadata
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent
-from palace_proto.reports import decode_report, encode_report
+from palace_proto.identity import REGISTER, registry_metadata
 from palace_proto.ids import origin_id_from_random
+from palace_proto.link import HELLO_TIMEOUT_S, SILENCE_S
 from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,
     ArtifactWant,
@@ -41,15 +41,15 @@ from palace_proto.peer import (
     presence_signing_bytes,
     report_signing_bytes,
 )
-from palace_proto.link import HELLO_TIMEOUT_S, SILENCE_S
+from palace_proto.reports import decode_report, encode_report
 from palace_proto.session import ConnectionClosed
 from palace_proto.sync_plan import MAX_ARTIFACT_ASKS
 from palaced.members import MAX_ORIGINS_PER_KEY
 from palaced.peers.admission import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
 from palaced.peers.link import SEND_STALL_S
-from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
-from tests.hostile_peer import HostilePeer, Scene, issue_member, origin_of, sealed
+from tests.fleet import api, append, bodies, ctl_json, peer_id, wait_converged, wait_until
 from tests.helpers import RawClient, run_ctl
+from tests.hostile_peer import HostilePeer, Scene, issue_member, origin_of, sealed
 
 pytestmark = pytest.mark.transport_fixed  # about the peer port: the local API's transport plays no part
 

@@ -13,7 +13,12 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.export import (
-    ExportError, artifact_line, event_line, parse_line, verify_export_artifact, verify_export_event,
+    ExportError,
+    artifact_line,
+    event_line,
+    parse_line,
+    verify_export_artifact,
+    verify_export_event,
 )
 from palace_proto.ids import artifact_id_for_sha256
 

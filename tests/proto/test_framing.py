@@ -8,6 +8,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from palace_proto.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from palace_proto.framing import (
     DEFAULT_MAX_FRAME_BYTES,

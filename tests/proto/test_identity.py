@@ -4,13 +4,12 @@ whatever order they arrive in; the verdict on events written as an agent; the id
 from __future__ import annotations
 
 import pytest
-
-from palace_proto.authority import written_as_daemon
 from hypothesis import given
 from hypothesis import strategies as st
 
 from palace_proto import identity as A
 from palace_proto.agents import check_stale_after
+from palace_proto.authority import written_as_daemon
 from palace_proto.errors import ValidationError
 from palace_proto.leases import CONFLICT as LEASE_CONFLICT
 from palace_proto.pki import REVOKE_EVENT_TYPE

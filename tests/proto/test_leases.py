@@ -15,6 +15,7 @@ from palace_proto import leases as leases_module
 from palace_proto.errors import ValidationError
 from palace_proto.leases import (
     ACQUIRE,
+    CONFLICT,
     MAX_HELD,
     MAX_PATTERNS,
     MAX_SEGMENTS,
@@ -22,7 +23,6 @@ from palace_proto.leases import (
     PAIR_BUDGET,
     RELEASE,
     RENEW,
-    CONFLICT,
     LeaseIndex,
     LeaseLedger,
     LeaseRequest,

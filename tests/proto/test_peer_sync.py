@@ -9,21 +9,51 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
-from palace_proto.reports import MAX_REPORT_BYTES
 from palace_proto.framing import NEED_DATA, encode_frame
-from palace_proto.bindings import OriginBinding
 from palace_proto.peer import (
-    ARTIFACT_CHUNK_BYTES, MAX_BINDINGS_PER_MESSAGE, PEER_PROTOCOL_VERSION, ArtifactChunk, ArtifactWant, Enrol, Enrolled, Events, Goodbye, Have,
-    Hello, MAX_NEIGHBOURS, Neighbours, Presence, Report, Vector, VectorEntry, Want, event_from_wire, event_to_wire, format_peer_address, from_wire,
-    parse_peer_address, presence_signing_bytes, report_signing_bytes, to_wire,
+    ARTIFACT_CHUNK_BYTES,
+    MAX_BINDINGS_PER_MESSAGE,
+    MAX_NEIGHBOURS,
+    PEER_PROTOCOL_VERSION,
+    ArtifactChunk,
+    ArtifactWant,
+    Enrol,
+    Enrolled,
+    Events,
+    Goodbye,
+    Have,
+    Hello,
+    Neighbours,
+    Presence,
+    Report,
+    Vector,
+    VectorEntry,
+    Want,
+    event_from_wire,
+    event_to_wire,
+    format_peer_address,
+    from_wire,
+    parse_peer_address,
+    presence_signing_bytes,
+    report_signing_bytes,
+    to_wire,
 )
+from palace_proto.reports import MAX_REPORT_BYTES
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
-from palace_proto.workers import MAX_ACTIVITY_CHARS, encode_activity
 from palace_proto.sync import (
-    OriginHead, Verdict, batch_events, classify, plan_wants, vector_forks, verify_batch, verify_incoming,
+    OriginHead,
+    Verdict,
+    batch_events,
+    classify,
+    plan_wants,
+    vector_forks,
+    verify_batch,
+    verify_incoming,
 )
+from palace_proto.workers import MAX_ACTIVITY_CHARS, encode_activity
 
 KEY = Ed25519PrivateKey.generate()
 PUB = KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)

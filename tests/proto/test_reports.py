@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from palace_proto.ids import fingerprint
 from palace_proto.reports import (
     LINK_STATES,
     MAX_HEALTH_PROBLEMS,
@@ -21,7 +22,6 @@ from palace_proto.reports import (
     decode_report,
     encode_report,
 )
-from palace_proto.ids import fingerprint
 
 PEER_A, PEER_B = fingerprint(b"a" * 32), fingerprint(b"b" * 32)
 ORIGIN = "ori2_" + "a" * 26

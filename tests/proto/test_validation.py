@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from palace_proto.errors import ValidationError
 from palace_proto.validation import (
     ARTIFACT_KINDS,
@@ -18,17 +19,17 @@ from palace_proto.validation import (
     AppendRequest,
     Limits,
     ListQuery,
+    agent_id_from_parts,
     clean_optional,
     clean_required,
     parse_json_object,
     validate_agent_token,
-    validate_page_limit,
-    agent_id_from_parts,
     validate_artifact_ids,
     validate_artifact_kind,
     validate_body,
     validate_created_at_bound,
     validate_metadata,
+    validate_page_limit,
     validate_status,
     validate_timeout_ms,
     validate_type,

@@ -24,9 +24,9 @@ import typer
 from palace_proto.paths import DATABASE_FILENAME as DATABASE_FILE
 from palace_proto.paths import LOCK_FILENAME as LOCK_FILE
 
+from ...cli.common import JsonOpt, call_daemon, current_home
 from ...client import Client, DaemonUnreachable
 from ...output import STAMP_UTC, emit, fail, utc_now, write_stdout
-from ...cli.common import JsonOpt, call_daemon, current_home
 from . import export
 
 __all__ = ["COMMANDS", "GROUPS", "backup", "restore"]

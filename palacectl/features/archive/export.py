@@ -38,9 +38,9 @@ import typer
 
 from palace_proto.errors import ApiError
 
+from ...cli.common import JsonOpt, current_home
 from ...client import Client
 from ...output import EXIT_FAILED, ProgressBar, emit, emit_json, fail, note, utc_now, write_stdout
-from ...cli.common import JsonOpt, current_home
 
 __all__ = ["export", "import_"]
 

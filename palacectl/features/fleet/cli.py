@@ -16,8 +16,8 @@ from typing import Annotated, Final, Optional
 import typer
 
 from ... import output
-from ...client import Client
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home
+from ...client import Client
 from ...output import agent_label, emit, note, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "doctor", "init", "invite", "join", "peers_app", "revoke", "who"]

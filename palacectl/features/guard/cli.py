@@ -13,10 +13,10 @@ from typing import Annotated, Any, Final, Optional
 
 import typer
 
-from . import githooks
+from ...cli.common import JsonOpt, current_home
 from ...client import Client
 from ...output import emit, fail, note, write_stdout
-from ...cli.common import JsonOpt, current_home
+from . import githooks
 
 __all__ = ["COMMANDS", "GROUPS", "guard_app"]
 

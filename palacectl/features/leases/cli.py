@@ -10,10 +10,11 @@ import sys
 from typing import Annotated, Any, Final, Optional
 
 import typer
+
 from palace_proto.text import printable
 
-from ...output import EXIT_FAILED, emit, note, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon
+from ...output import EXIT_FAILED, emit, note, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "describe_lease", "lease_app"]
 

@@ -17,8 +17,8 @@ from palace_proto.identity import is_human
 from palace_proto.questions import ANYONE, check_timeout
 from palace_proto.stamps import duration_seconds
 
-from ...output import EXIT_FAILED, EXIT_IDLE, emit, note, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, decode_utf8, read_input
+from ...output import EXIT_FAILED, EXIT_IDLE, emit, note, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "addressees", "answer", "ask", "questions"]
 

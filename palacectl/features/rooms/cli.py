@@ -16,8 +16,8 @@ import typer
 
 from palace_proto.text import printable
 
-from ...output import EXIT_FAILED, emit, note, table_header, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, text_or_file
+from ...output import EXIT_FAILED, emit, note, table_header, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "room_app"]
 

@@ -40,16 +40,24 @@ from palace_proto.paths import CONFIG_FILENAME
 from palace_proto.stamps import format_stamp
 from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, final_text, parse_budgets, parse_usage, usage_metadata
 
-from ..approvals.approve_hook import (HookSettingsError, check_hooks_stay_on, gemini_run_settings, hook_command,
-                           make_gemini_home, parse_gemini_settings, read_gemini_settings, system_settings_path,
-                           user_gemini_home)
 from ...client import Client, DaemonUnreachable
 from ...files import ConfigUnreadable
 from ...files import read_config as read_config_toml
 from ...git import GitDirSnapshot, PinnedGit, palacectl_in_worktree
+from ...rules import render_rules
+from ..approvals.approve_hook import (
+    HookSettingsError,
+    check_hooks_stay_on,
+    gemini_run_settings,
+    hook_command,
+    make_gemini_home,
+    parse_gemini_settings,
+    read_gemini_settings,
+    system_settings_path,
+    user_gemini_home,
+)
 from ..approvals.permission_policy import DEFAULT_TIMEOUT_S as DEFAULT_APPROVAL_TIMEOUT_S
 from ..approvals.permission_policy import RUNNER_ENV, TASK_ENV, PermissionPolicy, PolicyError
-from ...rules import render_rules
 
 __all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "metadata_field",
            "remove_worktree", "runner_command", "stop_process_group", "task_slug"]
