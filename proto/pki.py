@@ -298,7 +298,7 @@ class Revocation:
     def signing_bytes(self) -> bytes:
         return b"palace/revoke/v1\n" + canonical_json({
             "palace_id": self.palace_id, "peer_id": self.peer_id, "public_key": self.public_key.hex(),
-            "cutoffs": {origin: seq for origin, seq in self.cutoffs}, "revoked_at": self.revoked_at,
+            "cutoffs": dict(self.cutoffs), "revoked_at": self.revoked_at,
         }).encode("utf-8")
 
     def signed(self, ca_key: Ed25519PrivateKey) -> Revocation:
@@ -309,7 +309,7 @@ class Revocation:
 
     def to_metadata(self) -> dict[str, object]:
         return {"palace_id": self.palace_id, "peer_id": self.peer_id, "public_key": self.public_key.hex(),
-                "cutoffs": {origin: seq for origin, seq in self.cutoffs}, "revoked_at": self.revoked_at,
+                "cutoffs": dict(self.cutoffs), "revoked_at": self.revoked_at,
                 "ca_signature": self.ca_signature.hex()}
 
     @classmethod

@@ -90,8 +90,8 @@ def now_stamp() -> str:
 def sealed(key: Ed25519PrivateKey, origin: str, seq: int = 1, prev: bytes = GENESIS_HASH,
            body: str = "forged", **fields: Any) -> SignedEvent:
     """An event signed with ``key`` (valid or not for ``origin``: the receiver decides)."""
-    draft: dict[str, Any] = dict(type="note", stream="project/attack", room="general", from_agent="mallory",
-                                 created_at=now_stamp())
+    draft: dict[str, Any] = {"type": "note", "stream": "project/attack", "room": "general", "from_agent": "mallory",
+                             "created_at": now_stamp()}
     draft.update(fields)
     return seal_event(key, origin=origin, origin_seq=seq, prev_hash=prev, body=body, **draft)
 
@@ -118,8 +118,8 @@ class ModifiedDaemon:
 
     def write(self, **fields: Any) -> SignedEvent:
         """The next event of this daemon's chain (``created_at`` now unless given)."""
-        draft: dict[str, Any] = dict(type="note", stream="project/attack", room="general", from_agent="mallory",
-                                     created_at=now_stamp(), body="")
+        draft: dict[str, Any] = {"type": "note", "stream": "project/attack", "room": "general", "from_agent": "mallory",
+                                 "created_at": now_stamp(), "body": ""}
         draft.update(fields)
         body = draft.pop("body")
         metadata = draft.pop("metadata", None)

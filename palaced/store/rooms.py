@@ -146,9 +146,9 @@ def room_activity(on: Source, room_id: str) -> tuple[list[dict[str, Any]], int, 
     speakers = [agent for (agent,) in conn.execute(
         "SELECT from_agent FROM events WHERE correlation_id=? AND type IN (?, ?) AND room=? GROUP BY from_agent "
         "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOM_CLOSE, ROOMS_ROOM))]
-    first_spoke = {agent: at for agent, at in conn.execute(
+    first_spoke = dict(conn.execute(
         "SELECT from_agent, min(created_at) FROM events WHERE correlation_id=? AND type=? AND room=? GROUP BY from_agent "
-        "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOMS_ROOM))}
+        "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOMS_ROOM)))
     return skeleton, message_count(conn, room_id), last, speakers, first_spoke
 
 

@@ -106,7 +106,7 @@ def test_the_legacy_handshake_and_listing_are_answered_before_trio_is_imported(p
         "text": {"type": "string"}, "times": {"type": "integer", "default": 1},
         "loud": {"type": "boolean", "default": False}, "tags": {"type": "array", "items": {"type": "string"}}}}
     assert echo["annotations"] == {"readOnlyHint": True}
-    assert [t for t in tools if t["name"] == "nap"][0]["annotations"]["destructiveHint"] is False
+    assert next(t for t in tools if t["name"] == "nap")["annotations"]["destructiveHint"] is False
     # The first call needs the async server: trio comes in then, not before.
     called = peer.ask(request(3, "tools/call", {"name": "echo", "arguments": {"text": "a"}}))
     assert called["result"]["structuredContent"]["trio"] is True

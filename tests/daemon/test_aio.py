@@ -4,6 +4,7 @@ database) never affects the others."""
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import threading
 
@@ -180,7 +181,7 @@ async def test_the_wal_is_copied_back_in_the_background_while_writes_go_on(tmp_p
                 await astore.write(lambda ctx, k=k: append_event(ctx, req(f"{k} " + "x" * 2_000)))
                 pages.append(store.wal.pages)
                 k += 1
-        assert sum(1 for a, b in zip(pages, pages[1:]) if b < a) >= 1  # and the WAL started over
+        assert sum(1 for a, b in itertools.pairwise(pages) if b < a) >= 1  # and the WAL started over
         astore.close_writes()
     store.close()
 

@@ -264,10 +264,10 @@ def test_every_answer_is_the_pure_sum_of_the_reports_the_tasks_count(tmp_path):
         step = n if rng.random() < 0.9 else rng.randrange(n + 1)
         month, day = ((2, 27), (2, 28), (3, 1), (3, 2))[step // 80]
         chain, when = rng.choice(chains), at(day, step * 10 % 3600 + rng.randrange(10), month=month)
-        cid = rng.choice(tasks + ["task_nobody_asked"])
+        cid = rng.choice([*tasks, "task_nobody_asked"])
         kind = rng.random()
         if kind < 0.1 and cid != "task_nobody_asked":
-            requests.setdefault(cid, request(chain, when, cid=cid, to=rng.choice(agents[:3] + ["*"])))
+            requests.setdefault(cid, request(chain, when, cid=cid, to=rng.choice([*agents[:3], "*"])))
         elif kind < 0.3 and cid in requests:
             claim(chain, when, requests[cid], cid=cid, by=rng.choice(agents))
         elif kind < 0.35 and cid in requests:

@@ -184,7 +184,7 @@ async def test_garbage_after_the_handshake_breaks_the_stream_without_a_traceback
 
 
 async def test_one_receiver_at_a_time_and_a_close_ends_a_waiting_receive(palace):
-    async with tls_pair(palace) as (server, client):
+    async with tls_pair(palace) as (server, _client):
         errors = []
 
         async def receive():

@@ -392,7 +392,7 @@ async def test_junk_answers_never_hide_the_persons_answer(hostile_scene):
     mallory = ModifiedDaemon(scene.mallory)
     early = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     for question in (asked, other):
-        for n in range(5_050):
+        for _ in range(5_050):
             mallory.say("human:ana", type="question.answer", stream="questions", room="general",
                         to_agent="alice", ack_of=question["question_id"], created_at=early, body="yes")
     await _deliver(scene, mallory, timeout=120)

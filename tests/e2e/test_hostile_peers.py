@@ -194,7 +194,7 @@ async def test_events_with_lone_surrogates_or_broken_rules_are_refused_without_d
         await peer.send_frame({"t": "events", "events": [surrogate]})
         await peer.push(rule_breaker)
         await peer.drain(1.5)
-        assert not peer.session.state.name == "CLOSED"
+        assert peer.session.state.name != "CLOSED"
         (seen,) = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
         assert seen["state"] in ("live", "catching up") and seen["refused_events"] == 1 and seen["rejected_events"] == 1
     finally:
@@ -627,7 +627,7 @@ async def test_a_member_cannot_move_anothers_task(scene):
              request["room"], "--from-agent", "bob", "--to-agent", "alice", "--correlation-id", cid,
              "--status", "ready", "--body", "the patch")
     key, own = scene.mallory.key, scene.mallory.origin
-    common = dict(stream=request["stream"], room=request["room"], from_agent="mallory", correlation_id=cid)
+    common = {"stream": request["stream"], "room": request["room"], "from_agent": "mallory", "correlation_id": cid}
     reopen = sealed(key, own, seq=1, body="again!", type="event.ack", status="open", to_agent="bob", **common)
     supersede = sealed(key, own, seq=2, prev=reopen.event_hash, body="stop", type="task.reply", status="superseded",
                        **common)

@@ -88,6 +88,6 @@ def test_altered_bytes_in_an_artifact_line_are_caught() -> None:
     record, content = _artifact()
     line = json.loads(artifact_line(record, content))
     line["artifact"]["content_base64"] = base64.b64encode(b"patch bytez\n").decode()
-    kind, (parsed, altered) = parse_line(json.dumps(line))
+    _kind, (parsed, altered) = parse_line(json.dumps(line))
     with pytest.raises(ExportError, match="it was altered"):
         verify_export_artifact(parsed, altered)

@@ -223,7 +223,7 @@ def test_eof_mid_payload_raises_remote_protocol_error():
     buf.feed(frame[:-1])
     assert buf.next_frame() is NEED_DATA
     buf.feed(b"")
-    with pytest.raises(RemoteProtocolError, match="middle of a frame$"):
+    with pytest.raises(RemoteProtocolError, match=r"middle of a frame$"):
         buf.next_frame()
 
 

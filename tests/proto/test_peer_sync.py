@@ -493,7 +493,7 @@ def test_a_substituted_event_breaks_the_run_and_is_refused():
     intruder = Ed25519PrivateKey.generate()
     forged = seal_event(intruder, origin=OA, origin_seq=3, prev_hash=events[1].event_hash,
                         created_at=events[2].created_at, type="note", stream="s", room="r", from_agent="a", body="evil")
-    batch = events[:2] + [forged] + events[3:]
+    batch = [*events[:2], forged, *events[3:]]
     # The run breaks at the intruder (its signature fails, each event is then checked alone); the
     # genuine events 4-5 name the real event 3 and form a run of their own.
     assert verify_batch(batch, keys()) == [PUB, PUB, None, PUB, PUB]
@@ -521,7 +521,7 @@ def test_a_borrowed_hash_and_signature_authenticate_nothing():
     for batch in ([*genuine, forged], [forged, *genuine], [genuine[0], forged, genuine[1]]):
         keys_by_position = verify_batch(batch, keys())
         assert keys_by_position[batch.index(forged)] is None
-        assert [k for e, k in zip(batch, keys_by_position) if e is not forged] == [PUB, PUB]
+        assert [k for e, k in zip(batch, keys_by_position, strict=True) if e is not forged] == [PUB, PUB]
     with pytest.raises(SignatureError):
         verify_incoming(forged, PUB)
 

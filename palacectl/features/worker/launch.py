@@ -673,7 +673,7 @@ class Launch:
     def _diff(self, index: Path | None) -> str:
         raw = self.tree_git("diff", "--cached", "--raw", "-z", "--no-renames", self.base, index_file=index)
         fields = raw.split("\0")
-        for head, path in zip(fields[::2], fields[1::2]):
+        for head, path in zip(fields[::2], fields[1::2], strict=False):  # the split leaves a trailing ""
             modes = head.lstrip(":").split(" ")
             if len(modes) >= 2 and modes[1] == "160000" and modes[0] != "160000":
                 raise LaunchRefused(f"the run made a nested git repository at {path}: palace does not deliver one")
