@@ -205,6 +205,7 @@ def load_config(home: Path, extensions: Extensions) -> Config:
         except ValidationError as exc:
             raise ConfigError(f"{path}: {exc.message}") from None
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen, api=api,
-                  sections=MappingProxyType(sections), mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
+                  sections=MappingProxyType(sections), mdns=network.get("mdns", True),
+                  memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
                   memory_exact_index_max=memory.get("exact_index_max", 50_000), notify=notify)

@@ -12,7 +12,8 @@ Owns two state machines, one per direction of a link (proto/PROTOCOL.md §5.4):
 
 The link machine (``link.py``) composes both, and ``palaced.peers.link.PeerLink`` drives it: the
 shell owns the socket, the tasks, the event bus and the store; the machine asks these classes what
-to send and tells them what happened. They answer from their state and from what is passed in: our heads (``OriginHead`` per origin, kept in memory by the
+to send and tells them what happened. They answer from their state and from what is passed in: our heads
+(``OriginHead`` per origin, kept in memory by the
 store), the store's refusals, the time (``now``, as aioquic takes it), and a few predicates fixed
 per link (is an origin bound here, is it relayed to this peer). Nothing here imports trio or apsw,
 reads a clock, draws a random number or logs: the same calls give the same answers, so every rule

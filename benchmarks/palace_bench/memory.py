@@ -146,7 +146,8 @@ def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int
         results.update(_evaluate(a, _load_eval()))
         for mode in ("keyword", "vector", "hybrid"):
             say(f"  retrieval eval ({results['eval_queries']} questions, {results['eval_drawers']} drawers), {mode:7s}: "
-                f"recall@1 {results[f'eval_{mode}_recall_at_1']:.3f}, recall@5 {results[f'eval_{mode}_recall_at_5']:.3f}, MRR@5 {results[f'eval_{mode}_mrr_at_5']:.3f} "
+                f"recall@1 {results[f'eval_{mode}_recall_at_1']:.3f}, recall@5 {results[f'eval_{mode}_recall_at_5']:.3f}, "
+                f"MRR@5 {results[f'eval_{mode}_mrr_at_5']:.3f} "
                 f"(meaning {results[f'eval_{mode}_recall_at_5_meaning']:.2f}, exact "
                 f"{results[f'eval_{mode}_recall_at_5_exact']:.2f}, mixed {results[f'eval_{mode}_recall_at_5_mixed']:.2f})")
         idle = _appends_per_s(a, 300 if quick else 1000)

@@ -261,7 +261,8 @@ def _heal(palace: BenchPalace, events: int, say: Say) -> dict[str, float]:
     start = palace.a.call("digest")["events"]
     _append_pipelined(palace.a, events, 20_000_000 + start)
     want = palace.a.call("digest")
-    say(f"  B stopped; {events:,} events appended on A (A holds {want['events']:,}); restarting B on port {b.port} (it redials A's remembered address)")
+    say(f"  B stopped; {events:,} events appended on A (A holds {want['events']:,}); restarting B on port {b.port} "
+        "(it redials A's remembered address)")
     t0 = b.spawn(listen=f"127.0.0.1:{b.port}")
     client = b.connect()
     t_ready = time.perf_counter()

@@ -51,7 +51,8 @@ if TYPE_CHECKING:
     from .queries import Reads
     from .state import WriteContext
 
-__all__ = ["PART", "VIEWS_VERSION", "MemoryReads", "ensure_views", "rebuild_views", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
+__all__ = ["PART", "VIEWS_VERSION", "MemoryReads", "ensure_views", "rebuild_views", "agents", "diary_page",
+           "drawer_contents", "drawer_ids", "drawers_by_id",
            "drawers_fingerprint", "facts_about", "facts_ended_by", "keyword_search", "materialise", "passes", "rebuild",
            "related_memory_events", "related_memory_events_in", "tunnels", "unmaterialise"]
 

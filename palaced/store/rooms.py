@@ -48,7 +48,8 @@ from .rows import PUBLIC_COLUMNS, row_to_public
 if TYPE_CHECKING:
     from .state import WriteContext
 
-__all__ = ["MAX_ROOM_CURSORS", "PART", "RoomReads", "judge", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
+__all__ = ["MAX_ROOM_CURSORS", "PART", "RoomReads", "judge", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull",
+           "cursor_of", "existing_drawers", "is_member",
            "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",
            "rooms_touched_after", "room_state", "unread_count", "whole_room", "rooms_matching", "open_rooms_of",
            "late_turns_to_file"]

@@ -5,8 +5,8 @@ Owns: growing this replica's chain inside a batch (``Chain``: sealed here, moved
 the origins row itself is written once per batch, by batch.py), the one insert every event goes
 through (what the features keep beside the log follows it in the same transaction: parts.py; it
 makes the event's one ``CommittedEvent`` record, which the batch hands to the bus), and purging a
-redacted body with what the features derived from it. Each function takes the job's ``WriteContext`` (its connection, chain, running
-batch, agent registry, limits and WAL). Writer thread only, inside a batch's transaction (batch.py).
+redacted body with what the features derived from it. Each function takes the job's ``WriteContext`` (its
+connection, chain, running batch, agent registry, limits and WAL). Writer thread only, inside a batch's transaction (batch.py).
 This is the append hot path: keep it to these few calls.
 """
 

@@ -291,5 +291,6 @@ def test_a_bad_tools_value_is_a_usage_error(tmp_path):
                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
     assert bad.returncode == 64 and bad.stdout == ""
     assert bad.stderr.splitlines() == [
-        "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, people, rooms, light, approvals, all) or a tool name (e.g. "
+        "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, people, rooms, light, approvals, all) "
+        "or a tool name (e.g. "
         "mempalace_kg_query)"]

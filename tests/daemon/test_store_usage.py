@@ -252,7 +252,8 @@ def test_the_migration_fills_the_tables_from_the_log(stores):
 
 def test_every_answer_is_the_pure_sum_of_the_reports_the_tasks_count(tmp_path):
     """Random tasks, claims, releases and reports (strangers', backdated, on invented tasks,
-    mistyped task ids) from five origins, arriving interleaved at random, a few a batch: the totals by every field, since any bound,
+    mistyped task ids) from five origins, arriving interleaved at random, a few a batch: the totals by every field,
+    since any bound,
     and the spending budgets judge equal palace_proto.usage's over the reports derive_task counts."""
     rng = random.Random(43)
     agents = ["bob", "carol", "dave", "mallory"]

@@ -63,7 +63,8 @@ def test_the_room_commands(daemon):
     assert (closed["already_closed"], closed["filed"], closed["wing"], closed["palace_room"]) == \
         (False, 4, "shop", "orders-api-v2")
     again = run_ctl(home, "room", "close", room_id, "--from-agent", "bob")
-    assert again.returncode == 0 and again.stdout.startswith("Already closed by alice at ") and "(4 there already)" in again.stdout
+    assert again.returncode == 0 and again.stdout.startswith("Already closed by alice at ")
+    assert "(4 there already)" in again.stdout
     hits = ctl_json(home, "search", "Never offsets", "--wing", "shop", "--mode", "keyword")["results"]
     assert hits and hits[0]["content"].endswith("\nCursors, opaque.\r\nNever offsets.\n")
     shown = run_ctl(home, "room", "show", room_id)

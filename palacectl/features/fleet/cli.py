@@ -51,7 +51,8 @@ def _parse_ttl(text: str) -> int:
 def invite(
     role: Annotated[str, typer.Option(help="member (reads and writes) or observer (reads only).")] = "member",
     ttl: Annotated[str, typer.Option(help="How long the invite stays valid: e.g. 30m, 24h, 7d.")] = "24h",
-    address: Annotated[Optional[str], typer.Option(help="HOST:PORT where joiners reach this daemon (default: this machine's LAN address).")] = None,
+    address: Annotated[Optional[str], typer.Option(
+        help="HOST:PORT where joiners reach this daemon (default: this machine's LAN address).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Print a one-line, single-use invite code for another machine (`palacectl join CODE` there)."""
@@ -114,7 +115,8 @@ def join(
     code_file: Annotated[Optional[Path], typer.Option(
         "--code-file", help="Read the invite code from this file (mode 600: the code is a secret).")] = None,
     name: Annotated[Optional[str], typer.Option(help="This daemon's name (default: host name).")] = None,
-    address: Annotated[Optional[str], typer.Option(help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
+    address: Annotated[Optional[str], typer.Option(
+        help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Return only once caught up with the palace's log.")] = False,
     json_: JsonOpt = False,
 ) -> None:
