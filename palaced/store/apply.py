@@ -175,8 +175,8 @@ def apply_remote(ctx: WriteContext, events: Sequence[SignedEvent], key_for: Call
             record = insert_event(ctx, event)
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                          (event.origin_seq, event.event_hash, event.origin))
-            heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
-            batch_heads.append((event.origin, heads[event.origin]))
+            new_head = heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
+            batch_heads.append((event.origin, new_head))
             ctx.refusals.next.pop(event.origin, None)
             if event.type == "event.redact":
                 _apply_redaction(ctx, event, may_redact, report, source)
@@ -215,8 +215,8 @@ def _join_history(ctx: WriteContext, origin: str, origin_seq: int, key: bytes, o
     except SignatureError:
         return
     conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?", (origin_seq, stored.event_hash, origin))
-    heads[origin] = OriginHead(origin_seq, stored.event_hash)
-    ctx.batch.heads.append((origin, heads[origin]))
+    new_head = heads[origin] = OriginHead(origin_seq, stored.event_hash)
+    ctx.batch.heads.append((origin, new_head))
     if stored.type in REGISTRY_TYPES:  # part of the chain now: the registry counts it from here on
         ctx.batch.registry.append(stored)
 

@@ -53,6 +53,8 @@ from palace_proto.identity import (
 )
 from palace_proto.ids import fingerprint
 
+from .fetch import all_rows
+
 if TYPE_CHECKING:
     from .state import WriteContext
 
@@ -145,10 +147,10 @@ class AgentRegistry:
                                    for origin, key in conn.execute("SELECT origin, public_key FROM origins"))
         self._claims, self._origin_agents = {}, {}
         placeholders = ",".join("?" * len(REGISTRY_TYPES))
-        rows = conn.execute(
+        rows = all_rows(conn.execute(
             f"SELECT e.id, e.origin, e.type, e.created_at, e.metadata, e.from_agent FROM events e JOIN origins o "
             f"ON o.origin = e.origin WHERE e.type IN ({placeholders}) AND e.origin_seq <= o.max_seq "
-            f"ORDER BY e.origin, e.origin_seq", tuple(sorted(REGISTRY_TYPES))).fetchall()
+            f"ORDER BY e.origin, e.origin_seq", tuple(sorted(REGISTRY_TYPES))))
         for event_id, origin, kind, created_at, metadata, from_agent in rows:
             self._take({"id": event_id, "origin": origin, "type": kind, "created_at": created_at,
                         "metadata": json.loads(metadata), "from_agent": from_agent})
@@ -291,8 +293,8 @@ class AgentRegistry:
         if not own:
             return []
         marks = ",".join("?" * len(own))
-        rows = ctx.conn.execute(f"SELECT DISTINCT from_agent FROM events WHERE origin IN ({marks}) AND "
-                                   f"from_agent != ?", (*own, SYSTEM_AGENT)).fetchall()
+        rows = all_rows(ctx.conn.execute(f"SELECT DISTINCT from_agent FROM events WHERE origin IN ({marks}) AND "
+                                            f"from_agent != ?", (*own, SYSTEM_AGENT)))
         out = []
         for (agent,) in rows:
             record = self.record_of(ctx, agent)

@@ -41,6 +41,7 @@ from palace_proto.rooms import (
 from palace_proto.validation import AppendRequest
 
 from ..clock import utc_now
+from .fetch import all_rows, one_row
 from .parts import StorePart
 from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
@@ -108,17 +109,17 @@ def room_skeleton(on: Source, room_id: str) -> list[dict[str, Any]]:
 def message_count(on: Source, room_id: str, cap: int = MAX_ROOM_EVENTS) -> int:
     """How many messages the room holds (counted up to ``cap``)."""
     conn = _connection(on)
-    return conn.execute("SELECT count(*) FROM (SELECT 1 FROM events WHERE correlation_id=? AND type=? AND room=? "
-                        "LIMIT ?)", (room_id, ROOM_MESSAGE, ROOMS_ROOM, cap)).fetchone()[0]
+    return one_row(conn.execute("SELECT count(*) FROM (SELECT 1 FROM events WHERE correlation_id=? AND type=? AND room=? "
+                                "LIMIT ?)", (room_id, ROOM_MESSAGE, ROOMS_ROOM, cap)))[0]
 
 
 def rooms_touched_after(on: Source, after_seq: int, limit: int) -> tuple[list[str], int]:
     """The rooms with an event committed here after ``after_seq`` (at most ``limit``, those touched
     earliest first) and the newest seq among them (``after_seq`` if none): what the filer looks at."""
     conn = _connection(on)
-    rows = conn.execute(f"SELECT correlation_id, max(seq) FROM events WHERE {_IN_TYPES} AND room=? AND seq > ? "
-                        "GROUP BY correlation_id ORDER BY max(seq) LIMIT ?", (*_TYPES, ROOMS_ROOM, after_seq, limit)
-                        ).fetchall()
+    rows = all_rows(conn.execute(f"SELECT correlation_id, max(seq) FROM events WHERE {_IN_TYPES} AND room=? AND seq > ? "
+                                 "GROUP BY correlation_id ORDER BY max(seq) LIMIT ?", (*_TYPES, ROOMS_ROOM, after_seq, limit)
+                                 ))
     return [r[0] for r in rows], max((r[1] for r in rows), default=after_seq)
 
 
@@ -142,8 +143,8 @@ def room_activity(on: Source, room_id: str) -> tuple[list[dict[str, Any]], int, 
     (a close counts from a member: palace_proto.rooms)."""
     conn = _connection(on)
     skeleton = room_skeleton(conn, room_id)
-    (last,) = conn.execute(f"SELECT max(created_at) FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=?",
-                           (room_id, *_TYPES, ROOMS_ROOM)).fetchone()
+    (last,) = one_row(conn.execute(f"SELECT max(created_at) FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=?",
+                                   (room_id, *_TYPES, ROOMS_ROOM)))
     speakers = [agent for (agent,) in conn.execute(
         "SELECT from_agent FROM events WHERE correlation_id=? AND type IN (?, ?) AND room=? GROUP BY from_agent "
         "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOM_CLOSE, ROOMS_ROOM))]
@@ -193,7 +194,7 @@ def read_page(ctx: WriteContext, room_id: str, agent: str, limit: int) -> list[d
     page = _page(conn, room_id, agent, position or 0, position is None, limit)
     now = utc_now()
     if position is None:
-        (count,) = conn.execute("SELECT count(*) FROM room_cursors").fetchone()
+        (count,) = one_row(conn.execute("SELECT count(*) FROM room_cursors"))
         if count >= MAX_ROOM_CURSORS:
             raise RoomsFull(f"this daemon keeps {MAX_ROOM_CURSORS} room read positions already; it reads no new "
                             "(room, agent) pair until some are gone")

@@ -25,6 +25,7 @@ from palace_proto.tasks import REQUEST, derive_task
 from palace_proto.validation import AppendRequest
 
 from .authority import daemon_of
+from .fetch import all_rows
 from .parts import StorePart
 from .queries import correlation_events
 from .reads import ReadSet, StoreRead
@@ -67,13 +68,13 @@ def tasks_to_derive(reads: Reads, newest: int, unsettled: int) -> tuple[list[Tas
     out (more than ``unsettled`` of them are older than the newest requests)."""
     conn = reads.db.reader()
     columns = "correlation_id, settled_seq IS NOT NULL, request_seq"
-    rows = conn.execute(f"SELECT {columns} FROM task_threads ORDER BY request_seq DESC LIMIT ?", (newest,)).fetchall()
+    rows = all_rows(conn.execute(f"SELECT {columns} FROM task_threads ORDER BY request_seq DESC LIMIT ?", (newest,)))
     capped = False
     if len(rows) == newest:
-        older = conn.execute(
+        older = all_rows(conn.execute(
             f"SELECT {columns} FROM task_threads INDEXED BY task_threads_unsettled "
             "WHERE settled_seq IS NULL AND request_seq < ? ORDER BY request_seq DESC LIMIT ?",
-            (rows[-1][2], unsettled + 1)).fetchall()
+            (rows[-1][2], unsettled + 1)))
         capped = len(older) > unsettled
         rows += older[:unsettled]
     return [TaskThread(cid, bool(settled), correlation_events(conn, cid)) for cid, settled, _ in rows], capped

@@ -33,6 +33,7 @@ from palace_proto.validation import AppendRequest
 from ..clock import utc_now
 from . import authority, event_search
 from .errors import StoreError
+from .fetch import all_rows
 from .queries import artifact_record
 from .rows import INSERT_EVENT, insert_params
 
@@ -142,8 +143,8 @@ def redact(ctx: WriteContext, event_id: str, redact_event_id: str) -> None:
     """Purge the body of ``event_id`` (redacted by ``redact_event_id``), and what the views hold of it."""
     conn = ctx.conn
     conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
-    for seq, body in conn.execute("SELECT seq, body FROM events WHERE id=? AND body IS NOT NULL",
-                                  (event_id,)).fetchall():
+    for seq, body in all_rows(conn.execute("SELECT seq, body FROM events WHERE id=? AND body IS NOT NULL",
+                                           (event_id,))):
         event_search.forget(conn, seq, body)  # its words leave the full-text index with it
     changed = conn.execute(
         "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)
