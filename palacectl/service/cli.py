@@ -462,5 +462,5 @@ def status(worker: WorkerOpt = False, agent: AgentOpt = None, json_: JsonOpt = F
                  f"home      {home}\n")
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"service": service_app}

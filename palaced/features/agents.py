@@ -303,7 +303,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             continue
         info = seen.get(agent, {"events": 0, "last_activity": None})
         diary = diaries.get(agent, {})
-        last = max(info["last_activity"] or "", diary.get("last_activity") or "") or None
+        last_activity = max(info["last_activity"] or "", diary.get("last_activity") or "") or None
         impersonations = 0
         if agent in suspects:  # only daemons that did not hold the id all along can have written one
             written = await ctx.store.events_written_as(agent, suspects[agent], MAX_SUSPECT_EVENTS)
@@ -318,9 +318,9 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             "registered_since": wire["since"] if wire["daemon"] else None,
             "retired": wire["retired"],
             "retired_at": wire["since"] if wire["retired"] else None,
-            "last_activity": last,
+            "last_activity": last_activity,
             "events": info["events"],
-            "stale": last is not None and seconds_between(last, now) > stale_after_s(ctx),
+            "stale": last_activity is not None and seconds_between(last_activity, now) > stale_after_s(ctx),
             "watching": agent in live,
             "watching_on": sorted(set(live.get(agent, []))),
             # An author's wing is named after it; only a diary with no events of its own has its wing.

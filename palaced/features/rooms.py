@@ -240,8 +240,9 @@ async def room_close(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         if not already_closed:
             request = AppendRequest.from_wire(close_request(room, from_agent=from_agent, outcome=outcome), ctx.limits)
             events.append(append_event(w, request))
-            room = derive_room(room_id, events)
-            assert room is not None  # it was open a line ago
+            closed = derive_room(room_id, events)
+            assert closed is not None  # it was open a line ago
+            room = closed
         close = next(e for e in events if e["id"] == room.close_event_id)
         return room, close, already_closed, _file(ctx, w, room, events, from_agent)
 

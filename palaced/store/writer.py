@@ -41,7 +41,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import trio
 
@@ -76,6 +76,9 @@ SLOW_COMMITS: Final = 3
 SLOW_WINDOW_S: Final = 2.0
 # ...for this long (then the loop tries again: the disk may have been busy).
 SLOW_DISK_BACKOFF_S: Final = 10.0
+
+#: what a write job returns (``write`` returns it once committed)
+T = TypeVar("T")
 
 
 class Upkeep(Protocol):
@@ -169,8 +172,8 @@ class Writer:
     def slow_disk(self) -> bool:
         return time.monotonic() < self._slow_until
 
-    async def write(self, job: Callable[[WriteContext], Any], *, heavy: bool = False, durable: bool = True,
-                    derived: bool = False) -> Any:
+    async def write(self, job: Callable[[WriteContext], T], *, heavy: bool = False, durable: bool = True,
+                    derived: bool = False) -> T:
         """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
 
         ``heavy``: the job may take long (many rows, big blobs): it is committed on a worker

@@ -165,4 +165,4 @@ def restore(
 
 
 COMMANDS: Final = {"backup": backup, "restore": restore, "export": export.export, "import": export.import_}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}

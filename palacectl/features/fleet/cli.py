@@ -94,6 +94,7 @@ def _invite_code(code: str | None, code_file: Path | None) -> str:
             note("Paste the invite code, then press Enter:")
         data = sys.stdin.buffer.readline(MAX_INVITE_CODE_BYTES + 1)
     else:
+        assert code is not None  # exactly one of them, checked above
         return code.strip()
     if len(data) > MAX_INVITE_CODE_BYTES:
         raise UsageProblem(f"{what} holds more than {MAX_INVITE_CODE_BYTES} bytes: not an invite code")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Final, Optional
 
@@ -104,5 +105,5 @@ def _bounded(work: Any, timeout_s: float) -> Any:
     return box["value"]
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"guard": guard_app}

@@ -7,6 +7,7 @@ Owns: the ``lease`` group (acquire, renew, release, list, check) over the daemon
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Optional
 
 import typer
@@ -133,5 +134,5 @@ def check(
         raise typer.Exit(EXIT_FAILED)
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"lease": lease_app}

@@ -123,4 +123,4 @@ def addressees(agent: str) -> list[str]:
 
 
 COMMANDS: Final = {"ask": ask, "answer": answer, "questions": questions}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}

@@ -10,6 +10,7 @@ not be filed), 3 palaced unreachable, 64 usage. The root registers what ``COMMAN
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Optional
 
 import typer
@@ -194,5 +195,5 @@ def show(
         note(f"More: palacectl room show {room_id} --offset {result['offset'] + result['count']}")
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"room": room_app}

@@ -10,6 +10,7 @@ worker feature adds ``task launch``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Final, Optional
 
 import typer
@@ -148,5 +149,5 @@ def task_reassign(
     emit(result, json_, f"Reassigned: {correlation_id} to {to_agent}")
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"task": task_app}

@@ -59,4 +59,4 @@ def usage(
 
 
 COMMANDS: Final = {"usage": usage}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}
