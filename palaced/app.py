@@ -111,9 +111,9 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
             directory.bind(OriginBinding(origin, membership.member_pem, proof))
         except BindingError as exc:
             LOGGER.warning("cannot bind this daemon's own origin %s: %s", origin, exc)
-    for origin, certificate, proof in await store.bindings():
+    for origin, certificate, stored_proof in await store.bindings():
         try:
-            directory.bind(OriginBinding(origin, certificate, proof or b""), stored=True)
+            directory.bind(OriginBinding(origin, certificate, stored_proof or b""), stored=True)
         except BindingError as exc:
             LOGGER.warning("dropped a stored binding: %s", exc)
     unsaved = directory.take_unsaved()

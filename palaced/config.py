@@ -177,7 +177,7 @@ def load_config(home: Path, extensions: Extensions) -> Config:
                 continue
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ConfigError(f"{path}: {section}.{key} must be {'an integer' if expected is int else 'a string'}")
-            if expected is int and value < 1:
+            if isinstance(value, int) and value < 1:  # (an int where one is expected: bools are refused above)
                 raise ConfigError(f"{path}: {section}.{key} must be a positive integer")
         values[section] = table
     level = values.get("log", {}).get("level", "info").lower()

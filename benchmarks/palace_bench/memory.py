@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .daemon import BenchDaemon, BenchPalace
-from .figures import judge, percentile
+from .figures import judge, narrator, percentile
 from .replication import POLL_S, Say
 
 __all__ = ["run_memory_bench"]
@@ -133,7 +133,7 @@ def _search_latency(daemon: BenchDaemon, samples: int) -> dict[str, float]:
 
 def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int | None = None,
                      peer: bool = True) -> dict[str, Any]:
-    say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Say = narrator(progress)
     drawers = drawers or (300 if quick else 10_000)
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
     # A short directory: the Unix socket paths must stay under ~107 bytes.

@@ -263,7 +263,7 @@ def install(
             raise UsageProblem("--platform only previews another system's file; add --dry-run")
         if platform not in host.PLATFORMS:
             raise UsageProblem(f"--platform must be one of: {', '.join(host.PLATFORMS)}")
-    kind = _this_platform() if platform is None else cast("Platform", platform)
+    kind = _this_platform() if platform is None else platform
     if worker_agent is not None:
         spec = _worker_spec(worker_agent, cast("str", runner), cast("Path", workspace), concurrency, project, timeout)
         _install_worker(kind, spec, dry_run=dry_run, force=force, preview=platform is not None, as_json=json_)

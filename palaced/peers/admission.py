@@ -136,7 +136,8 @@ class Admission:
         except OSError:
             remote = "?"
         enrolling = self._enrol_ctx is not None and self.invites_pending
-        stream = TlsStream(tcp, self._enrol_ctx if enrolling else self._server_ctx, server_side=True)
+        stream = TlsStream(tcp, self._enrol_ctx if self._enrol_ctx is not None and enrolling else self._server_ctx,
+                           server_side=True)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 await stream.do_handshake()

@@ -169,7 +169,8 @@ class Dialer:
         # to anyone on the LAN: its peer ids must not pile up).
         peer_id = target.peer_id
         record = self.registry.records.get(peer_id) if peer_id else None
-        if (record is not None and record.link is None and self.directory.certificate_of_peer(peer_id) is None
+        if (peer_id and record is not None and record.link is None
+                and self.directory.certificate_of_peer(peer_id) is None
                 and not any(t.peer_id == peer_id for t in self.targets.values())):
             self.registry.forget(peer_id)
 

@@ -171,12 +171,16 @@ class LinkHooks(Protocol):
         link to the daemon that writes it, whose vector shows at least as much)?"""
 
 
-class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _PeerLog(logging.LoggerAdapter[logging.Logger]):
     """Every line prefixed with the peer's short id (the first group of its fingerprint), so one
     peer's story can be grepped out of the log."""
 
+    def __init__(self, logger: logging.Logger, link: PeerLink) -> None:
+        super().__init__(logger, {"link": link})
+        self.link = link
+
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"peer {_short(self.extra['link'].peer_id)}: {msg}", kwargs  # type: ignore[index]
+        return f"peer {_short(self.link.peer_id)}: {msg}", kwargs
 
 
 class PeerLink:
@@ -201,7 +205,7 @@ class PeerLink:
         #: peer id of the side that dialled (tie-break between two connections of one pair)
         self.dialer = dialer
         self.last_contact = utc_now()
-        self.log = _PeerLog(LOGGER, {"link": self})
+        self.log = _PeerLog(LOGGER, self)
         self.closed = trio.Event()
         #: set when the sender may have something to do (replaced each time it waits)
         self._wake = trio.Event()

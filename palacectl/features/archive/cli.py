@@ -94,10 +94,11 @@ def _describe(path: Path) -> dict[str, Any]:
         if not REQUIRED_TABLES <= tables:
             fail(f"{path} is not a palace database (no {', '.join(sorted(REQUIRED_TABLES - tables))} table); "
                  "name a backup made by `palacectl backup`", code="invalid_argument")
-        (check,) = conn.execute("PRAGMA quick_check").fetchone()
+        # (the first row of each: quick_check and count(*) always answer, so next() never runs dry)
+        (check,) = next(conn.execute("PRAGMA quick_check"))
         if check != "ok":
             fail(f"{path} is damaged ({check}); use another backup", code="invalid_argument")
-        (events,) = conn.execute("SELECT count(*) FROM events").fetchone()
+        (events,) = next(conn.execute("SELECT count(*) FROM events"))
         origin = conn.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
     except apsw.Error as exc:
         fail(f"{path} is not a readable palace database ({exc}); name a backup made by `palacectl backup`",

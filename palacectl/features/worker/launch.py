@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -70,8 +71,10 @@ DAEMON_RETRY_S: Final = 1.0
 STOP_GRACE_S: Final = 10.0
 # A runner gets a process group (a session) of its own, so stopping it stops every process it
 # started (a harness runs tools, shells, test runners) and a Ctrl-C in our terminal reaches us only.
-NEW_PROCESS_GROUP: Final[dict[str, Any]] = (
-    {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True})
+if sys.platform == "win32":
+    NEW_PROCESS_GROUP: Final[dict[str, Any]] = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+else:
+    NEW_PROCESS_GROUP: Final[dict[str, Any]] = {"start_new_session": True}
 
 
 def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
