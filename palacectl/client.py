@@ -93,6 +93,7 @@ def open_socket(endpoint: ApiEndpoint) -> socket.socket:
         return sock
     if not hasattr(socket, "AF_UNIX"):
         raise FileNotFoundError("no api.json (on this system palaced listens on TCP and writes one)")
+    assert endpoint.path is not None, "endpoint_for names the socket of every unix endpoint"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(os.fspath(endpoint.path))

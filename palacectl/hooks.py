@@ -180,7 +180,7 @@ def install_hooks(harness: HookHarness, path: Path, command: str) -> HookResult:
         HooksError: the file cannot be read or is not a settings object.
         OSError: it cannot be written.
     """
-    data, raw, layout = _load(path)
+    data, _raw, layout = _load(path)
     groups = _event_groups(data, path, harness.event)
     hook: dict[str, Any] = {"type": "command", "command": command,
                             "timeout": _TIMEOUT_S * 1000 if harness.timeout_ms else _TIMEOUT_S}

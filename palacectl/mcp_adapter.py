@@ -154,7 +154,8 @@ class PalaceMCP(StdioServer):
 
     def speaks_as(self, field: str, value: str | None) -> str:
         """The agent a write names in ``field``: this adapter's, or ApiError (never impersonate)."""
-        if value is None or value.strip() == self.agent or (field == "agent_name" and value.strip().lower() == self.agent.lower()):
+        if (value is None or value.strip() == self.agent
+                or (field == "agent_name" and value.strip().lower() == self.agent.lower())):
             return self.agent
         raise ApiError(f"this adapter speaks as {self.agent!r}; {field}={value.strip()!r} would impersonate "
                        "another agent (run one adapter per agent identity)", code="invalid_argument")

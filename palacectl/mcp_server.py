@@ -501,7 +501,7 @@ class StdioServer:
 
     def _answer_one_static(self, message: Any) -> dict[str, Any] | None:
         checked = _checked(message)
-        if isinstance(checked, dict) and "error" in checked:
+        if isinstance(checked, dict):  # the error answer to a bad message
             return checked
         message_id, method, params = checked
         if message_id is None:
@@ -537,7 +537,7 @@ class StdioServer:
 
         async def one(message: Any) -> dict[str, Any] | None:
             checked = _checked(message)
-            if isinstance(checked, dict) and "error" in checked:
+            if isinstance(checked, dict):  # the error answer to a bad message
                 return checked
             message_id, method, params = checked
             if message_id is None:

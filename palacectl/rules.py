@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from importlib import resources
 from pathlib import Path
-from collections.abc import Collection
 from typing import Final, Literal
 
 from palace_proto.validation import validate_agent_token

@@ -95,7 +95,7 @@ class ToolSets:
         Raises:
             ToolSetError: a word that is none of those, or nothing at all.
         """
-        words = [w for w in (value if value is not None else DEFAULT_TOOLS).replace(",", " ").split()]
+        words = (value if value is not None else DEFAULT_TOOLS).replace(",", " ").split()
         if not words:
             raise ToolSetError(f"--tools is empty: name groups ({', '.join(self.groups)}), tools, or {ALL}")
         names: set[str] = set()

@@ -52,8 +52,8 @@ from palace_proto.apiconn import (
     error_frame,
 )
 from palace_proto.control import HELLO_TIMEOUT_S, PRE_HELLO_MAX_FRAME_BYTES
-from palace_proto.features import OPS
 from palace_proto.errors import ApiError, LocalProtocolError
+from palace_proto.features import OPS
 from palace_proto.paths import ApiEndpoint, api_file, api_file_text, socket_path
 
 from .files import write_atomically

@@ -25,10 +25,9 @@ from palace_proto.ids import fingerprint
 from palace_proto.peer import parse_peer_address
 from palace_proto.pki import REVOKE_EVENT_TYPE
 
-from .store import save_bindings
-from .clock import utc_datetime
 from .api import serve_api
 from .bus import EventBus
+from .clock import utc_datetime
 from .config import Config
 from .features import features
 from .handlers import Context, op_table
@@ -39,7 +38,7 @@ from .members import BindingError, MemberDirectory
 from .membership import Membership, load_membership
 from .notify.notifier import Notifier
 from .peers import Network, NetworkSettings
-from .store import DB_FILENAME, Store
+from .store import DB_FILENAME, Store, save_bindings
 from .store.aio import AsyncStore
 
 __all__ = ["AlreadyRunning", "prepare_home", "serve"]
@@ -112,9 +111,9 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
             directory.bind(OriginBinding(origin, membership.member_pem, proof))
         except BindingError as exc:
             LOGGER.warning("cannot bind this daemon's own origin %s: %s", origin, exc)
-    for origin, certificate, proof in await store.bindings():
+    for origin, certificate, stored_proof in await store.bindings():
         try:
-            directory.bind(OriginBinding(origin, certificate, proof or b""), stored=True)
+            directory.bind(OriginBinding(origin, certificate, stored_proof or b""), stored=True)
         except BindingError as exc:
             LOGGER.warning("dropped a stored binding: %s", exc)
     unsaved = directory.take_unsaved()

@@ -19,9 +19,9 @@ from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from palace_proto import paths
+from palace_proto.errors import ValidationError
 from palace_proto.framing import DEFAULT_MAX_FRAME_BYTES
 from palace_proto.peer import DEFAULT_PEER_PORT, parse_peer_address
-from palace_proto.errors import ValidationError
 from palace_proto.validation import Limits
 
 from .notify.settings import NotifyConfigError, NotifySettings, parse_notify
@@ -177,7 +177,7 @@ def load_config(home: Path, extensions: Extensions) -> Config:
                 continue
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ConfigError(f"{path}: {section}.{key} must be {'an integer' if expected is int else 'a string'}")
-            if expected is int and value < 1:
+            if isinstance(value, int) and value < 1:  # (an int where one is expected: bools are refused above)
                 raise ConfigError(f"{path}: {section}.{key} must be a positive integer")
         values[section] = table
     level = values.get("log", {}).get("level", "info").lower()
@@ -205,6 +205,7 @@ def load_config(home: Path, extensions: Extensions) -> Config:
         except ValidationError as exc:
             raise ConfigError(f"{path}: {exc.message}") from None
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen, api=api,
-                  sections=MappingProxyType(sections), mdns=network.get("mdns", True), memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
+                  sections=MappingProxyType(sections), mdns=network.get("mdns", True),
+                  memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
                   memory_exact_index_max=memory.get("exact_index_max", 50_000), notify=notify)

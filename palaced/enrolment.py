@@ -24,8 +24,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError, ProtocolError
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.peer import Enrol, Enrolled, Goodbye, from_wire, parse_peer_address, to_wire
-from palace_proto.stamps import format_stamp_seconds
-from palace_proto.text import printable
 from palace_proto.pki import (
     CertificateError,
     Invite,
@@ -36,6 +34,8 @@ from palace_proto.pki import (
     verify_enrolment_proof,
     verify_member_certificate,
 )
+from palace_proto.stamps import format_stamp_seconds
+from palace_proto.text import printable
 
 from .store import WriteContext, invites
 from .store.aio import AsyncStore

@@ -116,7 +116,7 @@ class Features:
             if missing:
                 raise ValueError(f"feature {feature.name} builds on {missing}, which the daemon does not run")
         table: dict[str, Handler] = dict(core_ops)
-        owner = {op: "the core" for op in core_ops}
+        owner = dict.fromkeys(core_ops, "the core")
         for feature in self.features:
             for op, handler in feature.ops.items():
                 if op in table:

@@ -27,9 +27,13 @@ def interface_ipv4_addresses(*, multicast: bool) -> list[str]:
     """This machine's non-loopback IPv4 addresses on interfaces that are up (and, with
     ``multicast``, able to multicast): routable ones first, link-local (169.254/16) last: peers
     should be offered the address most likely to reach us (invite codes, doctor)."""
-    found = {ip.ip for adapter in ifaddr.get_adapters() for ip in adapter.ips
-             if ip.is_IPv4 and not ipaddress.ip_address(ip.ip).is_loopback
-             and _interface_usable(adapter.name, multicast=multicast)}
+    found: set[str] = set()
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            # ifaddr's IPv4 address is a str (is_IPv4 is that test), an IPv6 one a tuple
+            if (isinstance(ip.ip, str) and not ipaddress.ip_address(ip.ip).is_loopback
+                    and _interface_usable(adapter.name, multicast=multicast)):
+                found.add(ip.ip)
     return sorted(found, key=lambda a: (ipaddress.ip_address(a).is_link_local, ipaddress.ip_address(a)))
 
 

@@ -5,7 +5,8 @@ hears of through a relay, and the revocations that override them. A binding come
 hello (its own origin, its own certificate) or from a ``Members`` message (bindings the peer
 knows); every certificate is checked against the palace CA and every binding's proof against the
 certificate's key (palace_proto.bindings: a member cannot claim another daemon's origin), an
-origin never changes keys, and a key binds at most ``MAX_ORIGINS_PER_KEY`` origins. ``key_for`` is what the store's verified apply calls: it answers only for
+origin never changes keys, and a key binds at most ``MAX_ORIGINS_PER_KEY`` origins. ``key_for`` is what the
+store's verified apply calls: it answers only for
 members in good standing, so events of observers, strangers and revoked peers (past their cutoff)
 are rejected on arrival and never relayed.
 

@@ -1,7 +1,8 @@
 """This daemon's membership of a palace: the files under ``$HOME/palace/`` and ``init``.
 
 Owns: creating a palace (``palacectl init``: a new CA and this daemon's own member certificate),
-keeping what an enrolment brought (``palacectl join``), and loading what this daemon knows about its palace at start-up. Before ``init`` or ``join`` a
+keeping what an enrolment brought (``palacectl join``), and loading what this daemon knows about its palace at
+start-up. Before ``init`` or ``join`` a
 daemon belongs to no palace and opens no network port. Files (directory 0700):
 
     palace.json  {"palace_id", "palace_name", "name" (this daemon's), "role", "peer_id", "since"}

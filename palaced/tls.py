@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import ssl
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from cryptography import x509

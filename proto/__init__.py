@@ -2,7 +2,8 @@
 
 Layers (each imports only those above it): errors → ids → envelope (canonical encoding, signing)
 → validation (data-model rules) → framing (length-prefixed msgpack) → control (local API
-messages) → apiconn (the local API's sans-IO connection, both ends). No trio, no apsw, no clock, no logging setup: stdlib, msgpack and cryptography only.
+messages) → apiconn (the local API's sans-IO connection, both ends). No trio, no apsw, no clock, no logging
+setup: stdlib, msgpack and cryptography only.
 The spec is PROTOCOL.md next to this file.
 """
 

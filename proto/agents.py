@@ -33,10 +33,7 @@ def check_stale_after(value: Any, *, field: str = "agents.stale_after") -> int:
     Raises:
         ValidationError: not a duration, or out of that range.
     """
-    if isinstance(value, int) and not isinstance(value, bool):
-        seconds = value
-    else:
-        seconds = duration_seconds(value, field=field)
+    seconds = value if isinstance(value, int) and not isinstance(value, bool) else duration_seconds(value, field=field)
     if not MIN_STALE_AFTER_S <= seconds <= MAX_STALE_AFTER_S:
         raise ValidationError(f"{field} must be from 1h to 365d", field=field)
     return seconds

@@ -248,7 +248,7 @@ class ServerConnection:
 
     # -- receiving -----------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Feed received bytes; ``b""`` means the client closed its end."""
         if self._error:
             raise LocalProtocolError("the connection broke the protocol; close it")
@@ -418,7 +418,7 @@ class ClientConnection:
         self._pending[rid] = op
         return rid, data
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Feed received bytes (``b""``: the daemon closed its end)."""
         self._buffer.feed(data)
 

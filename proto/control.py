@@ -59,7 +59,7 @@ CORE_OPS: Final = frozenset({
 class Request:
     """A parsed request: ``id``, ``op``, ``args``."""
 
-    __slots__ = ("id", "op", "args")
+    __slots__ = ("args", "id", "op")
 
     def __init__(self, id: int, op: str, args: dict[str, Any]) -> None:
         self.id, self.op, self.args = id, op, args

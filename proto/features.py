@@ -2,7 +2,8 @@
 
 Owns: ``FEATURES`` — each feature's module, in the order the protocol shows them — and what they
 declare assembled and checked once, at import: ``RULES`` (the authority table: the core's rows —
-the log's, the identity's registry and the membership's revocation — then each feature's, the agents' own words last), ``NAMESPACES`` (the type prefixes palace owns:
+the log's, the identity's registry and the membership's revocation — then each feature's, the agents' own
+words last), ``NAMESPACES`` (the type prefixes palace owns:
 a type in one must be named by a row before anything writes it) and ``OPS`` (every operation of
 the local API: the core's, then each feature's). A feature module declares its own ``OPS``,
 ``NAMESPACE`` and ``RULES`` beside its event types and derivations; adding a feature is adding

@@ -79,7 +79,7 @@ class FrameBuffer:
     def __repr__(self) -> str:
         return f"<FrameBuffer buffered={len(self._buf)} eof={self._eof}>"
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Append received bytes; ``b""`` means the other side closed (EOF)."""
         if self._eof and data:
             raise LocalProtocolError("data fed after EOF")

@@ -389,7 +389,7 @@ class LinkMachine:
         """The shell waits for the peer's bytes from ``now`` (the silence rule counts from here)."""
         self._reading_since = now
 
-    def receive_data(self, data: bytes, now: float) -> None:
+    def receive_data(self, data: bytes | bytearray, now: float) -> None:
         """Bytes from the peer (``b""``: EOF)."""
         self._reading_since = None
         self.stats.bytes_received += len(data)

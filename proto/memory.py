@@ -25,9 +25,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, final
 
+from .authority import ANY_AGENT, Rule
 from .canonical import canonical_json
 from .errors import ValidationError
-from .authority import ANY_AGENT, Rule
 from .validation import Limits, clean_optional, clean_required, validate_body
 
 __all__ = [
@@ -243,9 +243,10 @@ class FactAdd:
 
     @classmethod
     def from_wire(cls, args: Mapping[str, Any]) -> FactAdd:
-        parts = [_name(name, args.get(name), max_chars=MAX_FACT_PART_CHARS) for name in _FACT_FIELDS]
+        subject, predicate, object_ = [_name(name, args.get(name), max_chars=MAX_FACT_PART_CHARS)
+                                       for name in _FACT_FIELDS]
         added_by = _name("added_by", args.get("added_by"))
-        fact = FactAdded(*parts, valid_from=validate_date("valid_from", args.get("valid_from")),
+        fact = FactAdded(subject, predicate, object_, valid_from=validate_date("valid_from", args.get("valid_from")),
                          valid_to=validate_date("valid_to", args.get("valid_to")),
                          source_drawer_id=clean_optional("source_drawer_id", args.get("source_drawer_id")),
                          source_file=clean_optional("source_file", args.get("source_file")))
@@ -393,9 +394,10 @@ def read_memory_event(type: str, body: str | None, metadata_json: str) -> Memory
         fields, where = meta, "metadata"
         if body is not None and not isinstance(body, str):
             raise ValidationError("body must be a string", field="body")
-    parts = [_stored_name(f"{where}.{name}", fields.get(name), max_chars=MAX_FACT_PART_CHARS) for name in _FACT_FIELDS]
+    subject, predicate, object_ = [_stored_name(f"{where}.{name}", fields.get(name), max_chars=MAX_FACT_PART_CHARS)
+                                   for name in _FACT_FIELDS]
     if adding:
-        fact = FactAdded(*parts, valid_from=_stored_date(f"{where}.valid_from", fields.get("valid_from")),
+        fact = FactAdded(subject, predicate, object_, valid_from=_stored_date(f"{where}.valid_from", fields.get("valid_from")),
                          valid_to=_stored_date(f"{where}.valid_to", fields.get("valid_to")),
                          source_drawer_id=_stored_optional(f"{where}.source_drawer_id", fields.get("source_drawer_id")),
                          source_file=_stored_optional(f"{where}.source_file", fields.get("source_file")))
@@ -406,7 +408,7 @@ def read_memory_event(type: str, body: str | None, metadata_json: str) -> Memory
         ended = _stored_date(f"{where}.ended", fields.get("ended"))
         if ended is None:
             raise ValidationError(f"{where}.ended must be a date", field=f"{where}.ended")
-        result = FactEnded(*parts, ended=ended)
+        result = FactEnded(subject, predicate, object_, ended=ended)
     return None if body is None else result
 
 

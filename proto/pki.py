@@ -298,7 +298,7 @@ class Revocation:
     def signing_bytes(self) -> bytes:
         return b"palace/revoke/v1\n" + canonical_json({
             "palace_id": self.palace_id, "peer_id": self.peer_id, "public_key": self.public_key.hex(),
-            "cutoffs": {origin: seq for origin, seq in self.cutoffs}, "revoked_at": self.revoked_at,
+            "cutoffs": dict(self.cutoffs), "revoked_at": self.revoked_at,
         }).encode("utf-8")
 
     def signed(self, ca_key: Ed25519PrivateKey) -> Revocation:
@@ -309,7 +309,7 @@ class Revocation:
 
     def to_metadata(self) -> dict[str, object]:
         return {"palace_id": self.palace_id, "peer_id": self.peer_id, "public_key": self.public_key.hex(),
-                "cutoffs": {origin: seq for origin, seq in self.cutoffs}, "revoked_at": self.revoked_at,
+                "cutoffs": dict(self.cutoffs), "revoked_at": self.revoked_at,
                 "ca_signature": self.ca_signature.hex()}
 
     @classmethod
@@ -323,10 +323,13 @@ class Revocation:
         # peer's input (tests/proto/test_pki_revocation_metadata.py runs it under -O).
         if not isinstance(metadata, dict):
             raise RevocationError("revocation metadata is malformed (not an object)")
-        fields = {name: metadata.get(name) for name in _REVOCATION_TEXT_FIELDS}
+        fields: dict[str, str] = {}
+        for name in _REVOCATION_TEXT_FIELDS:
+            value = metadata.get(name)
+            if not isinstance(value, str):
+                raise RevocationError("revocation metadata is malformed (a field is missing or not a string)")
+            fields[name] = value
         cutoffs = metadata.get("cutoffs")
-        if not all(isinstance(value, str) for value in fields.values()):
-            raise RevocationError("revocation metadata is malformed (a field is missing or not a string)")
         if not isinstance(cutoffs, dict) or not all(
                 isinstance(o, str) and type(n) is int and 0 <= n < 2**63 for o, n in cutoffs.items()):
             raise RevocationError("revocation metadata is malformed (cutoffs must map origins to sequence numbers)")

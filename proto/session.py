@@ -148,7 +148,7 @@ class PeerSession:
 
     # -- receiving -----------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._check_usable(allow_closed=True)
         self._buffer.feed(data)
 

@@ -12,7 +12,8 @@ Owns two state machines, one per direction of a link (proto/PROTOCOL.md §5.4):
 
 The link machine (``link.py``) composes both, and ``palaced.peers.link.PeerLink`` drives it: the
 shell owns the socket, the tasks, the event bus and the store; the machine asks these classes what
-to send and tells them what happened. They answer from their state and from what is passed in: our heads (``OriginHead`` per origin, kept in memory by the
+to send and tells them what happened. They answer from their state and from what is passed in: our heads
+(``OriginHead`` per origin, kept in memory by the
 store), the store's refusals, the time (``now``, as aioquic takes it), and a few predicates fixed
 per link (is an origin bound here, is it relayed to this peer). Nothing here imports trio or apsw,
 reads a clock, draws a random number or logs: the same calls give the same answers, so every rule
@@ -517,11 +518,9 @@ class PullPlan:
         for entry in vector.entries:
             origin = entry.origin
             ours = _held(heads, origin)
-            if self._key_for(origin, ours + 1) is None:
-                skip.add(origin)
-            elif origin in refused_next and refused_next[origin][0] == ours + 1:
-                skip.add(origin)
-            elif self._rejected_at.get(origin) == ours:
+            if (self._key_for(origin, ours + 1) is None  # unbound
+                    or (origin in refused_next and refused_next[origin][0] == ours + 1)  # it broke a rule here
+                    or self._rejected_at.get(origin) == ours):  # this peer sent it and we rejected it
                 skip.add(origin)
         for origin, at in list(self._rejected_at.items()):
             if _held(heads, origin) != at:
@@ -550,7 +549,7 @@ class PullPlan:
         wants = []
         for origin in sorted({e.origin for e in gaps}):
             ours = _held(heads, origin)
-            if origin in refused_next and refused_next[origin][0] == ours + 1 or self._rejected_at.get(origin) == ours:
+            if (origin in refused_next and refused_next[origin][0] == ours + 1) or self._rejected_at.get(origin) == ours:
                 continue
             if not self._waits_for_artifact(origin):
                 wants.append(Want(origin, ours))

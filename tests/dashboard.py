@@ -10,11 +10,11 @@ holds a worker's presence (what the Usage page shows).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import signal
-import contextlib
 import socket
 import subprocess
 import time

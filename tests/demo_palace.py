@@ -23,7 +23,7 @@ index 3b18e51..a8c2f4d 100644
 @@ -1,9 +1,17 @@
  import sqlite3
 +from dataclasses import dataclass
- 
+
 -def create_tables(conn):
 -    conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
 +

@@ -124,7 +124,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError(f"palaced did not stop on signal {sig}: {self.log()}")
+                raise AssertionError(f"palaced did not stop on signal {sig}: {self.log()}") from None
         self._log.close()
         return self.proc.returncode
 

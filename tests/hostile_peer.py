@@ -23,11 +23,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.identity import AGENT_EVENT_ROOM, AGENT_EVENT_STREAM, REGISTER, SYSTEM_AGENT, registry_metadata
 from palace_proto.bindings import OriginBinding
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent, seal_event
 from palace_proto.framing import NEED_DATA, encode_frame
+from palace_proto.identity import AGENT_EVENT_ROOM, AGENT_EVENT_STREAM, REGISTER, SYSTEM_AGENT, registry_metadata
 from palace_proto.ids import fingerprint, origin_id_for_key
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Events, Hello, Members, Vector, VectorEntry
 from palace_proto.pki import issue_certificate
@@ -90,8 +90,8 @@ def now_stamp() -> str:
 def sealed(key: Ed25519PrivateKey, origin: str, seq: int = 1, prev: bytes = GENESIS_HASH,
            body: str = "forged", **fields: Any) -> SignedEvent:
     """An event signed with ``key`` (valid or not for ``origin``: the receiver decides)."""
-    draft: dict[str, Any] = dict(type="note", stream="project/attack", room="general", from_agent="mallory",
-                                 created_at=now_stamp())
+    draft: dict[str, Any] = {"type": "note", "stream": "project/attack", "room": "general", "from_agent": "mallory",
+                             "created_at": now_stamp()}
     draft.update(fields)
     return seal_event(key, origin=origin, origin_seq=seq, prev_hash=prev, body=body, **draft)
 
@@ -118,8 +118,8 @@ class ModifiedDaemon:
 
     def write(self, **fields: Any) -> SignedEvent:
         """The next event of this daemon's chain (``created_at`` now unless given)."""
-        draft: dict[str, Any] = dict(type="note", stream="project/attack", room="general", from_agent="mallory",
-                                     created_at=now_stamp(), body="")
+        draft: dict[str, Any] = {"type": "note", "stream": "project/attack", "room": "general", "from_agent": "mallory",
+                                 "created_at": now_stamp(), "body": ""}
         draft.update(fields)
         body = draft.pop("body")
         metadata = draft.pop("metadata", None)

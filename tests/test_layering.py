@@ -90,10 +90,10 @@ def test_proto_never_reads_the_clock():
     """palace_proto takes time as an argument (``now``); datetime is allowed only for its types."""
     for path in (ROOT / "proto").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Attribute) and node.attr in {"now", "utcnow", "today", "monotonic", "time"}:
-                if isinstance(node.value, (ast.Name, ast.Attribute)):
-                    owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
-                    assert owner not in {"datetime", "date", "time"}, f"{path.name}:{node.lineno} reads the clock"
+            if (isinstance(node, ast.Attribute) and node.attr in {"now", "utcnow", "today", "monotonic", "time"}
+                    and isinstance(node.value, (ast.Name, ast.Attribute))):
+                owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+                assert owner not in {"datetime", "date", "time"}, f"{path.name}:{node.lineno} reads the clock"
 
 
 def test_every_package_is_in_the_distribution():

@@ -149,7 +149,7 @@ def test_the_handlers_hold_one_store_and_never_hand_it_a_function_to_read():
         if path.is_relative_to(ROOT / "palaced" / "store"):
             continue
         reads = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-                 and (node.attr == "memory_read" or node.attr == "read" and "store" in ast.unparse(node.value))]
+                 and (node.attr == "memory_read" or (node.attr == "read" and "store" in ast.unparse(node.value)))]
         assert not reads, f"{path.relative_to(ROOT)}:{reads} hands the store a function to read"
 
 

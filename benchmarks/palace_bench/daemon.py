@@ -86,7 +86,7 @@ class BenchDaemon:
             except DaemonUnreachable:
                 client.close()
                 if self.proc is None or self.proc.poll() is not None:
-                    raise RuntimeError(f"palaced {self.name} exited during start-up; its log:\n{self.log_tail()}")
+                    raise RuntimeError(f"palaced {self.name} exited during start-up; its log:\n{self.log_tail()}") from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"palaced {self.name} did not answer within {timeout:.0f} s") from None
                 time.sleep(0.01)

@@ -1,14 +1,24 @@
 """What every benchmark reports with: percentiles of its samples, and its figures judged against targets.
 
-Owns only arithmetic and the table it prints; imports nothing of palace.
+Owns only arithmetic, the table it prints and where progress lines go; imports nothing of palace.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["judge", "percentile"]
+__all__ = ["judge", "narrator", "percentile"]
+
+
+def narrator(progress: bool) -> Callable[[str], None]:
+    """Where a benchmark's progress lines go: stderr, at once, or nowhere (``progress`` off)."""
+    def say(line: str) -> None:
+        if progress:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+    return say
 
 
 def percentile(samples: list[float], q: float) -> float:

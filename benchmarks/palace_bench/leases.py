@@ -41,6 +41,7 @@ from palace_proto.leases import MAX_HELD, MAX_PATTERNS, normalize_pattern
 from palacectl.client import Client
 
 from .daemon import BenchDaemon
+from .figures import narrator
 
 __all__ = ["run_leases_bench", "worst_patterns"]
 
@@ -122,9 +123,9 @@ def _honest_phase(client: Client, say: Say, rng: random.Random, checks: int, age
     acquire_ms = []
     t0 = time.perf_counter()
     for lease in range(per_agent):
-        for agent in range(agents):
-            ms, result = _timed(client, "lease_acquire", agent=f"agent{agent:02d}", project=PROJECT,
-                                patterns=_honest_patterns(agent, lease), ttl_s="7d")
+        for number in range(agents):
+            ms, result = _timed(client, "lease_acquire", agent=f"agent{number:02d}", project=PROJECT,
+                                patterns=_honest_patterns(number, lease), ttl_s="7d")
             if isinstance(result, ApiError):
                 raise RuntimeError(f"an honest lease was refused: {result}")
             acquire_ms.append(ms)
@@ -151,10 +152,10 @@ def _hostile_phase(daemon: BenchDaemon, client: Client, say: Say, rng: random.Ra
     pinger.start()
     acquire_ms, taken, refused, refusals = [], 0, 0, set()
     try:
-        for agent in range(HOSTILE_AGENTS):
+        for number in range(HOSTILE_AGENTS):
             for lease in range(held):
-                ms, result = _timed(client, "lease_acquire", agent=f"mallory{agent}", project=PROJECT,
-                                    patterns=worst_patterns(agent * 100 + lease), ttl_s="7d", force=True)
+                ms, result = _timed(client, "lease_acquire", agent=f"mallory{number}", project=PROJECT,
+                                    patterns=worst_patterns(number * 100 + lease), ttl_s="7d", force=True)
                 acquire_ms.append(ms)
                 taken += not isinstance(result, ApiError)
                 if isinstance(result, ApiError):
@@ -203,10 +204,10 @@ def _flood_phase(daemon: BenchDaemon, client: Client, say: Say, rng: random.Rand
     pinger.start()
     taken = 0
     try:
-        for agent in range(HOSTILE_AGENTS):
+        for number in range(HOSTILE_AGENTS):
             for lease in range(held):
-                _, result = _timed(client, "lease_acquire", agent=f"flood{agent}", project=PROJECT,
-                                   patterns=worst_patterns(5000 + agent * 100 + lease), ttl_s="7d", shared=True,
+                _, result = _timed(client, "lease_acquire", agent=f"flood{number}", project=PROJECT,
+                                   patterns=worst_patterns(5000 + number * 100 + lease), ttl_s="7d", shared=True,
                                    force=True)
                 taken += not isinstance(result, ApiError)
         ops: dict[str, list[float]] = {"lease_check_20_paths": [], "lease_acquire_honest": [],
@@ -236,7 +237,7 @@ def _flood_phase(daemon: BenchDaemon, client: Client, say: Say, rng: random.Rand
 
 def run_leases_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run both lease measurements; returns the figures (printing them unless ``progress`` is off)."""
-    say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Say = narrator(progress)
     rng = random.Random(25)
     root = Path(tempfile.mkdtemp(prefix="pallease", dir="/tmp"))  # short: socket paths stay under ~107 bytes
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}

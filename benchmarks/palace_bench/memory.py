@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .daemon import BenchDaemon, BenchPalace
-from .figures import judge, percentile
+from .figures import judge, narrator, percentile
 from .replication import POLL_S, Say
 
 __all__ = ["run_memory_bench"]
@@ -133,7 +133,7 @@ def _search_latency(daemon: BenchDaemon, samples: int) -> dict[str, float]:
 
 def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int | None = None,
                      peer: bool = True) -> dict[str, Any]:
-    say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Say = narrator(progress)
     drawers = drawers or (300 if quick else 10_000)
     results: dict[str, Any] = {"quick": quick, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
     # A short directory: the Unix socket paths must stay under ~107 bytes.
@@ -146,7 +146,8 @@ def run_memory_bench(*, quick: bool = False, progress: bool = True, drawers: int
         results.update(_evaluate(a, _load_eval()))
         for mode in ("keyword", "vector", "hybrid"):
             say(f"  retrieval eval ({results['eval_queries']} questions, {results['eval_drawers']} drawers), {mode:7s}: "
-                f"recall@1 {results[f'eval_{mode}_recall_at_1']:.3f}, recall@5 {results[f'eval_{mode}_recall_at_5']:.3f}, MRR@5 {results[f'eval_{mode}_mrr_at_5']:.3f} "
+                f"recall@1 {results[f'eval_{mode}_recall_at_1']:.3f}, recall@5 {results[f'eval_{mode}_recall_at_5']:.3f}, "
+                f"MRR@5 {results[f'eval_{mode}_mrr_at_5']:.3f} "
                 f"(meaning {results[f'eval_{mode}_recall_at_5_meaning']:.2f}, exact "
                 f"{results[f'eval_{mode}_recall_at_5_exact']:.2f}, mixed {results[f'eval_{mode}_recall_at_5_mixed']:.2f})")
         idle = _appends_per_s(a, 300 if quick else 1000)

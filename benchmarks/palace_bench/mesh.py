@@ -35,6 +35,7 @@ from typing import Any, Final
 from palacectl.client import Client
 
 from .daemon import CONVERGE_TIMEOUT_S, BenchDaemon
+from .figures import narrator
 
 __all__ = ["run_mesh_bench"]
 
@@ -244,7 +245,7 @@ def _fan_out(root: Path, count: int, events: int, idle_s: float, say: Say) -> di
 
 def run_mesh_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run every mesh measurement; returns the figures (printing them unless ``progress`` is off)."""
-    say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Say = narrator(progress)
     # --quick is a smoke run (for tests); its figures are not the ones to report.
     backlog = 500 if quick else 10_000
     heal_sizes = (2, 3) if quick else (2, 5)

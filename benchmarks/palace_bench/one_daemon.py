@@ -33,7 +33,7 @@ from palacectl.client import Client
 
 from .clients import AGENTS, AppendJob, FleetEvents, durable_appends, rate, run_client_processes
 from .daemon import BenchDaemon
-from .figures import judge, percentile
+from .figures import judge, narrator, percentile
 
 __all__ = ["run_bench"]
 
@@ -170,7 +170,7 @@ def _fill(home: Path, total: int, progress: Callable[[str], None]) -> float:
 
 def run_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run every measurement; returns the figures (and prints a table unless ``progress`` is off)."""
-    say: Callable[[str], None] = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Callable[[str], None] = narrator(progress)
     # --quick is a smoke run (seconds, for tests); its figures are not the ones to report.
     scale = 0.05 if quick else 1.0
     list_log = 20_000 if quick else 1_000_000

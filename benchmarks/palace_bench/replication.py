@@ -22,6 +22,7 @@ also on Ctrl-C.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -37,7 +38,7 @@ from palacectl.client import Client
 
 from .clients import bench_event
 from .daemon import CONVERGE_TIMEOUT_S, START_TIMEOUT_S, BenchDaemon, BenchPalace
-from .figures import judge, percentile
+from .figures import judge, narrator, percentile
 
 __all__ = ["run_replication_bench"]
 
@@ -129,7 +130,7 @@ def _append_pipelined(daemon: BenchDaemon, total: int, start: int, clients: int 
                 _expect_ok(client.receive(timeout=60))
 
     t0 = time.perf_counter()
-    _run_threads([lambda k=k: worker(k) for k in range(clients)])
+    _run_threads([functools.partial(worker, k) for k in range(clients)])
     return time.perf_counter() - t0
 
 
@@ -261,7 +262,8 @@ def _heal(palace: BenchPalace, events: int, say: Say) -> dict[str, float]:
     start = palace.a.call("digest")["events"]
     _append_pipelined(palace.a, events, 20_000_000 + start)
     want = palace.a.call("digest")
-    say(f"  B stopped; {events:,} events appended on A (A holds {want['events']:,}); restarting B on port {b.port} (it redials A's remembered address)")
+    say(f"  B stopped; {events:,} events appended on A (A holds {want['events']:,}); restarting B on port {b.port} "
+        "(it redials A's remembered address)")
     t0 = b.spawn(listen=f"127.0.0.1:{b.port}")
     client = b.connect()
     t_ready = time.perf_counter()
@@ -303,7 +305,7 @@ def run_replication_bench(*, quick: bool = False, progress: bool = True) -> dict
     Order: A is seeded once (its figure reported apart), B joins it cold (catch-up), then the A–B
     pair is measured live (wake, throughput) and across B's restart (heal), all on the seeded log.
     """
-    say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Say = narrator(progress)
     # --quick is a smoke run (seconds, for tests); its figures are not the ones to report.
     catch_up_events = 2_000 if quick else 100_000
     wake_samples = 30 if quick else 500

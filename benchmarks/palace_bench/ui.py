@@ -13,6 +13,7 @@ fleet and the leases; and the live path, an append to its frame on ``/logstream/
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -30,7 +31,7 @@ from typing import Any, Final
 from palacectl.client import Client
 
 from .daemon import BenchDaemon
-from .figures import percentile
+from .figures import narrator, percentile
 from .one_daemon import _fill
 
 __all__ = ["run_ui_bench"]
@@ -145,7 +146,7 @@ def _live_frames(ui: _Dashboard, home: Path, samples: int) -> dict[str, float]:
 
 def run_ui_bench(*, quick: bool = False, progress: bool = True, events: int | None = None) -> dict[str, Any]:
     """Fill a temporary palace and time the dashboard's routes on it; returns the figures."""
-    say: Callable[[str], None] = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Callable[[str], None] = narrator(progress)
     total = events or (QUICK_EVENTS if quick else DEFAULT_EVENTS)
     samples = 5 if quick else 30
     root = Path(tempfile.mkdtemp(prefix="palbench", dir="/tmp"))  # short: socket paths stay < 107 bytes
@@ -179,7 +180,7 @@ def run_ui_bench(*, quick: bool = False, progress: bool = True, events: int | No
             "leases": "/api/leases",
         }
         for name, path in routes.items():
-            figures = _time(lambda path=path: ui.get(path), samples)
+            figures = _time(functools.partial(ui.get, path), samples)
             results[f"{name}_p50_ms"], results[f"{name}_p99_ms"] = round(figures["p50_ms"], 1), round(figures["p99_ms"], 1)
             say(f"  {name:<20} {path[:60]:<60} p50 {figures['p50_ms']:8.1f} ms   p99 {figures['p99_ms']:8.1f} ms")
         live = _live_frames(ui, daemon.home, samples * 3)

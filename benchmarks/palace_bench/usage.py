@@ -34,6 +34,7 @@ from typing import Any, Final
 from palacectl.client import Client
 
 from .daemon import BenchDaemon
+from .figures import narrator
 
 __all__ = ["run_usage_bench"]
 
@@ -134,7 +135,7 @@ def run_usage_bench(*, quick: bool = False, progress: bool = True, reports: int 
                     calls: int | None = None) -> dict[str, Any]:
     """Fill a temporary daemon with usage reports and time ``usage``; returns the figures
     (printing them unless ``progress`` is off)."""
-    say: Say = (lambda m: (sys.stderr.write(m + "\n"), sys.stderr.flush())) if progress else (lambda m: None)
+    say: Say = narrator(progress)
     reports = reports if reports is not None else (5_000 if quick else DEFAULT_REPORTS)
     calls = calls if calls is not None else (10 if quick else DEFAULT_CALLS)
     root = Path(tempfile.mkdtemp(prefix="palusage", dir="/tmp"))  # short: socket paths stay under ~107 bytes

@@ -138,7 +138,8 @@ def bench_cli(
 @bench_app.command("ui")
 def bench_ui(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
-    events: Annotated[Optional[int], typer.Option("--events", help="Fill the log to this many events (default 1,000,000).")] = None,
+    events: Annotated[Optional[int], typer.Option(
+        "--events", help="Fill the log to this many events (default 1,000,000).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Measure the dashboard on a big palace: each page's data over HTTP, and the live stream."""

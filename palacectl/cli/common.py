@@ -19,7 +19,14 @@ import typer
 
 from ..client import home_from
 from ..loop import (
-    UsageProblem, call, capped, decode_utf8, parse_metadata, print_events, read_input, text_or_file,
+    UsageProblem,
+    call,
+    capped,
+    decode_utf8,
+    parse_metadata,
+    print_events,
+    read_input,
+    text_or_file,
 )
 
 __all__ = [

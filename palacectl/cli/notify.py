@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Optional
 
 import typer
+
 from palace_proto.text import printable
 
 from ..output import EXIT_FAILED, EXIT_OK, emit, write_stdout

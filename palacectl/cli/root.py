@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Final, Optional
+from typing import Annotated, Any, Final, Optional, cast
 
 import typer
 
@@ -120,7 +120,7 @@ def __getattr__(name: str) -> Any:
 
 # -- entry point --------------------------------------------------------------------------------
 
-_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_UsageError = cast("type[Exception]", next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"))
 
 
 def main(argv: list[str] | None = None, *, app: typer.Typer | None = None) -> int:

@@ -28,8 +28,22 @@ from typing import Final
 
 from .. import service
 from ..feature import Feature, Features
-from . import agents, approvals, archive, artifacts, dashboard, fleet, guard, leases, memory, questions, rooms, tasks
-from . import usage, worker
+from . import (
+    agents,
+    approvals,
+    archive,
+    artifacts,
+    dashboard,
+    fleet,
+    guard,
+    leases,
+    memory,
+    questions,
+    rooms,
+    tasks,
+    usage,
+    worker,
+)
 
 __all__ = ["FEATURES", "HELP_ORDER", "NAV_ORDER", "TOOL_GROUPS", "features"]
 

@@ -31,14 +31,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Optional, cast
 
 import typer
 
-from ..output import emit, fail, note, write_stdout
 from ..cli.common import JsonOpt, UsageProblem, current_home
+from ..output import emit, fail, note, write_stdout
 
 if TYPE_CHECKING:
     from .host import Platform
@@ -263,7 +263,7 @@ def install(
             raise UsageProblem("--platform only previews another system's file; add --dry-run")
         if platform not in host.PLATFORMS:
             raise UsageProblem(f"--platform must be one of: {', '.join(host.PLATFORMS)}")
-    kind = _this_platform() if platform is None else cast("Platform", platform)
+    kind = _this_platform() if platform is None else platform
     if worker_agent is not None:
         spec = _worker_spec(worker_agent, cast("str", runner), cast("Path", workspace), concurrency, project, timeout)
         _install_worker(kind, spec, dry_run=dry_run, force=force, preview=platform is not None, as_json=json_)
@@ -462,5 +462,5 @@ def status(worker: WorkerOpt = False, agent: AgentOpt = None, json_: JsonOpt = F
                  f"home      {home}\n")
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"service": service_app}

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from pathlib import Path
+
 # NamedTuple rather than dataclasses: a dataclass costs ~0.5 ms to create, and this is a plain value.
 from typing import Final, Literal, NamedTuple
 

@@ -16,6 +16,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
 # NamedTuple rather than dataclasses: a dataclass costs ~0.5 ms to create, and these are plain values.
 from typing import Any, Final, Literal, NamedTuple
 

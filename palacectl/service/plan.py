@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
 # NamedTuple rather than dataclasses: a dataclass costs ~0.5 ms to create, and this is a plain value.
 from typing import Any, NamedTuple
 
@@ -109,10 +110,12 @@ def plan_install(platform: Platform, home: Path, *, filesystem_sandbox: bool = T
                    if log_dir is None else templates.render_launchd_plist(command, home, log_dir))
     else:
         command, service = host.palacectl_command(), worker.service
-        options = {"agent": worker.agent, "workspace": worker.workspace, "path_env": worker.path_env}
-        content = (templates.render_worker_unit(command, home, worker.args(), **options)
+        agent, workspace, path_env = worker.agent, worker.workspace, worker.path_env
+        content = (templates.render_worker_unit(command, home, worker.args(), agent=agent, workspace=workspace,
+                                                path_env=path_env)
                    if log_dir is None else
-                   templates.render_worker_plist(command, home, worker.args(), **options, log_dir=log_dir))
+                   templates.render_worker_plist(command, home, worker.args(), agent=agent, workspace=workspace,
+                                                 path_env=path_env, log_dir=log_dir))
     path = host.service_file(platform, service)
     existing = existing_file(path, content)
     return InstallPlan(platform, path, content, existing, home, command, log_dir,

@@ -64,7 +64,7 @@ def _check_worker(palacectl: Sequence[str], home: Path, args: Sequence[str], wor
     for word in palacectl:
         _check_path(word, "the palacectl command word", systemd=systemd)
     _check_path(str(home), "the palace home", systemd=systemd)
-    for flag, value in zip(args[::2], args[1::2]):  # the worker's options: "--flag value" pairs
+    for flag, value in zip(args[::2], args[1::2], strict=False):  # the worker's options: "--flag value" pairs
         _check_path(value, f"the {flag} value", systemd=systemd, fix="choose another")
     _check_path(str(workspace), "the workspace", systemd=systemd)
     _check_path(path_env, "your PATH", systemd=systemd, fix="remove that folder from PATH, then rerun install")

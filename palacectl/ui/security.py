@@ -97,9 +97,8 @@ class Gate:
         if host is None or host.lower() not in self.hosts:
             return Verdict.BAD_HOST
         from_url = False
-        if _same(cookies.get(self.cookie_name), self.secret):
-            pass
-        elif _same(_bearer(headers.get("authorization")), self.secret):
+        if (_same(cookies.get(self.cookie_name), self.secret)
+                or _same(_bearer(headers.get("authorization")), self.secret)):
             pass
         elif _same(url_secret, self.secret):
             from_url = True

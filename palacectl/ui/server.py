@@ -24,7 +24,7 @@ import sys
 import threading
 import webbrowser
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import trio
 
@@ -33,6 +33,10 @@ from ..files import write_atomically
 from ..output import EXIT_INTERRUPTED, EXIT_OK, CommandFailed, note, utc_now
 from .app import Dashboard
 from .security import Gate, new_secret
+
+if TYPE_CHECKING:
+    # (the dashboard types ASGI's messages as plain mappings; hypercorn as TypedDicts: one protocol)
+    from hypercorn.typing import ASGIFramework
 
 __all__ = ["UI_FILE", "run_ui"]
 
@@ -202,7 +206,8 @@ async def _serve(home: Path, port: int, open_browser: bool, human: str, max_stre
 
                 nursery.start_soon(on_signal)
                 await nursery.start(lambda task_status: _serve_http(
-                    wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, stop, task_status=task_status))
+                    wrap_app(cast("ASGIFramework", app), config.wsgi_max_body_size, "asgi"), config, sock, stop,
+                    task_status=task_status))
                 name = palace.get("name") or "this machine"
                 sys.stdout.write(f"palace dashboard for {name}, as {human}:\n  {url}\n")
                 sys.stdout.write(f"(the address holds this run's secret; {UI_FILE} in the palace home has it "

@@ -82,7 +82,7 @@ def stream_args(query: Mapping[str, list[str]], last_event_id: str | None) -> di
 def event_frame(event: Mapping[str, Any]) -> bytes:
     """One event's frame. JSON escapes every line break inside strings, so ``data`` is one line."""
     data = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return f"id: {event['id']}\nevent: logstream\ndata: {data}\n\n".encode("utf-8")
+    return f"id: {event['id']}\nevent: logstream\ndata: {data}\n\n".encode()
 
 
 class StreamSlots:

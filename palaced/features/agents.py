@@ -12,11 +12,12 @@ itself — who holds what, and the verdict on each event — is ``store/agents.p
 from __future__ import annotations
 
 import logging
-
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
+from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import (
     AGENT_EVENT_ROOM,
@@ -34,23 +35,20 @@ from palace_proto.identity import (
     order_key,
     registry_metadata,
 )
-from palace_proto.agents import DEFAULT_STALE_AFTER_S, check_stale_after
-from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.ids import fingerprint_is_valid
 from palace_proto.memory import diary_wing
 from palace_proto.pki import sign_ca_statement, verify_ca_statement
 from palace_proto.stamps import seconds_between
 from palace_proto.validation import AppendRequest, clean_optional
 
-from ..store import append_system
-from ..membership import Membership
-from ..store import WriteContext
-from ..store import identity as store_identity
-from ..store.memory_views import MemoryReads
 from ..clock import utc_now as _now
 from ..config import Section
 from ..feature import Feature
 from ..handlers.context import Context
+from ..membership import Membership
+from ..store import WriteContext, append_system
+from ..store import identity as store_identity
+from ..store.memory_views import MemoryReads
 from .fleet import who
 from .leases import lease_release
 from .tasks import recent_views, task_release
@@ -306,7 +304,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             continue
         info = seen.get(agent, {"events": 0, "last_activity": None})
         diary = diaries.get(agent, {})
-        last = max(info["last_activity"] or "", diary.get("last_activity") or "") or None
+        last_activity = max(info["last_activity"] or "", diary.get("last_activity") or "") or None
         impersonations = 0
         if agent in suspects:  # only daemons that did not hold the id all along can have written one
             written = await ctx.store.events_written_as(agent, suspects[agent], MAX_SUSPECT_EVENTS)
@@ -321,9 +319,9 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             "registered_since": wire["since"] if wire["daemon"] else None,
             "retired": wire["retired"],
             "retired_at": wire["since"] if wire["retired"] else None,
-            "last_activity": last,
+            "last_activity": last_activity,
             "events": info["events"],
-            "stale": last is not None and seconds_between(last, now) > stale_after_s(ctx),
+            "stale": last_activity is not None and seconds_between(last_activity, now) > stale_after_s(ctx),
             "watching": agent in live,
             "watching_on": sorted(set(live.get(agent, []))),
             # An author's wing is named after it; only a diary with no events of its own has its wing.

@@ -34,18 +34,17 @@ from palace_proto.stamps import format_stamp_seconds
 from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
-from ..store import append_event
 from ..clock import unix_now, utc_datetime, utc_now_seconds
 from ..enrolment import enrol
-from ..interfaces import interface_ipv4_addresses
-from ..membership import Membership, create_palace, save_joined
-from ..peers import ListenError
-from ..store import WriteContext, invites
 from ..feature import Feature
-from ..notify.triggers import Trigger
-from ..handlers.session import capped
 from ..handlers.context import Context
 from ..handlers.network import replicated_args, wait_replicated
+from ..handlers.session import capped
+from ..interfaces import interface_ipv4_addresses
+from ..membership import Membership, create_palace, save_joined
+from ..notify.triggers import Trigger
+from ..peers import ListenError
+from ..store import WriteContext, append_event, invites
 
 __all__ = ["FEATURE", "OPS", "fleet", "who"]
 

@@ -28,14 +28,13 @@ from palace_proto.memory import (
 )
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
-from ..store import append_event
 from ..clock import utc_today
-from ..store import WriteContext
+from ..feature import Feature
+from ..handlers.context import Context
+from ..handlers.session import cut
+from ..store import WriteContext, append_event
 from ..store import memory_views as views
 from ..store.memory_views import MemoryReads
-from ..feature import Feature
-from ..handlers.session import cut
-from ..handlers.context import Context
 from .memory_embedding import FastEmbedder
 from .memory_vectors import MemoryIndexer
 
@@ -143,7 +142,7 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     timings: dict[str, float] = {}
     nearest = await indexer.search(query, depth * 2 if any(filters.values()) else depth, timings)
     drawers = await _reads(ctx).drawers_by_id([d for d, _ in nearest])
-    cosine = {d: s for d, s in nearest}
+    cosine = dict(nearest)
     floor = args.get("min_similarity", DEFAULT_MIN_SIMILARITY)
     if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not -1 <= floor <= 1:
         raise ValidationError("min_similarity must be a number from -1 to 1", field="min_similarity")

@@ -138,4 +138,5 @@ class FastEmbedder:
         model = self._load()
         vectors = np.asarray(list(model.embed(texts, batch_size=32)), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.maximum(norms, 1e-12)
+        normalised: np.ndarray = vectors / np.maximum(norms, 1e-12)
+        return normalised

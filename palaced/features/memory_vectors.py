@@ -19,17 +19,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import trio
 
 from palace_proto.memory import MEMORY_TYPES
 
 from ..bus import EventBus, TypeWatch
-from .memory_embedding import Embedder, EmbeddingError
 from ..files import fsync_directory
 from ..store.aio import AsyncStore
 from ..store.memory_views import MemoryReads
+from .memory_embedding import Embedder, EmbeddingError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -106,7 +106,8 @@ class VectorIndex:
         except (OSError, ValueError, RuntimeError, TypeError):
             return False
         if trained_on:
-            index.nprobe = _nprobe(index.nlist)
+            # a trained index is an IVF one; faiss types read_index as the base Index
+            index.nprobe = _nprobe(index.nlist)  # type: ignore[attr-defined]
         keys = set(self._vectors_of(index)[0].tolist())
         with self._lock:
             self.index, self.trained_on, self._keys = index, trained_on, keys
@@ -305,7 +306,7 @@ class MemoryIndexer:
                 "last_index_build": self.last_index_build, "save_error": self.save_error,
                 "vector_purge_pending": self.purge_pending}
 
-    async def run(self) -> None:
+    async def run(self) -> NoReturn:
         # Registered before the first sync: nothing committed after it goes unnoticed.
         watch = self.bus.watch_types(MEMORY_TYPES | {"event.redact"})
         last_save = trio.current_time()

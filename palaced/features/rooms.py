@@ -38,10 +38,10 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-
-from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.event_fields import PublicEvent
 from palace_proto.memory import Drawer
+from palace_proto.projects import project_stream
 from palace_proto.rooms import (
     ROOM_OPEN,
     ROOM_TYPES,
@@ -56,23 +56,21 @@ from palace_proto.rooms import (
     derive_room,
     drawer_text,
     handoff,
-    message_request,
     keyed_room_id,
+    message_request,
     needs_membership,
     open_request,
     ordered,
     room_slug,
     transcript,
 )
-from palace_proto.projects import project_stream
 from palace_proto.validation import AppendRequest, clean_optional, clean_required, validate_page_limit
 
-from ..store import append_event
-from ..store import WriteContext
-from ..store import rooms as store_rooms
-from ..store.rooms import RoomReads
 from ..feature import Feature, Follower
 from ..handlers.context import Context
+from ..store import WriteContext, append_event
+from ..store import rooms as store_rooms
+from ..store.rooms import RoomReads
 
 __all__ = ["FEATURE", "OPS", "RoomFiler", "RoomWake", "rooms_of"]
 
@@ -243,8 +241,9 @@ async def room_close(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         if not already_closed:
             request = AppendRequest.from_wire(close_request(room, from_agent=from_agent, outcome=outcome), ctx.limits)
             events.append(append_event(w, request))
-            room = derive_room(room_id, events)
-            assert room is not None  # it was open a line ago
+            closed = derive_room(room_id, events)
+            assert closed is not None  # it was open a line ago
+            room = closed
         close = next(e for e in events if e["id"] == room.close_event_id)
         return room, close, already_closed, _file(ctx, w, room, events, from_agent)
 

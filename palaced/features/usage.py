@@ -21,8 +21,8 @@ from palace_proto.validation import validate_created_at_bound
 
 from ..clock import utc_now
 from ..feature import Feature
-from ..notify.triggers import Trigger
 from ..handlers.context import Context
+from ..notify.triggers import Trigger
 from ..store import usage as store_usage
 from ..store.usage import UsageReads
 

@@ -98,7 +98,7 @@ class Context:
     #: the notifier (palaced.notify.notifier.Notifier) when [notify] names people; set by app.py
     notifier: Any = None
     #: what each feature keeps in memory for the daemon's life, by its kind (``state``)
-    states: dict[type, Any] = field(default_factory=dict)
+    states: dict[Callable[[Context], Any], Any] = field(default_factory=dict)
     started_at: float = field(default_factory=unix_now)
     started_monotonic: float = field(default_factory=time.monotonic)
     # Derived once from the above (read on every request, so plain attributes rather than properties).
@@ -120,10 +120,10 @@ class Context:
         """A feature's state for the daemon's life — ``kind(ctx)``, made on first use (the leases'
         ``LeaseBook``, the tasks' last look, the memory's vector worker): the core holds it without
         knowing what it is."""
-        found = self.states.get(kind)  # type: ignore[call-overload]
+        found = self.states.get(kind)
         if found is None:
-            found = self.states[kind] = kind(self)  # type: ignore[index]
-        return found  # type: ignore[no-any-return]
+            found = self.states[kind] = kind(self)
+        return found
 
     # -- watchers --------------------------------------------------------------------------------
 

@@ -35,10 +35,9 @@ from palace_proto.export import (
 from palace_proto.stamps import format_stamp_seconds
 from palace_proto.validation import clean_required
 
-from ..store import import_history, put_verified_artifact
 from ..clock import utc_datetime
 from ..recent_errors import RECENT_ERRORS
-from ..store import StoreError, WriteContext
+from ..store import StoreError, WriteContext, import_history, put_verified_artifact
 from ..store.backup import backup_database, wal_bytes
 from .context import Context
 from .network import network_status, peer_counts
@@ -298,11 +297,12 @@ async def backup(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError(f"the folder {target.parent} does not exist; create it first", field="path")
     database = ctx.store.path
     live = {database, database.with_name(database.name + "-wal"), database.with_name(database.name + "-shm")}
-    if target.resolve() in {p.resolve() for p in live}:
+    # The stat calls below block the loop for microseconds on a local disk, once per backup request.
+    if target.resolve() in {p.resolve() for p in live}:  # noqa: ASYNC240
         raise ValidationError(f"{target} is the live database itself; back up to another file", field="path")
-    if target.is_dir():
+    if target.is_dir():  # noqa: ASYNC240
         raise ValidationError(f"{target} is a folder; name the backup file", field="path")
-    if target.exists() and not overwrite:
+    if target.exists() and not overwrite:  # noqa: ASYNC240
         raise ValidationError(f"{target} already exists; pass --force to replace it", field="path")
     if not os.access(target.parent, os.W_OK):
         raise ValidationError(f"cannot write to {target.parent} (permission denied)", field="path")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from palace_proto.identity import HUMAN_PREFIX
 from palace_proto.errors import ApiError
+from palace_proto.identity import HUMAN_PREFIX
 from palace_proto.validation import clean_optional
 
 from .context import Context

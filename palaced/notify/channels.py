@@ -25,8 +25,9 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from http.client import HTTPMessage
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 from urllib.parse import urlsplit
 
 import trio
@@ -59,7 +60,8 @@ def _loopback(host: str | None) -> bool:
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: HTTPMessage, newurl: str) -> urllib.request.Request | None:
         raise urllib.error.HTTPError(req.full_url, code, f"redirect to {urlsplit(newurl).hostname} refused",
                                      headers, fp)
 

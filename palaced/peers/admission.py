@@ -95,7 +95,7 @@ class Admission:
             return False
         if host not in self._accepts_by_host and len(self._accepts_by_host) >= MAX_TRACKED_HOSTS:
             self._accepts_by_host = {h: ts for h, ts in self._accepts_by_host.items()
-                                     if ts and now - ts[-1] < ACCEPT_WINDOW_S or self._inbound_by_host.get(h)}
+                                     if (ts and now - ts[-1] < ACCEPT_WINDOW_S) or self._inbound_by_host.get(h)}
             if len(self._accepts_by_host) >= MAX_TRACKED_HOSTS:
                 self.limits.hit("tracked_hosts", "refusing peer connections: %d hosts connected within %.0f s (the "
                                 "limit)", MAX_TRACKED_HOSTS, ACCEPT_WINDOW_S)
@@ -136,7 +136,8 @@ class Admission:
         except OSError:
             remote = "?"
         enrolling = self._enrol_ctx is not None and self.invites_pending
-        stream = TlsStream(tcp, self._enrol_ctx if enrolling else self._server_ctx, server_side=True)
+        stream = TlsStream(tcp, self._enrol_ctx if self._enrol_ctx is not None and enrolling else self._server_ctx,
+                           server_side=True)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 await stream.do_handshake()

@@ -30,7 +30,7 @@ from palace_proto.peer import PEER_PROTOCOL_VERSION, format_peer_address, parse_
 from palace_proto.pki import CertificateError
 from palace_proto.text import printable
 
-from ..clock import utc_datetime
+from ..clock import utc_datetime, utc_now_seconds
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
@@ -38,7 +38,6 @@ from ..store import StoreError, WriteContext, peer_rows
 from ..store.aio import AsyncStore
 from ..tls import peer_certificate
 from ..tls_stream import TlsStream
-from ..clock import utc_now_seconds
 from .links import HANDSHAKE_TIMEOUT_S, LinkRunner
 from .registry import LinkRegistry
 
@@ -170,7 +169,8 @@ class Dialer:
         # to anyone on the LAN: its peer ids must not pile up).
         peer_id = target.peer_id
         record = self.registry.records.get(peer_id) if peer_id else None
-        if (record is not None and record.link is None and self.directory.certificate_of_peer(peer_id) is None
+        if (peer_id and record is not None and record.link is None
+                and self.directory.certificate_of_peer(peer_id) is None
                 and not any(t.peer_id == peer_id for t in self.targets.values())):
             self.registry.forget(peer_id)
 

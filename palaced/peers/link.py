@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import trio
+
 from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError
@@ -64,11 +65,11 @@ from palace_proto.sync import verify_batch
 from palace_proto.sync_plan import SERVE_RATE_EVENTS_S, OwedPage
 from palace_proto.text import printable
 
-from ..store import apply_remote, put_verified_artifact, save_bindings
-from ..clock import utc_now
 from ..bus import EventBus
+from ..clock import utc_now
 from ..limits import LimitLog
 from ..members import BindingError, MemberDirectory
+from ..store import apply_remote, put_verified_artifact, save_bindings
 from ..store.aio import HEAVY_ARTIFACT_BYTES, AsyncStore
 
 __all__ = ["LinkHooks", "PeerLink"]
@@ -170,12 +171,16 @@ class LinkHooks(Protocol):
         link to the daemon that writes it, whose vector shows at least as much)?"""
 
 
-class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _PeerLog(logging.LoggerAdapter[logging.Logger]):
     """Every line prefixed with the peer's short id (the first group of its fingerprint), so one
     peer's story can be grepped out of the log."""
 
+    def __init__(self, logger: logging.Logger, link: PeerLink) -> None:
+        super().__init__(logger, {"link": link})
+        self.link = link
+
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"peer {_short(self.extra['link'].peer_id)}: {msg}", kwargs  # type: ignore[index]
+        return f"peer {_short(self.link.peer_id)}: {msg}", kwargs
 
 
 class PeerLink:
@@ -200,7 +205,7 @@ class PeerLink:
         #: peer id of the side that dialled (tie-break between two connections of one pair)
         self.dialer = dialer
         self.last_contact = utc_now()
-        self.log = _PeerLog(LOGGER, {"link": self})
+        self.log = _PeerLog(LOGGER, self)
         self.closed = trio.Event()
         #: set when the sender may have something to do (replaced each time it waits)
         self._wake = trio.Event()

@@ -24,13 +24,13 @@ from palace_proto.pki import MemberCertificate
 from palace_proto.text import printable
 
 from ..bus import EventBus
+from ..clock import utc_now_seconds
 from ..limits import LimitLog
 from ..members import MemberDirectory
-from .link import LinkHooks, PeerLink
 from ..store import StoreError
 from ..store.aio import AsyncStore
 from ..tls_stream import TlsStream
-from ..clock import utc_now_seconds
+from .link import LinkHooks, PeerLink
 from .registry import LinkRegistry
 
 __all__ = ["HANDSHAKE_TIMEOUT_S", "LinkRunner"]

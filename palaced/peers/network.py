@@ -29,12 +29,12 @@ from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
-from .link import PeerLink
 from ..store.aio import AsyncStore
 from ..tls import client_context, server_context
 from .admission import Admission
 from .dialing import Dialer
 from .gossip import Gossip
+from .link import PeerLink
 from .links import LinkRunner
 from .presence import Presences
 from .receipts import Receipts
@@ -128,7 +128,7 @@ class Network:
         except OSError as exc:
             raise ListenError(f"cannot listen for peers on {address}: {exc.strerror or exc} (another palaced on "
                               "this port? choose one with --listen HOST:PORT or [network] listen)") from None
-        self.listen_addresses = [format_peer_address(*l.socket.getsockname()[:2]) for l in listeners]
+        self.listen_addresses = [format_peer_address(*listener.socket.getsockname()[:2]) for listener in listeners]
         LOGGER.info("listening for peers on %s", ", ".join(self.listen_addresses))
         async with trio.open_nursery() as nursery:
             self.dialer.nursery = nursery

@@ -27,11 +27,10 @@ from palace_proto.peer import (
 from palace_proto.text import printable
 from palace_proto.workers import decode_activity
 
-from ..clock import unix_now, unix_now_us
+from ..clock import unix_now, unix_now_us, utc_now_seconds
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
-from ..clock import utc_now_seconds
 from .gossip import Gossip, GossipRecord
 
 if TYPE_CHECKING:

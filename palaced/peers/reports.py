@@ -22,15 +22,15 @@ import trio
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from palace_proto.reports import decode_report, encode_report
 from palace_proto.peer import Report, report_signing_bytes
+from palace_proto.reports import decode_report, encode_report
 from palace_proto.text import printable
 
+from ..clock import unix_now_us, utc_now_seconds
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
 from ..store.aio import AsyncStore
-from ..clock import unix_now_us, utc_now_seconds
 from .gossip import Gossip, GossipRecord
 from .registry import LinkChange, LinkRegistry
 from .views import PeerViews

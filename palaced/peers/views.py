@@ -89,7 +89,8 @@ class PeerViews:
                 for origin, seq in link.machine.confirmed.items():
                     theirs[origin] = max(theirs.get(origin, 0), seq)
             origins = sorted(set(heads) | set(theirs))
-            vector = [{"origin": o, "ours": heads.get(o, 0), "theirs": theirs.get(o, 0)} for o in origins]
+            vector: list[dict[str, Any]] = [{"origin": o, "ours": heads.get(o, 0), "theirs": theirs.get(o, 0)}
+                                            for o in origins]
             known = link is not None or peer_id in confirmed
             # None: we have never heard what that peer holds (e.g. known only through a relay).
             we_lack = sum(max(0, v["theirs"] - v["ours"]) for v in vector) if known else None

@@ -17,7 +17,6 @@ from .queries import event_by_id as event_by_id
 from .queries import events_of_types_after_seq as events_of_types_after_seq
 from .queries import latest_seq_of_types as latest_seq_of_types
 from .state import WriteContext as WriteContext
-
 from .store import DB_FILENAME as DB_FILENAME
 from .store import Store as Store
 from .store import StoreError as StoreError

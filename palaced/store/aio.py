@@ -30,9 +30,9 @@ from palace_proto.validation import Limits
 
 from . import inbox
 from .identity import AgentRegistry
-from .state import Refusals
 from .queries import Reads
 from .reads import ReadSet, StoreRead
+from .state import Refusals
 from .store import Store
 from .wal import Wal
 from .wal_keeper import WalKeeper
@@ -63,7 +63,7 @@ class AsyncStore(ReadSet):
         self.writer = Writer(store, self.keeper, on_committed, on_purged)
         #: ``write(job, *, heavy=False)``: ``Writer.write`` itself (no call layer of its own on the
         #: append path): ``job(ctx)`` runs in the next write batch; its value once committed and fsynced
-        self.write: Callable[..., Awaitable[Any]] = self.writer.write
+        self.write = self.writer.write  # (typed as Writer.write: a job's value type is the write's)
         #: ``sync()``: every write so far on disk, those made with ``durable=False`` too (``Writer.sync``)
         self.sync: Callable[..., Awaitable[None]] = self.writer.sync
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)

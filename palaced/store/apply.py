@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Final
 import apsw
 import msgpack
 
-from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, SignedEvent, verify_hashes
 from palace_proto.errors import SignatureError, ValidationError
 from palace_proto.features import STORED_CHECKS
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.peer import event_to_wire
 from palace_proto.sync import OriginHead, Verdict, classify, verify_incoming
 from palace_proto.text import printable
 from palace_proto.validation import Limits, check_replicated_event
 
-from .state import Refusals
 from ..clock import utc_now
 from .origins import head, origin_key
 from .queries import hash_at, signed_event_at
+from .state import Refusals
 from .writes import insert_event, redact
 
 if TYPE_CHECKING:
@@ -175,8 +175,8 @@ def apply_remote(ctx: WriteContext, events: Sequence[SignedEvent], key_for: Call
             record = insert_event(ctx, event)
             conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
                          (event.origin_seq, event.event_hash, event.origin))
-            heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
-            batch_heads.append((event.origin, heads[event.origin]))
+            new_head = heads[event.origin] = OriginHead(event.origin_seq, event.event_hash)
+            batch_heads.append((event.origin, new_head))
             ctx.refusals.next.pop(event.origin, None)
             if event.type == "event.redact":
                 _apply_redaction(ctx, event, may_redact, report, source)
@@ -215,8 +215,8 @@ def _join_history(ctx: WriteContext, origin: str, origin_seq: int, key: bytes, o
     except SignatureError:
         return
     conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?", (origin_seq, stored.event_hash, origin))
-    heads[origin] = OriginHead(origin_seq, stored.event_hash)
-    ctx.batch.heads.append((origin, heads[origin]))
+    new_head = heads[origin] = OriginHead(origin_seq, stored.event_hash)
+    ctx.batch.heads.append((origin, new_head))
     if stored.type in REGISTRY_TYPES:  # part of the chain now: the registry counts it from here on
         ctx.batch.registry.append(stored)
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import apsw
 
+from .fetch import one_row
+
 __all__ = ["backup_database", "wal_bytes"]
 
 
@@ -60,7 +62,7 @@ def backup_database(db_path: Path, target: Path) -> dict[str, Any]:
                 backup.step(-1)
             # A self-contained file: rollback journal, not WAL (no -wal file to carry along).
             copy.execute("PRAGMA journal_mode=DELETE")
-            (events,) = copy.execute("SELECT count(*) FROM events").fetchone()
+            (events,) = one_row(copy.execute("SELECT count(*) FROM events"))
             origin = copy.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
         finally:
             copy.close()

@@ -41,7 +41,7 @@ class TransactionLost(Exception):
     """SQLite rolled the batch's whole transaction back (it does after some errors, e.g. SQLITE_FULL
     while spilling pages mid-statement) while job ``index`` ran: nothing of the batch exists."""
 
-    def __init__(self, index: int, cause: BaseException | None) -> None:
+    def __init__(self, index: int, cause: Exception | None) -> None:
         super().__init__(str(cause) if cause else "the transaction was rolled back by SQLite")
         self.index = index
         self.cause = cause

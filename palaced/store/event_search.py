@@ -17,6 +17,7 @@ from palace_proto.event_fields import PublicEvent
 from palace_proto.envelope import preview_event
 from palace_proto.validation import ListQuery, text_match_expression
 
+from .fetch import all_rows
 from .follow import follow_to, followed_to
 from .rows import PUBLIC_COLUMNS, row_to_public
 
@@ -42,7 +43,7 @@ def index_pending(ctx: WriteContext, limit: int = INDEX_CHUNK) -> tuple[int, int
     thread). Returns (the new position, how many events it looked at)."""
     conn = ctx.conn
     start = indexed_seq(conn)
-    rows = conn.execute("SELECT seq, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (start, limit)).fetchall()
+    rows = all_rows(conn.execute("SELECT seq, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (start, limit)))
     if not rows:
         return start, 0
     conn.executemany("INSERT INTO events_fts (rowid, body) VALUES (?, ?)",

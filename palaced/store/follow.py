@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Final
 
 import apsw
 
+from .fetch import all_rows
+
 if TYPE_CHECKING:
     from .state import WriteContext
 
@@ -48,10 +50,10 @@ def fold_activity(ctx: WriteContext, limit: int = ACTIVITY_CHUNK) -> tuple[int, 
     events it counted)."""
     conn = ctx.conn
     start = followed_to(conn, ACTIVITY_SEQ_KEY)
-    groups = conn.execute(
+    groups = all_rows(conn.execute(
         "SELECT from_agent, origin, count(*), min(created_at), max(created_at), max(seq) FROM "
         "(SELECT seq, from_agent, origin, created_at FROM events WHERE seq > ? ORDER BY seq LIMIT ?) "
-        "GROUP BY from_agent, origin", (start, limit)).fetchall()
+        "GROUP BY from_agent, origin", (start, limit)))
     if not groups:
         return start, 0
     conn.executemany(_FOLD_ACTIVITY, [g[:5] for g in groups])

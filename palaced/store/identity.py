@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.authority import written_as_daemon
+from palace_proto.envelope import CommittedEvent, SignedEvent
+from palace_proto.errors import ApiError, ValidationError
 from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import (
     MAX_AGENTS_PER_ORIGIN,
@@ -49,11 +52,9 @@ from palace_proto.identity import (
     judge,
     registry_metadata,
 )
-from palace_proto.authority import written_as_daemon
-from palace_proto.envelope import CommittedEvent, SignedEvent
-from palace_proto.errors import ApiError, ValidationError
 from palace_proto.ids import fingerprint
 
+from .fetch import all_rows
 
 if TYPE_CHECKING:
     from .state import WriteContext
@@ -147,10 +148,10 @@ class AgentRegistry:
                                    for origin, key in conn.execute("SELECT origin, public_key FROM origins"))
         self._claims, self._origin_agents = {}, {}
         placeholders = ",".join("?" * len(REGISTRY_TYPES))
-        rows = conn.execute(
+        rows = all_rows(conn.execute(
             f"SELECT e.id, e.origin, e.type, e.created_at, e.metadata, e.from_agent FROM events e JOIN origins o "
             f"ON o.origin = e.origin WHERE e.type IN ({placeholders}) AND e.origin_seq <= o.max_seq "
-            f"ORDER BY e.origin, e.origin_seq", tuple(sorted(REGISTRY_TYPES))).fetchall()
+            f"ORDER BY e.origin, e.origin_seq", tuple(sorted(REGISTRY_TYPES))))
         for event_id, origin, kind, created_at, metadata, from_agent in rows:
             self._take({"id": event_id, "origin": origin, "type": kind, "created_at": created_at,
                         "metadata": json.loads(metadata), "from_agent": from_agent})
@@ -293,8 +294,8 @@ class AgentRegistry:
         if not own:
             return []
         marks = ",".join("?" * len(own))
-        rows = ctx.conn.execute(f"SELECT DISTINCT from_agent FROM events WHERE origin IN ({marks}) AND "
-                                   f"from_agent != ?", (*own, SYSTEM_AGENT)).fetchall()
+        rows = all_rows(ctx.conn.execute(f"SELECT DISTINCT from_agent FROM events WHERE origin IN ({marks}) AND "
+                                            f"from_agent != ?", (*own, SYSTEM_AGENT)))
         out = []
         for (agent,) in rows:
             record = self.record_of(ctx, agent)

@@ -20,10 +20,11 @@ from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import ListQuery
 
 from ..clock import utc_now
+from .fetch import one_row
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["MAX_INBOX_CURSORS", "Cursor", "InboxFull", "InboxScope", "cursor_of", "inbox_page", "mark_read",
            "note_listed", "unread_count"]
@@ -91,7 +92,7 @@ def unread_count(reads: Reads, agent: str, after_seq: int, scope: InboxScope = I
 def _ensure_row(conn: apsw.Connection, agent: str) -> None:
     if conn.execute("SELECT 1 FROM inbox_cursors WHERE agent=?", (agent,)).fetchone():
         return
-    (count,) = conn.execute("SELECT count(*) FROM inbox_cursors").fetchone()
+    (count,) = one_row(conn.execute("SELECT count(*) FROM inbox_cursors"))
     if count >= MAX_INBOX_CURSORS:
         raise InboxFull(f"this daemon keeps inbox cursors for {MAX_INBOX_CURSORS} agents already; retire unused "
                         "agents (`palacectl agents` lists them) before reading a new agent's inbox")

@@ -23,7 +23,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import apsw
 
@@ -43,15 +43,17 @@ from palace_proto.memory import (
 )
 from palace_proto.text import printable
 
+from .fetch import all_rows, one_row
 from .parts import StorePart
 from .queries import signed_event_at
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
-__all__ = ["PART", "VIEWS_VERSION", "MemoryReads", "ensure_views", "rebuild_views", "agents", "diary_page", "drawer_contents", "drawer_ids", "drawers_by_id",
+__all__ = ["PART", "VIEWS_VERSION", "MemoryReads", "ensure_views", "rebuild_views", "agents", "diary_page",
+           "drawer_contents", "drawer_ids", "drawers_by_id",
            "drawers_fingerprint", "facts_about", "facts_ended_by", "keyword_search", "materialise", "passes", "rebuild",
            "related_memory_events", "related_memory_events_in", "tunnels", "unmaterialise"]
 
@@ -149,11 +151,11 @@ def related_memory_events(conn: apsw.Connection, event_id: str) -> list[str]:
 
     Call it before redacting ``event_id``: its redaction removes the link it has to the others.
     """
-    rows = conn.execute(
+    rows = all_rows(conn.execute(
         "SELECT e.id FROM memory_keys mine JOIN memory_keys other ON other.key = mine.key "
         "JOIN events e ON e.id = other.event_id "
         "WHERE mine.event_id = ? AND other.event_id != mine.event_id AND e.body IS NOT NULL ORDER BY e.seq",
-        (event_id,)).fetchall()
+        (event_id,)))
     return [r[0] for r in rows]
 
 
@@ -165,7 +167,7 @@ def related_memory_events_in(ctx: WriteContext, event_id: str) -> list[str]:
 def facts_ended_by(ctx: WriteContext, event_id: str) -> int:
     """How many facts the ``memory.kg.invalidate`` event ``event_id`` ended (in the write job that
     appended it)."""
-    (ended,) = ctx.conn.execute("SELECT count(*) FROM kg_facts WHERE ended_by=?", (event_id,)).fetchone()
+    (ended,) = one_row(ctx.conn.execute("SELECT count(*) FROM kg_facts WHERE ended_by=?", (event_id,)))
     return ended
 
 
@@ -179,9 +181,9 @@ def unmaterialise(conn: apsw.Connection, event_id: str, load: Loader) -> None:
     row = conn.execute("SELECT key FROM memory_keys WHERE event_id=?", (event_id,)).fetchone()
     group: list[tuple[str, int, str]] = []
     if row is not None:
-        group = conn.execute(
+        group = all_rows(conn.execute(
             "SELECT e.origin, e.origin_seq, e.id FROM memory_keys k JOIN events e ON e.id = k.event_id "
-            "WHERE k.key = ? ORDER BY e.seq", (row[0],)).fetchall()
+            "WHERE k.key = ? ORDER BY e.seq", (row[0],)))
     removed: list[str] = []
     for eid in {event_id, *(g[2] for g in group)}:
         removed += _drop_drawers_of(conn, eid)
@@ -198,7 +200,7 @@ def unmaterialise(conn: apsw.Connection, event_id: str, load: Loader) -> None:
 
 def _drop_drawers_of(conn: apsw.Connection, event_id: str) -> list[str]:
     contents = []
-    for rowid, content in conn.execute("SELECT rowid, content FROM drawers WHERE event_id=?", (event_id,)).fetchall():
+    for rowid, content in all_rows(conn.execute("SELECT rowid, content FROM drawers WHERE event_id=?", (event_id,))):
         # External content: FTS5 removes exactly the terms of the text it is given (the text indexed).
         conn.execute("INSERT INTO drawers_fts (drawers_fts, rowid, content) VALUES ('delete', ?, ?)", (rowid, content))
         conn.execute("DELETE FROM drawers WHERE rowid=?", (rowid,))
@@ -245,7 +247,8 @@ def _terms(conn: apsw.Connection, texts: Iterable[str]) -> set[bytes]:
     for text in texts:
         for token in tokenizer(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False,
                                include_colocated=False):
-            terms.add(token.encode("utf-8"))
+            # With offsets and colocated tokens off, a token is its text alone (apsw types every form).
+            terms.add(cast(str, token).encode("utf-8"))
     return terms
 
 
@@ -277,15 +280,15 @@ def rebuild(conn: apsw.Connection, load: Loader, progress: Callable[[int, int], 
     conn.execute("DELETE FROM kg_facts")
     conn.execute("DELETE FROM memory_keys")
     placeholders = ",".join("?" * len(MEMORY_TYPES))
-    keys = conn.execute(f"SELECT origin, origin_seq FROM events WHERE type IN ({placeholders}) ORDER BY seq",
-                        tuple(sorted(MEMORY_TYPES))).fetchall()
+    keys = all_rows(conn.execute(f"SELECT origin, origin_seq FROM events WHERE type IN ({placeholders}) ORDER BY seq",
+                                 tuple(sorted(MEMORY_TYPES))))
     for start in range(0, len(keys), 500):
         for event in load(keys[start:start + 500]):
             materialise(conn, event)
         if progress is not None:
             progress(min(start + 500, len(keys)), len(keys))
-    (drawers,) = conn.execute("SELECT count(*) FROM drawers").fetchone()
-    (facts,) = conn.execute("SELECT count(*) FROM kg_facts").fetchone()
+    (drawers,) = one_row(conn.execute("SELECT count(*) FROM drawers"))
+    (facts,) = one_row(conn.execute("SELECT count(*) FROM kg_facts"))
     return {"events": len(keys), "drawers": drawers, "facts": facts}
 
 
@@ -319,18 +322,18 @@ def drawers_by_id(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, dict[s
 
 def drawers_fingerprint(conn: apsw.Connection) -> tuple[int, int]:
     """(how many drawers, the highest drawer rowid): changes whenever a drawer is filed or dropped."""
-    return conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM drawers").fetchone()
+    return one_row(conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM drawers"))
 
 
 def drawer_ids(conn: apsw.Connection) -> list[tuple[str, str]]:
     """(id, kind) of every drawer."""
-    return conn.execute("SELECT id, kind FROM drawers").fetchall()
+    return all_rows(conn.execute("SELECT id, kind FROM drawers"))
 
 
 def drawer_contents(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, str]:
     """{id: content} of those of the drawers ``ids`` that exist."""
     placeholders = ",".join("?" * len(ids))
-    return dict(conn.execute(f"SELECT id, content FROM drawers WHERE id IN ({placeholders})", ids).fetchall())
+    return dict(all_rows(conn.execute(f"SELECT id, content FROM drawers WHERE id IN ({placeholders})", ids)))
 
 
 def passes(drawer: dict[str, Any], *, wing: str | None = None, room: str | None = None, since: str | None = None,
@@ -384,17 +387,17 @@ def keyword_search(conn: apsw.Connection, query: str, *, wing: str | None = None
     where, args = _where(wing, room, since, before)
 
     def ranked(match: str) -> list[dict[str, Any]]:
-        rows = conn.execute(
+        rows = all_rows(conn.execute(
             f"SELECT {DRAWER_COLUMNS}, bm25(drawers_fts) FROM drawers_fts JOIN drawers d "
             f"ON d.rowid = drawers_fts.rowid WHERE drawers_fts MATCH ?{where} ORDER BY bm25(drawers_fts) LIMIT ?",
-            (match, *args, limit)).fetchall()
+            (match, *args, limit)))
         return [{**drawer_from_row(r), "score": -float(r[10])} for r in rows]
 
-    (size,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM drawers").fetchone()
+    (size,) = one_row(conn.execute("SELECT coalesce(max(rowid), 0) FROM drawers"))
     if size <= MATCH_BUDGET or len(words) == 1:
         return ranked(_any_of(words))
-    matches = {w: conn.execute("SELECT count(*) FROM drawers_fts WHERE drawers_fts MATCH ?",
-                               (_any_of([w]),)).fetchone()[0] for w in words}
+    matches = {w: one_row(conn.execute("SELECT count(*) FROM drawers_fts WHERE drawers_fts MATCH ?",
+                                       (_any_of([w]),)))[0] for w in words}
     present = [w for w in words if matches[w]]
     if sum(matches.values()) <= MATCH_BUDGET or len(present) <= 1:
         return ranked(_any_of(present or words))
@@ -447,16 +450,16 @@ def facts_about(conn: apsw.Connection, entity: str, as_of: str, direction: str =
 
 def known_entities(conn: apsw.Connection, like: str, limit: int = 10) -> list[str]:
     pattern = f"%{like}%"
-    rows = conn.execute("SELECT subject FROM kg_facts WHERE subject LIKE ? UNION SELECT object FROM kg_facts "
-                        "WHERE object LIKE ? LIMIT ?", (pattern, pattern, limit)).fetchall()
+    rows = all_rows(conn.execute("SELECT subject FROM kg_facts WHERE subject LIKE ? UNION SELECT object FROM kg_facts "
+                                 "WHERE object LIKE ? LIMIT ?", (pattern, pattern, limit)))
     return sorted({r[0] for r in rows})
 
 
 def diary_page(conn: apsw.Connection, wing: str, last_n: int) -> dict[str, Any]:
-    (total,) = conn.execute("SELECT count(*) FROM drawers WHERE wing=? AND room=?", (wing, DIARY_ROOM)).fetchone()
-    rows = conn.execute(
+    (total,) = one_row(conn.execute("SELECT count(*) FROM drawers WHERE wing=? AND room=?", (wing, DIARY_ROOM)))
+    rows = all_rows(conn.execute(
         "SELECT filed_at, topic, content, id FROM drawers WHERE wing=? AND room=? ORDER BY filed_at DESC, rowid DESC "
-        "LIMIT ?", (wing, DIARY_ROOM, last_n)).fetchall()
+        "LIMIT ?", (wing, DIARY_ROOM, last_n)))
     entries = [{"date": r[0][:10], "timestamp": r[0], "topic": r[1], "content": r[2], "entry_id": r[3]} for r in rows]
     return {"wing": wing, "entries": entries, "total": total, "showing": len(entries)}
 
@@ -486,7 +489,7 @@ def agents(conn: apsw.Connection) -> dict[str, dict[str, Any]]:
 
 def tunnels(conn: apsw.Connection, wing_a: str | None, wing_b: str | None) -> list[dict[str, Any]]:
     """Rooms that bridge wings: both given wings, or any two wings when one or none is given."""
-    rows = conn.execute("SELECT room, wing, count(*) FROM drawers GROUP BY room, wing ORDER BY room, wing").fetchall()
+    rows = all_rows(conn.execute("SELECT room, wing, count(*) FROM drawers GROUP BY room, wing ORDER BY room, wing"))
     by_room: dict[str, dict[str, int]] = {}
     for room, wing, count in rows:
         by_room.setdefault(room, {})[wing] = count

@@ -22,6 +22,7 @@ from palace_proto.ids import ORIGIN_NONCE_BYTES, is_key_derived_origin, origin_i
 from palace_proto.sync import OriginHead
 
 from ..clock import utc_now
+from .fetch import all_rows, one_row
 
 if TYPE_CHECKING:
     from .state import WriteContext
@@ -74,7 +75,7 @@ def nonce(conn: apsw.Connection, origin: str) -> bytes | None:
 
 def chain_head(conn: apsw.Connection, origin: str) -> tuple[int, bytes]:
     """(max_seq, head_hash) of an origin we hold a row for (0 and the genesis hash before its first event)."""
-    max_seq, head_hash = conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
+    max_seq, head_hash = one_row(conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)))
     return max_seq, bytes(head_hash)
 
 
@@ -97,7 +98,7 @@ def origin_key(conn: apsw.Connection, origin: str) -> bytes | None:
 def own_origins(conn: apsw.Connection, public_key: bytes) -> list[tuple[str, bytes | None]]:
     """Every origin written with ``public_key`` (this replica's), with the nonce it was minted with
     (its binding proof; None for a legacy origin, whose proof is a signature made on demand)."""
-    rows = conn.execute("SELECT origin FROM origins WHERE public_key=? ORDER BY origin", (public_key,)).fetchall()
+    rows = all_rows(conn.execute("SELECT origin FROM origins WHERE public_key=? ORDER BY origin", (public_key,)))
     return [(origin, nonce(conn, origin)) for (origin,) in rows]
 
 

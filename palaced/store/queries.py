@@ -20,12 +20,12 @@ from palace_proto.envelope import SignedEvent, preview_event
 from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import NotFound
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256
-from palace_proto.validation import ListQuery
-
 from palace_proto.sync import OriginHead, vector_forks
 from palace_proto.sync import Vector as PeerVector
+from palace_proto.validation import ListQuery
 
 from . import event_search, follow, origins
+from .fetch import all_rows, one_row
 from .rows import PUBLIC_COLUMNS, SIGNED_COLUMNS, row_to_public, row_to_signed
 
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ def event_by_id(on: Source, event_id: str) -> PublicEvent | None:
 
 def signed_event_at(conn: apsw.Connection, origin: str, origin_seq: int) -> SignedEvent:
     """The stored event at (origin, origin_seq), which must exist."""
-    row = conn.execute(f"SELECT {SIGNED_COLUMNS} FROM events WHERE origin=? AND origin_seq=?",
-                       (origin, origin_seq)).fetchone()
+    row = one_row(conn.execute(f"SELECT {SIGNED_COLUMNS} FROM events WHERE origin=? AND origin_seq=?",
+                               (origin, origin_seq)))
     return row_to_signed(row)
 
 def hash_at(conn: apsw.Connection, origin: str, origin_seq: int) -> bytes | None:
@@ -96,7 +96,7 @@ def latest_seq_of_types(on: Source, types: Sequence[str]) -> int:
     """The seq of the newest event of one of ``types`` (0 if none): one index probe per type, so a
     writer job can tell cheaply whether anything of those types came in since it last looked."""
     conn = _conn(on)
-    return max((conn.execute("SELECT max(seq) FROM events WHERE type = ?", (kind,)).fetchone()[0] or 0)
+    return max((one_row(conn.execute("SELECT max(seq) FROM events WHERE type = ?", (kind,)))[0] or 0)
                for kind in types)
 
 def events_of_types_after_seq(on: Source, types: Sequence[str], after_seq: int,
@@ -230,9 +230,11 @@ class Reads:
         """Which of ``correlation_ids`` a stored event carries (of one of ``types`` and written by
         ``origin``, if given): one indexed query per 500 ids, so a question about thousands of (perhaps
         invented) task ids costs a few queries, not one each."""
-        conn, found = self.db.reader(), set()
+        conn = self.db.reader()
+        found: set[str] = set()
         ids = list(dict.fromkeys(correlation_ids))
-        also, extra = "", []
+        also = ""
+        extra: list[str] = []
         if types:
             also += f" AND type IN ({','.join('?' * len(types))})"
             extra += list(types)
@@ -275,13 +277,14 @@ class Reads:
                     ) -> tuple[list[tuple[int, SignedEvent]], dict[str, bytes]]:
         """Signed events after local ``seq`` (in arrival order, optionally of ``streams`` only),
         with the public keys of their origins: a page of ``palacectl export``."""
-        where, args = "seq > ?", [after_seq]
+        where = "seq > ?"
+        args: list[int | str] = [after_seq]
         if streams:
             where += f" AND stream IN ({','.join('?' * len(streams))})"
             args += list(streams)
         conn = self.db.reader()
-        rows = conn.execute(f"SELECT {SIGNED_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT ?",
-                            (*args, limit)).fetchall()
+        rows = all_rows(conn.execute(f"SELECT {SIGNED_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT ?",
+                                     (*args, limit)))
         events = [(r[0], row_to_signed(r)) for r in rows]
         origins = sorted({e.origin for _, e in events})
         keys = {o: bytes(k) for o, k in conn.execute(
@@ -289,25 +292,26 @@ class Reads:
         return events, keys
 
     def count_events(self, after_seq: int = 0, streams: Sequence[str] | None = None) -> int:
-        where, args = "seq > ?", [after_seq]
+        where = "seq > ?"
+        args: list[int | str] = [after_seq]
         if streams:
             where += f" AND stream IN ({','.join('?' * len(streams))})"
             args += list(streams)
-        (count,) = self.db.reader().execute(f"SELECT count(*) FROM events WHERE {where}", args).fetchone()
+        (count,) = one_row(self.db.reader().execute(f"SELECT count(*) FROM events WHERE {where}", args))
         return count
 
     def counts(self) -> dict[str, int]:
         conn = self.db.reader()
-        (events,) = conn.execute("SELECT count(*) FROM events").fetchone()
-        (artifacts,) = conn.execute("SELECT count(*) FROM artifacts").fetchone()
-        (drawers,) = conn.execute("SELECT count(*) FROM drawers").fetchone()
-        (facts,) = conn.execute("SELECT count(*) FROM kg_facts").fetchone()
+        (events,) = one_row(conn.execute("SELECT count(*) FROM events"))
+        (artifacts,) = one_row(conn.execute("SELECT count(*) FROM artifacts"))
+        (drawers,) = one_row(conn.execute("SELECT count(*) FROM drawers"))
+        (facts,) = one_row(conn.execute("SELECT count(*) FROM kg_facts"))
         return {"events": events, "artifacts": artifacts, "drawers": drawers, "facts": facts}
 
     def forks(self) -> list[dict[str, Any]]:
-        rows = self.db.reader().execute(
+        rows = all_rows(self.db.reader().execute(
             "SELECT origin, origin_seq, kept_hash, rejected_hash, detected_at, source FROM forks ORDER BY detected_at"
-        ).fetchall()
+        ))
         return [{"origin": r[0], "origin_seq": r[1], "kept_hash": bytes(r[2]).hex() if r[2] else None,
                  "rejected_hash": bytes(r[3]).hex(), "detected_at": r[4], "source": r[5]} for r in rows]
 
@@ -377,8 +381,8 @@ class Reads:
 
     def peer_addresses(self) -> list[tuple[str, str, str, str]]:
         """(peer_id, address, source, last_ok), most recent first."""
-        return self.db.reader().execute(
-            "SELECT peer_id, address, source, last_ok FROM peer_addresses ORDER BY last_ok DESC").fetchall()
+        return all_rows(self.db.reader().execute(
+            "SELECT peer_id, address, source, last_ok FROM peer_addresses ORDER BY last_ok DESC"))
 
     def invite(self, invite_id: str) -> tuple[bytes, str, int, str | None] | None:
         """(secret, role, expires_at, used_by) of an invite we issued."""
@@ -387,8 +391,8 @@ class Reads:
         return (bytes(row[0]), row[1], row[2], row[3]) if row else None
 
     def pending_invites(self, now_unix: int) -> int:
-        (n,) = self.db.reader().execute("SELECT count(*) FROM invites WHERE used_by IS NULL AND expires_at >= ?",
-                                       (now_unix,)).fetchone()
+        (n,) = one_row(self.db.reader().execute("SELECT count(*) FROM invites WHERE used_by IS NULL AND expires_at >= ?",
+                                               (now_unix,)))
         return n
 
     # -- agents ------------------------------------------------------------------------------------
@@ -399,7 +403,7 @@ class Reads:
         ``agent_activity`` table keeps it (schema 0008: one row per pair, never a scan of the log),
         with the events not folded into it yet (schema 0011: a few, the log follower's backlog)
         added, in one statement: one snapshot, whatever a fold commits meanwhile."""
-        return self.db.reader().execute(_ACTIVITY_WITH_BACKLOG, (follow.ACTIVITY_SEQ_KEY,)).fetchall()
+        return all_rows(self.db.reader().execute(_ACTIVITY_WITH_BACKLOG, (follow.ACTIVITY_SEQ_KEY,)))
 
     def events_written_as(self, agent: str, origins: Sequence[str], limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` of the events written as ``agent`` by ``origins`` (the oldest first), as

@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
+from palace_proto.authority import Rule
 from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import is_human
-from palace_proto.authority import Rule
 from palace_proto.questions import ANSWER, ASK, MAX_ANSWERS_PER_ORIGIN, settle
 from palace_proto.validation import AppendRequest
 
-from .queries import event_by_id
 from .parts import StorePart
+from .queries import event_by_id
 from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["PART", "QuestionReads", "judge", "person_answers"]
 
@@ -39,7 +39,7 @@ def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origi
     ``palace_proto.questions.settle`` judges (issue 43, finding 5). Index seeks only (schema 0014):
     one per origin that answered, then one page of ``per_origin`` rows each, whatever an origin
     wrote besides; a question's answers never share a cap with another's."""
-    found = []
+    found: list[dict[str, Any]] = []
     person = f"type='{ANSWER}' AND from_agent >= 'human:' AND from_agent < 'human;'"
     for question_id in dict.fromkeys(question_ids):
         origins = [o for (o,) in conn.execute(

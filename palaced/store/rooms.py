@@ -22,16 +22,27 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.event_fields import PublicEvent
-from palace_proto.errors import ApiError, ValidationError
-from palace_proto.memory import Drawer
-from palace_proto.rooms import (ROOM_CLOSE, ROOM_MESSAGE, ROOM_OPEN, ROOM_TYPES, ROOMS_ROOM, Room, check_room_id,
-                                derive_room, drawer_text, listed_members, transcript)
-
 from palace_proto.authority import Rule
+from palace_proto.errors import ApiError, ValidationError
+from palace_proto.event_fields import PublicEvent
+from palace_proto.memory import Drawer
+from palace_proto.rooms import (
+    ROOM_CLOSE,
+    ROOM_MESSAGE,
+    ROOM_OPEN,
+    ROOM_TYPES,
+    ROOMS_ROOM,
+    Room,
+    check_room_id,
+    derive_room,
+    drawer_text,
+    listed_members,
+    transcript,
+)
 from palace_proto.validation import AppendRequest
 
 from ..clock import utc_now
+from .fetch import all_rows, one_row
 from .parts import StorePart
 from .reads import ReadSet, StoreRead
 from .rows import PUBLIC_COLUMNS, row_to_public
@@ -39,7 +50,8 @@ from .rows import PUBLIC_COLUMNS, row_to_public
 if TYPE_CHECKING:
     from .state import WriteContext
 
-__all__ = ["MAX_ROOM_CURSORS", "PART", "RoomReads", "judge", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull", "cursor_of", "existing_drawers", "is_member",
+__all__ = ["MAX_ROOM_CURSORS", "PART", "RoomReads", "judge", "MAX_ROOM_EVENTS", "UNREAD_COUNT_CAP", "RoomsFull",
+           "cursor_of", "existing_drawers", "is_member",
            "message_count", "read_page", "readers", "room_activity", "room_events", "room_openings", "room_skeleton",
            "rooms_touched_after", "room_state", "unread_count", "whole_room", "rooms_matching", "open_rooms_of",
            "late_turns_to_file"]
@@ -98,17 +110,17 @@ def room_skeleton(on: Source, room_id: str) -> list[PublicEvent]:
 def message_count(on: Source, room_id: str, cap: int = MAX_ROOM_EVENTS) -> int:
     """How many messages the room holds (counted up to ``cap``)."""
     conn = _connection(on)
-    return conn.execute("SELECT count(*) FROM (SELECT 1 FROM events WHERE correlation_id=? AND type=? AND room=? "
-                        "LIMIT ?)", (room_id, ROOM_MESSAGE, ROOMS_ROOM, cap)).fetchone()[0]
+    return one_row(conn.execute("SELECT count(*) FROM (SELECT 1 FROM events WHERE correlation_id=? AND type=? AND room=? "
+                                "LIMIT ?)", (room_id, ROOM_MESSAGE, ROOMS_ROOM, cap)))[0]
 
 
 def rooms_touched_after(on: Source, after_seq: int, limit: int) -> tuple[list[str], int]:
     """The rooms with an event committed here after ``after_seq`` (at most ``limit``, those touched
     earliest first) and the newest seq among them (``after_seq`` if none): what the filer looks at."""
     conn = _connection(on)
-    rows = conn.execute(f"SELECT correlation_id, max(seq) FROM events WHERE {_IN_TYPES} AND room=? AND seq > ? "
-                        "GROUP BY correlation_id ORDER BY max(seq) LIMIT ?", (*_TYPES, ROOMS_ROOM, after_seq, limit)
-                        ).fetchall()
+    rows = all_rows(conn.execute(f"SELECT correlation_id, max(seq) FROM events WHERE {_IN_TYPES} AND room=? AND seq > ? "
+                                 "GROUP BY correlation_id ORDER BY max(seq) LIMIT ?", (*_TYPES, ROOMS_ROOM, after_seq, limit)
+                                 ))
     return [r[0] for r in rows], max((r[1] for r in rows), default=after_seq)
 
 
@@ -132,14 +144,14 @@ def room_activity(on: Source, room_id: str) -> tuple[list[PublicEvent], int, str
     (a close counts from a member: palace_proto.rooms)."""
     conn = _connection(on)
     skeleton = room_skeleton(conn, room_id)
-    (last,) = conn.execute(f"SELECT max(created_at) FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=?",
-                           (room_id, *_TYPES, ROOMS_ROOM)).fetchone()
+    (last,) = one_row(conn.execute(f"SELECT max(created_at) FROM events WHERE correlation_id=? AND {_IN_TYPES} AND room=?",
+                                   (room_id, *_TYPES, ROOMS_ROOM)))
     speakers = [agent for (agent,) in conn.execute(
         "SELECT from_agent FROM events WHERE correlation_id=? AND type IN (?, ?) AND room=? GROUP BY from_agent "
         "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOM_CLOSE, ROOMS_ROOM))]
-    first_spoke = {agent: at for agent, at in conn.execute(
+    first_spoke = dict(conn.execute(
         "SELECT from_agent, min(created_at) FROM events WHERE correlation_id=? AND type=? AND room=? GROUP BY from_agent "
-        "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOMS_ROOM))}
+        "ORDER BY min(seq) LIMIT 64", (room_id, ROOM_MESSAGE, ROOMS_ROOM)))
     return skeleton, message_count(conn, room_id), last, speakers, first_spoke
 
 
@@ -183,7 +195,7 @@ def read_page(ctx: WriteContext, room_id: str, agent: str, limit: int) -> list[P
     page = _page(conn, room_id, agent, position or 0, position is None, limit)
     now = utc_now()
     if position is None:
-        (count,) = conn.execute("SELECT count(*) FROM room_cursors").fetchone()
+        (count,) = one_row(conn.execute("SELECT count(*) FROM room_cursors"))
         if count >= MAX_ROOM_CURSORS:
             raise RoomsFull(f"this daemon keeps {MAX_ROOM_CURSORS} room read positions already; it reads no new "
                             "(room, agent) pair until some are gone")

@@ -18,9 +18,9 @@ from typing import Final
 import apsw
 import msgpack
 
-
 from ..clock import utc_now
 from .errors import StoreError
+from .fetch import all_rows
 
 __all__ = ["connect", "migrate"]
 
@@ -84,7 +84,7 @@ def migrate(conn: apsw.Connection, path: Path) -> None:
 
 def _fork_evidence_without_bodies(conn: apsw.Connection) -> None:
     """Schema 5: fork evidence keeps no body (``apply.record_fork``); rows stored before lose theirs."""
-    for rowid, blob in conn.execute("SELECT rowid, rejected FROM forks").fetchall():
+    for rowid, blob in all_rows(conn.execute("SELECT rowid, rejected FROM forks")):
         try:
             wire = msgpack.unpackb(bytes(blob), raw=False)
         except (ValueError, TypeError, msgpack.exceptions.UnpackException):

@@ -50,17 +50,17 @@ from palace_proto.ids import fingerprint
 from palace_proto.paths import DATABASE_FILENAME
 from palace_proto.validation import Limits
 
+from ..clock import utc_now
 from . import batch, origins, schema
-from .identity import AgentRegistry
 from .apply import ApplyReport
 from .batch import WriteBatchResult
-from .state import Refusals, Vector, WriteContext
 from .chain import Chain
-from ..clock import utc_now
 from .db import Db
 from .errors import DiskFullError, StoreError, is_disk_full
+from .identity import AgentRegistry
 from .parts import StorePart, StoreParts
 from .queries import Reads
+from .state import Refusals, Vector, WriteContext
 from .wal import Wal
 
 __all__ = ["DB_FILENAME", "ApplyReport", "DiskFullError", "Store", "StoreError",

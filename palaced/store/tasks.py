@@ -18,21 +18,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from palace_proto.event_fields import PublicEvent
-from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.authority import Rule
 from palace_proto.envelope import SignedEvent
+from palace_proto.event_fields import PublicEvent
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.tasks import REQUEST, derive_task
 from palace_proto.validation import AppendRequest
 
 from .authority import daemon_of
+from .fetch import all_rows
 from .parts import StorePart
 from .queries import correlation_events
 from .reads import ReadSet, StoreRead
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["PART", "TaskReads", "TaskThread", "judge", "settle", "tasks_to_derive", "unsettle_agents"]
 
@@ -68,13 +69,13 @@ def tasks_to_derive(reads: Reads, newest: int, unsettled: int) -> tuple[list[Tas
     out (more than ``unsettled`` of them are older than the newest requests)."""
     conn = reads.db.reader()
     columns = "correlation_id, settled_seq IS NOT NULL, request_seq"
-    rows = conn.execute(f"SELECT {columns} FROM task_threads ORDER BY request_seq DESC LIMIT ?", (newest,)).fetchall()
+    rows = all_rows(conn.execute(f"SELECT {columns} FROM task_threads ORDER BY request_seq DESC LIMIT ?", (newest,)))
     capped = False
     if len(rows) == newest:
-        older = conn.execute(
+        older = all_rows(conn.execute(
             f"SELECT {columns} FROM task_threads INDEXED BY task_threads_unsettled "
             "WHERE settled_seq IS NULL AND request_seq < ? ORDER BY request_seq DESC LIMIT ?",
-            (rows[-1][2], unsettled + 1)).fetchall()
+            (rows[-1][2], unsettled + 1)))
         capped = len(older) > unsettled
         rows += older[:unsettled]
     return [TaskThread(cid, bool(settled), correlation_events(conn, cid)) for cid, settled, _ in rows], capped

@@ -41,7 +41,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import trio
 
@@ -77,6 +77,9 @@ SLOW_WINDOW_S: Final = 2.0
 # ...for this long (then the loop tries again: the disk may have been busy).
 SLOW_DISK_BACKOFF_S: Final = 10.0
 
+#: what a write job returns (``write`` returns it once committed)
+T = TypeVar("T")
+
 
 class Upkeep(Protocol):
     """What the writer tells the WAL keeper, and the slot between batches it gives it."""
@@ -103,7 +106,7 @@ class _Pending:
     """One queued write: its job, and (once its batch is committed) its outcome — or, while still
     queued, the lead handed to its task (``lead``)."""
 
-    __slots__ = ("job", "done", "ok", "value", "heavy", "durable", "derived", "lead")
+    __slots__ = ("derived", "done", "durable", "heavy", "job", "lead", "ok", "value")
 
     def __init__(self, job: Callable[[WriteContext], Any], heavy: bool, durable: bool = True,
                  derived: bool = False) -> None:
@@ -169,8 +172,8 @@ class Writer:
     def slow_disk(self) -> bool:
         return time.monotonic() < self._slow_until
 
-    async def write(self, job: Callable[[WriteContext], Any], *, heavy: bool = False, durable: bool = True,
-                    derived: bool = False) -> Any:
+    async def write(self, job: Callable[[WriteContext], T], *, heavy: bool = False, durable: bool = True,
+                    derived: bool = False) -> T:
         """Run ``job(ctx)`` in the next write batch; return its value once committed and fsynced.
 
         ``heavy``: the job may take long (many rows, big blobs): it is committed on a worker

@@ -5,8 +5,8 @@ Owns: growing this replica's chain inside a batch (``Chain``: sealed here, moved
 the origins row itself is written once per batch, by batch.py), the one insert every event goes
 through (what the features keep beside the log follows it in the same transaction: parts.py; it
 makes the event's one ``CommittedEvent`` record, which the batch hands to the bus), and purging a
-redacted body with what the features derived from it. Each function takes the job's ``WriteContext`` (its connection, chain, running
-batch, agent registry, limits and WAL). Writer thread only, inside a batch's transaction (batch.py).
+redacted body with what the features derived from it. Each function takes the job's ``WriteContext`` (its
+connection, chain, running batch, agent registry, limits and WAL). Writer thread only, inside a batch's transaction (batch.py).
 This is the append hot path: keep it to these few calls.
 """
 
@@ -16,6 +16,10 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from palace_proto.authority import written_as_daemon
+from palace_proto.canonical import canonical_json
+from palace_proto.envelope import CommittedEvent, SignedEvent
+from palace_proto.errors import NotPermitted, ValidationError
 from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import (
     AGENT_EVENT_ROOM,
@@ -24,16 +28,13 @@ from palace_proto.identity import (
     REGISTRY_TYPES,
     SYSTEM_AGENT,
 )
-from palace_proto.authority import written_as_daemon
-from palace_proto.canonical import canonical_json
-from palace_proto.envelope import CommittedEvent, SignedEvent
-from palace_proto.errors import NotPermitted, ValidationError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.validation import AppendRequest
 
-from . import authority, event_search
 from ..clock import utc_now
+from . import authority, event_search
 from .errors import StoreError
+from .fetch import all_rows
 from .queries import artifact_record
 from .rows import INSERT_EVENT, insert_params
 
@@ -143,8 +144,8 @@ def redact(ctx: WriteContext, event_id: str, redact_event_id: str) -> None:
     """Purge the body of ``event_id`` (redacted by ``redact_event_id``), and what the views hold of it."""
     conn = ctx.conn
     conn.execute("INSERT OR IGNORE INTO redactions VALUES (?, ?)", (event_id, redact_event_id))
-    for seq, body in conn.execute("SELECT seq, body FROM events WHERE id=? AND body IS NOT NULL",
-                                  (event_id,)).fetchall():
+    for seq, body in all_rows(conn.execute("SELECT seq, body FROM events WHERE id=? AND body IS NOT NULL",
+                                           (event_id,))):
         event_search.forget(conn, seq, body)  # its words leave the full-text index with it
     changed = conn.execute(
         "UPDATE events SET body=NULL WHERE id=? AND body IS NOT NULL RETURNING seq", (event_id,)

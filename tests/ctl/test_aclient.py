@@ -29,7 +29,7 @@ async def test_a_frame_that_is_not_a_message_is_a_protocol_error_not_skipped(sho
 async def test_an_undecodable_frame_is_the_same_protocol_error(short_tmp: Path):
     home = short_tmp / "home"
     with scripted_daemon(home, lambda r: [UNDECODABLE]):
-        with pytest.raises(DaemonProtocolError, match="^palaced sent a malformed reply: "):
+        with pytest.raises(DaemonProtocolError, match=r"^palaced sent a malformed reply: "):
             await AsyncDaemon(home).call("status")
 
 

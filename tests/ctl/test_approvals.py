@@ -11,7 +11,15 @@ import json
 import pytest
 
 from palacectl.features.approvals.approvals import (
-    ASK_CHOICES, Question, Verdict, answer_verdict, first_step, judge, question_for, request, request_text,
+    ASK_CHOICES,
+    Question,
+    Verdict,
+    answer_verdict,
+    first_step,
+    judge,
+    question_for,
+    request,
+    request_text,
     worktree_of,
 )
 from palacectl.features.approvals.permission_policy import PermissionPolicy

@@ -15,9 +15,23 @@ import pytest
 
 from palacectl.features.approvals.approvals import Verdict
 from palacectl.features.approvals.approve_hook import (
-    ANSWER_MARGIN_S, MAX_HOOK_INPUT_BYTES, HookInputError, HookSettingsError, check_hooks_stay_on, decide,
-    decision_json, gemini_calls, gemini_run_settings, hook_command, make_gemini_home, parse_hook_input,
-    read_gemini_settings, run_hook, strip_json_comments, system_settings_path, user_gemini_home,
+    ANSWER_MARGIN_S,
+    MAX_HOOK_INPUT_BYTES,
+    HookInputError,
+    HookSettingsError,
+    check_hooks_stay_on,
+    decide,
+    decision_json,
+    gemini_calls,
+    gemini_run_settings,
+    hook_command,
+    make_gemini_home,
+    parse_hook_input,
+    read_gemini_settings,
+    run_hook,
+    strip_json_comments,
+    system_settings_path,
+    user_gemini_home,
 )
 from palacectl.features.approvals.permission_policy import PermissionPolicy
 from tests.helpers import PYTHON

@@ -123,7 +123,7 @@ def test_a_refusal_is_one_line_and_exit_1_and_an_absent_daemon_exit_3(daemon: Fa
     assert capsys.readouterr() == ("", "palacectl: type='X' is not a valid event type\n")
     daemon.answers["list"] = DaemonUnreachable("palaced is not running on /x (no socket); start it with `palaced`")
     assert main(["list", "--json"]) == 3
-    out, err = capsys.readouterr()
+    out, _err = capsys.readouterr()
     assert json.loads(out) == {"error": {"code": "unreachable", "message": "palaced is not running on /x (no socket); "
                                                                            "start it with `palaced`"}}
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from palace_proto.validation import Limits
-
 from palace_proto.errors import ApiError
+from palace_proto.validation import Limits
 from tests.ctl.fake_client import EVENT, FakeClient, invoke
 
 BASE_ARGS = ["--type", "note", "--stream", "project/test", "--room", "general", "--from-agent", "tester"]

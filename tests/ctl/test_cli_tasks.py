@@ -43,7 +43,7 @@ def test_task_show_human_output_names_state_claimant_and_every_event(fake: FakeC
     lines = result.stdout.splitlines()
     assert lines[:3] == [f"Task {CID}: claimed (claimed by bob)", "  requested by alice for bob, priority 2",
                          "2 event(s):"]
-    request, claim = TASK_VIEW["events"]
+    request, _claim = TASK_VIEW["events"]
     assert lines[3].startswith(f"  {request['id']}  {request['created_at']}  task.request  project/palace/delegation"
                                f"  alice->bob [open] corr={CID} :: Goal: Do the thing Branch: feat/thing")
     assert lines[4].endswith(f"bob->alice [claimed] corr={CID} :: bob claims {CID}")

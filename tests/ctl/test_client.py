@@ -36,7 +36,7 @@ def test_a_frame_that_is_not_a_message_is_a_protocol_error_not_skipped(short_tmp
 def test_an_undecodable_frame_is_the_same_protocol_error(short_tmp: Path):
     home = short_tmp / "home"
     with scripted_daemon(home, lambda r: [UNDECODABLE]), Client(home) as client:
-        with pytest.raises(DaemonProtocolError, match="^palaced sent a malformed reply: "):
+        with pytest.raises(DaemonProtocolError, match=r"^palaced sent a malformed reply: "):
             client.call("status")
 
 
@@ -72,9 +72,8 @@ def test_a_refused_subscription_raises_the_daemons_error_before_anything_is_read
     home = short_tmp / "home"
     refusal = {"code": "not_found", "message": "no event evt_x in this palace"}
     with scripted_daemon(home, lambda r: [encode_frame({"id": r.id, "ok": False, "error": refusal})]), \
-            Client(home) as client:
-        with pytest.raises(ApiError) as caught:
-            client.subscribe(start="cursor", since_event_id="evt_x")
+            Client(home) as client, pytest.raises(ApiError) as caught:
+        client.subscribe(start="cursor", since_event_id="evt_x")
     assert (caught.value.code, caught.value.message) == ("not_found", "no event evt_x in this palace")
 
 

@@ -102,7 +102,7 @@ def test_two_features_claiming_one_thing_fail_where_it_is_put_together():
     with pytest.raises(TypeError, match=r"mempalace_toy_count \(tests.ctl.toy_feature.tools\) is not in feature "
                                         r"toy's tools\['toys'\]"):
         build_registry(Features([misfiled]))
-    with pytest.raises(TypeError, match="its declared tools and tests.ctl.toy_feature.tools's differ"):
+    with pytest.raises(TypeError, match=r"its declared tools and tests.ctl.toy_feature.tools's differ"):
         build_registry(Features([TOY._replace(tools={"toys": ("mempalace_toy_count", "mempalace_toy_lost")})]))
 
 

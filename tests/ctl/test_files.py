@@ -62,11 +62,10 @@ def test_a_failure_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path, mo
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(os, "replace", full)
-    with pytest.raises(OSError):
-        with replacing(target) as pending:
-            pending.file.write(b"new, half")
-            if failure == "in the block":
-                raise OSError(28, "No space left on device")
+    with pytest.raises(OSError), replacing(target) as pending:
+        pending.file.write(b"new, half")
+        if failure == "in the block":
+            raise OSError(28, "No space left on device")
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["CLAUDE.md"]
 
 

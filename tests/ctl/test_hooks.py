@@ -64,7 +64,7 @@ def test_a_new_settings_file_is_made_and_emptied_again(tmp_path):
 def test_a_settings_file_palace_cannot_read_safely_is_left_alone(tmp_path, content):
     path = tmp_path / "settings.json"
     path.write_text(content)
-    with pytest.raises(HooksError, match="nothing was written|Nothing was written"):
+    with pytest.raises(HooksError, match=r"nothing was written|Nothing was written"):
         install_hooks(HOOK_HARNESSES["claude"], path, command())
     assert path.read_text() == content
 

@@ -106,7 +106,7 @@ def test_the_legacy_handshake_and_listing_are_answered_before_trio_is_imported(p
         "text": {"type": "string"}, "times": {"type": "integer", "default": 1},
         "loud": {"type": "boolean", "default": False}, "tags": {"type": "array", "items": {"type": "string"}}}}
     assert echo["annotations"] == {"readOnlyHint": True}
-    assert [t for t in tools if t["name"] == "nap"][0]["annotations"]["destructiveHint"] is False
+    assert next(t for t in tools if t["name"] == "nap")["annotations"]["destructiveHint"] is False
     # The first call needs the async server: trio comes in then, not before.
     called = peer.ask(request(3, "tools/call", {"name": "echo", "arguments": {"text": "a"}}))
     assert called["result"]["structuredContent"]["trio"] is True
@@ -291,5 +291,6 @@ def test_a_bad_tools_value_is_a_usage_error(tmp_path):
                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
     assert bad.returncode == 64 and bad.stdout == ""
     assert bad.stderr.splitlines() == [
-        "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, people, rooms, light, approvals, all) or a tool name (e.g. "
+        "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, people, rooms, light, approvals, all) "
+        "or a tool name (e.g. "
         "mempalace_kg_query)"]

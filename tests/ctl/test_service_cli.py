@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from palacectl.cli import main
+from palacectl.output import CommandFailed
 from palacectl.service import cli as service_commands
 from palacectl.service import host, managers, runner, templates
-from palacectl.output import CommandFailed
 from tests.helpers import CtlResult, run_ctl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -366,7 +366,7 @@ class FakeManager:
         if verb in self.failures:
             code, stderr = self.failures[verb]
             return subprocess.CompletedProcess(argv, code, "", stderr)
-        if verb in ("restart", "kickstart") or verb == "enable" and "--now" in argv:
+        if verb in ("restart", "kickstart") or (verb == "enable" and "--now" in argv):
             self.up.add(target)
         if verb == "bootstrap":
             self.up.add(target)

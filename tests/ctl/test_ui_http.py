@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from palace_proto.errors import ValidationError
-from palacectl.ui.http import HttpError, Request, send_json
 from palacectl.features.dashboard.cli import human_id
+from palacectl.ui.http import HttpError, Request, send_json
 
 
 def request(query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None, body: list[bytes] | None = None) -> Request:

@@ -20,7 +20,7 @@ def test_the_secret_is_accepted_from_the_cookie_a_bearer_header_or_the_address()
     assert check(gate, headers={"authorization": f"Bearer {SECRET}"}) is Verdict.ALLOW
     assert check(gate, headers={"authorization": f"bearer   {SECRET}"}) is Verdict.ALLOW
     assert check(gate, url_secret=SECRET) is Verdict.ALLOW_FROM_URL
-    assert check(gate, host=f"localhost:8000", url_secret=SECRET) is Verdict.ALLOW_FROM_URL
+    assert check(gate, host="localhost:8000", url_secret=SECRET) is Verdict.ALLOW_FROM_URL
 
 
 @pytest.mark.parametrize("kwargs", [

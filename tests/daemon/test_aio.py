@@ -4,20 +4,21 @@ database) never affects the others."""
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import threading
 
 import apsw
 import pytest
 import trio
+import trio.lowlevel
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.validation import AppendRequest, Limits, ListQuery
-from palaced.store import append_event, put_artifact
-from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
-from palaced.store import Store
+from palaced.features import STORE_PARTS
+from palaced.store import Store, append_event, put_artifact
 from palaced.store.aio import AsyncStore
 
 
@@ -180,7 +181,7 @@ async def test_the_wal_is_copied_back_in_the_background_while_writes_go_on(tmp_p
                 await astore.write(lambda ctx, k=k: append_event(ctx, req(f"{k} " + "x" * 2_000)))
                 pages.append(store.wal.pages)
                 k += 1
-        assert sum(1 for a, b in zip(pages, pages[1:]) if b < a) >= 1  # and the WAL started over
+        assert sum(1 for a, b in itertools.pairwise(pages) if b < a) >= 1  # and the WAL started over
         astore.close_writes()
     store.close()
 
@@ -225,7 +226,7 @@ async def test_a_heavy_write_commits_on_a_thread_while_the_loop_serves(tmp_path)
         await trio.to_thread.run_sync(held.wait)
         for _ in range(3):
             ticks.append(1)
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         release.set()
 
     async with trio.open_nursery() as n:

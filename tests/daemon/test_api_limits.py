@@ -28,15 +28,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
+import palaced.api
 from palace_proto.control import PRE_HELLO_MAX_FRAME_BYTES, token_matches
 from palace_proto.framing import NEED_DATA, FrameBuffer, encode_frame
 from palace_proto.paths import ApiEndpoint
-from palaced.features import STORE_PARTS
-import palaced.api
 from palaced.api import MAX_CONNECTIONS, ApiConnections, client_of, max_connections_for, serve_api
 from palaced.bus import EventBus
 from palaced.config import Config
-from palaced.features import features
+from palaced.features import STORE_PARTS, features
 from palaced.handlers import BoundHandler, Context, op_table
 from palaced.store import Store
 from palaced.store.aio import AsyncStore
@@ -77,12 +76,11 @@ def test_a_unix_socket_client_is_its_process():
 
 
 def test_a_tcp_client_is_its_address():
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        with socket.create_connection(server.getsockname()) as client:
-            accepted, _ = server.accept()
-            with accepted:
-                assert client_of(accepted) == "address 127.0.0.1"
-                client.close()
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            assert client_of(accepted) == "address 127.0.0.1"
+            client.close()
     assert client_of(accepted) == "unknown"  # closed: never raises
 
 

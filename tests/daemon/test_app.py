@@ -11,9 +11,9 @@ import trio
 
 from palace_proto.paths import socket_path
 from palacectl.aclient import AsyncDaemon
-from palaced.features.memory import MemoryState
 from palaced.app import serve
 from palaced.config import Config
+from palaced.features.memory import MemoryState
 from palaced.handlers import Context, log
 
 

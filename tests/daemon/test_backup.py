@@ -12,9 +12,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event
 from palaced.store.backup import backup_database
 
 LIMITS = Limits()

@@ -7,9 +7,9 @@ import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
-from palaced.store import append_event
-from palaced.features import STORE_PARTS
 from palaced.bus import EventBus, record_bytes
+from palaced.features import STORE_PARTS
+from palaced.store import append_event
 
 _KEY = Ed25519PrivateKey.generate()
 

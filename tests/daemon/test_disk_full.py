@@ -13,15 +13,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import DiskFull
 from palace_proto.memory import Drawer
 from palace_proto.validation import AppendRequest, Limits, ListQuery
-from palaced.store import append_event
+from palaced.bus import EventBus
 from palaced.features import STORE_PARTS
 from palaced.features import memory_vectors as vectors
-from palaced.bus import EventBus
-from palaced.store import Store
+from palaced.features.memory_vectors import INDEX_FILE, MemoryIndexer
+from palaced.store import Store, append_event
 from palaced.store.aio import AsyncStore
 from palaced.store.backup import wal_bytes
 from palaced.store.wal import KEEP_BYTES
-from palaced.features.memory_vectors import INDEX_FILE, MemoryIndexer
 from tests.daemon.test_vectors import WordEmbedder, settle
 from tests.tmpfs import needs_tmpfs, small_tmpfs
 

@@ -10,8 +10,8 @@ import pytest
 
 from palace_proto.errors import NotFound, ValidationError
 from palace_proto.validation import Limits
-from palaced.handlers import log
 from palaced.features import artifacts, tasks
+from palaced.handlers import log
 from tests.daemon.handler_context import open_context
 
 TASK = {"project": "palace", "from_agent": "alice", "to_agent": "bob", "goal": "Fix the build", "branch": "main",
@@ -81,7 +81,7 @@ async def test_a_patch_and_a_release_carry_the_run_log_they_name(tmp_path):
                                                     "correlation_id": cid, "artifact_ids": [log_id]})
         assert result["event"]["artifact_ids"] == [result["artifact"]["id"], log_id]
         before = await ctx.store.counts()
-        with pytest.raises(ValidationError, match="unknown artifact .art_missing."):
+        with pytest.raises(ValidationError, match=r"unknown artifact .art_missing."):
             await artifacts.patch_submit(ctx, {"content": "diff --git c d\n", "from_agent": "bob",
                                                "correlation_id": cid, "artifact_ids": ["art_missing"]})
         assert await ctx.store.counts() == before

@@ -11,8 +11,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, ValidationError
-from palaced.handlers import Watcher, log
 from palaced.features import fleet
+from palaced.handlers import Watcher, log
 from palaced.membership import Membership, create_palace
 from tests.daemon.handler_context import note, open_context
 

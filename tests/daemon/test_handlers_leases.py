@@ -13,13 +13,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.leases import ACQUIRE, CONFLICT, LEASE_ROOM, RELEASE, RENEW, LeaseIndex, derive_leases
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote
-from palaced.store.leases import LeaseReads
-from palaced.features import STORE_PARTS
-from palaced.features import leases
-from palaced.features.leases import DERIVED_FROM, LeaseBook
-from palaced.store import Store
 from palaced.clock import utc_now
+from palaced.features import STORE_PARTS, leases
+from palaced.features.leases import DERIVED_FROM, LeaseBook
+from palaced.store import Store, append_event, apply_remote
+from palaced.store.leases import LeaseReads
 from tests.daemon.handler_context import open_context
 
 
@@ -41,7 +39,7 @@ def _peer_with_an_early_lease(tmp_path) -> Store:
 async def _apply_from(ctx, peer: Store) -> list[dict]:
     """Everything ``peer`` wrote, applied here as replication applies it; the events applied."""
     signed = peer.signed_events_of_origin(peer.origin_id, 0, 10)
-    report = await ctx.store.write(lambda w: apply_remote(w, 
+    report = await ctx.store.write(lambda w: apply_remote(w,
         signed, lambda origin, seq: peer.public_key if origin == peer.origin_id else None, source="test"))
     return [record.public for record in report.applied]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palaced.features import memory
 from palaced.features.memory import MemoryState
 from palaced.handlers import log
-from palaced.features import memory
 from tests.daemon.handler_context import open_context
 
 DRAWER = {"wing": "palace", "room": "decisions", "content": "We chose SQLite for the replica.", "added_by": "alice"}

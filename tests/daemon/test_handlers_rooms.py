@@ -13,10 +13,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.rooms import MAX_ROOM_BODY_CHARS
-from palaced.store import append_event
-from palaced.handlers import ReadOnly, log
 from palaced.features import memory, rooms
+from palaced.handlers import ReadOnly, log
 from palaced.membership import create_palace
+from palaced.store import append_event
 from palaced.store import rooms as store_rooms
 from tests.daemon.handler_context import note, open_context
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from palace_proto.features import OPS
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.features import OPS
 from palace_proto.validation import Limits
 from palaced import handlers
 from palaced.feature import Feature, Features

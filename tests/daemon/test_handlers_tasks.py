@@ -7,8 +7,8 @@ import pytest
 
 from palace_proto.errors import NotFound, ValidationError
 from palace_proto.validation import Limits
-from palaced.handlers import log
 from palaced.features import tasks
+from palaced.handlers import log
 from tests.daemon.handler_context import open_context
 
 TASK = {"project": "My Project", "from_agent": "alice", "to_agent": "bob", "goal": "Fix the flaky build!",
@@ -43,7 +43,8 @@ async def test_a_task_moves_from_open_to_claimed_to_terminal(tmp_path):
         assert [t["correlation_id"] for t in (await tasks.task_list(ctx, {"agent": "bob", "open": True}))["tasks"]] \
             == [cid]
         assert (await tasks.task_list(ctx, {"agent": "alice"}))["tasks"][0]["role"] == "requester"
-        await log.ack(ctx, {"event_id": created["task"]["id"], "from_agent": "alice", "status": "applied"})  # the requester closes
+        # the requester closes
+        await log.ack(ctx, {"event_id": created["task"]["id"], "from_agent": "alice", "status": "applied"})
         assert (await tasks.task_show(ctx, {"correlation_id": cid}))["terminal"] is True
         assert (await tasks.task_list(ctx, {"open": True}))["count"] == 0
         assert (await tasks.task_list(ctx, {"agent": "carol"}))["count"] == 0

@@ -82,7 +82,7 @@ def test_a_key_that_appears_meanwhile_is_never_replaced(tmp_path: Path) -> None:
     """The new key is linked into place, and a link never replaces a file: if a key appears
     between the check and the write, that key stays and is the one used."""
     path = tmp_path / "identity.key"
-    first, _ = load_or_create_identity(tmp_path / "other.key")
+    _first, _ = load_or_create_identity(tmp_path / "other.key")
     os.link(tmp_path / "other.key", path)
     before = path.read_bytes()
     assert palaced.identity._create(path) is None

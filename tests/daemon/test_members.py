@@ -148,7 +148,7 @@ def test_a_revocation_not_signed_by_the_ca_is_ignored():
 
 
 def test_only_the_events_own_origin_or_the_palace_ca_may_redact_it():
-    ca_key, ca_pem, palace_id, directory = setup()
+    ca_key, _ca_pem, palace_id, directory = setup()
     author, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     a_origin, o_origin = "ori_" + "a" * 26, "ori_" + "o" * 26
 

@@ -21,9 +21,8 @@ from palace_proto.errors import ValidationError
 from palace_proto.memory import FACT_FORMAT, DiaryEntry, Drawer, FactAdd, FactAdded, FactInvalidate
 from palace_proto.peer import event_to_wire
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote, redact
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event, apply_remote, redact
 from palaced.store import memory_views as views
 
 LIMITS = Limits()

@@ -17,12 +17,12 @@ import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto import __version__
-from palace_proto.reports import decode_report, encode_report
 from palace_proto.peer import Presence, Report, report_signing_bytes
+from palace_proto.reports import decode_report, encode_report
 from palaced.app import serve
 from palaced.config import Config
-from palaced.handlers import Context
 from palaced.features import fleet
+from palaced.handlers import Context
 from palaced.peers import reports as reports_module
 from tests.hostile_peer import Credentials, issue_member
 

@@ -17,7 +17,9 @@ import trio
 
 from palaced.bus import EventBus
 from palaced.config import ConfigError, load_config
+from palaced.features import features
 from palaced.notify import notifier as notifier_module
+from palaced.notify import triggers
 from palaced.notify.channels import DeliveryError
 from palaced.notify.dispatch import BACKOFF_S, MAX_SEEN, RATE_WINDOW_S, Dispatcher
 from palaced.notify.notifier import Notifier
@@ -31,8 +33,6 @@ from palaced.notify.payloads import (
     webhook_body,
 )
 from palaced.notify.settings import NotifyConfigError, parse_notify
-from palaced.features import features
-from palaced.notify import triggers
 from palaced.notify.triggers import Thing, fork_thing, preview, wants
 
 #: the daemon's features: what a person may be told of is theirs (their triggers and kinds)

@@ -6,6 +6,7 @@ part of these links; the multi-process tests come with them.)"""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import tempfile
 import threading
@@ -22,13 +23,12 @@ from palace_proto.framing import NEED_DATA, FrameBuffer
 from palace_proto.link import SYNC_WAL
 from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello, from_wire
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote
-from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
+from palaced.features import STORE_PARTS
 from palaced.peers.link import PeerLink
-from palaced.store import Store
+from palaced.store import Store, append_event, apply_remote
 from palaced.store.aio import AsyncStore
-from tests.daemon.pipes import bounded_stream_pair
+from tests.daemon.pipes import BoundedStream, bounded_stream_pair
 
 LIMITS = Limits()
 
@@ -140,7 +140,7 @@ async def test_a_large_catch_up_is_batched_and_exact(tmp_path):
 
 
 async def test_events_of_an_unknown_origin_are_not_accepted(tmp_path):
-    async with replicas(tmp_path, "a", "b") as ((a, b), key_for, nursery):
+    async with replicas(tmp_path, "a", "b") as ((a, b), _key_for, nursery):
         await a.append("from a non-member")
         only_b = {b.store.origin_id: b.store.public_key}.get
         _, link_b = connect(nursery, a, b, only_b)
@@ -197,8 +197,10 @@ def test_any_backlogs_over_any_buffers_converge(backlogs, body_bytes, capacity, 
         async with replicas(folder, *names) as (reps, key_for, nursery):
             for rep, count in zip(reps, backlogs, strict=True):
                 await rep.backlog(count, body_bytes, seed=seed)
-            pair = (lambda: bounded_stream_pair(capacity))
-            for left, right in zip(reps, reps[1:]):
+            def pair() -> tuple[BoundedStream, BoundedStream]:
+                return bounded_stream_pair(capacity)
+
+            for left, right in itertools.pairwise(reps):
                 connect(nursery, left, right, key_for, pair=pair)
             if triangle and len(reps) == 3:
                 connect(nursery, reps[0], reps[2], key_for, pair=pair)
@@ -247,7 +249,7 @@ async def test_a_vector_names_only_what_the_sync_before_it_covered(tmp_path):
     """Guards issue 43 (a peer's vector was read after a WAL sync and named events committed during
     it: a receipt a power cut could make false): a peer's live push committed on b while b syncs
     for its vector is not in that vector; the next vector, after a sync that covers it, names it."""
-    async with replicas(tmp_path, "a", "b") as ((a, b), key_for, nursery):
+    async with replicas(tmp_path, "a", "b") as ((a, b), key_for, _nursery):
         for body in ("one", "two"):
             await a.append(body)
         one, two = a.store.signed_events_of_origin(a.store.origin_id, 0, 10)

@@ -11,9 +11,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event
 from palaced.store.rows import SIGNED_COLUMNS, insert_params, row_to_public, row_to_signed
 
 LIMITS = Limits()

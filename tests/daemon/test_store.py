@@ -7,12 +7,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.envelope import GENESIS_HASH, seal_event, verify_chain_link, verify_event
-from palace_proto.ids import origin_id_for_key, origin_id_from_random
 from palace_proto.errors import NotFound, ValidationError
+from palace_proto.ids import origin_id_for_key, origin_id_from_random
 from palace_proto.validation import AppendRequest, Limits, ListQuery
-from palaced.store import append_event, put_artifact, redact
 from palaced.features import STORE_PARTS
-from palaced.store import Store, StoreError
+from palaced.store import Store, StoreError, append_event, put_artifact, redact
 
 LIMITS = Limits()
 

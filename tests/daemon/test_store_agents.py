@@ -10,16 +10,15 @@ import json
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.identity import REGISTER, RETIRE, SYSTEM_AGENT, registry_metadata
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import seal_event
 from palace_proto.errors import ValidationError
+from palace_proto.identity import REGISTER, RETIRE, SYSTEM_AGENT, registry_metadata
 from palace_proto.ids import fingerprint
 from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, append_system, apply_remote, import_history
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event, append_system, apply_remote, import_history
 from palaced.store.identity import AgentElsewhere, AgentRetired
 
 LIMITS = Limits()

@@ -13,9 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.errors import ApiError, NotPermitted
 from palace_proto.rooms import ROOM_MESSAGE, keyed_room_id
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote, redact
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event, apply_remote, redact
 from palaced.store.parts import StorePart, StoreParts
 
 LIMITS = Limits()
@@ -56,7 +55,7 @@ def test_every_hook_is_called_where_the_write_path_moves(tmp_path):
         assert recorder.calls == [("stored", ("one", first["seq"])), ("settle", 1)]
         recorder.calls.clear()
         theirs = _append(peer, body="from a peer")
-        ok, _ = store.write_batch([lambda ctx: apply_remote(ctx, 
+        ok, _ = store.write_batch([lambda ctx: apply_remote(ctx,
             peer.signed_events_of_origin(peer.origin_id, 0, 10), lambda origin, seq: peer.public_key,
             source="test")]).outcomes[0]
         assert ok and recorder.calls[0][0] == "stored" and recorder.calls[0][1][0] == "from a peer"

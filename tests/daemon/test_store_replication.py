@@ -12,9 +12,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from palace_proto.envelope import seal_event, verify_chain_link, verify_event
 from palace_proto.sync import verify_batch
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote, import_history, put_artifact, redact
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event, apply_remote, import_history, put_artifact, redact
 
 LIMITS = Limits()
 
@@ -130,7 +129,7 @@ def test_forged_unknown_and_own_origin_events_are_rejected(pair):
 def test_redaction_replicates_and_wins_over_a_late_original(pair, tmp_path):
     a, b = pair
     secret = append(a, body="token SECRET-0f9e8d")
-    ok, redaction = a.write_batch([lambda ctx: (e := append_event(ctx, AppendRequest.from_wire(
+    ok, _redaction = a.write_batch([lambda ctx: (e := append_event(ctx, AppendRequest.from_wire(
         {"type": "event.redact", "stream": "s", "room": "r", "from_agent": "a", "metadata": {"redacts": secret["id"]}},
         LIMITS)), redact(ctx, secret["id"], e["id"]))[0]]).outcomes[0]
     assert ok
@@ -148,7 +147,7 @@ def test_redaction_replicates_and_wins_over_a_late_original(pair, tmp_path):
 
 def test_events_wait_for_their_artifacts(pair):
     a, b = pair
-    ok, artifact = a.write_batch([lambda ctx: put_artifact(ctx, kind="file", created_by="a", content=b"\x00bytes")]).outcomes[0]
+    _ok, artifact = a.write_batch([lambda ctx: put_artifact(ctx, kind="file", created_by="a", content=b"\x00bytes")]).outcomes[0]
     append(a, body="with artifact", artifact_ids=[artifact["id"]])
     events = a.signed_events_of_origin(a.origin_id, 0, 10)
     report, _ = apply(b, events, keys_of(a))

@@ -16,16 +16,22 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from palace_proto.usage import MAX_USAGE_REPORTS_PER_TASK
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.ids import origin_id_for_key
 from palace_proto.tasks import derive_task
-from palace_proto.usage import MAX_COST_USD, MAX_TOKENS, USAGE_TYPE, record_from_event, spending, totals
+from palace_proto.usage import (
+    MAX_COST_USD,
+    MAX_TOKENS,
+    MAX_USAGE_REPORTS_PER_TASK,
+    USAGE_TYPE,
+    record_from_event,
+    spending,
+    totals,
+)
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, apply_remote
 from palaced.features import STORE_PARTS
-from palaced.store import Store
+from palaced.store import Store, append_event, apply_remote
 from palaced.store.usage import read_usage
 from tests.daemon.test_store_agents import sync
 
@@ -246,7 +252,8 @@ def test_the_migration_fills_the_tables_from_the_log(stores):
 
 def test_every_answer_is_the_pure_sum_of_the_reports_the_tasks_count(tmp_path):
     """Random tasks, claims, releases and reports (strangers', backdated, on invented tasks,
-    mistyped task ids) from five origins, arriving interleaved at random, a few a batch: the totals by every field, since any bound,
+    mistyped task ids) from five origins, arriving interleaved at random, a few a batch: the totals by every field,
+    since any bound,
     and the spending budgets judge equal palace_proto.usage's over the reports derive_task counts."""
     rng = random.Random(43)
     agents = ["bob", "carol", "dave", "mallory"]
@@ -258,10 +265,10 @@ def test_every_answer_is_the_pure_sum_of_the_reports_the_tasks_count(tmp_path):
         step = n if rng.random() < 0.9 else rng.randrange(n + 1)
         month, day = ((2, 27), (2, 28), (3, 1), (3, 2))[step // 80]
         chain, when = rng.choice(chains), at(day, step * 10 % 3600 + rng.randrange(10), month=month)
-        cid = rng.choice(tasks + ["task_nobody_asked"])
+        cid = rng.choice([*tasks, "task_nobody_asked"])
         kind = rng.random()
         if kind < 0.1 and cid != "task_nobody_asked":
-            requests.setdefault(cid, request(chain, when, cid=cid, to=rng.choice(agents[:3] + ["*"])))
+            requests.setdefault(cid, request(chain, when, cid=cid, to=rng.choice([*agents[:3], "*"])))
         elif kind < 0.3 and cid in requests:
             claim(chain, when, requests[cid], cid=cid, by=rng.choice(agents))
         elif kind < 0.35 and cid in requests:
@@ -270,7 +277,7 @@ def test_every_answer_is_the_pure_sum_of_the_reports_the_tasks_count(tmp_path):
             named = cid if rng.random() < 0.9 else rng.choice(tasks)
             cost = rng.choice([None, 0.0, 0.125, 1.5])
             report(chain, when, cid=cid, by=rng.choice(agents), tokens_in=rng.randrange(1000), cost=cost,
-                   machine=rng.choice(["m1", "m2"]), model=rng.choice(["m-1", None]), **{"task_id": named})
+                   machine=rng.choice(["m1", "m2"]), model=rng.choice(["m-1", None]), task_id=named)
     everything = [e.to_public(0) for c in chains for e in c.events]
     counts = set()
     for cid in {e["correlation_id"] for e in everything}:

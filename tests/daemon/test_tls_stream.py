@@ -10,6 +10,7 @@ import os
 
 import pytest
 import trio
+
 from palace_proto.pki import new_palace
 from palaced.tls import client_context, enrolment_client_context, peer_certificate, server_context
 from palaced.tls_stream import TlsStream
@@ -183,7 +184,7 @@ async def test_garbage_after_the_handshake_breaks_the_stream_without_a_traceback
 
 
 async def test_one_receiver_at_a_time_and_a_close_ends_a_waiting_receive(palace):
-    async with tls_pair(palace) as (server, client):
+    async with tls_pair(palace) as (server, _client):
         errors = []
 
         async def receive():

@@ -12,12 +12,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.memory import Drawer
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, redact
-from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
-from palaced.store import Store
-from palaced.store.aio import AsyncStore
+from palaced.features import STORE_PARTS
 from palaced.features.memory_vectors import MemoryIndexer, VectorIndex
+from palaced.store import Store, append_event, redact
+from palaced.store.aio import AsyncStore
 
 LIMITS = Limits()
 SYNONYMS = {"kitten": "cat", "kitty": "cat", "database": "sqlite", "db": "sqlite"}

@@ -12,10 +12,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palace_proto.envelope import GENESIS_HASH
 from palace_proto.errors import ApiError, DiskFull
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, import_history, put_artifact, redact
-from palaced.features import STORE_PARTS
 from palaced.bus import EventBus
-from palaced.store import Store, StoreError
+from palaced.features import STORE_PARTS
+from palaced.store import Store, StoreError, append_event, import_history, put_artifact, redact
 
 LIMITS = Limits()
 

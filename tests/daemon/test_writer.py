@@ -7,14 +7,14 @@ import functools
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError
 from palace_proto.validation import AppendRequest, Limits
-from palaced.store import append_event, redact
 from palaced.features import STORE_PARTS
-from palaced.store import Store, StoreError
+from palaced.store import Store, StoreError, append_event, redact
 from palaced.store.writer import Writer
 
 
@@ -88,7 +88,7 @@ async def test_maintenance_runs_in_a_slot_between_batches_never_during_one(tmp_p
 
     async def work():
         seen.append(writer.leading)
-        await trio.sleep(0)  # writes that arrive meanwhile wait for the next batch
+        await trio.lowlevel.checkpoint()  # writes that arrive meanwhile wait for the next batch
 
     async with trio.open_nursery() as n:
         n.start_soon(writer.maintain, work)

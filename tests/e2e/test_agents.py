@@ -22,7 +22,7 @@ def note(home, agent, body, **fields):
 
 
 def events_of(home, agent):
-    return [e for e in ctl_json(home, "list", "--from-agent", agent, "--limit", "500")["events"]]
+    return list(ctl_json(home, "list", "--from-agent", agent, "--limit", "500")["events"])
 
 
 def roster(home, *flags):

@@ -23,12 +23,12 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from palace_proto.control import HELLO_TIMEOUT_S, PRE_HELLO_MAX_FRAME_BYTES
-from palace_proto.features import OPS
 from palace_proto.errors import API_ERROR_CODES
+from palace_proto.features import OPS
 from palace_proto.framing import HEADER, NEED_DATA, FrameBuffer, encode_frame
 from palacectl.client import endpoint_for
-
 from tests.e2e.test_faults import assert_ctl_works, assert_error, assert_serving, greeted, poll
 from tests.helpers import Daemon, RawClient, connect_api, run_ctl, run_ctl_process
 

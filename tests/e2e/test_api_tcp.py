@@ -13,8 +13,8 @@ import stat
 import pytest
 
 from palace_proto.framing import FrameBuffer, encode_frame
-from tests.fleet import ctl_json
 from tests.e2e.test_daemon_lifecycle import run_palaced
+from tests.fleet import ctl_json
 from tests.helpers import PeerClosed, RawClient, run_ctl
 
 TCP = "tcp"

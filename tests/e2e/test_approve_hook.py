@@ -131,7 +131,7 @@ def test_a_request_too_long_for_the_question_is_shown_whole_from_an_artifact_and
     assert approval == {"tool": "Bash", "argument": approval["argument"], "input_sha256": digest,
                         "input_artifact": "art_" + digest[:32]}
     assert len(approval["argument"]) == 1000 and approval["argument"].endswith("…")
-    [asked] = [e for e in ctl_json(home, "list", "--type", "question.ask")["events"]]
+    [asked] = ctl_json(home, "list", "--type", "question.ask")["events"]
     assert asked["artifact_ids"] == [approval["input_artifact"]]
     stored = ctl_json(home, "artifact", "get", approval["input_artifact"])
     assert stored["sha256"] == digest and stored["size_bytes"] == len(whole)

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from palace_proto.identity import RETIRE, SYSTEM_AGENT, TRANSFER, registry_metadata
 from palace_proto.authority import ANY_AGENT, RULES
+from palace_proto.identity import RETIRE, SYSTEM_AGENT, TRANSFER, registry_metadata
 from palace_proto.questions import approval_marker, approval_sha256, ask_metadata
 from tests.fleet import api, ctl_json, wait_converged
 from tests.helpers import RawClient, run_ctl
@@ -392,7 +392,7 @@ async def test_junk_answers_never_hide_the_persons_answer(hostile_scene):
     mallory = ModifiedDaemon(scene.mallory)
     early = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     for question in (asked, other):
-        for n in range(5_050):
+        for _ in range(5_050):
             mallory.say("human:ana", type="question.answer", stream="questions", room="general",
                         to_agent="alice", ack_of=question["question_id"], created_at=early, body="yes")
     await _deliver(scene, mallory, timeout=120)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

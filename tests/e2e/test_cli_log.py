@@ -157,7 +157,8 @@ def test_append_origin_seq_contiguous_and_ids_stable_in_list(ctl):
         (["--correlation-id", "c\x7fd"], "correlation_id contains control characters"),
         (["--metadata", "[1, 2]"], "--metadata must be a JSON object"),
         (["--artifact-id", "art_x"], "artifact_ids references unknown artifact 'art_x'"),
-        (["--type", "event.redact"], "type 'event.redact' is reserved: it is written by redact (palacectl redact), not by append"),
+        (["--type", "event.redact"],
+         "type 'event.redact' is reserved: it is written by redact (palacectl redact), not by append"),
     ],
     ids=["type-regex", "type-too-long", "type-blank", "stream-blank", "status", "topic-len", "from-len",
          "to-ctrl", "room-tab", "corr-del", "metadata-array", "unknown-artifact", "reserved-type"],
@@ -737,7 +738,8 @@ def test_append_ndjson_appends_every_line_in_order_with_options_as_defaults(ctl)
     assert seqs == list(range(seqs[0], seqs[0] + 2500))
     assert _bulk_bodies(ctl) == [line["body"] for line in lines]
     bob = ctl("list", "--to-agent", "bob", "--json").json()["events"]
-    assert [(e["body"], e["type"], e["from_agent"], e["metadata"]) for e in bob] == [("for bob", "task.reply", "loader", {"k": 1})]
+    assert [(e["body"], e["type"], e["from_agent"], e["metadata"]) for e in bob] == [
+        ("for bob", "task.reply", "loader", {"k": 1})]
     human = ctl("append", "--ndjson", "-", *ROUTING, input=_ndjson({"body": "one more"}))
     assert human.returncode == 0 and human.stdout.startswith("Appended 1 events"), human
 

@@ -26,10 +26,10 @@ from cryptography.hazmat.primitives.serialization import (
     NoEncryption,
     PrivateFormat,
 )
+
 from palace_proto import __version__
 from palace_proto.framing import encode_frame
 from palace_proto.ids import fingerprint_is_valid
-
 from tests.helpers import PYTHON, START_TIMEOUT_S, RawClient, run_ctl
 
 FINGERPRINT_RE = re.compile(r"^[A-Z2-7]{7}(-[A-Z2-7]{7}){7}$")

@@ -172,7 +172,7 @@ def test_import_from_stdin_verifies_all_of_it_before_sending_anything(fleet, tmp
     source_origin = ctl_json(source.home, "status")["origin"]
     clean = tmp_path / "clean.ndjson"
     ctl_json(source.home, "export", "--output", str(clean))
-    altered, _lines_, _id = _damaged(clean, tmp_path)
+    altered, _lines, _id = _damaged(clean, tmp_path)
     alpha = fleet.found("alpha")
     refused = run_ctl(alpha.home, "import", "-", input=altered.read_bytes())
     assert refused.returncode == 1 and "standard input: 2 line(s) fail verification" in refused.stderr

@@ -30,11 +30,11 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from palace_proto.features import OPS
+
 from palace_proto.envelope import GENESIS_HASH
 from palace_proto.errors import API_ERROR_CODES, ProtocolError
+from palace_proto.features import OPS
 from palace_proto.framing import encode_frame
-
 from tests.helpers import IO_TIMEOUT_S, PYTHON, Daemon, PeerClosed, RawClient, connect_api, run_ctl
 
 HEADER = struct.Struct(">I")

@@ -49,11 +49,11 @@ def test_a_daemon_sees_every_daemon_of_a_line_with_its_links_health_and_origins(
 
     def beta_sees_all_three():
         beta = heard(a.home, "beta")
-        states = {p: l["state"] for p, l in links_of(beta["report"]).items()} if beta else {}
+        states = {p: link["state"] for p, link in links_of(beta["report"]).items()} if beta else {}
         return beta if states == {ids["alpha"]: "live", ids["gamma"]: "live", ids["delta"]: "live"} else None
 
     beta = wait_until(beta_sees_all_three, "beta's report with its three live links", WAIT_S)
-    assert {p: l["direction"] for p, l in links_of(beta["report"]).items()} == dict.fromkeys(
+    assert {p: link["direction"] for p, link in links_of(beta["report"]).items()} == dict.fromkeys(
         (ids["alpha"], ids["gamma"], ids["delta"]), "in")  # everyone dialled beta
     delta = wait_until(lambda: heard(a.home, "delta"), "the observer's report at alpha", WAIT_S)
 

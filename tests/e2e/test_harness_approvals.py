@@ -32,7 +32,7 @@ SHELL: dict[str, tuple[str, dict[str, str]]] = {"claude": ("Bash", {"description
 
 
 @pytest.fixture
-def user(harnesses, daemon_factory, short_tmp) -> User:  # noqa: F811 - the fixture imported above
+def user(harnesses, daemon_factory, short_tmp) -> User:
     root = short_tmp / "user"
     root.mkdir()
     return User(root, daemon_factory(root / ".palace").home, harnesses, README)
@@ -84,7 +84,7 @@ def test_a_launched_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_
         rig.start([user.palacectl, "--home", str(user.home), "task", "launch", cid, "--runner", harness,
                    "--workspace", str(repo), "--timeout", "150s", "--json"])
         code = rig.wait(180)
-        push, record = (rig.script.outcomes + [None, None])[:2]
+        push, record = [*rig.script.outcomes, None, None][:2]
         report = rig.report()
         assert push is not None and push.answered_at is not None, report
         assert "refused by palace's policy (Bash(git push*))" in str(push.raw), report

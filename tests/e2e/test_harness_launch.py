@@ -15,8 +15,8 @@ import re
 import shlex
 import subprocess
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +48,7 @@ _WORKTREE = re.compile(r"in the git worktree (\S+) \(at its base commit")
 
 
 @pytest.fixture
-def user(harnesses, daemon_factory, short_tmp) -> User:  # noqa: F811 - the fixture imported above
+def user(harnesses, daemon_factory, short_tmp) -> User:
     root = short_tmp / "user"
     root.mkdir()
     return User(root, daemon_factory(root / ".palace").home, harnesses, README)
@@ -135,7 +135,7 @@ def test_task_launch_runs_each_harness_whose_own_edit_reaches_the_requester_as_a
         for name, spent in usage_seen.items():
             assert spent is not None and spent["runner"] == name and spent["tokens_in"] > 0, (name, usage_seen)
         # ... and its last message, in words (what a failed run's reply quotes instead of the JSON).
-        assert words_seen == {name: "feature.txt is written." for name in rigs}, words_seen
+        assert words_seen == dict.fromkeys(rigs, "feature.txt is written."), words_seen
     finally:
         for rig, _, _ in rigs.values():
             rig.close()

@@ -58,7 +58,7 @@ LOOP_TOOLS = ("mempalace_session_start", "mempalace_event_append", "mempalace_in
 
 
 @pytest.fixture
-def user(harnesses, daemon_factory, short_tmp) -> User:  # noqa: F811 - the fixture imported above
+def user(harnesses, daemon_factory, short_tmp) -> User:
     root = short_tmp / "user"
     root.mkdir()
     home = daemon_factory(root / ".palace").home  # the default home: the README's commands name none
@@ -132,7 +132,10 @@ class Checks:
 
 def check_run(checks: Checks, rig: Rig, user: User, agent: str, mail: dict[str, Any], code: int | None) -> None:
     name = rig.harness.name
-    check = lambda what, ok, detail="": checks.check(name, what, ok, detail)
+
+    def check(what: str, ok: bool, detail: str = "") -> None:
+        checks.check(name, what, ok, detail)
+
     script, server = rig.script, rig.server
     check("exit", code == 0, f"exit {code}: {rig.output()}")
     offered = server.offered_tools()
@@ -244,7 +247,7 @@ def test_palace_tools_are_offered_on_the_first_turn_of_a_cold_start_under_cpu_lo
             process.wait()
         codes = [rig.wait(120) for rig in rigs]
         problems = []
-        for rig, code in zip(rigs, codes):
+        for rig, code in zip(rigs, codes, strict=True):
             offered = rig.server.offered_tools()
             if code != 0 or not any(n.endswith("mempalace_session_start") for n in offered):
                 problems.append(f"{rig.harness.name}: exit {code}, first request offered {offered}\n{rig.report()}")

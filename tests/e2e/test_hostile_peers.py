@@ -20,12 +20,12 @@ import msgpack
 import pytest
 import trio
 
-from palace_proto.identity import REGISTER, registry_metadata
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent
-from palace_proto.reports import decode_report, encode_report
+from palace_proto.identity import REGISTER, registry_metadata
 from palace_proto.ids import origin_id_from_random
+from palace_proto.link import HELLO_TIMEOUT_S, SILENCE_S
 from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,
     ArtifactWant,
@@ -41,15 +41,15 @@ from palace_proto.peer import (
     presence_signing_bytes,
     report_signing_bytes,
 )
-from palace_proto.link import HELLO_TIMEOUT_S, SILENCE_S
+from palace_proto.reports import decode_report, encode_report
 from palace_proto.session import ConnectionClosed
 from palace_proto.sync_plan import MAX_ARTIFACT_ASKS
 from palaced.members import MAX_ORIGINS_PER_KEY
 from palaced.peers.admission import MAX_ACCEPTS_PER_HOST, MAX_INBOUND_PER_HOST
 from palaced.peers.link import SEND_STALL_S
-from tests.fleet import api, append, bodies, ctl_json, listen_address, peer_id, wait_converged, wait_until
-from tests.hostile_peer import HostilePeer, Scene, issue_member, origin_of, sealed
+from tests.fleet import api, append, bodies, ctl_json, peer_id, wait_converged, wait_until
 from tests.helpers import RawClient, run_ctl
+from tests.hostile_peer import HostilePeer, Scene, issue_member, origin_of, sealed
 
 pytestmark = pytest.mark.transport_fixed  # about the peer port: the local API's transport plays no part
 
@@ -194,7 +194,7 @@ async def test_events_with_lone_surrogates_or_broken_rules_are_refused_without_d
         await peer.send_frame({"t": "events", "events": [surrogate]})
         await peer.push(rule_breaker)
         await peer.drain(1.5)
-        assert not peer.session.state.name == "CLOSED"
+        assert peer.session.state.name != "CLOSED"
         (seen,) = [p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == scene.mallory.peer_id]
         assert seen["state"] in ("live", "catching up") and seen["refused_events"] == 1 and seen["rejected_events"] == 1
     finally:
@@ -627,7 +627,7 @@ async def test_a_member_cannot_move_anothers_task(scene):
              request["room"], "--from-agent", "bob", "--to-agent", "alice", "--correlation-id", cid,
              "--status", "ready", "--body", "the patch")
     key, own = scene.mallory.key, scene.mallory.origin
-    common = dict(stream=request["stream"], room=request["room"], from_agent="mallory", correlation_id=cid)
+    common = {"stream": request["stream"], "room": request["room"], "from_agent": "mallory", "correlation_id": cid}
     reopen = sealed(key, own, seq=1, body="again!", type="event.ack", status="open", to_agent="bob", **common)
     supersede = sealed(key, own, seq=2, prev=reopen.event_hash, body="stop", type="task.reply", status="superseded",
                        **common)

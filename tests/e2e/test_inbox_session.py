@@ -107,7 +107,7 @@ def test_session_start_has_everything_to_start_with_and_says_what_next(daemon, s
     assert loops[mine["correlation_id"]]["role"] == "requester"
     assert loops[theirs["correlation_id"]]["role"] == "claimant"
     assert loops[mine["correlation_id"]]["goal"] == "Add the orders table"
-    assert [l["patterns"] for l in session["leases"]["items"]] == [["src/orders/**"]]
+    assert [lease["patterns"] for lease in session["leases"]["items"]] == [["src/orders/**"]]
     assert len(session["diary"]["items"]) == 3 and session["diary"]["total"] == 4
     assert session["identity"]["here"] is False  # a daemon alone registers nobody...
     assert session["identity"]["registers"] is False

@@ -42,8 +42,8 @@ def test_no_secret_appears_in_any_log_line(fleet, tmp_path):
     run_ctl(beta.home, "remember", "--wing", "wing_ops", "--room", "tokens", input=f"staging uses {REDACTED_TOKEN}\n"
             .encode())
     ctl_json(alpha.home, "redact", leaked["id"], "--from-agent", leaked["from_agent"], "--reason", "a token")
-    drawer_event = [e for e in ctl_json(beta.home, "list", "--stream", "memory", "--limit", "10")["events"]
-                    if REDACTED_TOKEN in e["body"]][0]
+    drawer_event = next(e for e in ctl_json(beta.home, "list", "--stream", "memory", "--limit", "10")["events"]
+                        if REDACTED_TOKEN in e["body"])
     ctl_json(beta.home, "redact", drawer_event["id"], "--from-agent", "beta-agent", "--operator")
     ctl_json(alpha.home, "backup", str(tmp_path / "alpha.sqlite3"))
     wait_converged(alpha, beta, gamma)

@@ -41,7 +41,8 @@ ROOM_TOOLS = ["mempalace_room_open", "mempalace_room_read", "mempalace_room_say"
 #: what ``--tools all`` lists: every tool but the approve tool of palace's own runs, in listing order
 ALL_LISTED = [name for name in LISTING_ORDER if name != "approve" and not name.startswith("palace_")]
 MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_lease_acquire",
-            "mempalace_lease_renew", "mempalace_lease_release", "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put", "mempalace_patch_submit",
+            "mempalace_lease_renew", "mempalace_lease_release", "mempalace_event_append", "mempalace_event_ack",
+            "mempalace_artifact_put", "mempalace_patch_submit",
             "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
             "mempalace_diary_write", "mempalace_ask_human", "mempalace_room_open", "mempalace_room_say",
             "mempalace_room_close"}

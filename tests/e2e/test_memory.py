@@ -100,8 +100,8 @@ def test_memory_written_on_a_reaches_b_and_a_redaction_follows(fleet):
     assert ctl_json(b.home, "diary", "read", "--agent", "mac-claude")["entries"][0]["content"] == \
         "filed the memory decision"
     # Forget the secret on A: the drawer leaves B's search too.
-    leaked = [e for e in ctl_json(a.home, "list", "--stream", "memory", "--limit", "50")["events"]
-              if "tok_live_123" in e["body"]][0]
+    leaked = next(e for e in ctl_json(a.home, "list", "--stream", "memory", "--limit", "50")["events"]
+                  if "tok_live_123" in e["body"])
     ctl_json(a.home, "redact", leaked["id"], "--from-agent", leaked["from_agent"], "--reason", "a token")
     wait_until(lambda: [h["drawer_id"] for h in ctl_json(b.home, "search", "replicated log", "--mode",
                                                           "keyword")["results"]]
@@ -137,7 +137,7 @@ def test_a_paraphrased_question_finds_its_drawer_by_meaning(ctl, daemon):
     status = ctl("status", "--json").json()["memory"]["embedding"]
     assert status["model_loads"] == 1 and status["pending"] == 0 and status["error"] is None
     # Forgetting reaches the vectors too.
-    event = [e for e in ctl("list", "--stream", "memory", "--json").json()["events"] if "SQLite" in e["body"]][0]
+    event = next(e for e in ctl("list", "--stream", "memory", "--json").json()["events"] if "SQLite" in e["body"])
     assert ctl("redact", event["id"], "--from-agent", event["from_agent"]).returncode == 0  # its author
     wait_until(lambda: ids["db"] not in [h["drawer_id"] for h in ctl("search", question, "--json").json()["results"]],
                "the redacted drawer to leave vector search")

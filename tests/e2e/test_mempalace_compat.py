@@ -163,7 +163,8 @@ async def test_an_argument_a_tool_does_not_have_is_refused_not_ignored(daemon):
                                      {"type": "note", "stream": "s", "room": "r", "bogus": 1})):
             with pytest.raises(MCPError) as refused:
                 await client.call_tool(tool, args)
-            assert refused.value.code == -32602 and f"Unknown parameter '{unknown}' for tool {tool} " in str(refused.value), refused.value
+            assert refused.value.code == -32602, refused.value
+            assert f"Unknown parameter '{unknown}' for tool {tool} " in str(refused.value), refused.value
         assert counts(daemon.home)[0] == 0  # nothing was written
         assert (await call(client, "mempalace_event_list", to_agent="bob"))["count"] == 0  # the right name works
 
@@ -179,7 +180,8 @@ async def test_the_arguments_a_harness_adds_to_every_tool_are_accepted_and_dropp
         assert appended["success"] is True and "wait_for_previous" not in appended["event"]["metadata"]
         with pytest.raises(MCPError) as refused:
             await client.call_tool("mempalace_event_list", {"to_agents": "bob", "wait_for_previous": True})
-        assert refused.value.code == -32602 and "Unknown parameter 'to_agents' for tool mempalace_event_list " in str(refused.value)
+        assert refused.value.code == -32602
+        assert "Unknown parameter 'to_agents' for tool mempalace_event_list " in str(refused.value)
 
 
 # -- mempalace_event_append ---------------------------------------------------------------------

@@ -12,7 +12,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path

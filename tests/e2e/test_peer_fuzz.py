@@ -39,9 +39,8 @@ from palace_proto.peer import (
     to_wire,
 )
 from palace_proto.session import ConnectionClosed
-from tests.hostile_peer import Scene, origin_of
 from tests.helpers import RawClient
-from tests.hostile_peer import HostilePeer, sealed
+from tests.hostile_peer import HostilePeer, Scene, origin_of, sealed
 
 pytestmark = pytest.mark.transport_fixed
 

@@ -115,7 +115,7 @@ def test_redacted_secrets_leave_no_byte_in_any_file_of_any_replica_and_no_api_re
         # The checks below can see what they look for: the secrets in the files, the vector on disk.
         wait_until(lambda d=d: key in saved_vector_keys(d.home), f"{d.home.name} to save the drawer's vector",
                    timeout=EMBED_WAIT_S)
-        assert set(sum(files_holding(d.home, words).values(), [])) == set(words)
+        assert {w for held in files_holding(d.home, words).values() for w in held} == set(words)
 
     targets = [drawer["event_id"], note["id"], fact["event_id"], ended["event_id"]]
     for event_id in targets:

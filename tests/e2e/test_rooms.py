@@ -44,7 +44,7 @@ def test_the_room_commands(daemon):
     assert "Join palace room" in human.stderr
 
     said = run_ctl(home, "room", "say", room_id, "--from-agent", "bob", "--body-file", "-",
-                   input="Cursors, opaque.\r\nNever offsets.\n".encode())
+                   input=b"Cursors, opaque.\r\nNever offsets.\n")
     assert said.returncode == 0 and said.stdout.startswith("evt_") and "1 turn(s) by others" in said.stderr
     page = ctl_json(home, "room", "read", room_id, "--agent", "bob")
     assert [e["body"] for e in page["events"]] == ["agree on paging before anyone codes",
@@ -63,7 +63,8 @@ def test_the_room_commands(daemon):
     assert (closed["already_closed"], closed["filed"], closed["wing"], closed["palace_room"]) == \
         (False, 4, "shop", "orders-api-v2")
     again = run_ctl(home, "room", "close", room_id, "--from-agent", "bob")
-    assert again.returncode == 0 and again.stdout.startswith(f"Already closed by alice at ") and "(4 there already)" in again.stdout
+    assert again.returncode == 0 and again.stdout.startswith("Already closed by alice at ")
+    assert "(4 there already)" in again.stdout
     hits = ctl_json(home, "search", "Never offsets", "--wing", "shop", "--mode", "keyword")["results"]
     assert hits and hits[0]["content"].endswith("\nCursors, opaque.\r\nNever offsets.\n")
     shown = run_ctl(home, "room", "show", room_id)
@@ -122,7 +123,7 @@ def test_the_dashboard_lists_rooms_and_shows_one_live(daemon):
         assert listing["supported"] and [r["room_id"] for r in listing["rooms"]] == [room_id]
         shown = ui.get_json(f"/api/room/{room_id}")
         assert [e["body"] for e in shown["events"]] == ["paging?", "cursors"] and shown["room"]["closed"] is False
-        assert ui.get(f"/api/room/task_1").status == 400 and ui.get("/api/room/room_gone_00000000").status == 404
+        assert ui.get("/api/room/task_1").status == 400 and ui.get("/api/room/room_gone_00000000").status == 404
         # Showing moves nobody's read position: bob's first read is still everything.
         assert ctl_json(home, "room", "read", room_id, "--agent", "bob")["count"] == 2
     finally:

@@ -191,8 +191,8 @@ def _copy_with_toy(src: Path) -> None:
     package.mkdir()
     for name, text in TOY_CTL.items():
         (package / name).write_text(text, encoding="utf-8")
-    _edit(src / "palacectl" / "features" / "__init__.py", "from . import agents, approvals,",
-          "from . import toy\nfrom . import agents, approvals,")
+    _edit(src / "palacectl" / "features" / "__init__.py", "from . import (\n    agents,\n    approvals,",
+          "from . import toy\nfrom . import (\n    agents,\n    approvals,")
     _edit(src / "palacectl" / "features" / "__init__.py", "FEATURES: Final[tuple[Feature, ...]] = (",
           "FEATURES: Final[tuple[Feature, ...]] = (toy.FEATURE, ")
 

@@ -435,7 +435,8 @@ def test_a_redacted_body_never_appears_not_even_live(single, ctl, browser_factor
     wait_for(driver, lambda d: d.find_element("id", "live").text == "live", "the live stream")
     secret = append_event(ctl, from_agent="mac-claude", body="DB_PASSWORD=correct-horse-battery")
     wait_for(driver, lambda d: "correct-horse" in text_of(d), "the event, before its redaction")
-    assert run_ctl(single.home, "redact", secret["id"], "--from-agent", "mac-claude", "--reason", "pasted a secret").returncode == 0
+    redacted = run_ctl(single.home, "redact", secret["id"], "--from-agent", "mac-claude", "--reason", "pasted a secret")
+    assert redacted.returncode == 0
     wait_for(driver, lambda d: "correct-horse" not in d.page_source, "the body gone from the open page")
     driver.refresh()
     open_page(driver, single, "timeline")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from palacectl.features.worker.launch import task_branch
 from palacectl.features.approvals.permission_policy import PermissionPolicy
+from palacectl.features.worker.launch import task_branch
 from tests.fleet import api, ctl_json, wait_converged, wait_until
 from tests.helpers import PYTHON, init_repo, run_ctl_process, run_git
 

@@ -149,8 +149,8 @@ def configure(setup: HarnessSetup, user: Path, env: dict[str, str], run_ctl: Any
             target.write_text(text)
     with Netns() as ns:
         for command in setup.commands:
-            done = subprocess.run(ns.command(command), check=False, env=env, cwd=user, capture_output=True, text=True, timeout=120,
-                                  stdin=subprocess.DEVNULL)
+            done = subprocess.run(ns.command(command), check=False, env=env, cwd=user, capture_output=True, text=True,
+                                  timeout=120, stdin=subprocess.DEVNULL)
             assert done.returncode == 0, (command, done.stdout, done.stderr)
     hooks = ["--hooks"] if HARNESSES[setup.harness].has_hook else []
     result = run_ctl(*setup.rules, *hooks)

@@ -7,6 +7,7 @@ hypothesis splits valid byte streams at random boundaries.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import msgpack
@@ -381,7 +382,7 @@ def test_a_refused_hello_greets_nothing():
     client.receive_data(error_frame(rid, ApiError("v", code="version_mismatch")))
     [reply] = client_events(client)
     assert client.hello_result is None and client.frame_limit == 1000
-    with pytest.raises(ApiError, match="^v$"):
+    with pytest.raises(ApiError, match=r"^v$"):
         reply.result()
 
 
@@ -442,7 +443,7 @@ def _server_events(stream: bytes, cuts: list[int]) -> list[Any]:
     server = ServerConnection(FULL_LIMIT)
     seen: list[Any] = []
     bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
-    for start, end in [*zip(bounds, bounds[1:], strict=False), (len(stream), len(stream))]:
+    for start, end in [*itertools.pairwise(bounds), (len(stream), len(stream))]:
         server.receive_data(stream[start:end])  # the last slice is b"": EOF
         while (event := server.next_event()) is not NEED_DATA:
             if isinstance(event, HelloRequest):
@@ -478,7 +479,7 @@ def test_the_client_sees_the_same_replies_however_the_bytes_are_split(results, c
                           for i, (rid, result) in enumerate(zip(ids, results, strict=True)))
         bounds = sorted({c % (len(stream) + 1) for c in split} | {0, len(stream)})
         seen = []
-        for start, end in zip(bounds, bounds[1:], strict=False):
+        for start, end in itertools.pairwise(bounds):
             client.receive_data(stream[start:end])
             seen += [(type(e).__name__, e.id, dict(e.message)) for e in client_events(client)]
         return seen

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from palace_proto import authority
-from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.appends import RESERVED_TYPES
 from palace_proto.authority import (
     ANY_AGENT,
@@ -28,6 +27,7 @@ from palace_proto.authority import (
     threats_markdown,
     unnamed_type,
 )
+from palace_proto.identity import REGISTRY_TYPES
 from palace_proto.leases import LEASE_TYPES
 from palace_proto.memory import MEMORY_TYPES
 from palace_proto.questions import ANSWER, ASK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from palace_proto.features import OPS
+
 from palace_proto.control import (
     CORE_OPS,
     PROTOCOL_VERSION,
@@ -26,6 +26,7 @@ from palace_proto.errors import (
     ValidationError,
     VersionMismatch,
 )
+from palace_proto.features import OPS
 from palace_proto.framing import FrameBuffer, encode_frame
 
 # --- requests --------------------------------------------------------------------------------

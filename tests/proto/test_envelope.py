@@ -10,6 +10,7 @@ import msgpack
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
 from palace_proto import envelope
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import (

@@ -13,7 +13,12 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.export import (
-    ExportError, artifact_line, event_line, parse_line, verify_export_artifact, verify_export_event,
+    ExportError,
+    artifact_line,
+    event_line,
+    parse_line,
+    verify_export_artifact,
+    verify_export_event,
 )
 from palace_proto.ids import artifact_id_for_sha256
 
@@ -83,6 +88,6 @@ def test_altered_bytes_in_an_artifact_line_are_caught() -> None:
     record, content = _artifact()
     line = json.loads(artifact_line(record, content))
     line["artifact"]["content_base64"] = base64.b64encode(b"patch bytez\n").decode()
-    kind, (parsed, altered) = parse_line(json.dumps(line))
+    _kind, (parsed, altered) = parse_line(json.dumps(line))
     with pytest.raises(ExportError, match="it was altered"):
         verify_export_artifact(parsed, altered)

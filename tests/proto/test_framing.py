@@ -8,6 +8,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from palace_proto.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from palace_proto.framing import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -222,7 +223,7 @@ def test_eof_mid_payload_raises_remote_protocol_error():
     buf.feed(frame[:-1])
     assert buf.next_frame() is NEED_DATA
     buf.feed(b"")
-    with pytest.raises(RemoteProtocolError, match="middle of a frame$"):
+    with pytest.raises(RemoteProtocolError, match=r"middle of a frame$"):
         buf.next_frame()
 
 

@@ -4,13 +4,12 @@ whatever order they arrive in; the verdict on events written as an agent; the id
 from __future__ import annotations
 
 import pytest
-
-from palace_proto.authority import written_as_daemon
 from hypothesis import given
 from hypothesis import strategies as st
 
 from palace_proto import identity as A
 from palace_proto.agents import check_stale_after
+from palace_proto.authority import written_as_daemon
 from palace_proto.errors import ValidationError
 from palace_proto.leases import CONFLICT as LEASE_CONFLICT
 from palace_proto.pki import REVOKE_EVENT_TYPE
@@ -60,13 +59,13 @@ def test_a_tie_in_time_is_broken_by_event_id_the_same_way_everywhere():
 
 def test_only_the_holder_or_the_palace_ca_moves_or_retires_an_agent():
     taken = [claim(A.REGISTER, MAC, 1)]
-    stolen = A.derive_record("mac-claude", taken + [claim(A.TRANSFER, BOX, 2, to=BOX)])
+    stolen = A.derive_record("mac-claude", [*taken, claim(A.TRANSFER, BOX, 2, to=BOX)])
     assert stolen.current.daemon == MAC and "did not hold" in stolen.void[0][1]
-    by_ca = A.derive_record("mac-claude", taken + [claim(A.TRANSFER, CA, 2, to=NEW, nonce="n1")])
+    by_ca = A.derive_record("mac-claude", [*taken, claim(A.TRANSFER, CA, 2, to=NEW, nonce="n1")])
     assert (by_ca.current.daemon, by_ca.current.by_ca) == (NEW, True)
-    retired_by_other = A.derive_record("mac-claude", taken + [claim(A.RETIRE, BOX, 2)])
+    retired_by_other = A.derive_record("mac-claude", [*taken, claim(A.RETIRE, BOX, 2)])
     assert not retired_by_other.retired
-    assert A.derive_record("mac-claude", taken + [claim(A.RETIRE, CA, 2, nonce="n2")]).retired
+    assert A.derive_record("mac-claude", [*taken, claim(A.RETIRE, CA, 2, nonce="n2")]).retired
 
 
 def test_a_palace_ca_statement_counts_once():
@@ -159,7 +158,7 @@ def test_stale_after_takes_a_duration(value, seconds):
 
 @pytest.mark.parametrize("value", ["soon", "30m", "400d", True, None, -5])
 def test_stale_after_outside_its_range_is_refused(value):
-    with pytest.raises(ValidationError, match="agents.stale_after"):
+    with pytest.raises(ValidationError, match=r"agents.stale_after"):
         check_stale_after(value)
 
 

@@ -9,6 +9,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from palace_proto.ids import (
     ARTIFACT_ID_RE,
     EVENT_ID_RE,

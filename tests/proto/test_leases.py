@@ -15,6 +15,7 @@ from palace_proto import leases as leases_module
 from palace_proto.errors import ValidationError
 from palace_proto.leases import (
     ACQUIRE,
+    CONFLICT,
     MAX_HELD,
     MAX_PATTERNS,
     MAX_SEGMENTS,
@@ -22,7 +23,6 @@ from palace_proto.leases import (
     PAIR_BUDGET,
     RELEASE,
     RENEW,
-    CONFLICT,
     LeaseIndex,
     LeaseLedger,
     LeaseRequest,
@@ -71,7 +71,7 @@ def test_durations_take_seconds_minutes_hours_and_days(text, seconds):
 
 @pytest.mark.parametrize("text", ["", "1w", "h", "-5m", "5", "31d", "1.5h"])
 def test_bad_or_out_of_range_durations_are_refused_with_an_example(text):
-    with pytest.raises(ValidationError, match="duration|between"):
+    with pytest.raises(ValidationError, match=r"duration|between"):
         parse_duration(text, field="ttl")
 
 
@@ -360,7 +360,7 @@ def test_every_order_of_the_same_events_gives_the_same_verdicts():
         verdict = [(lease.id, lease.state(at(4000)), lease.ended_by, lease.expires_at) for lease in derive_leases(shuffled)]
         expected = expected or verdict
         assert verdict == expected
-    assert dict((i, s) for i, s, *_ in expected) == {lid(1): "active", lid(2): "lost", lid(3): "released",
+    assert {i: s for i, s, *_ in expected} == {lid(1): "active", lid(2): "lost", lid(3): "released",
                                                      lid(4): "expired"}
 
 

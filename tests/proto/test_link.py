@@ -14,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
 from palace_proto.errors import RemoteProtocolError

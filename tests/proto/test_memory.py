@@ -9,13 +9,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from palace_proto.canonical import canonical_json
 from palace_proto.errors import ValidationError
 from palace_proto.memory import (
-    FACT_FORMAT, DiaryEntry, Drawer, FactAdd, FactAdded, FactEnded, FactInvalidate, FiledText, check_memory_event,
-    diary_entry_id, diary_wing, drawer_id, fact_key, fact_state, hybrid_score, read_memory_event, validate_date,
+    FACT_FORMAT,
+    MEMORY_TYPES,
+    DiaryEntry,
+    Drawer,
+    FactAdd,
+    FactAdded,
+    FactEnded,
+    FactInvalidate,
+    FiledText,
+    check_memory_event,
+    diary_entry_id,
+    diary_wing,
+    drawer_id,
+    fact_key,
+    fact_state,
+    hybrid_score,
+    read_memory_event,
+    validate_date,
 )
-from palace_proto.canonical import canonical_json
-from palace_proto.memory import MEMORY_TYPES
 from palace_proto.validation import Limits
 
 

@@ -9,21 +9,51 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
-from palace_proto.reports import MAX_REPORT_BYTES
 from palace_proto.framing import NEED_DATA, encode_frame
-from palace_proto.bindings import OriginBinding
 from palace_proto.peer import (
-    ARTIFACT_CHUNK_BYTES, MAX_BINDINGS_PER_MESSAGE, PEER_PROTOCOL_VERSION, ArtifactChunk, ArtifactWant, Enrol, Enrolled, Events, Goodbye, Have,
-    Hello, MAX_NEIGHBOURS, Neighbours, Presence, Report, Vector, VectorEntry, Want, event_from_wire, event_to_wire, format_peer_address, from_wire,
-    parse_peer_address, presence_signing_bytes, report_signing_bytes, to_wire,
+    ARTIFACT_CHUNK_BYTES,
+    MAX_BINDINGS_PER_MESSAGE,
+    MAX_NEIGHBOURS,
+    PEER_PROTOCOL_VERSION,
+    ArtifactChunk,
+    ArtifactWant,
+    Enrol,
+    Enrolled,
+    Events,
+    Goodbye,
+    Have,
+    Hello,
+    Neighbours,
+    Presence,
+    Report,
+    Vector,
+    VectorEntry,
+    Want,
+    event_from_wire,
+    event_to_wire,
+    format_peer_address,
+    from_wire,
+    parse_peer_address,
+    presence_signing_bytes,
+    report_signing_bytes,
+    to_wire,
 )
+from palace_proto.reports import MAX_REPORT_BYTES
 from palace_proto.session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
-from palace_proto.workers import MAX_ACTIVITY_CHARS, encode_activity
 from palace_proto.sync import (
-    OriginHead, Verdict, batch_events, classify, plan_wants, vector_forks, verify_batch, verify_incoming,
+    OriginHead,
+    Verdict,
+    batch_events,
+    classify,
+    plan_wants,
+    vector_forks,
+    verify_batch,
+    verify_incoming,
 )
+from palace_proto.workers import MAX_ACTIVITY_CHARS, encode_activity
 
 KEY = Ed25519PrivateKey.generate()
 PUB = KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
@@ -463,7 +493,7 @@ def test_a_substituted_event_breaks_the_run_and_is_refused():
     intruder = Ed25519PrivateKey.generate()
     forged = seal_event(intruder, origin=OA, origin_seq=3, prev_hash=events[1].event_hash,
                         created_at=events[2].created_at, type="note", stream="s", room="r", from_agent="a", body="evil")
-    batch = events[:2] + [forged] + events[3:]
+    batch = [*events[:2], forged, *events[3:]]
     # The run breaks at the intruder (its signature fails, each event is then checked alone); the
     # genuine events 4-5 name the real event 3 and form a run of their own.
     assert verify_batch(batch, keys()) == [PUB, PUB, None, PUB, PUB]
@@ -491,7 +521,7 @@ def test_a_borrowed_hash_and_signature_authenticate_nothing():
     for batch in ([*genuine, forged], [forged, *genuine], [genuine[0], forged, genuine[1]]):
         keys_by_position = verify_batch(batch, keys())
         assert keys_by_position[batch.index(forged)] is None
-        assert [k for e, k in zip(batch, keys_by_position) if e is not forged] == [PUB, PUB]
+        assert [k for e, k in zip(batch, keys_by_position, strict=True) if e is not forged] == [PUB, PUB]
     with pytest.raises(SignatureError):
         verify_incoming(forged, PUB)
 

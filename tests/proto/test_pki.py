@@ -12,8 +12,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.ids import fingerprint, fingerprint_is_valid
 from palace_proto.pki import (
-    CertificateError, Invite, InviteError, Revocation, RevocationError, ca_fingerprint, enrolment_proof,
-    issue_certificate, new_palace, palace_id_for, verify_enrolment_proof, verify_member_certificate,
+    CertificateError,
+    Invite,
+    InviteError,
+    Revocation,
+    RevocationError,
+    ca_fingerprint,
+    enrolment_proof,
+    issue_certificate,
+    new_palace,
+    palace_id_for,
+    verify_enrolment_proof,
+    verify_member_certificate,
 )
 
 NOW = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)

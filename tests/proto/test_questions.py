@@ -3,14 +3,23 @@ replica runs on the same events to agree on the answer that counts."""
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from palace_proto.errors import ValidationError
 from palace_proto.questions import (
-    ANSWER, ANYONE, ASK, AskTerms, ask_metadata, check_addressee, check_approval, check_choices, check_timeout, match_choice, settle,
+    ANSWER,
+    ANYONE,
+    ASK,
+    AskTerms,
+    ask_metadata,
+    check_addressee,
+    check_approval,
+    check_choices,
+    check_timeout,
+    match_choice,
+    settle,
 )
 
 ASKED_AT = "2026-12-04T10:00:00.000000Z"
@@ -76,7 +85,10 @@ def test_an_approval_names_a_tool_and_what_on_and_a_peers_malformed_one_is_an_or
     client sends the whole request (``input``); the marker keeps it, or names its artifact, with
     its sha256, and an older palace's {tool, argument} still reads (with no hash to run on)."""
     from palace_proto.questions import (
-        MAX_APPROVAL_INPUT_BYTES, approval_marker, approval_sha256, check_approval_marker,
+        MAX_APPROVAL_INPUT_BYTES,
+        approval_marker,
+        approval_sha256,
+        check_approval_marker,
     )
 
     whole = '{"tool_input": {"command": "git push"}, "tool_name": "Bash"}'

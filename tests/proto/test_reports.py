@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from palace_proto.ids import fingerprint
 from palace_proto.reports import (
     LINK_STATES,
     MAX_HEALTH_PROBLEMS,
@@ -21,7 +22,6 @@ from palace_proto.reports import (
     decode_report,
     encode_report,
 )
-from palace_proto.ids import fingerprint
 
 PEER_A, PEER_B = fingerprint(b"a" * 32), fingerprint(b"b" * 32)
 ORIGIN = "ori2_" + "a" * 26
@@ -73,7 +73,7 @@ def test_lists_and_problems_are_cut_to_their_bounds():
     many = report(links=[link(we_lack=n) for n in range(MAX_REPORT_LINKS + 10)],
                   health={"ok": False, "problems": ["x" * 500] + [f"p{n}" for n in range(20)]})
     back = decode_report(encode_report(many))
-    assert [l["we_lack"] for l in back["links"]] == list(range(MAX_REPORT_LINKS))
+    assert [link["we_lack"] for link in back["links"]] == list(range(MAX_REPORT_LINKS))
     problems = back["health"]["problems"]
     assert len(problems) == MAX_HEALTH_PROBLEMS and len(problems[0]) == MAX_PROBLEM_CHARS
     assert problems[0].endswith("…") and problems[1:] == [f"p{n}" for n in range(MAX_HEALTH_PROBLEMS - 1)]
@@ -84,7 +84,7 @@ def test_a_report_too_big_for_the_bound_loses_links_from_the_end_until_it_fits()
     encoded = encode_report(big)
     assert len(encoded) <= MAX_REPORT_BYTES < len(json.dumps(big))
     kept = json.loads(encoded)["links"]
-    assert 0 < len(kept) < MAX_REPORT_LINKS and [l["peer_id"][:3] for l in kept] == [
+    assert 0 < len(kept) < MAX_REPORT_LINKS and [link["peer_id"][:3] for link in kept] == [
         f"{n:03d}" for n in range(len(kept))]
     assert json.loads(encoded)["health"]["problems"]  # problems go only once no link is left
 

@@ -22,12 +22,12 @@ from palace_proto.rooms import (
     check_place,
     check_room_id,
     close_request,
-    keyed_room_id,
     compact,
     derive_room,
     drawer_text,
     handoff,
     is_turn,
+    keyed_room_id,
     listed_members,
     message_request,
     needs_membership,
@@ -67,7 +67,7 @@ def test_a_name_becomes_a_short_kebab_slug(name, slug):
 
 @pytest.mark.parametrize("name", ["", "   ", None, 5])
 def test_an_empty_name_is_refused_in_mempalaces_words(name):
-    with pytest.raises(ValidationError, match="^room name must not be empty$"):
+    with pytest.raises(ValidationError, match=r"^room name must not be empty$"):
         room_slug(name)
 
 
@@ -90,7 +90,7 @@ def test_room_ids_follow_the_grammar():
 def test_bodies_are_kept_verbatim_and_bounded():
     assert check_body("  two\r\nlines  ", "message body", required=True, limits=LIMITS) == "  two\r\nlines  "
     assert check_body(None, "agenda", required=False, limits=LIMITS) == ""
-    with pytest.raises(ValidationError, match="^room message body must not be empty$"):
+    with pytest.raises(ValidationError, match=r"^room message body must not be empty$"):
         check_body(" \n", "message body", required=True, limits=LIMITS)
     with pytest.raises(ValidationError, match="must be a string"):
         check_body(5, "outcome", required=False, limits=LIMITS)
@@ -127,7 +127,7 @@ def test_the_requests_the_daemon_writes():
     overridden = open_request(room_id=ROOM, project="p", from_agent="a", agenda="", wing="w", palace_room="r")
     assert (overridden["metadata"]["wing"], overridden["metadata"]["palace_room"]) == ("w", "r")
     assert "members" not in overridden["metadata"]
-    with pytest.raises(ValidationError, match="^room project must not be empty$"):
+    with pytest.raises(ValidationError, match=r"^room project must not be empty$"):
         open_request(room_id=ROOM, project=" ", from_agent="a", agenda="")
     room = derive_room(ROOM, [opening()])
     assert message_request(room, from_agent="bob", body="hi") == {

@@ -30,9 +30,9 @@ def test_timestamps_move_and_measure_with_or_without_microseconds():
 
 
 def test_every_duration_field_is_named_in_its_error():
-    with pytest.raises(ValidationError, match="^--timeout 'soon' is not a duration"):
+    with pytest.raises(ValidationError, match=r"^--timeout 'soon' is not a duration"):
         parse_duration("soon", field="--timeout")
-    with pytest.raises(ValidationError, match="^stall_after must be between 10s and 30d$"):
+    with pytest.raises(ValidationError, match=r"^stall_after must be between 10s and 30d$"):
         check_duration(5, field="stall_after")
     with pytest.raises(ValidationError, match="between"):
         check_duration(True, field="ttl")

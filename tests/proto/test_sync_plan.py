@@ -15,12 +15,32 @@ from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
 from palace_proto.errors import RemoteProtocolError
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.peer import (
-    MAX_VECTOR_ENTRIES, MAX_WIRE_INT, ArtifactChunk, ArtifactWant, Have, Vector, VectorEntry, Want, from_wire,
+    MAX_VECTOR_ENTRIES,
+    MAX_WIRE_INT,
+    ArtifactChunk,
+    ArtifactWant,
+    Have,
+    Vector,
+    VectorEntry,
+    Want,
+    from_wire,
 )
 from palace_proto.sync import OriginHead
 from palace_proto.sync_plan import (
-    FETCH_SLACK_BYTES, MAX_ARTIFACT_ASKS, MAX_FETCHES, SERVE_BURST_EVENTS, SERVE_PAGE, SERVE_RATE_EVENTS_S,
-    ArtifactReceived, Chunk, Fetch, OwedPage, PullPlan, ServePlan, VectorPlan, receipts,
+    FETCH_SLACK_BYTES,
+    MAX_ARTIFACT_ASKS,
+    MAX_FETCHES,
+    SERVE_BURST_EVENTS,
+    SERVE_PAGE,
+    SERVE_RATE_EVENTS_S,
+    ArtifactReceived,
+    Chunk,
+    Fetch,
+    OwedPage,
+    PullPlan,
+    ServePlan,
+    VectorPlan,
+    receipts,
 )
 
 KEY = Ed25519PrivateKey.generate()

@@ -11,6 +11,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from palace_proto.canonical import canonical_json
 from palace_proto.errors import ValidationError
 from palace_proto.usage import (

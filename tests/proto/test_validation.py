@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from palace_proto.errors import ValidationError
 from palace_proto.validation import (
     ARTIFACT_KINDS,
@@ -18,17 +19,17 @@ from palace_proto.validation import (
     AppendRequest,
     Limits,
     ListQuery,
+    agent_id_from_parts,
     clean_optional,
     clean_required,
     parse_json_object,
     validate_agent_token,
-    validate_page_limit,
-    agent_id_from_parts,
     validate_artifact_ids,
     validate_artifact_kind,
     validate_body,
     validate_created_at_bound,
     validate_metadata,
+    validate_page_limit,
     validate_status,
     validate_timeout_ms,
     validate_type,
@@ -245,7 +246,7 @@ def test_metadata_must_be_an_object(value):
     ids=["bytes", "nan", "set", "object", "bytes-key", "mixed-keys"],
 )
 def test_metadata_must_be_json_serializable(value):
-    with pytest.raises(ValidationError, match="^metadata is not JSON-serializable: ") as info:
+    with pytest.raises(ValidationError, match=r"^metadata is not JSON-serializable: ") as info:
         validate_metadata(value, LIMITS)
     assert info.value.field == "metadata"
 
@@ -256,7 +257,7 @@ def test_deeply_nested_metadata_is_a_validation_error():
     deep: dict = {}
     for _ in range(1100):
         deep = {"a": deep}
-    with pytest.raises(ValidationError, match="^metadata is not JSON-serializable: "):
+    with pytest.raises(ValidationError, match=r"^metadata is not JSON-serializable: "):
         validate_metadata(deep, LIMITS)
 
 
@@ -578,7 +579,7 @@ def test_list_filter_must_be_string_or_list(name, value):
 def test_list_filter_items_are_validated_by_their_field_rules():
     assert ListQuery.from_wire({"types": [" task.claim ", "note"]}).types == frozenset({"task.claim", "note"})
     assert ListQuery.from_wire({"statuses": [" open ", "ready"]}).statuses == frozenset({"open", "ready"})
-    with pytest.raises(ValidationError, match="^type='Bad' is not a valid event type"):
+    with pytest.raises(ValidationError, match=r"^type='Bad' is not a valid event type"):
         ListQuery.from_wire({"types": ["Bad"]})
     with refused(f"status='done' is not one of: {STATUS_LIST}", "status"):
         ListQuery.from_wire({"statuses": ["done"]})
@@ -777,7 +778,7 @@ def test_parse_json_object_accepts_an_object():
 
 
 def test_parse_json_object_refuses_invalid_json():
-    with pytest.raises(ValidationError, match="^--metadata is not valid JSON: ") as info:
+    with pytest.raises(ValidationError, match=r"^--metadata is not valid JSON: ") as info:
         parse_json_object("{nope", "--metadata")
     assert info.value.field == "metadata"
 
@@ -802,8 +803,9 @@ _SIGNER = _Key.generate()
 
 
 def _signed(**overrides):
-    fields = dict(origin="ori_" + "a" * 26, origin_seq=1, prev_hash=_GENESIS, created_at="2026-12-01T01:02:03.000004Z",
-                  type="note", stream="s", room="r", from_agent="a", body="hello")
+    fields = {"origin": "ori_" + "a" * 26, "origin_seq": 1, "prev_hash": _GENESIS,
+              "created_at": "2026-12-01T01:02:03.000004Z", "type": "note", "stream": "s", "room": "r", "from_agent": "a",
+              "body": "hello"}
     fields.update(overrides)
     return _seal(_SIGNER, **fields)
 

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Final, Optional
 
 import typer
 
-from ...output import emit, note, table_header, write_stdout
 from ...cli.common import JsonOpt, call_daemon
+from ...output import emit, note, table_header, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "agent_app", "agents"]
 

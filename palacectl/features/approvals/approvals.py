@@ -238,10 +238,12 @@ def answer_verdict(state: Mapping[str, Any], question: Question) -> Verdict:
     """What the daemon's ``ask`` returned (the question's state), as a verdict: only an answer of
     ``allow`` to a question whose whole request is this one (its ``input_sha256``) allows; a
     ``deny``, silence, an answer to another request, or a state that says none of it, refuse."""
-    answer = state.get("answer") if isinstance(state.get("answer"), Mapping) else {}
+    raw_answer = state.get("answer")
+    answer = raw_answer if isinstance(raw_answer, Mapping) else {}
     question_id = state.get("question_id")
     if state.get("status") == "answered" and answer.get("text") == ALLOW:
-        approval = state.get("approval") if isinstance(state.get("approval"), Mapping) else {}
+        raw_approval = state.get("approval")
+        approval = raw_approval if isinstance(raw_approval, Mapping) else {}
         if approval.get("input_sha256") != question.input_sha256:
             return Verdict(False, f"{answer.get('by')} allowed question {question_id}, but palace cannot match what "
                                   "they were shown to this request (its sha256 differs): refused")

@@ -9,6 +9,7 @@ a deny whenever anything fails. Hidden from ``palacectl --help``. The root regis
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, Final, Optional
 
 import typer
@@ -34,6 +35,6 @@ def approve_hook(
                               within_s=within, stdin=stdin, stdout=sys.stdout))
 
 
-COMMANDS: Final = {}
-GROUPS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}
 HIDDEN: Final = {"approve-hook": approve_hook}

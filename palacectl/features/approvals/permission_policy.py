@@ -190,7 +190,8 @@ class PermissionPolicy:
                 if key not in _KEYS:
                     raise PolicyError(f"[permissions.{runner}] has no key {key!r} (allow, deny, ask_to, timeout)")
                 merged[key] = value
-        return cls.parse(merged, where=f"[permissions{'.' + runner if isinstance(own, Mapping) else ''}]")
+        where = f"[permissions.{runner}]" if runner is not None and isinstance(own, Mapping) else "[permissions]"
+        return cls.parse(merged, where=where)
 
     @classmethod
     def parse(cls, values: Mapping[str, Any], *, where: str = "[permissions]") -> PermissionPolicy:
@@ -276,13 +277,13 @@ class PermissionPolicy:
             if part.wrapped:
                 continue  # judged by the deny list; the wrapper is what an allow rule must name
             assert part.words is not None  # no doubts: every word is literal
-            rule = next((r for r in self.allow if r.allows_command(tool_name, part.text)), None)
-            if rule is None:
+            allowing = next((r for r in self.allow if r.allows_command(tool_name, part.text)), None)
+            if allowing is None:
                 return self._asked(f"`{part.text[:200]}` is not covered by the policy")
             doubts = option_doubts(part.words, roots)
             if doubts:
                 return self._asked(f"palace cannot vouch for `{part.text[:200]}` ({doubts[0]})")
-            used.append(str(rule))
+            used.append(str(allowing))
         if not used:
             return self._asked("no command in it to judge")
         rules = ", ".join(dict.fromkeys(used))

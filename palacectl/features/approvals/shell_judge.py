@@ -274,7 +274,7 @@ class _Reader:
     def command(self, node: Any, depth: int, wrapped: bool) -> None:
         values: list[str | None] = []
         shown: list[str] = []
-        for index, child in enumerate(node.children):
+        for child in node.children:
             kind = child.type
             if kind == "variable_assignment":
                 self.doubt("sets a variable for the command (NAME=… before it)")

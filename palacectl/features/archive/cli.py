@@ -24,9 +24,9 @@ import typer
 from palace_proto.paths import DATABASE_FILENAME as DATABASE_FILE
 from palace_proto.paths import LOCK_FILENAME as LOCK_FILE
 
+from ...cli.common import JsonOpt, call_daemon, current_home
 from ...client import Client, DaemonUnreachable
 from ...output import STAMP_UTC, emit, fail, utc_now, write_stdout
-from ...cli.common import JsonOpt, call_daemon, current_home
 from . import export
 
 __all__ = ["COMMANDS", "GROUPS", "backup", "restore"]
@@ -94,10 +94,11 @@ def _describe(path: Path) -> dict[str, Any]:
         if not REQUIRED_TABLES <= tables:
             fail(f"{path} is not a palace database (no {', '.join(sorted(REQUIRED_TABLES - tables))} table); "
                  "name a backup made by `palacectl backup`", code="invalid_argument")
-        (check,) = conn.execute("PRAGMA quick_check").fetchone()
+        # (the first row of each: quick_check and count(*) always answer, so next() never runs dry)
+        (check,) = next(conn.execute("PRAGMA quick_check"))
         if check != "ok":
             fail(f"{path} is damaged ({check}); use another backup", code="invalid_argument")
-        (events,) = conn.execute("SELECT count(*) FROM events").fetchone()
+        (events,) = next(conn.execute("SELECT count(*) FROM events"))
         origin = conn.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
     except apsw.Error as exc:
         fail(f"{path} is not a readable palace database ({exc}); name a backup made by `palacectl backup`",
@@ -165,4 +166,4 @@ def restore(
 
 
 COMMANDS: Final = {"backup": backup, "restore": restore, "export": export.export, "import": export.import_}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}

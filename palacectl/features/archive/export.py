@@ -38,9 +38,9 @@ import typer
 
 from palace_proto.errors import ApiError
 
+from ...cli.common import JsonOpt, current_home
 from ...client import Client
 from ...output import EXIT_FAILED, ProgressBar, emit, emit_json, fail, note, utc_now, write_stdout
-from ...cli.common import JsonOpt, current_home
 
 __all__ = ["export", "import_"]
 
@@ -359,7 +359,7 @@ def _open_source(file: Path) -> tuple[IO[bytes], str, int | None]:
             spool.close()
             fail(f"cannot buffer standard input: {exc.strerror or exc}; save the export to a file and import that",
                  code="invalid_argument")
-        return spool, "standard input", size  # type: ignore[return-value]
+        return spool, "standard input", size
     try:
         source = open(file, "rb")  # noqa: SIM115
     except OSError as exc:

@@ -63,4 +63,4 @@ def human_id(name: str | None, environ: dict[str, str] | os._Environ[str] = os.e
 
 
 COMMANDS: Final = {"ui": ui}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}

@@ -16,8 +16,8 @@ from typing import Annotated, Final, Optional
 import typer
 
 from ... import output
-from ...client import Client
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home
+from ...client import Client
 from ...output import agent_label, emit, note, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "doctor", "init", "invite", "join", "peers_app", "revoke", "who"]
@@ -51,7 +51,8 @@ def _parse_ttl(text: str) -> int:
 def invite(
     role: Annotated[str, typer.Option(help="member (reads and writes) or observer (reads only).")] = "member",
     ttl: Annotated[str, typer.Option(help="How long the invite stays valid: e.g. 30m, 24h, 7d.")] = "24h",
-    address: Annotated[Optional[str], typer.Option(help="HOST:PORT where joiners reach this daemon (default: this machine's LAN address).")] = None,
+    address: Annotated[Optional[str], typer.Option(
+        help="HOST:PORT where joiners reach this daemon (default: this machine's LAN address).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Print a one-line, single-use invite code for another machine (`palacectl join CODE` there)."""
@@ -93,6 +94,7 @@ def _invite_code(code: str | None, code_file: Path | None) -> str:
             note("Paste the invite code, then press Enter:")
         data = sys.stdin.buffer.readline(MAX_INVITE_CODE_BYTES + 1)
     else:
+        assert code is not None  # exactly one of them, checked above
         return code.strip()
     if len(data) > MAX_INVITE_CODE_BYTES:
         raise UsageProblem(f"{what} holds more than {MAX_INVITE_CODE_BYTES} bytes: not an invite code")
@@ -114,7 +116,8 @@ def join(
     code_file: Annotated[Optional[Path], typer.Option(
         "--code-file", help="Read the invite code from this file (mode 600: the code is a secret).")] = None,
     name: Annotated[Optional[str], typer.Option(help="This daemon's name (default: host name).")] = None,
-    address: Annotated[Optional[str], typer.Option(help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
+    address: Annotated[Optional[str], typer.Option(
+        help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Return only once caught up with the palace's log.")] = False,
     json_: JsonOpt = False,
 ) -> None:

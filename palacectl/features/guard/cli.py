@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Final, Optional
 
 import typer
 
-from . import githooks
+from ...cli.common import JsonOpt, current_home
 from ...client import Client
 from ...output import emit, fail, note, write_stdout
-from ...cli.common import JsonOpt, current_home
+from . import githooks
 
 __all__ = ["COMMANDS", "GROUPS", "guard_app"]
 
@@ -104,5 +105,5 @@ def _bounded(work: Any, timeout_s: float) -> Any:
     return box["value"]
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"guard": guard_app}

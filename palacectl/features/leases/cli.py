@@ -7,13 +7,15 @@ Owns: the ``lease`` group (acquire, renew, release, list, check) over the daemon
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Optional
 
 import typer
+
 from palace_proto.text import printable
 
-from ...output import EXIT_FAILED, emit, note, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon
+from ...output import EXIT_FAILED, emit, note, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "describe_lease", "lease_app"]
 
@@ -132,5 +134,5 @@ def check(
         raise typer.Exit(EXIT_FAILED)
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"lease": lease_app}

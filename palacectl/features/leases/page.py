@@ -17,9 +17,9 @@ __all__ = ["ROUTES", "leases"]
 async def leases(views: Views, request: Request) -> dict[str, Any]:
     listing = await views.call("lease_list", all=True)
     held = listing.get("leases", [])
-    return {"active": [l for l in held if l.get("state") == "active"],
-            "conflicts": [l for l in held if l.get("state") in ("lost", "forced")],
-            "ended": [l for l in held if l.get("state") not in ("active", "lost", "forced")][:100],
+    return {"active": [lease for lease in held if lease.get("state") == "active"],
+            "conflicts": [lease for lease in held if lease.get("state") in ("lost", "forced")],
+            "ended": [lease for lease in held if lease.get("state") not in ("active", "lost", "forced")][:100],
             "now": listing.get("now")}
 
 

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Final, Optional
 
 import typer
 
+from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home, decode_utf8, read_input
 from ...client import Client
 from ...output import ProgressBar, emit, fail, note, write_stdout
-from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home, decode_utf8, read_input
 
 __all__ = ["COMMANDS", "GROUPS", "diary_app", "kg_app", "memory_app", "remember", "search", "tunnels"]
 

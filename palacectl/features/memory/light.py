@@ -65,6 +65,7 @@ def _place(loc: Any, args: dict[str, Any]) -> None:
 def _read_query(command: str | None, fields: dict[str, Any]) -> LightCall:
     if command is None and not fields:
         raise LightError(f"STATUS (an empty query): {_NOT_OFFERED['STATUS']}")
+    args: dict[str, Any]
     if command is None:
         args = dict(fields)
         target = str(args.pop("target", None) or args.pop("action", None) or _infer_query_target(args)).lower()
@@ -92,7 +93,7 @@ def _read_query(command: str | None, fields: dict[str, Any]) -> LightCall:
     if first == "DIARY":
         if len(tokens) < 2:
             raise LightError("DIARY requires agent_name (e.g. 'DIARY antigravity')")
-        args: dict[str, Any] = {"agent_name": str(tokens[1])}
+        args = {"agent_name": str(tokens[1])}
         i = 2
         while i < len(tokens):
             word = tokens[i].upper()

@@ -17,8 +17,8 @@ from palace_proto.identity import is_human
 from palace_proto.questions import ANYONE, check_timeout
 from palace_proto.stamps import duration_seconds
 
-from ...output import EXIT_FAILED, EXIT_IDLE, emit, note, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, decode_utf8, read_input
+from ...output import EXIT_FAILED, EXIT_IDLE, emit, note, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "addressees", "answer", "ask", "questions"]
 
@@ -42,7 +42,8 @@ def ask(
     question: Annotated[str, typer.Argument(help="The question, or - to read it from stdin.")],
     agent: Annotated[str, typer.Option("--agent", help="Your agent id (who asks).")],
     to: Annotated[str, typer.Option("--to", help="human:NAME, or human:* for anyone.")],
-    choices: Annotated[Optional[str], typer.Option("--choices", help="Comma-separated choices, e.g. yes,no (default: a free-text answer).")] = None,
+    choices: Annotated[Optional[str], typer.Option(
+        "--choices", help="Comma-separated choices, e.g. yes,no (default: a free-text answer).")] = None,
     text: Annotated[bool, typer.Option("--text", help="A free-text answer (the default without --choices).")] = False,
     timeout: Annotated[Optional[str], typer.Option("--timeout", help="How long to wait: 90s, 30m, 2h, 1d (default 30m).")] = None,
     correlation_id: Annotated[Optional[str], typer.Option("--correlation-id", help="The task (or thread) it is about.")] = None,
@@ -75,7 +76,8 @@ def ask(
 def answer(
     event_id: Annotated[str, typer.Argument(help="The question's event id.")],
     text: Annotated[str, typer.Argument(help="Your answer: one of its choices, or any text.")],
-    as_: Annotated[Optional[str], typer.Option("--as", help="Who answers, human:NAME (default: the one person this daemon holds).")] = None,
+    as_: Annotated[Optional[str], typer.Option(
+        "--as", help="Who answers, human:NAME (default: the one person this daemon holds).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Answer a question as a person; exit 1 if another answer counted first."""
@@ -100,7 +102,8 @@ def _question_line(q: dict[str, Any]) -> str:
 
 
 def questions(
-    to: Annotated[Optional[str], typer.Option("--to", help="Questions to this person (human:NAME; includes those to human:*).")] = None,
+    to: Annotated[Optional[str], typer.Option(
+        "--to", help="Questions to this person (human:NAME; includes those to human:*).")] = None,
     status: Annotated[Optional[str], typer.Option("--status", help="open, answered or expired (default: all).")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="At most this many (1-200; default 50).")] = None,
     json_: JsonOpt = False,
@@ -120,4 +123,4 @@ def addressees(agent: str) -> list[str]:
 
 
 COMMANDS: Final = {"ask": ask, "answer": answer, "questions": questions}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}

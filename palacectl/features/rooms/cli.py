@@ -10,14 +10,15 @@ not be filed), 3 palaced unreachable, 64 usage. The root registers what ``COMMAN
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Optional
 
 import typer
 
 from palace_proto.text import printable
 
-from ...output import EXIT_FAILED, emit, note, table_header, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, text_or_file
+from ...output import EXIT_FAILED, emit, note, table_header, write_stdout
 
 __all__ = ["COMMANDS", "GROUPS", "room_app"]
 
@@ -59,8 +60,10 @@ def open_(
     agenda_file: Annotated[Optional[str], typer.Option("--agenda-file", help="The agenda from a file, or - for stdin.")] = None,
     member: Annotated[Optional[list[str]], typer.Option("--member", help="An agent the room is for (repeatable): "
                                                                           "its watch wakes on the room.")] = None,
-    wing: Annotated[Optional[str], typer.Option("--wing", help="Wing the transcript is filed in (default: the project's slug).")] = None,
-    palace_room: Annotated[Optional[str], typer.Option("--palace-room", help="Palace room it is filed in (default: the room's name).")] = None,
+    wing: Annotated[Optional[str], typer.Option(
+        "--wing", help="Wing the transcript is filed in (default: the project's slug).")] = None,
+    palace_room: Annotated[Optional[str], typer.Option(
+        "--palace-room", help="Palace room it is filed in (default: the room's name).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Open a room; prints its id and the line that brings other agents in."""
@@ -82,7 +85,8 @@ def say(
     from_agent: FromOpt,
     body: Annotated[Optional[str], typer.Option("--body", help="What you say.")] = None,
     body_file: Annotated[Optional[str], typer.Option("--body-file", help="What you say, from a file or - for stdin.")] = None,
-    to_agent: Annotated[Optional[str], typer.Option("--to-agent", help="Address one member (default: everyone in the room).")] = None,
+    to_agent: Annotated[Optional[str], typer.Option(
+        "--to-agent", help="Address one member (default: everyone in the room).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Say one thing in an open room (refused once it is closed)."""
@@ -126,7 +130,8 @@ def close(
     room_id: RoomArg,
     from_agent: FromOpt,
     outcome: Annotated[Optional[str], typer.Option("--outcome", help="What was agreed (the room's last turn).")] = None,
-    outcome_file: Annotated[Optional[str], typer.Option("--outcome-file", help="The outcome from a file, or - for stdin.")] = None,
+    outcome_file: Annotated[Optional[str], typer.Option(
+        "--outcome-file", help="The outcome from a file, or - for stdin.")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Close the room and file its transcript in memory, one drawer per turn (closing again files
@@ -190,5 +195,5 @@ def show(
         note(f"More: palacectl room show {room_id} --offset {result['offset'] + result['count']}")
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"room": room_app}

@@ -11,6 +11,7 @@ worker feature adds ``task launch``).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Optional, get_origin
 
 import typer
@@ -153,5 +154,5 @@ def task_reassign(
     emit(result, json_, f"Reassigned: {correlation_id} to {to_agent}")
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"task": task_app}

@@ -19,7 +19,7 @@ __all__ = ["task_claim", "task_ready"]
 
 def task_ready(home: Path, o: dict[str, Any]) -> int:
     result = call(home, "task_ready", agent=o["agent"])
-    if emit(result, o.get("json")):
+    if emit(result, bool(o.get("json"))):
         return EXIT_OK
     if not result["tasks"]:
         note("Nothing ready.")
@@ -31,5 +31,5 @@ def task_ready(home: Path, o: dict[str, Any]) -> int:
 def task_claim(home: Path, o: dict[str, Any]) -> int:
     correlation_id, agent = o["correlation_id"], o["agent"]
     result = call(home, "task_claim", correlation_id=correlation_id, agent=agent)
-    emit(result, o.get("json"), f"{'Already yours' if result['already'] else 'Claimed'}: {correlation_id} ({agent})")
+    emit(result, bool(o.get("json")), f"{'Already yours' if result['already'] else 'Claimed'}: {correlation_id} ({agent})")
     return EXIT_OK

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Final, Optional
 
 import typer
 
+from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home
 from ...files import ConfigUnreadable, read_config
 from ...output import EXIT_FAILED, emit, write_stdout
-from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home
 
 __all__ = ["COMMANDS", "GROUPS", "usage"]
 
@@ -59,4 +59,4 @@ def usage(
 
 
 COMMANDS: Final = {"usage": usage}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}

@@ -87,7 +87,7 @@ async def usage(views: Views, request: Request) -> dict[str, Any]:
         return {**out, "totals": [], "overall": _overall([]), "reports": 0, "flagged": 0, "budgets": None}
     judged = None
     if budgets is not None and problem is None:
-        severity = {state: rank for rank, state in enumerate(reversed(BUDGET_STATES))}
+        severity: dict[str | None, int] = {state: rank for rank, state in enumerate(reversed(BUDGET_STATES))}
         judged = sorted(({**b, "percent": _percent(b.get("spent"), b.get("limit"))}
                          for b in result.get("budgets") or []), key=lambda b: severity.get(b.get("state"), 0))
     totals = result.get("totals", [])

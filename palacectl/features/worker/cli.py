@@ -137,5 +137,5 @@ def _configured_accept(home: Path) -> list[str]:
 
 
 COMMANDS: Final = {"worker": worker}
-GROUPS: Final = {}
+GROUPS: Final[dict[str, typer.Typer]] = {}
 SUBCOMMANDS: Final = {"task": {"launch": task_launch}}

@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,16 +41,24 @@ from palace_proto.paths import CONFIG_FILENAME
 from palace_proto.stamps import format_stamp
 from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, final_text, parse_budgets, parse_usage, usage_metadata
 
-from ..approvals.approve_hook import (HookSettingsError, check_hooks_stay_on, gemini_run_settings, hook_command,
-                           make_gemini_home, parse_gemini_settings, read_gemini_settings, system_settings_path,
-                           user_gemini_home)
 from ...client import Client, DaemonUnreachable
 from ...files import ConfigUnreadable
 from ...files import read_config as read_config_toml
 from ...git import GitDirSnapshot, PinnedGit, palacectl_in_worktree
+from ...rules import render_rules
+from ..approvals.approve_hook import (
+    HookSettingsError,
+    check_hooks_stay_on,
+    gemini_run_settings,
+    hook_command,
+    make_gemini_home,
+    parse_gemini_settings,
+    read_gemini_settings,
+    system_settings_path,
+    user_gemini_home,
+)
 from ..approvals.permission_policy import DEFAULT_TIMEOUT_S as DEFAULT_APPROVAL_TIMEOUT_S
 from ..approvals.permission_policy import RUNNER_ENV, TASK_ENV, PermissionPolicy, PolicyError
-from ...rules import render_rules
 from ..tasks.request import GitBase
 
 __all__ = ["BUILTIN_RUNNERS", "Launch", "LaunchRefused", "LaunchResult", "append_on_task", "metadata_field",
@@ -63,8 +72,10 @@ DAEMON_RETRY_S: Final = 1.0
 STOP_GRACE_S: Final = 10.0
 # A runner gets a process group (a session) of its own, so stopping it stops every process it
 # started (a harness runs tools, shells, test runners) and a Ctrl-C in our terminal reaches us only.
-NEW_PROCESS_GROUP: Final[dict[str, Any]] = (
-    {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True})
+if sys.platform == "win32":
+    NEW_PROCESS_GROUP: Final[dict[str, Any]] = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+else:
+    NEW_PROCESS_GROUP: Final[dict[str, Any]] = {"start_new_session": True}
 
 
 def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
@@ -665,7 +676,7 @@ class Launch:
     def _diff(self, index: Path | None) -> str:
         raw = self.tree_git("diff", "--cached", "--raw", "-z", "--no-renames", self.base, index_file=index)
         fields = raw.split("\0")
-        for head, path in zip(fields[::2], fields[1::2]):
+        for head, path in zip(fields[::2], fields[1::2], strict=False):  # the split leaves a trailing ""
             modes = head.lstrip(":").split(" ")
             if len(modes) >= 2 and modes[1] == "160000" and modes[0] != "160000":
                 raise LaunchRefused(f"the run made a nested git repository at {path}: palace does not deliver one")
