@@ -27,8 +27,8 @@ from typing import Final
 
 import trio
 
-from palace_proto.event_fields import PublicEvent
 from palace_proto.envelope import CommittedEvent, SignedEvent
+from palace_proto.event_fields import PublicEvent
 
 __all__ = ["EventBus", "TypeWatch", "record_bytes"]
 

@@ -45,15 +45,15 @@ from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 from .authority import ANY_AGENT, LEASE_HOLDER, TELLING_DAEMON, Rule, Verdict, flag_of, judge, rule_named
-from .event_fields import PublicEvent
 from .errors import ValidationError
+from .event_fields import PublicEvent
 from .stamps import MAX_DURATION_S, MIN_DURATION_S, STAMP_RE, add_seconds, check_duration, parse_duration
 
 __all__ = [
     "ACQUIRE", "CONFLICT", "DEFAULT_TTL_S", "LEASE_ROOM", "LEASE_TYPES", "MAX_PATTERNS", "MAX_TTL_S", "RELEASE",
     "MAX_HELD", "MAX_SEGMENTS", "MAX_WILDCARDS", "PAIR_BUDGET", "RENEW", "Lease", "LeaseIndex", "LeaseRequest",
-    "LeaseLedger", "check_ttl", "covers_path", "derive_leases", "held_by", "lease_conflicts", "lease_of", "leases_overlap", "normalize_path",
-    "normalize_pattern", "patterns_overlap",
+    "LeaseLedger", "check_ttl", "covers_path", "derive_leases", "held_by", "lease_conflicts", "lease_of",
+    "leases_overlap", "normalize_path", "normalize_pattern", "patterns_overlap",
 ]
 
 ACQUIRE: Final = "lease.acquire"

@@ -25,9 +25,9 @@ from .bindings import OriginBinding
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
 from .event_fields import EVENT_FIELDS, EventField
-from .reports import MAX_REPORT_BYTES
 from .ids import ORIGIN_ID_RE
 from .paths import host_port
+from .reports import MAX_REPORT_BYTES
 from .workers import MAX_ACTIVITY_CHARS
 
 __all__ = [

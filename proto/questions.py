@@ -39,19 +39,19 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .identity import HUMAN_PREFIX, check_agent_id, is_human, order_key
 from .authority import ANY_AGENT, ASKED_PERSON, CLAIMANT, Rule, Verdict, counts_in_order, judge, rule_named
-from .event_fields import PublicEvent
 from .errors import ValidationError
+from .event_fields import PublicEvent
+from .identity import HUMAN_PREFIX, check_agent_id, is_human, order_key
 from .ids import artifact_id_for_sha256
 from .stamps import STAMP_RE, add_seconds, seconds_between
 
 __all__ = [
     "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_APPROVAL_ARGUMENT_CHARS", "MAX_APPROVAL_INLINE_BYTES",
     "MAX_APPROVAL_INPUT_BYTES", "MAX_APPROVAL_TOOL_CHARS", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S",
-    "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "MAX_ANSWERS_PER_ORIGIN", "AskTerms", "QuestionState", "approval_marker",
-    "approval_sha256", "ask_metadata", "asks_approval", "is_approval", "check_addressee", "check_approval", "check_approval_marker", "check_choices",
-    "check_timeout", "match_choice", "settle",
+    "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "MAX_ANSWERS_PER_ORIGIN", "AskTerms", "QuestionState",
+    "approval_marker", "approval_sha256", "ask_metadata", "asks_approval", "is_approval", "check_addressee",
+    "check_approval", "check_approval_marker", "check_choices", "check_timeout", "match_choice", "settle",
 ]
 
 ASK: Final = "question.ask"

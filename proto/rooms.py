@@ -47,13 +47,11 @@ an event it did not write itself.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
-import hashlib
-
-from .identity import check_agent_id, order_key
 from .authority import (
     ANY_AGENT,
     MAX_CLOCK_SKEW_S,
@@ -66,18 +64,19 @@ from .authority import (
     judge,
     rule_named,
 )
-from .event_fields import PublicEvent
 from .errors import ValidationError
-from .event_fields import thread
+from .event_fields import PublicEvent, thread
+from .identity import check_agent_id, order_key
 from .projects import project_stream, slugify
 from .validation import Limits, clean_optional
 
 __all__ = [
     "DRAWER_HEADER_BYTES", "MAX_MEMBERS", "MAX_MEMBERS_SHOWN", "MAX_NAME_CHARS", "MAX_ROOM_BODY_CHARS", "ROOMS_ROOM",
     "ROOM_CLOSE", "ROOM_MESSAGE", "ROOM_OPEN", "ROOM_TYPES", "Room", "after_close", "check_body", "check_members",
-    "check_place", "check_project", "check_room_id", "close_request", "compact", "derive_room", "drawer_text", "handoff", "is_room_event",
-    "ID_HEX_CHARS", "NONCE_HEX_CHARS", "is_keyed", "is_turn", "keyed_room_id", "listed_members", "message_request",
-    "needs_membership", "new_room_id", "open_request", "opens_room", "ordered", "room_slug", "transcript",
+    "check_place", "check_project", "check_room_id", "close_request", "compact", "derive_room", "drawer_text",
+    "handoff", "is_room_event", "ID_HEX_CHARS", "NONCE_HEX_CHARS", "is_keyed", "is_turn", "keyed_room_id",
+    "listed_members", "message_request", "needs_membership", "new_room_id", "open_request", "opens_room", "ordered",
+    "room_slug", "transcript",
 ]
 
 ROOM_OPEN: Final = "room.open"

@@ -39,7 +39,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .identity import SYSTEM_AGENT, order_key
 from .authority import (
     ADDRESSED,
     ADDRESSED_FREE,
@@ -59,8 +58,9 @@ from .authority import (
     judge,
     rule_for,
 )
-from .event_fields import PublicEvent
 from .errors import ValidationError
+from .event_fields import PublicEvent
+from .identity import SYSTEM_AGENT, order_key
 from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
 __all__ = [

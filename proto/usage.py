@@ -75,19 +75,19 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
-from .errors import ValidationError
 from .authority import ANY_AGENT, EVER_CLAIMED, Rule
+from .errors import ValidationError
 from .stamps import STAMP_RE
 from .text import printable
 from .workers import is_task_id
 
 __all__ = [
-    "BUDGET_TYPE",
-    "BUDGET_KEYS", "BY_FIELDS", "CUSTOM_PREFIX", "DEFAULT_WARN_AT", "MAX_COST_USD", "MAX_DURATION_S",
-    "MAX_FINAL_CHARS", "MAX_SCAN_CHARS", "MAX_TOKENS", "MAX_TURNS", "STATES", "USAGE_TYPE", "AgentBudget", "Breach", "Budgets", "Record", "Spending",
-    "Total", "Usage", "blocking", "check_usage_metadata", "final_text", "judge_budgets", "parse_budgets", "parse_claude",
-    "parse_codex", "parse_custom_line", "parse_gemini", "parse_opencode", "parse_usage", "record_from_event",
-    "cost_micros", "spending", "total_of", "totals", "usage_metadata",
+    "BUDGET_TYPE", "BUDGET_KEYS", "BY_FIELDS", "CUSTOM_PREFIX", "DEFAULT_WARN_AT", "MAX_COST_USD", "MAX_DURATION_S",
+    "MAX_FINAL_CHARS", "MAX_SCAN_CHARS", "MAX_TOKENS", "MAX_TURNS", "STATES", "USAGE_TYPE", "AgentBudget", "Breach",
+    "Budgets", "Record", "Spending", "Total", "Usage", "blocking", "check_usage_metadata", "final_text",
+    "judge_budgets", "parse_budgets", "parse_claude", "parse_codex", "parse_custom_line", "parse_gemini",
+    "parse_opencode", "parse_usage", "record_from_event", "cost_micros", "spending", "total_of", "totals",
+    "usage_metadata",
 ]
 
 #: the event type of a run's usage report (on the task: its correlation id is the task's)

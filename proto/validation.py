@@ -236,7 +236,7 @@ def agent_id_from_parts(host: Any, harness: Any, project: Any) -> str:
         ValidationError: naming the part (``--host``...) and what a part must be.
     """
     cleaned = []
-    for part, value in zip(AGENT_TUPLE_PARTS, (host, harness, project)):
+    for part, value in zip(AGENT_TUPLE_PARTS, (host, harness, project), strict=True):
         text = value.strip() if isinstance(value, str) else ""
         if not _AGENT_TUPLE_PART_RE.fullmatch(text):
             raise ValidationError(f"--{part} must be a stable lowercase token like windows, grok, or mempalace "

@@ -23,11 +23,10 @@ from palace_proto.validation import (
     validate_metadata,
 )
 
-from ..store import append_event, put_artifact
-from ..store import WriteContext
-from ..store.aio import HEAVY_ARTIFACT_BYTES
 from ..feature import Feature
 from ..handlers.context import Context
+from ..store import WriteContext, append_event, put_artifact
+from ..store.aio import HEAVY_ARTIFACT_BYTES
 
 __all__ = ["FEATURE", "OPS"]
 

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.event_fields import PublicEvent
 from palace_proto.peer import format_peer_address, parse_peer_address
 from palace_proto.pki import (
     REVOKE_EVENT_TYPE,

@@ -40,19 +40,18 @@ from palace_proto.leases import (
     lease_of,
     normalize_path,
 )
-from palace_proto.stamps import add_seconds, format_duration, seconds_between
 from palace_proto.projects import project_stream
+from palace_proto.stamps import add_seconds, format_duration, seconds_between
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
-from ..store import append_event, events_of_types_after_seq, latest_seq_of_types
 from ..clock import unix_now
-from ..store import WriteContext
 from ..clock import utc_now as _now
-from ..store.leases import LeaseReads
 from ..feature import Feature, Follower
-from ..notify.triggers import Trigger
-from ..handlers.session import capped
 from ..handlers.context import Context
+from ..handlers.session import capped
+from ..notify.triggers import Trigger
+from ..store import WriteContext, append_event, events_of_types_after_seq, latest_seq_of_types
+from ..store.leases import LeaseReads
 
 __all__ = ["FEATURE", "OPS", "LeaseBook", "LeaseConflict", "LeaseReconciler", "LeaseSnapshot", "current_leases"]
 
@@ -375,10 +374,7 @@ async def lease_renew(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     lease, agent = await _own_lease(ctx, args)
     ttl = args.get("ttl_s")
-    if ttl is None:
-        ttl_s = lease.ttl_s  # as long again as it was taken for
-    else:
-        ttl_s = check_ttl(ttl)
+    ttl_s = lease.ttl_s if ttl is None else check_ttl(ttl)  # by default, as long again as it was taken for
     event = await _write_change(ctx, RENEW, lease, agent, f"{agent} renews {lease.id} for {format_duration(ttl_s)}",
                                 {"ttl_s": ttl_s})
     leases = await current_leases(ctx, lease.stream, fresh=True)

@@ -15,15 +15,15 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.identity import is_human
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.event_fields import PublicEvent, reply_to, thread
+from palace_proto.identity import is_human
 from palace_proto.questions import (
-    MAX_ANSWERS_PER_ORIGIN,
     ANSWER,
     ANYONE,
     ASK,
     DEFAULT_TIMEOUT_S,
+    MAX_ANSWERS_PER_ORIGIN,
     MAX_APPROVAL_INLINE_BYTES,
     MAX_TIMEOUT_S,
     QUESTION_ROOM,
@@ -43,15 +43,14 @@ from palace_proto.stamps import seconds_between
 from palace_proto.tasks import derive_task
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
 
-from ..store import append_event, put_artifact
 from ..clock import utc_now
-from ..store import WriteContext
-from ..store.aio import HEAVY_ARTIFACT_BYTES
-from ..store import questions as store_questions
-from ..store.questions import QuestionReads
 from ..feature import Feature
-from ..notify.triggers import Trigger, preview
 from ..handlers.context import Context
+from ..notify.triggers import Trigger, preview
+from ..store import WriteContext, append_event, put_artifact
+from ..store import questions as store_questions
+from ..store.aio import HEAVY_ARTIFACT_BYTES
+from ..store.questions import QuestionReads
 
 __all__ = ["FEATURE", "OPS", "held_people", "proven_person", "settled"]
 

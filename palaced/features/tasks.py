@@ -24,37 +24,39 @@ import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.event_fields import PublicEvent, reply_to, thread, thread_of
+from palace_proto.projects import project_stream, slugify
 from palace_proto.questions import ASK as QUESTION_ASK
 from palace_proto.stamps import seconds_between
-from palace_proto.projects import project_stream, slugify
 from palace_proto.tasks import (
     CONFLICT,
+    DEFAULT_STALL_AFTER_S,
     REASSIGN,
     RELEASE,
     REQUEST,
     STALLED,
     check_blocked_by,
     check_priority,
-    DEFAULT_STALL_AFTER_S,
     check_stall_after,
     derive_task,
     ready_order,
 )
 from palace_proto.validation import AppendRequest, Limits, clean_optional, clean_required, validate_artifact_ids
 
-from ..store import append_event, correlation_events
-from ..store import StoreError, WriteContext
 from ..clock import utc_now as _now
-from ..store import tasks as store_tasks
-from ..store.tasks import TaskReads, settle
 from ..config import Section
 from ..feature import Feature, Follower
-from ..notify.triggers import Trigger
-from ..handlers.session import capped, cut
 from ..handlers.context import Context
+from ..handlers.session import capped, cut
+from ..notify.triggers import Trigger
+from ..store import StoreError, WriteContext, append_event, correlation_events
+from ..store import tasks as store_tasks
+from ..store.tasks import TaskReads, settle
 from .questions import settled as settled_questions
 
-__all__ = ["FEATURE", "OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views", "task_release"]
+__all__ = [
+    "FEATURE", "OPS", "TaskReconciler", "build_task_request", "check_claim", "delivery_line", "recent_views",
+    "task_release",
+]
 
 LOGGER: Final = logging.getLogger("palaced.features.tasks")
 # Why 500: the newest requests a listing, a ready queue or the reconciler looks at, finished or not.
@@ -134,8 +136,8 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     )
     routing = thread(project_stream(project), "delegation", correlation_id, topic=args.get("topic"))
     req = AppendRequest.from_wire(
-        {**routing, **git, "type": TASK_REQUEST_TYPE, "from_agent": from_agent, "to_agent": to_agent, "status": "open", "body": body,
-         "metadata": metadata},
+        {**routing, **git, "type": TASK_REQUEST_TYPE, "from_agent": from_agent, "to_agent": to_agent, "status": "open",
+         "body": body, "metadata": metadata},
         limits,
     )
     handoff = (

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound
+from palace_proto.event_fields import PublicEvent
 from palace_proto.ids import fingerprint
 from palace_proto.validation import Limits, clean_required
 from palace_proto.workers import encode_activity

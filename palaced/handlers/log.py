@@ -20,12 +20,11 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.envelope import preview_event
-from palace_proto.event_fields import PublicEvent, reply_to, thread
-from palace_proto.errors import ApiError, NotFound, NotPermitted, ValidationError
 from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request
+from palace_proto.envelope import preview_event
+from palace_proto.errors import ApiError, NotFound, NotPermitted, ValidationError
+from palace_proto.event_fields import PublicEvent, reply_to, thread
 from palace_proto.pki import sign_redaction
-from palace_proto.workers import check_activity
 from palace_proto.validation import (
     AppendRequest,
     ListQuery,
@@ -36,14 +35,13 @@ from palace_proto.validation import (
     validate_status,
     validate_timeout_ms,
 )
+from palace_proto.workers import check_activity
 
-from ..store import append_event, event_by_id
-from ..store import writes as store_writes
 from ..clock import utc_now_seconds
 from ..feature import Follower, WakeRule
-from ..store import WriteContext
-from ..store import event_search, follow
+from ..store import WriteContext, append_event, event_by_id, event_search, follow
 from ..store import origins as store_origins
+from ..store import writes as store_writes
 from .context import Context, Watcher
 from .network import replicated_args, require_peers_for, wait_replicated
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, ValidationError
+from palace_proto.event_fields import PublicEvent
 from palace_proto.stamps import seconds_between
 
 from ..clock import unix_now, utc_now

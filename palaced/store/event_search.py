@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.event_fields import PublicEvent
 from palace_proto.envelope import preview_event
+from palace_proto.event_fields import PublicEvent
 from palace_proto.validation import ListQuery, text_match_expression
 
 from .fetch import all_rows

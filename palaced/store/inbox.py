@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import ApiError, NotFound, ValidationError
+from palace_proto.event_fields import PublicEvent
 from palace_proto.validation import ListQuery
 
 from ..clock import utc_now

@@ -20,9 +20,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from palace_proto.event_fields import PublicEvent
 from palace_proto.authority import Rule
 from palace_proto.envelope import SignedEvent
+from palace_proto.event_fields import PublicEvent
 from palace_proto.validation import AppendRequest
 
 if TYPE_CHECKING:

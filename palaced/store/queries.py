@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Union
 import apsw
 
 from palace_proto.envelope import SignedEvent, preview_event
-from palace_proto.event_fields import PublicEvent
 from palace_proto.errors import NotFound
+from palace_proto.event_fields import PublicEvent
 from palace_proto.ids import ARTIFACT_ID_RE, SHA256_HEX_RE, artifact_id_for_sha256
 from palace_proto.sync import OriginHead, vector_forks
 from palace_proto.sync import Vector as PeerVector

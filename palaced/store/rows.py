@@ -17,7 +17,10 @@ from typing import Any, Final
 from palace_proto.envelope import SignedEvent
 from palace_proto.event_fields import COLUMNS, EVENT_FIELDS, PUBLIC_KEYS, PublicEvent
 
-__all__ = ["BODILESS_PUBLIC_COLUMNS", "INSERT_EVENT", "PUBLIC_COLUMNS", "SIGNED_COLUMNS", "insert_params", "row_to_public", "row_to_signed"]
+__all__ = [
+    "BODILESS_PUBLIC_COLUMNS", "INSERT_EVENT", "PUBLIC_COLUMNS", "SIGNED_COLUMNS", "insert_params", "row_to_public",
+    "row_to_signed",
+]
 
 #: Every column of ``events``, in row order (``palace_proto.event_fields.COLUMNS``): what the
 #: public object shows (``seq`` first: SQLite assigns it, the local arrival order), then the chain

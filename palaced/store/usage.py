@@ -58,21 +58,29 @@ from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 
-from palace_proto.identity import judge as impersonation_of
-from palace_proto.identity import order_key
 from palace_proto.envelope import SignedEvent
 from palace_proto.event_fields import PublicEvent, blank_public
+from palace_proto.identity import judge as impersonation_of
+from palace_proto.identity import order_key
 from palace_proto.ids import fingerprint
 from palace_proto.tasks import REASSIGN, RELEASE, REQUEST, derive_task
-from palace_proto.usage import MAX_USAGE_REPORTS_PER_TASK, USAGE_TYPE, Spending, Total, cost_micros, record_from_event, total_of
+from palace_proto.usage import (
+    MAX_USAGE_REPORTS_PER_TASK,
+    USAGE_TYPE,
+    Spending,
+    Total,
+    cost_micros,
+    record_from_event,
+    total_of,
+)
 
 from .parts import StorePart
 from .reads import ReadSet, StoreRead
 from .rows import BODILESS_PUBLIC_COLUMNS, row_to_public
 
 if TYPE_CHECKING:
-    from .state import WriteContext
     from .queries import Reads
+    from .state import WriteContext
 
 __all__ = ["BY_TABLE", "MAX_REPORTS_JUDGED", "MAX_TASK_EVENTS", "PART", "USAGE_VERSION", "UsageFigures", "UsageReads",
            "ensure_judged", "event_stored", "read_usage", "rebuild", "rejudge", "rejudge_agents", "settle"]
