@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 import trio
 
 from palace_proto.errors import ApiError
+from palace_proto.event_fields import PublicEvent
 
 from .config import Extensions, Section
 from .notify.triggers import CORE_KINDS, CORE_TRIGGERS, Trigger
@@ -55,7 +56,7 @@ class Service(Protocol):
 class WakeRule(Protocol):
     """Whether one agent's watch wakes on an event (a feature's say on its own events)."""
 
-    async def wakes(self, event: Mapping[str, Any]) -> bool: ...
+    async def wakes(self, event: PublicEvent) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

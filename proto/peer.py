@@ -364,7 +364,7 @@ def event_from_wire(d: Any) -> SignedEvent:
     return SignedEvent(**{field.name: _event_field(d, field) for field in _EVENT_WIRE_FIELDS})
 
 
-def to_wire(message: PeerMessage) -> dict[str, Any]:
+def to_wire(message: PeerMessage | EnrolmentMessage) -> dict[str, Any]:
     """Encode a message as the map that goes into one frame."""
     if isinstance(message, Hello):
         return {"t": "hello", "version": message.version, "palace_id": message.palace_id,
@@ -403,7 +403,7 @@ def to_wire(message: PeerMessage) -> dict[str, Any]:
     raise TypeError(f"not a peer message: {message!r}")
 
 
-def from_wire(d: Any) -> PeerMessage | None:
+def from_wire(d: Any) -> PeerMessage | EnrolmentMessage | None:
     """Decode a frame's map. Returns None for a message type we do not know (skip it).
 
     Raises:
@@ -473,13 +473,13 @@ def from_wire(d: Any) -> PeerMessage | None:
         raw = d.get("entries")
         if not isinstance(raw, list) or len(raw) > MAX_VECTOR_ENTRIES:
             raise RemoteProtocolError(f"have 'entries' must be a list of at most {MAX_VECTOR_ENTRIES} entries")
-        entries = []
+        held: list[tuple[str, int]] = []
         for item in raw:
             if not (isinstance(item, list) and len(item) == 2):
                 raise RemoteProtocolError("a have entry must be [origin, max_seq]")
             pair = {"origin": item[0], "max_seq": item[1]}
-            entries.append((_origin(pair, "origin"), _int(pair, "max_seq")))
-        return Have(tuple(entries))
+            held.append((_origin(pair, "origin"), _int(pair, "max_seq")))
+        return Have(tuple(held))
     if tag == "artifact_want":
         return ArtifactWant(artifact_id=_str(d, "artifact_id"), offset=_int(d, "offset"))
     if tag == "artifact_chunk":
@@ -530,7 +530,8 @@ def from_wire(d: Any) -> PeerMessage | None:
                      proof=_bytes(d, "proof", 32))
     if tag == "enrolled":
         ca, cert = d.get("ca_certificate"), d.get("certificate")
-        if not all(isinstance(x, bytes) and len(x) <= MAX_CERTIFICATE_BYTES for x in (ca, cert)):
+        if not (isinstance(ca, bytes) and isinstance(cert, bytes)
+                and len(ca) <= MAX_CERTIFICATE_BYTES and len(cert) <= MAX_CERTIFICATE_BYTES):
             raise RemoteProtocolError(f"enrolled certificates must be at most {MAX_CERTIFICATE_BYTES} bytes")
         return Enrolled(palace_name=_str(d, "palace_name"), ca_certificate=ca, certificate=cert)
     return None

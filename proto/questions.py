@@ -352,7 +352,7 @@ def settle(question: PublicEvent, answers: Iterable[PublicEvent],
     addressee = question.get("to_agent")
     asked_at = question.get("created_at")
     mine = [a for a in answers if a.get("type") == ANSWER and a.get("ack_of") == question.get("id")]
-    ordered: Sequence[PublicEvent] = sorted(mine, key=lambda a: order_key(a.get("created_at"), a.get("id")))  # type: ignore[arg-type]
+    ordered: Sequence[PublicEvent] = sorted(mine, key=lambda a: order_key(a.get("created_at"), a.get("id")))
     rule = rule_named("question.answer")
     winner: PublicEvent | None = None
     flagged: list[tuple[PublicEvent, Verdict]] = []

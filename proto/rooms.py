@@ -315,7 +315,7 @@ def is_room_event(event: PublicEvent, room_id: str | None = None) -> bool:
 
 
 def _key(event: PublicEvent) -> tuple[str, str]:
-    return order_key(event.get("created_at"), event.get("id"))  # type: ignore[arg-type]
+    return order_key(event.get("created_at"), event.get("id"))
 
 
 def _place(value: Any, fallback: str) -> str:

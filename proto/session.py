@@ -40,6 +40,7 @@ from .peer import (
     ArtifactWant,
     Enrol,
     Enrolled,
+    EnrolmentMessage,
     Events,
     Goodbye,
     Have,
@@ -181,7 +182,7 @@ class PeerSession:
             self.messages_in += 1
             return message
 
-    def _accept(self, message: PeerMessage) -> None:
+    def _accept(self, message: PeerMessage | EnrolmentMessage) -> None:
         if self.state is SessionState.CLOSED:
             raise RemoteProtocolError("message after goodbye")
         if self.their_hello is None:

@@ -150,7 +150,7 @@ def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
 
 
 def _order(event: PublicEvent) -> tuple[str, str]:
-    return order_key(event.get("created_at"), event.get("id"))  # type: ignore[arg-type]
+    return order_key(event.get("created_at"), event.get("id"))
 
 
 def _corrects(facts: Mapping[str, Any]) -> bool:

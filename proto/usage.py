@@ -510,7 +510,7 @@ def parse_opencode(stdout: str, *, runner: str = "opencode") -> Usage | None:
         tokens = part.get("tokens")
         if not isinstance(tokens, dict):
             continue
-        cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+        cache = tokens["cache"] if isinstance(tokens.get("cache"), dict) else {}
         read, write = _count(cache.get("read")), _count(cache.get("write"))
         step_in = _add(_count(tokens.get("input")), read, write)
         step_out = _add(_count(tokens.get("output")), _count(tokens.get("reasoning")))

@@ -439,8 +439,8 @@ def _filter_values(field: str, value: Any) -> frozenset[str] | None:
     for item in items:
         if event_field == "type" and isinstance(item, str) and item.strip():
             cleaned.add(validate_type(item))
-        elif event_field == "status" and isinstance(item, str) and item.strip():
-            cleaned.add(validate_status(item))
+        elif event_field == "status" and (status := validate_status(item)) is not None:
+            cleaned.add(status)
         else:
             v = clean_optional(event_field, item)
             if v is not None:

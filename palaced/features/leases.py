@@ -363,7 +363,7 @@ async def _own_lease(ctx: Context, args: Mapping[str, Any]) -> tuple[Lease, str]
 
 
 async def _write_change(ctx: Context, kind: str, lease: Lease, agent: str, body: str,
-                        metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+                        metadata: dict[str, Any] | None = None) -> PublicEvent:
     req = AppendRequest.from_wire(
         {**thread(lease.stream, LEASE_ROOM, lease.id), "type": kind, "from_agent": agent, "body": body,
          "metadata": metadata or {}}, ctx.limits)

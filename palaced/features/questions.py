@@ -68,7 +68,7 @@ def proven_person(ctx: Context, event: PublicEvent) -> bool:
         return False
     if not agents.enforcing and ctx.membership is None:
         return True
-    record = agents.records.get(event.get("from_agent"))  # type: ignore[arg-type]
+    record = agents.records.get(event["from_agent"])
     return record is not None and agents.verdict(event) is None
 
 
@@ -234,8 +234,8 @@ async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if person is None:
         if len(held) == 1:
             person = held[0]
-        elif not in_palace and is_human(question.get("to_agent")) and question.get("to_agent") != "human:*":
-            person = question["to_agent"]
+        elif not in_palace and (to := question["to_agent"]) is not None and is_human(to) and to != "human:*":
+            person = to
         else:
             raise ValidationError("say who answers: --as human:NAME" + (
                 f" (this daemon holds {', '.join(held)})" if held else

@@ -411,6 +411,8 @@ class RoomWake:
         if not needs_membership(event, self.agent):
             return True
         room_id = event["correlation_id"]
+        if room_id is None:  # not a room's event after all: nothing to belong to
+            return True
         if room_id in self.member_of:
             return True
         member = await _reads(self.ctx).is_member(room_id, self.agent)

@@ -397,7 +397,7 @@ async def task_reassign(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]
 
 async def _task_event(ctx: Context, view: Mapping[str, Any], kind: str, agent: str, to_agent: str | None,
                       body: str, metadata: dict[str, Any] | None = None,
-                      artifact_ids: tuple[str, ...] = ()) -> dict[str, Any]:
+                      artifact_ids: tuple[str, ...] = ()) -> PublicEvent:
     request = view["request"]
     req = AppendRequest.from_wire(
         {**thread_of(request), "type": kind, "from_agent": agent, "to_agent": to_agent,
@@ -528,7 +528,8 @@ def _goal(view: Mapping[str, Any]) -> str:
 async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
     """Session start's open loops (tasks the agent requested or holds that are not closed) and the
     stalled ones among them."""
-    loops, stalled = [], []
+    loops: list[dict[str, Any]] = []
+    stalled: list[dict[str, Any]] = []
     for view in await recent_views(ctx):
         if view["terminal"]:
             continue

@@ -58,7 +58,7 @@ CATCH_UP_PAGE: Final = 500
 Push = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-async def append(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+async def append(ctx: Context, args: Mapping[str, Any]) -> Mapping[str, Any]:
     ctx.require_writer()
     replicated, timeout_s = replicated_args(args)
     require_peers_for(ctx, replicated)
@@ -300,7 +300,7 @@ async def subscribe(ctx: Context, args: Mapping[str, Any], push: Push, conn_id: 
         LOGGER.info("watch ended: agent=%s", agent or "-")
 
 
-async def _wakes(rules: list[WakeRule], event: Mapping[str, Any]) -> bool:
+async def _wakes(rules: list[WakeRule], event: PublicEvent) -> bool:
     for rule in rules:
         if not await rule.wakes(event):
             return False
@@ -325,7 +325,7 @@ async def watch_update(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     raise NotFound("no live watch has this watch_token (it ended: subscribe again)")
 
 
-async def ack(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+async def ack(ctx: Context, args: Mapping[str, Any]) -> PublicEvent:
     ctx.require_writer()
     target_id = clean_required("event_id", args.get("event_id"))
     from_agent = clean_required("from_agent", args.get("from_agent"))

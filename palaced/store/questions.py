@@ -39,7 +39,7 @@ def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origi
     ``palace_proto.questions.settle`` judges (issue 43, finding 5). Index seeks only (schema 0014):
     one per origin that answered, then one page of ``per_origin`` rows each, whatever an origin
     wrote besides; a question's answers never share a cap with another's."""
-    found: list[dict[str, Any]] = []
+    found: list[PublicEvent] = []
     person = f"type='{ANSWER}' AND from_agent >= 'human:' AND from_agent < 'human;'"
     for question_id in dict.fromkeys(question_ids):
         origins = [o for (o,) in conn.execute(

@@ -285,7 +285,7 @@ def rooms_matching(on: Source, stream: str | None, status: str | None, agent: st
     openings = room_openings(conn, scanned, stream)
     for opening in openings:
         room_id = opening["correlation_id"]
-        if room_id in seen:
+        if room_id is None or room_id in seen:
             continue
         seen.add(room_id)
         try:

@@ -74,6 +74,7 @@ from palace_proto.usage import (
     total_of,
 )
 
+from .fetch import all_rows, one_row
 from .parts import StorePart
 from .reads import ReadSet, StoreRead
 from .rows import BODILESS_PUBLIC_COLUMNS, row_to_public
@@ -250,10 +251,10 @@ def _judge(ctx: WriteContext, task: str) -> tuple[dict[str, tuple[Any, ...]], li
         if event["status"] in _CLAIMING:
             at = order_key(event["created_at"], event["id"])[0]
             first_claim[event["from_agent"]] = min(at, first_claim.get(event["from_agent"], at))
-    runs = [conn.execute(f"SELECT {_REPORT_COLUMNS} FROM usage_reports INDEXED BY usage_reports_task WHERE task = ? "
-                         "AND agent = ? AND named_task = ? AND created_at >= ? ORDER BY created_at, event_id LIMIT ?",
-                         (task, agent, task, since, MAX_REPORTS_JUDGED)).fetchall()
-            for agent, since in sorted(first_claim.items())]
+    runs: list[list[tuple[Any, ...]]] = [all_rows(conn.execute(
+        f"SELECT {_REPORT_COLUMNS} FROM usage_reports INDEXED BY usage_reports_task WHERE task = ? AND agent = ? "
+        "AND named_task = ? AND created_at >= ? ORDER BY created_at, event_id LIMIT ?",
+        (task, agent, task, since, MAX_REPORTS_JUDGED))) for agent, since in sorted(first_claim.items())]
     reports = list(heapq.merge(*runs, key=lambda r: (r[3], r[0])))[:MAX_REPORTS_JUDGED]
     if not reports:
         return {}, []
@@ -339,19 +340,21 @@ def rebuild(ctx: WriteContext) -> dict[str, int]:
     conn.execute("DELETE FROM usage_totals")
     held, after = 0, 0
     while True:  # in chunks of a thousand, in log order
-        rows = conn.execute("SELECT seq, id, correlation_id, from_agent, origin, created_at, metadata FROM events "
-                            "WHERE type = ? AND seq > ? ORDER BY seq LIMIT 1000", (USAGE_TYPE, after)).fetchall()
+        rows: list[tuple[Any, ...]] = all_rows(conn.execute(
+            "SELECT seq, id, correlation_id, from_agent, origin, created_at, metadata FROM events "
+            "WHERE type = ? AND seq > ? ORDER BY seq LIMIT 1000", (USAGE_TYPE, after)))
         if not rows:
             break
         conn.executemany(_INSERT_REPORT, [_report_row(*row[1:]) for row in rows])
         held, after = held + len(rows), rows[-1][0]
     conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                  (_HELD_KEY, str(held)))
-    for (task,) in conn.execute("SELECT DISTINCT task FROM usage_reports WHERE task IS NOT NULL").fetchall():
+    tasks: list[tuple[str]] = all_rows(conn.execute("SELECT DISTINCT task FROM usage_reports WHERE task IS NOT NULL"))
+    for (task,) in tasks:
         rejudge(ctx, task)
     conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                  (_VERSION_KEY, USAGE_VERSION))
-    (counted,) = conn.execute("SELECT count(*) FROM usage_reports WHERE counts = 1").fetchone()
+    (counted,) = one_row(conn.execute("SELECT count(*) FROM usage_reports WHERE counts = 1"))
     return {"held": held, "counted": counted}
 
 
@@ -380,14 +383,15 @@ def read_usage(reads: Reads, by: str, since: str = "", now: str | None = None, *
     conn = reads.db.reader()
     with conn:  # one read transaction: the totals, the count and the spending of one commit
         sums: dict[str, list[int]] = {}
+        rows: list[tuple[Any, ...]]
         if not since or since[10:] in ("", "T00:00:00.000000Z"):
-            rows = conn.execute(f"SELECT key, {_SUMS} FROM usage_totals WHERE by = ? AND day >= ? GROUP BY key",
-                                (by, since[:10])).fetchall()
+            rows = all_rows(conn.execute(f"SELECT key, {_SUMS} FROM usage_totals WHERE by = ? AND day >= ? GROUP BY key",
+                                         (by, since[:10])))
         else:
             # Whole days after the first; of the first, its reports from that time on. Any time
             # of that day sorts before "…T99".
-            rows = conn.execute(f"SELECT key, {_SUMS} FROM usage_totals WHERE by = ? AND day > ? GROUP BY key",
-                                (by, since[:10])).fetchall()
+            rows = all_rows(conn.execute(f"SELECT key, {_SUMS} FROM usage_totals WHERE by = ? AND day > ? GROUP BY key",
+                                         (by, since[:10])))
             rows += conn.execute(
                 f"SELECT {BY_TABLE[by]}, count(*), sum(tokens_in), sum(tokens_out), sum(cache_read_tokens), "
                 "sum(cache_write_tokens), sum(coalesce(cost_micros, 0)), sum(cost_micros IS NULL) FROM usage_reports "
@@ -400,7 +404,7 @@ def read_usage(reads: Reads, by: str, since: str = "", now: str | None = None, *
         totals = sorted((_total(by, key, figures) for key, figures in sums.items()),
                         key=lambda t: (t.key is None, t.key or ""))
         held_row = conn.execute("SELECT value FROM meta WHERE key = ?", (_HELD_KEY,)).fetchone()
-        (counted,) = conn.execute("SELECT coalesce(sum(runs), 0) FROM usage_totals WHERE by = 'day'").fetchone()
+        (counted,) = one_row(conn.execute("SELECT coalesce(sum(runs), 0) FROM usage_totals WHERE by = 'day'"))
         spending = _spending(conn, now, tasks) if now is not None else None
     return UsageFigures(totals, int(held_row[0]) - counted if held_row else 0, spending)
 
@@ -422,8 +426,8 @@ def _spending(conn: apsw.Connection, now: str, tasks: bool) -> Spending:
                                      "GROUP BY key ORDER BY key", (day,))
     per_task = _grouped(conn, "task", f"SELECT key, {_SUMS} FROM usage_totals WHERE by = 'task' GROUP BY key "
                                       "ORDER BY key", ()) if tasks else ()
-    row = conn.execute(f"SELECT {_SUMS} FROM usage_totals WHERE by = 'day' AND day BETWEEN ? AND ?",
-                       (month + "-01", month + "-31")).fetchone()
+    row = one_row(conn.execute(f"SELECT {_SUMS} FROM usage_totals WHERE by = 'day' AND day BETWEEN ? AND ?",
+                               (month + "-01", month + "-31")))
     return Spending(day=day, month=month, agents_today=agents, tasks=per_task,
                     palace_month=_total("month", month, tuple(v or 0 for v in row)))
 
