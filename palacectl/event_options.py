@@ -8,9 +8,8 @@ only names (``RARE``), a light call's short names for them (``SHORT_NAMES``), an
 option (``flag``, ``dest``) and types (``JSON_TYPES``, ``PY_TYPES``). A field added to the table
 is offered everywhere from here (issue 44 §3: one event, one table).
 
-Stdlib and ``palace_proto`` only: no typer, no trio (the MCP tools, the light tools and the loop
-read it). ``palace_proto.event_fields`` loads ``dataclasses`` (~10 ms), which the loop's quick
-``list`` and ``wait`` must not pay for: the loop imports this module only for an ``append``.
+Stdlib and ``palace_proto.event_fields`` only: no typer, no trio, no dataclasses (the loop's quick
+path imports it: tests/e2e/test_cli_quick.py; the MCP tools and the light tools read it too).
 """
 
 from __future__ import annotations

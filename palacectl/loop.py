@@ -29,6 +29,7 @@ from palace_proto.filters import FILTER_OPTIONS, filter_args
 
 from . import output
 from .client import Client, DaemonUnreachable, home_from
+from .event_options import APPEND_FIELDS, ROUTING, dest, flag
 from .output import EXIT_IDLE, EXIT_OK, EXIT_USAGE, CommandFailed, emit, fail, note, write_stdout
 
 if TYPE_CHECKING:
@@ -143,8 +144,6 @@ def list_events(home: Path, o: dict[str, Any]) -> int:
 
 def append_event(home: Path, o: dict[str, Any]) -> dict[str, Any]:
     """Append one event (the options ``append`` takes without --ndjson); returns it, printed."""
-    from .event_options import APPEND_FIELDS, ROUTING, flag
-
     required = [flag(field) for field in APPEND_FIELDS if not field.optional]
     missing = [flag(field) for field in APPEND_FIELDS if not field.optional and o.get(field.option) is None]
     if missing:
@@ -259,20 +258,12 @@ def _append_body(home: Path, o: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def _append_options() -> dict[str, tuple[str, str]]:
-    """``append``'s options: the event's fields (``palacectl.event_options``, imported only when an
-    append runs: a quick list or wait starts without the table) and ``--body-file``."""
-    from .event_options import APPEND_FIELDS, dest, flag
+#: ``append``'s options: the event's fields (``palacectl.event_options``) and ``--body-file``
+_APPEND: Final = {**_COMMON, **{flag(f): (dest(f), "multi" if f.wire == "ids" else "str") for f in APPEND_FIELDS},
+                  "--body-file": ("body_file", "str")}
 
-    fields = {flag(f): (dest(f), "multi" if f.wire == "ids" else "str") for f in APPEND_FIELDS}
-    return {**_COMMON, **fields, "--body-file": ("body_file", "str")}
-
-
-_Options = dict[str, tuple[str, str]]
-#: a quick command: (options, or the function making them; positional names; options that must be
-#: given; body)
-_Entry = tuple[_Options | Callable[[], _Options], tuple[str, ...], tuple[str, ...],
-               Callable[[Path, dict[str, Any]], int]]
+#: a quick command: (options, positional names, options that must be given, body)
+_Entry = tuple[dict[str, tuple[str, str]], tuple[str, ...], tuple[str, ...], Callable[[Path, dict[str, Any]], int]]
 
 # command words → its entry. Left to typer:
 # ``append --ndjson/--replicated`` and ``wait --replicated/--event-id`` (not in these tables).
@@ -284,7 +275,7 @@ _COMMANDS: Final[dict[tuple[str, ...], _Entry]] = {
     ("wait",): ({**_EVENT_FILTERS, **_COMMON, "--since-event-id": ("since_event_id", "str"),
                  "--since-created-at": ("since_created_at", "str"), "--limit": ("limit", "int"),
                  "--preview": ("preview", "flag"), "--timeout-ms": ("timeout_ms", "int")}, (), (), wait_events),
-    ("append",): (_append_options, (), (), _append_body),
+    ("append",): (_APPEND, (), (), _append_body),
     ("ack",): ({**_COMMON, "--from-agent": ("from_agent", "str"), "--status": ("status", "str"),
                 "--topic": ("topic", "str"), "--body": ("body", "str"), "--body-file": ("body_file", "str")},
                ("event_id",), ("from_agent",), ack_event),
@@ -393,7 +384,7 @@ def run_quick(argv: list[str], features: Features | None = None) -> int | None:
             return None
         length, entry = found
     options, positionals, required, body = entry
-    parsed = _parse(words[length:], options() if callable(options) else options, positionals, required)
+    parsed = _parse(words[length:], options, positionals, required)
     if parsed is None:
         return None
     path = home_from(Path(home) if home is not None else None)

@@ -22,8 +22,9 @@ from .. import loop
 from ..feature import load
 from ..output import EXIT_IDLE, emit, fail, note, write_stdout
 from ..event_options import APPEND_FIELDS, ROUTING
-from .common import JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home
-from .options import EVENT_FILTERS, field_option, option, with_options
+from .common import (
+    EVENT_FILTERS, JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home, field_option, option, with_options,
+)
 
 __all__ = ["ack", "append", "list_", "redact", "wait", "watch"]
 

@@ -354,7 +354,8 @@ async def task_claim(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         check_claim(view, cid, agent)
         assert view is not None
         request = view["request"]
-        routing = reply_to(request)
+        # On the task's thread: its id, which is the request's own id when the request named none.
+        routing = {**reply_to(request), "correlation_id": cid}
         return append_event(w, AppendRequest.from_wire(
             {**routing, "type": "event.ack", "from_agent": agent, "status": "claimed", "body": f"{agent} claims {cid}",
              "metadata": {"ack_of": routing["ack_of"]}},
@@ -399,8 +400,10 @@ async def _task_event(ctx: Context, view: Mapping[str, Any], kind: str, agent: s
                       body: str, metadata: dict[str, Any] | None = None,
                       artifact_ids: tuple[str, ...] = ()) -> PublicEvent:
     request = view["request"]
+    # On the task's thread: its id, which is the request's own id when the request named none.
+    routing = {**thread_of(request), "correlation_id": view["correlation_id"]}
     req = AppendRequest.from_wire(
-        {**thread_of(request), "type": kind, "from_agent": agent, "to_agent": to_agent,
+        {**routing, "type": kind, "from_agent": agent, "to_agent": to_agent,
          # A release or reassign opens the task again; palace's notices move nothing.
          "status": "open" if kind in (RELEASE, REASSIGN) else None, "body": body, "metadata": metadata or {},
          "artifact_ids": list(artifact_ids)},

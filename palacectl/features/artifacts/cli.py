@@ -17,8 +17,7 @@ import typer
 
 from ... import output
 from ...output import emit, fail, warn, write_stdout
-from ...cli.common import JsonOpt, UsageProblem, call_daemon, parse_metadata, read_input
-from ...cli.options import field_option, with_options
+from ...cli.common import JsonOpt, UsageProblem, call_daemon, field_option, parse_metadata, read_input, with_options
 from .patch import PATCH_FIELDS
 
 __all__ = ["COMMANDS", "GROUPS", "artifact_app", "patch_app"]

@@ -17,8 +17,7 @@ from typing import Annotated, Any, Final, Optional, get_origin
 import typer
 
 from ... import output
-from ...cli.common import JsonOpt, call_daemon, current_home, text_or_file
-from ...cli.options import option, with_options
+from ...cli.common import JsonOpt, call_daemon, current_home, option, text_or_file, with_options
 from ...output import emit, note, warn, write_stdout
 from . import quick
 from .request import ARGUMENTS
