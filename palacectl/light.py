@@ -7,7 +7,8 @@ that tool's arguments (``LightCall``); or a ``LightError`` saying why it cannot.
 log's verbs (``EVENT …``, ``INBOX``) and the shape every call shares; each feature declares its
 own (``Feature.light``: its first words, its verbs (``Verb``), front tools it reads whole, the fields and
 words these add to the tools' schemas and descriptions), put together in ``Tables``. Pure: stdlib
-and ``palace_proto`` only (an append's fields: ``palacectl.event_options``), no IO; ``mcp_adapter`` routes the call (``mcp_server.Route``), so the routed tool's checks,
+and ``palace_proto`` only (an append's fields: ``palacectl.event_options``), no IO; ``mcp_adapter`` routes
+the call (``mcp_server.Route``), so the routed tool's checks,
 identity rules, read-only gates and result shapes are exactly the full tool's.
 
 Theory of operation
@@ -282,6 +283,7 @@ CORE_WORDS: Final[dict[str, Callable[[list[str]], tuple[str, dict[str, Any]] | N
 def _read_coordinate(tables: Tables, command: str | None, fields: dict[str, Any]) -> LightCall:
     if command is not None:
         tokens = tokenize(command)
+        args: dict[str, Any]
         if not tokens:
             verb, args = "event_list", {}
         else:

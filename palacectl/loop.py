@@ -172,7 +172,7 @@ def wait_events(home: Path, o: dict[str, Any]) -> int:
                   since_created_at=o.get("since_created_at"), limit=capped(o.get("limit"), MAX_LIST_LIMIT),
                   preview=bool(o.get("preview")), timeout_ms=capped(o.get("timeout_ms"), MAX_WAIT_TIMEOUT_MS))
     code = EXIT_IDLE if result["timed_out"] else EXIT_OK
-    if emit(result, o.get("json")):
+    if emit(result, bool(o.get("json"))):
         return code
     if result["timed_out"]:
         note("Timed out; no matching events.")
@@ -192,7 +192,7 @@ def inbox(home: Path, o: dict[str, Any]) -> int:
     if agent is None:
         raise UsageProblem("inbox needs --agent ID (whose inbox): palacectl inbox --agent ID")
     result = call(home, "inbox", agent=agent, limit=o.get("limit"), preview=o.get("preview") or None)
-    if emit(result, o.get("json")):
+    if emit(result, bool(o.get("json"))):
         return EXIT_OK
     print_events(result, False)
     if result["more"]:
@@ -206,7 +206,7 @@ def inbox(home: Path, o: dict[str, Any]) -> int:
 def mark_read(home: Path, o: dict[str, Any]) -> int:
     agent = o["agent"]
     result = call(home, "inbox_mark_read", agent=agent, upto_event_id=o["upto"])
-    if emit(result, o.get("json")):
+    if emit(result, bool(o.get("json"))):
         return EXIT_OK
     unread = f"{result['unread']}{'+' if result['unread_capped'] else ''}"
     if result["moved"]:
@@ -323,7 +323,7 @@ def _parse(words: list[str], options: dict[str, tuple[str, str]], positionals: t
             parsed[dest] = value
     if len(given) != len(positionals) or any(parsed.get(r) is None for r in required):
         return None
-    parsed.update(zip(positionals, given))
+    parsed.update(zip(positionals, given, strict=True))
     return parsed
 
 

@@ -251,7 +251,7 @@ async def mempalace_event_wait(
 
 # Why a note (MemPalace 3.11, #2616): before 3.11 from_agent filtered by author on list and wait;
 # a caller still expecting that learns what changed from the result, not from an empty inbox.
-def with_caller_note(result: Result, from_agent: str | None, writer: Filter) -> Result:
+def with_caller_note(result: Result, from_agent: Filter, writer: Filter) -> Result:
     """``result`` with MemPalace 3.11's ``note`` after ``count`` when ``from_agent`` (the caller,
     never a filter) is given without ``writer`` (the author filter)."""
     if isinstance(from_agent, str) and from_agent.strip() and not writers(writer):
@@ -398,7 +398,7 @@ def _declared(module: ModuleType, marker: str) -> list[Any]:
 
 def _build(features: Features) -> Registry:
     sets = tool_sets(features)
-    parts = [("the core", sys.modules[__name__], CORE_TOOLS)]
+    parts: list[tuple[str, Any, Mapping[str, tuple[str, ...]]]] = [("the core", sys.modules[__name__], CORE_TOOLS)]
     parts += [(f"feature {f.name}", load(f.tools_module), f.tools) for f in features if f.tools_module]
     found: dict[str, Callable[..., Any]] = {}
     resources: list[Callable[..., Any]] = []

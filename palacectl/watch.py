@@ -32,7 +32,16 @@ from palace_proto.errors import ApiError
 from .client import Client, DaemonProtocolError, DaemonUnreachable, IdleTimeout, Subscription
 from .files import write_atomically
 from .output import (
-    EXIT_FAILED, EXIT_IDLE, EXIT_OK, CommandFailed, emit_json, events_block, note, utc_now, warn, write_stdout,
+    EXIT_FAILED,
+    EXIT_IDLE,
+    EXIT_OK,
+    CommandFailed,
+    emit_json,
+    events_block,
+    note,
+    utc_now,
+    warn,
+    write_stdout,
 )
 
 __all__ = ["WatchOptions", "default_state_file", "read_state", "run_watch", "sanitise_agent", "write_state"]
@@ -276,8 +285,8 @@ def _reconnect(watch: _Watch) -> bool:
     the idle time ran out first)."""
     note("palaced went away; reconnecting (the watch resumes from its cursor)")
     watch.close()
-    while watch.remaining() is None or watch.remaining() > 0:
-        time.sleep(min(RECONNECT_INTERVAL_S, watch.remaining() or RECONNECT_INTERVAL_S))
+    while (left := watch.remaining()) is None or left > 0:
+        time.sleep(min(RECONNECT_INTERVAL_S, left or RECONNECT_INTERVAL_S))
         try:
             started = watch.subscribe("cursor" if watch.cursor else "beginning", watch.cursor)
         except DaemonProtocolError:

@@ -19,16 +19,26 @@ from palace_proto.errors import ApiError
 from palace_proto.filters import filter_args
 
 from .. import loop
+from ..event_options import APPEND_FIELDS, ROUTING
 from ..feature import load
 from ..output import EXIT_IDLE, emit, fail, note, write_stdout
-from ..event_options import APPEND_FIELDS, ROUTING
 from .common import (
-    EVENT_FILTERS, JsonOpt, Multi, UsageProblem, call_daemon, capped, current_home, field_option, option, with_options,
+    EVENT_FILTERS,
+    JsonOpt,
+    Multi,
+    UsageProblem,
+    call_daemon,
+    capped,
+    current_home,
+    field_option,
+    option,
+    with_options,
 )
 
 __all__ = ["ack", "append", "list_", "redact", "wait", "watch"]
 
-ReplicatedOpt = Annotated[Optional[int], typer.Option("--replicated", help="Wait until K peers hold the event (exit 2 on timeout).")]
+ReplicatedOpt = Annotated[Optional[int], typer.Option(
+    "--replicated", help="Wait until K peers hold the event (exit 2 on timeout).")]
 SinceOpt = Annotated[Optional[str], typer.Option("--since-event-id", help="Exclusive cursor (an event id).")]
 
 
@@ -52,8 +62,14 @@ def _append_options() -> list[inspect.Parameter]:
 @with_options(_append_options())
 def append(
     replicated: ReplicatedOpt = None,
-    timeout_ms: Annotated[Optional[int], typer.Option("--timeout-ms", help="With --replicated: how long to wait (default 30000).")] = None,
-    ndjson: Annotated[Optional[str], typer.Option("--ndjson", help="Append many events from a file (or - for stdin): one JSON object of append's fields per line; the options above are defaults for every line. All lines are checked before any is sent.")] = None,
+    timeout_ms: Annotated[Optional[int], typer.Option(
+        "--timeout-ms", help="With --replicated: how long to wait (default 30000).")] = None,
+    ndjson: Annotated[Optional[str], typer.Option(
+        "--ndjson",
+        help=(
+            "Append many events from a file (or - for stdin): one JSON object of append's fields per line; the "
+            "options above are defaults for every line. All lines are checked before any is sent."
+        ))] = None,
     json_: JsonOpt = False,
     **fields: Any,
 ) -> None:
@@ -88,7 +104,7 @@ def _ndjson_events(text: str, defaults: dict[str, Any], limits: Any) -> list[tup
             continue
         try:
             fields = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise ValidationError(f"line {number}: not JSON ({exc.msg} at column {exc.colno}); nothing was appended") from None
         if not isinstance(fields, dict):
             raise ValidationError(f"line {number}: must be a JSON object of append's fields; nothing was appended")
@@ -179,7 +195,8 @@ def _replication_outcome(replication: dict[str, Any] | None, wanted: int | None)
 def list_(
     since_event_id: SinceOpt = None,
     before_event_id: Annotated[Optional[str], typer.Option("--before-event-id")] = None,
-    since_created_at: Annotated[Optional[str], typer.Option("--since-created-at", help="YYYY-MM-DD or UTC datetime (inclusive); prefer the id cursor.")] = None,
+    since_created_at: Annotated[Optional[str], typer.Option(
+        "--since-created-at", help="YYYY-MM-DD or UTC datetime (inclusive); prefer the id cursor.")] = None,
     order: Annotated[Optional[str], typer.Option(help="asc (default) or desc.")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Default 50, capped at 500.")] = None,
     preview: Annotated[bool, typer.Option("--preview", help="Cut bodies over 200 characters.")] = False,
@@ -231,14 +248,17 @@ def wait(
 
 @with_options(EVENT_FILTERS, after=1)
 def watch(
-    agent: Annotated[Optional[str], typer.Option("--agent", help="= --to-agent ID --exclude-from-agent ID, with a state file.")] = None,
+    agent: Annotated[Optional[str], typer.Option(
+        "--agent", help="= --to-agent ID --exclude-from-agent ID, with a state file.")] = None,
     since_event_id: SinceOpt = None,
     state_file: Annotated[Optional[str], typer.Option("--state-file", help="Cursor file; '' turns persistence off.")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", help="Replay from the first event.")] = False,
     follow: Annotated[bool, typer.Option("--follow", help="Keep going; one JSON batch per line.")] = False,
     idle_exit_ms: Annotated[int, typer.Option("--idle-exit-ms", help="Exit 2 after this long without a match (0 = never).")] = 0,
     announce: Annotated[bool, typer.Option("--announce", help="Post a status event to * saying what you watch.")] = False,
-    with_status: Annotated[bool, typer.Option("--with-status", help="With --agent: wake on status events too (by default a fleet watcher sleeps through them, announcements included).")] = False,
+    with_status: Annotated[bool, typer.Option(
+        "--with-status", help="With --agent: wake on status events too (by default a fleet watcher sleeps "
+        "through them, announcements included).")] = False,
     limit: Annotated[int, typer.Option(help="Events per batch (max 500).")] = 50,
     json_: JsonOpt = False,
     **filters: Multi,

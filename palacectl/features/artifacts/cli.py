@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Final, Optional
 
 import typer
 
 from ... import output
-from ...output import emit, fail, warn, write_stdout
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, field_option, parse_metadata, read_input, with_options
+from ...output import emit, fail, warn, write_stdout
 from .patch import PATCH_FIELDS
 
 __all__ = ["COMMANDS", "GROUPS", "artifact_app", "patch_app"]
@@ -112,5 +113,5 @@ def patch_submit(
                  + output.event_line(result["event"]) + "\n")
 
 
-COMMANDS: Final = {}
+COMMANDS: Final[dict[str, Callable[..., None]]] = {}
 GROUPS: Final = {"artifact": artifact_app, "patch": patch_app}

@@ -13,15 +13,16 @@ leases, questions, usage, the agents' roster — and so builds on them.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from palace_proto.identity import check_agent_id, is_human
 from palace_proto.errors import ValidationError
 from palace_proto.export import ExportError, verify_export_event
 from palace_proto.filters import filter_args
+from palace_proto.identity import check_agent_id, is_human
 from palace_proto.questions import ANSWER as QUESTION_ANSWER
 from palace_proto.questions import ASK as QUESTION_ASK
 
@@ -72,8 +73,7 @@ async def now(views: Views, request: Request) -> dict[str, Any]:
     roster = sorted(agents.get("agents", []), key=lambda a: a.get("last_activity") or "", reverse=True)
     shown = roster[:MAX_AGENTS_SHOWN]
     last_events = await gather([
-        (lambda name=a["agent"]: views.call("list", **filter_args(from_agent=name), order="desc", limit=1,
-                                            preview=True))
+        functools.partial(views.call, "list", **filter_args(from_agent=a["agent"]), order="desc", limit=1, preview=True)
         for a in shown
     ])
     workers: dict[str, list[dict[str, Any]]] = {}
@@ -82,7 +82,7 @@ async def now(views: Views, request: Request) -> dict[str, Any]:
             workers.setdefault(watcher["agent"], []).append(
                 {**watcher["worker"], "daemon": (watcher.get("daemon") or {}).get("name")})
     rows = []
-    for agent, page in zip(shown, last_events):
+    for agent, page in zip(shown, last_events, strict=True):
         name = agent["agent"]
         events = page.get("events", [])
         rows.append({
@@ -167,7 +167,7 @@ def _conflicts(tasks: list[dict[str, Any]], leases: list[Mapping[str, Any]], age
     out: list[dict[str, Any]] = []
     for task in tasks:
         for conflict in task["conflicts"]:
-            if not task["state"] in ("applied", "superseded"):
+            if task["state"] not in ("applied", "superseded"):
                 out.append({"kind": "task", "correlation_id": task["correlation_id"], "title": task["title"],
                             "detail": conflict})
     for lease in leases:

@@ -284,7 +284,7 @@ class Launch:
 
     def __init__(self, home: Path, correlation_id: str, *, runner: str, workspace: Path, agent: str | None,
                  in_place: bool = False, timeout_s: float | None = None, say: Callable[[str], None] = print,
-                 handle_signals: bool = True, daemon_wait_s: float = DAEMON_WAIT_S,
+                 handle_signals: bool = True, daemon_wait_s: float | None = DAEMON_WAIT_S,
                  on_claim: Callable[[Launch], None] | None = None,
                  on_start: Callable[[Launch], None] | None = None) -> None:
         """``handle_signals``: SIGINT/SIGTERM stop the run (the main thread only; a worker runs

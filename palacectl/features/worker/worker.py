@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -45,11 +46,10 @@ from palace_proto.workers import fit_activity
 from ...client import Client, DaemonUnreachable, IdleTimeout
 from ...files import write_atomically
 from ...git import run_git
-from .launch import (Launch, LaunchRefused, append_on_task, metadata_field, read_config, remove_worktree,
-                     runner_command)
 from ...output import utc_now
-from ..approvals.permission_policy import PermissionPolicy, PolicyError
 from ...watch import sanitise_agent
+from ..approvals.permission_policy import PermissionPolicy, PolicyError
+from .launch import Launch, LaunchRefused, append_on_task, metadata_field, read_config, remove_worktree, runner_command
 from .worker_policy import WorkerPolicy
 
 __all__ = ["MAX_INTERRUPTIONS", "Worker", "WorkerOptions", "WorkerRefused", "state_file"]
@@ -256,8 +256,10 @@ class Worker:
             kind = event.get("type")
             if kind in _WAKING_TYPES:
                 look = True
+            if not isinstance(cid, str):
+                continue
             with self._lock:
-                launch = self._runs.get(cid) if isinstance(cid, str) else None
+                launch = self._runs.get(cid)
             if launch is not None and not (kind == "task.status" and event.get("from_agent") == self.opts.agent):
                 self._check_still_ours(cid, launch)
         if look:
@@ -368,7 +370,8 @@ class Worker:
         if not waiting:
             return ready
         shown = "; ".join(
-            f"{v['correlation_id']} from {v['requested_by']} ({'to everyone' if v['request'].get('to_agent') == '*' else 'to you'}, "
+            f"{v['correlation_id']} from {v['requested_by']} "
+            f"({'to everyone' if v['request'].get('to_agent') == '*' else 'to you'}, "
             f"requested {v['request']['created_at']})" for v in waiting[:10])
         more = f" and {len(waiting) - 10} more" if len(waiting) > 10 else ""
         if self.opts.skip_backlog:
@@ -391,8 +394,9 @@ class Worker:
         if origin not in self._daemons:
             status = self._call("status")
             self._own_peer_id = status["fingerprint"]
-            known = {o.get("origin"): (o.get("peer_id"), o.get("name"))
-                     for o in self._call("fleet").get("origins", []) if isinstance(o, dict)}
+            known: dict[str, tuple[str | None, str | None]] = {
+                o["origin"]: (o.get("peer_id"), o.get("name")) for o in self._call("fleet").get("origins", [])
+                if isinstance(o, dict) and isinstance(o.get("origin"), str)}
             if len(known) > MAX_SKIPPED:  # bounded like every table fed from outside
                 known = dict(list(known.items())[:MAX_SKIPPED])
             # This daemon's own origin, whether or not it has joined a palace yet.
@@ -642,7 +646,7 @@ class _FileLock:
 
 def _lock_fd(fd: int) -> None:
     """Lock ``fd`` exclusively without waiting (OSError if another process holds it)."""
-    if os.name == "nt":
+    if sys.platform == "win32":
         import msvcrt
 
         msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
