@@ -43,7 +43,7 @@ PY_TYPES: Final[dict[str, Any]] = {"text": str, "body": str, "json": dict[str, A
 def dest(field: EventField) -> str:
     """The name a command line keeps a field's option under: its append argument's, but a list's is
     singular (given one value at a time: ``artifact_id``)."""
-    assert field.option is not None, f"{field.name} is not an author's field"
+    assert field.option, f"{field.name} is not an author's field"
     return field.option.removesuffix("s") if field.wire == "ids" else field.option
 
 
