@@ -1,8 +1,11 @@
-"""Network namespaces for tests that run real mDNS (never in the root namespace).
+"""Network namespaces for tests that run real networks (mDNS, other subnets), never in the root namespace.
 
 Creating namespaces needs root (CI runs as root) and iproute2/util-linux; without them the tests
 that need namespaces skip with the reason. ``netns_pair`` builds two namespaces joined by a veth
-pair that never appears in the root namespace, and deletes them (and so the veth) afterwards.
+pair that never appears in the root namespace; ``routed_subnets`` builds machines on separate
+subnets behind one router, which forwards unicast and, like any router without a multicast
+routing daemon, no multicast. Both delete their namespaces (and so the veths) afterwards, even
+when building them failed halfway.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import pytest
 
@@ -42,11 +46,78 @@ def netns_pair(tag: str, subnet: str) -> Iterator[tuple[str, str]]:
         ["ip", "-n", one, "link", "set", "pal0", "up"], ["ip", "-n", two, "link", "set", "pal1", "up"],
     ]
     try:
-        for command in setup:
-            done = subprocess.run(command, check=False, capture_output=True, text=True)
-            if done.returncode != 0:
-                pytest.skip(f"cannot build test network namespaces here: {' '.join(command)}: {done.stderr.strip()}")
+        _run_setup(setup)
         yield one, two
     finally:
-        for name in (one, two):
-            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+        _delete_namespaces((one, two))
+
+
+def _run_setup(commands: Sequence[Sequence[str]]) -> None:
+    """Run each ``ip`` command in order; the first that fails skips the test, saying which and why."""
+    for command in commands:
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot build test network namespaces here: {' '.join(command)}: {done.stderr.strip()}")
+
+
+def _delete_namespaces(names: Sequence[str]) -> None:
+    """Delete the namespaces (those never made are ignored): their veth ends go with them."""
+    for name in names:
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
+
+@dataclass(frozen=True)
+class RoutedSubnets:
+    """Machines on subnets of their own, joined only through ``router``.
+
+    ``hosts[i]`` is the namespace of the machine at ``addresses[i]`` (``<base>.<i+1>.2/24``),
+    whose default route is ``gateways[i]`` (``<base>.<i+1>.1``, the router's end of its link).
+    """
+
+    router: str
+    hosts: list[str]
+    addresses: list[str]
+    gateways: list[str]
+
+    def exec_prefix(self, index: int) -> list[str]:
+        """What runs a command on machine ``index``: ``ip netns exec NS``."""
+        return ["ip", "netns", "exec", self.hosts[index]]
+
+
+@contextlib.contextmanager
+def routed_subnets(tag: str, count: int, base: str = "10.214") -> Iterator[RoutedSubnets]:
+    """``count`` namespaces ``pal<pid><tag><i>``, each alone on ``<base>.<i>.0/24`` (i from 1),
+    routed through namespace ``pal<pid><tag>r`` (IPv4 forwarding on, no multicast routing).
+
+    Each machine has one veth, ``pal0`` (``<base>.<i>.2``, default route via ``<base>.<i>.1``);
+    the router's end of it is ``r<i>``. No interface appears in the root namespace. Unicast
+    crosses the subnets; multicast (mDNS included) stays on its own link, as between the subnets
+    of a real network without a multicast router.
+    """
+    assert 1 <= count <= 250, count
+    prefix = f"pal{os.getpid()}{tag}"
+    router = f"{prefix}r"
+    hosts = [f"{prefix}{i}" for i in range(1, count + 1)]
+    addresses = [f"{base}.{i}.2" for i in range(1, count + 1)]
+    gateways = [f"{base}.{i}.1" for i in range(1, count + 1)]
+    setup: list[list[str]] = [
+        ["ip", "netns", "add", router],
+        ["ip", "-n", router, "link", "set", "lo", "up"],
+        ["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
+    ]
+    for i, (host, address, gateway) in enumerate(zip(hosts, addresses, gateways, strict=True), start=1):
+        setup += [
+            ["ip", "netns", "add", host],
+            ["ip", "-n", router, "link", "add", f"r{i}", "type", "veth", "peer", "name", "pal0", "netns", host],
+            ["ip", "-n", router, "addr", "add", f"{gateway}/24", "dev", f"r{i}"],
+            ["ip", "-n", host, "addr", "add", f"{address}/24", "dev", "pal0"],
+            ["ip", "-n", router, "link", "set", f"r{i}", "up"],
+            ["ip", "-n", host, "link", "set", "lo", "up"],
+            ["ip", "-n", host, "link", "set", "pal0", "up"],
+            ["ip", "-n", host, "route", "add", "default", "via", gateway],
+        ]
+    try:
+        _run_setup(setup)
+        yield RoutedSubnets(router, hosts, addresses, gateways)
+    finally:
+        _delete_namespaces([*hosts, router])
