@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                              "in HOME/api.json (the default on Windows; PORT 0 picks a free one)")
     parser.add_argument("--no-mdns", action="store_true",
                         help="do not advertise or browse with mDNS (static and remembered peers only)")
+    parser.add_argument("--no-gossip-dial", action="store_true",
+                        help="do not dial the addresses other daemons gossip (static, remembered, mDNS and invite "
+                             "peers only; overrides config.toml)")
     parser.add_argument("--version", action="version", version=f"palaced {__version__}")
     args = parser.parse_args(argv)
     home = (args.home or default_home()).expanduser().absolute()
@@ -103,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(config, log_level=args.log_level)
     if args.no_mdns:
         config = dataclasses.replace(config, mdns=False)
+    if args.no_gossip_dial:
+        config = dataclasses.replace(config, gossip_dial=False)
     _setup_logging(config.log_level)
     # Why 1 ms (Python's default is 5): derivations, embeddings and big reads run in worker threads
     # while the event loop answers; each time the loop wakes it waits for the interpreter lock up to

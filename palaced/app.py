@@ -122,9 +122,9 @@ async def _network_for(ctx: Context, membership: Membership) -> Network:
     for event in await store.signed_events_of_type(REVOKE_EVENT_TYPE):
         directory.observe(event)
     host, port = parse_peer_address(config.listen)
-    network = Network(settings=NetworkSettings(host, port, config.mdns), home=config.home, membership=membership,
-                      identity=key, identity_path=config.key_path, store=store, bus=bus, directory=directory,
-                      watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes,
+    network = Network(settings=NetworkSettings(host, port, config.mdns, config.gossip_dial), home=config.home,
+                      membership=membership, identity=key, identity_path=config.key_path, store=store, bus=bus,
+                      directory=directory, watchers=ctx.watcher_tuples, max_artifact_bytes=config.limits.max_artifact_bytes,
                       facts=lambda: report_facts(ctx))
     ctx.directory, ctx.network = directory, network
     await ctx.features.joined(ctx, membership)  # e.g. the agent registry judges the palace CA's word from now on

@@ -81,6 +81,9 @@ class Config:
     listen: str = DEFAULT_LISTEN
     #: advertise and browse with mDNS (turn off where multicast must not leave the machine)
     mdns: bool = True
+    #: dial the addresses other daemons gossip about themselves (off: only static, remembered, mDNS
+    #: and invite peers; this daemon still announces and relays addresses)
+    gossip_dial: bool = True
     #: embedding model for memory search: the built-in offline model, a fastembed name or a local directory
     memory_model: str = DEFAULT_MEMORY_MODEL
     #: embed drawers for meaning-based search (off: keyword search only, no model loaded)
@@ -131,7 +134,7 @@ _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},
     "log": {"level": str},
     "api": {"listen": str},
-    "network": {"listen": str, "mdns": bool},
+    "network": {"listen": str, "mdns": bool, "gossip_dial": bool},
     "memory": {"model": str, "embed": bool, "exact_index_max": int},
 }
 
@@ -206,6 +209,7 @@ def load_config(home: Path, extensions: Extensions) -> Config:
             raise ConfigError(f"{path}: {exc.message}") from None
     return Config(home=home, limits=Limits(**values.get("limits", {})), log_level=level, listen=listen, api=api,
                   sections=MappingProxyType(sections), mdns=network.get("mdns", True),
+                  gossip_dial=network.get("gossip_dial", True),
                   memory_model=memory.get("model", DEFAULT_MEMORY_MODEL),
                   memory_embed=memory.get("embed", True),
                   memory_exact_index_max=memory.get("exact_index_max", 50_000), notify=notify)

@@ -21,8 +21,8 @@ has one entry point per thing that can happen:
   chunks of an artifact still incomplete); the rest comes out for the shell: ``Hello`` and
   ``Members`` (bind with the member directory), ``Vector`` (find forks in the store, then
   ``vector_checked``), ``Events`` (verify, apply, then ``events_verified`` and
-  ``batch_applied``), ``ArtifactArrived`` (store it, then ``artifact_stored``), ``Presence`` and
-  ``Report`` (the network's), ``PeerConfirmed`` (link progress), ``ArtifactAbsent`` (logged) and
+  ``batch_applied``), ``ArtifactArrived`` (store it, then ``artifact_stored``), ``Presence``,
+  ``Report`` and ``Addresses`` (the network's), ``PeerConfirmed`` (link progress), ``ArtifactAbsent`` (logged) and
   ``ConnectionClosed``. The reader never writes: everything owed in return is recorded here.
 * **Local facts** (the applier, the event bus, the network): ``batch_applied``,
   ``artifact_stored``, ``committed`` (every commit on the bus: owe the peer what it lacks and does
@@ -76,6 +76,7 @@ from .outbox import LinkOutbox
 from .peer import (
     ARTIFACT_CHUNK_BYTES,
     MAX_BINDINGS_PER_MESSAGE,
+    Addresses,
     ArtifactChunk,
     ArtifactWant,
     Events,
@@ -105,7 +106,7 @@ from .validation import Limits, check_replicated_artifact
 
 __all__ = [
     "HELLO_TIMEOUT_S", "PULL_STALL_S", "SILENCE_S", "STALL_REPORT_S", "SYNC_WAL", "ApplyOutcome",
-    "ArtifactAbsent", "ArtifactArrived", "Directory", "LinkMachine", "LinkStatistics", "PeerConfirmed", "SyncWal",
+    "ArtifactAbsent", "ArtifactArrived", "Directory", "GossipRecord", "LinkMachine", "LinkStatistics", "PeerConfirmed", "SyncWal",
     "artifact_record_from_peer", "wire_size",
 ]
 
@@ -256,7 +257,10 @@ def _artifact_chunks(want: ArtifactWant, record: Mapping[str, Any] | None) -> It
 
 
 #: what ``next_event`` hands the shell
-LinkEvent = (Hello | Members | Vector | Events | Presence | Report | PeerConfirmed | ArtifactArrived | ArtifactAbsent
+#: what daemons gossip about themselves, relayed newest-wins: their watchers, reports and addresses
+GossipRecord = Presence | Report | Addresses
+#: what ``next_event`` hands the shell
+LinkEvent = (Hello | Members | Vector | Events | GossipRecord | PeerConfirmed | ArtifactArrived | ArtifactAbsent
              | ConnectionClosed)
 #: what ``next_send`` asks the shell to do
 SendStep = bytes | SyncWal | OwedPage | ArtifactWant
@@ -303,7 +307,7 @@ class LinkMachine:
         self._reading_since: float | None = None
         self._sending_since: float | None = None
         self._sync: _Sync | None = None
-        self._gossip: dict[tuple[type, str], Presence | Report] = {}
+        self._gossip: dict[tuple[type, str], GossipRecord] = {}
         self._filling = False
         self._filled: _Filled | None = None
         #: the batches of the page on its way, after the one sent last, and its origin
@@ -420,7 +424,7 @@ class LinkMachine:
             if isinstance(message, Events):
                 self.pulls.events_arrived(now)
                 return message
-            if isinstance(message, (Members, Presence, Report)):
+            if isinstance(message, (Members, Presence, Report, Addresses)):
                 return message
             event = self._absorb(message)
             if event is not None:
@@ -519,7 +523,7 @@ class LinkMachine:
         """Our neighbour set changed: the peer is told (replacing a set not sent yet)."""
         self.outbox.neighbours(tuple(p for p in peer_ids if p != self.peer_id))
 
-    def gossip(self, record: Presence | Report) -> None:
+    def gossip(self, record: GossipRecord) -> None:
         """Gossip for the peer: kept until sent, the newest per daemon and kind only."""
         key = (type(record), record.peer_id)
         known = self._gossip.get(key)

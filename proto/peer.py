@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_PEER_PORT",
     "PEER_PROTOCOL_VERSION",
     "ROLES",
+    "Addresses",
     "ArtifactChunk",
     "ArtifactWant",
     "Enrol",
@@ -50,6 +51,7 @@ __all__ = [
     "Vector",
     "VectorEntry",
     "Want",
+    "addresses_signing_bytes",
     "event_from_wire",
     "event_to_wire",
     "format_peer_address",
@@ -88,6 +90,11 @@ MAX_CERTIFICATE_BYTES: Final = 8192
 # Why 512: a daemon has at most a few hundred links (256 inbound connections, 256 dial targets);
 # a neighbours message names each linked daemon once, ~64 bytes each.
 MAX_NEIGHBOURS: Final = 512
+# Why 8 of at most 262 characters: a daemon's own addresses (its listen addresses, one per interface
+# when it listens on all, and the ones its peers saw it come from) are a handful; a bracketed IPv6
+# literal with a zone and a port fits in 262. More is refused whole: its signature covers the list.
+MAX_ADDRESSES: Final = 8
+MAX_ADDRESS_CHARS: Final = 262
 # Why 1 MiB: artifacts move in chunks far below the 16 MiB peer frame limit, so a 64 MiB artifact
 # never becomes one frame, and other messages interleave between its chunks.
 ARTIFACT_CHUNK_BYTES: Final = 1 << 20
@@ -227,6 +234,22 @@ class Presence:
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
+class Addresses:
+    """Where daemon ``peer_id`` says it can be reached (gossiped and relayed, newest wins): at most
+    ``MAX_ADDRESSES`` ``HOST:PORT``, its listen addresses and the ones its peers saw it come from.
+
+    ``serial`` grows with every record of that daemon; ``signature`` is the daemon's Ed25519
+    signature over ``addresses_signing_bytes``, so no member can say where another daemon is (it
+    can only send the others to wrong places for itself: a dial that meets another certificate)."""
+
+    peer_id: str
+    serial: int
+    addresses: tuple[str, ...]
+    signature: bytes
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
 class Report:
     """What daemon ``peer_id`` says about itself: its links, health and log (gossiped and relayed,
     newest wins), for the fleet view.
@@ -278,6 +301,7 @@ class Enrolled:
 
 
 PeerMessage = (Hello | Members | Vector | Want | Events | Goodbye | Have | ArtifactWant | ArtifactChunk | Presence
+               | Addresses
                | Report | Neighbours)
 EnrolmentMessage = Enrol | Enrolled
 
@@ -394,6 +418,9 @@ def to_wire(message: PeerMessage | EnrolmentMessage) -> dict[str, Any]:
                 "report": message.report, "signature": message.signature}
     if isinstance(message, Neighbours):
         return {"t": "neighbours", "peer_ids": list(message.peer_ids)}
+    if isinstance(message, Addresses):
+        return {"t": "addresses", "peer_id": message.peer_id, "serial": message.serial,
+                "addresses": list(message.addresses), "signature": message.signature}
     if isinstance(message, Enrol):
         return {"t": "enrol", "invite_id": message.invite_id, "public_key": message.public_key,
                 "name": message.name, "proof": message.proof}
@@ -525,6 +552,14 @@ def from_wire(d: Any) -> PeerMessage | EnrolmentMessage | None:
                 or not all(isinstance(p, str) and 0 < len(p) <= 256 for p in raw)):
             raise RemoteProtocolError(f"neighbours 'peer_ids' must be a list of at most {MAX_NEIGHBOURS} peer ids")
         return Neighbours(tuple(raw))
+    if tag == "addresses":
+        raw = d.get("addresses")
+        if (not isinstance(raw, list) or len(raw) > MAX_ADDRESSES
+                or not all(isinstance(a, str) and 0 < len(a) <= MAX_ADDRESS_CHARS for a in raw)):
+            raise RemoteProtocolError(f"addresses 'addresses' must be a list of at most {MAX_ADDRESSES} addresses "
+                                      f"of at most {MAX_ADDRESS_CHARS} characters")
+        return Addresses(peer_id=_str(d, "peer_id"), serial=_int(d, "serial"), addresses=tuple(raw),
+                         signature=_bytes(d, "signature", 64))
     if tag == "enrol":
         return Enrol(invite_id=_str(d, "invite_id"), public_key=_bytes(d, "public_key", 32), name=_str(d, "name"),
                      proof=_bytes(d, "proof", 32))
@@ -546,6 +581,11 @@ def presence_signing_bytes(peer_id: str, name: str, serial: int, watchers: tuple
 def report_signing_bytes(peer_id: str, name: str, serial: int, report: bytes) -> bytes:
     """What a ``Report`` signature covers (deterministic msgpack of the fields)."""
     return b"palace/report/v1\n" + msgpack.packb([peer_id, name, serial, report], use_bin_type=True)
+
+
+def addresses_signing_bytes(peer_id: str, serial: int, addresses: tuple[str, ...]) -> bytes:
+    """What an ``Addresses`` signature covers (deterministic msgpack of the fields)."""
+    return b"palace/addresses/v1\n" + msgpack.packb([peer_id, serial, list(addresses)], use_bin_type=True)
 
 
 def parse_peer_address(text: str, *, default_port: int | None = None) -> tuple[str, int]:

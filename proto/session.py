@@ -36,6 +36,7 @@ from typing import Any, Final, final
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import NEED_DATA, FrameBuffer, encode_frame
 from .peer import (
+    Addresses,
     ArtifactChunk,
     ArtifactWant,
     Enrol,
@@ -121,7 +122,7 @@ class PeerSession:
                 raise LocalProtocolError("hello already sent")
         elif not self._sent_hello:
             raise LocalProtocolError("the first message must be our hello")
-        elif isinstance(message, (Vector, Members, Presence, Report, Neighbours)):
+        elif isinstance(message, (Vector, Members, Presence, Report, Addresses, Neighbours)):
             pass
         elif isinstance(message, _AFTER_VECTORS):
             if self._their_vector is None or not self._sent_vector:

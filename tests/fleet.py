@@ -201,10 +201,16 @@ class Fleet:
 
     def ends_through_middle(self) -> tuple[Daemon, Daemon, Daemon]:
         """alpha — beta — gamma: the ends are linked only through beta, so stopping beta
-        (``partitioned``) splits them."""
-        a = self.found("alpha")
+        (``partitioned``) splits them. The ends dial no gossiped address (``--no-gossip-dial``):
+        on one loopback they would otherwise find each other, as machines that can reach each
+        other do."""
+        a = self.start("alpha", extra_args=["--no-gossip-dial"])
+        ctl_json(a.home, "init", "--name", "fleet-test", "--daemon-name", "alpha")
+        self.founder = a
         b = self.enrol_offline("beta").start()
-        c = self.enrol_offline("gamma").start()
+        c = self.enrol_offline("gamma")
+        c.extra_args.append("--no-gossip-dial")
+        c.start()
         ctl_json(a.home, "peers", "add", listen_address(b.home))
         ctl_json(c.home, "peers", "add", listen_address(b.home))
         return a, b, c

@@ -1,8 +1,9 @@
 """Dialling: the addresses this daemon dials, why, and how often.
 
 Owns: the dial targets — static peers (``palacectl peers add``, stored), addresses remembered from
-earlier connections (so a restart reconnects without waiting for mDNS), peers that mDNS reports
-and the inviter's address a joiner was given — each with its own loop that dials, runs the TLS
+earlier connections (so a restart reconnects without waiting for mDNS), peers that mDNS reports,
+the addresses other daemons gossip about themselves (``gossiped``: addresses.py keeps their
+records) and the inviter's address a joiner was given — each with its own loop that dials, runs the TLS
 handshake as a client, hands the authenticated stream to the link runner and, once the link ends
 or the dial fails, dials again with back-off; while a link with that peer lives (either
 direction) the loop waits on it. Also the mDNS side of discovery: announcing this daemon and
@@ -125,9 +126,13 @@ class Dialer:
                 self.add_target(address, "mdns", peer_id=sighting.peer_id, defer_s=defer)
 
         def gone(peer_id: str) -> None:
+            # mDNS no longer names it: an address only mDNS gave goes, one also known otherwise (static,
+            # remembered, gossiped) stays, no longer counted as seen by mDNS (doctor's mdns check).
             for target in list(self.targets.values()):
-                if target.peer_id == peer_id and target.sources == {"mdns"}:
-                    self._drop_target(target.address)
+                if target.peer_id == peer_id and "mdns" in target.sources:
+                    target.sources.discard("mdns")
+                    if not target.sources:
+                        self._drop_target(target.address)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -149,15 +154,30 @@ class Dialer:
             if peer_id and not target.peer_id:
                 target.peer_id = peer_id
             return
-        if len(self.targets) >= MAX_TARGETS and source == "mdns":
-            self.limits.hit("dial_targets", "ignoring mDNS sightings: %d addresses are dialled already (the limit)",
-                            MAX_TARGETS)
+        if len(self.targets) >= MAX_TARGETS and source in ("mdns", "gossip"):
+            self.limits.hit("dial_targets", "ignoring %s: %d addresses are dialled already (the limit)",
+                            "mDNS sightings" if source == "mdns" else "gossiped addresses", MAX_TARGETS)
             return
         target = self.targets[address] = Target(address, {source}, peer_id=peer_id, defer_s=defer_s)
         if peer_id:
             self.registry.record(peer_id)
         if self.nursery is not None:
             self.nursery.start_soon(self._dial_loop, target)
+
+    def gossiped(self, peer_id: str, addresses: list[str]) -> None:
+        """Dial ``peer_id`` at ``addresses`` (what its own newest record offers, already checked:
+        ``palace_proto.addresses.dialable``; empty once the record aged out or the daemon was
+        revoked), and no longer at what an earlier record of it offered."""
+        for address, target in list(self.targets.items()):
+            if "gossip" in target.sources and target.peer_id == peer_id and address not in addresses:
+                target.sources.discard("gossip")
+                if not target.sources:
+                    self._drop_target(address)
+        # As for mDNS: when both sides learn of each other at once, the larger peer id waits, so the
+        # preferred connection (dialled by the smaller id) usually comes first.
+        defer_s = MDNS_DEFER_S if self.peer_id > peer_id else 0.0
+        for address in addresses:
+            self.add_target(address, "gossip", peer_id=peer_id, defer_s=defer_s)
 
     def _drop_target(self, address: str) -> None:
         target = self.targets.pop(address, None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from palace_proto.peer import Presence, Report
+from palace_proto.link import GossipRecord
 
 from .registry import LinkChange, LinkRegistry
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Gossip", "GossipRecord"]
 
-#: what daemons gossip about themselves, relayed newest-wins: which watchers are connected, and reports
-GossipRecord = Presence | Report
 
 
 class Gossip:

@@ -47,11 +47,13 @@ from palace_proto.framing import NEED_DATA
 from palace_proto.link import (
     ArtifactAbsent,
     ArtifactArrived,
+    GossipRecord,
     LinkMachine,
     PeerConfirmed,
     SyncWal,
 )
 from palace_proto.peer import (
+    Addresses,
     ArtifactWant,
     Events,
     Hello,
@@ -163,6 +165,9 @@ class LinkHooks(Protocol):
     def link_report(self, link: PeerLink, report: Report) -> None:
         """The peer sent a daemon report (its own, or relayed)."""
 
+    def link_addresses(self, link: PeerLink, addresses: Addresses) -> None:
+        """The peer sent where a daemon can be reached (its own record, or relayed)."""
+
     def link_ready(self, link: PeerLink) -> None:
         """Hellos and bindings are in: the link may be sent presence records and reports."""
 
@@ -232,8 +237,8 @@ class PeerLink:
         self.machine.tell_neighbours(peer_ids)
         self._wake.set()
 
-    def gossip(self, record: Presence | Report) -> None:
-        """A presence record or report for the peer (the newest per daemon goes; not about a daemon
+    def gossip(self, record: GossipRecord) -> None:
+        """A presence record, report or address record for the peer (the newest per daemon goes; not about a daemon
         the peer hears first-hand)."""
         self.machine.gossip(record)
         self._wake.set()
@@ -338,6 +343,8 @@ class PeerLink:
             hooks.link_presence(self, event)
         elif hooks is not None and isinstance(event, Report):
             hooks.link_report(self, event)
+        elif hooks is not None and isinstance(event, Addresses):
+            hooks.link_addresses(self, event)
 
     async def _bind(self, message: Hello | Members) -> None:
         """Bind and save the origin bindings a hello or ``members`` carries (``_bind_announced``)."""

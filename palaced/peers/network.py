@@ -2,7 +2,7 @@
 
 Owns: building the package's parts for one membership, with the TLS contexts and the hello this
 daemon presents; listening on the peer port (``ListenError`` when it cannot); running the
-listener, the dial loops, the gossip senders and the presence and report heartbeats in one
+listener, the dial loops, the gossip senders and the presence, report and address heartbeats in one
 nursery until cancelled, then saying goodbye on every link; and being the ``LinkHooks`` every
 ``PeerLink`` calls, each hook handed to the part that owns it. Handlers reach the parts through it
 (``network.dialer``, ``network.views``, ``network.receipts``...); the ``limits`` they all count
@@ -23,14 +23,24 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palace_proto.errors import ApiError
-from palace_proto.peer import PEER_PROTOCOL_VERSION, Hello, Presence, Report, format_peer_address, parse_peer_address
+from palace_proto.peer import (
+    PEER_PROTOCOL_VERSION,
+    Addresses,
+    Hello,
+    Presence,
+    Report,
+    format_peer_address,
+    parse_peer_address,
+)
 
 from ..bus import EventBus
+from ..interfaces import interface_ipv4_addresses
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..membership import Membership
 from ..store.aio import AsyncStore
 from ..tls import client_context, server_context
+from .addresses import AddressBook
 from .admission import Admission
 from .dialing import Dialer
 from .gossip import Gossip
@@ -53,6 +63,8 @@ class NetworkSettings:
     listen_host: str
     listen_port: int
     mdns: bool
+    #: dial the addresses other daemons gossip (addresses.py announces and relays either way)
+    gossip_dial: bool = True
 
 
 class ListenError(ApiError):
@@ -110,8 +122,12 @@ class Network:
         self.reports = Reports(peer_id=self.peer_id, membership=membership, identity=identity, store=self.store,
                                directory=directory, registry=self.registry, views=self.views, gossip=self.gossip,
                                facts=facts, limits=self.limits)
+        self.addresses = AddressBook(peer_id=self.peer_id, identity=identity, directory=directory, gossip=self.gossip,
+                                     dialer=self.dialer, listen=lambda: self.listen_addresses,
+                                     interfaces=lambda: interface_ipv4_addresses(multicast=False), limits=self.limits,
+                                     dial=settings.gossip_dial)
         self.revocations = Revocations(directory=directory, registry=self.registry, gossip=self.gossip,
-                                       presence=self.presence, reports=self.reports)
+                                       presence=self.presence, reports=self.reports, addresses=self.addresses)
 
     def __repr__(self) -> str:
         return f"<Network {self.peer_id[:7]} links={len(self.registry.links())}>"
@@ -136,6 +152,7 @@ class Network:
             await self.dialer.dial_known()
             nursery.start_soon(self.presence.serve)
             nursery.start_soon(self.reports.serve)
+            nursery.start_soon(self.addresses.serve)
             if self.settings.mdns:
                 nursery.start_soon(self.dialer.serve_mdns, self.listen_port)
             task_status.started(self.listen_addresses)
@@ -162,6 +179,9 @@ class Network:
 
     def link_report(self, link: PeerLink, report: Report) -> None:
         self.reports.receive(link, report)
+
+    def link_addresses(self, link: PeerLink, addresses: Addresses) -> None:
+        self.addresses.receive(link, addresses)
 
     def pull_elsewhere(self, link: PeerLink, origin: str, max_seq: int) -> bool:
         owner = self.directory.peer_of_origin(origin)

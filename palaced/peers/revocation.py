@@ -2,11 +2,11 @@
 
 Owns: the member directory's ``on_revoke`` callback (called from the writer thread mid-batch, or
 from trio) and the hop into trio that follows it; then what a revocation drops here: the peer's
-link (ended through the registry, its record marked revoked), the presence record and report we
-hold of it, and whatever gossip about it waits on the links. Refusing a revoked peer's new
+link (ended through the registry, its record marked revoked), the presence record, report and address record we
+hold of it (no longer dialled at those addresses), and whatever gossip about it waits on the links. Refusing a revoked peer's new
 connections is the link runner's (it asks the directory), and dial loops stop on that refusal.
 
-Imports the registry, gossip, presence and reports (and nothing imports it but the network).
+Imports the registry, gossip, presence, reports and addresses (and nothing imports it but the network).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import trio
 from palace_proto.pki import Revocation
 
 from ..members import MemberDirectory
+from .addresses import AddressBook
 from .gossip import Gossip
 from .presence import Presences
 from .registry import LinkRegistry
@@ -28,12 +29,13 @@ class Revocations:
     """Drops revoked peers, once ``watch`` installed it on the member directory."""
 
     def __init__(self, *, directory: MemberDirectory, registry: LinkRegistry, gossip: Gossip, presence: Presences,
-                 reports: Reports) -> None:
+                 reports: Reports, addresses: AddressBook) -> None:
         self.directory = directory
         self.registry = registry
         self.gossip = gossip
         self.presence = presence
         self.reports = reports
+        self.addresses = addresses
         self._token: trio.lowlevel.TrioToken | None = None
 
     def __repr__(self) -> str:
@@ -54,4 +56,5 @@ class Revocations:
         self.registry.revoke(peer_id)
         self.presence.forget(peer_id)
         self.reports.forget(peer_id)
+        self.addresses.forget(peer_id)
         self.gossip.discard(peer_id)

@@ -79,7 +79,6 @@ def _wait_for_mesh(daemons: list[Daemon], ids: dict[str, str], timeout: float = 
 
 @pytest.mark.slow
 @needs_namespaces
-@pytest.mark.xfail(reason="issue 45 §1: address gossip not built yet", strict=True)
 def test_five_daemons_on_five_subnets_mesh_through_gossip_and_outlive_the_founder(daemon_factory, short_tmp):
     with routed_subnets("g", len(NAMES)) as net:
         fleet = Fleet(daemon_factory, short_tmp)

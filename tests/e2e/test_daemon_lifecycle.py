@@ -398,6 +398,7 @@ def _write_config(home: Path, text: str | bytes) -> Path:
         pytest.param("[gossip]\nfanout = 3\n", ["[gossip]"], id="unknown-section"),
         pytest.param("[network]\nlisten = 'x'\n", ["network.listen", "HOST:PORT"], id="bad-listen"),
         pytest.param("[network]\nmdns = 'no'\n", ["network.mdns", "true or false"], id="str-for-bool"),
+        pytest.param("[network]\ngossip_dial = 1\n", ["network.gossip_dial", "true or false"], id="int-for-bool"),
         pytest.param("limits = 5\n", ["[limits]"], id="section-not-a-table"),
         pytest.param("[limits]\nmax_body_bytes = 'ten'\n", ["limits.max_body_bytes", "integer"], id="str-for-int"),
         pytest.param("[limits]\nmax_body_bytes = true\n", ["limits.max_body_bytes"], id="bool-for-int"),

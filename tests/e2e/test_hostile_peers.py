@@ -28,6 +28,7 @@ from palace_proto.ids import origin_id_from_random
 from palace_proto.link import HELLO_TIMEOUT_S, SILENCE_S
 from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,
+    Addresses,
     ArtifactWant,
     Events,
     Have,
@@ -37,6 +38,7 @@ from palace_proto.peer import (
     Vector,
     VectorEntry,
     Want,
+    addresses_signing_bytes,
     event_to_wire,
     presence_signing_bytes,
     report_signing_bytes,
@@ -548,6 +550,46 @@ async def test_a_forged_or_altered_report_is_ignored_and_a_hostile_one_is_shown_
     assert "beta is on fire" not in (beta_at_alpha["report"]["health"]["problems"] or [])
     assert ctl_json(scene.alpha.home, "status")["network"]["limits"]["bad_report"] == 2
     scene.still_serving_and_converging("forged reports")
+
+
+async def test_a_member_cannot_say_where_another_daemon_is(scene):
+    """Address records (issue 45 §1) are signed by the daemon they are about: a member relaying
+    beta's record with another address, or signing one in beta's name, changes nothing anywhere;
+    the record it signs as itself, naming beta's address, only sends alpha to beta (a dial that
+    meets beta's certificate: the link alpha has already), and nothing else moves."""
+    m = scene.mallory
+    beta_id = peer_id(scene.beta.home)
+    beta_address = ctl_json(scene.beta.home, "status")["network"]["listen"][0]
+    trap = "127.0.0.99:9"
+    wait_until(lambda: ctl_json(scene.alpha.home, "status")["network"]["addresses"]["heard"] == 1,
+               "beta's address record at alpha")
+    peer = await scene.connect()
+    try:
+        await peer.handshake()
+        with trio.fail_after(20):  # alpha hands every new link the address records it holds: beta's among them
+            while not [r for r in peer.received if isinstance(r, Addresses) and r.peer_id == beta_id]:
+                await peer.next_message()
+        genuine = next(r for r in peer.received if isinstance(r, Addresses) and r.peer_id == beta_id)
+        assert genuine.addresses == (beta_address,)
+        await peer.send(Addresses(beta_id, genuine.serial + 1, (trap,), genuine.signature))  # altered
+        await peer.send(Addresses(beta_id, genuine.serial + 2, (trap,),  # in beta's name, signed by mallory
+                                  m.key.sign(addresses_signing_bytes(beta_id, genuine.serial + 2, (trap,)))))
+        own = (beta_address, trap)  # its own record: beta's address and a place with nobody
+        await peer.send(Addresses(m.peer_id, genuine.serial, own, m.key.sign(
+            addresses_signing_bytes(m.peer_id, genuine.serial, own))))
+        await peer.drain(1.0)
+    finally:
+        await peer.aclose()
+    network = ctl_json(scene.alpha.home, "status")["network"]
+    assert network["limits"]["bad_addresses"] == 2
+    targets = {t["address"]: t for p in ctl_json(scene.alpha.home, "peers")["peers"] for t in p["addresses"]}
+    # Beta keeps its link and its own addresses; the trap is dialled only as mallory's place.
+    beta_at_alpha = next(p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == beta_id)
+    assert beta_at_alpha["state"] == "live"
+    assert trap not in [a["address"] for a in beta_at_alpha["addresses"]]
+    mallory_at_alpha = next(p for p in ctl_json(scene.alpha.home, "peers")["peers"] if p["peer_id"] == m.peer_id)
+    assert trap in [a["address"] for a in mallory_at_alpha["addresses"]] and trap in targets
+    scene.still_serving_and_converging("forged address records")
 
 
 async def test_a_slowloris_peer_is_closed_and_never_blocks_its_own_reconnection(scene):
