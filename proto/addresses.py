@@ -5,7 +5,8 @@ proto/PROTOCOL.md §5.5): which addresses a daemon offers (``offered``: its list
 wildcard listen address expanded to the machine's interface addresses, and the hosts its peers
 saw it come from, with its listen port), which addresses of another daemon's record are worth a
 dial (``dialable``: well formed, not a wildcard or port 0, not one of our own, at most
-``MAX_DIALED_PER_DAEMON``), and when a record is too old to dial at all (``is_stale``).
+``MAX_DIALED_PER_DAEMON``), which hosts its peers saw it come from are offered (``observed``:
+those most peers agree on), and when a record is too old to dial at all (``is_stale``).
 
 Why a record is signed by the daemon it is about, and relayed newest-wins like a report: a
 palace joined through one invite (no mDNS: a VPN, a tailnet, Wi-Fi that drops multicast, WSL's
@@ -20,7 +21,7 @@ Pure: stdlib and ``peer``'s address syntax only; the clock and the interfaces ar
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from .peer import MAX_ADDRESSES, format_peer_address, parse_peer_address
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_OBSERVED",
     "dialable",
     "is_stale",
+    "observed",
     "offered",
 ]
 
@@ -69,6 +71,21 @@ def offered(listen: Iterable[str], interfaces: Iterable[str], observed: Iterable
         for host in list(observed)[:MAX_OBSERVED]:
             out.setdefault(format_peer_address(host, ports[0]))
     return tuple(out)[:MAX_ADDRESSES]
+
+
+def observed(seen_by: Mapping[str, str]) -> list[str]:
+    """The hosts a daemon's record offers as where its peers saw it come from: of each peer's
+    newest ``Seen`` (peer id -> host), the IP addresses (no wildcard, no multicast) most peers
+    agree on, then by address, at most ``MAX_OBSERVED`` (one peer, however hostile, is one vote)."""
+    votes: dict[str, int] = {}
+    for host in seen_by.values():
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            continue
+        if not (ip.is_unspecified or ip.is_multicast):
+            votes[str(ip)] = votes.get(str(ip), 0) + 1
+    return sorted(votes, key=lambda host: (-votes[host], host))[:MAX_OBSERVED]
 
 
 def dialable(addresses: Iterable[str], own: Iterable[str]) -> list[str]:

@@ -22,7 +22,7 @@ has one entry point per thing that can happen:
   ``Members`` (bind with the member directory), ``Vector`` (find forks in the store, then
   ``vector_checked``), ``Events`` (verify, apply, then ``events_verified`` and
   ``batch_applied``), ``ArtifactArrived`` (store it, then ``artifact_stored``), ``Presence``,
-  ``Report`` and ``Addresses`` (the network's), ``PeerConfirmed`` (link progress), ``ArtifactAbsent`` (logged) and
+  ``Report``, ``Addresses`` and ``Seen`` (the network's), ``PeerConfirmed`` (link progress), ``ArtifactAbsent`` (logged) and
   ``ConnectionClosed``. The reader never writes: everything owed in return is recorded here.
 * **Local facts** (the applier, the event bus, the network): ``batch_applied``,
   ``artifact_stored``, ``committed`` (every commit on the bus: owe the peer what it lacks and does
@@ -87,6 +87,7 @@ from .peer import (
     Neighbours,
     Presence,
     Report,
+    Seen,
     Vector,
     VectorEntry,
     Want,
@@ -260,8 +261,8 @@ def _artifact_chunks(want: ArtifactWant, record: Mapping[str, Any] | None) -> It
 #: what daemons gossip about themselves, relayed newest-wins: their watchers, reports and addresses
 GossipRecord = Presence | Report | Addresses
 #: what ``next_event`` hands the shell
-LinkEvent = (Hello | Members | Vector | Events | GossipRecord | PeerConfirmed | ArtifactArrived | ArtifactAbsent
-             | ConnectionClosed)
+LinkEvent = (Hello | Members | Vector | Events | GossipRecord | Seen | PeerConfirmed | ArtifactArrived
+             | ArtifactAbsent | ConnectionClosed)
 #: what ``next_send`` asks the shell to do
 SendStep = bytes | SyncWal | OwedPage | ArtifactWant
 
@@ -424,7 +425,7 @@ class LinkMachine:
             if isinstance(message, Events):
                 self.pulls.events_arrived(now)
                 return message
-            if isinstance(message, (Members, Presence, Report, Addresses)):
+            if isinstance(message, (Members, Presence, Report, Addresses, Seen)):
                 return message
             event = self._absorb(message)
             if event is not None:
@@ -518,6 +519,10 @@ class LinkMachine:
             return False
         self.serving.owe_committed(records)
         return True
+
+    def tell_seen(self, host: str) -> None:
+        """The peer dialled us from ``host``: it is told once (``Seen``), so it may offer that host."""
+        self.outbox.seen(host)
 
     def tell_neighbours(self, peer_ids: Iterable[str]) -> None:
         """Our neighbour set changed: the peer is told (replacing a set not sent yet)."""

@@ -2,7 +2,7 @@
 
 Owns: ``LinkOutbox``, the state the link machine (``link.py``) drains for the link's sender —
 receipts (``Have``), pulls (``Want``), artifact requests (``ArtifactWant``), the sender's
-``Neighbours`` and whether a ``Vector`` is due. Pure: no IO, no clock.
+``Neighbours``, where the peer's connection came from (``Seen``) and whether a ``Vector`` is due. Pure: no IO, no clock.
 
 Why it exists (proto/PROTOCOL.md §5.4, "reading never waits on writing"): a link that answered
 what it read *while reading* — a receipt after each batch, a want after each vector — stops
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .peer import MAX_VECTOR_ENTRIES, ArtifactWant, Have, Neighbours, PeerMessage, Want
+from .peer import MAX_VECTOR_ENTRIES, ArtifactWant, Have, Neighbours, PeerMessage, Seen, Want
 
 __all__ = ["LinkOutbox"]
 
@@ -44,6 +44,7 @@ class LinkOutbox:
         self._wants: dict[str, int] = {}
         self._artifact_wants: dict[str, int] = {}
         self._neighbours: tuple[str, ...] | None = None
+        self._seen: str | None = None
 
     def __repr__(self) -> str:
         return (f"<LinkOutbox vector={self._vector_due} haves={len(self._haves)} wants={len(self._wants)} "
@@ -51,7 +52,7 @@ class LinkOutbox:
 
     def __bool__(self) -> bool:
         return bool(self._vector_due or self._haves or self._wants or self._artifact_wants
-                    or self._neighbours is not None)
+                    or self._neighbours is not None or self._seen is not None)
 
     @property
     def vector_due(self) -> bool:
@@ -83,14 +84,20 @@ class LinkOutbox:
         """Our current neighbour set (replaces one not yet sent)."""
         self._neighbours = peer_ids
 
+    def seen(self, host: str) -> None:
+        """Where the peer's connection came from, to tell it once (``Seen``)."""
+        self._seen = host
+
     def take(self) -> list[PeerMessage]:
         """What may go at once, emptied: neighbours, pulls, artifact requests, in that order."""
         messages: list[PeerMessage] = []
+        if self._seen is not None:
+            messages.append(Seen(self._seen))
         if self._neighbours is not None:
             messages.append(Neighbours(self._neighbours))
         messages.extend(Want(origin, after) for origin, after in sorted(self._wants.items()))
         messages.extend(ArtifactWant(artifact, offset) for artifact, offset in sorted(self._artifact_wants.items()))
-        self._wants, self._artifact_wants, self._neighbours = {}, {}, None
+        self._wants, self._artifact_wants, self._neighbours, self._seen = {}, {}, None, None
         return messages
 
     def take_after_sync(self) -> tuple[bool, list[Have]]:

@@ -48,6 +48,7 @@ __all__ = [
     "Presence",
     "PeerMessage",
     "Report",
+    "Seen",
     "Vector",
     "VectorEntry",
     "Want",
@@ -250,6 +251,17 @@ class Addresses:
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
+class Seen:
+    """Where the peer saw this connection come from (sent once, by the side that accepted it, to
+    the side that dialled): the dialler may offer that host in its address record (a NAT's
+    outside address, a VPN's), on its own listen port. Only the link's own peer sends it; it is
+    not relayed. ``host`` is an IP address as the acceptor saw it."""
+
+    host: str
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
 class Report:
     """What daemon ``peer_id`` says about itself: its links, health and log (gossiped and relayed,
     newest wins), for the fleet view.
@@ -301,7 +313,7 @@ class Enrolled:
 
 
 PeerMessage = (Hello | Members | Vector | Want | Events | Goodbye | Have | ArtifactWant | ArtifactChunk | Presence
-               | Addresses
+               | Addresses | Seen
                | Report | Neighbours)
 EnrolmentMessage = Enrol | Enrolled
 
@@ -418,6 +430,8 @@ def to_wire(message: PeerMessage | EnrolmentMessage) -> dict[str, Any]:
                 "report": message.report, "signature": message.signature}
     if isinstance(message, Neighbours):
         return {"t": "neighbours", "peer_ids": list(message.peer_ids)}
+    if isinstance(message, Seen):
+        return {"t": "seen", "host": message.host}
     if isinstance(message, Addresses):
         return {"t": "addresses", "peer_id": message.peer_id, "serial": message.serial,
                 "addresses": list(message.addresses), "signature": message.signature}
@@ -552,6 +566,8 @@ def from_wire(d: Any) -> PeerMessage | EnrolmentMessage | None:
                 or not all(isinstance(p, str) and 0 < len(p) <= 256 for p in raw)):
             raise RemoteProtocolError(f"neighbours 'peer_ids' must be a list of at most {MAX_NEIGHBOURS} peer ids")
         return Neighbours(tuple(raw))
+    if tag == "seen":
+        return Seen(host=_str(d, "host", max_len=64))
     if tag == "addresses":
         raw = d.get("addresses")
         if (not isinstance(raw, list) or len(raw) > MAX_ADDRESSES

@@ -51,6 +51,7 @@ from .peer import (
     PeerMessage,
     Presence,
     Report,
+    Seen,
     Vector,
     Want,
     from_wire,
@@ -122,7 +123,7 @@ class PeerSession:
                 raise LocalProtocolError("hello already sent")
         elif not self._sent_hello:
             raise LocalProtocolError("the first message must be our hello")
-        elif isinstance(message, (Vector, Members, Presence, Report, Addresses, Neighbours)):
+        elif isinstance(message, (Vector, Members, Presence, Report, Addresses, Seen, Neighbours)):
             pass
         elif isinstance(message, _AFTER_VECTORS):
             if self._their_vector is None or not self._sent_vector:

@@ -1,8 +1,9 @@
 """Addresses: where this daemon says it can be reached, and where the others say they can.
 
 Owns: this daemon's own address record (``palace_proto.addresses.offered``: its listen addresses,
-a wildcard one as the machine's interface addresses), signed with its key and announced at start,
-whenever it changes, and on a heartbeat; the newest record heard from each other member daemon,
+a wildcard one as the machine's interface addresses, and the hosts the peers it dialled saw it come
+from, ``observed``), signed with its key and announced at start, soon after what its peers saw of
+it changes, and on a heartbeat; the newest record heard from each other member daemon,
 kept only if it verifies with that daemon's key, relayed to every other link, and handed to the
 dialler (``Dialer.gossiped``: each daemon dials the others directly, so a palace joined through
 one invite is a mesh, not a star around its inviter); records that aged out
@@ -26,9 +27,9 @@ import trio
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from palace_proto.addresses import ADDRESS_HEARTBEAT_S, dialable, is_stale, offered
+from palace_proto.addresses import ADDRESS_HEARTBEAT_S, dialable, is_stale, observed, offered
 from palace_proto.link import GossipRecord
-from palace_proto.peer import Addresses, addresses_signing_bytes
+from palace_proto.peer import Addresses, Seen, addresses_signing_bytes
 from palace_proto.text import printable
 
 from ..clock import unix_now_us
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["AddressBook"]
 
 LOGGER: Final = logging.getLogger("palaced.peers.addresses")
+# Why 2 s: the links that come up together (a restart) each say where they saw us from; one new
+# record after they settle says it all, and a peer changing its story costs a record per 2 s.
+ANNOUNCE_SETTLE_S: Final = 2.0
 
 
 class AddressBook:
@@ -68,6 +72,9 @@ class AddressBook:
         self.own: Addresses | None = None
         #: other daemons' newest records that verified: at most one per member daemon
         self.heard: dict[str, Addresses] = {}
+        #: where each peer that we dialled saw us come from (its newest ``Seen``): one per member daemon
+        self.seen_by: dict[str, str] = {}
+        self._due = trio.Event()
         gossip.add_source(self._for_new_link)
 
     def __repr__(self) -> str:
@@ -79,8 +86,9 @@ class AddressBook:
         return own + list(self.heard.values())
 
     async def serve(self) -> None:
-        """Announce this daemon's record at start and every ``ADDRESS_HEARTBEAT_S`` (with what the
-        interfaces say then), and stop dialling the records that aged out."""
+        """Announce this daemon's record at start, every ``ADDRESS_HEARTBEAT_S`` (with what the
+        interfaces say then) and soon after what its peers saw of it changed, and stop dialling the
+        records that aged out."""
         while True:
             try:
                 self.announce()
@@ -88,11 +96,14 @@ class AddressBook:
                 self.limits.hit("addresses_failed", "could not announce this daemon's addresses: %s: %s",
                                 type(exc).__name__, exc)
             self.sweep()
-            await trio.sleep(ADDRESS_HEARTBEAT_S)
+            with trio.move_on_after(ADDRESS_HEARTBEAT_S):
+                await self._due.wait()
+                await trio.sleep(ANNOUNCE_SETTLE_S)
+            self._due = trio.Event()
 
     def announce(self) -> None:
         """Sign this daemon's record as it stands and hand it to every link."""
-        addresses = offered(self._listen(), self._interfaces())
+        addresses = offered(self._listen(), self._interfaces(), observed(self.seen_by))
         # The daemon's clock in µs (as reports): a restarted daemon's record still wins over its old ones.
         self._serial = max(self._serial + 1, unix_now_us())
         signature = self.identity.sign(addresses_signing_bytes(self.peer_id, self._serial, addresses))
@@ -105,10 +116,19 @@ class AddressBook:
         for peer_id in [p for p, record in self.heard.items() if is_stale(record.serial, now)]:
             self.forget(peer_id)
 
-    def receive(self, link: PeerLink, record: Addresses) -> None:
+    def receive(self, link: PeerLink, record: Addresses | Seen) -> None:
         """Keep, relay and dial another daemon's record (``LinkHooks.link_addresses``) if it is newer
         than the one we hold, not too old, from a member daemon we know and that is not revoked, and
-        verifies with that daemon's key; anything else is ignored and counted (``status``)."""
+        verifies with that daemon's key; anything else is ignored and counted (``status``). A
+        ``Seen`` is the link's own peer telling where it saw us come from: one vote of that peer."""
+        if isinstance(record, Seen):
+            if link.peer_id is None:  # pragma: no cover - a link hears nothing of the network before the hellos
+                return
+            before = observed(self.seen_by)
+            self.seen_by[link.peer_id] = record.host
+            if observed(self.seen_by) != before:
+                self._due.set()
+            return
         if record.peer_id == self.peer_id:
             return  # our own, back through a relay: ours is newer
         known = self.heard.get(record.peer_id)
@@ -145,6 +165,7 @@ class AddressBook:
     def forget(self, peer_id: str) -> None:
         """Drop the record heard from ``peer_id`` and stop dialling what it offered (it aged out, or
         the daemon was revoked)."""
+        self.seen_by.pop(peer_id, None)
         if self.heard.pop(peer_id, None) is not None and self.dial:
             self.dialer.gossiped(peer_id, [])
 

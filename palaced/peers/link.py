@@ -60,6 +60,7 @@ from palace_proto.peer import (
     Members,
     Presence,
     Report,
+    Seen,
     Vector,
 )
 from palace_proto.session import ConnectionClosed
@@ -165,8 +166,9 @@ class LinkHooks(Protocol):
     def link_report(self, link: PeerLink, report: Report) -> None:
         """The peer sent a daemon report (its own, or relayed)."""
 
-    def link_addresses(self, link: PeerLink, addresses: Addresses) -> None:
-        """The peer sent where a daemon can be reached (its own record, or relayed)."""
+    def link_addresses(self, link: PeerLink, addresses: Addresses | Seen) -> None:
+        """The peer sent where a daemon can be reached (its own record, or relayed), or where it
+        saw our connection come from."""
 
     def link_ready(self, link: PeerLink) -> None:
         """Hellos and bindings are in: the link may be sent presence records and reports."""
@@ -343,7 +345,7 @@ class PeerLink:
             hooks.link_presence(self, event)
         elif hooks is not None and isinstance(event, Report):
             hooks.link_report(self, event)
-        elif hooks is not None and isinstance(event, Addresses):
+        elif hooks is not None and isinstance(event, (Addresses, Seen)):
             hooks.link_addresses(self, event)
 
     async def _bind(self, message: Hello | Members) -> None:

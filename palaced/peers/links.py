@@ -13,13 +13,14 @@ nor gossip, presence, reports or receipts (they hear of links through the regist
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Final
 
 import trio
 
 from palace_proto.errors import ApiError, ProtocolError
-from palace_proto.peer import Hello
+from palace_proto.peer import Hello, parse_peer_address
 from palace_proto.pki import MemberCertificate
 from palace_proto.text import printable
 
@@ -90,6 +91,9 @@ class LinkRunner:
             return "duplicate"
         LOGGER.info("connected to %s (%s, %s) %s %s", peer_id, name, cert.role,
                     "at" if dialer == self.peer_id else "from", remote)
+        if dialer != self.peer_id:  # it dialled us: tell it where from (its address record may offer that host)
+            with contextlib.suppress(ValueError):  # "?": the socket was gone already
+                link.machine.tell_seen(parse_peer_address(remote)[0])
         outcome = "linked"
         try:
             with self.registry.open_scope(link):

@@ -29,6 +29,7 @@ from palace_proto.peer import (
     Hello,
     Presence,
     Report,
+    Seen,
     format_peer_address,
     parse_peer_address,
 )
@@ -180,7 +181,7 @@ class Network:
     def link_report(self, link: PeerLink, report: Report) -> None:
         self.reports.receive(link, report)
 
-    def link_addresses(self, link: PeerLink, addresses: Addresses) -> None:
+    def link_addresses(self, link: PeerLink, addresses: Addresses | Seen) -> None:
         self.addresses.receive(link, addresses)
 
     def pull_elsewhere(self, link: PeerLink, origin: str, max_seq: int) -> bool:

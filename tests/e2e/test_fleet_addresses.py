@@ -48,3 +48,18 @@ def test_a_palace_joined_through_one_invite_meshes_and_outlives_its_inviter(flee
     wait_until(lambda: sent["body"] in bodies(epsilon.home), "beta's event at epsilon, alpha stopped")
     # Nothing went through a relay: epsilon got it on its own link to beta.
     assert peer_id(beta.home) in connected(epsilon.home)
+
+
+def test_a_daemon_offers_where_its_peers_saw_it_come_from(fleet):
+    """A daemon listening on one address and dialling from another (a NAT's or a VPN's outside
+    address) learns from the peer it dialled where it came from (``seen``), and offers that host too,
+    on its listen port, in its signed record."""
+    alpha = fleet.found("alpha")
+    beta = fleet.start("beta", network_args=("--no-mdns", "--listen", "127.0.0.2:0"))
+    ctl_json(beta.home, "join", fleet.invite(), "--name", "beta")
+    port = ctl_json(beta.home, "status")["network"]["listen"][0].rsplit(":", 1)[1]
+    # Beta's connection to alpha (127.0.0.1) leaves from 127.0.0.1: alpha tells it so.
+    wait_until(lambda: ctl_json(beta.home, "status")["network"]["addresses"]["own"]
+               == [f"127.0.0.2:{port}", f"127.0.0.1:{port}"], "beta's record to offer where alpha saw it")
+    # And alpha holds that record, signed by beta.
+    wait_until(lambda: ctl_json(alpha.home, "status")["network"]["addresses"]["heard"] == 1, "beta's record at alpha")

@@ -38,7 +38,10 @@ def test_a_pair_converges_both_ways(fleet):
     # Events keep their ids everywhere; each replica numbers arrivals with its own seq.
     ids_a = {e["id"] for e in ctl_json(a.home, "list")["events"]}
     assert ids_a == {e["id"] for e in ctl_json(b.home, "list")["events"]}
-    peers = ctl_json(b.home, "peers")["peers"]
+    # Converged is both holding the same; "live" also needs alpha's receipt of beta's last event
+    # (it follows alpha's WAL sync), which may come a moment later.
+    peers = wait_until(lambda: [p for p in ctl_json(b.home, "peers")["peers"] if p["state"] == "live"],
+                       "beta's link to alpha to settle")
     assert [(p["name"], p["state"], p["role"]) for p in peers] == [("alpha", "live", "member")]
     assert peers[0]["we_lack"] == 0 and peers[0]["they_lack"] == 0 and "invite" in peers[0]["found_by"]
 

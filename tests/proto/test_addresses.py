@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from palace_proto.addresses import ADDRESS_TTL_S, MAX_DIALED_PER_DAEMON, dialable, is_stale, offered
+from palace_proto.addresses import ADDRESS_TTL_S, MAX_DIALED_PER_DAEMON, dialable, is_stale, observed, offered
 from palace_proto.errors import RemoteProtocolError
 from palace_proto.framing import FrameBuffer, encode_frame
 from palace_proto.peer import (
     MAX_ADDRESSES,
     Addresses,
+    Seen,
     addresses_signing_bytes,
     from_wire,
     report_signing_bytes,
@@ -44,6 +45,15 @@ def test_only_ip_addresses_other_than_ours_are_dialled_a_few_per_daemon():
     assert dialable(["[2001:0db8:0:0::1]:7437", "[2001:db8::1]:7437"], own=[]) == ["[2001:db8::1]:7437"]
 
 
+def test_the_hosts_offered_as_seen_are_those_most_peers_agree_on():
+    seen_by = {"p1": "203.0.113.7", "p2": "203.0.113.7", "p3": "198.51.100.1", "p4": "not an ip",
+               "p5": "0.0.0.0", "p6": "224.0.0.251", "p7": "192.0.2.9"}
+    assert observed(seen_by) == ["203.0.113.7", "192.0.2.9"]
+    # One peer is one vote, however hostile: it cannot outvote two that agree.
+    assert observed({"honest1": "203.0.113.7", "honest2": "203.0.113.7", "mallory": "192.0.2.66"})[0] == "203.0.113.7"
+    assert observed({}) == []
+
+
 def test_a_record_unannounced_for_an_hour_is_stale():
     now = 10_000_000_000_000
     assert not is_stale(now - int(ADDRESS_TTL_S * 1_000_000), now)
@@ -57,9 +67,12 @@ def _through_the_wire(message):
     return from_wire(buffer.next_frame())
 
 
-def test_an_address_record_travels_unchanged():
+def test_an_address_record_and_a_sighting_travel_unchanged():
     record = Addresses("PEER", 17, ("10.0.0.5:7437", "[2001:db8::1]:7437"), b"s" * 64)
     assert _through_the_wire(record) == record
+    assert _through_the_wire(Seen("203.0.113.7")) == Seen("203.0.113.7")
+    with pytest.raises(RemoteProtocolError, match="host"):
+        from_wire({"t": "seen", "host": "x" * 65})
 
 
 @pytest.mark.parametrize("addresses", [

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from palace_proto.ids import origin_id_from_random
 from palace_proto.outbox import HAVE_ENTRIES_PER_MESSAGE, LinkOutbox
-from palace_proto.peer import ArtifactWant, Have, Neighbours, Want, from_wire, to_wire
+from palace_proto.peer import ArtifactWant, Have, Neighbours, Seen, Want, from_wire, to_wire
 
 OA, OB = "ori_" + "a" * 26, "ori_" + "b" * 26
 
@@ -86,3 +86,12 @@ def test_whatever_is_recorded_the_outbox_holds_one_entry_per_origin_and_kind(rec
     for origin in (OA, OB):
         expected = [v for kind, o, v in records if kind == "have" and o == origin]
         assert dict(haves).get(origin) == (max(expected) if expected else None)
+
+
+def test_where_the_peer_came_from_is_told_once_ahead_of_the_rest():
+    outbox = LinkOutbox()
+    outbox.seen("203.0.113.7")
+    outbox.neighbours(("peer-c",))
+    assert outbox
+    assert outbox.take() == [Seen("203.0.113.7"), Neighbours(("peer-c",))]
+    assert not outbox and outbox.take() == []
