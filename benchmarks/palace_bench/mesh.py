@@ -14,7 +14,10 @@ then linked into a **full mesh** with ``peers add`` (each pair once):
   the figure is how many times each event crossed a link (summed ``sent_events`` of every link of
   every daemon; N - 1 is the least that reaches everyone);
 * **idle traffic**: the same mesh left alone for a minute; every byte every link sent (frames
-  before TLS: vectors, presence, reports), per minute for the whole mesh.
+  before TLS: vectors, presence, reports), per minute for the whole mesh;
+* **address gossip** (issue 45 §1): N daemons (10 and 30) joined only through the first one's
+  invite, with no ``peers add``; the figure is the time from the last join until every daemon
+  holds a link to every other, learnt from the others' signed address records.
 
 No benchmark imports palaced: the daemons are ``python -m palaced`` (``daemon``).
 """
@@ -243,6 +246,24 @@ def _fan_out(root: Path, count: int, events: int, idle_s: float, say: Say) -> di
         mesh.close(show_logs=not ok)
 
 
+def _gossip_mesh(root: Path, count: int, say: Say) -> dict[str, Any]:
+    """``count`` daemons joined through one invite each: seconds until the address gossip meshed them."""
+    mesh = BenchMesh(root / f"gossip{count}", count)
+    ok = False
+    try:
+        started = time.perf_counter()
+        mesh.start()
+        joined = time.perf_counter()
+        mesh.wait_linked()
+        took = time.perf_counter() - joined
+        ok = True
+        say(f"  {count} daemons joined through one invite in {joined - started:.1f} s (one after the other); every "
+            f"one linked to every other {took:.2f} s after the last join (address gossip)")
+        return {f"gossip_mesh_{count}_s": took, f"gossip_mesh_{count}_joins_s": joined - started}
+    finally:
+        mesh.close(show_logs=not ok)
+
+
 def run_mesh_bench(*, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run every mesh measurement; returns the figures (printing them unless ``progress`` is off)."""
     say: Say = narrator(progress)
@@ -250,6 +271,7 @@ def run_mesh_bench(*, quick: bool = False, progress: bool = True) -> dict[str, A
     backlog = 500 if quick else 10_000
     heal_sizes = (2, 3) if quick else (2, 5)
     mesh_sizes = (3,) if quick else (10, 20)
+    gossip_sizes = (3,) if quick else (10, 30)
     fan_out_events = 10 if quick else 100
     idle_s = 5.0 if quick else 60.0
     root = Path(tempfile.mkdtemp(prefix="palmesh", dir="/tmp"))  # short: socket paths stay under ~107 bytes
@@ -261,6 +283,8 @@ def run_mesh_bench(*, quick: bool = False, progress: bool = True) -> dict[str, A
             results.update(_backlog_heal(root, count, backlog, 1.0 if quick else 3.0, say))
         for count in mesh_sizes:
             results.update(_fan_out(root, count, fan_out_events, idle_s, say))
+        for count in gossip_sizes:
+            results.update(_gossip_mesh(root, count, say))
     except KeyboardInterrupt:
         say("interrupted: stopping the temporary daemons and removing their directory")
         raise

@@ -30,6 +30,7 @@ def test_quick_mesh_bench_reports_every_figure_and_cleans_up():
         assert figures[f"heal_{count}_daemons_sent_per_lacked"] >= 0.99, figures  # every lacked event crossed a link
     assert figures["mesh_3_sends_per_event"] == 2.0, figures  # three daemons in a mesh: two links per event
     assert figures["mesh_3_idle_mb_per_min"] > 0, figures
+    assert figures["gossip_mesh_3_s"] > 0, figures  # joined by invite, meshed by gossip
     # Its own directory and daemons are gone (other runs may be going on beside it).
     assert figures["directory"].startswith("/tmp/palmesh") and not Path(figures["directory"]).exists()
     assert not palaced_pids_under(figures["directory"])
