@@ -63,3 +63,24 @@ def test_a_daemon_offers_where_its_peers_saw_it_come_from(fleet):
                == [f"127.0.0.2:{port}", f"127.0.0.1:{port}"], "beta's record to offer where alpha saw it")
     # And alpha holds that record, signed by beta.
     wait_until(lambda: ctl_json(alpha.home, "status")["network"]["addresses"]["heard"] == 1, "beta's record at alpha")
+
+
+def test_a_revoked_daemons_addresses_are_dropped_and_no_longer_dialled(fleet):
+    """A revocation forgets the daemon's address record everywhere it replicates, and the gossip
+    stops dialling it (its link is refused anyway: the records must not pile up behind it)."""
+    alpha = fleet.found("alpha")
+    beta, gamma = fleet.join("beta"), fleet.join("gamma")
+    gamma_id = peer_id(gamma.home)
+    for home in (alpha.home, beta.home):
+        wait_until(lambda home=home: ctl_json(home, "status")["network"]["addresses"]["heard"] == 2,
+                   f"both other records at {home.name}")
+    ctl_json(alpha.home, "revoke", gamma_id)
+
+    def forgotten_at_beta() -> bool:
+        if ctl_json(beta.home, "status")["network"]["addresses"]["heard"] != 1:
+            return False
+        gamma_at_beta = [p for p in ctl_json(beta.home, "peers")["peers"] if p["peer_id"] == gamma_id]
+        return all("gossip" not in a["source"].split("/") for p in gamma_at_beta for a in p["addresses"])
+
+    wait_until(forgotten_at_beta, "gamma's record and gossiped addresses gone at beta once the revocation replicated")
+    assert ctl_json(alpha.home, "status")["network"]["addresses"]["heard"] == 1
