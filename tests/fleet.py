@@ -184,8 +184,8 @@ class Fleet:
     def start(self, name: str, **kwargs: Any) -> Daemon:
         return self._factory(self.home(name), **kwargs)
 
-    def found(self, name: str = "alpha") -> Daemon:
-        daemon = self.start(name)
+    def found(self, name: str = "alpha", **kwargs: Any) -> Daemon:
+        daemon = self.start(name, **kwargs)
         ctl_json(daemon.home, "init", "--name", "fleet-test", "--daemon-name", name)
         self.founder = daemon
         return daemon
@@ -204,13 +204,9 @@ class Fleet:
         (``partitioned``) splits them. The ends dial no gossiped address (``--no-gossip-dial``):
         on one loopback they would otherwise find each other, as machines that can reach each
         other do."""
-        a = self.start("alpha", extra_args=["--no-gossip-dial"])
-        ctl_json(a.home, "init", "--name", "fleet-test", "--daemon-name", "alpha")
-        self.founder = a
+        a = self.found("alpha", extra_args=["--no-gossip-dial"])
         b = self.enrol_offline("beta").start()
-        c = self.enrol_offline("gamma")
-        c.extra_args.append("--no-gossip-dial")
-        c.start()
+        c = self.enrol_offline("gamma", extra_args=["--no-gossip-dial"]).start()
         ctl_json(a.home, "peers", "add", listen_address(b.home))
         ctl_json(c.home, "peers", "add", listen_address(b.home))
         return a, b, c
@@ -225,7 +221,7 @@ class Fleet:
         middle.extra_args[middle.extra_args.index("127.0.0.1:0")] = address
         middle.start()
 
-    def enrol_offline(self, name: str, role: str = "member") -> Daemon:
+    def enrol_offline(self, name: str, role: str = "member", **kwargs: Any) -> Daemon:
         """Write what ``join`` would (identity key, CA, certificate) without starting the daemon."""
         assert self.founder is not None
         home = self.home(name)
@@ -243,4 +239,4 @@ class Fleet:
         raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         cert = issue_certificate(ca_key, ca_pem, raw, role=role, name=name, now=now)  # type: ignore[arg-type]
         save_joined(home, key, palace_name="fleet-test", ca_pem=ca_pem, member_pem=cert, now=now)
-        return self.start(name, start=False)
+        return self.start(name, start=False, **kwargs)

@@ -97,9 +97,10 @@ def feature_names(feature: Any) -> set[str]:
         op for op in feature.OPS if "_" in op}
 
 
-def names_outside_slices() -> dict[str, list[str]]:
-    """For each feature, the source files outside its slice, and outside the slices of the features
-    that build on it, that import one of its modules or name one of its types or operations."""
+def _slices() -> tuple[list[str], dict[str, set[str]], dict[Path, ast.Module], dict[Path, str | None],
+                      dict[str, set[str]]]:
+    """The features' slices: (every feature's name, what each builds on, the sources, the feature
+    whose slice each source is in, each feature's module names)."""
     from palace_proto.features import FEATURES
     from palacectl.features import FEATURES as CLIENT_FEATURES
     from palaced.features import features
@@ -113,6 +114,15 @@ def names_outside_slices() -> dict[str, list[str]]:
     sources = _sources()
     slice_of = {path: feature_of(path, names) for path in sources}
     modules = {name: {_module_name(p) for p, f in slice_of.items() if f == name} for name in names}
+    return names, builds_on, sources, slice_of, modules
+
+
+def names_outside_slices() -> dict[str, list[str]]:
+    """For each feature, the source files outside its slice, and outside the slices of the features
+    that build on it, that import one of its modules or name one of its types or operations."""
+    from palace_proto.features import FEATURES
+
+    _names, builds_on, sources, slice_of, modules = _slices()
     found: dict[str, list[str]] = {}
     for module in FEATURES:
         name = module.__name__.rpartition(".")[2]
@@ -170,18 +180,7 @@ def test_a_feature_is_named_only_in_its_slice_and_the_three_registries():
 def test_a_slice_that_uses_another_feature_says_it_builds_on_it():
     """What a feature uses of another is declared (``builds_on``, which the registries check is
     there), so the counting above never hides a dependency nobody wrote down."""
-    from palace_proto.features import FEATURES
-    from palacectl.features import FEATURES as CLIENT_FEATURES
-    from palaced.features import features
-
-    protocol = [module.__name__.rpartition(".")[2] for module in FEATURES]
-    names = protocol + [f.name for f in CLIENT_FEATURES if f.name not in protocol]
-    builds_on: dict[str, set[str]] = {}
-    for feature in (*features(), *CLIENT_FEATURES):
-        builds_on.setdefault(feature.name, set()).update(feature.builds_on)
-    sources = _sources()
-    slice_of = {path: feature_of(path, names) for path in sources}
-    modules = {name: {_module_name(p) for p, f in slice_of.items() if f == name} for name in names}
+    names, builds_on, sources, slice_of, modules = _slices()
     undeclared = []
     for path, tree in sources.items():
         user = slice_of[path]

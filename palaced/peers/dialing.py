@@ -51,8 +51,8 @@ BACKOFF_FIRST_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
 # A link that lived this long resets the back-off (it was a real connection, not a flap).
 STABLE_LINK_S: Final = 10.0
-# When mDNS shows a peer to both sides at once, the larger peer id waits this long before
-# dialling, so the preferred connection (dialled by the smaller id) usually comes first.
+# When mDNS or gossip shows a peer to both sides at once, the larger peer id waits this long
+# before dialling, so the preferred connection (dialled by the smaller id) usually comes first.
 MDNS_DEFER_S: Final = 2.0
 # Remember at most this many addresses per peer (the most recently working ones).
 REMEMBERED_PER_PEER: Final = 3
@@ -121,7 +121,7 @@ class Dialer:
                 self.limits.hit(f"mdns_version_{sighting.version}", "mDNS: peer %s speaks protocol %s, we speak %s; "
                                 "upgrade both", sighting.peer_id, sighting.version, PEER_PROTOCOL_VERSION)
                 return
-            defer = MDNS_DEFER_S if self.peer_id > sighting.peer_id else 0.0
+            defer = self._defer_for(sighting.peer_id)
             for address in sighting.addresses:
                 self.add_target(address, "mdns", peer_id=sighting.peer_id, defer_s=defer)
 
@@ -173,11 +173,15 @@ class Dialer:
                 target.sources.discard("gossip")
                 if not target.sources:
                     self._drop_target(address)
-        # As for mDNS: when both sides learn of each other at once, the larger peer id waits, so the
-        # preferred connection (dialled by the smaller id) usually comes first.
-        defer_s = MDNS_DEFER_S if self.peer_id > peer_id else 0.0
+        defer_s = self._defer_for(peer_id)
         for address in addresses:
             self.add_target(address, "gossip", peer_id=peer_id, defer_s=defer_s)
+
+    def _defer_for(self, peer_id: str) -> float:
+        """How long to wait before dialling ``peer_id`` when both sides learn of each other at once
+        (mDNS, gossip): the larger peer id waits, so the preferred connection (dialled by the smaller
+        id) usually comes first."""
+        return MDNS_DEFER_S if self.peer_id > peer_id else 0.0
 
     def _drop_target(self, address: str) -> None:
         target = self.targets.pop(address, None)

@@ -84,13 +84,9 @@ def test_who_shows_watchers_of_the_whole_palace(fleet):
 
 def test_a_line_of_three_converges_through_the_middle(fleet):
     # The ends dial no gossiped address: on one loopback they would otherwise meet (issue 45 §1).
-    a = fleet.start("alpha", extra_args=["--no-gossip-dial"])
-    ctl_json(a.home, "init", "--name", "fleet-test", "--daemon-name", "alpha")
-    fleet.founder = a
+    a = fleet.found("alpha", extra_args=["--no-gossip-dial"])
     b = fleet.enrol_offline("beta").start()
-    c = fleet.enrol_offline("gamma")
-    c.extra_args.append("--no-gossip-dial")
-    c.start()
+    c = fleet.enrol_offline("gamma", extra_args=["--no-gossip-dial"]).start()
     ctl_json(b.home, "peers", "add", listen_address(a.home))
     ctl_json(c.home, "peers", "add", listen_address(b.home))
     append(a.home, "from alpha")
