@@ -300,6 +300,8 @@ class LinkMachine:
         #: the daemons the peer hears first-hand (its Neighbours): their events are not relayed to it
         self.peer_neighbours: frozenset[str] = frozenset()
         self._bindings_sent: set[str] = set()
+        #: what our vectors on this link said so far, per origin (the next one says what changed)
+        self._vector_sent: dict[str, tuple[int, bytes]] | None = None
         self._events: collections.deque[LinkEvent] = collections.deque()
         self._hello_deadline: float | None = None
         self._hello_sent = False
@@ -601,11 +603,24 @@ class LinkMachine:
         started only for one or the other."""
         frames = [self.session.send(have, now=now) for have in sync.haves]
         if sync.vector and sync.heads is not None:
-            vector = Vector(tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(sync.heads.items())))
+            vector = self._vector_of(sync.heads)
             frames += self._bindings_frames((e.origin for e in vector.entries), now)
             frames.append(self.session.send(vector, now=now))
+            if self._vector_sent is None:
+                self._vector_sent = {}
+            self._vector_sent.update((e.origin, (e.max_seq, e.head_hash)) for e in vector.entries)
             self._opened = True
         return b"".join(frames)
+
+    def _vector_of(self, heads: Mapping[str, OriginHead]) -> Vector:
+        """Our vector as of ``heads``: whole on the link's first, then only the origins whose head
+        moved since the last one we sent on it (the peer merges it: a TCP link loses nothing in
+        between, and a new link starts whole again)."""
+        entries = tuple(VectorEntry(o, h.max_seq, h.head_hash) for o, h in sorted(heads.items()))
+        sent = self._vector_sent
+        if sent is None:
+            return Vector(entries)
+        return Vector(tuple(e for e in entries if sent.get(e.origin) != (e.max_seq, e.head_hash)), delta=True)
 
     def _bindings_frames(self, origins: Iterable[str], now: float) -> list[bytes]:
         """``members`` with the bindings of ``origins`` this peer was not sent (those not bound here

@@ -36,6 +36,7 @@ from typing import Any, Final, final
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import NEED_DATA, FrameBuffer, encode_frame
 from .peer import (
+    MAX_VECTOR_ENTRIES,
     Addresses,
     ArtifactChunk,
     ArtifactWant,
@@ -177,14 +178,16 @@ class PeerSession:
                 message = from_wire(raw)
                 if message is None:
                     continue  # an unknown message type from a newer peer: skip it
-                self._accept(message)
+                message = self._accept(message)
             except ProtocolError:
                 self.state = SessionState.ERROR
                 raise
             self.messages_in += 1
             return message
 
-    def _accept(self, message: PeerMessage | EnrolmentMessage) -> None:
+    def _accept(self, message: PeerMessage | EnrolmentMessage) -> PeerMessage | EnrolmentMessage:
+        """Check ``message`` against the session's order; returns what to hand on (a delta vector
+        comes out merged into the whole vector it updates)."""
         if self.state is SessionState.CLOSED:
             raise RemoteProtocolError("message after goodbye")
         if self.their_hello is None:
@@ -196,10 +199,12 @@ class PeerSession:
                 raise RemoteProtocolError("connected to ourselves")
             self.their_hello = message
             self._maybe_syncing()
-            return
+            return message
         if isinstance(message, Hello):
             raise RemoteProtocolError("second hello")
         if isinstance(message, Vector):
+            if message.delta:
+                message = self._merged(message)
             self._their_vector = message
         elif isinstance(message, (Enrol, Enrolled)):
             raise RemoteProtocolError("enrolment messages are not part of a replication session")
@@ -209,6 +214,17 @@ class PeerSession:
         elif isinstance(message, Goodbye):
             self._goodbye = message
             self.state = SessionState.CLOSED
+        return message
+
+    def _merged(self, delta: Vector) -> Vector:
+        """The peer's whole vector once ``delta`` is applied to the one it updates."""
+        if self._their_vector is None:
+            raise RemoteProtocolError("a delta vector before the whole one it updates")
+        entries = {e.origin: e for e in self._their_vector.entries}
+        entries.update((e.origin, e) for e in delta.entries)
+        if len(entries) > MAX_VECTOR_ENTRIES:
+            raise RemoteProtocolError(f"the peer's vector, deltas merged, names more than {MAX_VECTOR_ENTRIES} origins")
+        return Vector(tuple(entries.values()))
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from palace_proto.bindings import OriginBinding
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
 from palace_proto.errors import RemoteProtocolError
-from palace_proto.framing import NEED_DATA
+from palace_proto.framing import NEED_DATA, FrameBuffer
 from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.link import (
     HELLO_TIMEOUT_S,
@@ -35,6 +35,7 @@ from palace_proto.link import (
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES,
     MAX_BINDINGS_PER_MESSAGE,
+    MAX_VECTOR_ENTRIES,
     PEER_PROTOCOL_VERSION,
     ArtifactChunk,
     ArtifactWant,
@@ -733,3 +734,74 @@ def test_whatever_happens_the_machine_never_asks_to_be_woken_in_the_past(script)
         rig.drain()
         timer = rig.m.get_timer()
         assert timer is None or timer > rig.now
+
+
+# -- delta vectors (issue 45 §2) ---------------------------------------------------------------
+
+
+def sent_vectors(rig: Rig) -> list[Vector]:
+    """The vectors the machine put on the wire, as sent (not as the peer merged them)."""
+    out = []
+    while (step := rig.m.next_send(rig.now)) is not None:
+        if step is SYNC_WAL:
+            rig.m.synced(rig.durable)
+        elif isinstance(step, bytes):
+            rig.peer.receive_data(step)
+            out += [Vector(tuple(VectorEntry(*e) for e in raw["entries"]), raw.get("delta", False))
+                    for raw in _frames(step) if raw["t"] == "vector"]
+    rig.received()
+    return out
+
+
+def _frames(data: bytes) -> list[dict]:
+    buffer = FrameBuffer(1 << 24)
+    buffer.feed(data)
+    frames = []
+    while (raw := buffer.next_frame()) is not NEED_DATA:
+        frames.append(raw)
+    return frames
+
+
+def test_after_the_first_whole_vector_a_link_sends_only_the_origins_that_moved():
+    rig = Rig()
+    rig.durable = heads(a=3, b=2)
+    rig.step()  # our hello
+    assert sent_vectors(rig) == [Vector((VectorEntry(OA, 3, HASH), VectorEntry(OB, 2, HASH)))]
+    rig.tell(rig.peer.our_hello, Vector(()))
+    rig.durable = heads(a=5, b=2, c=1)
+    rig.at(T0 + ANTI_ENTROPY_S)
+    assert sent_vectors(rig) == [Vector((VectorEntry(OA, 5, HASH), VectorEntry(OC, 1, HASH)), delta=True)]
+    rig.at(T0 + 2 * ANTI_ENTROPY_S)  # idle: an empty delta still goes (it says the link is alive)
+    assert sent_vectors(rig) == [Vector((), delta=True)]
+    # the peer's side merged every delta into the whole vector
+    assert rig.peer.their_vector == Vector((VectorEntry(OA, 5, HASH), VectorEntry(OB, 2, HASH), VectorEntry(OC, 1, HASH)))
+
+
+def test_an_empty_first_vector_is_whole_and_the_next_names_what_appeared():
+    rig = Rig()
+    rig.open()
+    rig.durable = heads(a=1)
+    rig.at(T0 + ANTI_ENTROPY_S)
+    assert sent_vectors(rig) == [Vector((VectorEntry(OA, 1, HASH),), delta=True)]
+
+
+def test_a_delta_is_merged_into_the_peers_vector_and_handed_on_whole():
+    rig = Rig()
+    rig.drain()
+    rig.tell(rig.peer.our_hello, vector(b=4, c=2))
+    (merged,) = [m for m in rig.tell(Vector((VectorEntry(OB, 6, HASH),), delta=True)) if isinstance(m, Vector)]
+    assert merged == vector(b=6, c=2) and not merged.delta
+    assert rig.m.their_vector == vector(b=6, c=2)
+
+
+def test_a_delta_before_any_whole_vector_or_past_the_bound_is_refused():
+    rig = Rig()
+    rig.drain()
+    with pytest.raises(RemoteProtocolError, match="before the whole one"):
+        rig.tell(rig.peer.our_hello, Vector((), delta=True))
+    big = Rig()
+    big.drain()
+    origins = ["ori_" + format(i, "026b").replace("0", "a").replace("1", "b") for i in range(MAX_VECTOR_ENTRIES)]
+    big.tell(big.peer.our_hello, Vector(tuple(VectorEntry(o, 1, HASH) for o in origins)))
+    with pytest.raises(RemoteProtocolError, match="more than"):
+        big.tell(Vector((VectorEntry(OC, 1, HASH),), delta=True))

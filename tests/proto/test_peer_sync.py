@@ -535,3 +535,11 @@ def test_events_with_unencodable_strings_fail_verification_cleanly():
         with pytest.raises(SignatureError):
             verify_incoming(bad, PUB)
         assert verify_batch([bad], keys()) == [None]
+
+
+def test_a_delta_vector_says_so_on_the_wire_and_a_whole_one_is_unchanged():
+    entry = VectorEntry("ori_" + "a" * 26, 3, b"\x01" * 32)
+    assert to_wire(Vector((entry,))) == {"t": "vector", "entries": [[entry.origin, 3, entry.head_hash]]}
+    assert from_wire(to_wire(Vector((entry,), delta=True))) == Vector((entry,), delta=True)
+    with pytest.raises(RemoteProtocolError, match="'delta' must be true or false"):
+        from_wire({"t": "vector", "entries": [], "delta": 1})
