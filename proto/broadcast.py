@@ -7,7 +7,8 @@ only an "I have" notice (``IHave``); the messages that maintain the split (``IHa
 that message). It is told what happened — a link came up or went, an event arrived or was written
 here, a peer's message arrived, time passed — and answers what to do. Pure: no trio, no clock (every
 call that needs the time is passed ``now``), no randomness, no IO, no logging. It must not import
-``palaced``; the wire codec of its messages comes with the wiring (issue 45 §2).
+``palaced``; the wire codec of its messages is ``peer.py``'s, the shell that runs it
+``palaced/peers/overlay.py``.
 
 Why a tree (issue 45 §2): pushing every event on every link sends each daemon one copy per link
 (about 6 on a partial view of degree 6). Plumtree (Leitão, Pereira, Rodrigues, "Epidemic Broadcast
@@ -67,7 +68,7 @@ is read up to ``IHAVE_MAX`` keys. So a hostile peer announcing keys that never c
 holds (overlay.py bounds them at ``ACTIVE_MAX``); messages from a peer that is no neighbour are
 ignored and counted.
 
-The shell's side (the wiring, next): call ``neighbor_up``/``neighbor_down`` as links come and go,
+The shell's side (palaced/peers/overlay.py): call ``neighbor_up``/``neighbor_down`` as links come and go,
 ``received`` for each event pushed to us (after it is verified and stored: only verified events may
 make us forward or prune), ``local`` for each event written here or obtained by a pull (no sender to
 promote or prune), ``receive`` for each broadcast message, and ``tick`` at ``get_timer()``.
@@ -123,7 +124,7 @@ ANNOUNCERS_MAX: Final = 8
 _HEAP_SLACK: Final = 2 * MISSING_MAX
 
 
-# -- the messages (wire nouns; their codec comes with the wiring) ------------------------------
+# -- the messages (wire nouns; their codec is peer.py's) ------------------------------
 
 
 @final

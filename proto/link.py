@@ -69,12 +69,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol, final
 
 from .bindings import OriginBinding
+from .broadcast import BroadcastMessage
 from .envelope import CommittedEvent, SignedEvent
 from .errors import ProtocolError, RemoteProtocolError, ValidationError
 from .framing import NEED_DATA
 from .outbox import LinkOutbox
+from .overlay import OverlayMessage
 from .peer import (
     ARTIFACT_CHUNK_BYTES,
+    CONTROL_MESSAGES,
     MAX_BINDINGS_PER_MESSAGE,
     Addresses,
     ArtifactChunk,
@@ -262,7 +265,7 @@ def _artifact_chunks(want: ArtifactWant, record: Mapping[str, Any] | None) -> It
 GossipRecord = Presence | Report | Addresses
 #: what ``next_event`` hands the shell
 LinkEvent = (Hello | Members | Vector | Events | GossipRecord | Seen | PeerConfirmed | ArtifactArrived
-             | ArtifactAbsent | ConnectionClosed)
+             | ArtifactAbsent | ConnectionClosed | OverlayMessage | BroadcastMessage)
 #: what ``next_send`` asks the shell to do
 SendStep = bytes | SyncWal | OwedPage | ArtifactWant
 
@@ -299,6 +302,10 @@ class LinkMachine:
         self.stats = LinkStatistics()
         #: the daemons the peer hears first-hand (its Neighbours): their events are not relayed to it
         self.peer_neighbours: frozenset[str] = frozenset()
+        #: the broadcast tree made the peer lazy (``palace_proto.broadcast``): what is committed
+        #: here is announced to it (``IHave``, by the shell), not pushed; its pulls and grafts are
+        #: still served
+        self.lazy = False
         self._bindings_sent: set[str] = set()
         #: what our vectors on this link said so far, per origin (the next one says what changed)
         self._vector_sent: dict[str, tuple[int, bytes]] | None = None
@@ -427,7 +434,7 @@ class LinkMachine:
             if isinstance(message, Events):
                 self.pulls.events_arrived(now)
                 return message
-            if isinstance(message, (Members, Presence, Report, Addresses, Seen)):
+            if isinstance(message, (Members, Presence, Report, Addresses, Seen, *CONTROL_MESSAGES)):
                 return message
             event = self._absorb(message)
             if event is not None:
@@ -517,10 +524,22 @@ class LinkMachine:
     def committed(self, records: Sequence[CommittedEvent]) -> bool:
         """Events were committed here (appended, or from another peer: that is how a line relays):
         owe the peer those it lacks and does not hear first-hand. Returns whether it is owed any."""
-        if not self.serving.lacks_any(records):
+        if self.lazy or not self.serving.lacks_any(records):
             return False
         self.serving.owe_committed(records)
         return True
+
+    def send_control(self, message: OverlayMessage | BroadcastMessage) -> None:
+        """A message of the partial views or the broadcast tree for the peer (sent with the small
+        messages, in order; the oldest are dropped past ``CONTROL_QUEUE_MAX`` unsent)."""
+        self.outbox.control(message)
+
+    def serve_from(self, origin: str, seq: int) -> bool:
+        """The peer grafted ``(origin, seq)`` (it misses that event): serve the origin to it from
+        there, unless it confirmed holding that far. Returns whether anything is owed."""
+        if self.serving.peer_has.get(origin, 0) >= seq:
+            return False
+        return self.serving.on_want(origin, seq - 1)
 
     def tell_seen(self, host: str) -> None:
         """The peer dialled us from ``host``: it is told once (``Seen``), so it may offer that host."""

@@ -2,7 +2,8 @@
 
 Owns: ``LinkOutbox``, the state the link machine (``link.py``) drains for the link's sender —
 receipts (``Have``), pulls (``Want``), artifact requests (``ArtifactWant``), the sender's
-``Neighbours``, where the peer's connection came from (``Seen``) and whether a ``Vector`` is due. Pure: no IO, no clock.
+``Neighbours``, where the peer's connection came from (``Seen``), the partial views' and the
+broadcast tree's messages (bounded, in order) and whether a ``Vector`` is due. Pure: no IO, no clock.
 
 Why it exists (proto/PROTOCOL.md §5.4, "reading never waits on writing"): a link that answered
 what it read *while reading* — a receipt after each batch, a want after each vector — stops
@@ -19,14 +20,21 @@ what the peer sends.
 
 from __future__ import annotations
 
+import collections
 from typing import Final
 
+from .broadcast import BroadcastMessage
+from .overlay import OverlayMessage
 from .peer import MAX_VECTOR_ENTRIES, ArtifactWant, Have, Neighbours, PeerMessage, Seen, Want
 
 __all__ = ["LinkOutbox"]
 
 #: receipts travel in messages of at most this many entries (the codec's bound on a ``have``)
 HAVE_ENTRIES_PER_MESSAGE: Final = MAX_VECTOR_ENTRIES
+# Why 256: the partial views' and the broadcast tree's messages waiting for one link's sender. The
+# tree coalesces its announcements (256 keys a message) and the views send a handful per change, so
+# a link that falls this far behind is stuck; the oldest go (the vectors repair what they carried).
+CONTROL_QUEUE_MAX: Final = 256
 
 
 class LinkOutbox:
@@ -45,6 +53,7 @@ class LinkOutbox:
         self._artifact_wants: dict[str, int] = {}
         self._neighbours: tuple[str, ...] | None = None
         self._seen: str | None = None
+        self._control: collections.deque[OverlayMessage | BroadcastMessage] = collections.deque(maxlen=CONTROL_QUEUE_MAX)
 
     def __repr__(self) -> str:
         return (f"<LinkOutbox vector={self._vector_due} haves={len(self._haves)} wants={len(self._wants)} "
@@ -52,7 +61,7 @@ class LinkOutbox:
 
     def __bool__(self) -> bool:
         return bool(self._vector_due or self._haves or self._wants or self._artifact_wants
-                    or self._neighbours is not None or self._seen is not None)
+                    or self._neighbours is not None or self._seen is not None or self._control)
 
     @property
     def vector_due(self) -> bool:
@@ -88,13 +97,20 @@ class LinkOutbox:
         """Where the peer's connection came from, to tell it once (``Seen``)."""
         self._seen = host
 
+    def control(self, message: OverlayMessage | BroadcastMessage) -> None:
+        """A partial-view or broadcast-tree message, kept in order (the oldest dropped past the bound)."""
+        self._control.append(message)
+
     def take(self) -> list[PeerMessage]:
-        """What may go at once, emptied: neighbours, pulls, artifact requests, in that order."""
+        """What may go at once, emptied: neighbours, the views' and the tree's messages, pulls,
+        artifact requests, in that order."""
         messages: list[PeerMessage] = []
         if self._seen is not None:
             messages.append(Seen(self._seen))
         if self._neighbours is not None:
             messages.append(Neighbours(self._neighbours))
+        messages.extend(self._control)
+        self._control.clear()
         messages.extend(Want(origin, after) for origin, after in sorted(self._wants.items()))
         messages.extend(ArtifactWant(artifact, offset) for artifact, offset in sorted(self._artifact_wants.items()))
         self._wants, self._artifact_wants, self._neighbours, self._seen = {}, {}, None, None

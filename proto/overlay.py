@@ -8,7 +8,8 @@ happened — the member set changed, a member was revoked, a link failed, a mess
 shuffle timer fired — and answers what to send and which links to open or close. Pure: no trio,
 no clock, no IO, no logging, no randomness of its own (the caller passes a ``random.Random``, so a
 seeded one replays a whole overlay; tests/proto/test_overlay.py simulates 200 daemons that way). It
-must not import ``palaced``; the wire codec of its messages comes with the wiring (issue 45 §2).
+must not import ``palaced``; the wire codec of its messages is ``peer.py``'s, the shell that runs it
+``palaced/peers/overlay.py``.
 
 Why partial views (issue 45 §2): in a full mesh every daemon holds N−1 links and sends its vector on
 each every 10 s, so idle traffic grows as N³ in total. HyParView (Leitão, Pereira, Rodrigues, DSN
@@ -68,7 +69,7 @@ real members of its choice (repair then asks some that are busy or down, and mov
 forward walks badly (its neighbours' walks, not others'); connectivity rests on the honest
 daemons' random choices, and the vectors repair whatever it withholds.
 
-The shell's side (the wiring, next): ``Open(peer)`` when a peer enters the active view (dial it
+The shell's side (palaced/peers/overlay.py): ``Open(peer)`` when a peer enters the active view (dial it
 unless a link is up: both sides may dial, the shell keeps one), ``Close(peer)`` when it leaves.
 ``Send(to, message)`` may name a peer we hold no link to (a ``Neighbor`` request to a passive
 peer, a ``ShuffleReply`` to the walk's origin, a ``Join`` to the contact): the shell delivers it on
@@ -84,7 +85,8 @@ from collections.abc import Iterable
 from typing import Final, final
 
 __all__ = [
-    "ACCEPT_LOW", "ACTIVE_MAX", "ACTIVE_TARGET", "ARWL", "FULL_MESH_MAX", "PASSIVE_MAX", "PRWL", "SHUFFLE_ACTIVE",
+    "ACCEPT_LOW", "ACTIVE_MAX", "ACTIVE_TARGET", "ARWL", "FULL_MESH_MAX", "MAX_SHUFFLE_PEERS", "PASSIVE_MAX", "PRWL",
+    "SHUFFLE_ACTIVE",
     "SHUFFLE_PASSIVE", "SHUFFLE_TTL", "Action", "Close", "Disconnect", "ForwardJoin", "Join", "Neighbor",
     "NeighborReply", "Open", "OverlayMessage", "OverlayStatistics", "PartialView", "Send", "Shuffle",
     "ShuffleReply",
@@ -124,7 +126,7 @@ MAX_SHUFFLE_PEERS: Final = 1 + SHUFFLE_ACTIVE + SHUFFLE_PASSIVE
 MAX_OPEN_SHUFFLES: Final = 4
 
 
-# -- the overlay's messages (wire nouns; their codec comes with the wiring) -------------------
+# -- the overlay's messages (wire nouns; their codec is peer.py's) -------------------------------
 
 
 @final

@@ -22,10 +22,22 @@ from typing import Any, Final, final
 import msgpack
 
 from .bindings import OriginBinding
+from .broadcast import IHAVE_MAX, BroadcastMessage, Graft, IHave, Prune
 from .envelope import SignedEvent
 from .errors import RemoteProtocolError, VersionMismatch
 from .event_fields import EVENT_FIELDS, EventField
 from .ids import ORIGIN_ID_RE
+from .overlay import (
+    MAX_SHUFFLE_PEERS,
+    Disconnect,
+    ForwardJoin,
+    Join,
+    Neighbor,
+    NeighborReply,
+    OverlayMessage,
+    Shuffle,
+    ShuffleReply,
+)
 from .paths import host_port
 from .reports import MAX_REPORT_BYTES
 from .workers import MAX_ACTIVITY_CHARS
@@ -37,6 +49,7 @@ __all__ = [
     "Addresses",
     "ArtifactChunk",
     "ArtifactWant",
+    "CONTROL_MESSAGES",
     "Enrol",
     "Enrolled",
     "Events",
@@ -319,7 +332,11 @@ class Enrolled:
 
 PeerMessage = (Hello | Members | Vector | Want | Events | Goodbye | Have | ArtifactWant | ArtifactChunk | Presence
                | Addresses | Seen
-               | Report | Neighbours)
+               | Report | Neighbours | OverlayMessage | BroadcastMessage)
+#: the messages of the partial views and the broadcast tree (overlay.py, broadcast.py): they
+#: travel on a link from its opening on, and what they name is checked by those modules
+CONTROL_MESSAGES: Final = (Join, ForwardJoin, Neighbor, NeighborReply, Disconnect, Shuffle, ShuffleReply, IHave,
+                           Graft, Prune)
 EnrolmentMessage = Enrol | Enrolled
 
 
@@ -443,6 +460,8 @@ def to_wire(message: PeerMessage | EnrolmentMessage) -> dict[str, Any]:
     if isinstance(message, Addresses):
         return {"t": "addresses", "peer_id": message.peer_id, "serial": message.serial,
                 "addresses": list(message.addresses), "signature": message.signature}
+    if isinstance(message, CONTROL_MESSAGES):
+        return _control_to_wire(message)
     if isinstance(message, Enrol):
         return {"t": "enrol", "invite_id": message.invite_id, "public_key": message.public_key,
                 "name": message.name, "proof": message.proof}
@@ -587,6 +606,8 @@ def from_wire(d: Any) -> PeerMessage | EnrolmentMessage | None:
                                       f"of at most {MAX_ADDRESS_CHARS} characters")
         return Addresses(peer_id=_str(d, "peer_id"), serial=_int(d, "serial"), addresses=tuple(raw),
                          signature=_bytes(d, "signature", 64))
+    if tag in _CONTROL_DECODERS:
+        return _CONTROL_DECODERS[tag](d)
     if tag == "enrol":
         return Enrol(invite_id=_str(d, "invite_id"), public_key=_bytes(d, "public_key", 32), name=_str(d, "name"),
                      proof=_bytes(d, "proof", 32))
@@ -597,6 +618,86 @@ def from_wire(d: Any) -> PeerMessage | EnrolmentMessage | None:
             raise RemoteProtocolError(f"enrolled certificates must be at most {MAX_CERTIFICATE_BYTES} bytes")
         return Enrolled(palace_name=_str(d, "palace_name"), ca_certificate=ca, certificate=cert)
     return None
+
+
+def _control_to_wire(message: OverlayMessage | BroadcastMessage) -> dict[str, Any]:
+    match message:
+        case Join():
+            return {"t": "join"}
+        case ForwardJoin(peer, ttl):
+            return {"t": "forward_join", "peer": peer, "ttl": ttl}
+        case Neighbor(high):
+            return {"t": "neighbor", "high": high}
+        case NeighborReply(accepted):
+            return {"t": "neighbor_reply", "accepted": accepted}
+        case Disconnect():
+            return {"t": "disconnect"}
+        case Shuffle(origin, ttl, peers):
+            return {"t": "shuffle", "origin": origin, "ttl": ttl, "peers": list(peers)}
+        case ShuffleReply(peers):
+            return {"t": "shuffle_reply", "peers": list(peers)}
+        case IHave(keys):
+            return {"t": "ihave", "keys": [[origin, seq] for origin, seq in keys]}
+        case Graft(origin, seq):
+            return {"t": "graft", "origin": origin, "seq": seq}
+        case Prune():
+            return {"t": "prune"}
+    raise TypeError(f"not a control message: {message!r}")  # pragma: no cover
+
+
+def _bool(d: Mapping[str, Any], key: str) -> bool:
+    value = d.get(key)
+    if type(value) is not bool:
+        raise RemoteProtocolError(f"{d['t']} {key!r} must be true or false")
+    return value
+
+
+def _small_int(d: Mapping[str, Any], key: str) -> int:
+    value = d.get(key)
+    if type(value) is not int or not 0 <= value <= 255:
+        raise RemoteProtocolError(f"{d['t']} {key!r} must be an integer from 0 to 255")
+    return value
+
+
+def _peer_ids(d: Mapping[str, Any], key: str, most: int) -> tuple[str, ...]:
+    raw = d.get(key)
+    if not isinstance(raw, list) or len(raw) > most or not all(isinstance(p, str) and 0 < len(p) <= 256 for p in raw):
+        raise RemoteProtocolError(f"{d['t']} {key!r} must be a list of at most {most} peer ids")
+    return tuple(raw)
+
+
+def _event_keys(d: Mapping[str, Any]) -> IHave:
+    raw = d.get("keys")
+    if not isinstance(raw, list) or len(raw) > IHAVE_MAX:
+        raise RemoteProtocolError(f"ihave 'keys' must be a list of at most {IHAVE_MAX} [origin, seq] pairs")
+    keys = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2):
+            raise RemoteProtocolError("an ihave key must be [origin, seq]")
+        pair = {"origin": item[0], "seq": item[1]}
+        keys.append((_origin(pair, "origin"), _positive(pair, "seq")))
+    return IHave(tuple(keys))
+
+
+def _positive(d: Mapping[str, Any], key: str) -> int:
+    value = _int(d, key)
+    if value < 1:
+        raise RemoteProtocolError(f"{key!r} must be at least 1")
+    return value
+
+
+_CONTROL_DECODERS: Final[dict[str, Any]] = {
+    "join": lambda d: Join(),
+    "forward_join": lambda d: ForwardJoin(_str(d, "peer"), _small_int(d, "ttl")),
+    "neighbor": lambda d: Neighbor(_bool(d, "high")),
+    "neighbor_reply": lambda d: NeighborReply(_bool(d, "accepted")),
+    "disconnect": lambda d: Disconnect(),
+    "shuffle": lambda d: Shuffle(_str(d, "origin"), _small_int(d, "ttl"), _peer_ids(d, "peers", MAX_SHUFFLE_PEERS)),
+    "shuffle_reply": lambda d: ShuffleReply(_peer_ids(d, "peers", MAX_SHUFFLE_PEERS)),
+    "ihave": _event_keys,
+    "graft": lambda d: Graft(_origin(d, "origin"), _positive(d, "seq")),
+    "prune": lambda d: Prune(),
+}
 
 
 def presence_signing_bytes(peer_id: str, name: str, serial: int, watchers: tuple[tuple[str, ...], ...]) -> bytes:

@@ -36,6 +36,7 @@ from typing import Any, Final, final
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import NEED_DATA, FrameBuffer, encode_frame
 from .peer import (
+    CONTROL_MESSAGES,
     MAX_VECTOR_ENTRIES,
     Addresses,
     ArtifactChunk,
@@ -124,7 +125,7 @@ class PeerSession:
                 raise LocalProtocolError("hello already sent")
         elif not self._sent_hello:
             raise LocalProtocolError("the first message must be our hello")
-        elif isinstance(message, (Vector, Members, Presence, Report, Addresses, Seen, Neighbours)):
+        elif isinstance(message, (Vector, Members, Presence, Report, Addresses, Seen, Neighbours, *CONTROL_MESSAGES)):
             pass
         elif isinstance(message, _AFTER_VECTORS):
             if self._their_vector is None or not self._sent_vector:

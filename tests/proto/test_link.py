@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from palace_proto.bindings import OriginBinding
+from palace_proto.broadcast import Graft, IHave, Prune
 from palace_proto.envelope import GENESIS_HASH, CommittedEvent, seal_event
 from palace_proto.errors import RemoteProtocolError
 from palace_proto.framing import NEED_DATA, FrameBuffer
@@ -32,6 +33,8 @@ from palace_proto.link import (
     LinkStatistics,
     PeerConfirmed,
 )
+from palace_proto.outbox import CONTROL_QUEUE_MAX
+from palace_proto.overlay import Neighbor, ShuffleReply
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES,
     MAX_BINDINGS_PER_MESSAGE,
@@ -805,3 +808,42 @@ def test_a_delta_before_any_whole_vector_or_past_the_bound_is_refused():
     big.tell(big.peer.our_hello, Vector(tuple(VectorEntry(o, 1, HASH) for o in origins)))
     with pytest.raises(RemoteProtocolError, match="more than"):
         big.tell(Vector((VectorEntry(OC, 1, HASH),), delta=True))
+
+
+# -- the partial views' and the broadcast tree's messages (issue 45 §2) ------------------------
+
+
+def test_view_and_tree_messages_go_to_the_shell_and_ours_go_after_the_opening_in_order():
+    rig = Rig()
+    rig.step()  # our hello
+    rig.m.send_control(Neighbor(high=True))
+    rig.m.send_control(IHave(((OA, 1),)))
+    assert rig.m.next_send(T0) is SYNC_WAL  # they wait for our opening vector, like every small message
+    rig.m.synced({})
+    rig.tell(rig.peer.our_hello, Vector(()))
+    assert kinds(rig.drain()) == ["Hello", "Vector", "Neighbor", "IHave"]
+    assert rig.tell(Graft(OA, 1), Prune(), ShuffleReply(("c",))) == [Graft(OA, 1), Prune(), ShuffleReply(("c",))]
+
+
+def test_the_oldest_control_messages_are_dropped_past_the_bound():
+    rig = Rig()
+    rig.open()
+    for seq in range(1, CONTROL_QUEUE_MAX + 11):
+        rig.m.send_control(Graft(OA, seq))
+    sent = rig.drain()
+    assert len(sent) == CONTROL_QUEUE_MAX and sent[0] == Graft(OA, 11)
+
+
+def test_a_lazy_link_pushes_nothing_but_still_serves_pulls_and_grafts():
+    rig = Rig()
+    rig.open(their_vector=vector())
+    rig.hold(OA, 3)
+    rig.m.lazy = True
+    assert not rig.m.committed([CommittedEvent(s, rig.store[OA][s - 1]) for s in (1, 2, 3)])
+    assert rig.drain() == []
+    assert rig.m.serve_from(OA, 2)  # it grafted OA#2: served from there (what it holds is its own business)
+    (events,) = rig.drain()
+    assert [e.origin_seq for e in events.events] == [2, 3]
+    assert not rig.m.serve_from(OA, 3)  # it holds that far now: a graft for it costs nothing
+    rig.tell(Want(OA, 0))
+    assert [e.origin_seq for e in rig.drain()[0].events] == [1, 2, 3]

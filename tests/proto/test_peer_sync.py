@@ -10,9 +10,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from palace_proto.bindings import OriginBinding
+from palace_proto.broadcast import Graft, IHave, Prune
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
 from palace_proto.framing import NEED_DATA, encode_frame
+from palace_proto.overlay import Disconnect, ForwardJoin, Join, Neighbor, NeighborReply, Shuffle, ShuffleReply
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES,
     MAX_BINDINGS_PER_MESSAGE,
@@ -543,3 +545,30 @@ def test_a_delta_vector_says_so_on_the_wire_and_a_whole_one_is_unchanged():
     assert from_wire(to_wire(Vector((entry,), delta=True))) == Vector((entry,), delta=True)
     with pytest.raises(RemoteProtocolError, match="'delta' must be true or false"):
         from_wire({"t": "vector", "entries": [], "delta": 1})
+
+
+CONTROL = [Join(), ForwardJoin("peer-a", 6), Neighbor(True), NeighborReply(False), Disconnect(),
+           Shuffle("peer-b", 5, ("peer-b", "peer-c")), ShuffleReply(("peer-d",)), IHave((("ori_" + "a" * 26, 3),)),
+           Graft("ori_" + "b" * 26, 1), Prune()]
+
+
+@pytest.mark.parametrize("message", CONTROL, ids=lambda m: type(m).__name__)
+def test_the_views_and_the_trees_messages_round_trip(message):
+    assert from_wire(to_wire(message)) == message
+
+
+@pytest.mark.parametrize(("wire", "error"), [
+    ({"t": "forward_join", "peer": "p", "ttl": 1 << 40}, "'ttl' must be an integer from 0 to 255"),
+    ({"t": "forward_join", "peer": 7, "ttl": 1}, "peer"),
+    ({"t": "neighbor", "high": 1}, "'high' must be true or false"),
+    ({"t": "neighbor_reply"}, "'accepted' must be true or false"),
+    ({"t": "shuffle", "origin": "o", "ttl": 2, "peers": ["p"] * 9}, "at most 8 peer ids"),
+    ({"t": "shuffle_reply", "peers": [""]}, "at most 8 peer ids"),
+    ({"t": "ihave", "keys": [["ori_" + "a" * 26, 1]] * 257}, "at most 256"),
+    ({"t": "ihave", "keys": [["not an origin", 1]]}, "origin"),
+    ({"t": "ihave", "keys": [["ori_" + "a" * 26, 0]]}, "at least 1"),
+    ({"t": "graft", "origin": "ori_" + "a" * 26, "seq": -1}, "seq"),
+])
+def test_malformed_view_and_tree_messages_are_protocol_errors(wire, error):
+    with pytest.raises(RemoteProtocolError, match=error):
+        from_wire(wire)
