@@ -212,14 +212,18 @@ class Broadcast:
 
     Args:
         me: our peer id.
+        lazy_delay: how long announcements are gathered (``LAZY_DELAY``; longer batches more keys
+            per message, and delays repair as much).
 
     Every method answers the actions to take now, in order. Error handling: nothing a peer sends
     raises; messages from peers that are no neighbours, malformed keys and announcements past a
     bound are ignored and counted (``statistics().ignored``).
     """
 
-    def __init__(self, me: str) -> None:
+    def __init__(self, me: str, *, lazy_delay: float = LAZY_DELAY) -> None:
         self.me = me
+        #: how long announcements are gathered before they go (``LAZY_DELAY`` unless told)
+        self.lazy_delay = lazy_delay
         # insertion-ordered sets, so the actions' order is reproducible
         self._eager: dict[str, None] = {}
         self._lazy: dict[str, None] = {}
@@ -437,7 +441,7 @@ class Broadcast:
         if len(queued) > IHAVE_QUEUE_MAX:
             del queued[next(iter(queued))]
         if self._flush_at is None:
-            self._flush_at = now + LAZY_DELAY
+            self._flush_at = now + self.lazy_delay
 
     def _forget_missing(self, key: EventKey) -> _Missing | None:
         entry = self._missing.pop(key, None)

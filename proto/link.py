@@ -94,6 +94,7 @@ from .peer import (
     Vector,
     VectorEntry,
     Want,
+    bindings_digest,
 )
 from .session import ANTI_ENTROPY_S, ConnectionClosed, PeerSession, SessionState
 from .sync import OriginHead, batch_events
@@ -303,10 +304,14 @@ class LinkMachine:
         #: the daemons the peer hears first-hand (its Neighbours): their events are not relayed to it
         self.peer_neighbours: frozenset[str] = frozenset()
         #: the broadcast tree made the peer lazy (``palace_proto.broadcast``): what is committed
-        #: here is announced to it (``IHave``, by the shell), not pushed; its pulls and grafts are
+        #: here is announced to it (``IHave``, by the shell), not pushed — but our own events, which
+        #: no other daemon relays to a peer that hears us first-hand; its pulls and grafts are
         #: still served
         self.lazy = False
+        self._neighbours_told: tuple[str, ...] | None = None
         self._bindings_sent: set[str] = set()
+        #: our bindings as of our hello, until the peer's hello says whether it needs them
+        self._opening_entries: tuple[OriginBinding, ...] | None = None
         #: what our vectors on this link said so far, per origin (the next one says what changed)
         self._vector_sent: dict[str, tuple[int, bytes]] | None = None
         self._events: collections.deque[LinkEvent] = collections.deque()
@@ -523,8 +528,12 @@ class LinkMachine:
 
     def committed(self, records: Sequence[CommittedEvent]) -> bool:
         """Events were committed here (appended, or from another peer: that is how a line relays):
-        owe the peer those it lacks and does not hear first-hand. Returns whether it is owed any."""
-        if self.lazy or not self.serving.lacks_any(records):
+        owe the peer those it lacks and does not hear first-hand (a lazy peer: only our own, which
+        nobody else relays to a peer that hears us first-hand). Returns whether it is owed any."""
+        if self.lazy:
+            ours = self.session.our_hello.origin
+            records = [r for r in records if r.signed.origin == ours]
+        if not records or not self.serving.lacks_any(records):
             return False
         self.serving.owe_committed(records)
         return True
@@ -545,9 +554,15 @@ class LinkMachine:
         """The peer dialled us from ``host``: it is told once (``Seen``), so it may offer that host."""
         self.outbox.seen(host)
 
-    def tell_neighbours(self, peer_ids: Iterable[str]) -> None:
-        """Our neighbour set changed: the peer is told (replacing a set not sent yet)."""
-        self.outbox.neighbours(tuple(p for p in peer_ids if p != self.peer_id))
+    def tell_neighbours(self, peer_ids: Iterable[str]) -> bool:
+        """Our neighbour set: the peer is told if it changed (replacing a set not sent yet).
+        Returns whether it changed."""
+        told = tuple(p for p in peer_ids if p != self.peer_id)
+        if told == self._neighbours_told:
+            return False
+        self._neighbours_told = told
+        self.outbox.neighbours(told)
+        return True
 
     def gossip(self, record: GossipRecord) -> None:
         """Gossip for the peer: kept until sent, the newest per daemon and kind only."""
@@ -569,6 +584,12 @@ class LinkMachine:
             return None
         if not self._hello_sent:
             return self._opening(now)
+        if self._opening_entries is not None:
+            opening = self._opening_bindings(now)
+            if opening is None:
+                return None  # the peer's hello first: it says whether it lacks any of our bindings
+            if opening:
+                return opening
         sync = self._sync
         if sync is not None and sync.heads is not None:
             self._sync = None
@@ -593,18 +614,33 @@ class LinkMachine:
         return step if step is not None else second(now)
 
     def _opening(self, now: float) -> bytes:
-        """Our hello and every binding we can prove (in chunks: however many origins a palace has
-        seen, no message outgrows a frame); our vector follows once synced."""
+        """Our hello, saying which bindings we hold (``bindings_digest``); our bindings follow once
+        the peer's hello says it lacks some (``_opening_bindings``), then our vector once synced."""
         session = self.session
-        frames = [session.send(session.our_hello, now=now)]
-        self._hello_sent = True
         if self.directory is not None:
-            entries = self.directory.entries()
-            for start in range(0, max(len(entries), 1), MAX_BINDINGS_PER_MESSAGE):
-                frames.append(session.send(Members(entries[start:start + MAX_BINDINGS_PER_MESSAGE]), now=now))
-            self._bindings_sent.update(b.origin for b in entries)
+            self._opening_entries = self.directory.entries()
+            session.our_hello = dataclasses.replace(
+                session.our_hello, bindings=bindings_digest(b.origin for b in self._opening_entries))
+        frame = session.send(session.our_hello, now=now)
+        self._hello_sent = True
         self.outbox.vector()
-        return b"".join(frames)
+        return frame
+
+    def _opening_bindings(self, now: float) -> bytes | None:
+        """Every binding we held at our hello, in chunks (however many origins a palace has seen, no
+        message outgrows a frame) — none when the peer's hello says it holds the same set: in a
+        settled palace every daemon does, and a link then opens without a member's worth of
+        certificates each way. None until the peer's hello came."""
+        their_hello = self.session.their_hello
+        if their_hello is None:
+            return None
+        entries, self._opening_entries = self._opening_entries, None
+        assert entries is not None
+        self._bindings_sent.update(b.origin for b in entries)
+        if their_hello.bindings and their_hello.bindings == self.session.our_hello.bindings:
+            return b""
+        return b"".join(self.session.send(Members(entries[start:start + MAX_BINDINGS_PER_MESSAGE]), now=now)
+                        for start in range(0, max(len(entries), 1), MAX_BINDINGS_PER_MESSAGE))
 
     def _start_sync(self) -> SyncWal:
         vector, haves = self.outbox.take_after_sync()

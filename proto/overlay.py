@@ -85,11 +85,11 @@ from collections.abc import Iterable
 from typing import Final, final
 
 __all__ = [
-    "ACCEPT_LOW", "ACTIVE_MAX", "ACTIVE_TARGET", "ARWL", "FULL_MESH_MAX", "MAX_SHUFFLE_PEERS", "PASSIVE_MAX", "PRWL",
-    "SHUFFLE_ACTIVE",
+    "ACCEPT_LOW", "ACTIVE_MAX", "ACTIVE_TARGET", "ARWL", "FULL_MESH_MAX", "GOSSIP_SCALE_MEMBERS",
+    "MAX_SHUFFLE_PEERS", "PASSIVE_MAX", "PRWL", "SHUFFLE_ACTIVE",
     "SHUFFLE_PASSIVE", "SHUFFLE_TTL", "Action", "Close", "Disconnect", "ForwardJoin", "Join", "Neighbor",
     "NeighborReply", "Open", "OverlayMessage", "OverlayStatistics", "PartialView", "Send", "Shuffle",
-    "ShuffleReply",
+    "ShuffleReply", "gossip_period",
 ]
 
 # Why 5: the active view the paper sizes as log10(N) + 1 and its implementations run at 10,000
@@ -121,9 +121,20 @@ SHUFFLE_PASSIVE: Final = 4
 SHUFFLE_TTL: Final = ARWL
 #: the most peers a shuffle or its reply names (ourselves plus the samples); more are not read
 MAX_SHUFFLE_PEERS: Final = 1 + SHUFFLE_ACTIVE + SHUFFLE_PASSIVE
+# Why 10: the palace size the gossip heartbeats (presence 10 s, reports 30 s) were sized for — a
+# full mesh of ten. Every daemon's records reach every daemon, so what one daemon receives grows
+# with the members; past ten, ``gossip_period`` stretches the heartbeats as much, and per daemon
+# the gossip costs what it cost at ten. Changes still go at once; only the beats slow down.
+GOSSIP_SCALE_MEMBERS: Final = 10
 # Why 4: replies to our shuffles accepted at once; a reply is taken only while a shuffle of ours
 # is unanswered, so nobody can feed our passive view unasked faster than our own timer.
 MAX_OPEN_SHUFFLES: Final = 4
+
+
+def gossip_period(base_s: float, members: int) -> float:
+    """A gossip heartbeat of ``base_s`` in a palace of ``members`` daemons (see ``GOSSIP_SCALE_MEMBERS``);
+    a daemon's records are judged silent after the same multiple of it by every daemon alike."""
+    return base_s * max(1.0, members / GOSSIP_SCALE_MEMBERS)
 
 
 # -- the overlay's messages (wire nouns; their codec is peer.py's) -------------------------------
@@ -272,6 +283,11 @@ class PartialView:
         return frozenset(self._passive)
 
     @property
+    def pending(self) -> frozenset[str]:
+        """The peers we asked for a link (``Neighbor`` or ``Join``) that have not answered."""
+        return frozenset(self._pending)
+
+    @property
     def full_mesh(self) -> bool:
         return self._full_mesh
 
@@ -370,6 +386,18 @@ class PartialView:
             self._pending[peer] = None
             actions.append(Send(peer, Neighbor(high=not self._active)))
         return actions
+
+    def probe(self, peer: str) -> list[Action]:
+        """Ask ``peer`` for a link again (low priority): a member we lost to a failure, which may
+        be on the far side of a partition that has healed since. Nothing while the asked and the
+        linked fill the view, or for a peer linked or asked already. A partition leaves each side a
+        connected view of its own; without this, nothing would link the sides again once it heals."""
+        if (self._full_mesh or not self._admissible(peer) or peer in self._active or peer in self._pending
+                or len(self._active) + len(self._pending) >= ACTIVE_MAX):
+            return []
+        self._passive.pop(peer, None)
+        self._pending[peer] = None
+        return [Send(peer, Neighbor(high=False))]
 
     def shuffle_due(self) -> list[Action]:
         """The shuffle timer fired: send a sample of our views on a random walk."""

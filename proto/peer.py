@@ -16,7 +16,9 @@ lives in ``session.py`` and the planning/verification rules in ``sync.py``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, final
 
 import msgpack
@@ -66,10 +68,13 @@ __all__ = [
     "VectorEntry",
     "Want",
     "addresses_signing_bytes",
+    "bindings_digest",
     "event_from_wire",
     "event_to_wire",
     "format_peer_address",
     "from_wire",
+    "gossip_name",
+    "is_gossip_name",
     "parse_peer_address",
     "presence_signing_bytes",
     "report_signing_bytes",
@@ -135,6 +140,14 @@ class Hello:
     origin: str = ""
     certificate: bytes = b""
     origin_proof: bytes = b""
+    #: a digest of the origins whose bindings the sender holds (``bindings_digest``): a peer
+    #: holding the same set sends none at the opening (empty: send them all, as before)
+    bindings: bytes = b""
+
+
+def bindings_digest(origins: Iterable[str]) -> bytes:
+    """What a hello says of the bindings its sender holds: 16 bytes of sha256 over the sorted origin ids."""
+    return hashlib.sha256("\n".join(sorted(origins)).encode()).digest()[:16]
 
 
 @final
@@ -427,14 +440,13 @@ def to_wire(message: PeerMessage | EnrolmentMessage) -> dict[str, Any]:
     if isinstance(message, Hello):
         return {"t": "hello", "version": message.version, "palace_id": message.palace_id,
                 "peer_id": message.peer_id, "name": message.name, "role": message.role,
-                "origin": message.origin, "certificate": message.certificate, "origin_proof": message.origin_proof}
+                "origin": message.origin, "certificate": message.certificate, "origin_proof": message.origin_proof,
+                **({"bindings": message.bindings} if message.bindings else {})}
     if isinstance(message, Members):
         return {"t": "members", "entries": [[b.origin, b.certificate, b.proof] for b in message.entries]}
     if isinstance(message, Vector):
-        vector = {"t": "vector", "entries": [[e.origin, e.max_seq, e.head_hash] for e in message.entries]}
-        if message.delta:
-            vector["delta"] = True
-        return vector
+        return {"t": "vector", "entries": [[e.origin, e.max_seq, e.head_hash] for e in message.entries],
+                **({"delta": True} if message.delta else {})}
     if isinstance(message, Want):
         return {"t": "want", "origin": message.origin, "after_seq": message.after_seq}
     if isinstance(message, Events):
@@ -499,9 +511,12 @@ def from_wire(d: Any) -> PeerMessage | EnrolmentMessage | None:
         proof = d.get("origin_proof")
         if not isinstance(proof, bytes) or len(proof) > 64:
             raise RemoteProtocolError("hello 'origin_proof' must be at most 64 bytes")
+        bindings = d.get("bindings", b"")
+        if not isinstance(bindings, bytes) or len(bindings) > 32:
+            raise RemoteProtocolError("hello 'bindings' must be at most 32 bytes")
         return Hello(version=version, palace_id=_str(d, "palace_id"), peer_id=_str(d, "peer_id"),
                      name=_str(d, "name"), role=role, origin=_origin(d, "origin"), certificate=certificate,
-                     origin_proof=proof)
+                     origin_proof=proof, bindings=bindings)
     if tag == "members":
         raw = d.get("entries")
         if not isinstance(raw, list) or len(raw) > MAX_BINDINGS_PER_MESSAGE:
@@ -669,14 +684,36 @@ def _peer_ids(d: Mapping[str, Any], key: str, most: int) -> tuple[str, ...]:
 def _event_keys(d: Mapping[str, Any]) -> IHave:
     raw = d.get("keys")
     if not isinstance(raw, list) or len(raw) > IHAVE_MAX:
-        raise RemoteProtocolError(f"ihave 'keys' must be a list of at most {IHAVE_MAX} [origin, seq] pairs")
+        raise RemoteProtocolError(f"ihave 'keys' must be a list of at most {IHAVE_MAX} [name, seq] pairs")
     keys = []
     for item in raw:
         if not (isinstance(item, list) and len(item) == 2):
             raise RemoteProtocolError("an ihave key must be [origin, seq]")
-        pair = {"origin": item[0], "seq": item[1]}
-        keys.append((_origin(pair, "origin"), _positive(pair, "seq")))
+        keys.append((_tree_name(item[0], "ihave"), _positive({"seq": item[1]}, "seq")))
     return IHave(tuple(keys))
+
+
+#: a gossip record's name in the broadcast tree: its kind and the first 16 characters of its
+#: daemon's fingerprint (80 bits: no member can make a key whose fingerprint starts like another's)
+GOSSIP_NAME_RE: Final = re.compile(r"\A[pra]:[A-Z2-7]{16}\Z")
+
+
+def gossip_name(kind: str, peer_id: str) -> str:
+    """The broadcast tree's name for daemon ``peer_id``'s gossip of ``kind`` (``p``, ``r``, ``a``)."""
+    return f"{kind}:{peer_id.replace('-', '')[:16]}"
+
+
+def is_gossip_name(name: str) -> bool:
+    """Does a broadcast tree key name a gossip record (``gossip_name``) rather than an origin?"""
+    return name[:2] in ("p:", "r:", "a:")
+
+
+def _tree_name(name: object, tag: str) -> str:
+    """What a broadcast tree key names: an origin id, or a gossip record (``gossip_name``)."""
+    if not (isinstance(name, str) and (ORIGIN_ID_RE.match(name) or GOSSIP_NAME_RE.match(name))):
+        raise RemoteProtocolError(f"a {tag} key must name an origin id, or a gossip record as p:, r: or a: and "
+                                  "16 characters of a peer id")
+    return name
 
 
 def _positive(d: Mapping[str, Any], key: str) -> int:
@@ -695,7 +732,7 @@ _CONTROL_DECODERS: Final[dict[str, Any]] = {
     "shuffle": lambda d: Shuffle(_str(d, "origin"), _small_int(d, "ttl"), _peer_ids(d, "peers", MAX_SHUFFLE_PEERS)),
     "shuffle_reply": lambda d: ShuffleReply(_peer_ids(d, "peers", MAX_SHUFFLE_PEERS)),
     "ihave": _event_keys,
-    "graft": lambda d: Graft(_origin(d, "origin"), _positive(d, "seq")),
+    "graft": lambda d: Graft(_tree_name(d.get("origin"), "graft"), _positive(d, "seq")),
     "prune": lambda d: Prune(),
 }
 

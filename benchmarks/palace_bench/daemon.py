@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,10 +48,12 @@ def log_tail(path: Path, lines: int = 40) -> str:
 class BenchDaemon:
     """One ``palaced`` subprocess on its own home inside the benchmark's directory."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, *, prefix: Sequence[str] = ()) -> None:
         self.name = name
         self.home = root / name
         self.log_path = root / f"{name}.log"
+        #: what the daemon runs under (``ip netns exec NS``: a machine of a benchmark's own network)
+        self.prefix = tuple(prefix)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
 
@@ -70,7 +73,7 @@ class BenchDaemon:
             # A session of its own: Ctrl-C reaches only us, and we stop the daemon (SIGTERM) in order,
             # instead of it dying under clients that would then report it unreachable.
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "palaced", "--home", str(self.home), "--log-level", "warning",
+                [*self.prefix, sys.executable, "-m", "palaced", "--home", str(self.home), "--log-level", "warning",
                  *NETWORK_ARGS, "--listen", listen],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         return t0

@@ -1,7 +1,8 @@
 """palacectl's ``bench`` group: measure palace on this machine with temporary daemons.
 
 Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
-``replication``, ``mesh`` (a fleet in a full mesh), ``leases`` (lease costs, honest and hostile),
+``replication``, ``mesh`` (a fleet in a full mesh, or a palace of N daemons in namespaces),
+``leases`` (lease costs, honest and hostile),
 ``usage`` (what a ``usage`` call costs with many reports), ``mcp`` (how soon the MCP server answers)
 and ``ui`` (the dashboard on a big palace) sub-commands, each a front for a module of ``palace_bench``
 (benchmarks/palace_bench: a package of its own, imported only when the command runs, so no other command pays for
@@ -72,12 +73,33 @@ def bench_replication(
 @bench_app.command("mesh")
 def bench_mesh(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    daemons: Annotated[Optional[int], typer.Option(
+        "--daemons", min=3, max=200,
+        help="Measure one palace of this many daemons (links, spread, idle traffic, partition, leave and "
+             "rejoin) instead of the standard runs.")] = None,
+    topology: Annotated[str, typer.Option(
+        "--topology", help="With --daemons: 'invite' (joined through one invite; the partial views choose the "
+                           "links) or 'pairwise' (every pair linked with peers add: a full mesh).")] = "invite",
+    namespaces: Annotated[bool, typer.Option(
+        "--namespaces/--no-namespaces",
+        help="With --daemons: each daemon in a network namespace of its own, on its own subnet (needs root; "
+             "without it, loopback).")] = True,
     json_: JsonOpt = False,
 ) -> None:
-    """Measure a fleet in a full mesh: healing from 10,000 events behind each way, and what links carry."""
-    from palace_bench.mesh import run_mesh_bench
+    """Measure a fleet: healing from 10,000 events behind each way and what links carry; or, with
+    --daemons N, a palace of N daemons, each a machine of its own."""
+    if daemons is None:
+        from palace_bench.mesh import run_mesh_bench
 
-    result = run_mesh_bench(quick=quick, progress=not json_)
+        emit(run_mesh_bench(quick=quick, progress=not json_), json_)
+        return
+    if topology not in ("invite", "pairwise"):
+        raise UsageProblem(f"--topology must be 'invite' or 'pairwise', not {topology!r}")
+    from palace_bench.mesh_scale import run_scale_bench
+
+    result = run_scale_bench(daemons=daemons, topology=topology, namespaces=namespaces, progress=not json_,
+                             events=10 if quick else 100, idle_s=5.0 if quick else 60.0,
+                             partition_s=10.0 if quick else 60.0, leave=2 if quick else 10)
     emit(result, json_)
 
 

@@ -45,6 +45,8 @@ async def network_status(ctx: Context) -> dict[str, Any] | None:
     return {"listen": network.listen_addresses, "mdns": network.dialer.mdns_state,
             # what this daemon gossips as its addresses, and how many daemons' records it holds
             "addresses": network.addresses.view(),
+            # the partial views and the broadcast tree: which peers this daemon links to, and pushes to
+            "overlay": network.overlay.status(),
             "connected": network.views.connected_peers(), "forks": len(forks),
             "limits": network.limits.statistics(), "link_failures": network.links.failures,
             "stalled_links": network.views.stalled_links(), "sent": network.views.link_totals(),

@@ -75,7 +75,7 @@ class AddressBook:
         #: where each peer that we dialled saw us come from (its newest ``Seen``): one per member daemon
         self.seen_by: dict[str, str] = {}
         self._due = trio.Event()
-        gossip.add_source(self._for_new_link)
+        gossip.add_source(self._for_new_link, every_link=True)
 
     def __repr__(self) -> str:
         return f"<AddressBook {self.peer_id[:7]} heard={len(self.heard)} serial={self._serial}>"
@@ -133,6 +133,8 @@ class AddressBook:
             return  # our own, back through a relay: ours is newer
         known = self.heard.get(record.peer_id)
         if known is not None and known.serial >= record.serial:
+            if known.serial == record.serial:  # the same record again: the tree prunes its sender
+                self.gossip.duplicate(record, link)
             return
         about, relay = printable(record.peer_id, 80), printable(link.peer_id, 80)
         cert = self.directory.certificate_of_peer(record.peer_id)

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import random
 import ssl
+from collections.abc import Callable
 from functools import partial
 from typing import Final
 
@@ -93,6 +94,10 @@ class Dialer:
         self.targets: dict[str, Target] = {}
         #: where dial loops run, set by the network as it starts (a target added before is kept, not dialled)
         self.nursery: trio.Nursery | None = None
+        #: may a known peer be dialled now? (overlay.py: a peer of the active view, or one asked or
+        #: owed a message); every target of a peer it refuses waits for ``gate_changed``
+        self.gate: Callable[[str], bool] = lambda peer_id: True
+        self._gate_changed = trio.Event()
 
     def __repr__(self) -> str:
         return f"<Dialer {self.peer_id[:7]} targets={len(self.targets)} mdns={self.mdns_state}>"
@@ -226,6 +231,11 @@ class Dialer:
 
     # -- dialling ------------------------------------------------------------------------------
 
+    def gate_changed(self) -> None:
+        """Which peers ``gate`` admits may have changed: the targets waiting on it look again."""
+        self._gate_changed.set()
+        self._gate_changed = trio.Event()
+
     async def _dial_loop(self, target: Target) -> None:
         backoff = BACKOFF_FIRST_S
         with trio.CancelScope() as scope:
@@ -233,6 +243,11 @@ class Dialer:
             if target.defer_s:
                 await trio.sleep(target.defer_s)
             while True:
+                if target.peer_id and not self.gate(target.peer_id):
+                    target.state = "known (not in this daemon's active view)"
+                    backoff = BACKOFF_FIRST_S
+                    await self._gate_changed.wait()
+                    continue
                 record = self.registry.records.get(target.peer_id) if target.peer_id else None
                 if record is not None and record.link is not None:
                     target.state = "connected (other direction)" if record.direction == "in" else "connected"

@@ -35,24 +35,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 import trio
 
 from palace_proto.bindings import OriginBinding
+from palace_proto.broadcast import BroadcastMessage
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.errors import NotFound, ProtocolError, RemoteProtocolError
 from palace_proto.framing import NEED_DATA
 from palace_proto.link import (
     ArtifactAbsent,
     ArtifactArrived,
-    GossipRecord,
     LinkMachine,
     PeerConfirmed,
     SyncWal,
 )
+from palace_proto.overlay import OverlayMessage
 from palace_proto.peer import (
+    CONTROL_MESSAGES,
     Addresses,
     ArtifactWant,
     Events,
@@ -173,6 +175,12 @@ class LinkHooks(Protocol):
     def link_ready(self, link: PeerLink) -> None:
         """Hellos and bindings are in: the link may be sent presence records and reports."""
 
+    def link_control(self, link: PeerLink, message: OverlayMessage | BroadcastMessage) -> None:
+        """The peer sent a message of the partial views or the broadcast tree."""
+
+    def link_applied(self, link: PeerLink, applied: Sequence[SignedEvent], duplicates: Sequence[SignedEvent]) -> None:
+        """The peer's batch was stored: ``applied`` are new here, ``duplicates`` were held already."""
+
     def pull_elsewhere(self, link: PeerLink, origin: str, max_seq: int) -> bool:
         """Should ``origin`` up to ``max_seq`` be pulled on another link rather than this one (the
         link to the daemon that writes it, whose vector shows at least as much)?"""
@@ -235,19 +243,14 @@ class PeerLink:
         return self.machine.stall(trio.current_time() if now is None else now)
 
     def tell_neighbours(self, peer_ids: tuple[str, ...]) -> None:
-        """Our neighbour set changed: the peer is told (coalesced with anything still unsent)."""
-        self.machine.tell_neighbours(peer_ids)
-        self._wake.set()
+        """Our neighbour set: the peer is told if it changed (coalesced with anything still unsent)."""
+        if self.machine.tell_neighbours(peer_ids):
+            self._wake.set()
 
-    def gossip(self, record: GossipRecord) -> None:
-        """A presence record, report or address record for the peer (the newest per daemon goes; not about a daemon
-        the peer hears first-hand)."""
-        self.machine.gossip(record)
+    def wake(self) -> None:
+        """The machine was told something that may owe the peer (gossip, a view's or the tree's
+        message, a graft to serve: ``link.machine.gossip(...)`` then ``wake``): the sender looks."""
         self._wake.set()
-
-    def discard_gossip(self, peer_id: str) -> None:
-        """Forget whatever gossip about daemon ``peer_id`` waits (it was revoked)."""
-        self.machine.discard_gossip(peer_id)
 
     async def run(self) -> None:
         """Handshake, then replicate both ways until the peer closes the stream.
@@ -347,6 +350,8 @@ class PeerLink:
             hooks.link_report(self, event)
         elif hooks is not None and isinstance(event, (Addresses, Seen)):
             hooks.link_addresses(self, event)
+        elif hooks is not None and isinstance(event, CONTROL_MESSAGES):
+            hooks.link_control(self, event)
 
     async def _bind(self, message: Hello | Members) -> None:
         """Bind and save the origin bindings a hello or ``members`` carries (``_bind_announced``)."""
@@ -417,6 +422,8 @@ class PeerLink:
         missing = await store.absent_artifacts(report.missing_artifacts) if report.missing_artifacts else []
         self.machine.batch_applied(events, report, missing, heads=heads, committed=committed,
                                    refused_next=store.refusals.next)
+        if self.hooks is not None:
+            self.hooks.link_applied(self, [record.signed for record in report.applied], report.duplicates)
         self._applying = False  # (a failure ends the link: nothing to reset then)
         self._wake.set()
 

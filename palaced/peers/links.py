@@ -94,7 +94,7 @@ class LinkRunner:
         if dialer != self.peer_id:  # it dialled us: tell it where from (its address record may offer that host)
             with contextlib.suppress(ValueError):  # "?": the socket was gone already
                 link.machine.tell_seen(parse_peer_address(remote)[0])
-        outcome = "linked"
+        outcome, lost = "linked", False
         try:
             with self.registry.open_scope(link):
                 try:
@@ -107,6 +107,7 @@ class LinkRunner:
                     with trio.move_on_after(1):
                         await link.close("protocol_error", message[:200])
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    lost = True
                     record.last_error, record.last_error_at = f"connection lost: {exc}", utc_now_seconds()
                 except (StoreError, ApiError) as exc:
                     # This daemon cannot take what the peer sends now (a full disk, shutting down):
@@ -128,7 +129,7 @@ class LinkRunner:
                         await link.close("internal", "the other side failed; it will reconnect")
         finally:
             state = "revoked" if self.directory.is_revoked(peer_id) else "disconnected"
-            if self.registry.release(link, peer_id, state):
+            if self.registry.release(link, peer_id, state, failed=lost or outcome == "failed"):
                 LOGGER.info("disconnected from %s (%s)", peer_id, name)
             await trio.aclose_forcefully(stream)
         return outcome

@@ -2,9 +2,10 @@
 
 Owns: building the package's parts for one membership, with the TLS contexts and the hello this
 daemon presents; listening on the peer port (``ListenError`` when it cannot); running the
-listener, the dial loops, the gossip senders and the presence, report and address heartbeats in one
-nursery until cancelled, then saying goodbye on every link; and being the ``LinkHooks`` every
-``PeerLink`` calls, each hook handed to the part that owns it. Handlers reach the parts through it
+listener, the dial loops, the gossip senders, the presence, report and address heartbeats and the
+overlay (partial views, broadcast tree) in one nursery until cancelled, then saying goodbye on
+every link; and being the ``LinkHooks`` every ``PeerLink`` calls, each hook handed to the part
+that owns it. Handlers reach the parts through it
 (``network.dialer``, ``network.views``, ``network.receipts``...); the ``limits`` they all count
 refusals in are shown by ``status``.
 
@@ -15,14 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from palace_proto.broadcast import BroadcastMessage
+from palace_proto.envelope import SignedEvent
 from palace_proto.errors import ApiError
+from palace_proto.overlay import OverlayMessage
 from palace_proto.peer import (
     PEER_PROTOCOL_VERSION,
     Addresses,
@@ -47,6 +51,7 @@ from .dialing import Dialer
 from .gossip import Gossip
 from .link import PeerLink
 from .links import LinkRunner
+from .overlay import Overlay
 from .presence import Presences
 from .receipts import Receipts
 from .registry import LinkRegistry
@@ -127,6 +132,10 @@ class Network:
                                      dialer=self.dialer, listen=lambda: self.listen_addresses,
                                      interfaces=lambda: interface_ipv4_addresses(multicast=False), limits=self.limits,
                                      dial=settings.gossip_dial)
+        self.overlay = Overlay(peer_id=self.peer_id, own_origin=self.store.origin_id, directory=directory,
+                               registry=self.registry, dialer=self.dialer, gossip=self.gossip, store=store, bus=bus,
+                               limits=self.limits)
+        self.reports.keeps = self.overlay.keeps_link
         self.revocations = Revocations(directory=directory, registry=self.registry, gossip=self.gossip,
                                        presence=self.presence, reports=self.reports, addresses=self.addresses)
 
@@ -154,6 +163,7 @@ class Network:
             nursery.start_soon(self.presence.serve)
             nursery.start_soon(self.reports.serve)
             nursery.start_soon(self.addresses.serve)
+            nursery.start_soon(self.overlay.serve)
             if self.settings.mdns:
                 nursery.start_soon(self.dialer.serve_mdns, self.listen_port)
             task_status.started(self.listen_addresses)
@@ -183,6 +193,12 @@ class Network:
 
     def link_addresses(self, link: PeerLink, addresses: Addresses | Seen) -> None:
         self.addresses.receive(link, addresses)
+
+    def link_control(self, link: PeerLink, message: OverlayMessage | BroadcastMessage) -> None:
+        self.overlay.control(link, message)
+
+    def link_applied(self, link: PeerLink, applied: Sequence[SignedEvent], duplicates: Sequence[SignedEvent]) -> None:
+        self.overlay.applied(link, applied, duplicates)
 
     def pull_elsewhere(self, link: PeerLink, origin: str, max_seq: int) -> bool:
         owner = self.directory.peer_of_origin(origin)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from palace_proto.overlay import gossip_period
 from palace_proto.peer import (
     MAX_PRESENCE_FILTER_CHARS,
     MAX_WATCHERS_PER_PRESENCE,
@@ -57,6 +58,8 @@ class Presences:
         self.limits = limits
         self._watchers = watchers
         self._serial = 0
+        #: our newest record, as announced (what a new link is sent)
+        self._current: Presence | None = None
         #: peer id -> (its newest record, trio.current_time() when heard, the same as UTC)
         self._heard: dict[str, tuple[Presence, float, str]] = {}
         self._due = trio.Event()
@@ -84,8 +87,11 @@ class Presences:
         return Presence(self.peer_id, self.membership.name, self._serial, watchers, signature)
 
     def _for_new_link(self) -> list[GossipRecord]:
-        """A new link is sent our presence first, then every other daemon's we hold."""
-        return [self.own(), *(presence for presence, _, _ in self._heard.values())]
+        """A new link is sent our presence first (the one announced last: a new record per link
+        would go round the whole palace each time a link comes up), then every other daemon's we hold."""
+        if self._current is None:
+            self._current = self.own()
+        return [self._current, *(presence for presence, _, _ in self._heard.values())]
 
     def receive(self, link: PeerLink, presence: Presence) -> None:
         """``link`` brought ``presence`` (``LinkHooks.link_presence``): keep and relay it if it is
@@ -94,6 +100,8 @@ class Presences:
             return
         known = self._heard.get(presence.peer_id)
         if known is not None and known[0].serial >= presence.serial:
+            if known[0].serial == presence.serial:  # the same record again: the tree prunes its sender
+                self.gossip.duplicate(presence, link)
             return
         cert = self.directory.certificate_of_peer(presence.peer_id)
         if cert is None:
@@ -119,20 +127,25 @@ class Presences:
         """Drop what we heard from ``peer_id`` (it was revoked)."""
         self._heard.pop(peer_id, None)
 
+    def _members(self) -> int:
+        return len(self.directory.certificates())
+
     async def serve(self) -> None:
-        """Announce our presence every ``PRESENCE_HEARTBEAT_S`` and soon after watchers change."""
+        """Announce our presence every ``PRESENCE_HEARTBEAT_S`` (longer in a palace of more than
+        ten: ``gossip_period``) and soon after watchers change."""
         while True:
-            with trio.move_on_after(PRESENCE_HEARTBEAT_S):
+            with trio.move_on_after(gossip_period(PRESENCE_HEARTBEAT_S, self._members())):
                 await self._due.wait()
             self._due = trio.Event()
-            self.gossip.broadcast(self.own())
+            self._current = self.own()
+            self.gossip.broadcast(self._current)
             await trio.sleep(0.05)  # coalesce bursts of watcher changes
 
     def remote_watchers(self) -> list[dict[str, Any]]:
-        now = trio.current_time()
+        now, silent_after = trio.current_time(), gossip_period(PRESENCE_SILENT_S, self._members())
         out = []
         for presence, heard, heard_utc in self._heard.values():
-            silent = now - heard > PRESENCE_SILENT_S
+            silent = now - heard > silent_after
             for agent, filters, since, *rest in presence.watchers:
                 # Another daemon's words: shown as visible text only (no terminal escapes, no line
                 # breaks); a worker's activity only as far as it passes the same check as ours.

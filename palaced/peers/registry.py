@@ -69,6 +69,9 @@ class LinkChange:
     link: PeerLink | None = None
     #: for "removed": the link was still its peer's link (False: it had been replaced already)
     current: bool = False
+    #: for "removed": it ended on a failure (silence, a lost connection, an error), not closed by
+    #: either side on purpose
+    failed: bool = False
 
 
 class LinkRegistry:
@@ -82,6 +85,9 @@ class LinkRegistry:
         self._subscribers: list[Callable[[LinkChange], None]] = []
         #: what links that have ended sent (events, bytes); the views add the live ones
         self.ended_sent = (0, 0)
+        #: which linked daemons count as heard first-hand (the overlay's active view; a passing
+        #: link is none): set by overlay.py, every link counts until it is
+        self.first_hand: Callable[[str], bool] = lambda peer_id: True
 
     def __repr__(self) -> str:
         return f"<LinkRegistry {self.peer_id[:7]} links={len(self.links())} records={len(self.records)}>"
@@ -154,7 +160,7 @@ class LinkRegistry:
     def ready(self, link: PeerLink) -> None:
         """Hellos and bindings are in on ``link`` (``LinkHooks.link_ready``)."""
         self._tell(LinkChange("ready", link.peer_id, link))
-        self._tell_neighbours()
+        self.tell_neighbours()
 
     def progress(self, link: PeerLink) -> None:
         """The peer confirmed holding more (``LinkHooks.link_progress``)."""
@@ -162,7 +168,7 @@ class LinkRegistry:
             return
         self._tell(LinkChange("progress", link.peer_id, link))
 
-    def release(self, link: PeerLink, peer_id: str, state: str) -> bool:
+    def release(self, link: PeerLink, peer_id: str, state: str, *, failed: bool = False) -> bool:
         """``link`` ended, however it ended: forget its scope, count what it sent and, if it was
         still the peer's link, leave the record in ``state``. The subscribers hear "removed";
         returns whether it was the peer's link."""
@@ -176,9 +182,9 @@ class LinkRegistry:
             record.direction = None
             record.last_contact = link.last_contact
             record.state = state
-        self._tell(LinkChange("removed", peer_id, link, current=current))
+        self._tell(LinkChange("removed", peer_id, link, current=current, failed=failed))
         if current:
-            self._tell_neighbours()
+            self.tell_neighbours()
         return current
 
     def revoke(self, peer_id: str) -> None:
@@ -191,11 +197,14 @@ class LinkRegistry:
                 LOGGER.warning("dropped the link with revoked peer %s", peer_id)
         self.changed(peer_id)
 
-    def _tell_neighbours(self) -> None:
+    def tell_neighbours(self) -> None:
         """Tell every link which daemons we now hear first-hand (those whose hello came on a link
-        of ours): they stop relaying those daemons' events and gossip to us (``Neighbours``)."""
+        of ours, and that ``first_hand`` counts): they stop relaying those daemons' events and
+        gossip to us (``Neighbours``; a link sends a set only when it changed)."""
+        first_hand = self.first_hand
         neighbours = tuple(sorted(peer_id for peer_id, record in self.records.items()
-                                  if record.link is not None and record.link.machine.their_hello is not None))
+                                  if record.link is not None and record.link.machine.their_hello is not None
+                                  and first_hand(peer_id)))
         for record in self.records.values():
             if record.link is not None and record.link.machine.their_hello is not None:
                 record.link.tell_neighbours(neighbours)

@@ -22,6 +22,7 @@ import trio
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from palace_proto.overlay import gossip_period
 from palace_proto.peer import Report, report_signing_bytes
 from palace_proto.reports import decode_report, encode_report
 from palace_proto.text import printable
@@ -88,8 +89,14 @@ class Reports:
         self._due = trio.Event()
         #: other daemons' newest reports: at most one per member daemon (a certificate is needed)
         self._heard: dict[str, HeardReport] = {}
+        #: which peers' links the report names (overlay.py sets it: the active view and live links)
+        self.keeps: Callable[[str], bool] = lambda peer_id: True
         registry.subscribe(self._on_change)
         gossip.add_source(self._for_new_link)
+
+    def _period(self) -> float:
+        """The heartbeat (``REPORT_HEARTBEAT_S``, longer in a palace of more than ten: ``gossip_period``)."""
+        return gossip_period(REPORT_HEARTBEAT_S, len(self.directory.certificates()))
 
     def __repr__(self) -> str:
         return f"<Reports {self.peer_id[:7]} heard={len(self._heard)} serial={self._serial}>"
@@ -127,7 +134,7 @@ class Reports:
                 passing = any(link["state"] in ("connecting", "catching up") for link in links)
                 if beat or _link_states(links) != self._reported_links:
                     await self._announce(links)
-                    next_beat = trio.current_time() + REPORT_HEARTBEAT_S
+                    next_beat = trio.current_time() + self._period()
             except Exception as exc:
                 # A report is worth less than the daemon: say so (with a traceback the first time:
                 # it is a bug, or the store failing) and try again on the next beat.
@@ -137,14 +144,16 @@ class Reports:
                     failed_before = True
                 self.limits.hit("report_failed", "could not announce this daemon's report: %s: %s",
                                 type(exc).__name__, exc)
-                next_beat = trio.current_time() + REPORT_HEARTBEAT_S
+                next_beat = trio.current_time() + self._period()
 
     async def _links(self) -> list[dict[str, Any]]:
         """This daemon's own links as its report carries them: every peer it has a record of (met,
-        dialled or seen by mDNS), with the state and lag ``peers`` shows; connected ones first, as
-        the report keeps only the first ``MAX_REPORT_LINKS``."""
+        dialled or seen by mDNS) and keeps a link to (``keeps``: in a palace of partial views, the
+        active view and the links up; the other members are no link of ours), with the state and
+        lag ``peers`` shows; connected ones first, as the report keeps only the first ``MAX_REPORT_LINKS``."""
         heads = self.store.version_vector()  # kept in memory: no read
-        views = [p for p in self.views.peers_view(heads) if p["peer_id"] in self.registry.records]
+        keeps = self.keeps
+        views = [p for p in self.views.peers_view(heads) if p["peer_id"] in self.registry.records and keeps(p["peer_id"])]
         views.sort(key=lambda p: (p["state"] not in ("live", "catching up", "connecting"), p["peer_id"]))
         return [{key: p[key] for key in ("peer_id", "state", "direction", "last_contact", "we_lack", "they_lack")}
                 for p in views]
@@ -181,7 +190,7 @@ class Reports:
     def heard(self) -> list[dict[str, Any]]:
         """Other daemons' newest reports (revoked daemons left out), in peer id order: ``{peer_id,
         name, report, heard_at, silent}``; the name is the one its certificate gives."""
-        now = trio.current_time()
+        now, silent_after = trio.current_time(), gossip_period(REPORT_SILENT_S, len(self.directory.certificates()))
         out = []
         for peer_id, heard in sorted(self._heard.items()):
             if self.directory.is_revoked(peer_id):
@@ -189,7 +198,7 @@ class Reports:
             cert = self.directory.certificate_of_peer(peer_id)
             out.append({"peer_id": peer_id, "name": printable(cert.name if cert else heard.report.name, 64),
                         "report": heard.content, "heard_at": heard.heard_at,
-                        "silent": now - heard.heard > REPORT_SILENT_S})
+                        "silent": now - heard.heard > silent_after})
         return out
 
     def receive(self, link: PeerLink, report: Report) -> None:
@@ -202,6 +211,8 @@ class Reports:
             return  # our own, back through a relay: ours is newer
         known = self._heard.get(report.peer_id)
         if known is not None and known.report.serial >= report.serial:
+            if known.report.serial == report.serial:  # the same record again: the tree prunes its sender
+                self.gossip.duplicate(report, link)
             return
         about, relay = printable(report.peer_id, 80), printable(link.peer_id, 80)
         cert = self.directory.certificate_of_peer(report.peer_id)
@@ -236,4 +247,9 @@ class Reports:
 
 
 def _link_states(links: list[dict[str, Any]]) -> dict[str, tuple[Any, Any]]:
-    return {link["peer_id"]: (link["state"], link["direction"]) for link in links}
+    """What of the links makes a new report worth sending before the heartbeat: each link's state
+    and direction, a link catching up counted as live (every burst of writes sets links catching
+    up for a moment: a report each time would go round the palace per burst; the heartbeat
+    carries the lag)."""
+    return {link["peer_id"]: ("live" if link["state"] == "catching up" else link["state"], link["direction"])
+            for link in links}

@@ -8,6 +8,7 @@ from a dict of events per origin (the store), a dict of durable heads and a dict
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
@@ -53,6 +54,7 @@ from palace_proto.peer import (
     Vector,
     VectorEntry,
     Want,
+    bindings_digest,
 )
 from palace_proto.session import (
     ANTI_ENTROPY_S,
@@ -185,9 +187,11 @@ class Rig:
         raise AssertionError("the machine never ran out of things to send")
 
     def open(self, *, their_vector: Vector | None = None) -> list:
-        """Both openings: ours (hello, members, vector), then the peer's hello and vector."""
+        """Both openings: our hello, the peer's, our members and vector, then the peer's vector."""
         opening = self.drain()
-        self.tell(self.peer.our_hello, their_vector or Vector(()))
+        self.tell(self.peer.our_hello)
+        opening += self.drain()
+        self.tell(their_vector or Vector(()))
         return opening
 
     def at(self, now: float) -> None:
@@ -205,14 +209,20 @@ def kinds(messages) -> list[str]:
 # -- the opening -----------------------------------------------------------------------------
 
 
-def test_the_opening_is_our_hello_our_bindings_then_a_vector_of_what_is_on_disk():
+def test_the_opening_is_our_hello_then_our_bindings_once_the_peer_lacks_them_then_our_vector():
     rig = Rig(directory=Directory({OA: "a", OC: "c"}))
     rig.durable = heads(a=3)
     first = rig.m.next_send(T0)
     assert isinstance(first, bytes)
     rig.peer.receive_data(first)
-    hello_, members = rig.received()
-    assert hello_ == rig.m.session.our_hello and [b.origin for b in members.entries] == [OA, OC]
+    (hello_,) = rig.received()
+    assert hello_ == rig.m.session.our_hello and hello_.bindings == bindings_digest([OA, OC])
+    assert rig.m.next_send(T0) is None  # our bindings wait for the peer's hello: it may hold them all
+    rig.tell(rig.peer.our_hello)  # a hello that says nothing of its bindings: it is sent them all
+    members = rig.m.next_send(T0)
+    rig.peer.receive_data(members)
+    (members,) = rig.received()
+    assert [b.origin for b in members.entries] == [OA, OC]
     assert rig.m.next_send(T0) is SYNC_WAL  # the vector names only what a sync covers
     assert rig.m.next_send(T0) is None  # one sync at a time
     rig.m.synced(rig.durable)
@@ -220,12 +230,27 @@ def test_the_opening_is_our_hello_our_bindings_then_a_vector_of_what_is_on_disk(
     assert sent == Vector((VectorEntry(OA, 3, HASH),))
 
 
+def test_a_peer_holding_the_same_bindings_is_sent_none_at_the_opening():
+    rig = Rig(directory=Directory({OA: "a", OC: "c"}))
+    rig.peer = PeerSession(dataclasses.replace(hello("b", OB), bindings=bindings_digest([OC, OA])))
+    rig.step()  # our hello
+    rig.tell(rig.peer.our_hello)
+    assert kinds(rig.drain()) == ["Hello", "Vector"]
+    rig.tell(Vector(()))
+    rig.m.gossip(Presence("c", "c", 1, (), b"s" * 64))
+    assert kinds(rig.drain()) == ["Presence"]  # and no binding ahead of gossip it needs: it holds them
+
+
 def test_many_bindings_travel_in_chunks_and_none_as_an_empty_members():
     owners = {"ori_" + format(i, "026b").replace("0", "a").replace("1", "b"): "x" for i in range(MAX_BINDINGS_PER_MESSAGE + 3)}
     many = Rig(directory=Directory(owners))
+    many.step()
+    many.tell(many.peer.our_hello)
     messages = many.drain()
     assert [len(m.entries) for m in messages if isinstance(m, Members)] == [MAX_BINDINGS_PER_MESSAGE, 3]
     empty = Rig(directory=Directory({}))
+    empty.step()
+    empty.tell(empty.peer.our_hello)
     assert kinds(empty.drain()) == ["Hello", "Members", "Vector"]
     assert kinds(Rig().drain()) == ["Hello", "Vector"]  # no directory: no bindings travel
 
@@ -834,16 +859,19 @@ def test_the_oldest_control_messages_are_dropped_past_the_bound():
     assert len(sent) == CONTROL_QUEUE_MAX and sent[0] == Graft(OA, 11)
 
 
-def test_a_lazy_link_pushes_nothing_but_still_serves_pulls_and_grafts():
+def test_a_lazy_link_pushes_only_our_own_events_but_still_serves_pulls_and_grafts():
     rig = Rig()
     rig.open(their_vector=vector())
-    rig.hold(OA, 3)
+    rig.hold(OC, 3)
+    rig.hold(OA, 1)
     rig.m.lazy = True
-    assert not rig.m.committed([CommittedEvent(s, rig.store[OA][s - 1]) for s in (1, 2, 3)])
+    assert not rig.m.committed([CommittedEvent(s, rig.store[OC][s - 1]) for s in (1, 2, 3)])
     assert rig.drain() == []
-    assert rig.m.serve_from(OA, 2)  # it grafted OA#2: served from there (what it holds is its own business)
+    assert rig.m.committed([CommittedEvent(4, rig.store[OA][0])])  # ours: nobody else relays it to this peer
+    assert [e.origin for e in rig.drain()[0].events] == [OA]
+    assert rig.m.serve_from(OC, 2)  # it grafted OC#2: served from there (what it holds is its own business)
     (events,) = rig.drain()
     assert [e.origin_seq for e in events.events] == [2, 3]
-    assert not rig.m.serve_from(OA, 3)  # it holds that far now: a graft for it costs nothing
-    rig.tell(Want(OA, 0))
+    assert not rig.m.serve_from(OC, 3)  # it holds that far now: a graft for it costs nothing
+    rig.tell(Want(OC, 0))
     assert [e.origin_seq for e in rig.drain()[0].events] == [1, 2, 3]

@@ -16,6 +16,7 @@ from palace_proto.overlay import (
     ACTIVE_TARGET,
     ARWL,
     FULL_MESH_MAX,
+    GOSSIP_SCALE_MEMBERS,
     PASSIVE_MAX,
     PRWL,
     Action,
@@ -31,6 +32,7 @@ from palace_proto.overlay import (
     Send,
     Shuffle,
     ShuffleReply,
+    gossip_period,
 )
 
 ME, H = "me", "hostile"
@@ -435,3 +437,25 @@ def test_a_palace_joining_one_by_one_stays_connected_through_failures_and_a_revo
     palace.tick()
     assert all(revoked not in v.active | v.passive for w, v in palace.views.items() if w not in palace.dead)
     palace.check()
+
+
+# -- probes of lost peers, and the gossip heartbeats (issue 45 §2, the wiring) ----------------
+
+
+def test_a_lost_peer_is_asked_again_at_low_priority_while_there_is_room():
+    members = peers(20)
+    v = settle(view(members), members, linked=ACTIVE_TARGET)
+    v.link_failed("p000")  # lost (a partition, a laptop asleep): out of both views
+    assert v.probe("p000") == [Send("p000", Neighbor(high=False))] and "p000" in v.pending
+    assert v.probe("p000") == []  # asked already
+    assert v.probe(ME) == [] and v.probe("stranger") == []  # never ourselves nor a non-member
+    v.receive("p000", NeighborReply(True))
+    assert "p000" in v.active  # it answered: linked again
+    full = settle(view(members), members, linked=ACTIVE_MAX)
+    assert full.probe("p019") == []  # no room: the view is full
+    assert PartialView(ME, random.Random(1), [ME, "a", "b"]).probe("a") == []  # a full mesh links everyone anyway
+
+
+def test_gossip_heartbeats_stretch_with_the_palace_past_ten():
+    assert gossip_period(10.0, 1) == gossip_period(10.0, GOSSIP_SCALE_MEMBERS) == 10.0
+    assert gossip_period(10.0, 50) == 50.0 and gossip_period(30.0, 20) == 60.0

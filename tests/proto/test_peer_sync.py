@@ -14,6 +14,7 @@ from palace_proto.broadcast import Graft, IHave, Prune
 from palace_proto.envelope import GENESIS_HASH, seal_event
 from palace_proto.errors import LocalProtocolError, RemoteProtocolError, SignatureError, VersionMismatch
 from palace_proto.framing import NEED_DATA, encode_frame
+from palace_proto.ids import fingerprint
 from palace_proto.overlay import Disconnect, ForwardJoin, Join, Neighbor, NeighborReply, Shuffle, ShuffleReply
 from palace_proto.peer import (
     ARTIFACT_CHUNK_BYTES,
@@ -38,6 +39,7 @@ from palace_proto.peer import (
     event_to_wire,
     format_peer_address,
     from_wire,
+    gossip_name,
     parse_peer_address,
     presence_signing_bytes,
     report_signing_bytes,
@@ -547,9 +549,12 @@ def test_a_delta_vector_says_so_on_the_wire_and_a_whole_one_is_unchanged():
         from_wire({"t": "vector", "entries": [], "delta": 1})
 
 
+FINGERPRINT = fingerprint(b"k" * 32)
 CONTROL = [Join(), ForwardJoin("peer-a", 6), Neighbor(True), NeighborReply(False), Disconnect(),
            Shuffle("peer-b", 5, ("peer-b", "peer-c")), ShuffleReply(("peer-d",)), IHave((("ori_" + "a" * 26, 3),)),
-           Graft("ori_" + "b" * 26, 1), Prune()]
+           Graft("ori_" + "b" * 26, 1), Prune(), Graft(gossip_name("p", FINGERPRINT), 7),
+           IHave(((gossip_name("a", FINGERPRINT), 2),))]
+
 
 
 @pytest.mark.parametrize("message", CONTROL, ids=lambda m: type(m).__name__)
@@ -566,6 +571,9 @@ def test_the_views_and_the_trees_messages_round_trip(message):
     ({"t": "shuffle_reply", "peers": [""]}, "at most 8 peer ids"),
     ({"t": "ihave", "keys": [["ori_" + "a" * 26, 1]] * 257}, "at most 256"),
     ({"t": "ihave", "keys": [["not an origin", 1]]}, "origin"),
+    ({"t": "ihave", "keys": [["p:not a peer id", 1]]}, "gossip record"),
+    ({"t": "ihave", "keys": [["p:" + "A" * 17, 1]]}, "gossip record"),
+    ({"t": "graft", "origin": "r:bogus", "seq": 1}, "gossip record"),
     ({"t": "ihave", "keys": [["ori_" + "a" * 26, 0]]}, "at least 1"),
     ({"t": "graft", "origin": "ori_" + "a" * 26, "seq": -1}, "seq"),
 ])
