@@ -147,7 +147,13 @@ class Graft:
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
 class Prune:
-    """The sender got a copy twice: send it only announcements from now on."""
+    """The sender got a copy twice: send it only announcements from now on.
+
+    ``gossip``: which of a daemon's trees it is about — its shell runs one for events and one for
+    gossip records (their sources differ, and one tree shaped by both would suit neither); this
+    module never reads it."""
+
+    gossip: bool = False
 
 
 BroadcastMessage = IHave | Graft | Prune

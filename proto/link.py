@@ -544,11 +544,10 @@ class LinkMachine:
         self.outbox.control(message)
 
     def serve_from(self, origin: str, seq: int) -> bool:
-        """The peer grafted ``(origin, seq)`` (it misses that event): serve the origin to it from
-        there, unless it confirmed holding that far. Returns whether anything is owed."""
-        if self.serving.peer_has.get(origin, 0) >= seq:
-            return False
-        return self.serving.on_want(origin, seq - 1)
+        """The peer grafted ``(origin, seq)`` (it misses that event): push it that one (a graft
+        answered with everything from there on would resend what eager links are delivering),
+        unless it confirmed holding it. Returns whether anything is owed."""
+        return self.serving.owe_one(origin, seq)
 
     def tell_seen(self, host: str) -> None:
         """The peer dialled us from ``host``: it is told once (``Seen``), so it may offer that host."""

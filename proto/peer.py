@@ -655,8 +655,8 @@ def _control_to_wire(message: OverlayMessage | BroadcastMessage) -> dict[str, An
             return {"t": "ihave", "keys": [[origin, seq] for origin, seq in keys]}
         case Graft(origin, seq):
             return {"t": "graft", "origin": origin, "seq": seq}
-        case Prune():
-            return {"t": "prune"}
+        case Prune(gossip):
+            return {"t": "prune", **({"gossip": True} if gossip else {})}
     raise TypeError(f"not a control message: {message!r}")  # pragma: no cover
 
 
@@ -733,7 +733,7 @@ _CONTROL_DECODERS: Final[dict[str, Any]] = {
     "shuffle_reply": lambda d: ShuffleReply(_peer_ids(d, "peers", MAX_SHUFFLE_PEERS)),
     "ihave": _event_keys,
     "graft": lambda d: Graft(_tree_name(d.get("origin"), "graft"), _positive(d, "seq")),
-    "prune": lambda d: Prune(),
+    "prune": lambda d: Prune(_bool(d, "gossip") if "gossip" in d else False),
 }
 
 

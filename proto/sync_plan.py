@@ -207,6 +207,22 @@ class ServePlan:
         self.peer_has[origin] = after_seq
         return True
 
+    def owe_one(self, origin: str, seq: int) -> bool:
+        """Push the peer event ``seq`` of ``origin`` (it grafted it: it misses that one, and the
+        vectors will pull whatever else it lacks), unless it is owed already or the peer holds it.
+        Returns whether it was recorded."""
+        if (self._verifiable is not None and not self._verifiable(origin)) or self.peer_has.get(origin, 0) >= seq:
+            return False
+        owed = self._owed.get(origin)
+        if owed is not None:
+            if owed.target is not None and owed.cursor < seq:
+                owed.target = max(owed.target, seq)
+            return True
+        if len(self._owed) >= MAX_VECTOR_ENTRIES:
+            return False
+        self._owed[origin] = _Owed(seq - 1, seq, pulled=False)
+        return True
+
     # -- pushing ---------------------------------------------------------------------------
 
     def lacks_any(self, records: Iterable[CommittedEvent]) -> bool:

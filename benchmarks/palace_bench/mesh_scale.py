@@ -13,6 +13,8 @@ on loopback instead, and the figures say so. What it measures, in order:
   last append until every daemon holds it, the copies each daemon received per event (the links'
   ``events_sent`` summed over the palace, over N - 1 daemons and the events; 1.0 is the least), and
   the bytes all links carried meanwhile per event per daemon;
+* **replicated**: one append with ``--replicated N-1`` (every other daemon confirms holding it, on a
+  link of the writer's: past its active view, the writer links to more members while it waits);
 * **idle**: every byte every link sent over a minute with nothing written, per daemon;
 * **partition** (namespaces only): the router drops everything between the two halves for a
   minute while a writer appends on each side; the time from the heal until every daemon reports
@@ -218,10 +220,10 @@ def _writers(palace: ScalePalace, indices: list[int], pause_s: float) -> Iterato
 
 
 def _measure(palace: ScalePalace, count: int, events: int, idle_s: float, partition_s: float, leave: int,
-             say: Say) -> dict[str, Any]:
+             settle_s: float, say: Say) -> dict[str, Any]:
     out: dict[str, Any] = {}
     key = f"scale_{count}"
-    time.sleep(SETTLE_S)
+    time.sleep(settle_s)
     statuses = palace.statuses()
     links = [len(n["connected"]) for n in statuses]
     active = [len(n["overlay"]["active"]) for n in statuses]
@@ -252,6 +254,16 @@ def _measure(palace: ScalePalace, count: int, events: int, idle_s: float, partit
         say(f"  {events} events appended on one daemon: the last daemon held the last {done - last:.2f} s after it "
             f"was written; {copies:.2f} copies received per daemon and event; {per_event / 1000:.2f} KB on the wire "
             f"per event per daemon (all traffic while they spread, gossip included)")
+
+        t_rep = time.perf_counter()
+        replicated = writer.call("append", type="note", stream="bench", room="scale", from_agent="bench-writer",
+                                 body="held by every other daemon?", replicated=count - 1, timeout_ms=60_000)
+        out[f"{key}_replicated_all_s"] = time.perf_counter() - t_rep
+        confirmed = replicated["replication"]["replicated_count"]
+        out[f"{key}_replicated_all_count"] = confirmed
+        say(f"  append --replicated {count - 1} (every other daemon confirms, on a link of the writer's): "
+            f"{confirmed} confirmed in {out[f'{key}_replicated_all_s']:.2f} s")
+        palace.wait_converged(clients)
 
         time.sleep(5)
         _, idle_before = palace.totals()
@@ -299,7 +311,7 @@ def _measure(palace: ScalePalace, count: int, events: int, idle_s: float, partit
 
 
 def run_scale_bench(*, daemons: int, topology: str = "invite", namespaces: bool = True, events: int = 100,
-                    idle_s: float = 60.0, partition_s: float = 60.0, leave: int = 10,
+                    idle_s: float = 60.0, partition_s: float = 60.0, leave: int = 10, settle_s: float = SETTLE_S,
                     progress: bool = True) -> dict[str, Any]:
     """Measure a palace of ``daemons`` (see the module); returns the figures, printing them unless
     ``progress`` is off."""
@@ -322,7 +334,7 @@ def run_scale_bench(*, daemons: int, topology: str = "invite", namespaces: bool 
         results[f"scale_{daemons}_join_s"] = joined - t0
         say(f"  started and joined in {joined - t0:.1f} s")
         results.update(_measure(palace, daemons, events, idle_s, partition_s if network else 0.0,
-                                min(leave, daemons - 2), say))
+                                min(leave, daemons - 2), settle_s, say))
         ok = True
     except KeyboardInterrupt:
         say("interrupted: stopping the temporary daemons and removing their directory")

@@ -99,7 +99,8 @@ def bench_mesh(
 
     result = run_scale_bench(daemons=daemons, topology=topology, namespaces=namespaces, progress=not json_,
                              events=10 if quick else 100, idle_s=5.0 if quick else 60.0,
-                             partition_s=10.0 if quick else 60.0, leave=2 if quick else 10)
+                             partition_s=10.0 if quick else 60.0, leave=2 if quick else 10,
+                             settle_s=10.0 if quick else 30.0)
     emit(result, json_)
 
 

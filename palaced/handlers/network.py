@@ -78,5 +78,9 @@ async def wait_replicated(ctx: Context, event: Mapping[str, Any], count: int, ti
         return {"replicated": [], "replicated_count": 0, "timed_out": False}
     require_peers_for(ctx, count)
     assert ctx.network is not None
-    holders = await ctx.network.receipts.wait_replicated(event["origin"], event["origin_seq"], count, timeout_s)
+    reached = ctx.network.overlay.reach(count, timeout_s)  # past the active view: link to as many while waiting
+    try:
+        holders = await ctx.network.receipts.wait_replicated(event["origin"], event["origin_seq"], count, timeout_s)
+    finally:
+        ctx.network.overlay.release(reached)
     return {"replicated": holders, "replicated_count": len(holders), "timed_out": len(holders) < count}

@@ -1,7 +1,8 @@
 """The peer network: every TCP connection to other daemons of the palace.
 
 It listens on the configured address and dials static peers (``palacectl peers add``), addresses
-remembered from earlier connections and peers mDNS reports; runs mutual TLS (``tls.py``, on ``tls_stream.TlsStream``) and
+remembered from earlier connections, peers mDNS reports and the addresses daemons gossip — past
+nine members, only those its partial view keeps (``overlay``); runs mutual TLS (``tls.py``, on ``tls_stream.TlsStream``) and
 hands each authenticated stream to a ``PeerLink`` (link.py: the IO shell around the replication
 rules, which live in ``palace_proto.link``); keeps **one link per peer pair**; refuses revoked peers and drops
 their links the moment a revocation is observed; answers enrolments while invites are pending;
@@ -21,6 +22,8 @@ The layers, each module importing only those above it:
 - ``gossip``: which ready links gossip goes to; ``receipts``: what peers confirmed holding;
 - ``presence``: watchers across the palace; ``views``: what status, peers, doctor and the
   dashboard read; ``reports``: daemon reports for the fleet view;
+- ``overlay``: the partial views and the broadcast tree (``palace_proto.overlay``,
+  ``palace_proto.broadcast``) wired to the links: which peers are dialled, which links push;
 - ``revocation``: dropping a revoked peer everywhere;
 - ``network``: the parts wired for one membership, the peer port, the lifetime, the link hooks.
 

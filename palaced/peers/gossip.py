@@ -53,6 +53,8 @@ class Gossip:
         #: which peers' links take gossip (overlay.py: the active view; a passing link carries
         #: none), judged when a link is ready; the overlay ``welcome``s a link that becomes active
         self.takes: Callable[[str], bool] = lambda peer_id: True
+        #: which peers a relayed record goes to (overlay.py: the gossip tree's eager peers)
+        self.pushes_to: Callable[[str], bool] = lambda peer_id: True
         #: the broadcast tree (overlay.py), once the network wires it: a relayed record then goes
         #: only to the peers it pushes to, and a record heard twice prunes the second sender
         self.tree: GossipTree | None = None
@@ -112,8 +114,9 @@ class Gossip:
         self._keep(gossip)
         if self.tree is not None and came_on.peer_id is not None:
             self.tree.gossip_received(came_on.peer_id, gossip)
+        pushes_to = self.pushes_to
         for link_id, link in self.links.items():
-            if link_id != id(came_on) and not link.machine.lazy:
+            if link_id != id(came_on) and link.peer_id is not None and pushes_to(link.peer_id):
                 _give(link, gossip)
 
     def duplicate(self, gossip: GossipRecord, came_on: PeerLink) -> None:

@@ -24,6 +24,8 @@ What it wires, and to what:
   a close by either side) is asked for a link again on a back-off
   (``LOST_FIRST_S`` doubling to ``LOST_MAX_S``, for ``LOST_GIVE_UP_S``): what heals a partition,
   whose sides would otherwise each keep a view of their own.
+* **Receipts beyond the view.** ``append --replicated K`` with K past the links up links to as many
+  more members while it waits (``reach``): each confirms on a link of its own, as in a full mesh.
 * **Links nobody wants.** A link to a peer that is neither active nor asked nor owed a message is
   closed after ``TRANSIENT_S`` (a daemon that dialled us to ask for a link, to deliver a shuffle's
   reply, or one we stopped wanting).
@@ -32,7 +34,8 @@ What it wires, and to what:
   ``UNDELIVERED_PEERS`` peers, for ``DELIVER_S``: then it is a failed link); anything else to an
   unlinked peer (a shuffle's reply) is dropped rather than dialled for.
   ``Close`` lets a ``Disconnect`` before it go first (``CLOSE_GRACE_S``).
-* **The tree.** Its neighbours are the active peers with a ready link. A link's peer that the tree
+* **The trees** (one for events, one for gossip records: their sources differ). Their neighbours
+  are the active peers with a ready link. A link's peer that the tree
   made lazy gets no pushes (``LinkMachine.lazy``). Events: ours are ``local`` (from the bus);
   those a link applied are ``received`` from its peer (a duplicate prunes it). Gossip records
   (presence, reports, addresses) share the tree under keys of their own (``p:``, ``r:``, ``a:`` and
@@ -147,7 +150,10 @@ class Overlay:
         self.bus = bus
         self.limits = limits
         self.view = PartialView(peer_id, rng if rng is not None else random.SystemRandom())
+        #: the events' tree, and the gossip records' (their sources differ: fifty daemons' heartbeats
+        #: grafting the links the writers' tree had pruned cost 1.7 copies per event when shared)
         self.tree = Broadcast(peer_id, lazy_delay=LAZY_DELAY_S)
+        self.gossip_tree = Broadcast(peer_id, lazy_delay=LAZY_DELAY_S)
         #: messages waiting for a link to their peer: peer -> (when they give up, the messages)
         self._undelivered: dict[str, tuple[float, list[OverlayMessage]]] = {}
         #: when each live link became ready (a link nobody wants is closed TRANSIENT_S after)
@@ -155,6 +161,9 @@ class Overlay:
         self._members: frozenset[str] = frozenset()
         #: active peers lost to a failure: peer -> (when to ask again, the interval, when to give up)
         self._lost: dict[str, tuple[float, float, float]] = {}
+        #: members linked for a while beyond the views (``reach``): peer -> until when
+        self._reaching: dict[str, float] = {}
+        self._rng = random.SystemRandom()
         self._revoked: set[str] = set()
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -163,6 +172,7 @@ class Overlay:
         dialer.gate = self.may_dial
         gossip.tree = self
         gossip.takes = self.first_hand
+        gossip.pushes_to = lambda peer: self.view.full_mesh or peer in self.gossip_tree.eager
 
     def __repr__(self) -> str:
         return f"<Overlay {self.peer_id[:7]} {self.view!r} {self.tree!r}>"
@@ -175,7 +185,35 @@ class Overlay:
         daemon enrolled offline), which the view then keeps or lets go like any member."""
         view = self.view
         return (peer_id in view.active or peer_id in view.pending or peer_id in self._undelivered
-                or peer_id not in self._members)
+                or peer_id in self._reaching or peer_id not in self._members)
+
+    def reach(self, count: int, seconds: float) -> set[str]:
+        """Link to ``count`` members for ``seconds``, beyond the active view: ``append --replicated
+        K`` counts the peers that confirmed an event on a link of ours (their vectors and receipts,
+        authenticated by the link), so with K past the active view, K members are linked while it
+        waits (random ones, not linked yet; each such link opens like any other and closes as a
+        passing one once the wait is over). Nothing in a full mesh: every member is linked."""
+        if self.view.full_mesh:
+            return set()
+        linked = {link.peer_id for link in self.registry.links()}
+        wanted = count - len(linked)
+        if wanted <= 0:
+            return set()
+        until = trio.current_time() + seconds
+        candidates = sorted(self._members - linked - self._reaching.keys())
+        # two more than the count: a member asleep must not fail the wait alone
+        chosen = set(self._rng.sample(candidates, min(wanted + 2, len(candidates))))
+        for peer in chosen:
+            self._reaching[peer] = until
+        self.dialer.gate_changed()
+        return chosen
+
+    def release(self, peers: Iterable[str]) -> None:
+        """The wait ``reach`` linked ``peers`` for is over: their links go as passing ones do."""
+        for peer in peers:
+            if self._reaching.pop(peer, None) is not None:
+                self._start(self._close_soon, peer)
+        self.dialer.gate_changed()
 
     def keeps_link(self, peer_id: str) -> bool:
         """Is ``peer_id`` a link of ours, as reports name links (every peer in a full mesh; the
@@ -188,11 +226,12 @@ class Overlay:
 
     def status(self) -> dict[str, Any]:
         """What ``status`` shows of the views and the tree."""
-        view, tree = self.view.statistics(), self.tree.statistics()
+        view, tree, gossip = self.view.statistics(), self.tree.statistics(), self.gossip_tree.statistics()
         return {"mode": "full mesh" if view.full_mesh else "partial views", "members": len(self._members),
                 "active": sorted(self.view.active), "passive": view.passive, "asked": view.pending,
-                "eager": tree.eager, "lazy": tree.lazy, "grafts_sent": tree.grafts_sent,
-                "prunes_sent": tree.prunes_sent, "ignored": view.ignored + tree.ignored,
+                "eager": tree.eager, "lazy": tree.lazy, "gossip_eager": gossip.eager,
+                "grafts_sent": tree.grafts_sent + gossip.grafts_sent, "prunes_sent": tree.prunes_sent + gossip.prunes_sent,
+                "ignored": view.ignored + tree.ignored + gossip.ignored,
                 "undelivered": sum(len(m) for _, m in self._undelivered.values())}
 
     # -- lifetime ------------------------------------------------------------------------------
@@ -227,10 +266,12 @@ class Overlay:
             if now >= next_shuffle:
                 self._act(self.view.shuffle_due())
                 next_shuffle = now + SHUFFLE_S * random.uniform(0.8, 1.2)
-            timer = self.tree.get_timer()
-            if timer is not None and now >= timer:
-                self._act_tree(self.tree.tick(now))
-                timer = self.tree.get_timer()
+            for tree in (self.tree, self.gossip_tree):
+                due = tree.get_timer()
+                if due is not None and now >= due:
+                    self._act_tree(tree.tick(now), gossip=tree is self.gossip_tree)
+            timer = min((t for t in (self.tree.get_timer(), self.gossip_tree.get_timer()) if t is not None),
+                        default=None)
             deadline = min(next_members, next_repair, next_shuffle, timer if timer is not None else next_members)
             self._wake = trio.Event()
             with trio.move_on_at(deadline):
@@ -245,6 +286,7 @@ class Overlay:
             if directory.is_revoked(peer):
                 self._revoked.add(peer)
                 self.tree.neighbor_down(peer)
+                self.gossip_tree.neighbor_down(peer)
                 self._act(self.view.revoke(peer))
         members = frozenset(certified - self._revoked)
         if members != self._members:
@@ -300,15 +342,19 @@ class Overlay:
                 self.gossip.welcome(link)  # active on a link that was up already: it takes gossip now
         if self.view.full_mesh:
             linked = set()
-        known = tree.eager | tree.lazy
-        for peer in sorted(known - linked):
-            tree.neighbor_down(peer)
-        for peer in sorted(linked - known):
-            tree.neighbor_up(peer)
+        for each in (tree, self.gossip_tree):
+            known = each.eager | each.lazy
+            for peer in sorted(known - linked):
+                each.neighbor_down(peer)
+            for peer in sorted(linked - known):
+                each.neighbor_up(peer)
         self._sync_lazy()
         self.registry.tell_neighbours()
 
     def _close_unwanted(self, now: float) -> None:
+        for peer, until in list(self._reaching.items()):
+            if now >= until:
+                del self._reaching[peer]
         for peer, since in list(self._ready_at.items()):
             if now - since >= TRANSIENT_S and not self.may_dial(peer):
                 link = self.registry.link_of(peer)
@@ -391,17 +437,20 @@ class Overlay:
             return  # no tree in a full mesh (a peer that counts members differently for a moment)
         match message:
             case IHave(keys):
-                lacking = tuple(key for key in keys if not self._holds(key))
-                if lacking:
-                    self._act_tree(self.tree.ihave(peer, lacking, now))
-                    self._wake.set()
+                lacking = [key for key in keys if not self._holds(key)]
+                events = tuple(key for key in lacking if not is_gossip_name(key[0]))
+                records = tuple(key for key in lacking if is_gossip_name(key[0]))
+                if events:
+                    self._act_tree(self.tree.ihave(peer, events, now))
+                if records:
+                    self._act_tree(self.gossip_tree.ihave(peer, records, now), gossip=True)
             case Graft(origin, seq):
-                self.tree.graft(peer, (origin, seq))
+                (self.gossip_tree if is_gossip_name(origin) else self.tree).graft(peer, (origin, seq))
                 self._serve_graft(link, (origin, seq))
-                self._sync_tree()
-            case Prune():
-                self.tree.prune(peer)
-                self._sync_tree()
+                self._sync_lazy()
+            case Prune(gossip):
+                (self.gossip_tree if gossip else self.tree).prune(peer)
+                self._sync_lazy()
             case _:
                 self._act(self.view.receive(peer, message))
                 if not self.may_dial(peer):  # refused, or told to go: the link has done its work
@@ -428,10 +477,10 @@ class Overlay:
     def gossip_received(self, peer: str, record: GossipRecord) -> None:
         """A gossip record arrived from ``peer`` (new here, or one we held: then it prunes, unless
         ``peer`` is the record's own daemon, which sends its own to every neighbour)."""
-        if self.view.full_mesh or (peer == record.peer_id and self.tree.has(gossip_key(record))):
+        if self.view.full_mesh or (peer == record.peer_id and self.gossip_tree.has(gossip_key(record))):
             return
-        _, actions = self.tree.received(peer, gossip_key(record), trio.current_time())
-        self._act_tree(actions)
+        _, actions = self.gossip_tree.received(peer, gossip_key(record), trio.current_time())
+        self._act_tree(actions, gossip=True)
 
     def _on_commit(self, records: list[CommittedEvent]) -> bool:
         """Our own events, as the bus publishes them: new to the tree (announced to lazy peers)."""
@@ -448,12 +497,13 @@ class Overlay:
 
     # -- the tree's actions --------------------------------------------------------------------
 
-    def _act_tree(self, actions: Sequence[tree_protocol.Action]) -> None:
+    def _act_tree(self, actions: Sequence[tree_protocol.Action], *, gossip: bool = False) -> None:
         for action in actions:
             if isinstance(action, tree_protocol.Send):
                 link = self._ready_link(action.to)
                 if link is not None:
-                    self._control_to(link, action.message)
+                    message = action.message
+                    self._control_to(link, Prune(gossip=True) if gossip and isinstance(message, Prune) else message)
             # A Push to an eager peer needs nothing here: its link pushes what is committed to
             # every peer that is not lazy and lacks it (LinkMachine.committed); grafts are served
             # in ``control``.

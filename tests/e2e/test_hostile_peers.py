@@ -21,11 +21,13 @@ import pytest
 import trio
 
 from palace_proto.bindings import OriginBinding, legacy_binding_signature
+from palace_proto.broadcast import IHAVE_MAX, Graft, IHave, Prune
 from palace_proto.canonical import canonical_json
 from palace_proto.envelope import GENESIS_HASH, SignedEvent
 from palace_proto.identity import REGISTER, registry_metadata
 from palace_proto.ids import origin_id_from_random
 from palace_proto.link import HELLO_TIMEOUT_S, SILENCE_S
+from palace_proto.overlay import ACTIVE_MAX, PASSIVE_MAX, ForwardJoin, Neighbor, Shuffle, ShuffleReply
 from palace_proto.peer import (
     MAX_BINDINGS_PER_MESSAGE,
     Addresses,
@@ -691,3 +693,55 @@ async def test_a_member_cannot_move_anothers_task(scene):
     refused = run_ctl(scene.beta.home, "ack", request["id"], "--from-agent", "carol", "--status", "superseded")
     assert refused.returncode == 1 and "task.supersede is for the task's requester (alice)" in refused.stderr, refused
     assert "Traceback" not in refused.stderr
+
+
+# -- the partial views and the broadcast tree (issue 45 §2) ---------------------------------------
+
+
+async def test_a_member_cannot_take_every_slot_or_push_an_honest_link_out_of_a_partial_view(scene, short_tmp):
+    """Past nine members a daemon links to a partial view of them. Mallory, a member, floods alpha
+    with what the views and the tree exchange — requests for a link, walks naming itself, shuffles
+    of invented peers, announcements of events that never come, grafts and prunes — and takes at
+    most one slot; alpha keeps its link to beta, every table stays within its bound, and the
+    revocation still takes mallory out for good."""
+    m = scene.mallory
+    # Eight more members, enrolled by the CA but never started: with alpha, beta and mallory the
+    # palace has eleven, so alpha leaves the full mesh (their bindings travel as any relayed ones).
+    others = [issue_member(scene.alpha.home, short_tmp / "creds", f"member{i}") for i in range(8)]
+    peer = await scene.connect()
+    try:
+        await peer.handshake(members=tuple(o.binding for o in others))
+        wait_until(lambda: api(scene.alpha.home, "status")["network"]["overlay"]["mode"] == "partial views",
+                   "alpha past the full mesh")
+        for _ in range(50):
+            await peer.send(Neighbor(high=True))
+            await peer.send(ForwardJoin(m.peer_id, 255))
+            await peer.send(ForwardJoin("not-a-member", 6))
+            await peer.send(Shuffle(m.peer_id, 6, tuple(f"invented-{i}" for i in range(8))))
+            await peer.send(ShuffleReply((m.peer_id, *(o.peer_id for o in others[:7]))))
+        for start in range(0, 40 * IHAVE_MAX, IHAVE_MAX):  # 10,240 events alpha never gets
+            await peer.send(IHave(tuple((m.origin, seq) for seq in range(start + 1000, start + 1000 + IHAVE_MAX))))
+        for _ in range(100):
+            await peer.send(Graft(origin_of(scene.beta.home), 1))
+            await peer.send(Prune())
+        await peer.drain(1.5)
+        overlay = api(scene.alpha.home, "status")["network"]["overlay"]
+        assert len(overlay["active"]) <= ACTIVE_MAX and overlay["active"].count(m.peer_id) <= 1, overlay
+        assert peer_id(scene.beta.home) in overlay["active"], overlay  # no honest link pushed out
+        assert overlay["passive"] <= PASSIVE_MAX and overlay["ignored"] > 0, overlay
+    finally:
+        await peer.aclose()
+    scene.still_serving_and_converging("a flood of view and tree messages")
+    ctl_json(scene.alpha.home, "revoke", m.peer_id)
+    wait_until(lambda: m.peer_id not in api(scene.alpha.home, "status")["network"]["overlay"]["active"],
+               "mallory out of alpha's view")
+    try:
+        peer = await scene.connect(source_host=scene.fresh_host())
+    except (OSError, trio.BrokenResourceError):
+        return  # refused in the handshake: never linked again
+    try:
+        await peer.hello()
+        assert await peer.closed_by_daemon(), "a revoked member is never linked again"
+    finally:
+        await peer.aclose()
+    assert m.peer_id not in api(scene.alpha.home, "status")["network"]["overlay"]["active"]

@@ -552,7 +552,7 @@ def test_a_delta_vector_says_so_on_the_wire_and_a_whole_one_is_unchanged():
 FINGERPRINT = fingerprint(b"k" * 32)
 CONTROL = [Join(), ForwardJoin("peer-a", 6), Neighbor(True), NeighborReply(False), Disconnect(),
            Shuffle("peer-b", 5, ("peer-b", "peer-c")), ShuffleReply(("peer-d",)), IHave((("ori_" + "a" * 26, 3),)),
-           Graft("ori_" + "b" * 26, 1), Prune(), Graft(gossip_name("p", FINGERPRINT), 7),
+           Graft("ori_" + "b" * 26, 1), Prune(), Prune(gossip=True), Graft(gossip_name("p", FINGERPRINT), 7),
            IHave(((gossip_name("a", FINGERPRINT), 2),))]
 
 
@@ -574,6 +574,7 @@ def test_the_views_and_the_trees_messages_round_trip(message):
     ({"t": "ihave", "keys": [["p:not a peer id", 1]]}, "gossip record"),
     ({"t": "ihave", "keys": [["p:" + "A" * 17, 1]]}, "gossip record"),
     ({"t": "graft", "origin": "r:bogus", "seq": 1}, "gossip record"),
+    ({"t": "prune", "gossip": "yes"}, "'gossip' must be true or false"),
     ({"t": "ihave", "keys": [["ori_" + "a" * 26, 0]]}, "at least 1"),
     ({"t": "graft", "origin": "ori_" + "a" * 26, "seq": -1}, "seq"),
 ])
