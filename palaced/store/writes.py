@@ -2,7 +2,7 @@
 and redactions.
 
 Owns: growing this replica's chain inside a batch (``Chain``: sealed here, moved on once stored;
-the origins row itself is written once per batch, by batch.py), the one insert every event goes
+the committed vector takes the head once per batch, batch.py), the one insert every event goes
 through (what the features keep beside the log follows it in the same transaction: parts.py; it
 makes the event's one ``CommittedEvent`` record, which the batch hands to the bus), and purging a
 redacted body with what the features derived from it. Each function takes the job's ``WriteContext`` (its
@@ -103,7 +103,7 @@ def _store_sealed(ctx: WriteContext, event: SignedEvent) -> CommittedEvent:
     record (the batch gets it too)."""
     record = insert_event(ctx, event)
     ctx.batch.events.append(record)
-    # The origins row (the version vector) is written once per batch, in the same transaction.
+    # The committed vector takes the head once per batch (batch.py); our origins row, when the store opens.
     chain = ctx.chain
     chain.seq, chain.head_hash = event.origin_seq, event.event_hash
     return record
