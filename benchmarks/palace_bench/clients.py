@@ -231,14 +231,20 @@ class FleetEvents:
 
 @dataclass(frozen=True)
 class NoteEvents:
-    """A note to one agent with a body of ``body_bytes`` (the comparison with JetStream: same payload)."""
+    """A note to one agent with a body of ``body_bytes`` (the comparison with JetStream: same payload),
+    appended asking for the ``reply`` shape given (``"slim"``: id, seq, origin_seq and created_at, as
+    the floor and JetStream answer; None: the whole event)."""
 
     body_bytes: int
     to_agent: str = "bench-reader"
+    reply: str | None = None
 
     def __call__(self, i: int) -> dict[str, Any]:
-        return {"type": "note", "stream": "bench", "room": "throughput", "from_agent": "bench-writer",
-                "to_agent": self.to_agent, "body": sample_body(i, self.body_bytes)}
+        event = {"type": "note", "stream": "bench", "room": "throughput", "from_agent": "bench-writer",
+                 "to_agent": self.to_agent, "body": sample_body(i, self.body_bytes)}
+        if self.reply is not None:
+            event["reply"] = self.reply
+        return event
 
 
 @dataclass(frozen=True)
@@ -301,6 +307,8 @@ class WakeJob:
     body_bytes: int
     agent: str
     pipe: Connection
+    #: the writer's ``append`` reply shape (``NoteEvents.reply``)
+    reply: str | None = None
 
 
 def wake_watcher(job: WakeJob) -> Callable[[], int]:
@@ -354,9 +362,11 @@ def wake_writer(job: WakeJob) -> Callable[[], dict[str, list[float]]]:
     client = Client(job.home, client_name="palacectl-bench")
     client.connect()
 
+    shape = {"reply": job.reply} if job.reply is not None else {}
+
     def append(i: int) -> None:
         client.call("append", type="note", stream="bench", room="wake", from_agent="bench-writer",
-                    to_agent=job.agent, body=sample_body(i, job.body_bytes))
+                    to_agent=job.agent, body=sample_body(i, job.body_bytes), **shape)
 
     def work() -> dict[str, list[float]]:
         try:

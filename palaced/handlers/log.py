@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import trio
 
-from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request
-from palace_proto.envelope import preview_event
+from palace_proto.appends import RESERVED_TYPES, append_many_requests, append_request, reply_shape
+from palace_proto.envelope import CommittedEvent, preview_event
 from palace_proto.errors import ApiError, NotFound, NotPermitted, ValidationError
 from palace_proto.event_fields import PublicEvent, reply_to, thread
 from palace_proto.pki import sign_redaction
@@ -39,7 +39,7 @@ from palace_proto.workers import check_activity
 
 from ..clock import utc_now_seconds
 from ..feature import Follower, WakeRule
-from ..store import WriteContext, append_event, event_by_id, event_search, follow
+from ..store import WriteContext, append_event, append_record, event_by_id, event_search, follow
 from ..store import origins as store_origins
 from ..store import writes as store_writes
 from .context import Context, Watcher
@@ -59,23 +59,34 @@ Push = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 async def append(ctx: Context, args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Append one event; the reply is the whole public event, or with ``reply: "slim"`` its
+    ``SLIM_REPLY_FIELDS`` only (whose public object is then never built, unless a watcher reads it)."""
     ctx.require_writer()
     replicated, timeout_s = replicated_args(args)
     require_peers_for(ctx, replicated)
     req = append_request(args, ctx.limits)
+    slim = reply_shape(args) == "slim"
 
-    def job(w: WriteContext) -> PublicEvent:
+    def job(w: WriteContext) -> CommittedEvent:
         # In the writing transaction, as append_many does: no read (and thread hop) ahead of every
         # ack, and the event it names is there when the ack is written (issue 27).
         if req.ack_of is not None and event_by_id(w, req.ack_of) is None:
             raise NotFound(f"event {req.ack_of!r} not found")
-        return append_event(w, req)  # judged by the authority table there, as every write is
+        return append_record(w, req)  # judged by the authority table there, as every write is
 
-    event = await ctx.store.write(job)
+    record = await ctx.store.write(job)
+    event: Mapping[str, Any] = _slim(record) if slim else record.public
     if replicated:
         # The event is committed locally whatever happens next; the reply says how far it got.
-        return {**event, "replication": await wait_replicated(ctx, event, replicated, timeout_s)}
+        position = {"origin": record.signed.origin, "origin_seq": record.signed.origin_seq}
+        return {**event, "replication": await wait_replicated(ctx, position, replicated, timeout_s)}
     return event
+
+
+def _slim(record: CommittedEvent) -> dict[str, Any]:
+    """A stored event's slim reply (``SLIM_REPLY_FIELDS``), read off its record."""
+    signed = record.signed
+    return {"id": signed.id, "seq": record.seq, "origin_seq": signed.origin_seq, "created_at": signed.created_at}
 
 
 async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,22 +96,20 @@ async def append_many(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
     requests = append_many_requests(args.get("events"), ctx.limits)
 
-    def job(w: WriteContext) -> list[PublicEvent]:
+    def job(w: WriteContext) -> list[CommittedEvent]:
         appended = []
         for index, req in enumerate(requests):
             try:
                 if req.ack_of is not None and event_by_id(w, req.ack_of) is None:
                     raise NotFound(f"ack_of names an unknown event {req.ack_of!r}")
-                appended.append(append_event(w, req))
+                appended.append(append_record(w, req))
             except (ValidationError, NotFound, NotPermitted) as exc:
                 # The job fails as a whole: nothing of this request is written.
                 raise type(exc)(f"events[{index}]: {exc.message}; nothing was appended") from None
         return appended
 
-    events = await ctx.store.write(job)
-    return {"events": [{"id": e["id"], "seq": e["seq"], "origin_seq": e["origin_seq"], "created_at": e["created_at"]}
-                       for e in events],
-            "count": len(events), "origin": ctx.store.origin_id}
+    records = await ctx.store.write(job)
+    return {"events": [_slim(record) for record in records], "count": len(records), "origin": ctx.store.origin_id}
 
 
 async def get_event(ctx: Context, args: Mapping[str, Any]) -> PublicEvent:

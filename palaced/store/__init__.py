@@ -22,6 +22,7 @@ from .store import Store as Store
 from .store import StoreError as StoreError
 from .store import WriteBatchResult as WriteBatchResult
 from .writes import append_event as append_event
+from .writes import append_record as append_record
 from .writes import append_system as append_system
 from .writes import put_artifact as put_artifact
 from .writes import put_verified_artifact as put_verified_artifact

@@ -2,8 +2,9 @@
 
 Owns: ``write_batch`` (a savepoint per job, so a job that raises fails alone; re-runs after SQLite
 rolled the whole transaction back by itself; a new ``Batch`` for each try, state.py), what the
-store parts settle before the commit, and the origins row of our chain written once per batch.
-Writer thread only.
+store parts settle before the commit, and our chain's head moved in the committed vector once per
+batch (in memory only: the origins row of our own origin is caught up when the store opens,
+schema 0015). Writer thread only.
 
 Nothing is acknowledged before the commit returns: an apsw error on commit fails the whole batch
 as ``StoreError`` (``DiskFullError`` when the disk is full), and the chain goes back to what is
@@ -129,8 +130,8 @@ def _run_batch(ctx: WriteContext, jobs: Sequence[Callable[[WriteContext], Any]],
         for settle in ctx.parts.settle:
             settle(ctx)
         if chain.seq != committed_chain[0]:
-            conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=?",
-                         (chain.seq, chain.head_hash, chain.origin))
+            # Our head goes to the vector in memory; the origins row is not written (a page less in
+            # every commit: schema 0015), the store reads the head from the chain when it opens.
             batch.heads.append((chain.origin, OriginHead(chain.seq, chain.head_hash)))
         conn.execute("RELEASE palace_batch")  # the commit, and its fsync
     except BaseException as exc:

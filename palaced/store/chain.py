@@ -1,9 +1,10 @@
 """Our origin's chain: the one log this replica writes, and where its head stands.
 
 Owns: our origin id and its key pair, and the head (``seq``, ``head_hash``) as the running batch
-sees it, its appends included (the origins row is written once per batch, by batch.py); sealing
-the next event (``seal``), and the position a job or batch goes back to when it fails (``mark`` /
-``rewind``). Writer thread only. Must not import trio.
+sees it, its appends included (the committed vector takes it once per batch, batch.py; the origins
+row only when the store opens, origins.catch_up_own_head); sealing the next event (``seal``), and
+the position a job or batch goes back to when it fails (``mark`` / ``rewind``). Writer thread
+only. Must not import trio.
 """
 
 from __future__ import annotations

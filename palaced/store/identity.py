@@ -20,8 +20,9 @@ running batch (``WriteContext.batch.registry``) count for the checks at once and
 once the batch commits (a rolled-back batch leaves no trace here). The checks take the job's
 ``WriteContext``.
 
-Which registry events count: those of the replicated chains (``origin_seq <= max_seq``), never
-imported history of other palaces (its agents belong to daemons of its own).
+Which registry events count: those of the replicated chains (``origin_seq <= max_seq``, and our
+own origin's whole chain, whose row our appends do not move: schema 0015), never imported history
+of other palaces (its agents belong to daemons of its own).
 """
 
 from __future__ import annotations
@@ -150,8 +151,8 @@ class AgentRegistry:
         placeholders = ",".join("?" * len(REGISTRY_TYPES))
         rows = all_rows(conn.execute(
             f"SELECT e.id, e.origin, e.type, e.created_at, e.metadata, e.from_agent FROM events e JOIN origins o "
-            f"ON o.origin = e.origin WHERE e.type IN ({placeholders}) AND e.origin_seq <= o.max_seq "
-            f"ORDER BY e.origin, e.origin_seq", tuple(sorted(REGISTRY_TYPES))))
+            f"ON o.origin = e.origin WHERE e.type IN ({placeholders}) AND (e.origin_seq <= o.max_seq OR e.origin = ?) "
+            f"ORDER BY e.origin, e.origin_seq", (*sorted(REGISTRY_TYPES), self.origin)))
         for event_id, origin, kind, created_at, metadata, from_agent in rows:
             self._take({"id": event_id, "origin": origin, "type": kind, "created_at": created_at,
                         "metadata": json.loads(metadata), "from_agent": from_agent})

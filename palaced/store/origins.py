@@ -6,6 +6,11 @@ the chain heads (``max_seq``, ``head_hash``: the version vector, kept in memory 
 ``Vector``) and each origin's key. Minting runs when the store opens; every other function takes
 whichever connection the caller is on (the writer's inside a batch, a reader's otherwise), and
 ``head_in`` is ``head`` for a write job outside the store (it takes the job's ``WriteContext``).
+
+Our current origin's row is not written by our own appends (schema 0015: a page less in every
+commit): its head is the last event of its chain, which ``catch_up_own_head`` writes into the row
+when the store opens, and which the store keeps in memory meanwhile (``Chain``, ``Vector``). Every
+other origin's row (a peer's, our retired ones) moves with its events, in their transaction.
 """
 
 from __future__ import annotations
@@ -27,12 +32,36 @@ from .fetch import all_rows, one_row
 if TYPE_CHECKING:
     from .state import WriteContext
 
-__all__ = ["save_bindings", "chain_head", "ensure_origin", "head", "head_in", "nonce", "origin_key", "origins_of_key",
-           "own_origins", "read_heads"]
+__all__ = ["catch_up_own_head", "chain_head", "chain_tip", "ensure_origin", "head", "head_in", "nonce", "origin_key",
+           "origins_of_key", "own_origins", "read_heads", "save_bindings"]
 
 _LOGGER: Final = logging.getLogger("palaced.store")
 #: meta key prefix of the nonce each key-derived origin of this replica was minted with
 _NONCE_KEY: Final = "origin_nonce/"
+
+
+def catch_up_own_head(conn: apsw.Connection) -> None:
+    """The store opening: our current origin's row takes the head of its chain as stored (its last
+    event), which our appends do not write there (schema 0015). Before anything reads the row:
+    the chain's next number, the version vector, a legacy origin retired by ``ensure_origin``."""
+    row = conn.execute("SELECT value FROM meta WHERE key='origin'").fetchone()
+    if row is None:
+        return
+    (origin,) = row
+    last = chain_tip(conn, origin)
+    if last is None:
+        return
+    with conn:
+        conn.execute("UPDATE origins SET max_seq=?, head_hash=? WHERE origin=? AND max_seq < ?",
+                     (last.max_seq, last.head_hash, origin, last.max_seq))
+
+
+def chain_tip(conn: apsw.Connection, origin: str) -> OriginHead | None:
+    """The last event of ``origin``'s chain as stored (one seek in the (origin, origin_seq) index);
+    None before its first."""
+    row = conn.execute("SELECT origin_seq, event_hash FROM events WHERE origin=? ORDER BY origin_seq DESC LIMIT 1",
+                       (origin,)).fetchone()
+    return OriginHead(row[0], bytes(row[1])) if row else None
 
 
 def ensure_origin(conn: apsw.Connection, public_key: bytes) -> tuple[str, bool]:

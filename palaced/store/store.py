@@ -93,6 +93,7 @@ class Store(Reads):
         self.minted_origin = False
         try:
             schema.migrate(conn, path)
+            origins.catch_up_own_head(conn)
             self.origin_id, self.minted_origin = origins.ensure_origin(conn, public_key)
             seq, head_hash = origins.chain_head(conn, self.origin_id)
         except (apsw.Error, OSError) as exc:

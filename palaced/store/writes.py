@@ -2,7 +2,7 @@
 and redactions.
 
 Owns: growing this replica's chain inside a batch (``Chain``: sealed here, moved on once stored;
-the origins row itself is written once per batch, by batch.py), the one insert every event goes
+the committed vector takes the head once per batch, batch.py), the one insert every event goes
 through (what the features keep beside the log follows it in the same transaction: parts.py; it
 makes the event's one ``CommittedEvent`` record, which the batch hands to the bus), and purging a
 redacted body with what the features derived from it. Each function takes the job's ``WriteContext`` (its
@@ -41,12 +41,18 @@ from .rows import INSERT_EVENT, insert_params
 if TYPE_CHECKING:
     from .state import WriteContext
 
-__all__ = ["append_event", "append_system", "insert_event", "put_artifact", "redact"]
+__all__ = ["append_event", "append_record", "append_system", "insert_event", "put_artifact", "redact"]
 
 
 def append_event(ctx: WriteContext, req: AppendRequest) -> PublicEvent:
-    """Sign ``req`` as the next event of our origin and store it; its public object. The batch
-    gets its record, after that of any event stored before it (a registration).
+    """``append_record``'s event as its public object."""
+    return append_record(ctx, req).public
+
+
+def append_record(ctx: WriteContext, req: AppendRequest) -> CommittedEvent:
+    """Sign ``req`` as the next event of our origin and store it; its record (whose public object
+    is built only if someone reads it: a slim reply does not). The batch gets the record, after
+    that of any event stored before it (a registration).
 
     The agent it is written as must be ours: an agent nobody holds yet is registered to this
     daemon first, in the same transaction (an ``agent.register`` just before it), and so is one
@@ -88,18 +94,19 @@ def append_system(ctx: WriteContext, req: AppendRequest) -> PublicEvent:
         if agent not in ctx.agents.registered_by(ctx, ctx.chain.origin):
             ctx.agents.check_room(ctx, str(agent))
     return _store_sealed(ctx, ctx.chain.seal(type=req.type, stream=req.stream, room=req.room, topic=req.topic,
-                                             from_agent=req.from_agent, body=req.body, metadata_json=req.metadata_json))
+                                             from_agent=req.from_agent, body=req.body,
+                                             metadata_json=req.metadata_json)).public
 
 
-def _store_sealed(ctx: WriteContext, event: SignedEvent) -> PublicEvent:
+def _store_sealed(ctx: WriteContext, event: SignedEvent) -> CommittedEvent:
     """Store ``event``, just sealed as the next of our chain, and move the chain on to it; its
-    public object (the batch gets its record)."""
+    record (the batch gets it too)."""
     record = insert_event(ctx, event)
     ctx.batch.events.append(record)
-    # The origins row (the version vector) is written once per batch, in the same transaction.
+    # The committed vector takes the head once per batch (batch.py); our origins row, when the store opens.
     chain = ctx.chain
     chain.seq, chain.head_hash = event.origin_seq, event.event_hash
-    return record.public
+    return record
 
 
 def insert_event(ctx: WriteContext, ev: SignedEvent, *, history: bool = False) -> CommittedEvent:

@@ -167,6 +167,7 @@ def test_quick_comparison_reports_both_sides_and_cleans_up():
     assert workdir is not None, stderr
     result = json.loads(stdout)
     assert result["quick"] is True and result["body_bytes"] == 300 and result["concurrent_clients"] == 16
+    assert result["append_reply"] == "slim"  # what palace's writers ask for, said in the output
     assert set(result["figures"]) == FIGURES
     for name, row in result["figures"].items():
         for side in ("palace", "jetstream", "advantage", "target"):
@@ -201,6 +202,7 @@ def test_table_shows_both_sides_ratio_and_targets():
     assert rows["wake_p50_ms"]["advantage"] == pytest.approx(1.2) and rows["wake_p50_ms"]["met"]
     assert rows["wake_p99_ms"]["advantage"] == pytest.approx(0.5) and not rows["wake_p99_ms"]["met"]
     result = {"figures": rows, "quick": False, "samples": 1000, "warmup": 50, "body_bytes": 300, "cpus": 2,
+              "append_reply": "slim",
               "python": "3.11", "versions": {"palace": "0.1.0", "nats_server": "2.15.1", "nats_py": "2.16.0"},
               "absolute_targets": {"palace_append_1_client_per_s": {"value": 2600.0, "target": ">= 2000", "met": True}},
               "details": {"jetstream": {"cross_stream_leader": "n1", "cross_wake_consumer_leader": "n2"}}}
@@ -212,3 +214,4 @@ def test_table_shows_both_sides_ratio_and_targets():
     cross = next(line for line in table.splitlines() if line.startswith("| append on A → watcher on B, p50"))
     assert [c.strip() for c in cross.strip("|").split("|")][-2:] == ["—", "—"]  # the floor does not replicate
     assert sum(line.startswith("| ") for line in table.splitlines()) == 1 + len(FIGURES)
+    assert "palace's writers ask append for the slim reply" in table

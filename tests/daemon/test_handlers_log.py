@@ -69,6 +69,8 @@ async def test_a_type_in_palaces_namespaces_the_table_does_not_name_is_refused(t
     ({"from_agent": None}, "from_agent"),
     ({"replicated": -1}, "replicated"),
     ({"replicated": 1, "timeout_ms": "soon"}, "timeout_ms"),
+    ({"reply": "full"}, "reply"),
+    ({"reply": ["slim"]}, "reply"),
 ])
 async def test_a_bad_append_names_its_field_and_writes_nothing(tmp_path, change, field):
     async with open_context(tmp_path) as ctx:
@@ -247,6 +249,34 @@ async def test_the_digest_covers_every_event(tmp_path):
         assert digest["origins"][0]["origin_seq"] == 2 and digest["digest"] != empty["digest"]
 
 
+async def test_a_slim_append_replies_id_seq_origin_seq_and_created_at_of_the_event_stored(tmp_path):
+    """Guards the opt-in slim reply (issue 45 §3): ``reply: "slim"`` answers only what the writer
+    does not know (SLIM_REPLY_FIELDS), naming the very event stored, which readers and watchers
+    see whole; the default reply is still the whole event."""
+    from palace_proto.appends import SLIM_REPLY_FIELDS
+    async with open_context(tmp_path) as ctx:
+        full = await log.append(ctx, note(body="whole"))
+        assert full["body"] == "whole" and full["type"] == "note"
+        assert (await log.append(ctx, note(body="said as event", reply="event")))["body"] == "said as event"
+        slim = await log.append(ctx, note(body="slim", to_agent="bob", reply="slim"))
+        assert tuple(slim) == SLIM_REPLY_FIELDS
+        stored = await log.get_event(ctx, {"event_id": slim["id"]})
+        assert {k: stored[k] for k in SLIM_REPLY_FIELDS} == slim
+        assert stored["body"] == "slim" and stored["to_agent"] == "bob" and slim["origin_seq"] == 3
+        assert ctx.bus.events_after(slim["seq"] - 1, 10)[0]["body"] == "slim"  # a watcher reads it whole
+
+
+async def test_a_slim_append_that_breaks_a_rule_is_refused_as_any_append(tmp_path):
+    """The reply's shape changes nothing of what is judged: a refusal is the same, nothing written."""
+    async with open_context(tmp_path) as ctx:
+        with pytest.raises(NotFound):
+            await log.append(ctx, note(ack_of="evt_nope", reply="slim"))
+        with pytest.raises(ValidationError) as refused:
+            await log.append(ctx, note(type="memory.drawer", reply="slim"))
+        assert refused.value.field == "type"
+        assert await _count(ctx) == 0
+
+
 # -- append_many (issue 13: bulk writers in one commit) -------------------------------------------
 
 
@@ -261,6 +291,7 @@ async def test_append_many_commits_every_event_in_order_with_a_slim_reply(tmp_pa
         listed = (await log.list_events(ctx, {"order": "asc"}))["events"]
         assert [e["body"] for e in listed] == ["before", *(f"bulk {i}" for i in range(5)), "an ack"]
         assert [e["id"] for e in listed[1:]] == [e["id"] for e in reply["events"]]
+        assert [{k: e[k] for k in ("id", "seq", "origin_seq", "created_at")} for e in listed[1:]] == reply["events"]
         assert ctx.store.writer.batches == 2, "the bulk request is one commit"
 
 

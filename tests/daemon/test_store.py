@@ -110,6 +110,73 @@ def test_changed_identity_key_starts_a_new_origin_and_keeps_history(tmp_path, ke
     s2.close()
 
 
+def _origins_row(path, origin):
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        max_seq, head_hash = conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (origin,)).fetchone()
+        return max_seq, bytes(head_hash)
+    finally:
+        conn.close()
+
+
+def test_an_append_writes_no_origins_row_and_the_store_reads_its_head_from_the_chain_when_it_opens(tmp_path, key):
+    """Guards schema 0015 (issue 45 §3): our appends leave our origin's row alone (a page less in
+    every commit), and a store opening the file, after a clean close or a crash alike, takes the
+    head from the last event of the chain: the next append neither reuses a number nor leaves a
+    gap, and the vector names the true head."""
+    path = tmp_path / "p.sqlite3"
+    s = Store(path, key, LIMITS, parts=STORE_PARTS)
+    origin = s.origin_id
+    events = [append(s, body=f"e{i}") for i in range(3)]
+    assert _origins_row(path, origin) == (0, GENESIS_HASH)  # not written by the appends
+    # Schema 0015 recorded: an older palace refuses the file rather than take this row for the head.
+    assert 15 in {v for (v,) in s.db.writer.execute("SELECT version FROM _migrations")}
+    last = s.signed_events_of_origin(origin, 2, 1)[0]
+    assert (s.chain.seq, s.chain.head_hash) == (3, last.event_hash) == (s.heads()[origin].max_seq,
+                                                                         s.heads()[origin].head_hash)
+    s.close()  # what a crash leaves too: closing writes nothing more
+    again = Store(path, key, LIMITS, parts=STORE_PARTS)
+    try:
+        assert again.origin_id == origin and _origins_row(path, origin) == (3, last.event_hash)
+        assert again.version_vector() == {origin: 3} and again.heads()[origin].head_hash == last.event_hash
+        fourth = append(again, body="after reopening")
+        assert fourth["origin_seq"] == 4 and fourth["id"] not in {e["id"] for e in events}
+        verify_chain_link(last, again.signed_events_of_origin(origin, 3, 1)[0])
+    finally:
+        again.close()
+
+
+def test_a_changed_key_retires_the_origin_with_the_head_of_its_chain(tmp_path, key):
+    """Guards the origin a new key retires (schema 0015): its row is caught up from its chain
+    before the new origin is minted, so the retired chain is offered to peers whole."""
+    path = tmp_path / "p.sqlite3"
+    s = Store(path, key, LIMITS, parts=STORE_PARTS)
+    old_origin = s.origin_id
+    for i in range(2):
+        append(s, body=f"before {i}")
+    s.close()
+    s2 = Store(path, Ed25519PrivateKey.generate(), LIMITS, parts=STORE_PARTS)
+    try:
+        assert s2.origin_id != old_origin and s2.version_vector() == {old_origin: 2}
+        assert _origins_row(path, old_origin)[0] == 2
+        append(s2, body="after")
+        assert s2.version_vector() == {old_origin: 2, s2.origin_id: 1}
+    finally:
+        s2.close()
+
+
+def test_the_registry_reloaded_while_running_counts_our_registrations_the_row_does_not_name(store):
+    """Guards the registry's load (identity.py) under schema 0015: reloaded while the daemon runs
+    (a palace founded or joined), it counts every registration of our chain, which our origin's
+    row, not written by our appends, does not cover."""
+    store.agents.enforcing = True  # as when the daemon belongs to a palace: a new agent is registered first
+    append(store, from_agent="newcomer", body="registers newcomer here first")
+    assert store.agents.holds("newcomer")
+    ok, value = store.write_batch([store.agents.reload_ca]).outcomes[0]
+    assert ok, value
+    assert store.agents.holds("newcomer")
+
+
 def test_database_from_a_newer_release_is_refused(tmp_path, key):
     s = Store(tmp_path / "p.sqlite3", key, LIMITS, parts=STORE_PARTS)
     s.db.writer.execute("INSERT INTO _migrations VALUES (9999, 'future.sql', 'x')")

@@ -312,14 +312,17 @@ def test_history_joins_the_chain_only_when_the_stored_event_links(pair):
 
 
 def heads_on_disk(store):
-    """The version vector as the database file holds it, read by a connection of its own."""
+    """The version vector as the database file holds it, read by a connection of its own: the
+    origins rows, and our own origin's head as its chain stands (its row is caught up only when
+    the store opens: schema 0015)."""
     import apsw
 
-    from palaced.store.origins import read_heads
+    from palaced.store.origins import chain_tip, read_heads
 
     conn = apsw.Connection(str(store.path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return read_heads(conn)
+        own = chain_tip(conn, store.origin_id)
+        return read_heads(conn) | ({store.origin_id: own} if own is not None else {})
     finally:
         conn.close()
 

@@ -15,6 +15,7 @@ from palace_proto.validation import AppendRequest, Limits
 from palaced.bus import EventBus
 from palaced.features import STORE_PARTS
 from palaced.store import Store, StoreError, append_event, import_history, put_artifact, redact
+from palaced.store.origins import chain_tip
 
 LIMITS = Limits()
 
@@ -47,7 +48,8 @@ def committed_chain(store: Store) -> list[tuple[int, str, bytes, bytes]]:
 
 def assert_chain_consistent(store: Store, bodies: list[str]) -> None:
     """The committed chain holds ``bodies`` at 1..n, each linked to the one before, and the
-    writer's in-memory head and the origins row both say n and the last hash."""
+    writer's in-memory head and the head a store opening the file would read (its chain's last
+    event: schema 0015) both say n and the last hash."""
     chain = committed_chain(store)
     assert [(s, b) for s, b, _, _ in chain] == list(enumerate(bodies, start=1))
     prev = GENESIS_HASH
@@ -56,10 +58,10 @@ def assert_chain_consistent(store: Store, bodies: list[str]) -> None:
         prev = event_hash
     conn = apsw.Connection(str(store.path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        row = conn.execute("SELECT max_seq, head_hash FROM origins WHERE origin=?", (store.origin_id,)).fetchone()
+        tip = chain_tip(conn, store.origin_id)
     finally:
         conn.close()
-    assert (row[0], bytes(row[1])) == (len(bodies), prev)
+    assert (tip.max_seq, tip.head_hash) == (len(bodies), prev) if bodies else tip is None
     assert (store.chain.seq, store.chain.head_hash) == (len(bodies), prev)
     # The version vector kept in memory (issue 27) says the same as the file, rolled-back jobs and
     # failed commits left out.

@@ -1,0 +1,15 @@
+-- 0015: our own origin's head is not written at every commit (issue 45 §3).
+--
+-- The invariant of 0001 ("origins.max_seq / head_hash equal the max origin_seq / its event_hash
+-- among the origin's rows, updated in the same transaction as the rows") now holds for every
+-- origin but this replica's current one (meta 'origin'): our appends move its head in memory only
+-- (the chain and the committed version vector), and its row is caught up from the last event of
+-- its chain when the store opens (store/origins.py, catch_up_own_head), before anything reads it.
+-- The UPDATE it saves was one page more in every commit's WAL write and fsync: measured here, a
+-- lone append's round trip ~10% shorter. Reads of the row at run time never need our own head
+-- (the registry's load counts our whole chain; the vector is in memory).
+--
+-- No statement: no table changes. The version itself is the point: a palace from before this one
+-- would take the row as the head of our chain and number its next append again (refused by the
+-- unique (origin, origin_seq), every append failing); it refuses a database with a schema newer
+-- than it knows (schema.migrate) instead.
