@@ -17,18 +17,27 @@ Imports only the registry (its change type); presence and reports import this.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from palace_proto.link import GossipRecord
-from palace_proto.peer import Addresses
+from palace_proto.peer import Addresses, Presence, Report, gossip_name
 
 from .registry import LinkChange, LinkRegistry
 
 if TYPE_CHECKING:
     from .link import PeerLink
 
-__all__ = ["Gossip", "GossipRecord", "GossipTree"]
+__all__ = ["GOSSIP_KINDS", "Gossip", "GossipRecord", "GossipTree", "gossip_key"]
 
+
+
+#: the broadcast tree's letter for each kind of gossip record (``palace_proto.peer.gossip_name``)
+GOSSIP_KINDS: Final[dict[type, str]] = {Presence: "p", Report: "r", Addresses: "a"}
+
+
+def gossip_key(record: GossipRecord) -> tuple[str, int]:
+    """The broadcast tree's name for a gossip record: its kind and daemon, and its serial."""
+    return gossip_name(GOSSIP_KINDS[type(record)], record.peer_id), record.serial
 
 
 class GossipTree(Protocol):
@@ -98,8 +107,6 @@ class Gossip:
         return self._newest.get(name)
 
     def _keep(self, gossip: GossipRecord) -> None:
-        from .overlay import gossip_key  # overlay imports this module
-
         self._newest[gossip_key(gossip)[0]] = gossip
 
     def broadcast(self, gossip: GossipRecord) -> None:

@@ -68,20 +68,20 @@ from palace_proto.broadcast import Broadcast, BroadcastMessage, EventKey, Graft,
 from palace_proto.envelope import CommittedEvent, SignedEvent
 from palace_proto.link import GossipRecord
 from palace_proto.overlay import Join, Neighbor, OverlayMessage, PartialView
-from palace_proto.peer import CONTROL_MESSAGES, Addresses, Presence, Report, gossip_name, is_gossip_name
+from palace_proto.peer import CONTROL_MESSAGES, is_gossip_name
 
 from ..bus import EventBus
 from ..limits import LimitLog
 from ..members import MemberDirectory
 from ..store.aio import AsyncStore
 from .dialing import Dialer
-from .gossip import Gossip
+from .gossip import Gossip, gossip_key
 from .registry import LinkChange, LinkRegistry
 
 if TYPE_CHECKING:
     from .link import PeerLink
 
-__all__ = ["GOSSIP_KINDS", "Overlay", "gossip_key"]
+__all__ = ["Overlay"]
 
 LOGGER: Final = logging.getLogger("palaced.peers.overlay")
 
@@ -116,17 +116,11 @@ LOST_FIRST_S: Final = 15.0
 LOST_MAX_S: Final = 600.0
 LOST_GIVE_UP_S: Final = 3600.0
 
-#: the tree's letter for each kind of gossip record (``palace_proto.peer.gossip_name``)
-GOSSIP_KINDS: Final[dict[type, str]] = {Presence: "p", Report: "r", Addresses: "a"}
 # Why 0.25 s: announcements gathered this long go several to a message (at 50 daemons, each daemon
 # announces some 200 records a minute); repair waits as much longer, while eager pushes, the fast
 # path, do not wait at all.
 LAZY_DELAY_S: Final = 0.25
 
-
-def gossip_key(record: GossipRecord) -> EventKey:
-    """The tree's name for a gossip record: its kind and daemon, and its serial."""
-    return gossip_name(GOSSIP_KINDS[type(record)], record.peer_id), record.serial
 
 
 class Overlay:
@@ -221,8 +215,10 @@ class Overlay:
         return self.view.full_mesh or peer_id in self.view.active or self.registry.link_of(peer_id) is not None
 
     def first_hand(self, peer_id: str) -> bool:
-        """Do we hear ``peer_id`` first-hand (an active peer), for the ``Neighbours`` we tell?"""
-        return peer_id in self.view.active
+        """Do we hear ``peer_id`` first-hand, for the ``Neighbours`` we tell and the gossip a link
+        takes? In a full mesh, every linked daemon; past it, an active peer (a passing link is no
+        first-hand source)."""
+        return self.view.full_mesh or peer_id in self.view.active
 
     def status(self) -> dict[str, Any]:
         """What ``status`` shows of the views and the tree."""

@@ -28,14 +28,18 @@ from tests.hostile_peer import Credentials, issue_member
 
 
 class StandInLink:
-    """What the network needs of a link to hand it gossip: a peer id, ``gossip`` and
-    ``discard_gossip``. Like a real link it keeps the newest record per daemon and kind, and nothing
-    about its own peer (a real link also skips daemons its peer hears first-hand, and sends the
-    bindings ahead: tests/proto/test_link.py, tests/e2e/test_fleet_reports.py)."""
+    """What the network needs of a link to hand it gossip: a peer id, its machine's ``gossip`` and
+    ``discard_gossip``, and ``wake``. Like a real link it keeps the newest record per daemon and
+    kind, and nothing about its own peer (a real link also skips daemons its peer hears first-hand,
+    and sends the bindings ahead: tests/proto/test_link.py, tests/e2e/test_fleet_reports.py)."""
 
     def __init__(self, peer_id: str) -> None:
         self.peer_id = peer_id
         self.pending: dict[tuple[type, str], Any] = {}
+        self.machine = self  # the machine's side and the shell's are one here
+
+    def wake(self) -> None:
+        pass
 
     def gossip(self, record: Any) -> None:
         known = self.pending.get((type(record), record.peer_id))

@@ -36,7 +36,9 @@ def test_twelve_daemons_on_twelve_subnets_link_by_partial_views_and_heal():
     figures = json.loads(out)
     assert figures["namespaces"] is True and figures["topology"] == "invite", figures
     assert figures["scale_12_mode"] == "partial views", figures  # past nine members: no full mesh
-    assert figures["scale_12_active_max"] <= 8 and figures["scale_12_links_max"] <= 8, figures
+    # The links each keeps (its active view) are at most 8; beside them, a link that carries a request
+    # for one (a joiner's, a repair's) lives until it is answered — under a loaded CI, a moment longer.
+    assert figures["scale_12_active_max"] <= 8 and figures["scale_12_links_max"] <= 8 + 2, figures
     assert figures["scale_12_links_mean"] >= 2, figures  # connected by more than a line
     # Every event reached every daemon (the bench waits for identical digests), each about once:
     # a flood over links of degree ~6 would deliver several copies to each.
