@@ -12,11 +12,12 @@ it; nothing outside their temporary homes is touched). Registered on the root ap
 
 from __future__ import annotations
 
+import subprocess
 from typing import Annotated, Optional
 
 import typer
 
-from ..output import emit
+from ..output import emit, fail
 from .common import JsonOpt, UsageProblem
 
 __all__ = ["bench_app"]
@@ -97,10 +98,15 @@ def bench_mesh(
         raise UsageProblem(f"--topology must be 'invite' or 'pairwise', not {topology!r}")
     from palace_bench.mesh_scale import run_scale_bench
 
-    result = run_scale_bench(daemons=daemons, topology=topology, namespaces=namespaces, progress=not json_,
-                             events=10 if quick else 100, idle_s=5.0 if quick else 60.0,
-                             partition_s=10.0 if quick else 60.0, leave=2 if quick else 10,
-                             settle_s=10.0 if quick else 30.0)
+    try:
+        result = run_scale_bench(daemons=daemons, topology=topology, namespaces=namespaces, progress=not json_,
+                                 events=10 if quick else 100, idle_s=5.0 if quick else 60.0,
+                                 partition_s=10.0 if quick else 60.0, leave=2 if quick else 10,
+                                 settle_s=10.0 if quick else 30.0)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        # A daemon that would not start, a palace that did not converge, a namespace not made:
+        # the run says which (its daemons' last log lines are on stderr) and stops.
+        fail(f"bench mesh --daemons {daemons} stopped: {exc}".splitlines()[0])
     emit(result, json_)
 
 

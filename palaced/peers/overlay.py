@@ -100,6 +100,9 @@ SHUFFLE_S: Final = 120.0
 # time for the request it came to make to be answered (a request answered, either way, closes it
 # sooner: CLOSE_GRACE_S after the answer).
 TRANSIENT_S: Final = 10.0
+# Why 2 s: how often passing links past TRANSIENT_S are closed, requests past DELIVER_S given up
+# and lost peers asked again (a look over a few dozen entries).
+SWEEP_S: Final = 2.0
 # Why 10 s: a message for a peer we hold no link to waits this long for the dialler (a connect and
 # a TLS handshake take well under a second on any network palace runs on).
 DELIVER_S: Final = 10.0
@@ -122,7 +125,6 @@ LOST_GIVE_UP_S: Final = 3600.0
 LAZY_DELAY_S: Final = 0.25
 
 
-
 class Overlay:
     """The partial views and the broadcast tree of one daemon, wired to its links (see the module).
 
@@ -143,7 +145,8 @@ class Overlay:
         self.store = store
         self.bus = bus
         self.limits = limits
-        self.view = PartialView(peer_id, rng if rng is not None else random.SystemRandom())
+        self._rng = rng if rng is not None else random.SystemRandom()
+        self.view = PartialView(peer_id, self._rng)
         #: the events' tree, and the gossip records' (their sources differ: fifty daemons' heartbeats
         #: grafting the links the writers' tree had pruned cost 1.7 copies per event when shared)
         self.tree = Broadcast(peer_id, lazy_delay=LAZY_DELAY_S)
@@ -157,7 +160,6 @@ class Overlay:
         self._lost: dict[str, tuple[float, float, float]] = {}
         #: members linked for a while beyond the views (``reach``): peer -> until when
         self._reaching: dict[str, float] = {}
-        self._rng = random.SystemRandom()
         self._revoked: set[str] = set()
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -178,15 +180,20 @@ class Overlay:
         daemon we know no binding of yet (one dial makes it known: mDNS, a static address, a
         daemon enrolled offline), which the view then keeps or lets go like any member."""
         view = self.view
+        # "no binding yet" asks the directory itself, not the members polled last: a joiner learns
+        # every binding and every address record within a second, and must not dial them all
+        # before its view has been told they are members (measured: 20-28 links each for 10 s).
         return (peer_id in view.active or peer_id in view.pending or peer_id in self._undelivered
-                or peer_id in self._reaching or peer_id not in self._members)
+                or peer_id in self._reaching or self.directory.certificate_of_peer(peer_id) is None)
 
     def reach(self, count: int, seconds: float) -> set[str]:
         """Link to ``count`` members for ``seconds``, beyond the active view: ``append --replicated
         K`` counts the peers that confirmed an event on a link of ours (their vectors and receipts,
         authenticated by the link), so with K past the active view, K members are linked while it
         waits (random ones, not linked yet; each such link opens like any other and closes as a
-        passing one once the wait is over). Nothing in a full mesh: every member is linked."""
+        passing one once the wait is over — the member, which does not keep it, may close it
+        first, and it is dialled again while the wait lasts). Nothing in a full mesh: every
+        member is linked."""
         if self.view.full_mesh:
             return set()
         linked = {link.peer_id for link in self.registry.links()}
@@ -246,18 +253,20 @@ class Overlay:
 
     async def _run(self) -> None:
         now = trio.current_time()
-        next_members, next_repair = now, now + REPAIR_S
+        next_members, next_repair, next_sweep = now, now + REPAIR_S, now + SWEEP_S
         next_shuffle = now + SHUFFLE_S * random.uniform(0.5, 1.5)
         while True:
             now = trio.current_time()
             if now >= next_members:
                 self._poll_members()
                 next_members = now + MEMBERS_POLL_S
-            if now >= next_repair:
+            if now >= next_sweep:
                 self._expire_undelivered(now)
                 self._close_unwanted(now)
-                self._act(self.view.repair())
                 self._probe_lost(now)
+                next_sweep = now + SWEEP_S
+            if now >= next_repair:
+                self._act(self.view.repair())
                 next_repair = now + REPAIR_S
             if now >= next_shuffle:
                 self._act(self.view.shuffle_due())
@@ -268,7 +277,8 @@ class Overlay:
                     self._act_tree(tree.tick(now), gossip=tree is self.gossip_tree)
             timer = min((t for t in (self.tree.get_timer(), self.gossip_tree.get_timer()) if t is not None),
                         default=None)
-            deadline = min(next_members, next_repair, next_shuffle, timer if timer is not None else next_members)
+            deadline = min(next_members, next_repair, next_sweep, next_shuffle,
+                           timer if timer is not None else next_members)
             self._wake = trio.Event()
             with trio.move_on_at(deadline):
                 await self._wake.wait()
