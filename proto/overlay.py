@@ -264,6 +264,8 @@ class PartialView:
         self._pending: dict[str, None] = {}
         #: passive peers that refused us since the last ``repair`` (not asked again until then)
         self._refused: set[str] = set()
+        #: members the shell knows an address of (``set_reachable``): asked first for a link
+        self._reachable: frozenset[str] = frozenset()
         self._open_shuffles = 0
         self._ignored = 0
         self._full_mesh = True
@@ -321,6 +323,12 @@ class PartialView:
                 self._add_passive(peer)
         self._top_up_passive()
         return actions + self.repair()
+
+    def set_reachable(self, peers: Iterable[str]) -> None:
+        """The members the shell can dial now (it knows an address of each). A view in want of links
+        asks those first: a request to a member nobody can dial waits out the shell's delivery
+        timeout for nothing (a daemon restarting knows only the addresses it dialled before)."""
+        self._reachable = frozenset(peers)
 
     def revoke(self, peer: str) -> list[Action]:
         """``peer`` was revoked: out of every view for good (its link closed, no goodbye sent)."""
@@ -381,7 +389,11 @@ class PartialView:
             # slot, so we spend no more of them than we need
             missing = 0 if self._pending else min(missing, 1)
         actions: list[Action] = []
-        for peer in self._sample([p for p in self._passive if p not in self._refused], missing):
+        candidates = [p for p in self._passive if p not in self._refused]
+        reachable = [p for p in candidates if p in self._reachable]
+        chosen = self._sample(reachable, missing)
+        chosen += self._sample([p for p in candidates if p not in self._reachable], missing - len(chosen))
+        for peer in chosen:
             del self._passive[peer]
             self._pending[peer] = None
             actions.append(Send(peer, Neighbor(high=not self._active)))
@@ -577,9 +589,14 @@ class PartialView:
             self._add_passive(peer)
 
     def _top_up_passive(self) -> None:
-        """Fill the passive view from the member directory (random members not linked)."""
+        """Fill the passive view from the member directory (random members not linked; those the
+        shell can dial first)."""
         candidates = sorted(self._members - self._active.keys() - self._pending.keys() - self._passive.keys())
-        for peer in self._sample(candidates, PASSIVE_MAX - len(self._passive)):
+        room = PASSIVE_MAX - len(self._passive)
+        reachable = [p for p in candidates if p in self._reachable]
+        chosen = self._sample(reachable, room)
+        chosen += self._sample([p for p in candidates if p not in self._reachable], room - len(chosen))
+        for peer in chosen:
             self._passive[peer] = None
 
     def _sample(self, peers: Iterable[str], k: int) -> list[str]:

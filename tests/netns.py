@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from palace_bench.mesh_scale import routed_commands
+
 
 def why_no_namespaces() -> str | None:
     if os.geteuid() != 0:
@@ -100,22 +102,7 @@ def routed_subnets(tag: str, count: int, base: str = "10.214") -> Iterator[Route
     hosts = [f"{prefix}{i}" for i in range(1, count + 1)]
     addresses = [f"{base}.{i}.2" for i in range(1, count + 1)]
     gateways = [f"{base}.{i}.1" for i in range(1, count + 1)]
-    setup: list[list[str]] = [
-        ["ip", "netns", "add", router],
-        ["ip", "-n", router, "link", "set", "lo", "up"],
-        ["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
-    ]
-    for i, (host, address, gateway) in enumerate(zip(hosts, addresses, gateways, strict=True), start=1):
-        setup += [
-            ["ip", "netns", "add", host],
-            ["ip", "-n", router, "link", "add", f"r{i}", "type", "veth", "peer", "name", "pal0", "netns", host],
-            ["ip", "-n", router, "addr", "add", f"{gateway}/24", "dev", f"r{i}"],
-            ["ip", "-n", host, "addr", "add", f"{address}/24", "dev", "pal0"],
-            ["ip", "-n", router, "link", "set", f"r{i}", "up"],
-            ["ip", "-n", host, "link", "set", "lo", "up"],
-            ["ip", "-n", host, "link", "set", "pal0", "up"],
-            ["ip", "-n", host, "route", "add", "default", "via", gateway],
-        ]
+    setup = routed_commands(router, hosts, addresses, gateways)  # the benchmark's own network (mesh_scale)
     try:
         _run_setup(setup)
         yield RoutedSubnets(router, hosts, addresses, gateways)

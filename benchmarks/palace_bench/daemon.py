@@ -207,3 +207,17 @@ class BenchPalace:
             for daemon in self.daemons:
                 if daemon.proc is not None:
                     sys.stderr.write(f"--- palaced {daemon.name} log (last lines) ---\n{daemon.log_tail()}\n")
+
+
+def stop_all(daemons: Sequence[BenchDaemon], *, show_logs: bool, logs_of: int | None = None) -> None:
+    """Stop every daemon (killing one that will not stop); with ``show_logs``, the last lines of
+    the first ``logs_of`` daemons' logs (all by default) go to stderr, for the report of a run that failed."""
+    for daemon in daemons:
+        try:
+            daemon.stop()
+        except (OSError, KeyboardInterrupt):
+            if daemon.proc is not None and daemon.proc.poll() is None:
+                daemon.proc.kill()
+    if show_logs:
+        for daemon in daemons[:logs_of]:
+            sys.stderr.write(f"--- palaced {daemon.name} log (last lines) ---\n{daemon.log_tail()}\n")

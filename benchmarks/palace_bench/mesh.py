@@ -41,7 +41,7 @@ from typing import Any, Final
 
 from palacectl.client import Client
 
-from .daemon import CONVERGE_TIMEOUT_S, BenchDaemon
+from .daemon import CONVERGE_TIMEOUT_S, BenchDaemon, stop_all
 from .figures import narrator
 
 __all__ = ["run_mesh_bench"]
@@ -134,15 +134,7 @@ class BenchMesh:
         return totals
 
     def close(self, *, show_logs: bool) -> None:
-        for daemon in self.daemons:
-            try:
-                daemon.stop()
-            except (OSError, KeyboardInterrupt):
-                if daemon.proc is not None and daemon.proc.poll() is None:
-                    daemon.proc.kill()
-        if show_logs:
-            for daemon in self.daemons:
-                sys.stderr.write(f"--- palaced {daemon.name} log (last lines) ---\n{daemon.log_tail()}\n")
+        stop_all(self.daemons, show_logs=show_logs)
 
 
 def _write_backlog(daemon: BenchDaemon, count: int) -> None:

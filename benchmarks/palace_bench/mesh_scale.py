@@ -42,10 +42,10 @@ from typing import Any, Final
 
 from palacectl.client import Client
 
-from .daemon import CONVERGE_TIMEOUT_S, BenchDaemon
+from .daemon import CONVERGE_TIMEOUT_S, BenchDaemon, stop_all
 from .figures import narrator
 
-__all__ = ["RoutedNetwork", "run_scale_bench"]
+__all__ = ["RoutedNetwork", "routed_commands", "run_scale_bench"]
 
 # Why 200 bytes: the bodies of the issue's measurement (a task request, a reply).
 BODY_BYTES: Final = 200
@@ -65,6 +65,28 @@ def namespaces_usable() -> str | None:
     if shutil.which("ip") is None:
         return "iproute2 (ip) is not installed"
     return None
+
+
+def routed_commands(router: str, hosts: list[str], addresses: list[str], gateways: list[str]) -> list[list[str]]:
+    """The ``ip`` commands that put each of ``hosts`` (a namespace) alone on a /24 — ``pal0`` at its
+    address, its default route via its gateway, the router's end of it ``r<i>`` (``r1``... as
+    tests/netns.py numbers them) — behind ``router``, which forwards unicast (IPv4 forwarding on)
+    and, like any router without a multicast routing daemon, no multicast. No interface appears in
+    the root namespace."""
+    commands = [["ip", "netns", "add", router], ["ip", "-n", router, "link", "set", "lo", "up"],
+                ["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"]]
+    for i, (host, address, gateway) in enumerate(zip(hosts, addresses, gateways, strict=True), start=1):
+        commands += [
+            ["ip", "netns", "add", host],
+            ["ip", "-n", router, "link", "add", f"r{i}", "type", "veth", "peer", "name", "pal0", "netns", host],
+            ["ip", "-n", router, "addr", "add", f"{gateway}/24", "dev", f"r{i}"],
+            ["ip", "-n", host, "addr", "add", f"{address}/24", "dev", "pal0"],
+            ["ip", "-n", router, "link", "set", f"r{i}", "up"],
+            ["ip", "-n", host, "link", "set", "lo", "up"],
+            ["ip", "-n", host, "link", "set", "pal0", "up"],
+            ["ip", "-n", host, "route", "add", "default", "via", gateway],
+        ]
+    return commands
 
 
 class RoutedNetwork:
@@ -89,21 +111,7 @@ class RoutedNetwork:
         return ["ip", "netns", "exec", self.hosts[index]]
 
     def build(self) -> None:
-        router = self.router
-        commands = [["ip", "netns", "add", router], ["ip", "-n", router, "link", "set", "lo", "up"],
-                    ["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"]]
-        for i, (host, address, gateway) in enumerate(zip(self.hosts, self.addresses, self._gateways, strict=True)):
-            commands += [
-                ["ip", "netns", "add", host],
-                ["ip", "-n", router, "link", "add", f"r{i}", "type", "veth", "peer", "name", "pal0", "netns", host],
-                ["ip", "-n", router, "addr", "add", f"{gateway}/24", "dev", f"r{i}"],
-                ["ip", "-n", host, "addr", "add", f"{address}/24", "dev", "pal0"],
-                ["ip", "-n", router, "link", "set", f"r{i}", "up"],
-                ["ip", "-n", host, "link", "set", "lo", "up"],
-                ["ip", "-n", host, "link", "set", "pal0", "up"],
-                ["ip", "-n", host, "route", "add", "default", "via", gateway],
-            ]
-        for command in commands:
+        for command in routed_commands(self.router, self.hosts, self.addresses, self._gateways):
             subprocess.run(command, check=True, capture_output=True)
 
     def _rules(self, verb: str) -> None:
@@ -180,15 +188,7 @@ class ScalePalace:
             time.sleep(0.05)
 
     def close(self, *, show_logs: bool) -> None:
-        for daemon in self.daemons:
-            try:
-                daemon.stop()
-            except (OSError, KeyboardInterrupt):
-                if daemon.proc is not None and daemon.proc.poll() is None:
-                    daemon.proc.kill()
-        if show_logs:
-            for daemon in self.daemons[:3]:
-                sys.stderr.write(f"--- palaced {daemon.name} log (last lines) ---\n{daemon.log_tail()}\n")
+        stop_all(self.daemons, show_logs=show_logs, logs_of=3)
 
 
 def _append(client: Client, writer: str, body: str) -> None:

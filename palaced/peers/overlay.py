@@ -286,6 +286,7 @@ class Overlay:
     # -- members -------------------------------------------------------------------------------
 
     def _poll_members(self) -> None:
+        self.view.set_reachable(t.peer_id for t in self.dialer.targets.values() if t.peer_id)
         directory = self.directory
         certified = {cert.peer_id for cert in directory.certificates()}
         for peer in sorted(certified - self._revoked):

@@ -459,3 +459,13 @@ def test_a_lost_peer_is_asked_again_at_low_priority_while_there_is_room():
 def test_gossip_heartbeats_stretch_with_the_palace_past_ten():
     assert gossip_period(10.0, 1) == gossip_period(10.0, GOSSIP_SCALE_MEMBERS) == 10.0
     assert gossip_period(10.0, 50) == 50.0 and gossip_period(30.0, 20) == 60.0
+
+
+def test_a_view_in_want_of_links_asks_members_it_can_dial_first():
+    members = peers(40)
+    v = PartialView(ME, random.Random(3))
+    v.set_reachable(members[:3])  # a daemon just restarted knows the addresses of three
+    asked = {to for to, _ in sends(v.set_members([ME, *members]))}
+    assert asked == {members[0]}  # no link at all: one high-priority request, to a member it can dial
+    asked = {to for to, _ in sends(v.receive(members[0], NeighborReply(True)))}  # linked: it seeks the rest
+    assert {members[1], members[2]} <= asked and len(asked) == ACTIVE_TARGET - 1  # the dialable ones first
