@@ -94,8 +94,9 @@ class Dialer:
         self.targets: dict[str, Target] = {}
         #: where dial loops run, set by the network as it starts (a target added before is kept, not dialled)
         self.nursery: trio.Nursery | None = None
-        #: may a known peer be dialled now? (overlay.py: a peer of the active view, or one asked or
-        #: owed a message); every target of a peer it refuses waits for ``gate_changed``
+        #: may a known peer be dialled now? (overlay.py's ``may_dial``: past nine members, only the
+        #: peers its partial view keeps, asked or owes a message, and daemons no binding tells of
+        #: yet); every target of a peer it refuses waits for ``gate_changed``
         self.gate: Callable[[str], bool] = lambda peer_id: True
         self._gate_changed = trio.Event()
 

@@ -254,7 +254,7 @@ class Overlay:
     async def _run(self) -> None:
         now = trio.current_time()
         next_members, next_repair, next_sweep = now, now + REPAIR_S, now + SWEEP_S
-        next_shuffle = now + SHUFFLE_S * random.uniform(0.5, 1.5)
+        next_shuffle = now + SHUFFLE_S * self._rng.uniform(0.5, 1.5)
         while True:
             now = trio.current_time()
             if now >= next_members:
@@ -270,7 +270,7 @@ class Overlay:
                 next_repair = now + REPAIR_S
             if now >= next_shuffle:
                 self._act(self.view.shuffle_due())
-                next_shuffle = now + SHUFFLE_S * random.uniform(0.8, 1.2)
+                next_shuffle = now + SHUFFLE_S * self._rng.uniform(0.8, 1.2)
             for tree in (self.tree, self.gossip_tree):
                 due = tree.get_timer()
                 if due is not None and now >= due:
