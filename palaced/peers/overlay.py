@@ -372,17 +372,15 @@ class Overlay:
     # -- the view's actions --------------------------------------------------------------------
 
     def _act(self, actions: Sequence[view_protocol.Action]) -> None:
-        changed = False
         for action in actions:
             match action:
                 case view_protocol.Send(to, message):
                     self._send(to, message)
-                case view_protocol.Open():
-                    changed = True
                 case view_protocol.Close(peer):
-                    changed = True
                     self._start(self._close_soon, peer)
-        if changed or actions:
+                # An Open needs no act of its own: the gate admits the peer now, and the dialler
+                # looks again (below).
+        if actions:
             self.dialer.gate_changed()
             self._sync_tree()
             self._wake.set()
@@ -493,13 +491,16 @@ class Overlay:
         """Our own events, as the bus publishes them: new to the tree (announced to lazy peers)."""
         if self.view.full_mesh:
             return False
-        now, actions = trio.current_time(), []
+        now, ours = trio.current_time(), False
         for record in records:
             event = record.signed
             if event.origin == self.own_origin and not record.history:
-                actions += self.tree.local((event.origin, event.origin_seq), now)
-        if actions or self.tree.get_timer() is not None:
-            self._act_tree(actions)
+                # Its pushes are the links' own (LinkMachine.committed); what the tree adds is the
+                # announcements it queues for lazy peers, which the loop sends at its next tick.
+                self.tree.local((event.origin, event.origin_seq), now)
+                ours = True
+        if ours:
+            self._wake.set()
         return False
 
     # -- the tree's actions --------------------------------------------------------------------
@@ -513,8 +514,8 @@ class Overlay:
                     self._control_to(link, Prune(gossip=True) if gossip and isinstance(message, Prune) else message)
             # A Push to an eager peer needs nothing here: its link pushes what is committed to
             # every peer that is not lazy and lacks it (LinkMachine.committed); grafts are served
-            # in ``control``.
-        self._sync_lazy()
+            # in ``control``. Nothing a tree answers with changes whom it pushes to (only a graft
+            # or prune received, or a neighbour come or gone: their callers sync the links).
         self._wake.set()
 
     def _sync_lazy(self) -> None:
