@@ -34,3 +34,11 @@ def test_quick_mesh_bench_reports_every_figure_and_cleans_up():
     # Its own directory and daemons are gone (other runs may be going on beside it).
     assert figures["directory"].startswith("/tmp/palmesh") and not Path(figures["directory"]).exists()
     assert not palaced_pids_under(figures["directory"])
+
+
+def test_an_unknown_topology_is_refused_in_one_line_before_any_daemon_starts(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "palacectl", "bench", "mesh", "--daemons", "3", "--topology", "ring"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 64, result  # a usage problem (docs/commands.md's exit codes)
+    assert result.stderr.strip().count("\n") == 0 and "--topology must be 'invite' or 'pairwise'" in result.stderr
+    assert "Traceback" not in result.stderr and not palaced_pids_under("/tmp/palscale")
