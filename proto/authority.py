@@ -50,8 +50,9 @@ from .stamps import STAMP_RE, seconds_between
 
 __all__ = [
     "ADDRESSED", "ADDRESSED_FREE", "ADDRESSEE_FREE", "ANY_AGENT", "ASKED_PERSON", "CLAIMANT", "CORE_NAMESPACES",
-    "CORE_RULES", "DAEMON", "EVER_CLAIMED", "ID_HOLDER", "LEASE_HOLDER", "LOSING_CLAIMANT", "MAX_CLOCK_SKEW_S", "OPENER",
-    "PALACE_CA", "REQUESTER", "ROLES", "ROOM_MEMBER", "TARGET_AUTHOR", "TARGET_ORIGIN", "TELLING_DAEMON",
+    "CORE_RULES", "DAEMON", "EVER_CLAIMED", "ID_HOLDER", "INTEGRATOR", "LEASE_HOLDER", "LOSING_CLAIMANT",
+    "MAX_CLOCK_SKEW_S", "OPENER", "PALACE_CA", "REQUESTER", "REVIEWER", "ROLES", "ROOM_MEMBER", "TARGET_AUTHOR",
+    "TARGET_ORIGIN", "TELLING_DAEMON",
     "Rule", "Table", "Verdict", "counts_in_order", "flag_of", "judge", "rule_for", "rule_named", "table_markdown",
     "table", "threats_markdown", "unnamed_type", "written_as_daemon",
 ]
@@ -69,6 +70,8 @@ LOSING_CLAIMANT: Final = "losing_claimant"
 ADDRESSED: Final = "addressed"
 ADDRESSED_FREE: Final = "addressed_free"
 ADDRESSEE_FREE: Final = "addressee_free"
+REVIEWER: Final = "reviewer"
+INTEGRATOR: Final = "integrator"
 OPENER: Final = "opener"
 ROOM_MEMBER: Final = "room_member"
 ASKED_PERSON: Final = "asked_person"
@@ -90,6 +93,10 @@ ROLES: Final[Mapping[str, str]] = {
     ADDRESSED: "one the task is addressed to (anyone, for a task to *)",
     ADDRESSED_FREE: "one the task is addressed to, while nobody holds it",
     ADDRESSEE_FREE: "the agent the task names as its addressee, while nobody holds it",
+    REVIEWER: ("a reviewer of the delivered patch: the one the task's review_by names (any agent or person for "
+               "any-other-agent; the requester when it names none), never the patch's author nor another agent "
+               "of the daemon that wrote the patch"),
+    INTEGRATOR: "the integrator the task's request names, once the delivered patch is approved where a review is required",
     OPENER: "the room's opener",
     ROOM_MEMBER: "a member of the room (one its opening lists, or one who spoke in it before)",
     ASKED_PERSON: "the proven person asked",

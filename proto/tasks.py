@@ -22,14 +22,28 @@ States and what moves between them:
                its agent is told once (``task.conflict``) and stops
     stalled    claimed, with no event from the claimant on the task for ``stall_after_s``
                (derived: it moves back to claimed with the claimant's next event)
-    ready      a patch delivered (status ``ready``): ready for review
+    ready      a patch delivered (status ``ready``): ready for review. A review
+               (``task.review``, of that patch) approves it, or requests changes: open again for
+               its addressee (a rework round); an integrator's ``task.rework`` (the patch no
+               longer applies) does the same with a new base commit
     applied, failed, blocked, superseded
                the terminal statuses: the requester's word at any time; the claimant's (or the
                named addressee's, while nobody holds the task) while the task is open — on a
                closed task that is its closing ack, and moves nothing
 
 A task is *ready to take* when it is open, addressed to the agent or to ``*``, and every task it is
-blocked by is applied. Pure: stdlib only, no clock, no IO.
+blocked by is applied.
+
+Review and integration (issue 46). A request may name its reviewer (``review_by`` in its
+metadata: an agent, a person ``human:NAME``, or ``any-other-agent``) and its integrator
+(``integrator``: the agent that lands delivered patches on the task's branch). A review counts
+only from a reviewer (the authority table's ``reviewer`` role): never the delivered patch's
+author, nor another agent of the daemon that wrote the patch (that daemon holds both ids: one
+party), though a person may review what their own machine's worker made. With a review required,
+``applied`` counts only from the requester or from the integrator once a reviewer approved the
+delivered patch, so no member lands its own work under another name. The integrator's check
+result (``task.check``) is an event on the task, and it moves nothing. Pure: stdlib only, no
+clock, no IO.
 """
 
 from __future__ import annotations
@@ -47,9 +61,11 @@ from .authority import (
     CLAIMANT,
     DAEMON,
     EVER_CLAIMED,
+    INTEGRATOR,
     LOSING_CLAIMANT,
     MAX_CLOCK_SKEW_S,
     REQUESTER,
+    REVIEWER,
     TELLING_DAEMON,
     Rule,
     Verdict,
@@ -60,13 +76,14 @@ from .authority import (
 )
 from .errors import ValidationError
 from .event_fields import PublicEvent
-from .identity import SYSTEM_AGENT, order_key
+from .identity import SYSTEM_AGENT, check_agent_id, is_human, order_key
 from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
 __all__ = [
-    "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S", "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST",
-    "STALLED", "TERMINAL", "check_blocked_by", "check_priority", "check_stall_after", "derive_task", "queue_fields",
-    "ready_order",
+    "ANY_OTHER_AGENT", "CHECK", "CHECK_RESULTS", "CONFLICT", "DEFAULT_PRIORITY", "DEFAULT_STALL_AFTER_S",
+    "MAX_BLOCKED_BY", "REASSIGN", "RELEASE", "REQUEST", "REVIEW", "REWORK", "STALLED", "TERMINAL", "VERDICTS",
+    "check_blocked_by", "check_integrator", "check_priority", "check_review_by", "check_stall_after", "derive_task",
+    "queue_fields", "ready_order", "review_fields",
 ]
 
 REQUEST: Final = "task.request"
@@ -74,6 +91,16 @@ RELEASE: Final = "task.release"
 REASSIGN: Final = "task.reassign"
 CONFLICT: Final = "task.conflict"
 STALLED: Final = "task.stalled"
+REVIEW: Final = "task.review"
+REWORK: Final = "task.rework"
+CHECK: Final = "task.check"
+#: ``review_by``: any agent or person but the patch's author (and not another agent of its daemon)
+ANY_OTHER_AGENT: Final = "any-other-agent"
+#: a review's ``metadata.verdict``
+VERDICTS: Final = ("approve", "changes_requested")
+#: a check's ``metadata.result``
+CHECK_RESULTS: Final = ("passed", "failed")
+_COMMIT_RE: Final = re.compile(r"^[0-9a-f]{7,64}$")
 TERMINAL: Final = frozenset({"applied", "failed", "blocked", "superseded"})
 # Why 0 (urgent) .. 3 (low), default 2: the scale issue trackers for agents use; 0 sorts first.
 MIN_PRIORITY: Final = 0
@@ -123,16 +150,65 @@ def check_stall_after(value: Any, *, field: str = "stall_after") -> int:
     return parse_duration(value, field=field) if isinstance(value, str) else check_duration(value, field=field)
 
 
-def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
-    """(blocked_by, priority, stall_after_s or None) of a request's metadata; hostile or
-    malformed values fall back to the defaults (a peer's event must not break the queue)."""
+def check_review_by(value: Any) -> str | None:
+    """Who must review a task's patch: an agent id, ``human:NAME``, ``any-other-agent``, or None.
+
+    Raises:
+        ValidationError: anything else (naming ``review_by``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip() == ANY_OTHER_AGENT:
+        return ANY_OTHER_AGENT
+    try:
+        return check_agent_id(value, field="review_by")
+    except ValidationError as exc:
+        raise ValidationError(f"{exc.message}; or {ANY_OTHER_AGENT}", field="review_by") from None
+
+
+def check_integrator(value: Any) -> str | None:
+    """The agent that lands the task's delivered patch (an agent id, not a person), or None.
+
+    Raises:
+        ValidationError: not an agent id, or a person's.
+    """
+    if value is None:
+        return None
+    agent = check_agent_id(value, field="integrator")
+    if is_human(agent):
+        raise ValidationError(f"integrator {agent!r} is a person: an integrator is an agent (palacectl integrate "
+                              "--agent ID)", field="integrator")
+    return agent
+
+
+def _metadata_dict(metadata: Any) -> dict[str, Any]:
     if isinstance(metadata, str):
         try:
             metadata = json.loads(metadata)
         except ValueError:
             metadata = {}
-    if not isinstance(metadata, dict):
-        metadata = {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def review_fields(metadata: Any) -> tuple[str | None, str | None]:
+    """(review_by, integrator) of a request's metadata; hostile or malformed values read as None
+    (no review, no integrator: nobody gains a role from a value that is not one)."""
+    metadata = _metadata_dict(metadata)
+    try:
+        review_by = check_review_by(metadata.get("review_by"))
+    except ValidationError:
+        review_by = None
+    try:
+        integrator = check_integrator(metadata.get("integrator"))
+    except ValidationError:
+        integrator = None
+    return review_by, integrator
+
+
+def queue_fields(metadata: Any) -> tuple[list[str], int, int | None]:
+    """(blocked_by, priority, stall_after_s or None) of a request's metadata; hostile or
+    malformed values fall back to the defaults (a peer's event must not break the queue)."""
+    metadata = _metadata_dict(metadata)
     try:
         blocked_by = check_blocked_by(metadata.get("blocked_by"))
     except ValidationError:
@@ -218,7 +294,16 @@ def derive_task(correlation_id: str, events: Sequence[PublicEvent], *, now: str 
             if told is None or about is None or daemon(event.get("origin")) != daemon(about.get("origin")):
                 refers, refers_why = False, (f"{kind} must come from the daemon that wrote the "
                                              f"{'claim' if kind == CONFLICT else 'request'} it tells about")
-        verdict = judge(rule, task.roles(who, requester), kind=str(kind), agent=who, refers=refers,
+        elif kind in (REVIEW, CHECK, REWORK):
+            why = task.refers_to_delivery(event, str(kind))
+            if why is not None:
+                refers, refers_why = False, why
+        roles = task.roles(who, requester, event, daemon)
+        if rule is not None and rule.name == "task.close" and status == "applied" and task.review_pending():
+            # The review gate: with a review required, only the requester's word or the
+            # integrator's after an approval lands the task (never the author's own say-so).
+            roles = roles - {CLAIMANT, ADDRESSEE_FREE}
+        verdict = judge(rule, roles, kind=str(kind), agent=who, refers=refers,
                         refers_why=refers_why, subject_count=len(counted.get(rule.name, ()) if rule else ()),
                         names=task.names(requester))
         if not verdict.ok:
@@ -260,7 +345,31 @@ def derive_task(correlation_id: str, events: Sequence[PublicEvent], *, now: str 
         "last_activity": task.last_activity,
         "events": sorted((dict(e) for e in events), key=_order),
         "impersonations": len(events) - len(genuine),
+        "base_commit": task.base_commit,
+        "review_by": task.review_by,
+        "integrator": task.integrator,
+        "delivery": _delivery_view(task.delivery),
+        "review": task.review_state(),
+        "reviews": task.reviews,
+        "reworks": task.reworks,
+        "checks": task.checks,
     }
+
+
+def _delivery_view(event: PublicEvent | None) -> dict[str, Any] | None:
+    """What a view says of the patch that made the task ready (None: none in this round)."""
+    if event is None:
+        return None
+    artifacts = event.get("artifact_ids")
+    return {"event_id": event.get("id"), "author": event.get("from_agent"), "origin": event.get("origin"),
+            "created_at": event.get("created_at"), "type": event.get("type"),
+            "artifact_ids": list(artifacts) if isinstance(artifacts, (list, tuple)) else [],
+            "base_commit": event.get("base_commit"), "branch": event.get("branch")}
+
+
+def _said(event: PublicEvent, limit: int = 2000) -> str:
+    body = event.get("body")
+    return body[:limit] if isinstance(body, str) else ""
 
 
 class _Derivation:
@@ -282,11 +391,78 @@ class _Derivation:
         self.ever_claimed: set[Any] = set()
         self.losers: set[Any] = set()
         self.last_activity: str = first["created_at"]
+        #: the wording's review and integration (``review_fields``), and where the work starts now
+        self.review_by, self.integrator = review_fields(first.get("metadata"))
+        self.base_commit: Any = first.get("base_commit")
+        #: the patch that made the task ready in this round, and the review that approved it
+        self.delivery: PublicEvent | None = None
+        self.approval: PublicEvent | None = None
+        self.reviews: list[dict[str, Any]] = []
+        self.reworks: list[dict[str, Any]] = []
+        self.checks: list[dict[str, Any]] = []
 
-    def roles(self, who: Any, requester: Any) -> frozenset[str]:
+    def review_pending(self) -> bool:
+        """A review is required and the delivered patch (if any) has none that approves it."""
+        return self.review_by is not None and self.approval is None
+
+    def review_state(self) -> dict[str, Any]:
+        approval = self.approval
+        if self.review_by is None:
+            state = "not_required"
+        elif approval is not None:
+            state = "approved"
+        elif self.delivery is not None:
+            state = "waiting"
+        elif self.reworks and self.reworks[-1]["kind"] == "changes_requested":
+            state = "changes_requested"
+        else:
+            state = "no_patch"
+        return {"by": self.review_by, "state": state,
+                "approved_by": approval.get("from_agent") if approval is not None else None,
+                "approval_event_id": approval.get("id") if approval is not None else None}
+
+    def refers_to_delivery(self, event: PublicEvent, kind: str) -> str | None:
+        """Why a review, check or rework does not refer to this task's delivered patch (None: it does)."""
+        if self.delivery is None or self.state != "ready":
+            return f"{kind} must refer to the task's delivered patch: the task is {self.state}, with no patch waiting"
+        metadata = _metadata_of(event)
+        if kind == REWORK:
+            base = metadata.get("base_commit")
+            if not isinstance(base, str) or not _COMMIT_RE.match(base):
+                return f"{kind} must name the commit to redo the work on (metadata.base_commit: a hex commit id)"
+            return None
+        if event.get("ack_of") != self.delivery.get("id"):
+            return f"{kind} must acknowledge the task's delivered patch (ack_of {self.delivery.get('id')})"
+        if kind == REVIEW and metadata.get("verdict") not in VERDICTS:
+            return f"{kind} must say its verdict (metadata.verdict: {' or '.join(VERDICTS)})"
+        if kind == CHECK and metadata.get("result") not in CHECK_RESULTS:
+            return f"{kind} must say its result (metadata.result: {' or '.join(CHECK_RESULTS)})"
+        return None
+
+    def _may_review(self, who: Any, requester: Any, event: PublicEvent | None,
+                    daemon: Callable[[Any], Any]) -> bool:
+        """Whether ``who`` (writing ``event``) is a reviewer of the delivered patch (``REVIEWER``)."""
+        delivery = self.delivery
+        if delivery is None or event is None or who == delivery.get("from_agent"):
+            return False
+        # Another agent of the daemon that wrote the patch is the same party under a second name;
+        # a person is not (people's ids are the palace CA's to grant).
+        if not is_human(who) and daemon(event.get("origin")) == daemon(delivery.get("origin")):
+            return False
+        if self.review_by is None:
+            return bool(who == requester)
+        return self.review_by == ANY_OTHER_AGENT or who == self.review_by
+
+    def roles(self, who: Any, requester: Any, event: PublicEvent | None = None,
+              daemon: Callable[[Any], Any] | None = None) -> frozenset[str]:
         if who == SYSTEM_AGENT:
             return frozenset({DAEMON, TELLING_DAEMON})  # which daemon: checked as what it refers to
         roles = {ANY_AGENT}
+        if self._may_review(who, requester, event, daemon or (lambda origin: origin)):
+            roles.add(REVIEWER)
+        if (self.integrator is not None and who == self.integrator and self.delivery is not None
+                and not self.review_pending()):
+            roles.add(INTEGRATOR)
         if who == requester:
             roles.add(REQUESTER)
         if self.claimant is not None and who == self.claimant:
@@ -310,9 +486,10 @@ class _Derivation:
                 ADDRESSED: named}
 
     def _round(self, state: str = "open") -> None:
-        """A new round: nobody holds the task."""
+        """A new round: nobody holds the task, and no patch waits."""
         self.state, self.claimant, self.claim_event, self.claimant_last = state, None, None, None
         self.losers = set()
+        self.delivery = self.approval = None
 
     def apply(self, rule: str, event: PublicEvent, who: Any, status: Any, requester: Any) -> None:
         """What an event the table allowed does (its rule says which kind of move it is)."""
@@ -327,6 +504,8 @@ class _Derivation:
             target = event.get("to_agent")
             if isinstance(target, str) and target:
                 self.assigned = target
+            self.review_by, self.integrator = review_fields(event.get("metadata"))
+            self.base_commit = event.get("base_commit") or self.base_commit
             self._round()
         elif rule == "task.claim":
             self.ever_claimed.add(who)
@@ -346,6 +525,7 @@ class _Derivation:
                 self.claims.append({"agent": who, "event_id": event.get("id"), "created_at": at})
                 self.claimant, self.claim_event, self.claimant_last = who, event.get("id"), at
             self.state = "ready"
+            self.delivery, self.approval = event, None  # an approval is of one patch: a new one needs its own
         elif rule == "task.close":
             if who == requester or not terminal:
                 self.state = status
@@ -367,6 +547,27 @@ class _Derivation:
             if isinstance(target, str) and target:
                 self.assigned = target
             self._round()
+        elif rule == "task.review":
+            verdict = _metadata_of(event).get("verdict")
+            self.reviews.append({"event_id": event.get("id"), "by": who, "verdict": verdict, "created_at": at,
+                                 "patch_event_id": event.get("ack_of"), "said": _said(event)})
+            if verdict == "approve":
+                self.approval = event
+            else:  # changes requested: back to its author's side, on the same base
+                self.reworks.append({"event_id": event.get("id"), "by": who, "kind": "changes_requested",
+                                     "base_commit": self.base_commit, "created_at": at, "said": _said(event)})
+                self._round()
+        elif rule == "task.rework":
+            self.base_commit = _metadata_of(event)["base_commit"]
+            self.reworks.append({"event_id": event.get("id"), "by": who, "kind": "rework",
+                                 "base_commit": self.base_commit, "created_at": at, "said": _said(event)})
+            self._round()
+        elif rule == "task.check":
+            metadata = _metadata_of(event)
+            self.checks.append({"event_id": event.get("id"), "by": who, "result": metadata.get("result"),
+                                "patch_event_id": event.get("ack_of"), "commit": metadata.get("commit"),
+                                "duration_s": metadata.get("duration_s"), "created_at": at,
+                                "artifact_ids": list(event.get("artifact_ids") or [])})
 
 
 def ready_order(views: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -405,10 +606,12 @@ RULES: Final[tuple[Rule, ...]] = (
          "at once; on a closed task it moves nothing",
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
     Rule("task.close", (), ("applied", "failed", "blocked"), "task",
-         frozenset({REQUESTER, CLAIMANT, ADDRESSEE_FREE}),
+         frozenset({REQUESTER, CLAIMANT, ADDRESSEE_FREE, INTEGRATOR}),
          "an existing task",
-         "the requester's word moves the task at any time; the claimant's and the addressee's close it while "
-         "it is open, and on a closed task stand as their closing ack, moving nothing",
+         "the requester's word moves the task at any time; the claimant's, the addressee's and the integrator's "
+         "close it while it is open, and on a closed task stand as their closing ack, moving nothing; with a "
+         "review required, applied counts only from the requester, or from the integrator once a reviewer "
+         "approved the delivered patch",
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
     Rule("task.supersede", (), ("superseded",), "task", frozenset({REQUESTER, LOSING_CLAIMANT}),
          "an existing task (with ack_of: one of its earlier requests)",
@@ -425,6 +628,20 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("task.reassign", ("task.reassign",), (), "task", frozenset({REQUESTER}),
          "an existing task, open", "open again for the agent it names (to_agent), nobody holds it",
          test="tests/e2e/test_authority.py::test_every_rule_flags_what_a_hostile_member_writes_and_moves_nothing"),
+    Rule("task.review", (REVIEW,), (), "task", frozenset({REVIEWER}),
+         "the task's delivered patch (ack_of: the patch.ready that made it ready); metadata.verdict approve or "
+         "changes_requested",
+         "approve: that patch may be integrated (a newer delivery needs its own review); changes_requested: open "
+         "again for its addressee, nobody holds it (a rework round, the review's words in the view)",
+         test="tests/proto/test_task_review.py::test_nobody_approves_their_own_patch_under_any_name"),
+    Rule("task.rework", (REWORK,), (), "task", frozenset({REQUESTER, INTEGRATOR}),
+         "the task's delivered patch (the task ready); metadata.base_commit: the commit to redo the work on",
+         "open again for its addressee on the new base commit, nobody holds it",
+         test="tests/proto/test_task_review.py::test_a_rework_reopens_the_task_on_its_new_base_for_its_addressee"),
+    Rule("task.check", (CHECK,), (), "task", frozenset({INTEGRATOR}),
+         "the task's delivered patch (ack_of: its patch.ready); metadata.result passed or failed",
+         "moves nothing: the integrator's check of the patch, listed in the task's view",
+         test="tests/proto/test_task_review.py::test_only_the_integrator_after_the_review_checks_and_lands"),
     Rule("task.conflict", ("task.conflict",), (), "task", frozenset({TELLING_DAEMON}),
          "the losing claim (metadata.claim_event_id)", "moves nothing: tells the loser once",
          written_by="palaced (to a claim's loser)", as_daemon=True,

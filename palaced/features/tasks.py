@@ -35,7 +35,9 @@ from palace_proto.tasks import (
     REQUEST,
     STALLED,
     check_blocked_by,
+    check_integrator,
     check_priority,
+    check_review_by,
     check_stall_after,
     derive_task,
     ready_order,
@@ -102,11 +104,30 @@ def delivery_line(correlation_id: str) -> str:
     )
 
 
-def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits) -> tuple[AppendRequest, str]:
+def _review_and_integrator(args: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, str]:
+    """``review_by`` and ``integrator`` of a request: as given (``none``: no default applies), else
+    the project's defaults from ``[tasks]`` (``defaults``), else none."""
+    out: dict[str, str] = {}
+    for key, check in (("review_by", check_review_by), ("integrator", check_integrator)):
+        value = args.get(key)
+        if value is None:
+            value = defaults.get(key)
+        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+            continue
+        checked = check(value)
+        if checked is not None:
+            out[key] = checked
+    return out
+
+
+def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits,
+                       defaults: Mapping[str, Any] | None = None) -> tuple[AppendRequest, str]:
     """Validate ``task create`` arguments and build the task.request append and the handoff line.
+    ``defaults``: the project's ``review_by`` and ``integrator`` (``TaskSettings.for_project``).
 
     Raises:
-        ValidationError: a field is missing or the base commit is not a hex object id.
+        ValidationError: a field is missing, the base commit is not a hex object id, or a reviewer
+            or integrator is not an agent id.
     """
     project = _required_text("project", args.get("project"))
     from_agent = _required_text("requesting agent", args.get("from_agent"))
@@ -127,6 +148,7 @@ def build_task_request(args: Mapping[str, Any], random_hex8: str, limits: Limits
     stall = args.get("stall_after")
     if stall is not None:
         metadata["stall_after_s"] = check_stall_after(stall)
+    metadata.update(_review_and_integrator(args, defaults or {}))
     correlation_id = f"task_{slugify(goal)}_{random_hex8}"
     body = (
         f"Goal:\n{goal.strip()}\n\n"
@@ -226,7 +248,9 @@ def check_claim(view: Mapping[str, Any] | None, correlation_id: str, agent: str,
 
 async def task_create(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     ctx.require_writer()
-    req, handoff = build_task_request(args, os.urandom(4).hex(), ctx.limits)
+    project = args.get("project")
+    defaults = settings(ctx).for_project(project.strip() if isinstance(project, str) else "")
+    req, handoff = build_task_request(args, os.urandom(4).hex(), ctx.limits, defaults)
     for blocker in check_blocked_by(args.get("blocked_by")):
         if await task_view(ctx, blocker) is None:
             raise NotFound(f"blocked_by names an unknown task {blocker!r}")
@@ -614,12 +638,48 @@ class TaskSettings:
 
     #: a claimed task with no word from its claimant for this long is stalled (``stall_after``)
     stall_after_s: int = DEFAULT_STALL_AFTER_S
+    #: who reviews and who lands a new task's patch unless its request says (``review_by``,
+    #: ``integrator``), and per project (``[tasks.projects.NAME]``)
+    review_by: str | None = None
+    integrator: str | None = None
+    projects: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+
+    def for_project(self, project: str) -> dict[str, str]:
+        """The defaults a new request of ``project`` gets: the project's own, else ``[tasks]``'s."""
+        out = {key: value for key, value in (("review_by", self.review_by), ("integrator", self.integrator))
+               if value is not None}
+        out.update(self.projects.get(project, {}))
+        return out
+
+
+#: what ``[tasks.projects.NAME]`` may say
+_PROJECT_KEYS: Final = ("review_by", "integrator")
 
 
 def _read_settings(values: Mapping[str, Any]) -> TaskSettings:
     stall = values.get("stall_after")
+    review_by = check_review_by(values.get("review_by")) if values.get("review_by") is not None else None
+    integrator = check_integrator(values.get("integrator")) if values.get("integrator") is not None else None
+    projects: dict[str, dict[str, str]] = {}
+    for name, table in (values.get("projects") or {}).items():
+        if not isinstance(table, dict):
+            raise ValidationError(f"tasks.projects.{name} must be a table: [tasks.projects.{name}] with review_by "
+                                  "and/or integrator")
+        unknown = sorted(set(table) - set(_PROJECT_KEYS))
+        if unknown:
+            raise ValidationError(f"unknown key tasks.projects.{name}.{unknown[0]} (known: {', '.join(_PROJECT_KEYS)})")
+        project: dict[str, str] = {}
+        for key, check in (("review_by", check_review_by), ("integrator", check_integrator)):
+            if key in table:
+                try:
+                    checked = check(table[key]) if str(table[key]).strip().lower() != "none" else "none"
+                except ValidationError as exc:
+                    raise ValidationError(f"tasks.projects.{name}.{exc.message}") from None
+                if checked is not None:
+                    project[key] = checked
+        projects[name] = project
     return TaskSettings(check_stall_after(stall, field="tasks.stall_after") if stall is not None
-                        else DEFAULT_STALL_AFTER_S)
+                        else DEFAULT_STALL_AFTER_S, review_by, integrator, projects)
 
 
 def settings(ctx: Context) -> TaskSettings:
@@ -629,5 +689,6 @@ def settings(ctx: Context) -> TaskSettings:
 FEATURE: Final = Feature(
     name="tasks", ops=OPS, builds_on=("questions",), services=(TaskReconciler,), session=session_part,
     session_hints=session_hints, ack_rule=ack_rule, store=store_tasks.PART, triggers=TRIGGERS,
-    section=Section("tasks", {"stall_after": str}, _read_settings), inline_ops=frozenset({"task_show"}),
+    section=Section("tasks", {"stall_after": str, "review_by": str, "integrator": str, "projects": dict},
+                    _read_settings), inline_ops=frozenset({"task_show"}),
     status=status_part)

@@ -3,6 +3,8 @@ from the events on its correlation id, through the handlers on a real store."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from palace_proto.errors import NotFound, ValidationError
@@ -97,3 +99,35 @@ async def test_more_unfinished_old_tasks_than_the_bound_keeps_the_newest_of_them
             await tasks.task_list(ctx, {})
         assert listed == [t["correlation_id"] for t in reversed(made[1:])]
         assert len([r for r in caplog.records if "are not finished" in r.message]) == 1  # once, not per call
+
+
+def test_a_request_names_its_reviewer_and_integrator_or_takes_the_projects_defaults(tmp_path):
+    """Issue 46: ``review_by`` and ``integrator`` go into the request's metadata, checked; a project's
+    defaults come from ``[tasks]`` / ``[tasks.projects.NAME]``, and ``none`` turns one off."""
+    from palaced.config import ConfigError, load_config
+    from palaced.features import features
+
+    req, _ = tasks.build_task_request({**TASK, "review_by": "human:ana", "integrator": "lander"}, "0123abcd", Limits())
+    assert json.loads(req.metadata_json)["review_by"] == "human:ana" and json.loads(req.metadata_json)["integrator"] == "lander"
+    with pytest.raises(ValidationError, match="is a person"):
+        tasks.build_task_request({**TASK, "integrator": "human:ana"}, "0123abcd", Limits())
+    with pytest.raises(ValidationError) as refused:
+        tasks.build_task_request({**TASK, "review_by": "two words"}, "0123abcd", Limits())
+    assert refused.value.field == "review_by"
+    (tmp_path / "config.toml").write_text('[tasks]\nreview_by = "any-other-agent"\nintegrator = "lander"\n'
+                                          '[tasks.projects.web]\nreview_by = "human:ana"\n'
+                                          '[tasks.projects.scratch]\nreview_by = "none"\n')
+    settings = load_config(tmp_path, features().config_extensions).section("tasks", None)
+    assert settings.for_project("web") == {"review_by": "human:ana", "integrator": "lander"}
+    assert settings.for_project("other") == {"review_by": "any-other-agent", "integrator": "lander"}
+    req, _ = tasks.build_task_request(TASK, "0123abcd", Limits(), settings.for_project("scratch"))
+    assert "review_by" not in json.loads(req.metadata_json) and json.loads(req.metadata_json)["integrator"] == "lander"
+    req, _ = tasks.build_task_request({**TASK, "review_by": "none", "integrator": "none"}, "0123abcd", Limits(),
+                                      settings.for_project("web"))
+    assert "review_by" not in json.loads(req.metadata_json) and "integrator" not in json.loads(req.metadata_json)
+    (tmp_path / "config.toml").write_text('[tasks.projects.web]\nreviewer = "human:ana"\n')
+    with pytest.raises(ConfigError, match=r"unknown key tasks.projects.web.reviewer \(known: review_by, integrator\)"):
+        load_config(tmp_path, features().config_extensions)
+    (tmp_path / "config.toml").write_text('[tasks]\nintegrator = "human:ana"\n')
+    with pytest.raises(ConfigError, match="is a person"):
+        load_config(tmp_path, features().config_extensions)

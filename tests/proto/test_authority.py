@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -32,7 +32,7 @@ from palace_proto.leases import LEASE_TYPES
 from palace_proto.memory import MEMORY_TYPES
 from palace_proto.questions import ANSWER, ASK
 from palace_proto.rooms import ROOM_TYPES
-from palace_proto.tasks import CONFLICT, REASSIGN, RELEASE, REQUEST, STALLED
+from palace_proto.tasks import CHECK, CONFLICT, REASSIGN, RELEASE, REQUEST, REVIEW, REWORK, STALLED
 from palace_proto.usage import BUDGET_TYPE, USAGE_TYPE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,9 @@ def test_the_judge_names_the_rule_the_holders_and_the_bounds():
     flagged = judge(close, {ANY_AGENT}, agent="mallory", names={REQUESTER: "alice", CLAIMANT: "bob"})
     assert (flagged.ok, flagged.rule) == (False, "task.close")
     assert flagged.why == ("task.close is for the task's requester (alice) or the task's claimant (bob) or the agent "
-                           "the task names as its addressee, while nobody holds it; mallory is none of them")
+                           "the task names as its addressee, while nobody holds it or the integrator the task's "
+                           "request names, once the delivered patch is approved where a review is required; mallory "
+                           "is none of them")
     report = rule_named("usage.report")
     assert judge(report, {authority.EVER_CLAIMED}, subject_count=255).ok
     assert "first 256 count" in judge(report, {authority.EVER_CLAIMED}, subject_count=256).why
@@ -157,8 +159,14 @@ def _ev(kind, who, t, *, status=None, to=None, eid=None, origin="o1", **extra):
             "metadata": extra.pop("metadata", {}), **extra}
 
 
-def _request(to="bob", t=0):
-    return _ev(REQUEST, "alice", t, status="open", to=to)
+def _request(to="bob", t=0, **metadata):
+    return _ev(REQUEST, "alice", t, status="open", to=to, metadata=metadata)
+
+
+#: a task whose review is human:ana's and whose integrator is lander, with bob's patch waiting
+_DELIVERED: Final = [_request(review_by="human:ana", integrator="lander"), _ev("event.ack", "bob", 5, status="claimed"),
+                     _ev("patch.ready", "bob", 6, status="ready", eid="evt_patch")]
+_APPROVED: Final = [*_DELIVERED, _ev(REVIEW, "human:ana", 7, ack_of="evt_patch", metadata={"verdict": "approve"})]
 
 
 def _claim(who, t, **kw):
@@ -285,6 +293,14 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("memory.kg.invalidate", ANY_AGENT): _words("memory.kg.invalidate"),
     ("usage.budget", ANY_AGENT): _words("usage.budget"),
     ("task.words", ANY_AGENT): _task_case([_request(), _claim("bob", 5)], _ev("task.reply", "zed", 9)),
+    ("task.review", authority.REVIEWER): _task_case(
+        _DELIVERED, _ev(REVIEW, "human:ana", 9, ack_of="evt_patch", metadata={"verdict": "changes_requested"})),
+    ("task.rework", REQUESTER): _task_case(_DELIVERED, _ev(REWORK, "alice", 9, metadata={"base_commit": "b" * 40})),
+    ("task.rework", authority.INTEGRATOR): _task_case(
+        _APPROVED, _ev(REWORK, "lander", 9, metadata={"base_commit": "b" * 40})),
+    ("task.check", authority.INTEGRATOR): _task_case(
+        _APPROVED, _ev(CHECK, "lander", 9, ack_of="evt_patch", metadata={"result": "failed"})),
+    ("task.close", authority.INTEGRATOR): _task_case(_APPROVED, _ev("event.ack", "lander", 9, status="applied")),
     ("words", ANY_AGENT): _task_case([_request()], _ev("note", "zed", 9)),
 }
 
@@ -326,7 +342,17 @@ _POSITIONS: tuple[tuple[str, list[dict[str, Any]], str, frozenset[str]], ...] = 
     ("a claimant the task was reassigned away from",
      [_request(), _claim("bob", 5), _ev(REASSIGN, "alice", 6, status="open", to="carol")], "bob",
      frozenset({ANY_AGENT, A.EVER_CLAIMED})),
+    # With a patch waiting (human:ana reviews, lander integrates): the rows that act on a patch.
+    ("a bystander, a patch waiting", _DELIVERED, "zed", frozenset({ANY_AGENT})),
+    ("the requester, a patch waiting", _DELIVERED, "alice", frozenset({ANY_AGENT, REQUESTER})),
+    ("the patch's author", _DELIVERED, "bob", frozenset({ANY_AGENT, CLAIMANT, A.EVER_CLAIMED, A.ADDRESSED})),
+    ("the named reviewer, a patch waiting", _DELIVERED, "human:ana", frozenset({ANY_AGENT, A.REVIEWER})),
+    ("the integrator, before the review", _DELIVERED, "lander", frozenset({ANY_AGENT})),
+    ("the integrator, after the review", _APPROVED, "lander", frozenset({ANY_AGENT, A.INTEGRATOR})),
+    ("the reviewer, after approving", _APPROVED, "human:ana", frozenset({ANY_AGENT, A.REVIEWER})),
 )
+#: the rows that act on a delivered patch: from a position without one they refer to nothing
+_ON_A_PATCH: Final = frozenset({"task.review", "task.rework", "task.check"})
 #: one event of each task rule a writer can write (notices are the daemon's: TELLING_DAEMON only)
 _TASK_WRITES: dict[str, Any] = {
     "task.correct": lambda who: _ev(REQUEST, who, 30, status="open", to="bob"),
@@ -340,6 +366,9 @@ _TASK_WRITES: dict[str, Any] = {
     "usage.report": lambda who: _ev(USAGE_TYPE, who, 30, metadata={"task_id": CID}),
     "question.approval": lambda who: _ev(ASK, who, 30, to="human:*", metadata={"approval": {"tool": "Bash"}}),
     "task.words": lambda who: _ev("task.reply", who, 30),
+    "task.review": lambda who: _ev(REVIEW, who, 30, ack_of="evt_patch", metadata={"verdict": "approve"}),
+    "task.rework": lambda who: _ev(REWORK, who, 30, metadata={"base_commit": "b" * 40}),
+    "task.check": lambda who: _ev(CHECK, who, 30, ack_of="evt_patch", metadata={"result": "passed"}),
 }
 
 
@@ -354,7 +383,8 @@ def test_every_task_rule_written_from_every_position_counts_exactly_when_the_tab
             written = write(who)
             view = derive_task(CID, [*before, written])
             flags = {f["event_id"]: f["rule"] for f in view["out_of_role"]}
-            expected = bool(roles & rule.writers)
+            waiting = any(e.get("type") == "patch.ready" for e in before)
+            expected = bool(roles & rule.writers) and (waiting or rule_name not in _ON_A_PATCH)
             if (written["id"] not in flags) != expected or (not expected and flags[written["id"]] != rule_name):
                 wrong.append(f"{rule_name} by {position}: {'flagged' if written['id'] in flags else 'counted'}")
     assert wrong == []

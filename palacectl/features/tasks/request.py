@@ -44,6 +44,11 @@ ARGUMENTS: Final = (
     Argument("blocked_by", list[str], False, "A task (correlation id) that must be applied first; repeatable."),
     Argument("priority", int, False, "0 (urgent) to 3 (low); default 2."),
     Argument("stall_after", str, False, "Stalled when its claimant says nothing this long (90s, 30m, 2h, 7d)."),
+    Argument("review_by", str, False, "Who must approve the patch before it lands: an agent, human:NAME, or "
+                                      "any-other-agent (never its author); none: no review. Default: [tasks] in "
+                                      "config.toml."),
+    Argument("integrator", str, False, "The agent that lands the patch (palacectl integrate --agent ID); none: "
+                                       "nobody. Default: [tasks] in config.toml."),
 )
 #: The arguments naming where a task's work starts (a request's event fields of these names).
 GIT_FIELDS: Final = tuple(a.name for a in ARGUMENTS if a.git)

@@ -368,7 +368,10 @@ class Launch:
             raise LaunchRefused(f"workspace {self.workspace} is not a git repository") from None
         self.repo = self.git.work_tree
         start = GitBase.of(request)
-        self.branch, self.base = start.branch, self._resolve_base(start.commit)
+        # A rework round (the integrator's: the patch no longer applied) starts from its new base.
+        self.branch, self.base = start.branch, self._resolve_base(view.get("base_commit") or start.commit)
+        #: what sent the task back, if it came back (a review's changes, a rebase): the run is told
+        self.rework = (view.get("reworks") or [None])[-1]
         if self.git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all").strip():
             raise LaunchRefused(f"workspace {self.repo} has uncommitted changes: commit or stash them first")
         if self.in_place:
@@ -574,8 +577,14 @@ class Launch:
         return env
 
     def _prompt(self) -> str:
+        again = ""
+        if self.rework is not None:
+            why = ("Its reviewer asked for changes" if self.rework["kind"] == "changes_requested"
+                   else "Its earlier patch no longer applied to the branch")
+            again = (f"This task came back ({why}, {self.rework['by']}): redo it from the base commit above.\n"
+                     f"{self.rework['said']}\n\n")
         return (f"You are agent {self.agent}, working on palace task {self.cid} in the git worktree "
-                f"{self.worktree} (at its base commit {self.base[:12]}).\n\n{self.request['body']}\n\n"
+                f"{self.worktree} (at its base commit {self.base[:12]}).\n\n{again}{self.request['body']}\n\n"
                 "palace does this run's bookkeeping: it has claimed the task for you, and when you exit it "
                 "submits the changes you leave in this worktree as the patch (or replies failed/blocked with "
                 "your output). Make the changes, run the checks the definition of done names, and exit; do not "

@@ -71,9 +71,9 @@ MAX_SKIPPED: Final = 4096
 #: state: its topic): the usage feature's budget notices.
 _BUDGET_NOTICE: Final = {"type": BUDGET_EVENT, "stream": "usage", "room": "budgets"}
 # Events that can make a task ready to take: a new request, a release, a reassign, an applied
-# blocker (an ack or a reply with a status), a stall notice.
+# blocker (an ack or a reply with a status), a stall notice, a review asking for changes, a rework.
 _WAKING_TYPES: Final = frozenset({"task.request", "task.release", "task.reassign", "task.reply", "event.ack",
-                                  "task.stalled"})
+                                  "task.stalled", "task.review", "task.rework"})
 
 
 class WorkerRefused(Exception):
