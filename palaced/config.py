@@ -126,9 +126,9 @@ class Config:
         return max(DEFAULT_MAX_FRAME_BYTES, self.limits.max_artifact_bytes + self.limits.max_metadata_bytes + (1 << 20))
 
 
-#: sections of config.toml that palacectl reads (`task launch` runners, `worker`'s accept_from, what
+#: sections of config.toml that palacectl reads (`task launch` runners, `worker`'s accept_from, `integrate`, what
 #: launched runs may do without asking: palacectl/permission_policy.py; budgets: palace_proto.usage)
-PALACECTL_SECTIONS: Final = frozenset({"runners", "worker", "permissions", "budgets"})
+PALACECTL_SECTIONS: Final = frozenset({"runners", "worker", "permissions", "budgets", "integrate"})
 
 _SCHEMA: Final[dict[str, dict[str, type]]] = {
     "limits": {"max_body_bytes": int, "max_metadata_bytes": int, "max_artifact_bytes": int},

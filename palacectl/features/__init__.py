@@ -13,6 +13,7 @@ The daemon's features keep the protocol's names (``palace_proto.features``); pal
 
     approvals   approve-hook, the approve tool: a launched run's permission requests
     worker      worker, task launch: runs of a headless harness on tasks
+    integrate   integrate, review: delivered patches landed on a branch, each checked and reviewed
     guard       the guard group: git hooks under other agents' leases
     service     the service group (its folder: palacectl/service/)
     archive     backup, restore, export, import: the palace's data out and back in
@@ -36,6 +37,7 @@ from . import (
     dashboard,
     fleet,
     guard,
+    integrate,
     leases,
     memory,
     questions,
@@ -51,14 +53,14 @@ __all__ = ["FEATURES", "HELP_ORDER", "NAV_ORDER", "TOOL_GROUPS", "features"]
 FEATURES: Final[tuple[Feature, ...]] = (
     artifacts.FEATURE, tasks.FEATURE, memory.FEATURE, leases.FEATURE, fleet.FEATURE, questions.FEATURE,
     usage.FEATURE, rooms.FEATURE, agents.FEATURE,
-    approvals.FEATURE, worker.FEATURE, guard.FEATURE, service.FEATURE, archive.FEATURE, dashboard.FEATURE,
+    approvals.FEATURE, worker.FEATURE, integrate.FEATURE, guard.FEATURE, service.FEATURE, archive.FEATURE, dashboard.FEATURE,
 )
 #: ``palacectl --help``: the top-level commands (the loop's first, then people, the palace, the
 #: harness, data, memory, runs), then the groups
 HELP_ORDER: Final = (
     "status", "append", "list", "wait", "watch", "ack", "redact", "ask", "answer", "questions", "usage", "init",
     "invite", "join", "revoke", "doctor", "digest", "who", "rules", "mcp", "backup", "restore", "export", "import",
-    "remember", "search", "agents", "tunnels", "worker", "ui",
+    "remember", "search", "agents", "tunnels", "worker", "integrate", "review", "ui",
     "artifact", "patch", "task", "agent", "inbox", "session", "lease", "guard", "peers", "bench", "kg", "diary",
     "memory", "service", "notify", "room",
 )

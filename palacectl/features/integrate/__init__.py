@@ -1,0 +1,18 @@
+"""Landing what the fleet delivered: the integrator, and a person's or agent's review of a patch.
+
+This package's declaration (``FEATURE``) is all the core reads of it; the modules it names are
+imported when what they do is used. Standard library only (``palacectl.feature``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ...feature import Feature
+
+__all__ = ["FEATURE"]
+
+FEATURE: Final = Feature(
+    name="integrate", builds_on=("tasks", "worker", "artifacts"),
+    cli=f"{__name__}.cli",
+)
