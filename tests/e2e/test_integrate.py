@@ -1,4 +1,5 @@
-"""`palacectl integrate` end to end (issue 46): real daemons joined over TLS, real git, a real
+"""`palacectl integrate` end to end (issue 46): two real daemons in network namespaces of their own,
+joined over TLS, real git, a real
 worker with a stand-in runner (a script behaving like `claude --print`), and the integrator as a
 real process that is killed and restarted. The laptop (alpha) holds the requester and the person;
 the box (beta) runs the worker and the integrator on its clone of the project.
@@ -17,10 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet import api, ctl_json, wait_until
+from tests.fleet import Fleet, api, ctl_json, wait_until
 from tests.helpers import PYTHON, init_repo, run_ctl, run_git
+from tests.netns import RoutedSubnets, needs_namespaces, routed_subnets
 
-pytestmark = [pytest.mark.transport_fixed, pytest.mark.slow]
+pytestmark = [pytest.mark.transport_fixed, pytest.mark.slow, needs_namespaces]
+
+PORT = 7437
+NETWORK_ARGS = ["--no-mdns", "--listen", f"0.0.0.0:{PORT}"]
 
 # Writes the file the task's goal names (the documented `claude --print` call).
 RUNNER = """#!{python}
@@ -43,11 +48,18 @@ def git(repo: Path, *args: str) -> str:
 
 class Palace:
     """The laptop (alpha: boss requests, human:ana reviews) and the box (beta: the worker bot, the
-    integrator lander, and its clone of the project with the integration branch)."""
+    integrator lander, and its clone of the project with the integration branch), each daemon in a
+    network namespace of its own on its own subnet, joined over TLS through the founder's invite."""
 
-    def __init__(self, fleet, root: Path) -> None:
-        self.alpha = fleet.found("alpha")
-        self.beta = fleet.join("beta")
+    def __init__(self, fleet: Fleet, net: RoutedSubnets, root: Path) -> None:
+        self.alpha = fleet.start("alpha", prefix=net.exec_prefix(0), network_args=NETWORK_ARGS)
+        self.started = [self.alpha]
+        ctl_json(self.alpha.home, "init", "--name", "integrate-test", "--daemon-name", "alpha")
+        fleet.founder = self.alpha
+        code = ctl_json(self.alpha.home, "invite", "--address", f"{net.addresses[0]}:{PORT}")["code"]
+        self.beta = fleet.start("beta", prefix=net.exec_prefix(1), network_args=NETWORK_ARGS)
+        self.started.append(self.beta)
+        ctl_json(self.beta.home, "join", code, "--name", "beta")
         self.origin = root / "origin"
         self.base = init_repo(self.origin)
         self.repo = root / "box-repo"
@@ -127,10 +139,18 @@ class Palace:
 
 
 @pytest.fixture
-def palace(fleet, short_tmp):
-    p = Palace(fleet, short_tmp)
-    yield p
-    p.stop()
+def palace(daemon_factory, short_tmp):
+    with routed_subnets("i", 2) as net:
+        fleet = Fleet(daemon_factory, short_tmp)
+        p = None
+        try:
+            p = Palace(fleet, net, short_tmp)
+            yield p
+        finally:
+            if p is not None:
+                p.stop()
+                for daemon in p.started:  # while their namespaces still exist
+                    daemon.stop()
 
 
 def _acks(view: dict, status: str) -> list[dict]:
