@@ -65,7 +65,7 @@ HELP_ORDER: Final = (
     "memory", "service", "notify", "room",
 )
 #: the dashboard's nav: what needs the person first
-NAV_ORDER: Final = ("now", "timeline", "tasks", "fleet", "leases", "usage", "rooms", "memory")
+NAV_ORDER: Final = ("now", "timeline", "tasks", "merge", "fleet", "leases", "usage", "rooms", "memory")
 #: the MCP groups, in the order ``tools/list`` gives their tools: the default set first
 TOOL_GROUPS: Final = ("core", "log", "memory", "leases", "people", "rooms", "light", "approvals")
 

@@ -193,8 +193,8 @@ def test_the_orders_people_and_models_see_are_the_registrys():
     """Guards what the move kept: ``--help``'s order (the registry's ``HELP_ORDER``), the nav's
     (``NAV_ORDER``), and the MCP groups' (``TOOL_GROUPS``), with the default set first."""
     registry = features()
-    assert [page.name for _, page in registry.pages()] == ["now", "timeline", "tasks", "fleet", "leases", "usage",
-                                                            "rooms", "memory"]
+    assert [page.name for _, page in registry.pages()] == ["now", "timeline", "tasks", "merge", "fleet", "leases",
+                                                            "usage", "rooms", "memory"]
     assert list(tool_sets().groups) == ["core", "log", "memory", "leases", "people", "rooms", "light", "approvals"]
     assert Features.ordered(["b", "x", "a"], ("a", "b")) == ["a", "b", "x"]
     assert Page("toys", "Toys") in TOY.pages and isinstance(TOY.quick[("toy", "count")], Quick)

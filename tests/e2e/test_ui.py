@@ -46,7 +46,7 @@ def ui(dashboards: Any, daemon: Any) -> DashboardProcess:
 
 
 PROTECTED = ["/", "/?secret=wrong", "/static/app.js", "/statusz", "/api/now", "/api/session", "/api/events",
-             "/api/event/evt_x", "/api/tasks", "/api/task/task_x", "/api/fleet", "/api/leases", "/api/usage",
+             "/api/event/evt_x", "/api/tasks", "/api/task/task_x", "/api/merge", "/api/fleet", "/api/leases", "/api/usage",
              "/api/memory/search?q=x", "/api/memory/diary", "/api/artifact/art_00000000000000000000000000000000",
              "/logstream/stream"]
 
@@ -225,6 +225,40 @@ def test_a_question_is_answered_from_the_now_page_and_ends_the_askers_wait(ui, d
     assert ui.get_json("/api/now")["questions"] == []
     again = ui.post_message(doc, path="/api/answer")
     assert again.status >= 400 and b"already answered" in again.body
+
+
+def test_the_merge_queue_shows_a_patch_in_review_and_the_person_approves_it_there(ui, daemon):
+    """Issue 46: a task whose patch waits for ana's review is "in review" on the Merge queue; ana
+    approves it from the page (CSRF token required, her id, never one the request names), and it
+    moves to "waiting" (to land); a bad review is refused in one line and writes nothing."""
+    base = "a" * 40
+    task = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bob",
+                    "--goal", "Add the table", "--branch", "main", "--base-commit", base, "--done", "tests pass",
+                    "--review-by", "human:ana", "--integrator", "lander")["task"]
+    cid = task["correlation_id"]
+    ctl_json(daemon.home, "task", "claim", cid, "--agent", "bob")
+    run_ctl(daemon.home, "patch", "submit", "--from-agent", "bob", "--correlation-id", cid,
+            input=b"diff --git a/t b/t\nnew file mode 100644\n--- /dev/null\n+++ b/t\n@@ -0,0 +1 @@\n+x\n")
+    columns = {c["name"]: c["tasks"] for c in ui.get_json("/api/merge")["columns"]}
+    [card] = columns["in review"]
+    assert (card["correlation_id"], card["author"], card["review"]["by"]) == (cid, "bob", "human:ana")
+    before = api(daemon.home, "status")["events"]
+    doc = {"correlation_id": cid, "verdict": "approve", "text": "fine"}
+    assert ui.post_message(doc, path="/api/review", csrf=False).status == 403
+    for bad, words in (({**doc, "verdict": "yes"}, b"verdict must be"), ({**doc, "as": "human:root"}, b"unknown field"),
+                       ({**doc, "verdict": "changes_requested", "text": ""}, b"say what to change")):
+        refused = ui.post_message(bad, path="/api/review")
+        assert refused.status == 400 and words in refused.body, refused
+    assert api(daemon.home, "status")["events"] == before
+    approved = ui.post_message(doc, path="/api/review")
+    assert approved.status == 200, approved
+    assert approved.json()["event"]["from_agent"] == "human:ana"
+    columns = {c["name"]: c["tasks"] for c in ui.get_json("/api/merge")["columns"]}
+    assert [c["correlation_id"] for c in columns["waiting"]] == [cid] and columns["in review"] == []
+    view = ctl_json(daemon.home, "task", "show", cid)
+    assert view["review"]["approved_by"] == "human:ana"
+    again = ui.post_message(doc, path="/api/review")
+    assert again.status == 200  # a second approval of the same patch is words; it changes nothing
 
 
 def test_an_approvals_whole_request_reaches_the_dashboard_inline_or_from_its_artifact(ui, daemon):

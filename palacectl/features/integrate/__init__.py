@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...feature import Feature
+from ...feature import Feature, Page
 
 __all__ = ["FEATURE"]
 
 FEATURE: Final = Feature(
     name="integrate", builds_on=("tasks", "worker", "artifacts"),
     cli=f"{__name__}.cli",
+    ui=f"{__name__}.page",
+    script=f"{__name__}:page.js",
+    pages=(Page("merge", "Merge queue"),),
 )

@@ -79,6 +79,7 @@ def task_show(
     for conflict in view["conflicts"]:
         lines.append(f"  double claim: {conflict['agent']} claimed too ({conflict['event_id']}); the first claim, "
                      f"{conflict['claimant']}'s, holds")
+    lines += _landing_lines(view)
     for question in view.get("questions", []):
         state = (f"{question['answer']['by']}: {question['answer']['text']}" if question["answer"] else
                  ("waiting for approval" if question.get("approval") else "waiting for a person")
@@ -86,6 +87,30 @@ def task_show(
         text = " ".join(str(question["question"] or "").split())[:100]
         lines.append(f"  question {question['question_id']} to {question['to']}: {text} ({state})")
     write_stdout("\n".join(lines) + "\n" + output.events_block(view["events"]))
+
+
+def _landing_lines(view: dict[str, Any]) -> list[str]:
+    """The patch waiting, its review, its checks and the rounds it went back (issue 46)."""
+    lines = []
+    delivery, review = view.get("delivery"), view.get("review") or {}
+    if delivery is not None:
+        lines.append(f"  patch {delivery['event_id']} by {delivery['author']}"
+                     + (f" on {delivery['base_commit'][:12]}" if delivery.get("base_commit") else ""))
+    if review.get("by") is not None:
+        said = {"approved": f"approved by {review.get('approved_by')}", "waiting": "waiting for the review",
+                "changes_requested": "changes requested", "no_patch": "no patch yet"}.get(review["state"],
+                                                                                       review["state"])
+        lines.append(f"  review by {review['by']}: {said}")
+    if view.get("integrator"):
+        lines.append(f"  integrator {view['integrator']}")
+    for check in view.get("checks") or []:
+        took = f" in {check['duration_s']:.1f} s" if isinstance(check.get("duration_s"), (int, float)) else ""
+        log = f", log {check['artifact_ids'][0]}" if check.get("artifact_ids") else ""
+        lines.append(f"  check {check['result']}{took} on {str(check.get('commit') or '?')[:12]} ({check['by']}{log})")
+    for rework in view.get("reworks") or []:
+        why = "changes requested" if rework["kind"] == "changes_requested" else "sent back"
+        lines.append(f"  {why} by {rework['by']} ({rework['created_at']}): {' '.join(rework['said'].split())[:120]}")
+    return lines
 
 
 @task_app.command("list")
