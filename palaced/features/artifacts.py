@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from palace_proto.errors import ValidationError
 from palace_proto.event_fields import author_args
+from palace_proto.tasks import review_fields
 from palace_proto.validation import (
     AppendRequest,
     ListQuery,
@@ -115,15 +116,21 @@ async def patch_submit(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
                 field="stream",
             )
         stream = related[0]["stream"]
-    if to_agent is None and correlation_id is not None:
+    review_by = None
+    if correlation_id is not None:
         query = ListQuery.from_wire({"types": ["task.request"], "correlation_ids": [correlation_id], "limit": 1})
         requests = await ctx.store.list_events(query)
         if requests:
-            to_agent = requests[0]["from_agent"]
+            to_agent = to_agent if to_agent is not None else requests[0]["from_agent"]
+            review_by = review_fields(requests[0].get("metadata"))[0]
     # The author's fields as given (from_agent, topic, the git base, body, metadata…), but those
     # the patch sets itself.
     wire = {**author_args(args), "type": "patch.ready", "stream": stream, "room": args.get("room") or "patches",
             "to_agent": to_agent, "correlation_id": correlation_id, "status": "ready", "ack_of": None}
+    if review_by is not None:
+        # Said on the patch too, so the person asked is told it waits for them (the "review" trigger).
+        metadata = wire.get("metadata")
+        wire["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), "review_by": review_by}
     # Other artifacts the event names (a run's log): they travel with it to every replica.
     also = list(validate_artifact_ids(args.get("artifact_ids")))
     AppendRequest.from_wire({**wire, "artifact_ids": also}, ctx.limits)  # validate before writing

@@ -629,7 +629,21 @@ TRIGGERS: Final = (
             lambda e: f"Task failed: {e.get('correlation_id')} ({e.get('from_agent')})", _task_hint),
     Trigger("task_blocked", lambda e: e.get("status") == "blocked" and _is_task(e),
             lambda e: f"Task blocked: {e.get('correlation_id')} ({e.get('from_agent')})", _task_hint),
+    Trigger("review", lambda e: e.get("type") == "patch.ready" and _is_task(e) and bool(_review_by(e)),
+            lambda e: f"Review wanted ({_review_by(e)}): {e.get('correlation_id')}, patch by {e.get('from_agent')}",
+            lambda e: f"palacectl review {e.get('correlation_id')} --approve --as {_reviewer_hint(e)}"),
 )
+
+
+def _review_by(event: Mapping[str, Any]) -> str | None:
+    metadata = event.get("metadata")
+    value = metadata.get("review_by") if isinstance(metadata, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _reviewer_hint(event: Mapping[str, Any]) -> str:
+    who = _review_by(event) or ""
+    return who if who.startswith("human:") else "human:NAME"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

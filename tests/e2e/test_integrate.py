@@ -258,6 +258,9 @@ def test_the_integrator_killed_during_a_check_and_restarted_lands_the_patch_exac
     states = palace.beta.home / "integrate"
     wait_until(lambda: any('"check_pid"' in p.read_text() for p in states.glob("*.json")),
                f"the check to start\n{palace.log()[-2000:]}")
+    # Every replica's Merge queue shows it checking (the integrator said so on the task).
+    wait_until(lambda: any(e["type"] == "task.status" and (e.get("metadata") or {}).get("integrating") == "checking"
+                           for e in palace.show(cid, palace.alpha.home)["events"]), "the laptop to see it checking")
     before = git(palace.repo, "rev-parse", "integration").strip()
     integrator.kill()
     integrator.wait()

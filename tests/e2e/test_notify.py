@@ -366,3 +366,25 @@ def test_a_question_is_notified_once_by_the_daemon_holding_the_person(fleet, rec
     assert [m["person"] for m in told(receiver, "/beta", "who is on call?")] == ["human:ana"]
     assert {r["json"]["person"] for r in receiver.at("/alpha")} == {"human:bob"}
     assert {r["json"]["person"] for r in receiver.at("/beta")} == {"human:ana"}
+
+
+def test_a_patch_waiting_for_a_persons_review_is_notified_with_the_command_that_reviews_it(daemon_factory,
+                                                                                           short_tmp, receiver):
+    """Issue 46: a delivered patch on a task whose review is a person's is a "review" thing, with the
+    hint that approves it; the same patch on a task that asks no review tells nobody."""
+    home = configure(short_tmp / "solo", "\n".join([
+        '[notify]\ngroup_window = "1s"\n', '[notify.people.ana]\nchannels = ["generic"]\non = ["review"]\n',
+        webhook("generic", receiver.url("/generic"))]))
+    daemon_factory(home)
+    patch = b"diff --git a/t b/t\nnew file mode 100644\n--- /dev/null\n+++ b/t\n@@ -0,0 +1 @@\n+x\n"
+    cids = []
+    for review in ("human:ana", "none"):
+        cids.append(ctl_json(home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bob",
+                             "--goal", f"review {review}", "--branch", "main", "--base-commit", "a" * 40, "--done",
+                             "d", "--review-by", review)["task"]["correlation_id"])
+        run_ctl(home, "patch", "submit", "--from-agent", "bob", "--correlation-id", cids[-1], input=patch)
+    wait_until(lambda: receiver.requests, "the notification")
+    wait_until(lambda: notify_status(home)["pending"] == 0, "nothing left to send")
+    things = [t for r in receiver.at("/generic") for t in r["json"]["things"]]
+    assert [(t["kind"], cids[0] in t["title"]) for t in things] == [("review", True)]
+    assert things[0]["hint"] == f"palacectl review {cids[0]} --approve --as human:ana"

@@ -408,6 +408,9 @@ class Integrator:
     def _check(self, view: Mapping[str, Any], commit: str) -> CheckResult:
         assert self.branch is not None
         self.say(f"{view['correlation_id']}: checking {commit[:12]} ({self.opts.check!r})")
+        # Said on the task, so every replica's Merge queue shows it checking (words: it moves nothing).
+        self._append(view, "task.status", f"{self.opts.agent} is checking {commit[:12]} for {self.opts.branch}",
+                     metadata={"integrating": "checking", "commit": commit})
         log_path = self._dir / "logs" / f"{self._slug}.log"
         state = self._read_state()
 
