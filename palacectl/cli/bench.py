@@ -3,7 +3,8 @@
 Owns: the ``bench`` command (one daemon: appends, wake, list, RSS) and its ``memory``,
 ``replication``, ``mesh`` (a fleet in a full mesh, or a palace of N daemons in namespaces),
 ``leases`` (lease costs, honest and hostile),
-``usage`` (what a ``usage`` call costs with many reports), ``mcp`` (how soon the MCP server answers)
+``usage`` (what a ``usage`` call costs with many reports), ``mcp`` (how soon the MCP server answers),
+``integrate`` (an integrator landing patches with a trivial check)
 and ``ui`` (the dashboard on a big palace) sub-commands, each a front for a module of ``palace_bench``
 (benchmarks/palace_bench: a package of its own, imported only when the command runs, so no other command pays for
 it; nothing outside their temporary homes is touched). Registered on the root app by ``cli.root``; imports
@@ -177,6 +178,25 @@ def bench_ui(
     if events is not None and events < 1000:
         raise UsageProblem("--events must be at least 1000")
     result = run_ui_bench(quick=quick, progress=not json_, events=events)
+    emit(result, json_)
+
+
+@bench_app.command("integrate")
+def bench_integrate(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (for a smoke test, not for figures).")] = False,
+    patches: Annotated[Optional[int], typer.Option(
+        "--patches", min=1, max=10_000, help="Patches delivered at once for the throughput (default 200).")] = None,
+    samples: Annotated[Optional[int], typer.Option(
+        "--samples", min=1, max=10_000, help="Patches delivered one at a time for the latency (default 50).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure an integrator with a trivial check: patches landed per minute, patch → branch latency."""
+    from palace_bench.integrate import run_integrate_bench
+
+    try:
+        result = run_integrate_bench(quick=quick, patches=patches, samples=samples, progress=not json_)
+    except RuntimeError as exc:
+        fail(f"bench integrate: {exc}")
     emit(result, json_)
 
 
