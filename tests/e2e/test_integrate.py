@@ -315,3 +315,12 @@ def test_integrate_refuses_bad_options_in_one_line(palace):
         result = run_ctl(palace.beta.home, *args)
         assert result.returncode == code and words in result.stderr, (args, result)
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result
+    # A second integrator for the same branch on this home.
+    palace.integrator()
+    try:
+        wait_until(lambda: "holds the lease" in palace.log(), "the first integrator to start", timeout=20)
+    except AssertionError:
+        raise AssertionError(palace.log()) from None
+    again = run_ctl(palace.beta.home, "integrate", "--agent", "lander2", "--repo", repo, "--branch", "integration",
+                    "--project", "shop", "--check", "true", timeout=30)
+    assert again.returncode == 1 and "another integrator for branch integration" in again.stderr, again

@@ -46,7 +46,7 @@ from ...client import Client, DaemonUnreachable, IdleTimeout
 from ...files import write_atomically
 from ...output import utc_now
 from ..worker.launch import task_slug
-from ..worker.worker import _FileLock, _stop_orphan
+from ..worker.worker import WorkerRefused, _FileLock, _stop_orphan
 from ..worker.worker_policy import WorkerPolicy
 from .landing import PATCH_TRAILER, TASK_TRAILER, Branch, CheckResult, Conflict, LandingError
 from .patch_check import DEFAULT_MAX_PATCH_BYTES, check_files, check_patch
@@ -147,28 +147,41 @@ class Integrator:
     def run(self) -> None:
         """Integrate until stopped (raises IntegratorRefused before anything started)."""
         self.branch = self.check()
-        with _FileLock(self._dir / f"{self._slug}.lock", f"branch {self.opts.branch} of {self.opts.repo}"):
-            self._recover()
-            self.say(f"integrator {self.opts.agent} started: branch {self.opts.branch} of {self.branch.repo}, project "
-                     f"{self.opts.project}, check {self.opts.check!r} (at most {self.opts.check_timeout_s:.0f} s); it "
-                     f"lands tasks from {self.opts.accept.describe()}")
-            renewer = threading.Thread(target=self._renew_loop, name="lease-renewer", daemon=True)
-            renewer.start()
-            waiting_said = False
-            try:
-                while not self._stopping.is_set():
-                    try:
-                        self._session()
-                    except DaemonUnreachable as exc:
-                        if not waiting_said:
-                            self.say(f"palaced is not answering ({exc}); the integrator waits for it")
-                            waiting_said = True
-                        self._stopping.wait(RECONNECT_INTERVAL_S)
-                        continue
-                    waiting_said = False
-            finally:
-                self._release_lease()
-                self.say(f"integrator {self.opts.agent} stopped")
+        lock = _FileLock(self._dir / f"{self._slug}.lock", f"branch {self.opts.branch} of {self.opts.repo}")
+        try:
+            lock.__enter__()
+        except WorkerRefused:
+            raise IntegratorRefused(f"another integrator for branch {self.opts.branch} of {self.branch.repo} runs on "
+                                    "this palace home; stop it first") from None
+        try:
+            self._work()
+        finally:
+            lock.__exit__(None, None, None)
+
+    def _work(self) -> None:
+        """The integrator's life, the branch's lock held: recover, then sessions until stopped."""
+        self._recover()
+        assert self.branch is not None
+        self.say(f"integrator {self.opts.agent} started: branch {self.opts.branch} of {self.branch.repo}, project "
+                 f"{self.opts.project}, check {self.opts.check!r} (at most {self.opts.check_timeout_s:.0f} s); it "
+                 f"lands tasks from {self.opts.accept.describe()}")
+        renewer = threading.Thread(target=self._renew_loop, name="lease-renewer", daemon=True)
+        renewer.start()
+        waiting_said = False
+        try:
+            while not self._stopping.is_set():
+                try:
+                    self._session()
+                except DaemonUnreachable as exc:
+                    if not waiting_said:
+                        self.say(f"palaced is not answering ({exc}); the integrator waits for it")
+                        waiting_said = True
+                    self._stopping.wait(RECONNECT_INTERVAL_S)
+                    continue
+                waiting_said = False
+        finally:
+            self._release_lease()
+            self.say(f"integrator {self.opts.agent} stopped")
 
     def _recover(self) -> None:
         """What a previous integrator on this branch left: a check still running, its worktree."""
