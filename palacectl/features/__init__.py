@@ -13,7 +13,7 @@ The daemon's features keep the protocol's names (``palace_proto.features``); pal
 
     approvals   approve-hook, the approve tool: a launched run's permission requests
     worker      worker, task launch: runs of a headless harness on tasks
-    integrate   integrate, review: delivered patches landed on a branch, each checked and reviewed
+    integrate   integrate, review, reviewer: delivered patches reviewed and landed on a branch, each checked
     guard       the guard group: git hooks under other agents' leases
     service     the service group (its folder: palacectl/service/)
     archive     backup, restore, export, import: the palace's data out and back in
@@ -60,7 +60,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
 HELP_ORDER: Final = (
     "status", "append", "list", "wait", "watch", "ack", "redact", "ask", "answer", "questions", "usage", "init",
     "invite", "join", "revoke", "doctor", "digest", "who", "rules", "mcp", "backup", "restore", "export", "import",
-    "remember", "search", "agents", "tunnels", "worker", "integrate", "review", "ui",
+    "remember", "search", "agents", "tunnels", "worker", "integrate", "review", "reviewer", "ui",
     "artifact", "patch", "task", "agent", "inbox", "session", "lease", "guard", "peers", "bench", "kg", "diary",
     "memory", "service", "notify", "room",
 )

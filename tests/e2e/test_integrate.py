@@ -33,10 +33,28 @@ import pathlib, re, sys
 assert sys.argv[1:4] == ["--print", "--permission-mode", "acceptEdits"], sys.argv
 prompt = sys.argv[-1]
 name, words = re.search(r"write (\\S+) with (.+)", prompt).groups()
+if "This task came back" in prompt:
+    words = words.replace("sloppy", "careful")
 pathlib.Path(name).parent.mkdir(parents=True, exist_ok=True)
 pathlib.Path(name).write_text(words.strip() + "\\n")
 print("wrote", name)
 """
+# The reviewer's stand-in: reads the files the reviewed commit changed; "sloppy" in one of them
+# asks for changes, else it approves (the documented verdict line ends its answer).
+REVIEW_RUNNER = """#!{python}
+import subprocess, sys
+assert sys.argv[1:4] == ["--print", "--permission-mode", "acceptEdits"], sys.argv
+names = subprocess.run(["git", "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True,
+                       check=True).stdout.split()
+sloppy = [n for n in names if "sloppy" in open(n).read()]
+if sloppy:
+    print("The words in", sloppy[0], "are sloppy: write them carefully.")
+    print("VERDICT: changes_requested")
+else:
+    print("Reads well.")
+    print("VERDICT: approve")
+"""
+# The worker's stand-in writes "careful" instead of "sloppy" once the task came back.
 # The project's check: waits at the gate while slow.txt is in the tree, fails on FAIL.
 CHECK = ("if [ -f slow.txt ]; then while [ ! -f {gate} ]; do sleep 0.05; done; fi; "
          "echo checking; ! grep -rqs FAIL --include=*.txt .")
@@ -73,6 +91,14 @@ class Palace:
         runner.chmod(0o755)
         self.env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
         self.env.pop("PALACE_HOME", None)
+        # The laptop's reviewer: its own clone, and its own stand-in on its PATH.
+        self.laptop_repo = root / "laptop-repo"
+        subprocess.run(["git", "clone", "-q", str(self.origin), str(self.laptop_repo)], check=True)
+        review_bin = root / "review-bin"
+        review_bin.mkdir()
+        (review_bin / "claude").write_text(REVIEW_RUNNER.format(python=sys.executable))
+        (review_bin / "claude").chmod(0o755)
+        self.review_env = {**self.env, "PATH": f"{review_bin}{os.pathsep}{os.environ['PATH']}"}
         self.logs = root / "processes.log"
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -84,10 +110,10 @@ class Palace:
             args += [f"--{key.replace('_', '-')}", value]
         return ctl_json(self.alpha.home, *args)["task"]["correlation_id"]
 
-    def _start(self, *args: str) -> subprocess.Popen[bytes]:
+    def _start(self, *args: str, home: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.logs, "ab")
-        proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(self.beta.home), *args], env=self.env,
-                                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([PYTHON, "-m", "palacectl", "--home", str(home or self.beta.home), *args],
+                                env=env or self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
         self.procs.append(proc)
         return proc
@@ -100,6 +126,11 @@ class Palace:
         return self._start("integrate", "--agent", "lander", "--repo", str(self.repo), "--branch", "integration",
                            "--project", "shop", "--check", CHECK.format(gate=self.gate), "--accept-from", "boss",
                            *extra)
+
+    def reviewer(self) -> subprocess.Popen[bytes]:
+        """An agent reviewer on the laptop (another daemon than the patches' author's)."""
+        return self._start("reviewer", "--agent", "lap-reviewer", "--runner", "claude", "--workspace",
+                           str(self.laptop_repo), home=self.alpha.home, env=self.review_env)
 
     def log(self) -> str:
         return self.logs.read_text(errors="replace") if self.logs.exists() else ""
@@ -249,6 +280,24 @@ def test_a_person_asking_for_changes_sends_the_task_back_and_the_redone_patch_la
     ctl_json(palace.alpha.home, "review", cid, "--approve", "--as", "human:ana")
     palace.wait_state(cid, "applied")
     assert len(palace.landed_trailers()) == 1
+
+
+def test_an_agent_reviewer_on_the_other_machine_approves_or_sends_back_and_only_its_approval_lands(palace):
+    """A task asking any other agent's review: the laptop's reviewer (a headless run of its own)
+    approves a good patch, which lands; it asks for changes on a sloppy one, which goes back to the
+    worker, is redone, approved and lands. The worker's own agent could not have approved either."""
+    palace.worker()
+    palace.integrator()
+    palace.reviewer()
+    good = palace.task("write good.txt with careful words", review_by="any-other-agent")
+    view = palace.wait_state(good, "applied")
+    [approval] = view["reviews"]
+    assert (approval["by"], approval["verdict"]) == ("lap-reviewer", "approve") and "Reads well" in approval["said"]
+    sloppy = palace.task("write words.txt with sloppy words", review_by="any-other-agent")
+    view = palace.wait_state(sloppy, "applied")
+    assert [r["verdict"] for r in view["reviews"]] == ["changes_requested", "approve"]
+    assert view["reworks"][0]["kind"] == "changes_requested" and "sloppy" in view["reworks"][0]["said"]
+    assert git(palace.repo, "show", "integration:words.txt") == "careful words\n"
 
 
 def test_the_integrator_killed_during_a_check_and_restarted_lands_the_patch_exactly_once(palace):

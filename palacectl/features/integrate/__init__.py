@@ -13,7 +13,7 @@ from ...feature import Feature, Page
 __all__ = ["FEATURE"]
 
 FEATURE: Final = Feature(
-    name="integrate", builds_on=("tasks", "worker", "artifacts"),
+    name="integrate", builds_on=("tasks", "worker", "artifacts", "usage", "questions", "leases"),
     cli=f"{__name__}.cli",
     ui=f"{__name__}.page",
     script=f"{__name__}:page.js",

@@ -1,5 +1,6 @@
 """The integrate feature's commands: ``integrate`` (land delivered patches on a branch, until
-stopped) and ``review`` (approve a task's delivered patch, or ask for changes).
+stopped), ``review`` (approve a task's delivered patch, or ask for changes) and ``reviewer`` (an
+agent reviewing delivered patches with a headless harness, until stopped).
 
 Owns the options and their defaults from ``[integrate]`` in config.toml (``check``,
 ``check_timeout``, ``accept_from``, ``max_patch_bytes``, ``max_reworks``), each checked with a
@@ -21,7 +22,7 @@ from ... import output
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home
 from ...output import emit, note
 
-__all__ = ["COMMANDS", "integrate", "review"]
+__all__ = ["COMMANDS", "integrate", "review", "reviewer"]
 
 #: what ``[integrate]`` in config.toml may say, and its type
 CONFIG_KEYS: Final = {"check": str, "check_timeout": str, "accept_from": list, "max_patch_bytes": int,
@@ -128,6 +129,48 @@ def integrate(
         output.fail(str(exc), code="refused")
 
 
+def reviewer(
+    agent: Annotated[str, typer.Option("--agent", help="The reviewing agent (never the patches' author).")],
+    runner: Annotated[str, typer.Option("--runner", help="claude, codex, gemini, opencode, or [runners.NAME].")],
+    workspace: Annotated[Path, typer.Option("--workspace", help="A clone of the project (patches are applied on "
+                                                                 "their base commit in a worktree of their own).")],
+    timeout: Annotated[Optional[str], typer.Option(
+        "--timeout", help="Stop a review run that takes longer: 90s, 30m, 2h (default 20m).")] = None,
+    accept_from: Annotated[Optional[list[str]], typer.Option(
+        "--accept-from", help="Whose tasks it reviews (repeat): local (the default), an agent id, human:NAME, "
+                              "daemon:NAME, or * (anyone: unsafe).")] = None,
+) -> None:
+    """Review delivered patches with a headless harness: approve or request changes; until stopped.
+
+    Takes the tasks whose review asks for --agent or any-other-agent; the run ends its answer with
+    VERDICT: approve or VERDICT: changes_requested, and a run without one approves nothing."""
+    import signal
+
+    from ..worker.worker_policy import PolicyError, WorkerPolicy
+    from .reviewer import DEFAULT_REVIEW_TIMEOUT_S, Reviewer, ReviewerOptions, ReviewerRefused
+
+    if not agent.strip() or any(c.isspace() for c in agent.strip()) or agent.strip().startswith("human:"):
+        raise UsageProblem("--agent must be an agent id (one word; a person reviews with palacectl review)")
+    try:
+        timeout_s = float(parse_duration(timeout, field="--timeout")) if timeout else float(DEFAULT_REVIEW_TIMEOUT_S)
+        policy = WorkerPolicy.parse(accept_from or ["local"])
+    except (ValidationError, PolicyError) as exc:
+        raise UsageProblem(getattr(exc, "message", None) or str(exc)) from None
+    run = Reviewer(ReviewerOptions(current_home(), agent.strip(), runner, workspace.resolve(), timeout_s, policy),
+                   say=note)
+
+    def on_signal(signum: int, frame: object) -> None:
+        run.stop(f"stopped by {signal.Signals(signum).name}")
+
+    try:
+        run.check()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+        run.run()
+    except ReviewerRefused as exc:
+        output.fail(str(exc), code="refused")
+
+
 def review(
     correlation_id: Annotated[str, typer.Argument(help="The task whose delivered patch you review.")],
     approve: Annotated[bool, typer.Option("--approve", help="The patch may land.")] = False,
@@ -159,5 +202,5 @@ def review(
                        f"({delivery['author']}'s patch {delivery['event_id']}) as {as_}: {event['id']}")
 
 
-COMMANDS: Final = {"integrate": integrate, "review": review}
+COMMANDS: Final = {"integrate": integrate, "review": review, "reviewer": reviewer}
 GROUPS: Final[dict[str, typer.Typer]] = {}

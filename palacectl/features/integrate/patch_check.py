@@ -81,8 +81,8 @@ def patch_paths(patch: bytes) -> Iterator[PatchFile]:
             if in_file:
                 yield _file(paths, mode, link)
             in_file, paths, mode, link = True, [], None, []
-            for side in _header_sides(line[len(_DIFF):]):
-                found = _strip_prefix(_unquote(side))
+            for raw in _header_sides(line[len(_DIFF):]):
+                found = _strip_prefix(_unquote(raw))
                 if found is not None:
                     paths.append(found)
             continue
