@@ -36,6 +36,7 @@ __all__ = [
     "author_args",
     "author_field",
     "blank_public",
+    "git_base",
     "reply_to",
     "thread",
     "thread_of",
@@ -218,6 +219,11 @@ def reply_to(event: Mapping[str, Any]) -> dict[str, Any]:
     reply["to_agent"] = event.get("from_agent")
     reply["ack_of"] = event.get("id")
     return reply
+
+
+def git_base(event: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(branch, base commit) an event names (a task's request, a patch's announcement)."""
+    return event.get("branch"), event.get("base_commit")
 
 
 def blank_public() -> PublicEvent:

@@ -75,7 +75,7 @@ from .authority import (
     rule_for,
 )
 from .errors import ValidationError
-from .event_fields import PublicEvent
+from .event_fields import PublicEvent, git_base
 from .identity import SYSTEM_AGENT, check_agent_id, is_human, order_key
 from .stamps import STAMP_RE, add_seconds, check_duration, parse_duration, seconds_between
 
@@ -345,7 +345,7 @@ def derive_task(correlation_id: str, events: Sequence[PublicEvent], *, now: str 
         "last_activity": task.last_activity,
         "events": sorted((dict(e) for e in events), key=_order),
         "impersonations": len(events) - len(genuine),
-        "base_commit": task.base_commit,
+        "base": task.base,
         "review_by": task.review_by,
         "integrator": task.integrator,
         "delivery": _delivery_view(task.delivery),
@@ -361,10 +361,10 @@ def _delivery_view(event: PublicEvent | None) -> dict[str, Any] | None:
     if event is None:
         return None
     artifacts = event.get("artifact_ids")
-    return {"event_id": event.get("id"), "author": event.get("from_agent"), "origin": event.get("origin"),
-            "created_at": event.get("created_at"), "type": event.get("type"),
-            "artifact_ids": list(artifacts) if isinstance(artifacts, (list, tuple)) else [],
-            "base_commit": event.get("base_commit"), "branch": event.get("branch")}
+    branch, base = git_base(event)
+    return {"event_id": event.get("id"), "author": event.get("from_agent"), "created_at": event.get("created_at"),
+            "artifact_ids": list(artifacts) if isinstance(artifacts, (list, tuple)) else [], "base": base,
+            "branch": branch}
 
 
 def _said(event: PublicEvent, limit: int = 2000) -> str:
@@ -393,7 +393,7 @@ class _Derivation:
         self.last_activity: str = first["created_at"]
         #: the wording's review and integration (``review_fields``), and where the work starts now
         self.review_by, self.integrator = review_fields(first.get("metadata"))
-        self.base_commit: Any = first.get("base_commit")
+        self.base: Any = git_base(first)[1]
         #: the patch that made the task ready in this round, and the review that approved it
         self.delivery: PublicEvent | None = None
         self.approval: PublicEvent | None = None
@@ -427,9 +427,9 @@ class _Derivation:
             return f"{kind} must refer to the task's delivered patch: the task is {self.state}, with no patch waiting"
         metadata = _metadata_of(event)
         if kind == REWORK:
-            base = metadata.get("base_commit")
+            base = metadata.get("base")
             if not isinstance(base, str) or not _COMMIT_RE.match(base):
-                return f"{kind} must name the commit to redo the work on (metadata.base_commit: a hex commit id)"
+                return f"{kind} must name the commit to redo the work on (metadata.base: a hex commit id)"
             return None
         if event.get("ack_of") != self.delivery.get("id"):
             return f"{kind} must acknowledge the task's delivered patch (ack_of {self.delivery.get('id')})"
@@ -505,7 +505,7 @@ class _Derivation:
             if isinstance(target, str) and target:
                 self.assigned = target
             self.review_by, self.integrator = review_fields(event.get("metadata"))
-            self.base_commit = event.get("base_commit") or self.base_commit
+            self.base = git_base(event)[1] or self.base
             self._round()
         elif rule == "task.claim":
             self.ever_claimed.add(who)
@@ -555,12 +555,12 @@ class _Derivation:
                 self.approval = event
             else:  # changes requested: back to its author's side, on the same base
                 self.reworks.append({"event_id": event.get("id"), "by": who, "kind": "changes_requested",
-                                     "base_commit": self.base_commit, "created_at": at, "said": _said(event)})
+                                     "base": self.base, "created_at": at, "said": _said(event)})
                 self._round()
         elif rule == "task.rework":
-            self.base_commit = _metadata_of(event)["base_commit"]
+            self.base = _metadata_of(event)["base"]
             self.reworks.append({"event_id": event.get("id"), "by": who, "kind": "rework",
-                                 "base_commit": self.base_commit, "created_at": at, "said": _said(event)})
+                                 "base": self.base, "created_at": at, "said": _said(event)})
             self._round()
         elif rule == "task.check":
             metadata = _metadata_of(event)
@@ -635,7 +635,7 @@ RULES: Final[tuple[Rule, ...]] = (
          "again for its addressee, nobody holds it (a rework round, the review's words in the view)",
          test="tests/proto/test_task_review.py::test_nobody_approves_their_own_patch_under_any_name"),
     Rule("task.rework", (REWORK,), (), "task", frozenset({REQUESTER, INTEGRATOR}),
-         "the task's delivered patch (the task ready); metadata.base_commit: the commit to redo the work on",
+         "the task's delivered patch (the task ready); metadata.base: the commit to redo the work on",
          "open again for its addressee on the new base commit, nobody holds it",
          test="tests/proto/test_task_review.py::test_a_rework_reopens_the_task_on_its_new_base_for_its_addressee"),
     Rule("task.check", (CHECK,), (), "task", frozenset({INTEGRATOR}),

@@ -164,7 +164,7 @@ ATTACKS: dict[str, Attack | str] = {
     "task.review": Attack(_writes(lambda m, h: m.say("mallory", type="task.review", ack_of=h.patch_id, **_on_task(
         h.task, metadata={"verdict": "approve"}))), _task_flagged("task.review")),
     "task.rework": Attack(_writes(lambda m, h: m.say("mallory", type="task.rework", **_on_task(
-        h.task, metadata={"base_commit": "b" * 40}))), _task_flagged("task.rework")),
+        h.task, metadata={"base": "b" * 40}))), _task_flagged("task.rework")),
     "task.check": Attack(_writes(lambda m, h: m.say("mallory", type="task.check", ack_of=h.patch_id, **_on_task(
         h.task, metadata={"result": "passed"}))), _task_flagged("task.check")),
     "usage.report": Attack(_writes(lambda m, h: m.say("mallory", type="usage.report", **_on_task(h.task), metadata={

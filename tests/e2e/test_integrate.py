@@ -221,10 +221,10 @@ def test_patches_land_in_order_each_checked_and_a_conflict_goes_back_and_lands(p
     late = palace.task("write same.txt with two")
     view = palace.wait_state(late, "applied")
     [rework] = view["reworks"]
-    assert rework["kind"] == "rework" and rework["base_commit"] == head and rework["by"] == "lander"
+    assert rework["kind"] == "rework" and rework["base"] == head and rework["by"] == "lander"
     assert "rebase onto " + head in rework["said"]
     assert git(palace.repo, "show", "integration:same.txt") == "two\n"
-    assert view["delivery"] is None or view["delivery"]["base_commit"] == head
+    assert view["delivery"] is None or view["delivery"]["base"] == head
 
     # A failing check: the branch stays, the task is failed with the log.
     before = git(palace.repo, "rev-parse", "integration").strip()

@@ -295,9 +295,9 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("task.words", ANY_AGENT): _task_case([_request(), _claim("bob", 5)], _ev("task.reply", "zed", 9)),
     ("task.review", authority.REVIEWER): _task_case(
         _DELIVERED, _ev(REVIEW, "human:ana", 9, ack_of="evt_patch", metadata={"verdict": "changes_requested"})),
-    ("task.rework", REQUESTER): _task_case(_DELIVERED, _ev(REWORK, "alice", 9, metadata={"base_commit": "b" * 40})),
+    ("task.rework", REQUESTER): _task_case(_DELIVERED, _ev(REWORK, "alice", 9, metadata={"base": "b" * 40})),
     ("task.rework", authority.INTEGRATOR): _task_case(
-        _APPROVED, _ev(REWORK, "lander", 9, metadata={"base_commit": "b" * 40})),
+        _APPROVED, _ev(REWORK, "lander", 9, metadata={"base": "b" * 40})),
     ("task.check", authority.INTEGRATOR): _task_case(
         _APPROVED, _ev(CHECK, "lander", 9, ack_of="evt_patch", metadata={"result": "failed"})),
     ("task.close", authority.INTEGRATOR): _task_case(_APPROVED, _ev("event.ack", "lander", 9, status="applied")),
@@ -367,7 +367,7 @@ _TASK_WRITES: dict[str, Any] = {
     "question.approval": lambda who: _ev(ASK, who, 30, to="human:*", metadata={"approval": {"tool": "Bash"}}),
     "task.words": lambda who: _ev("task.reply", who, 30),
     "task.review": lambda who: _ev(REVIEW, who, 30, ack_of="evt_patch", metadata={"verdict": "approve"}),
-    "task.rework": lambda who: _ev(REWORK, who, 30, metadata={"base_commit": "b" * 40}),
+    "task.rework": lambda who: _ev(REWORK, who, 30, metadata={"base": "b" * 40}),
     "task.check": lambda who: _ev(CHECK, who, 30, ack_of="evt_patch", metadata={"result": "passed"}),
 }
 

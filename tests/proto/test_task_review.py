@@ -150,7 +150,7 @@ def test_changes_requested_send_the_task_back_to_its_addressee():
     view = derive([*base, review("human:ana", 30, "changes_requested")])
     assert (view["state"], view["claimed_by"], view["assigned_to"], view["delivery"]) == ("open", None, "bob", None)
     assert view["review"]["state"] == "changes_requested"
-    assert [(r["kind"], r["by"], r["base_commit"], r["said"]) for r in view["reworks"]] == [
+    assert [(r["kind"], r["by"], r["base"], r["said"]) for r in view["reworks"]] == [
         ("changes_requested", "human:ana", BASE, "human:ana: changes_requested")]
     # The author redoes it: a new claim is no conflict, and its new patch waits for review again.
     again = derive([*base, review("human:ana", 30, "changes_requested"), claim(40), patch(50, eid="evt_patch_2")])
@@ -159,16 +159,16 @@ def test_changes_requested_send_the_task_back_to_its_addressee():
 
 def test_a_rework_reopens_the_task_on_its_new_base_for_its_addressee():
     base = [request(integrator="lander"), claim(), patch()]
-    rework = ev(REWORK, "lander", 30, metadata={"base_commit": NEW_BASE}, body="rebase onto " + NEW_BASE)
+    rework = ev(REWORK, "lander", 30, metadata={"base": NEW_BASE}, body="rebase onto " + NEW_BASE)
     view = derive([*base, rework])
-    assert (view["state"], view["base_commit"], view["claimed_by"]) == ("open", NEW_BASE, None)
+    assert (view["state"], view["base"], view["claimed_by"]) == ("open", NEW_BASE, None)
     assert view["reworks"][0]["kind"] == "rework" and view["reworks"][0]["said"] == "rebase onto " + NEW_BASE
-    hostile = ev(REWORK, "mallory", 31, origin="o-third", metadata={"base_commit": NEW_BASE})
-    bad = ev(REWORK, "lander", 32, metadata={"base_commit": "main"})
+    hostile = ev(REWORK, "mallory", 31, origin="o-third", metadata={"base": NEW_BASE})
+    bad = ev(REWORK, "lander", 32, metadata={"base": "main"})
     view = derive([*base, hostile, bad])
-    assert view["state"] == "ready" and view["base_commit"] == BASE
+    assert view["state"] == "ready" and view["base"] == BASE
     assert flagged(view) == {hostile["id"]: "task.rework", bad["id"]: "task.rework"}
-    assert "metadata.base_commit" in {f["event_id"]: f["why"] for f in view["out_of_role"]}[bad["id"]]
+    assert "metadata.base" in {f["event_id"]: f["why"] for f in view["out_of_role"]}[bad["id"]]
 
 
 def test_the_verdicts_are_the_same_whatever_order_the_events_arrive_in():

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Final, Optional
 import typer
 
 from palace_proto.errors import ValidationError
+from palace_proto.event_fields import thread_of
 from palace_proto.stamps import parse_duration
 from palace_proto.tasks import REVIEW
 
@@ -194,10 +195,9 @@ def review(
         output.fail(f"task {correlation_id} has no patch waiting for review (it is {view['state']})", code="refused")
     verdict = "approve" if approve else "changes_requested"
     said = message.strip() if message else ("approved" if approve else "")
-    request = view["request"]
-    event = call_daemon("append", type=REVIEW, stream=request["stream"], room=request["room"], from_agent=as_,
-                        to_agent=delivery["author"], correlation_id=correlation_id, ack_of=delivery["event_id"],
-                        metadata={"verdict": verdict}, body=f"{as_} reviewed {delivery['event_id']}: {verdict}. {said}")
+    event = call_daemon("append", **thread_of(view["request"]), type=REVIEW, from_agent=as_, to_agent=delivery["author"],
+                        ack_of=delivery["event_id"], metadata={"verdict": verdict},
+                        body=f"{as_} reviewed {delivery['event_id']}: {verdict}. {said}")
     emit(event, json_, f"{'approved' if approve else 'changes requested on'} {correlation_id} "
                        f"({delivery['author']}'s patch {delivery['event_id']}) as {as_}: {event['id']}")
 

@@ -446,7 +446,7 @@ class Integrator:
         if rounds < self.opts.max_reworks:
             self._append(view, REWORK, f"rebase onto {conflict.head}: the patch no longer applies to "
                                        f"{self.opts.branch} ({conflict.why}). Redo it on that commit.",
-                         to=author, metadata={"base_commit": conflict.head, "reason": conflict.why[:500]})
+                         to=author, metadata={"base": conflict.head, "reason": conflict.why[:500]})
             self.say(f"{cid}: does not apply on {conflict.head[:12]}; sent back to {author} (round {rounds + 1} of "
                      f"{self.opts.max_reworks})")
             return
@@ -464,7 +464,7 @@ class Integrator:
             if choice == REWORK_AGAIN:
                 self._append(view, REWORK, f"rebase onto {conflict.head} (a person asked for one more round): "
                                            f"{conflict.why}", to=view["delivery"]["author"],
-                             metadata={"base_commit": conflict.head, "reason": conflict.why[:500]})
+                             metadata={"base": conflict.head, "reason": conflict.why[:500]})
             else:
                 self._close(view, "failed", f"the patch does not apply on {self.opts.branch} after "
                                             f"{self.opts.max_reworks} rounds, and a person closed it")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from palace_proto.event_fields import thread_of
 from palace_proto.tasks import REVIEW
 
 from ...ui.http import HttpError, Request
@@ -92,11 +93,9 @@ async def review(views: Views, doc: Mapping[str, Any]) -> dict[str, Any]:
     delivery = view.get("delivery")
     if delivery is None or view.get("state") != "ready":
         raise HttpError(409, f"task {cid} has no patch waiting for review (it is {view.get('state')})")
-    request = view["request"]
     event = await views.call(
-        "append", type=REVIEW, stream=request["stream"], room=request["room"], from_agent=views.human,
-        to_agent=delivery["author"], correlation_id=view["correlation_id"], ack_of=delivery["event_id"],
-        metadata={"verdict": verdict, "via": "palacectl ui"},
+        "append", **thread_of(view["request"]), type=REVIEW, from_agent=views.human, to_agent=delivery["author"],
+        ack_of=delivery["event_id"], metadata={"verdict": verdict, "via": "palacectl ui"},
         body=f"{views.human} reviewed {delivery['event_id']}: {verdict}. {text.strip()}".strip())
     return {"event": event}
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from palace_proto.errors import ApiError, NotFound
+from palace_proto.event_fields import thread_of
 from palace_proto.tasks import ANY_OTHER_AGENT, REVIEW
 from palace_proto.usage import final_text
 
@@ -192,7 +193,7 @@ class Reviewer:
         assert branch is not None
         cid, delivery = view["correlation_id"], view["delivery"]
         patch = self._patch(delivery)
-        base = str(delivery.get("base_commit") or view.get("base_commit") or "")
+        base = str(delivery.get("base") or view.get("base") or "")
         if patch is None or not re.fullmatch(r"[0-9a-f]{7,64}", base):
             self._note(view, f"{self.opts.agent} could not review {delivery['event_id']}: its patch or its base "
                              "commit is not here")
@@ -215,9 +216,8 @@ class Reviewer:
             self._note(view, f"{self.opts.agent} reviewed {delivery['event_id']} without a verdict ({why}); "
                              f"nothing approved. Its last words: {words[-1500:]}")
             return
-        request = view["request"]
-        self._call("append", type=REVIEW, stream=request["stream"], room=request["room"], from_agent=self.opts.agent,
-                   to_agent=delivery["author"], correlation_id=cid, ack_of=delivery["event_id"],
+        self._call("append", **thread_of(view["request"]), type=REVIEW, from_agent=self.opts.agent,
+                   to_agent=delivery["author"], ack_of=delivery["event_id"],
                    metadata={"verdict": verdict, "runner": self.opts.runner},
                    body=f"{self.opts.agent} reviewed {delivery['event_id']}: {verdict}.\n{words[-3000:]}")
         self.say(f"{cid}: {verdict}")
@@ -267,8 +267,7 @@ class Reviewer:
         return data.decode("utf-8", errors="replace"), code
 
     def _note(self, view: Mapping[str, Any], body: str) -> None:
-        request = view["request"]
-        self._call("append", type="note", stream=request["stream"], room=request["room"], from_agent=self.opts.agent,
-                   to_agent=request["from_agent"], correlation_id=view["correlation_id"], body=body,
+        self._call("append", **thread_of(view["request"]), type="note", from_agent=self.opts.agent,
+                   to_agent=view["request"]["from_agent"], body=body,
                    metadata={"reviewer": self.opts.agent, "host": socket.gethostname()})
         self.say(f"{view['correlation_id']}: {body[:200]}")

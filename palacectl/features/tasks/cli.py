@@ -95,7 +95,7 @@ def _landing_lines(view: dict[str, Any]) -> list[str]:
     delivery, review = view.get("delivery"), view.get("review") or {}
     if delivery is not None:
         lines.append(f"  patch {delivery['event_id']} by {delivery['author']}"
-                     + (f" on {delivery['base_commit'][:12]}" if delivery.get("base_commit") else ""))
+                     + (f" on {delivery['base'][:12]}" if delivery.get("base") else ""))
     if review.get("by") is not None:
         said = {"approved": f"approved by {review.get('approved_by')}", "waiting": "waiting for the review",
                 "changes_requested": "changes requested", "no_patch": "no patch yet"}.get(review["state"],

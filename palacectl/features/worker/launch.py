@@ -369,7 +369,7 @@ class Launch:
         self.repo = self.git.work_tree
         start = GitBase.of(request)
         # A rework round (the integrator's: the patch no longer applied) starts from its new base.
-        self.branch, self.base = start.branch, self._resolve_base(view.get("base_commit") or start.commit)
+        self.branch, self.base = start.branch, self._resolve_base(view.get("base") or start.commit)
         #: what sent the task back, if it came back (a review's changes, a rebase): the run is told
         self.rework = (view.get("reworks") or [None])[-1]
         if self.git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all").strip():
