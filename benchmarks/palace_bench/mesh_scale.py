@@ -54,6 +54,9 @@ PEER_PORT: Final = 7437
 # Why 30 s: after the last join, address records and the views' requests settle within a few
 # repair rounds (5 s each); the links are counted after this.
 SETTLE_S: Final = 30.0
+# Why 2 s and 60 s: then the links are counted once two looks 2 s apart agree, for at most a minute.
+STABLE_LOOK_S: Final = 2.0
+MAX_SETTLE_WAIT_S: Final = 60.0
 
 Say = Callable[[str], None]
 
@@ -219,12 +222,27 @@ def _writers(palace: ScalePalace, indices: list[int], pause_s: float) -> Iterato
             thread.join(30)
 
 
+def _settled(palace: ScalePalace) -> list[dict[str, Any]]:
+    """The daemons' statuses once their links stop changing: the same link counts in two looks
+    ``STABLE_LOOK_S`` apart (a link that only carried a request is closed ~12 s after it opened; on a
+    loaded machine the sweep comes later), or the last look after ``MAX_SETTLE_WAIT_S``."""
+    statuses = palace.statuses()
+    deadline = time.monotonic() + MAX_SETTLE_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(STABLE_LOOK_S)
+        again = palace.statuses()
+        if [len(n["connected"]) for n in again] == [len(n["connected"]) for n in statuses]:
+            return again
+        statuses = again
+    return statuses
+
+
 def _measure(palace: ScalePalace, count: int, events: int, idle_s: float, partition_s: float, leave: int,
              settle_s: float, say: Say) -> dict[str, Any]:
     out: dict[str, Any] = {}
     key = f"scale_{count}"
     time.sleep(settle_s)
-    statuses = palace.statuses()
+    statuses = _settled(palace)
     links = [len(n["connected"]) for n in statuses]
     active = [len(n["overlay"]["active"]) for n in statuses]
     out[f"{key}_links_max"], out[f"{key}_links_mean"] = max(links), sum(links) / len(links)

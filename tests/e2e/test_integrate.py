@@ -324,6 +324,29 @@ def test_the_integrator_killed_during_a_check_and_restarted_lands_the_patch_exac
     assert not any((palace.beta.home / "integrate" / "worktrees").iterdir())
 
 
+def test_after_its_rounds_a_patch_that_never_applies_is_a_question_to_a_person(palace):
+    """With --max-reworks 0 a conflict is not sent back: a person is asked on the task (rework or
+    close failed); ana's "close failed", answered on the laptop, closes it failed on the box."""
+    palace.worker()
+    palace.integrator("--max-reworks", "0")
+    one = palace.task("write clash.txt with one")
+    palace.wait_state(one, "applied")
+    two = palace.task("write clash.txt with two")
+
+    def asked() -> list[dict]:
+        return [q for q in palace.show(two, palace.alpha.home).get("questions") or []
+                if q["asked_by"] == "lander" and q["status"] == "open"]
+
+    [question] = wait_until(asked, f"the question to a person\n{palace.log()[-2000:]}")
+    assert question["choices"] == ["rework", "close failed"] and "after 0 rounds" in question["question"]
+    assert palace.show(two)["reworks"] == []
+    ctl_json(palace.alpha.home, "answer", question["question_id"], "close failed", "--as", "human:ana")
+    view = palace.wait_state(two, "failed")
+    [closed] = _acks(view, "failed")
+    assert "a person closed it" in closed["body"]
+    assert git(palace.repo, "show", "integration:clash.txt") == "one\n"
+
+
 def test_a_task_from_a_requester_the_policy_does_not_accept_is_declined_and_never_landed(palace):
     """A member the integrator's policy does not name (carol, on the laptop) asks for work naming the
     box's integrator: the worker (accepting carol) delivers, the integrator declines it in words on

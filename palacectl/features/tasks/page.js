@@ -4,6 +4,14 @@
 
 // -- Tasks ---------------------------------------------------------------------------------------
 
+// Where a delivered patch stands, on its card: its review and its newest check (issue 46).
+function landingLine(t) {
+  const parts = [];
+  if (t.review_state && t.review_state !== "not_required" && t.review_state !== "no_patch") parts.push(`review: ${t.review_state.replace("_", " ")}`);
+  if (t.check) parts.push(`check ${t.check}`);
+  return parts.length ? h("span", { class: "t-meta" }, parts.join(" · ")) : null;
+}
+
 async function pageTasks(page) {
   document.title = "Tasks · palace";
   const board = h("div", { class: "board", id: "board" });
@@ -19,7 +27,8 @@ async function pageTasks(page) {
         column.tasks.map((t) => h("a", { class: "task-card", href: `#/task/${encodeURIComponent(t.correlation_id)}` },
           h("span", { class: "t-title" }, t.title),
           h("span", { class: "t-meta" }, `${t.requested_by || "?"} → ${t.claimed_by || t.assigned_to || "?"}`),
-          h("span", { class: "t-meta" }, `${ago(t.last_activity)}${t.blocked_by.length ? ` · waits on ${t.blocked_by.length}` : ""}${t.priority === 0 ? " · urgent" : ""}`))))));
+          h("span", { class: "t-meta" }, `${ago(t.last_activity)}${t.blocked_by.length ? ` · waits on ${t.blocked_by.length}` : ""}${t.priority === 0 ? " · urgent" : ""}`),
+          landingLine(t))))));
     } catch (error) { showError(board, error); }
   };
   await draw();

@@ -47,6 +47,9 @@ def task_card(task: Mapping[str, Any]) -> dict[str, Any]:
         "last_activity": task.get("last_activity"), "created_at": request.get("created_at"),
         "stream": request.get("stream"), **{name: request.get(name) for name in GIT_FIELDS},
         "impersonations": task.get("impersonations", 0),
+        # Issue 46: where the delivered patch stands (its review, its newest check, who lands it).
+        "review_state": (task.get("review") or {}).get("state"), "integrator": task.get("integrator"),
+        "check": ((task.get("checks") or [{}])[-1]).get("result"),
     }
 
 
