@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from palace_proto.errors import ApiError, NotFound
 from palace_proto.filters import filter_args
+from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.projects import project_stream
 from palace_proto.tasks import CHECK, REWORK
 
@@ -410,7 +411,9 @@ class Integrator:
             if record.get("kind") != "patch":
                 continue
             content = record.get("content")
-            if not isinstance(content, bytes) or hashlib.sha256(content).hexdigest() != record.get("sha256"):
+            digest = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else ""
+            # The bytes are the ones the signed event names: its id is their sha256 (palace_proto.ids).
+            if not digest or digest != record.get("sha256") or artifact_id_for_sha256(digest) != artifact_id:
                 self.say(f"{view['correlation_id']}: artifact {artifact_id} does not match its sha256; not landed")
                 self._skip(view)
                 return None
@@ -531,4 +534,5 @@ class Integrator:
 def _identity(agent: str) -> tuple[str, str]:
     """A git identity for an agent id (the email's local part made safe)."""
     local = "".join(c if c.isalnum() or c in "._-" else "-" for c in agent)[:64] or "agent"
-    return agent, f"{local}@palace.invalid"
+    name = "".join(c for c in agent if c not in "<>\n")[:128] or "agent"  # git parses "Name <email>"
+    return name, f"{local}@palace.invalid"
