@@ -36,9 +36,21 @@ def test_quick_mesh_bench_reports_every_figure_and_cleans_up():
     assert not palaced_pids_under(figures["directory"])
 
 
-def test_an_unknown_topology_is_refused_in_one_line_before_any_daemon_starts(tmp_path):
+def test_an_unknown_topology_is_refused_in_one_line_before_any_daemon_starts(tmp_path, monkeypatch):
     result = subprocess.run([sys.executable, "-m", "palacectl", "bench", "mesh", "--daemons", "3", "--topology", "ring"],
                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 64, result  # a usage problem (docs/commands.md's exit codes)
     assert result.stderr.strip().count("\n") == 0 and "--topology must be 'invite' or 'pairwise'" in result.stderr
-    assert "Traceback" not in result.stderr and not palaced_pids_under("/tmp/palscale")
+    assert "Traceback" not in result.stderr
+    # Before any daemon starts: the run itself is never called. (Looking for daemons under
+    # /tmp/palscale instead raced with the 12-daemon test of another worker.)
+    import palace_bench.mesh_scale
+    from palacectl.cli.bench import bench_mesh
+    from palacectl.cli.common import UsageProblem
+
+    def started(**args):
+        raise AssertionError(f"the run started: {args}")
+
+    monkeypatch.setattr(palace_bench.mesh_scale, "run_scale_bench", started)
+    with pytest.raises(UsageProblem, match="--topology must be"):
+        bench_mesh(quick=True, daemons=3, topology="ring", namespaces=False, json_=True)
