@@ -47,6 +47,7 @@ from ...client import Client, DaemonUnreachable, IdleTimeout
 from ...files import write_atomically
 from ...output import utc_now
 from ..worker.launch import task_slug
+from ..worker.requesters import Requesters
 from ..worker.worker import WorkerRefused, _FileLock, _stop_orphan
 from ..worker.worker_policy import WorkerPolicy
 from .landing import PATCH_TRAILER, TASK_TRAILER, Branch, CheckResult, Conflict, LandingError
@@ -109,8 +110,7 @@ class Integrator:
         self._lease_lock = threading.Lock()
         self._holder_said: str | None = None
         self._skipped: dict[str, str] = {}
-        self._own_peer_id: str | None = None
-        self._daemons: dict[str, tuple[str | None, str | None]] = {}
+        self._requesters = Requesters(opts.accept, self._call)
         self.branch: Branch | None = None
         #: what it did, for tests and the benchmark: (correlation id, outcome, commit or reason)
         self.landed: list[tuple[str, str, str]] = []
@@ -314,21 +314,8 @@ class Integrator:
             self._skipped.pop(next(iter(self._skipped)))
         self._skipped[view["correlation_id"]] = view["last_activity"]
 
-    def _daemon_of(self, origin: Any) -> tuple[str | None, str | None]:
-        if not isinstance(origin, str):
-            return None, None
-        if origin not in self._daemons:
-            status = self._call("status")
-            self._own_peer_id = status["fingerprint"]
-            known = {o["origin"]: (o.get("peer_id"), o.get("name")) for o in self._call("fleet").get("origins", [])
-                     if isinstance(o, dict) and isinstance(o.get("origin"), str)}
-            known[status["origin"]] = (self._own_peer_id, (status.get("palace") or {}).get("name"))
-            self._daemons = dict(list(known.items())[:MAX_SKIPPED])
-        return self._daemons.get(origin, (None, None))
-
     def _accepted(self, view: Mapping[str, Any]) -> bool:
-        peer_id, name = self._daemon_of(view["request"].get("origin"))
-        return self.opts.accept.accepts(view.get("requested_by"), peer_id, name, self._own_peer_id or "")
+        return self._requesters.accepts(view)
 
     def _decline(self, view: Mapping[str, Any]) -> None:
         """Say once, on the task, that this integrator does not land it (its policy), and leave it."""

@@ -42,6 +42,7 @@ from ..worker.launch import (
     stop_process_group,
     task_slug,
 )
+from ..worker.requesters import Requesters
 from ..worker.worker_policy import WorkerPolicy
 from .landing import Branch, Conflict, LandingError
 
@@ -87,8 +88,7 @@ class Reviewer:
         self._stopping = threading.Event()
         self._skipped: dict[str, str] = {}
         self._slot = opts.home / "reviews" / task_slug(f"{opts.workspace}:{opts.agent}")
-        self._own_peer_id: str | None = None
-        self._daemons: dict[str, tuple[str | None, str | None]] = {}
+        self._requesters = Requesters(opts.accept, self._call)
         self.branch: Branch | None = None
         self.template: list[str] = []
 
@@ -177,16 +177,7 @@ class Reviewer:
         self._skipped[view["correlation_id"]] = view["last_activity"]
 
     def _accepted(self, view: Mapping[str, Any]) -> bool:
-        origin = view["request"].get("origin")
-        if isinstance(origin, str) and origin not in self._daemons:
-            status = self._call("status")
-            self._own_peer_id = status["fingerprint"]
-            known = {o["origin"]: (o.get("peer_id"), o.get("name")) for o in self._call("fleet").get("origins", [])
-                     if isinstance(o, dict) and isinstance(o.get("origin"), str)}
-            known[status["origin"]] = (self._own_peer_id, (status.get("palace") or {}).get("name"))
-            self._daemons = dict(list(known.items())[:MAX_SKIPPED])
-        peer_id, name = self._daemons.get(origin, (None, None)) if isinstance(origin, str) else (None, None)
-        return self.opts.accept.accepts(view.get("requested_by"), peer_id, name, self._own_peer_id or "")
+        return self._requesters.accepts(view)
 
     def _review(self, view: Mapping[str, Any]) -> None:
         branch = self.branch

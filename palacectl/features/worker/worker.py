@@ -50,6 +50,7 @@ from ...output import utc_now
 from ...watch import sanitise_agent
 from ..approvals.permission_policy import PermissionPolicy, PolicyError
 from .launch import Launch, LaunchRefused, append_on_task, metadata_field, read_config, remove_worktree, runner_command
+from .requesters import Requesters
 from .worker_policy import WorkerPolicy
 
 __all__ = ["MAX_INTERRUPTIONS", "Worker", "WorkerOptions", "WorkerRefused", "state_file"]
@@ -117,8 +118,7 @@ class Worker:
         self._recovered = False
         self._stream = project_stream(opts.project) if opts.project else None
         #: this worker's own daemon (peer id), and origin -> (peer id, name) of the daemons heard of
-        self._own_peer_id: str | None = None
-        self._daemons: dict[str, tuple[str | None, str | None]] = {}
+        self._requesters = Requesters(opts.accept, self._call)
         #: budgets reached that were said already (budget/subject/window/state)
         self._held: str | None = None  # why it claims nothing now (a budget over), for `who`
         self._budgets_told: set[str] = set()
@@ -387,33 +387,15 @@ class Worker:
 
     # -- the policy: whose tasks it takes -------------------------------------------------------
 
-    def _daemon_of(self, origin: Any) -> tuple[str | None, str | None]:
-        """(peer id, name) of the daemon that writes ``origin`` ((None, None): unknown here)."""
-        if not isinstance(origin, str):
-            return None, None
-        if origin not in self._daemons:
-            status = self._call("status")
-            self._own_peer_id = status["fingerprint"]
-            known: dict[str, tuple[str | None, str | None]] = {
-                o["origin"]: (o.get("peer_id"), o.get("name")) for o in self._call("fleet").get("origins", [])
-                if isinstance(o, dict) and isinstance(o.get("origin"), str)}
-            if len(known) > MAX_SKIPPED:  # bounded like every table fed from outside
-                known = dict(list(known.items())[:MAX_SKIPPED])
-            # This daemon's own origin, whether or not it has joined a palace yet.
-            known[status["origin"]] = (self._own_peer_id, (status.get("palace") or {}).get("name"))
-            self._daemons = known
-        return self._daemons.get(origin, (None, None))
-
     def _accepted(self, view: dict[str, Any]) -> bool:
-        peer_id, name = self._daemon_of(view["request"].get("origin"))
-        return self.opts.accept.accepts(view.get("requested_by"), peer_id, name, self._own_peer_id or "")
+        return self._requesters.accepts(view)
 
     def _decline(self, view: dict[str, Any]) -> None:
         """Say once, on the task, why this worker does not run it (never silence, never a run): a
         task addressed to this agent is answered blocked; a broadcast gets a note (another worker
         may take it)."""
         cid = view["correlation_id"]
-        peer_id, name = self._daemon_of(view["request"].get("origin"))
+        peer_id, name = self._requesters.daemon_of(view["request"].get("origin"))
         requester = view.get("requested_by")
         reason = (f"worker {self.opts.agent} on {socket.gethostname()} runs tasks only from "
                   f"{self.opts.accept.describe()}; {requester} (daemon {name or peer_id or 'unknown'}) is not one of "
