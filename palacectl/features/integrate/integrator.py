@@ -277,8 +277,10 @@ class Integrator:
                 return
             try:
                 self._land(view)
-            except (ApiError, LandingError, OSError) as exc:
-                message = getattr(exc, "message", None) or str(exc)
+            except DaemonUnreachable:
+                raise  # the session reconnects; the task is still ready
+            except Exception as exc:  # noqa: BLE001 - one task's failure must not end the integrator
+                message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                 self.say(f"{view['correlation_id']}: could not land it ({message}); looked at again when it changes")
                 self._skip(view)
 

@@ -124,10 +124,13 @@ class Branch:
             self.git("worktree", "add", "--quiet", "--detach", str(slot), head)
         tree = PinnedGit.discover(slot, error=LandingError, timeout_s=self.timeout_s)
         # Not --3way: a merge that needs one leaves conflict markers, which no check should judge.
-        applied = subprocess.run(
-            ["git", f"--git-dir={tree.git_dir}", f"--work-tree={tree.work_tree}", *_pinned_args(), "apply", "--index",
-             "--whitespace=nowarn", "-"], input=patch, capture_output=True, cwd=slot, env=pinned_env(),
-            timeout=self.timeout_s, check=False)
+        try:
+            applied = subprocess.run(
+                ["git", f"--git-dir={tree.git_dir}", f"--work-tree={tree.work_tree}", *_pinned_args(), "apply",
+                 "--index", "--whitespace=nowarn", "-"], input=patch, capture_output=True, cwd=slot, env=pinned_env(),
+                timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise LandingError(f"git apply took longer than {self.timeout_s:.0f} s") from None
         if applied.returncode != 0:
             why = applied.stderr.decode("utf-8", errors="replace").strip().splitlines()
             return Conflict(head, "; ".join(why[-3:]) or f"git apply exited with status {applied.returncode}")

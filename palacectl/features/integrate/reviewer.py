@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.errors import ApiError, NotFound
+from palace_proto.errors import NotFound
 from palace_proto.event_fields import thread_of
 from palace_proto.tasks import ANY_OTHER_AGENT, REVIEW
 from palace_proto.usage import final_text
@@ -153,7 +153,9 @@ class Reviewer:
                 return
             try:
                 self._review(view)
-            except (ApiError, LandingError, LaunchRefused, OSError) as exc:
+            except DaemonUnreachable:
+                raise  # the session reconnects; the review is looked at again
+            except Exception as exc:  # noqa: BLE001 - one task's failure must not end the reviewer
                 self.say(f"{view['correlation_id']}: could not review it ({getattr(exc, 'message', None) or exc})")
             self._skip(view)
 
