@@ -324,6 +324,29 @@ def test_the_integrator_killed_during_a_check_and_restarted_lands_the_patch_exac
     assert not any((palace.beta.home / "integrate" / "worktrees").iterdir())
 
 
+def test_the_integrator_stopped_during_a_check_stops_it_and_leaves_the_task_ready(palace):
+    """SIGTERM (a service stopping, Ctrl-C) in the middle of a check: the check is stopped with it,
+    the integrator exits 0 at once, the branch stays, and the task is not reported failed: the
+    next start lands it."""
+    palace.worker()
+    integrator = palace.integrator()
+    cid = palace.task("write slow.txt with later")
+    states = palace.beta.home / "integrate"
+    wait_until(lambda: any('"check_pid"' in p.read_text() for p in states.glob("*.json")),
+               f"the check to start\n{palace.log()[-2000:]}")
+    before = git(palace.repo, "rev-parse", "integration").strip()
+    integrator.send_signal(signal.SIGTERM)
+    assert integrator.wait(30) == 0, palace.log()[-2000:]
+    assert git(palace.repo, "rev-parse", "integration").strip() == before
+    view = palace.show(cid)
+    assert view["state"] == "ready" and view["checks"] == [] and _acks(view, "failed") == []
+    assert "its check was stopped with the integrator" in palace.log()
+    palace.gate.write_text("open\n")
+    palace.integrator()
+    palace.wait_state(cid, "applied")
+    assert len(palace.landed_trailers()) == 1
+
+
 def test_after_its_rounds_a_patch_that_never_applies_is_a_question_to_a_person(palace):
     """With --max-reworks 0 a conflict is not sent back: a person is asked on the task (rework or
     close failed); ana's "close failed", answered on the laptop, closes it failed on the box."""

@@ -27,9 +27,12 @@ again. Talks to the daemon through ``palacectl.client`` only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
+import signal
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -114,6 +117,8 @@ class Integrator:
         self.branch: Branch | None = None
         #: what it did, for tests and the benchmark: (correlation id, outcome, commit or reason)
         self.landed: list[tuple[str, str, str]] = []
+        #: the check running now (its process group's leader), stopped when the integrator is
+        self._check_pid: int | None = None
 
     def __repr__(self) -> str:
         return f"<Integrator {self.opts.agent} {self.opts.branch} of {self.opts.repo}>"
@@ -122,8 +127,14 @@ class Integrator:
         self._say(f"{utc_now()} {message}")
 
     def stop(self, reason: str) -> None:
+        """Stop (from a signal handler): a check under way is stopped too, and its task is left
+        ready for the next start, never reported failed."""
         self.say(f"stopping: {reason}")
         self._stopping.set()
+        pid = self._check_pid
+        if pid is not None and hasattr(os, "killpg"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
 
     # -- start and stop -------------------------------------------------------------------------
 
@@ -362,7 +373,12 @@ class Integrator:
             if problems:
                 self._close(view, "failed", f"the patch was refused: {'; '.join(problems)}")
                 return
+            if self._stopping.is_set():
+                return  # stopping: the task stays ready for the next start
             result = self._check(view, prepared)
+            if self._stopping.is_set() and not result.passed:
+                self.say(f"{cid}: its check was stopped with the integrator; it is looked at again at the next start")
+                return
             log_id = self._put_log(view, result)
             self._append(view, CHECK, f"check {'passed' if result.passed else 'failed'} on {prepared[:12]} in "
                                       f"{result.duration_s:.1f} s{' (timed out)' if result.timed_out else ''}",
@@ -420,10 +436,14 @@ class Integrator:
         state = self._read_state()
 
         def started(pid: int) -> None:
+            self._check_pid = pid
             self._write_state({**state, "check_pid": pid})
 
-        return self.branch.run_check(self._slot, self.opts.check, self.opts.check_timeout_s, log_path,
-                                     on_start=started)
+        try:
+            return self.branch.run_check(self._slot, self.opts.check, self.opts.check_timeout_s, log_path,
+                                         on_start=started)
+        finally:
+            self._check_pid = None
 
     def _put_log(self, view: Mapping[str, Any], result: CheckResult) -> str | None:
         if not result.log:
