@@ -1,5 +1,6 @@
 """The service feature's ``service`` group: run palaced under your user's service manager (systemd --user,
-launchd), and with ``--worker``, an agent's worker (``palacectl worker``) beside it.
+launchd), and with ``--worker``, an agent's worker (``palacectl worker``) beside it, or with
+``--integrate`` an agent's integrator (``palacectl integrate``).
 
 Owns: the commands install, uninstall and status (their flags, what they print, the order of
 their checks), asking palaced whether it answers on the home (``daemon_status``,
@@ -140,13 +141,15 @@ def _noun(platform: Platform) -> str:
     return "unit" if platform == "systemd" else "plist"
 
 
-def _logs_hint(platform: Platform, agent: str | None = None) -> str:
-    """Where the service's logs are: palaced's, or ``agent``'s worker's."""
+def _logs_hint(platform: Platform, agent: str | None = None, command: str = "worker") -> str:
+    """Where the service's logs are: palaced's, or ``agent``'s worker's (or integrator's)."""
     from . import host
 
     if platform == "systemd":
-        return f"journalctl --user -u {'palaced' if agent is None else host.worker_service(agent).unit_stem} -f"
-    return str(host.launchd_log_dir() / ("palaced.log" if agent is None else f"worker-{host.worker_slug(agent)}.log"))
+        unit = "palaced" if agent is None else host.worker_service(agent, command).unit_stem
+        return f"journalctl --user -u {unit} -f"
+    return str(host.launchd_log_dir() / ("palaced.log" if agent is None
+                                         else f"{command}-{host.worker_slug(agent)}.log"))
 
 
 PlatformOpt = Annotated[Optional[str], typer.Option(
@@ -154,24 +157,36 @@ PlatformOpt = Annotated[Optional[str], typer.Option(
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the file and the exact commands; change nothing.")]
 WorkerOpt = Annotated[bool, typer.Option(
     "--worker", help="An agent's worker (`palacectl worker`, one service per agent) instead of palaced.")]
-AgentOpt = Annotated[Optional[str], typer.Option("--agent", help="With --worker: the agent whose tasks it runs.")]
+AgentOpt = Annotated[Optional[str], typer.Option(
+    "--agent", help="With --worker: the agent whose tasks it runs; with --integrate: the integrator's agent.")]
+IntegrateOpt = Annotated[bool, typer.Option(
+    "--integrate", help="An agent's integrator (`palacectl integrate`, one service per agent) instead of palaced.")]
+
+
+def _which(worker: bool, integrate: bool) -> str:
+    """``--worker`` or ``--integrate`` (the flag a command was given; both is a usage error)."""
+    if worker and integrate:
+        raise UsageProblem("--worker and --integrate are two services: give one of them")
+    return "--integrate" if integrate else "--worker"
 
 
 # -- the worker's options -----------------------------------------------------------------------
 
 
-def _worker_agent(command: str, worker: bool, agent: str | None, worker_only: dict[str, Any]) -> str | None:
-    """The agent of ``--worker --agent ID`` (checked), or None without ``--worker``; a worker
-    option without ``--worker``, or ``--worker`` without ``--agent``, is a usage error."""
+def _worker_agent(command: str, worker: bool, agent: str | None, worker_only: dict[str, Any],
+                  flag: str = "--worker") -> str | None:
+    """The agent of ``--worker --agent ID`` (or ``--integrate --agent ID``; checked), or None
+    without the flag; one of its options without it, or the flag without ``--agent``, is a usage error."""
+    what = "integrator" if flag == "--integrate" else "worker"
     if not worker:
-        given = [flag for flag, value in {"--agent": agent, **worker_only}.items() if value is not None]
+        given = [name for name, value in {"--agent": agent, **worker_only}.items() if value is not None]
         if given:
             one = len(given) == 1
-            raise UsageProblem(f"{', '.join(given)} only {'works' if one else 'work'} with --worker (an agent's worker "
-                               f"service): add --worker, or leave {'it' if one else 'them'} out")
+            raise UsageProblem(f"{', '.join(given)} only {'works' if one else 'work'} with {flag} (an agent's {what} "
+                               f"service): add {flag}, or leave {'it' if one else 'them'} out")
         return None
     if agent is None:
-        raise UsageProblem(f"--worker needs --agent ID (whose worker): palacectl service {command} --worker --agent ID")
+        raise UsageProblem(f"{flag} needs --agent ID (whose {what}): palacectl service {command} {flag} --agent ID")
     agent = agent.strip()  # as `palacectl worker` reads it, so both agree on the service's name
     if not agent:
         raise UsageProblem("--agent is empty: give the agent id whose tasks the worker runs")
@@ -225,12 +240,51 @@ def _worker_spec(agent: str, runner: str, workspace: Path, concurrency: int | No
     return Worker(agent, runner, folder, path_env, concurrency, project, timeout)
 
 
+def _integrate_spec(agent: str, repo: Path | None, branch: str | None, project: str | None, check: str | None,
+                    check_timeout: str | None) -> Worker:
+    """The integrator to install, checked as install needs it (its repository a folder, its
+    options what ``palacectl integrate`` takes). Reads only; the branch itself is checked by the
+    integrator at each start (it says why in its log if it cannot work)."""
+    from palace_proto.errors import ValidationError
+    from palace_proto.stamps import parse_duration
+
+    from .plan import Worker
+
+    missing = [flag for flag, value in (("--repo DIR", repo), ("--branch NAME", branch), ("--project P", project))
+               if value is None or not str(value).strip()]
+    if missing or repo is None:
+        raise UsageProblem(f"--integrate needs {' and '.join(missing)}: palacectl service install --integrate "
+                           "--agent ID --repo DIR --branch NAME --project P [--check 'COMMAND']")
+    if agent.startswith("human:"):
+        raise UsageProblem("--agent must be an agent id, not a person's human:NAME")
+    if check_timeout is not None:
+        try:
+            parse_duration(check_timeout, field="--check-timeout")
+        except ValidationError as exc:
+            raise UsageProblem(exc.message) from None
+    if check is not None and (not check.strip() or any(c in check for c in '$"\\') or not check.isprintable()):
+        raise UsageProblem("--check holds what a service file cannot carry ($, quotes, backslashes, control "
+                           "characters) or nothing: put the command in [integrate] check in config.toml and leave "
+                           "--check out")
+    folder = repo.expanduser().absolute()
+    if not (folder / ".git").exists():
+        fail(f"the repository {folder} is not a git repository (no .git there); give the clone the integrator lands "
+             "on", code="refused")
+    extra = ["--branch", str(branch).strip(), "--project", str(project).strip()]
+    for flag, value in (("--check", check), ("--check-timeout", check_timeout)):
+        if value is not None:
+            extra += [flag, value]
+    return Worker(agent, "", folder.resolve(), os.environ.get("PATH", os.defpath), command="integrate",
+                  integrate=tuple(extra))
+
+
 @service_app.command("install")
 def install(
     dry_run: DryRunOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an installed file that differs.")] = False,
     platform: PlatformOpt = None,
     worker: WorkerOpt = False,
+    integrate: IntegrateOpt = False,
     agent: AgentOpt = None,
     runner: Annotated[Optional[str], typer.Option(
         "--runner", help="With --worker: the harness to run (claude, codex, gemini, opencode, or [runners.NAME] "
@@ -240,15 +294,46 @@ def install(
     concurrency: Annotated[Optional[int], typer.Option(
         "--concurrency", help="With --worker: how many tasks it runs at once (1-16).")] = None,
     project: Annotated[Optional[str], typer.Option(
-        "--project", help="With --worker: it works only this project's tasks.")] = None,
+        "--project", help="With --worker: it works only this project's tasks; with --integrate: the project whose "
+                          "tasks it lands.")] = None,
     timeout: Annotated[Optional[str], typer.Option(
         "--timeout", help="With --worker: stop a run that takes longer: 90s, 30m, 2h.")] = None,
+    repo: Annotated[Optional[Path], typer.Option(
+        "--repo", help="With --integrate: the repository whose branch it moves.")] = None,
+    branch: Annotated[Optional[str], typer.Option(
+        "--branch", help="With --integrate: the integration branch (checked out nowhere).")] = None,
+    check: Annotated[Optional[str], typer.Option(
+        "--check", help="With --integrate: the check each patch must pass (default: [integrate] check).")] = None,
+    check_timeout: Annotated[Optional[str], typer.Option(
+        "--check-timeout", help="With --integrate: stop a check that takes longer: 90s, 30m, 2h.")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Install palaced (or with --worker, an agent's worker) as your user service and start it
-    (systemd --user, or a launchd LaunchAgent)."""
+    """Install palaced (or with --worker, an agent's worker; with --integrate, an agent's
+    integrator) as your user service and start it (systemd --user, or a launchd LaunchAgent)."""
     from . import host, managers
     from .plan import plan_install
+
+    flag = _which(worker, integrate)
+    integrate_only = {"--repo": repo, "--branch": branch, "--check": check, "--check-timeout": check_timeout}
+    if not integrate and any(value is not None for value in integrate_only.values()):
+        given = ", ".join(name for name, value in integrate_only.items() if value is not None)
+        raise UsageProblem(f"{given} only with --integrate (an agent's integrator service): add --integrate, or "
+                           "leave them out")
+    if integrate:
+        worker_only = {"--runner": runner, "--workspace": workspace, "--concurrency": concurrency, "--timeout": timeout}
+        given = ", ".join(name for name, value in worker_only.items() if value is not None)
+        if given:
+            raise UsageProblem(f"{given} only with --worker: the integrator takes --repo, --branch, --project, "
+                               "--check and --check-timeout")
+        integrator = _worker_agent("install", True, agent, {}, flag=flag)
+        assert integrator is not None
+        if platform is not None and (not dry_run or platform not in host.PLATFORMS):
+            raise UsageProblem("--platform only previews another system's file: add --dry-run, and name systemd or "
+                               "launchd")
+        spec = _integrate_spec(integrator, repo, branch, project, check, check_timeout)
+        _install_worker(_this_platform() if platform is None else platform, spec, dry_run=dry_run, force=force,
+                        preview=platform is not None, as_json=json_)
+        return
 
     worker_agent = _worker_agent("install", worker, agent, {
         "--runner": runner, "--workspace": workspace, "--concurrency": concurrency, "--project": project,
@@ -324,32 +409,34 @@ def _write_and_start(plan: InstallPlan, say: Callable[[str], None]) -> list[Step
 
 def _install_worker(kind: Platform, spec: Worker, *, dry_run: bool, force: bool, preview: bool,
                     as_json: bool) -> None:
-    """install --worker: the agent's worker service, written and started once every check passed."""
+    """install --worker (or --integrate): the agent's worker (or integrator) service, written and
+    started once every check passed."""
     from . import managers
     from .plan import plan_install
 
+    what, flag = ("integrator", "--integrate") if spec.command == "integrate" else ("worker", "--worker")
     if dry_run:
         _print_dry_run(plan_install(kind, palace_home(), worker=spec), force=force, preview=preview, as_json=as_json)
         return
     plan = plan_install(kind, palace_home(), worker=spec)  # first: a value the file cannot carry is refused here
     problem = managers.manager_problem(kind)
     if problem:
-        fail(f"{problem}; use `palacectl service install --worker ... --dry-run` to see the {_noun(kind)}, "
-             "or run `palacectl worker` directly")
+        fail(f"{problem}; use `palacectl service install {flag} ... --dry-run` to see the {_noun(kind)}, "
+             f"or run `palacectl {spec.command}` directly")
     if plan.existing == "different" and not force:
         fail(f"a different {plan.path.name} is already installed at {plan.path}; pass --force to replace it "
-             "(`palacectl service install --worker ... --dry-run` shows the new one)")
+             f"(`palacectl service install {flag} ... --dry-run` shows the new one)")
 
     say = (lambda line: None) if as_json else (lambda line: write_stdout(line + "\n"))
     ran = _write_and_start(plan, say)
     state = managers.query_state(kind, plan.service)
     daemon = daemon_status(plan.home)
     if not daemon["answering"]:
-        note(f"Note: palaced does not answer on {daemon['socket']}; the worker waits for it "
+        note(f"Note: palaced does not answer on {daemon['socket']}; the {what} waits for it "
              "(`palacectl service install` runs palaced as a service too).")
     emit({**plan.to_json(dry_run=False, steps=ran), "manager": state.to_json(), "daemon": daemon}, as_json,
-         f"The worker for {spec.agent} is {'running' if state.running else 'not running'} "
-         f"({kind}: {state.state}). Logs: {_logs_hint(kind, spec.agent)}")
+         f"The {what} for {spec.agent} is {'running' if state.running else 'not running'} "
+         f"({kind}: {state.state}). Logs: {_logs_hint(kind, spec.agent, spec.command)}")
 
 
 def _print_dry_run(plan: InstallPlan, *, force: bool, preview: bool, as_json: bool) -> None:
@@ -377,16 +464,18 @@ def _print_dry_run(plan: InstallPlan, *, force: bool, preview: bool, as_json: bo
 
 
 @service_app.command("uninstall")
-def uninstall(dry_run: DryRunOpt = False, worker: WorkerOpt = False, agent: AgentOpt = None,
-              json_: JsonOpt = False) -> None:
-    """Stop and disable the service (palaced's, or with --worker --agent ID that agent's worker) and
-    remove its file. The palace home and its data are never touched."""
+def uninstall(dry_run: DryRunOpt = False, worker: WorkerOpt = False, integrate: IntegrateOpt = False,
+              agent: AgentOpt = None, json_: JsonOpt = False) -> None:
+    """Stop and disable the service (palaced's, or with --worker / --integrate --agent ID that
+    agent's worker or integrator) and remove its file. The palace home and its data are never touched."""
     from . import host, managers
     from .plan import worker_json
 
-    worker_agent = _worker_agent("uninstall", worker, agent, {})
+    flag = _which(worker, integrate)
+    command = "integrate" if integrate else "worker"
+    worker_agent = _worker_agent("uninstall", worker or integrate, agent, {}, flag=flag)
     kind = _this_platform()
-    service = host.PALACED if worker_agent is None else host.worker_service(worker_agent)
+    service = host.PALACED if worker_agent is None else host.worker_service(worker_agent, command)
     path, home = host.service_file(kind, service), palace_home()
     installed = path.exists() or path.is_symlink()
     before, after = managers.uninstall_steps(kind, service) if installed else ([], [])
@@ -396,7 +485,7 @@ def uninstall(dry_run: DryRunOpt = False, worker: WorkerOpt = False, agent: Agen
     result: dict[str, Any] = {"platform": kind, "dry_run": dry_run, "path": str(path), "installed": installed,
                               "removed": False, "home": str(home), "commands": [s.to_json() for s in (*before, *after)]}
     if worker_agent is not None:
-        result["worker"] = worker_json(kind, worker_agent)
+        result["worker"] = worker_json(kind, worker_agent, command)
     say = (lambda line: None) if json_ else (lambda line: write_stdout(line + "\n"))
     if not installed:
         say(f"Nothing to uninstall: no {path}")
@@ -410,7 +499,8 @@ def uninstall(dry_run: DryRunOpt = False, worker: WorkerOpt = False, agent: Agen
         if before or after:
             problem = managers.manager_problem(kind)
             if problem:
-                what = "palaced" if worker_agent is None else f"the worker for {worker_agent}"
+                what = ("palaced" if worker_agent is None
+                        else f"the {'integrator' if integrate else 'worker'} for {worker_agent}")
                 fail(f"{problem}; cannot stop {what}, so {path} stays")
         ran = managers.run_steps(before, lambda step: say(f"Ran: {step}"), service=service)
         try:
@@ -425,18 +515,22 @@ def uninstall(dry_run: DryRunOpt = False, worker: WorkerOpt = False, agent: Agen
     if installed and worker_agent is None:
         say(f"The palace home {home} and its data were not touched.")
     elif installed:
-        say(f"The palace home {home}, its data and the worker's workspace were not touched.")
+        left = "repository" if integrate else "worker's workspace"
+        say(f"The palace home {home}, its data and the {left} were not touched.")
 
 
 @service_app.command("status")
-def status(worker: WorkerOpt = False, agent: AgentOpt = None, json_: JsonOpt = False) -> None:
-    """Is the service (palaced's, or with --worker --agent ID that agent's worker) installed, what
-    does the service manager say, and does palaced answer?"""
+def status(worker: WorkerOpt = False, integrate: IntegrateOpt = False, agent: AgentOpt = None,
+           json_: JsonOpt = False) -> None:
+    """Is the service (palaced's, or with --worker / --integrate --agent ID that agent's worker or
+    integrator) installed, what does the service manager say, and does palaced answer?"""
     from . import host, managers
     from .plan import worker_json
 
-    worker_agent = _worker_agent("status", worker, agent, {})
-    service = host.PALACED if worker_agent is None else host.worker_service(worker_agent)
+    flag = _which(worker, integrate)
+    command = "integrate" if integrate else "worker"
+    worker_agent = _worker_agent("status", worker or integrate, agent, {}, flag=flag)
+    service = host.PALACED if worker_agent is None else host.worker_service(worker_agent, command)
     kind, home = host.detect_platform(), palace_home()
     path = None if kind is None else host.service_file(kind, service)
     installed = path is not None and path.exists()
@@ -444,7 +538,7 @@ def status(worker: WorkerOpt = False, agent: AgentOpt = None, json_: JsonOpt = F
     daemon = daemon_status(home)
     if emit({"platform": kind, "path": None if path is None else str(path), "installed": installed,
              "manager": manager.to_json(), "daemon": daemon, "home": str(home),
-             **({} if worker_agent is None else {"worker": worker_json(kind, worker_agent)})}, json_):
+             **({} if worker_agent is None else {"worker": worker_json(kind, worker_agent, command)})}, json_):
         return
     file_line = "-" if path is None else f"{path} ({'installed' if installed else 'not installed'})"
     manager_line = f"{kind or '-'}: {manager.state}"
@@ -456,8 +550,8 @@ def status(worker: WorkerOpt = False, agent: AgentOpt = None, json_: JsonOpt = F
                    else f"{'answering' if daemon['answering'] else 'not answering'}: {daemon['reason']}")
     worker_line = ""
     if worker_agent is not None:
-        logs = "" if kind is None else f" (logs: {_logs_hint(kind, worker_agent)})"
-        worker_line = f"worker    {worker_agent}{logs}\n"
+        logs = "" if kind is None else f" (logs: {_logs_hint(kind, worker_agent, command)})"
+        worker_line = f"{'integrator' if integrate else 'worker   '} {worker_agent}{logs}\n"
     write_stdout(f"{worker_line}file      {file_line}\nmanager   {manager_line}\ndaemon    {daemon_line}\n"
                  f"home      {home}\n")
 

@@ -62,10 +62,12 @@ def worker_slug(agent: str) -> str:
     return f"{slug}-{hashlib.sha256(agent.encode('utf-8')).hexdigest()[:8]}"
 
 
-def worker_service(agent: str) -> ServiceName:
-    """The worker service of one agent: ``palace-worker-<slug>.service``, ``dev.palace.worker.<slug>``."""
+def worker_service(agent: str, command: str = "worker") -> ServiceName:
+    """The service of one agent's ``palacectl`` process: its worker (``palace-worker-<slug>.service``,
+    ``dev.palace.worker.<slug>``), or with ``command="integrate"`` its integrator
+    (``palace-integrate-<slug>.service``, ``dev.palace.integrate.<slug>``)."""
     slug = worker_slug(agent)
-    return ServiceName(f"palace-worker-{slug}.service", f"dev.palace.worker.{slug}")
+    return ServiceName(f"palace-{command}-{slug}.service", f"dev.palace.{command}.{slug}")
 
 
 def detect_platform() -> Platform | None:

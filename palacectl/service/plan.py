@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 # NamedTuple rather than dataclasses: a dataclass costs ~0.5 ms to create, and this is a plain value.
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from ..output import fail
 from . import host, managers, templates
@@ -22,17 +22,21 @@ from .managers import Existing, Step
 __all__ = ["InstallPlan", "Worker", "existing_file", "plan_install", "worker_json"]
 
 
-def worker_json(platform: Platform | None, agent: str) -> dict[str, Any]:
-    """Which worker service (the ``"worker"`` of ``--json``): the agent, its slug, and the unit
-    (systemd) or label (launchd); neither where no service manager is supported."""
-    service = host.worker_service(agent)
+def worker_json(platform: Platform | None, agent: str, command: str = "worker") -> dict[str, Any]:
+    """Which worker (or integrator) service (the ``"worker"`` of ``--json``): the agent, its slug,
+    what it runs, and the unit (systemd) or label (launchd); neither where no service manager is
+    supported."""
+    service = host.worker_service(agent, command)
     names = {"systemd": {"unit": service.unit}, "launchd": {"label": service.label}}
-    return {"agent": agent, "slug": host.worker_slug(agent), **names.get(platform or "", {})}
+    what = {} if command == "worker" else {"command": command}
+    return {"agent": agent, "slug": host.worker_slug(agent), **what, **names.get(platform or "", {})}
 
 
 class Worker(NamedTuple):
     """What an agent's worker service runs: ``palacectl worker`` with these options, in
-    ``workspace`` (absolute), with ``path_env`` (the PATH at install) as its PATH."""
+    ``workspace`` (absolute), with ``path_env`` (the PATH at install) as its PATH; or, with
+    ``command`` ``integrate``, its integrator: ``palacectl integrate --agent ID --repo WORKSPACE``
+    and ``integrate`` (its other options, as "--flag value" pairs)."""
 
     agent: str
     runner: str
@@ -41,13 +45,17 @@ class Worker(NamedTuple):
     concurrency: int | None = None
     project: str | None = None
     timeout: str | None = None
+    command: Literal["worker", "integrate"] = "worker"
+    integrate: tuple[str, ...] = ()
 
     @property
     def service(self) -> host.ServiceName:
-        return host.worker_service(self.agent)
+        return host.worker_service(self.agent, self.command)
 
     def args(self) -> list[str]:
-        """The options after ``palacectl --home HOME worker``, as "--flag value" pairs."""
+        """The options after ``palacectl --home HOME worker`` (or ``integrate``), as "--flag value" pairs."""
+        if self.command == "integrate":
+            return ["--agent", self.agent, "--repo", str(self.workspace), *self.integrate]
         words = ["--agent", self.agent, "--runner", self.runner, "--workspace", str(self.workspace)]
         for flag, value in (("--concurrency", self.concurrency), ("--project", self.project),
                             ("--timeout", self.timeout)):
@@ -56,6 +64,9 @@ class Worker(NamedTuple):
         return words
 
     def to_json(self, platform: Platform) -> dict[str, Any]:
+        if self.command == "integrate":
+            return {**worker_json(platform, self.agent, self.command), "repo": str(self.workspace),
+                    "args": self.args(), "env": {"PATH": self.path_env}}
         return {**worker_json(platform, self.agent), "runner": self.runner, "workspace": str(self.workspace),
                 "concurrency": self.concurrency, "project": self.project, "timeout": self.timeout,
                 "args": self.args(), "env": {"PATH": self.path_env}}
@@ -112,10 +123,10 @@ def plan_install(platform: Platform, home: Path, *, filesystem_sandbox: bool = T
         command, service = host.palacectl_command(), worker.service
         agent, workspace, path_env = worker.agent, worker.workspace, worker.path_env
         content = (templates.render_worker_unit(command, home, worker.args(), agent=agent, workspace=workspace,
-                                                path_env=path_env)
+                                                path_env=path_env, command=worker.command)
                    if log_dir is None else
                    templates.render_worker_plist(command, home, worker.args(), agent=agent, workspace=workspace,
-                                                 path_env=path_env, log_dir=log_dir))
+                                                 path_env=path_env, log_dir=log_dir, command=worker.command))
     path = host.service_file(platform, service)
     existing = existing_file(path, content)
     return InstallPlan(platform, path, content, existing, home, command, log_dir,

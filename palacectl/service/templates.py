@@ -1,9 +1,11 @@
 """The service templates and their rendering: a systemd user unit and a launchd LaunchAgent plist,
-for palaced and for a worker (``palacectl worker``, one per agent).
+for palaced, for a worker (``palacectl worker``, one per agent) and for an integrator
+(``palacectl integrate``, one per agent).
 
 Owns: loading the templates shipped in ``palacectl/data/service/`` (their readable twins are
-``systemd/palaced.service``, ``systemd/palace-worker.service``, ``launchd/dev.palace.palaced.plist``
-and ``launchd/dev.palace.worker.plist`` at the top of the repository; a test keeps each pair
+``systemd/palaced.service``, ``systemd/palace-worker.service``, ``systemd/palace-integrate.service``,
+``launchd/dev.palace.palaced.plist``, ``launchd/dev.palace.worker.plist`` and
+``launchd/dev.palace.integrate.plist`` at the top of the repository; a test keeps each pair
 identical), dropping their template-only notes, and filling in the command, the home, the log
 folder and (for a worker) its options, workspace and PATH, escaped for each format. A value either
 format cannot carry safely is refused with one error line. Pure apart from reading the packaged
@@ -24,10 +26,11 @@ from .host import LAUNCHD_LABEL, SYSTEMD_UNIT, Platform
 __all__ = ["load_template", "render_launchd_plist", "render_systemd_unit", "render_worker_plist",
            "render_worker_unit"]
 
-Template = Literal["palaced", "worker"]
+Template = Literal["palaced", "worker", "integrate"]
 _TEMPLATE_NAMES: Final[dict[tuple[Platform, Template], str]] = {
     ("systemd", "palaced"): SYSTEMD_UNIT, ("launchd", "palaced"): f"{LAUNCHD_LABEL}.plist",
     ("systemd", "worker"): "palace-worker.service", ("launchd", "worker"): "dev.palace.worker.plist",
+    ("systemd", "integrate"): "palace-integrate.service", ("launchd", "integrate"): "dev.palace.integrate.plist",
 }
 # Template-only notes, dropped at render time: "#:" lines (systemd), one "<!--: ... -->" block (plist).
 _PLIST_NOTE: Final = re.compile(r"<!--:.*?-->\n", re.DOTALL)
@@ -101,7 +104,7 @@ def render_systemd_unit(palaced: Sequence[str], home: Path, *, filesystem_sandbo
 
 
 def render_worker_unit(palacectl: Sequence[str], home: Path, args: Sequence[str], *, agent: str, workspace: Path,
-                       path_env: str) -> str:
+                       path_env: str, command: Literal["worker", "integrate"] = "worker") -> str:
     """The user unit of one agent's worker: ``palacectl --home HOME worker ARGS`` run in
     ``workspace`` with ``path_env`` as its PATH (template notes dropped, placeholders filled).
 
@@ -115,14 +118,14 @@ def render_worker_unit(palacectl: Sequence[str], home: Path, args: Sequence[str]
              "use another path")
     values = {
         "@AGENT@": agent.replace("%", "%%"),
-        "@UNIT@": host.worker_service(agent).unit_stem,
+        "@UNIT@": host.worker_service(agent, command).unit_stem,
         "@PALACECTL@": " ".join(_systemd_word(w) for w in palacectl),
         "@HOME@": _systemd_word(str(home)),
         "@ARGS@": " ".join(_systemd_word(w) for w in args),
         "@WORKSPACE@": str(workspace).replace("%", "%%"),
         "@PATH@": path_env.replace("%", "%%"),  # inside the template's double quotes
     }
-    return _fill(_unit_without_notes(load_template("systemd", "worker")), values)
+    return _fill(_unit_without_notes(load_template("systemd", command)), values)
 
 
 def _plist_strings(words: Sequence[str]) -> str:
@@ -150,9 +153,10 @@ def render_launchd_plist(palaced: Sequence[str], home: Path, log_dir: Path) -> s
 
 
 def render_worker_plist(palacectl: Sequence[str], home: Path, args: Sequence[str], *, agent: str, workspace: Path,
-                        path_env: str, log_dir: Path) -> str:
-    """The LaunchAgent plist of one agent's worker (``@PALACECTL@`` and ``@ARGS@`` become one
-    ``<string>`` per word; the log is ``<log_dir>/worker-<slug>.log``)."""
+                        path_env: str, log_dir: Path, command: Literal["worker", "integrate"] = "worker") -> str:
+    """The LaunchAgent plist of one agent's worker, or with ``command="integrate"`` its integrator
+    (``@PALACECTL@`` and ``@ARGS@`` become one ``<string>`` per word; the log is
+    ``<log_dir>/<command>-<slug>.log``)."""
     from xml.sax.saxutils import escape
 
     _check_worker(palacectl, home, args, workspace, path_env, systemd=False)
@@ -160,11 +164,11 @@ def render_worker_plist(palacectl: Sequence[str], home: Path, args: Sequence[str
     values = {
         "<string>@PALACECTL@</string>": _plist_strings(palacectl),
         "<string>@ARGS@</string>": _plist_strings(args),
-        "@LABEL@": host.worker_service(agent).label,
+        "@LABEL@": host.worker_service(agent, command).label,
         "@SLUG@": host.worker_slug(agent),
         "@HOME@": escape(str(home)),
         "@WORKSPACE@": escape(str(workspace)),
         "@PATH@": escape(path_env),
         "@LOGS@": escape(str(log_dir)),
     }
-    return _fill(_PLIST_NOTE.sub("", load_template("launchd", "worker"), count=1), values)
+    return _fill(_PLIST_NOTE.sub("", load_template("launchd", command), count=1), values)

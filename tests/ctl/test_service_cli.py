@@ -67,7 +67,7 @@ def files_under(path: Path) -> list[Path]:
 
 
 TEMPLATES = ["systemd/palaced.service", "launchd/dev.palace.palaced.plist", "systemd/palace-worker.service",
-             "launchd/dev.palace.worker.plist"]
+             "launchd/dev.palace.worker.plist", "systemd/palace-integrate.service", "launchd/dev.palace.integrate.plist"]
 
 
 @pytest.mark.parametrize("top_level", TEMPLATES)
@@ -84,7 +84,7 @@ def test_every_template_file_is_a_twin() -> None:
     assert shipped == readable == {Path(t).name for t in TEMPLATES}
 
 
-@pytest.mark.parametrize("plist", ["dev.palace.palaced.plist", "dev.palace.worker.plist"])
+@pytest.mark.parametrize("plist", ["dev.palace.palaced.plist", "dev.palace.worker.plist", "dev.palace.integrate.plist"])
 def test_plist_templates_are_well_formed_xml(plist: str) -> None:
     """The readable templates parse as they are, notes and placeholders included (an XML comment
     may not hold "--", so the notes spell no command-line flags)."""
@@ -93,7 +93,7 @@ def test_plist_templates_are_well_formed_xml(plist: str) -> None:
     xml.parsers.expat.ParserCreate().Parse((REPO / "launchd" / plist).read_bytes(), True)
 
 
-@pytest.mark.parametrize("unit", ["palaced.service", "palace-worker.service"])
+@pytest.mark.parametrize("unit", ["palaced.service", "palace-worker.service", "palace-integrate.service"])
 def test_every_sandboxing_line_says_why(unit: str) -> None:
     """Each option of the unit's [Service] section follows a comment line (house rule: say why)."""
     lines = (REPO / "systemd" / unit).read_text().splitlines()
@@ -961,3 +961,88 @@ def test_launchd_worker_install_and_uninstall(fake: FakeManager, user_home: Path
     fake.calls.clear()
     assert service(palace, "uninstall", "--worker", "--agent", "bot") == 0
     assert fake.calls == [["launchctl", "bootout", target]] and not plist.exists()
+
+
+# -- an integrator's service (issue 46) -----------------------------------------------------------
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    folder = tmp_path / "repo"
+    (folder / ".git").mkdir(parents=True)
+    return folder.resolve()
+
+
+def integrate_args(repo: Path, *extra: str, agent: str = "lander") -> list[str]:
+    return ["--agent", agent, "--repo", str(repo), "--branch", "integration", "--project", "shop", *extra]
+
+
+def test_integrator_dry_run_prints_its_unit_and_plist_and_touches_nothing(user_home: Path, tmp_path: Path,
+                                                                         repo: Path) -> None:
+    palace = tmp_path / "palace"
+    result = ctl(user_home, palace, "install", "--integrate", *integrate_args(repo, "--check", "make test",
+                                                                              "--check-timeout", "20m"), "--dry-run")
+    assert result.returncode == 0, result
+    unit = user_home / ".config" / "systemd" / "user" / "palace-integrate-lander.service"
+    assert result.stdout.startswith(f"Would write {unit}:\n")
+    lines = result.stdout.splitlines()
+    assert (f"ExecStart={VENV_PALACECTL} --home {palace} integrate --agent lander --repo {repo} --branch integration "
+            '--project shop --check "make test" --check-timeout 20m') in lines
+    for line in (f"WorkingDirectory={repo}", "Description=palace integrator for agent lander", "KillMode=mixed",
+                 "# Logs: journalctl --user -u palace-integrate-lander -f"):
+        assert line in lines, line
+    assert result.stdout.endswith("  systemctl --user enable --now palace-integrate-lander.service\n")
+    plan = ctl(user_home, palace, "install", "--integrate", *integrate_args(repo), "--dry-run", "--platform",
+               "launchd", "--json").json()
+    plist = plistlib.loads(plan["content"].encode())
+    assert plist["Label"] == "dev.palace.integrate.lander" and plist["WorkingDirectory"] == str(repo)
+    assert plist["ProgramArguments"] == [str(VENV_PALACECTL), "--home", str(palace), "integrate",
+                                         *integrate_args(repo)]
+    assert plist["StandardOutPath"].endswith("/integrate-lander.log")
+    assert plan["worker"]["command"] == "integrate" and plan["worker"]["label"] == "dev.palace.integrate.lander"
+    assert files_under(user_home) == [] and not palace.exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["install", "--integrate", "--agent", "lander"], "--integrate needs --repo DIR and --branch NAME and --project P"),
+    (["install", "--integrate", "--repo", "."], "--integrate needs --agent ID (whose integrator)"),
+    (["install", "--repo", ".", "--branch", "x"], "--repo, --branch only with --integrate"),
+    (["install", "--worker", "--integrate", "--agent", "x"], "--worker and --integrate are two services"),
+    (["install", "--integrate", "--agent", "lander", "--runner", "claude"], "--runner only with --worker"),
+    (["install", "--integrate", "--agent", "human:ana", "--repo", ".", "--branch", "b", "--project", "p"],
+     "not a person's human:NAME"),
+    (["install", "--integrate", "--agent", "lander", "--repo", ".", "--branch", "b", "--project", "p", "--check",
+      'echo "$HOME"'], "put the command in [integrate] check in config.toml"),
+    (["install", "--integrate", "--agent", "lander", "--repo", ".", "--branch", "b", "--project", "p",
+      "--check-timeout", "soon"], "--check-timeout"),
+    (["status", "--integrate"], "--integrate needs --agent ID"),
+    (["uninstall", "--integrate", "--worker", "--agent", "x"], "--worker and --integrate are two services"),
+])
+def test_integrator_usage_errors_are_one_line(args: list[str], message: str, user_home: Path, tmp_path: Path) -> None:
+    result = ctl(user_home, tmp_path / "palace", *args)
+    assert result.returncode == 64, result
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert files_under(user_home) == []
+
+
+def test_integrator_on_a_folder_that_is_no_repository_is_refused(user_home: Path, tmp_path: Path) -> None:
+    result = ctl(user_home, tmp_path / "palace", "install", "--integrate", *integrate_args(tmp_path), "--dry-run")
+    assert result.returncode == 1 and "is not a git repository" in result.stderr and result.stderr.count("\n") == 1
+    assert files_under(user_home) == []
+
+
+def test_install_status_and_uninstall_an_integrator(fake: FakeManager, user_home: Path, tmp_path: Path, repo: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    palace = tmp_path / "palace"
+    unit = user_home / ".config" / "systemd" / "user" / "palace-integrate-lander.service"
+    assert service(palace, "install", "--integrate", *integrate_args(repo)) == 0
+    out = capsys.readouterr().out
+    assert f"Wrote {unit}\n" in out and "The integrator for lander is running (systemd: active)" in out
+    assert fake.up == {"palace-integrate-lander.service"} and " integrate --agent lander " in unit.read_text()
+    assert service(palace, "status", "--integrate", "--agent", "lander", "--json") == 0
+    report = json_out(capsys)
+    assert report["installed"] is True and report["worker"]["command"] == "integrate"
+    assert service(palace, "uninstall", "--integrate", "--agent", "lander") == 0
+    out = capsys.readouterr().out
+    assert f"Removed {unit}\n" in out and "its data and the repository were not touched" in out
+    assert not unit.exists() and fake.up == set()
