@@ -347,6 +347,26 @@ def test_the_integrator_stopped_during_a_check_stops_it_and_leaves_the_task_read
     assert len(palace.landed_trailers()) == 1
 
 
+def test_a_check_that_hangs_is_killed_at_its_limit_and_fails_its_task(palace):
+    """The check waits at a gate nobody opens: at --check-timeout it is killed with its process
+    group, the task is failed with the log saying so, and the branch stays where it was."""
+    palace.worker()
+    palace.integrator("--check-timeout", "10s")
+    before = git(palace.repo, "rev-parse", "integration").strip()
+    cid = palace.task("write slow.txt with never")
+    view = palace.wait_state(cid, "failed", timeout=120)
+    [check] = view["checks"]
+    assert check["result"] == "failed" and 10 <= check["duration_s"] < 60
+    [failed] = _acks(view, "failed")
+    assert "timed out" in failed["body"] and git(palace.repo, "rev-parse", "integration").strip() == before
+    log = api(palace.beta.home, "artifact_get", artifact_id=check["artifact_ids"][0], with_content=True)
+    assert b"the check was stopped after 10 s" in log["content"]
+    # Nothing of the check is left running (its shell loop was in the integrator's worktree).
+    leftovers = subprocess.run(["pgrep", "-f", f"^/bin/sh -c .*{palace.gate}"], capture_output=True,
+                               text=True).stdout.split()
+    assert leftovers == []
+
+
 def test_after_its_rounds_a_patch_that_never_applies_is_a_question_to_a_person(palace):
     """With --max-reworks 0 a conflict is not sent back: a person is asked on the task (rework or
     close failed); ana's "close failed", answered on the laptop, closes it failed on the box."""
