@@ -187,11 +187,26 @@ def wait_events(home: Path, o: dict[str, Any]) -> int:
     return code
 
 
+def _shown_file(home: Path, agent: str) -> Path:
+    """Where ``inbox`` notes the last event it showed ``agent`` ("" when it showed none): what
+    ``inbox mark-read`` without ``--upto`` marks read."""
+    from .watch import sanitise_agent
+
+    return home / "inbox" / f"{sanitise_agent(agent)}.shown"
+
+
 def inbox(home: Path, o: dict[str, Any]) -> int:
     agent = o.get("agent")
     if agent is None:
         raise UsageProblem("inbox needs --agent ID (whose inbox): palacectl inbox --agent ID")
     result = call(home, "inbox", agent=agent, limit=o.get("limit"), preview=o.get("preview") or None)
+    from .files import write_atomically
+
+    shown = result["events"][-1]["id"] if result["events"] else ""
+    try:
+        write_atomically(_shown_file(home, agent), shown.encode(), create_folder=True)
+    except OSError as exc:  # the listing is what matters; mark-read will then ask for --upto
+        note(f"could not note what was shown ({exc.strerror or exc}): mark read with --upto EVENT_ID")
     if emit(result, bool(o.get("json"))):
         return EXIT_OK
     print_events(result, False)
@@ -204,8 +219,25 @@ def inbox(home: Path, o: dict[str, Any]) -> int:
 
 
 def mark_read(home: Path, o: dict[str, Any]) -> int:
+    """Move the read cursor to ``--upto``, or without it to the last event ``inbox`` showed this
+    agent here (never what arrived since: that stays unread)."""
     agent = o["agent"]
-    result = call(home, "inbox_mark_read", agent=agent, upto_event_id=o["upto"])
+    upto = o.get("upto")
+    if upto is None:
+        try:
+            upto = _shown_file(home, agent).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise UsageProblem(f"nothing shown to mark read yet: list your inbox first (palacectl inbox --agent "
+                               f"{agent}), or give --upto EVENT_ID") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageProblem(f"cannot read what inbox showed ({exc}); give --upto EVENT_ID") from None
+        if not upto:
+            if o.get("json"):
+                emit({"moved": False, "shown": None, "agent": agent}, True)
+            else:
+                note(f"{agent}: your inbox showed nothing unread; nothing to mark")
+            return EXIT_OK
+    result = call(home, "inbox_mark_read", agent=agent, upto_event_id=upto)
     if emit(result, bool(o.get("json"))):
         return EXIT_OK
     unread = f"{result['unread']}{'+' if result['unread_capped'] else ''}"
@@ -282,7 +314,7 @@ _COMMANDS: Final[dict[tuple[str, ...], _Entry]] = {
     ("inbox",): ({**_COMMON, "--agent": ("agent", "str"), "--limit": ("limit", "int"),
                   "--preview": ("preview", "flag")}, (), (), inbox),
     ("inbox", "mark-read"): ({**_COMMON, "--agent": ("agent", "str"), "--upto": ("upto", "str")}, (),
-                             ("agent", "upto"), mark_read),
+                             ("agent",), mark_read),
 }
 
 

@@ -47,10 +47,12 @@ def inbox(
 @inbox_app.command("mark-read")
 def mark_read(
     agent: AgentOpt,
-    upto: Annotated[str, typer.Option("--upto", help="The last event you handled (from your inbox).")],
+    upto: Annotated[Optional[str], typer.Option(
+        "--upto", help="The last event you handled (default: the last one `inbox` showed you).")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Move your read cursor to an event your inbox listed (never backwards)."""
+    """Move your read cursor to an event your inbox listed (never backwards); without --upto, to
+    the last one `palacectl inbox` showed you (what arrived since stays unread)."""
     loop.mark_read(current_home(), {"agent": agent, "upto": upto, "json": json_})
 
 

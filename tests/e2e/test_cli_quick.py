@@ -103,7 +103,7 @@ def test_an_unreachable_daemon_is_the_same_exit_both_ways(tmp_path):
     ["list", "--limit", "many"], ["list", "--bogus"], ["list", "--help"], ["list", "--limit"],
     ["list", "--type", "-x"], ["ack"], ["ack", "a", "b", "--from-agent", "x"], ["ack", "evt_1"],
     ["wait", "--replicated", "1", "--event-id", "evt_1"], ["append", "--ndjson", "-"], ["status"],
-    ["task", "create"], ["inbox", "mark-read", "--agent", "a"], ["--home"], ["--json", "list"],
+    ["task", "create"], ["inbox", "mark-read"], ["--home"], ["--json", "list"],
     ["list", "--preview=yes"], [],
 ])
 def test_what_the_quick_parser_does_not_fully_understand_goes_to_typer(args):

@@ -52,6 +52,24 @@ def test_the_inbox_lists_what_is_for_the_agent_and_its_cursor_only_moves_forward
     assert usage.returncode == 64 and "--agent" in usage.stderr
 
 
+def test_mark_read_without_upto_marks_what_the_inbox_showed_and_nothing_after(daemon):
+    """Issue 47 §1.4: the quick start's step 2 had no id to give on an empty inbox. Without --upto,
+    mark-read marks the last event `inbox` showed; one that arrived since stays unread; an empty
+    inbox marks nothing, in words, exit 0; never listed here: a one-line usage error."""
+    home = daemon.home
+    never = run_ctl(home, "inbox", "mark-read", "--agent", "carol")
+    assert never.returncode == 64 and "list your inbox first" in never.stderr and never.stderr.count("\n") == 1
+    assert inbox(home, "carol")["events"] == []
+    empty = run_ctl(home, "inbox", "mark-read", "--agent", "carol")
+    assert empty.returncode == 0 and "nothing to mark" in empty.stderr, empty
+    shown = to(home, "carol", "first")
+    assert [e["id"] for e in inbox(home, "carol")["events"]] == [shown["id"]]
+    late = to(home, "carol", "arrived after the listing")
+    moved = ctl_json(home, "inbox", "mark-read", "--agent", "carol")
+    assert moved["moved"] is True and moved["cursor"]["read_event_id"] == shown["id"]
+    assert [e["id"] for e in inbox(home, "carol")["events"]] == [late["id"]]  # still unread
+
+
 def test_a_long_inbox_pages_through_its_cursor(daemon):
     for i in range(7):
         to(daemon.home, "alice", f"message {i}")
