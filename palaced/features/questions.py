@@ -232,10 +232,18 @@ async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     held = held_people(ctx)
     in_palace = ctx.store.agents.enforcing or ctx.membership is not None
     if person is None:
+        to = question["to_agent"]
+        named = to if isinstance(to, str) and is_human(to) and to != "human:*" else None
         if len(held) == 1:
             person = held[0]
-        elif not in_palace and (to := question["to_agent"]) is not None and is_human(to) and to != "human:*":
-            person = to
+        elif named is not None and (not in_palace or _grantable_here(ctx, named)):
+            # Outside a palace, or on the daemon holding the palace CA before anyone holds that
+            # person's id: the question's own person answers (issue 47: the founder's first answer).
+            person = named
+        elif ctx.store.agents.human_grant is not None:
+            raise ValidationError("say who answers: --as human:NAME (this daemon holds the palace CA: your first "
+                                  "answer as a person makes their id this daemon's" +
+                                  (f"; it holds {', '.join(held)} already)" if held else ")"), field="as")
         else:
             raise ValidationError("say who answers: --as human:NAME" + (
                 f" (this daemon holds {', '.join(held)})" if held else
@@ -322,7 +330,9 @@ def _choices_hint(event: PublicEvent) -> str:
     metadata = event.get("metadata")
     choices = metadata.get("choices") if isinstance(metadata, Mapping) else None
     offered = (" " + "|".join(preview(c, 40) for c in choices[:12])) if isinstance(choices, list) and choices else ""
-    return f"palacectl answer {event.get('id')}{offered or ' TEXT'}"
+    # A question to anyone: the answer must say which person gives it (issue 47 §1.2).
+    who = " --as human:NAME" if event.get("to_agent") == ANYONE else ""
+    return f"palacectl answer {event.get('id')}{offered or ' TEXT'}{who}"
 
 
 #: a question to a person is only ever told to them (or to every person, for ``human:*``)

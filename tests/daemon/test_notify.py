@@ -85,7 +85,7 @@ def test_what_needs_nobody_is_no_thing_and_a_redacted_event_never_is():
 def test_a_question_names_its_asker_and_how_to_answer():
     found = thing_for(event(type="question.ask", to_agent="human:*", metadata={"choices": ["yes", "no"]}))
     assert found.title == "Question to anyone from agent-7"
-    assert found.hint == "palacectl answer evt_1 yes|no"
+    assert found.hint == "palacectl answer evt_1 yes|no --as human:NAME"  # to anyone: who answers (issue 47)
     assert thing_for(event(type="question.ask", to_agent="human:ana")).hint == "palacectl answer evt_1 TEXT"
 
 

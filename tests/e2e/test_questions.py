@@ -40,6 +40,26 @@ def test_an_agent_waits_for_a_persons_answer_and_gets_it_on_stdout(daemon):
     assert again.returncode == 1 and "already answered by human:ana" in again.stderr
 
 
+def test_the_founders_first_answer_just_works_and_a_question_to_anyone_says_how(daemon):
+    """Issue 47 §1.2: on the daemon holding the palace CA, before any person's id exists, `answer ID
+    yes` (as docs/questions.md prints it) answers as the person asked; a question to anyone asks
+    for --as human:NAME, saying the first answer grants it here (not `agent transfer`)."""
+    home = daemon.home
+    ctl_json(home, "init", "--name", "shop", "--daemon-name", "mac")
+    anyone = ctl_json(home, "ask", "Anyone there?", "--agent", "bot", "--to", "human:*", "--choices", "yes,no",
+                      "--no-wait")
+    refused = run_ctl(home, "answer", anyone["question_id"], "yes")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused
+    assert "--as human:NAME (this daemon holds the palace CA" in refused.stderr and "transfer" not in refused.stderr
+    asked = ctl_json(home, "ask", "May I?", "--agent", "bot", "--to", "human:ana", "--choices", "yes,no", "--no-wait")
+    answered = run_ctl(home, "answer", asked["question_id"], "yes")
+    assert answered.returncode == 0, answered
+    state = ctl_json(home, "questions", "--to", "human:ana")["questions"][0]
+    assert (state["status"], state["answer"]["by"]) == ("answered", "human:ana")
+    # Now this daemon holds one person: the answer to anyone is theirs.
+    assert run_ctl(home, "answer", anyone["question_id"], "no").returncode == 0
+
+
 def test_silence_is_exit_2_and_never_a_yes(daemon):
     result = run_ctl(daemon.home, "ask", "Deploy to production?", "--agent", "bot", "--to", "human:ops",
                      "--choices", "yes,no", "--timeout", "1s")
