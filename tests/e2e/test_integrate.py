@@ -315,11 +315,12 @@ def test_the_integrator_killed_during_a_check_and_restarted_lands_the_patch_exac
     integrator.wait()
     assert git(palace.repo, "rev-parse", "integration").strip() == before  # nothing half-landed
     assert palace.state(cid) == "ready"
-    palace.gate.write_text("open\n")
+    # Restarted with the gate still shut: the check the killed one left waiting is stopped first.
     palace.integrator()
+    wait_until(lambda: "stopped the check" in palace.log(), f"the orphaned check to be stopped\n{palace.log()[-2000:]}")
+    palace.gate.write_text("open\n")
     view = palace.wait_state(cid, "applied")
     assert len(_acks(view, "applied")) == 1 and len(palace.landed_trailers()) == 1
-    assert "stopped the check" in palace.log()
     # The worktree the killed integrator left is gone.
     assert not any((palace.beta.home / "integrate" / "worktrees").iterdir())
 
