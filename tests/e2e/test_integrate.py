@@ -10,6 +10,7 @@ integrator in the middle of a check)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -138,8 +139,13 @@ class Palace:
     def show(self, cid: str, home: Path | None = None) -> dict:
         return ctl_json(home or self.beta.home, "task", "show", cid)
 
-    def state(self, cid: str, home: Path | None = None) -> str:
-        return self.show(cid, home)["state"]
+    def state(self, cid: str, home: Path | None = None) -> str | None:
+        """The task's state there, or None while it has not reached that daemon yet."""
+        shown = run_ctl(home or self.beta.home, "task", "show", cid, "--json")
+        if shown.returncode != 0 and "not found" in shown.stdout + shown.stderr:
+            return None
+        assert shown.returncode == 0, shown
+        return str(json.loads(shown.stdout)["state"])
 
     def wait_state(self, cid: str, state: str, home: Path | None = None, timeout: float = 90.0) -> dict:
         try:
