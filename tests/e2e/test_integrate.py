@@ -128,6 +128,12 @@ class Palace:
                            "--project", "shop", "--check", CHECK.format(gate=self.gate), "--accept-from", "boss",
                            *extra)
 
+    def wait_for_check(self) -> None:
+        """Until the integrator's state file names a check it is running."""
+        states = self.beta.home / "integrate"
+        wait_until(lambda: any('"check_pid"' in p.read_text() for p in states.glob("*.json")),
+                   f"the check to start\n{self.log()[-2000:]}")
+
     def reviewer(self) -> subprocess.Popen[bytes]:
         """An agent reviewer on the laptop (another daemon than the patches' author's)."""
         return self._start("reviewer", "--agent", "lap-reviewer", "--runner", "claude", "--workspace",
@@ -310,9 +316,7 @@ def test_the_integrator_killed_during_a_check_and_restarted_lands_the_patch_exac
     palace.worker()
     integrator = palace.integrator()
     cid = palace.task("write slow.txt with waited")
-    states = palace.beta.home / "integrate"
-    wait_until(lambda: any('"check_pid"' in p.read_text() for p in states.glob("*.json")),
-               f"the check to start\n{palace.log()[-2000:]}")
+    palace.wait_for_check()
     # Every replica's Merge queue shows it checking (the integrator said so on the task).
     wait_until(lambda: any(e["type"] == "task.status" and (e.get("metadata") or {}).get("integrating") == "checking"
                            for e in palace.show(cid, palace.alpha.home)["events"]), "the laptop to see it checking")
@@ -338,9 +342,7 @@ def test_the_integrator_stopped_during_a_check_stops_it_and_leaves_the_task_read
     palace.worker()
     integrator = palace.integrator()
     cid = palace.task("write slow.txt with later")
-    states = palace.beta.home / "integrate"
-    wait_until(lambda: any('"check_pid"' in p.read_text() for p in states.glob("*.json")),
-               f"the check to start\n{palace.log()[-2000:]}")
+    palace.wait_for_check()
     before = git(palace.repo, "rev-parse", "integration").strip()
     integrator.send_signal(signal.SIGTERM)
     assert integrator.wait(30) == 0, palace.log()[-2000:]

@@ -56,6 +56,24 @@ def _kind(expected: type) -> str:
     return {str: "a string", int: "an integer", list: "a list of strings"}[expected]
 
 
+def _run_until_stopped(process: Any, refused: type[Exception]) -> None:
+    """``process.check()`` (a refusal, before anything starts, is one line, exit 1), then
+    ``process.run()`` until SIGINT or SIGTERM asks ``process.stop``. The handlers are installed only
+    once the checks passed: a refused command leaves its caller's as they were."""
+    import signal
+
+    def on_signal(signum: int, frame: object) -> None:
+        process.stop(f"stopped by {signal.Signals(signum).name}")
+
+    try:
+        process.check()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+        process.run()
+    except refused as exc:
+        output.fail(str(exc), code="refused")
+
+
 def integrate(
     agent: Annotated[str, typer.Option("--agent", help="The integrator's agent id (the one tasks name as integrator).")],
     repo: Annotated[Path, typer.Option("--repo", help="The git repository on this machine.")],
@@ -79,8 +97,6 @@ def integrate(
 
     Takes the ready tasks of --project that name this --agent as their integrator and --branch as
     their branch, reviewed where a review is required, from the requesters --accept-from names."""
-    import signal
-
     from ..worker.worker_policy import PolicyError, WorkerPolicy
     from .integrator import (
         DEFAULT_CHECK_TIMEOUT_S,
@@ -117,17 +133,7 @@ def integrate(
         raise UsageProblem(str(exc)) from None
     integrator = Integrator(IntegrateOptions(home, agent.strip(), repo.resolve(), branch.strip(), project.strip(),
                                              str(command), timeout_s, policy, limit, rounds), say=note)
-
-    def on_signal(signum: int, frame: object) -> None:
-        integrator.stop(f"stopped by {signal.Signals(signum).name}")
-
-    try:
-        integrator.check()  # refused before anything is started or changed
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, on_signal)
-        integrator.run()
-    except IntegratorRefused as exc:
-        output.fail(str(exc), code="refused")
+    _run_until_stopped(integrator, IntegratorRefused)
 
 
 def reviewer(
@@ -145,8 +151,6 @@ def reviewer(
 
     Takes the tasks whose review asks for --agent or any-other-agent; the run ends its answer with
     VERDICT: approve or VERDICT: changes_requested, and a run without one approves nothing."""
-    import signal
-
     from ..worker.worker_policy import PolicyError, WorkerPolicy
     from .reviewer import DEFAULT_REVIEW_TIMEOUT_S, Reviewer, ReviewerOptions, ReviewerRefused
 
@@ -159,17 +163,7 @@ def reviewer(
         raise UsageProblem(getattr(exc, "message", None) or str(exc)) from None
     run = Reviewer(ReviewerOptions(current_home(), agent.strip(), runner, workspace.resolve(), timeout_s, policy),
                    say=note)
-
-    def on_signal(signum: int, frame: object) -> None:
-        run.stop(f"stopped by {signal.Signals(signum).name}")
-
-    try:
-        run.check()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, on_signal)
-        run.run()
-    except ReviewerRefused as exc:
-        output.fail(str(exc), code="refused")
+    _run_until_stopped(run, ReviewerRefused)
 
 
 def review(

@@ -35,7 +35,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -51,12 +51,13 @@ from ...files import write_atomically
 from ...output import utc_now
 from ..worker.launch import task_slug
 from ..worker.requesters import Requesters
+from ..worker.skipped import Skipped
 from ..worker.worker import WorkerRefused, _FileLock, _stop_orphan
 from ..worker.worker_policy import WorkerPolicy
 from .landing import PATCH_TRAILER, TASK_TRAILER, Branch, CheckResult, Conflict, LandingError
 from .patch_check import DEFAULT_MAX_PATCH_BYTES, check_files, check_patch
 
-__all__ = ["IntegrateOptions", "Integrator", "IntegratorRefused"]
+__all__ = ["IntegrateOptions", "Integrator", "IntegratorRefused", "PatchUnusable", "fetch_patch"]
 
 # Why 5 s: how often the integrator looks at the queue without a push (a lease freed by expiry,
 # an artifact that arrived after its event, a person's answer) — and how long a stop waits for it.
@@ -70,13 +71,37 @@ LEASE_RENEW_S: Final = 30.0
 DEFAULT_MAX_REWORKS: Final = 3
 # Why 30 minutes: a project's test suite; a check that takes longer is stopped and the task failed.
 DEFAULT_CHECK_TIMEOUT_S: Final = 30 * 60
-# Why 4096: the tasks it remembers skipping (each until something happens on it), as the worker.
-MAX_SKIPPED: Final = 4096
 #: the choices of the question a person gets when a patch keeps failing to apply
 REWORK_AGAIN, CLOSE_FAILED = "rework", "close failed"
 #: events that can make a task landable: a delivery, a review, an ack (a blocker applied), a release
 _WAKING: Final = frozenset({"patch.ready", "task.review", "event.ack", "task.reply", "question.answer",
                             "lease.release"})
+
+
+class PatchUnusable(Exception):
+    """A delivered patch that cannot be used here yet or at all: the message says which artifact and why."""
+
+
+def fetch_patch(call: Callable[..., Any], artifact_ids: Sequence[str]) -> bytes | None:
+    """The patch among a delivery's artifacts, its bytes checked against the id the signed event
+    names (an artifact's id is its sha256: ``palace_proto.ids``); None when none of them is a patch.
+
+    Raises:
+        PatchUnusable: the patch has not reached this daemon yet, or its bytes do not match its id.
+    """
+    for artifact_id in artifact_ids:
+        try:
+            record = call("artifact_get", artifact_id=artifact_id, with_content=True)
+        except NotFound:
+            raise PatchUnusable(f"its patch {artifact_id} has not reached this daemon yet") from None
+        if record.get("kind") != "patch":
+            continue
+        content = record.get("content")
+        digest = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else ""
+        if not digest or digest != record.get("sha256") or artifact_id_for_sha256(digest) != artifact_id:
+            raise PatchUnusable(f"artifact {artifact_id} does not match its sha256")
+        return bytes(content)
+    return None
 
 
 class IntegratorRefused(Exception):
@@ -112,7 +137,7 @@ class Integrator:
         self._lease_id: str | None = None
         self._lease_lock = threading.Lock()
         self._holder_said: str | None = None
-        self._skipped: dict[str, str] = {}
+        self._skipped = Skipped()
         self._requesters = Requesters(opts.accept, self._call)
         self.branch: Branch | None = None
         #: what it did, for tests and the benchmark: (correlation id, outcome, commit or reason)
@@ -139,7 +164,8 @@ class Integrator:
     # -- start and stop -------------------------------------------------------------------------
 
     def check(self) -> Branch:
-        """Refuse what cannot work before anything starts (raises IntegratorRefused)."""
+        """Refuse what cannot work before anything starts (raises IntegratorRefused); the branch,
+        kept for ``run``."""
         if not self.opts.check.strip():
             raise IntegratorRefused("the check command is empty: give --check 'COMMAND' (or [integrate] check in "
                                     "config.toml), e.g. --check 'make test'")
@@ -154,11 +180,15 @@ class Integrator:
             branch.check_usable()
         except LandingError as exc:
             raise IntegratorRefused(str(exc)) from None
+        self.branch = branch
         return branch
 
     def run(self) -> None:
-        """Integrate until stopped (raises IntegratorRefused before anything started)."""
-        self.branch = self.check()
+        """Integrate until stopped (raises IntegratorRefused before anything started); checks
+        first unless ``check`` already did."""
+        if self.branch is None:
+            self.check()
+        assert self.branch is not None
         lock = _FileLock(self._dir / f"{self._slug}.lock", f"branch {self.opts.branch} of {self.opts.repo}")
         try:
             lock.__enter__()
@@ -304,9 +334,9 @@ class Integrator:
             if (view["state"] != "ready" or view.get("integrator") != self.opts.agent or view.get("delivery") is None
                     or request.get("stream") != self._stream or request.get("branch") != self.opts.branch
                     or view["review"]["state"] not in ("not_required", "approved")
-                    or self._skipped.get(cid) == view["last_activity"]):
+                    or self._skipped.leaves(cid, view["last_activity"])):
                 continue
-            if not self._accepted(view):
+            if not self._requesters.accepts(view):
                 self._decline(view)
                 continue
             candidates.append(view)
@@ -323,12 +353,7 @@ class Integrator:
             return False
 
     def _skip(self, view: Mapping[str, Any]) -> None:
-        if len(self._skipped) >= MAX_SKIPPED:
-            self._skipped.pop(next(iter(self._skipped)))
-        self._skipped[view["correlation_id"]] = view["last_activity"]
-
-    def _accepted(self, view: Mapping[str, Any]) -> bool:
-        return self._requesters.accepts(view)
+        self._skipped.skip(view["correlation_id"], view["last_activity"])
 
     def _decline(self, view: Mapping[str, Any]) -> None:
         """Say once, on the task, that this integrator does not land it (its policy), and leave it."""
@@ -406,25 +431,15 @@ class Integrator:
     def _patch_of(self, view: Mapping[str, Any]) -> bytes | None:
         """The delivered patch's bytes, their sha256 checked; None (skipped until something
         happens on the task) when it is not here yet or is not a patch."""
-        for artifact_id in view["delivery"]["artifact_ids"]:
-            try:
-                record = self._call("artifact_get", artifact_id=artifact_id, with_content=True)
-            except NotFound:
-                self.say(f"{view['correlation_id']}: its patch {artifact_id} has not reached this daemon yet")
-                self._skip(view)
-                return None
-            if record.get("kind") != "patch":
-                continue
-            content = record.get("content")
-            digest = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else ""
-            # The bytes are the ones the signed event names: its id is their sha256 (palace_proto.ids).
-            if not digest or digest != record.get("sha256") or artifact_id_for_sha256(digest) != artifact_id:
-                self.say(f"{view['correlation_id']}: artifact {artifact_id} does not match its sha256; not landed")
-                self._skip(view)
-                return None
-            return content
-        self._close(view, "failed", "the delivery names no patch artifact (palacectl patch submit attaches one)")
-        return None
+        try:
+            patch = fetch_patch(self._call, view["delivery"]["artifact_ids"])
+        except PatchUnusable as exc:
+            self.say(f"{view['correlation_id']}: {exc}; not landed")
+            self._skip(view)
+            return None
+        if patch is None:
+            self._close(view, "failed", "the delivery names no patch artifact (palacectl patch submit attaches one)")
+        return patch
 
     def _check(self, view: Mapping[str, Any], commit: str) -> CheckResult:
         assert self.branch is not None

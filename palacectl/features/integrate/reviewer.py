@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from palace_proto.errors import NotFound
 from palace_proto.event_fields import thread_of
 from palace_proto.tasks import ANY_OTHER_AGENT, REVIEW
 from palace_proto.usage import final_text
@@ -43,7 +42,9 @@ from ..worker.launch import (
     task_slug,
 )
 from ..worker.requesters import Requesters
+from ..worker.skipped import Skipped
 from ..worker.worker_policy import WorkerPolicy
+from .integrator import PatchUnusable, fetch_patch
 from .landing import Branch, Conflict, LandingError
 
 __all__ = ["Reviewer", "ReviewerOptions", "ReviewerRefused", "verdict_of"]
@@ -53,7 +54,6 @@ RECONNECT_INTERVAL_S: Final = 0.5
 # Why 20 minutes: reading a patch and running a project's tests; a review that takes longer is
 # stopped, and says so on the task without a verdict.
 DEFAULT_REVIEW_TIMEOUT_S: Final = 20 * 60
-MAX_SKIPPED: Final = 4096
 # Why 64 KiB: the tail of a run's output the verdict and its words are read from.
 MAX_OUTPUT_BYTES: Final = 64 << 10
 _VERDICT_RE: Final = re.compile(r"^\s*VERDICT:\s*(approve|changes_requested)\s*$", re.MULTILINE | re.IGNORECASE)
@@ -86,7 +86,7 @@ class Reviewer:
         self.opts = opts
         self._say = say
         self._stopping = threading.Event()
-        self._skipped: dict[str, str] = {}
+        self._skipped = Skipped()
         self._slot = opts.home / "reviews" / task_slug(f"{opts.workspace}:{opts.agent}")
         self._requesters = Requesters(opts.accept, self._call)
         self.branch: Branch | None = None
@@ -115,7 +115,8 @@ class Reviewer:
             raise ReviewerRefused(f"workspace {self.opts.workspace} is not a git repository") from None
 
     def run(self) -> None:
-        self.check()
+        if self.branch is None:
+            self.check()
         assert self.branch is not None
         self.branch.discard(self._slot)
         self.say(f"reviewer {self.opts.agent} started: runner {self.opts.runner}, workspace {self.branch.repo}; it "
@@ -165,27 +166,26 @@ class Reviewer:
             if (view["state"] != "ready" or delivery is None or review.get("state") != "waiting"
                     or review.get("by") not in (ANY_OTHER_AGENT, self.opts.agent)
                     or delivery.get("author") == self.opts.agent
-                    or self._skipped.get(view["correlation_id"]) == view["last_activity"]):
+                    or self._skipped.leaves(view["correlation_id"], view["last_activity"])):
                 continue
-            if not self._accepted(view):
+            if not self._requesters.accepts(view):
                 self._skip(view)
                 continue
             return view
         return None
 
     def _skip(self, view: Mapping[str, Any]) -> None:
-        if len(self._skipped) >= MAX_SKIPPED:
-            self._skipped.pop(next(iter(self._skipped)))
-        self._skipped[view["correlation_id"]] = view["last_activity"]
-
-    def _accepted(self, view: Mapping[str, Any]) -> bool:
-        return self._requesters.accepts(view)
+        self._skipped.skip(view["correlation_id"], view["last_activity"])
 
     def _review(self, view: Mapping[str, Any]) -> None:
         branch = self.branch
         assert branch is not None
         cid, delivery = view["correlation_id"], view["delivery"]
-        patch = self._patch(delivery)
+        try:
+            patch = fetch_patch(self._call, delivery.get("artifact_ids") or [])
+        except PatchUnusable as exc:
+            self._note(view, f"{self.opts.agent} could not review {delivery['event_id']}: {exc}")
+            return
         base = str(delivery.get("base") or view.get("base") or "")
         if patch is None or not re.fullmatch(r"[0-9a-f]{7,64}", base):
             self._note(view, f"{self.opts.agent} could not review {delivery['event_id']}: its patch or its base "
@@ -214,16 +214,6 @@ class Reviewer:
                    metadata={"verdict": verdict, "runner": self.opts.runner},
                    body=f"{self.opts.agent} reviewed {delivery['event_id']}: {verdict}.\n{words[-3000:]}")
         self.say(f"{cid}: {verdict}")
-
-    def _patch(self, delivery: Mapping[str, Any]) -> bytes | None:
-        for artifact_id in delivery.get("artifact_ids") or []:
-            try:
-                record = self._call("artifact_get", artifact_id=artifact_id, with_content=True)
-            except NotFound:
-                return None
-            if record.get("kind") == "patch" and isinstance(record.get("content"), bytes):
-                return bytes(record["content"])
-        return None
 
     def _run(self, view: Mapping[str, Any], base: str) -> tuple[str, int | None]:
         delivery = view["delivery"]

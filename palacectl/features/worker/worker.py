@@ -51,6 +51,7 @@ from ...watch import sanitise_agent
 from ..approvals.permission_policy import PermissionPolicy, PolicyError
 from .launch import Launch, LaunchRefused, append_on_task, metadata_field, read_config, remove_worktree, runner_command
 from .requesters import Requesters
+from .skipped import MAX_SKIPPED, Skipped
 from .worker_policy import WorkerPolicy
 
 __all__ = ["MAX_INTERRUPTIONS", "Worker", "WorkerOptions", "WorkerRefused", "state_file"]
@@ -66,8 +67,6 @@ MAX_INTERRUPTIONS: Final = 2
 # Why 60 s: on stop, how long the runs get to stop their runners (10 s each) and record their
 # outcome before the worker exits anyway (the state file then keeps them for the next start).
 SHUTDOWN_WAIT_S: Final = 60.0
-# Why 4096: the tasks the worker remembers skipping (each until something happens on it).
-MAX_SKIPPED: Final = 4096
 #: Where the worker tells of a budget it nears or is over (once per budget, subject, window and
 #: state: its topic): the usage feature's budget notices.
 _BUDGET_NOTICE: Final = {"type": BUDGET_EVENT, "stream": "usage", "room": "budgets"}
@@ -112,7 +111,7 @@ class Worker:
         self._runs: dict[str, Launch | None] = {}  # correlation id -> its launch (None while it starts)
         self._threads: dict[str, threading.Thread] = {}
         self._state: dict[str, Any] = {"agent": opts.agent, "runs": {}, "interrupted": {}}
-        self._skipped: dict[str, str] = {}  # correlation id -> its last activity when skipped
+        self._skipped = Skipped()  # tasks left until something happens on them
         self._changed = threading.Event()  # the running set changed: tell the daemon, look again
         self._token: str | None = None
         self._recovered = False
@@ -300,7 +299,7 @@ class Worker:
             if self._stream and view["request"].get("stream") != self._stream:
                 continue
             with self._lock:
-                if cid in self._runs or cid in self._declined or self._skipped.get(cid) == view["last_activity"]:
+                if cid in self._runs or cid in self._declined or self._skipped.leaves(cid, view["last_activity"]):
                     continue
             if not self._accepted(view):
                 self._decline(view)
@@ -377,7 +376,7 @@ class Worker:
         if self.opts.skip_backlog:
             with self._lock:
                 for v in waiting:
-                    self._skipped[v["correlation_id"]] = v["last_activity"]
+                    self._skipped.skip(v["correlation_id"], v["last_activity"])
             self.say(f"{len(waiting)} task(s) were waiting before this worker started; left (--skip-backlog) until "
                      f"something happens on them: {shown}{more}")
             return []
@@ -454,9 +453,7 @@ class Worker:
 
     def _skip(self, cid: str, last_activity: str) -> None:
         with self._lock:
-            if len(self._skipped) >= MAX_SKIPPED:
-                self._skipped.pop(next(iter(self._skipped)))
-            self._skipped[cid] = last_activity
+            self._skipped.skip(cid, last_activity)
 
     def _claimed(self, launch: Launch) -> None:
         with self._lock:
