@@ -39,6 +39,7 @@ from palace_proto.ids import fingerprint_is_valid
 from palace_proto.memory import diary_wing
 from palace_proto.pki import sign_ca_statement, verify_ca_statement
 from palace_proto.stamps import seconds_between
+from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, clean_optional
 
 from ..clock import utc_now as _now
@@ -112,6 +113,25 @@ def _daemon_names(ctx: Context) -> dict[str, str]:
     return names
 
 
+def _daemon_named(given: Any, names: Mapping[str, str]) -> str:
+    """The peer id of the member daemon ``given`` names: its peer id, or its name where exactly one
+    known daemon bears it (cloned machines share a hostname; a peer id is never ambiguous)."""
+    if not isinstance(given, str) or not given.strip() or len(given) > 256:
+        raise ValidationError("to must name a daemon of the palace: its name or peer id (`palacectl peers` lists "
+                              "them)", field="to")
+    given = given.strip()
+    if fingerprint_is_valid(given) and given.upper() in names:
+        return given.upper()
+    bearing = sorted(peer_id for peer_id, name in names.items() if name == given)
+    if len(bearing) == 1:
+        return bearing[0]
+    if bearing:
+        raise ValidationError(f"{len(bearing)} daemons are named {printable(given, 64)!r} ({', '.join(bearing)}): "
+                              "give the peer id of the one you mean", field="to")
+    raise NotFound(f"no member daemon named {printable(given, 64)!r} is known here; `palacectl peers` lists the "
+                   "palace's daemons (a name or a peer id)")
+
+
 def _agent_arg(args: Mapping[str, Any]) -> str:
     return check_agent_id(args.get("agent"))
 
@@ -181,14 +201,8 @@ async def agent_transfer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any
     ctx.require_writer()
     membership = ctx.require_member()
     agent = _agent_arg(args)
-    to = args.get("to")
-    if not isinstance(to, str) or not fingerprint_is_valid(to.strip()):
-        raise ValidationError("to must be a daemon's peer id (`palacectl peers` lists them, `palacectl status` "
-                              "shows a daemon's own)", field="to")
-    to = to.strip().upper()
     names = _daemon_names(ctx)
-    if to not in names:
-        raise NotFound(f"no member daemon {to} is known here; `palacectl peers` lists the palace's daemons")
+    to = _daemon_named(args.get("to"), names)
     if ctx.directory is not None and ctx.directory.is_revoked(to):
         raise ValidationError(f"daemon {to} was revoked from the palace: it can hold no agent", field="to")
     store = ctx.store

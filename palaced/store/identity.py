@@ -272,8 +272,9 @@ class AgentRegistry:
         """The refusal of a write as ``agent``, which daemon ``holder`` holds: where it lives, and how to move it."""
         return AgentElsewhere(
             f"agent {agent} belongs to {self.daemon_label(holder)} (peer id {holder}), not to this daemon: write "
-            f"as {agent} there, or move it here with `palacectl agent transfer {agent} --to {self.daemon}` on that "
-            "daemon (or on the daemon holding the palace CA)")
+            f"as {agent} there, or move it here: run `palacectl agent transfer {agent} --to {self.daemon}` on that "
+            "daemon (or on the daemon holding the palace CA). To avoid this, give each machine's agents ids of "
+            "their own (mac-claude, linux-codex)")
 
     def register_metadata(self, agent: str) -> dict[str, Any]:
         """The metadata of this daemon's ``agent.register`` of ``agent`` (with the palace CA's

@@ -11,6 +11,9 @@ import time
 
 import pytest
 
+from palace_proto.errors import NotFound, ValidationError
+from palace_proto.ids import fingerprint
+from palaced.features.agents import _daemon_named
 from tests.fleet import api, append, ctl_json, peer_id, wait_converged, wait_until
 from tests.helpers import PYTHON, append_event, run_ctl
 
@@ -95,7 +98,7 @@ def test_transfer_moves_an_agent_and_only_its_holder_or_the_palace_ca_may(fleet)
                "beta to know gamma (its certificate relayed by alpha)")
     refused = run_ctl(gamma.home, "agent", "transfer", "laptop-bot", "--to", peer_id(gamma.home))
     assert refused.returncode == 1 and "not this daemon's to give" in refused.stderr, refused
-    moved = ctl_json(beta.home, "agent", "transfer", "laptop-bot", "--to", peer_id(gamma.home))
+    moved = ctl_json(beta.home, "agent", "transfer", "laptop-bot", "--to", "gamma")  # by its name, as `peers` shows
     assert moved["by_ca"] is False and moved["agent"]["daemon"] == peer_id(gamma.home)
     wait_until(lambda: roster(gamma.home)["laptop-bot"]["here"], "the transfer to reach gamma")
     note(gamma.home, "laptop-bot", "on the new laptop")
@@ -111,6 +114,18 @@ def test_transfer_moves_an_agent_and_only_its_holder_or_the_palace_ca_may(fleet)
     for bad, words in ((["--to", "NOT-A-PEER"], "peer id"), (["--to", peer_id(alpha.home)], "already")):
         result = run_ctl(alpha.home, "agent", "transfer", "laptop-bot", *bad)
         assert result.returncode in (1, 64) and words in result.stderr, result
+
+
+def test_a_transfer_names_its_daemon_by_peer_id_or_by_a_name_only_one_daemon_bears():
+    a, b, c = (fingerprint(bytes([n]) * 32) for n in (1, 2, 3))
+    names = {a: "vm", b: "vm", c: "box"}
+    assert _daemon_named("box", names) == c
+    assert _daemon_named(" " + a.lower(), names) == a  # a peer id, in any case
+    with pytest.raises(ValidationError, match=r"2 daemons are named 'vm' .*: give the peer id"):
+        _daemon_named("vm", names)
+    for bad in ("nobody", "", None, 7, "x" * 300, fingerprint(bytes([4]) * 32)):
+        with pytest.raises((NotFound, ValidationError)):
+            _daemon_named(bad, names)
 
 
 def test_retire_releases_leases_and_claims_and_leaves_the_roster(fleet):

@@ -45,7 +45,7 @@ def register(agent: AgentArg, json_: JsonOpt = False) -> None:
 @agent_app.command("transfer")
 def transfer(
     agent: AgentArg,
-    to: Annotated[str, typer.Option("--to", help="The peer id of the daemon it moves to (`palacectl peers`).")],
+    to: Annotated[str, typer.Option("--to", help="The daemon it moves to: its name or peer id (`palacectl peers`).")],
     json_: JsonOpt = False,
 ) -> None:
     """Move an agent id to another daemon of the palace (on its daemon, or on the palace CA's)."""
