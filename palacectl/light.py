@@ -382,7 +382,14 @@ class Tables:
     * ``USAGE``: its words in ``palace_coordinate``'s description;
     * ``READERS``: a whole front tool it reads (``palace_query``, ``palace_exec``) -> its ``Reader``;
     * ``DESCRIPTIONS``: those tools' descriptions;
-    * ``FIELDS``: a front tool -> the fields a call may give (name -> JSON type), for its schema.
+    * ``FIELDS``: a front tool -> the fields a call may give (name -> JSON type), for its schema;
+    * ``COMMANDS``: a front tool it reads whole -> the first words (one or two, upper case) of the
+      commands it takes; ``ACTIONS``: the same for the ``action`` (or ``target``) of a call of fields.
+      The words of ``WORDS`` and the actions of ``VERBS`` are ``palace_coordinate``'s.
+
+    What these say each tool takes lets a call to one tool of a command another takes be refused
+    naming that tool (``taker``), instead of being read as something else (issue 47 §1.3:
+    ``palace_query "INBOX to: me"`` searched for those words).
 
     Raises:
         ValueError: two (the core, or features) declare one first word, verb, action or reader.
@@ -395,6 +402,9 @@ class Tables:
         self.descriptions: dict[str, str] = {}
         self.usage: list[str] = list(CORE_USAGE)
         self.fields: dict[str, dict[str, str]] = {"palace_coordinate": dict(CORE_FIELDS)}
+        #: a command's first words, or a call's action -> the front tools that take it
+        self.commands: dict[str, set[str]] = {word: {"palace_coordinate"} for word in self.words}
+        self.action_tools: dict[str, set[str]] = {}
         owner: dict[str, str] = {f"word {w}": "the core" for w in self.words} | {f"verb {v}": "the core"
                                                                                for v in self.verbs}
         inferred: list[tuple[str, tuple[frozenset[str], ...]]] = []
@@ -423,6 +433,14 @@ class Tables:
             for tool, fields in getattr(module, "FIELDS", {}).items():
                 for name, kind in fields.items():
                     self.fields.setdefault(tool, {}).setdefault(name, kind)
+            for word in getattr(module, "WORDS", {}):
+                self.commands.setdefault(word, set()).add("palace_coordinate")
+            for tool, words in getattr(module, "COMMANDS", {}).items():
+                for word in words:
+                    self.commands.setdefault(word, set()).add(tool)
+            for tool, names in getattr(module, "ACTIONS", {}).items():
+                for name in names:
+                    self.action_tools.setdefault(name, set()).add(tool)
         # The core's verbs are inferred first, then the features' in their order; a call that names
         # nothing lists.
         self._inferred = [*((verb.name, verb.infer) for verb in CORE_VERBS), *inferred]
@@ -431,9 +449,32 @@ class Tables:
             for action in verb.actions:
                 claim(f"action {action}", f"verb {verb.name}")
                 self.actions[action] = verb.name
+                self.action_tools.setdefault(action, set()).add("palace_coordinate")
 
     def __repr__(self) -> str:
         return f"<light.Tables words={len(self.words)} verbs={len(self.verbs)} readers={sorted(self.readers)}>"
+
+    def taker(self, tool: str, command: str | None, fields: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(the words, the tool) when a call to ``tool`` is of a command or an action that another
+        light tool takes and ``tool`` does not; else None. Only a verb written as the commands write
+        them (unquoted, upper case) counts: ``palace_query`` reads any other words as words to find."""
+        if command is not None:
+            tokens = tokenize(command)[:2]
+            words = []
+            for token in tokens:
+                if isinstance(token, Quoted) or not token.isupper():
+                    break
+                words.append(token)
+            for n in (2, 1):
+                said = " ".join(words[:n])
+                if len(words) >= n and said in self.commands:
+                    return _other(tool, said, self.commands[said])
+            return None
+        action = fields.get("action") or fields.get("target")
+        if isinstance(action, str) and action.strip().lower() in self.action_tools:
+            said = action.strip().lower()
+            return _other(tool, said, self.action_tools[said])
+        return None
 
     def infer(self, fields: Mapping[str, Any]) -> str:
         """The action a call with no ``action`` means, from the fields it gives."""
@@ -458,6 +499,13 @@ class Tables:
         return {"type": "object", "properties": properties}
 
 
+def _other(tool: str, said: str, tools: set[str]) -> tuple[str, str] | None:
+    """(``said``, the tool that takes it) unless ``tool`` takes it too (the first in MemPalace's order)."""
+    if tool in tools:
+        return None
+    return said, min(tools, key=list(LIGHT_TOOLS).index)
+
+
 def tables(features: Features | None = None) -> Tables:
     """The light tables of ``features`` (by default palacectl's, ``palacectl.features``)."""
     if features is None:
@@ -477,6 +525,13 @@ def read_light_call(tool: str, arguments: Mapping[str, Any], features: Features 
     """
     light = tables(features)
     command, fields = _command_of(arguments)
+    taken = light.taker(tool, command, fields)
+    if taken is not None:
+        said, other = taken
+        kind = "command" if command is not None else "action"
+        key = "query" if other == "palace_query" else "command"
+        how = f" with {key}: {json.dumps(command, ensure_ascii=False)[:200]}" if command else ""
+        raise LightError(f"{said} is {other}'s {kind}, not {tool}'s: call {other}{how}")
     try:
         if tool == "palace_coordinate":
             return _read_coordinate(light, command, fields)

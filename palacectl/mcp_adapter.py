@@ -42,7 +42,7 @@ from palace_proto.errors import ApiError
 from .client import Client, DaemonUnreachable
 from .feature import Features
 from .mcp_server import McpError, StdioServer, ToolSpec
-from .mcp_tools import build_registry
+from .mcp_tools import build_registry, light_refusal
 from .tool_sets import ALL, DEFAULT_TOOLS, tool_sets
 
 __all__ = ["READ_ONLY_ERROR", "PalaceMCP", "run_mcp"]
@@ -144,6 +144,11 @@ class PalaceMCP(StdioServer):
         group = self._sets.group_of[name]
         return (f"{name} is not offered here (palacectl mcp --tools {self.tool_sets}); add its group: "
                 f"--tools {self.tool_sets},{group} (or --tools all)")
+
+    def refused_route(self, front: ToolSpec, name: str, reason: str) -> dict[str, Any] | None:
+        """A light call whose arguments the tool it runs refuses answers as a light call that cannot
+        run: ``{"success": false, "error"}`` (MemPalace's light server; issue 47 §1.3)."""
+        return light_refusal(front.name, reason)
 
     def _read_only_error(self, name: str) -> McpError:
         why = "--read-only" if self.forced_read_only else "the daemon is a read-only observer"

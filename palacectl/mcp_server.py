@@ -344,6 +344,11 @@ class StdioServer:
         """Why a registered tool may not be called in this server's configuration, or None."""
         return None
 
+    def refused_route(self, front: ToolSpec, name: str, reason: str) -> dict[str, Any] | None:
+        """What front tool ``front`` answers when tool ``name``, which it routed a call to, refuses
+        the call's arguments (``reason``): a result of its own, or None (that tool's error)."""
+        return None
+
     # -- answering one message ----------------------------------------------------------------
 
     def answer_static(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -390,6 +395,7 @@ class StdioServer:
         refusal = self.not_offered(name)
         if refusal is not None:
             return _tool_error(refusal)
+        front: ToolSpec | None = None
         if spec.routes:
             routed = await (spec.fn(self, **arguments) if spec.takes_server else spec.fn(**arguments))
             if not isinstance(routed, Route):
@@ -397,7 +403,7 @@ class StdioServer:
             if routed.tool not in self.tools:
                 return _tool_error(f"{name}: {routed.tool} is not a tool of this server")
             # The tool it routes to is offered through it, whatever the offered set says.
-            name, spec = routed.tool, self.tools[routed.tool]
+            front, name, spec = spec, routed.tool, self.tools[routed.tool]
             arguments = {k: v for k, v in routed.arguments.items() if k in spec.input_schema["properties"]}
         arguments = await self.before_call(name, arguments)
         properties = spec.input_schema["properties"]
@@ -405,16 +411,17 @@ class StdioServer:
         if unknown:
             # A misspelt filter must not silently widen a list or a wait (MemPalace's answer too).
             # (MemPalace 3.11's words, then what the tool does take.)
-            raise McpError(INVALID_PARAMS, f"Unknown parameter '{unknown[0]}' for tool {name} (it takes: "
-                           f"{', '.join(sorted(properties))})")
+            takes = f"it takes: {', '.join(sorted(properties))}" if properties else "it takes no arguments"
+            raise McpError(INVALID_PARAMS, f"Unknown parameter '{unknown[0]}' for tool {name} ({takes})")
         missing = [p for p in spec.input_schema.get("required", ()) if arguments.get(p) is None]
         if missing:
-            return _tool_error(f"Missing required parameter '{missing[0]}' for tool {name}")  # MemPalace 3.11's words
+            reason = f"Missing required parameter '{missing[0]}' for tool {name}"  # MemPalace 3.11's words
+            return self._refused(front, name, reason, reason)
         try:
             values = {key: None if value is None else _coerce(key, value, properties[key])
                       for key, value in arguments.items()}
         except ValueError as exc:
-            return _tool_error(f"Error executing tool {name}: {exc}")
+            return self._refused(front, name, str(exc), f"Error executing tool {name}: {exc}")
         try:
             result = await self.run_tool(spec, values)
         except McpError:
@@ -422,6 +429,13 @@ class StdioServer:
         except Exception as exc:  # a tool's own failure is its result, as the SDK had it
             return _tool_error(f"Error executing tool {name}: {exc}")
         return self._tool_result(spec, result)
+
+    def _refused(self, front: ToolSpec | None, name: str, reason: str, text: str) -> dict[str, Any]:
+        """The answer to a call whose arguments tool ``name`` refuses: the tool error ``text``, or,
+        reached through a front tool, that tool's answer when it has one (``refused_route``)."""
+        if front is not None and (own := self.refused_route(front, name, reason)) is not None:
+            return self._tool_result(front, own)
+        return _tool_error(text)
 
     @staticmethod
     def _tool_result(spec: ToolSpec, result: dict[str, Any]) -> dict[str, Any]:

@@ -47,12 +47,12 @@ from palace_proto.validation import MAX_WAIT_TIMEOUT_MS
 from .client import DaemonUnreachable
 from .event_options import APPEND_FIELDS, PY_TYPES, RARE
 from .feature import Features, load
-from .light import LightError, read_light_call, tables
+from .light import LIGHT_TOOLS, LightError, read_light_call, tables
 from .mcp_server import INVALID_PARAMS, McpError, Registry, Route
 from .tool_sets import CORE_TOOLS, tool_sets
 
-__all__ = ["DAEMON_DOWN", "Filter", "Palace", "Result", "build_registry", "drop_none", "read_resource", "resource",
-           "tool", "with_caller_note", "writers"]
+__all__ = ["DAEMON_DOWN", "Filter", "Palace", "Result", "build_registry", "drop_none", "light_refusal", "read_resource",
+           "resource", "tool", "with_caller_note", "writers"]
 
 # A resource read while palaced is down (JSON-RPC's server-error range).
 DAEMON_DOWN: Final = -32001
@@ -331,12 +331,17 @@ def _light_description(name: str) -> Callable[[Features], str]:
     return lambda features: tables(features).description(name)
 
 
+def light_refusal(tool: str, reason: str) -> Result:
+    """A light call that cannot run: a result, not a protocol or tool error (MemPalace's light
+    server); ``reason`` is its reader's, or the routed tool's refusal of its arguments."""
+    return {"success": False, "error": f"PQL {LIGHT_TOOLS.get(tool, tool)} parse error: {reason}"}
+
+
 async def _light(palace: Palace, tool: str, arguments: dict[str, Any]) -> Route | Result:
     try:
         call = read_light_call(tool, arguments, palace.features)
     except LightError as exc:
-        # A parse error is a result, not a protocol error (MemPalace's light server).
-        return {"success": False, "error": f"PQL {tool.removeprefix('palace_')} parse error: {exc}"}
+        return light_refusal(tool, str(exc))
     return Route(call.tool, call.arguments)
 
 

@@ -92,6 +92,52 @@ def test_an_unknown_verb_is_named():
         coordinate("LAUNCH rockets")
 
 
+# Issue 47 §1.3: a command written for another light tool is refused naming the tool that takes it
+# (palace_query read "INBOX to: me" as words to find and answered with unrelated drawers).
+@pytest.mark.parametrize(("tool", "command", "taker"), [
+    ("palace_query", "INBOX to: me", "palace_coordinate"),
+    ("palace_query", "EVENT LIST from: bob LIMIT 5", "palace_coordinate"),
+    ("palace_query", "TASK CREATE project: shop", "palace_coordinate"),
+    ("palace_query", "ROOM READ room_1", "palace_coordinate"),
+    ("palace_query", 'ADD IN backend/auth "tokens expire"', "palace_exec"),
+    ("palace_query", "KG ADD a -> b -> c", "palace_exec"),
+    ("palace_query", "DIARY WRITE me reviewed it", "palace_exec"),
+    ("palace_exec", "INBOX", "palace_coordinate"),
+    ("palace_exec", "FIND auth token", "palace_query"),
+    ("palace_exec", "KG orders", "palace_query"),
+    ("palace_coordinate", "FIND auth token", "palace_query"),
+    ("palace_coordinate", "TUNNELS BETWEEN a AND b", "palace_query"),
+    ("palace_coordinate", 'ADD IN a/b "x"', "palace_exec"),
+])
+def test_a_command_of_another_light_tool_is_refused_naming_the_tool_that_takes_it(tool, command, taker):
+    key = "query" if tool == "palace_query" else "command"
+    with pytest.raises(LightError) as refused:
+        read_light_call(tool, {key: command})
+    word = " ".join(command.split()[:2]) if command.startswith(("KG ADD", "DIARY WRITE")) else command.split()[0]
+    assert str(refused.value).startswith(f"{word} is {taker}'s command, not {tool}'s: call {taker}")
+
+
+def test_an_action_of_another_light_tool_is_refused_naming_the_tool_that_takes_it():
+    with pytest.raises(LightError, match=r"^inbox is palace_coordinate's action, not palace_query's: call "
+                                         r"palace_coordinate"):
+        read_light_call("palace_query", {"target": "inbox"})
+    with pytest.raises(LightError, match=r"^search is palace_query's action, not palace_coordinate's"):
+        coordinate(action="search", wing="w")
+    with pytest.raises(LightError, match=r"^kg_add is palace_exec's action, not palace_query's"):
+        read_light_call("palace_query", {"action": "kg_add", "subject": "a"})
+
+
+def test_words_to_find_are_searched_whatever_verb_they_begin_with_unless_it_is_written_as_one():
+    """Only a verb written as the language writes it (upper case) is another tool's command: a
+    question in words is searched."""
+    assert read_light_call("palace_query", {"query": "inbox zero and the event list"}) == LightCall(
+        "mempalace_search", {"query": "inbox zero and the event list"})
+    assert read_light_call("palace_query", {"query": '"INBOX" handling'}).tool == "mempalace_search"
+    # A verb both tools take stays with the one called.
+    assert read_light_call("palace_query", {"query": "DIARY me"}).tool == "mempalace_diary_read"
+    assert read_light_call("palace_exec", {"command": "DIARY me did it"}).tool == "mempalace_diary_write"
+
+
 @pytest.mark.parametrize(("command", "tool", "arguments"), [
     ('FIND "auth token" IN backend/auth LIMIT 3 SINCE 2026-01-01', "mempalace_search",
      {"query": "auth token", "wing": "backend", "room": "auth", "limit": 3, "since": "2026-01-01"}),

@@ -285,6 +285,22 @@ def test_groups_add_to_the_default_and_a_tool_outside_the_set_is_refused_naming_
         p.stop()
 
 
+def test_an_unknown_argument_to_a_tool_without_any_says_it_takes_none(tmp_path):
+    """Guards issue 47 §1.6: the refusal of an unknown argument listed what the tool takes, and for
+    a tool of no arguments said "it takes: )"."""
+    p = palacectl_mcp(tmp_path, "--tools", "all")
+    try:
+        p.ask(request(1, "initialize", {"protocolVersion": "2025-06-18"}))
+        none = p.ask(request(2, "tools/call", {"name": "mempalace_who", "arguments": {"agent": "x"}}))
+        assert none["error"] == {"code": -32602, "message": (
+            "Unknown parameter 'agent' for tool mempalace_who (it takes no arguments)")}
+        some = p.ask(request(3, "tools/call", {"name": "mempalace_inbox_mark_read", "arguments": {"upto": "x"}}))
+        assert some["error"]["message"] == ("Unknown parameter 'upto' for tool mempalace_inbox_mark_read (it takes: "
+                                            "upto_event_id)")
+    finally:
+        p.stop()
+
+
 def test_a_bad_tools_value_is_a_usage_error(tmp_path):
     env = {**os.environ, "PALACE_HOME": str(tmp_path)}
     bad = subprocess.run([PYTHON, "-m", "palacectl", "mcp", "--agent", "probe", "--tools", "core,bogus"],
@@ -294,3 +310,41 @@ def test_a_bad_tools_value_is_a_usage_error(tmp_path):
         "palacectl: --tools: 'bogus' is not a group (core, log, memory, leases, people, rooms, light, approvals, all) "
         "or a tool name (e.g. "
         "mempalace_kg_query)"]
+
+
+# -- the light tools over a real daemon (palacectl/light.py) --------------------------------------
+
+
+def call_tool(p: Peer, message_id: int, tool: str, **arguments: Any) -> dict[str, Any]:
+    return p.ask(request(message_id, "tools/call", {"name": tool, "arguments": arguments}))["result"]
+
+
+def test_a_light_call_that_cannot_run_is_a_result_saying_so_naming_the_tool_that_takes_it(daemon):
+    """Guards issue 47 §1.3: palace_query read "INBOX to: me" as words to find (unrelated drawers,
+    no error), and a light call whose arguments the routed tool refused was an MCP tool error;
+    MemPalace's light server answers both with {success: false, error}."""
+    p = palacectl_mcp(daemon.home, "--tools", "light,core")
+    try:
+        p.ask(request(1, "initialize", {"protocolVersion": "2025-06-18"}))
+        answers = {
+            "inbox": call_tool(p, 2, "palace_query", query="INBOX to: probe"),
+            "limit": call_tool(p, 3, "palace_query", query="FIND auth LIMIT many"),
+            "missing": call_tool(p, 4, "palace_query", target="kg"),
+            "typed": call_tool(p, 5, "palace_coordinate", command="EVENT LIST LIMIT lots"),
+        }
+        assert all(a["isError"] is False for a in answers.values()), answers
+        got = {name: a["structuredContent"] for name, a in answers.items()}
+        assert got["inbox"] == {"success": False, "error": (
+            "PQL query parse error: INBOX is palace_coordinate's command, not palace_query's: call "
+            "palace_coordinate with command: \"INBOX to: probe\"")}
+        assert got["limit"] == {"success": False,
+                                "error": 'PQL query parse error: limit must be an integer, not "many"'}
+        assert got["missing"] == {"success": False, "error": (
+            "PQL query parse error: Missing required parameter 'entity' for tool mempalace_kg_query")}
+        assert got["typed"] == {"success": False,
+                                "error": 'PQL coordinate parse error: limit must be an integer, not "lots"'}
+        # The full tool called by itself answers as before: a tool error.
+        direct = call_tool(p, 6, "mempalace_search", query="auth", limit="many")
+        assert direct["isError"] is True and "limit must be an integer" in direct["content"][0]["text"]
+    finally:
+        p.stop()

@@ -7,8 +7,9 @@ Owns: reading a call to ``palace_query`` (``FIND words [IN wing/room] …``, ``K
 s -> p -> o``, ``KG INVALIDATE …``, ``DIARY WRITE agent text``, or fields with an ``action``) into
 ``mempalace_add_drawer``, ``mempalace_kg_add``, ``mempalace_kg_invalidate`` or
 ``mempalace_diary_write``; the MemPalace verbs palace has no tool for, each refused naming palace's
-way instead; and the two tools' descriptions and fields (``palacectl.light.Tables`` reads
-``READERS``, ``DESCRIPTIONS`` and ``FIELDS``). Pure: stdlib and the light core only.
+way instead; and the two tools' descriptions, fields, and the commands and actions each takes
+(``palacectl.light.Tables`` reads ``READERS``, ``DESCRIPTIONS``, ``FIELDS``, ``COMMANDS`` and
+``ACTIONS``). Pure: stdlib and the light core only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 from ...light import LightCall, LightError, Quoted, pairs, rename, tokenize, typed
 
-__all__ = ["DESCRIPTIONS", "FIELDS", "READERS"]
+__all__ = ["ACTIONS", "COMMANDS", "DESCRIPTIONS", "FIELDS", "READERS"]
 
 # MemPalace verbs palace has no tool for, and what to use instead.
 _NOT_OFFERED: Final = {
@@ -51,6 +52,17 @@ _NOT_OFFERED: Final = {
 }
 
 
+# The actions (or targets) a call of fields names, by the tool each runs.
+_SEARCH: Final = ("search", "find")
+_KG_QUERY: Final = ("kg", "kg_query")
+_DIARY_READ: Final = ("diary", "diary_read")
+_TUNNELS: Final = ("tunnels", "list_tunnels", "find_tunnels")
+_ADD: Final = ("add", "add_drawer", "create_drawer")
+_KG_ADD: Final = ("kg_add", "add_fact", "add_triple")
+_KG_INVALIDATE: Final = ("kg_invalidate", "invalidate")
+_DIARY_WRITE: Final = ("diary_write", "diary")
+
+
 def _place(loc: Any, args: dict[str, Any]) -> None:
     """``wing/room`` (or a wing alone) into ``args``."""
     wing, _, room = str(loc).partition("/")
@@ -69,16 +81,16 @@ def _read_query(command: str | None, fields: dict[str, Any]) -> LightCall:
     if command is None:
         args = dict(fields)
         target = str(args.pop("target", None) or args.pop("action", None) or _infer_query_target(args)).lower()
-        if target in ("search", "find"):
+        if target in _SEARCH:
             rename(args, "content", "query")
             rename(args, "text", "query")
             return LightCall("mempalace_search", args)
-        if target in ("kg", "kg_query"):
+        if target in _KG_QUERY:
             return LightCall("mempalace_kg_query", args)
-        if target in ("diary", "diary_read"):
+        if target in _DIARY_READ:
             rename(args, "agent", "agent_name")
             return LightCall("mempalace_diary_read", args)
-        if target in ("tunnels", "list_tunnels", "find_tunnels"):
+        if target in _TUNNELS:
             return LightCall("mempalace_find_tunnels", args)
         raise LightError(f"Unknown palace_query target: '{target}'" + _why_not(target.upper()))
     tokens = tokenize(command)
@@ -193,18 +205,18 @@ def _read_exec(command: str | None, fields: dict[str, Any]) -> LightCall:
     if command is None:
         args = dict(fields)
         action = str(args.pop("action", None) or args.pop("target", None) or _infer_exec_action(args)).lower()
-        if action in ("add", "add_drawer", "create_drawer"):
+        if action in _ADD:
             rename(args, "document", "content")
             rename(args, "text", "content")
             return LightCall("mempalace_add_drawer", args)
-        if action in ("kg_add", "add_fact", "add_triple"):
+        if action in _KG_ADD:
             rename(args, "obj", "object")
             return LightCall("mempalace_kg_add", args)
-        if action in ("kg_invalidate", "invalidate"):
+        if action in _KG_INVALIDATE:
             rename(args, "valid_to", "ended")
             rename(args, "obj", "object")
             return LightCall("mempalace_kg_invalidate", args)
-        if action in ("diary_write", "diary"):
+        if action in _DIARY_WRITE:
             rename(args, "agent", "agent_name")
             rename(args, "content", "entry")
             return LightCall("mempalace_diary_write", args)
@@ -342,6 +354,15 @@ def _diary_write(tokens: list[str]) -> dict[str, Any]:
 
 
 READERS: Final = {"palace_query": _read_query, "palace_exec": _read_exec}
+#: the first words of the commands each reads (a verb both read stays with the one called: DIARY, KG)
+COMMANDS: Final = {
+    "palace_query": ("FIND", "SEARCH", "KG", "DIARY", "TUNNELS"),
+    "palace_exec": ("ADD", "KG ADD", "KG INVALIDATE", "KG DELETE", "KG SUPERSEDE", "DIARY", "DIARY WRITE",
+                    "DIARY ADD"),
+}
+#: the actions (or targets) of a call of fields each reads
+ACTIONS: Final = {"palace_query": (*_SEARCH, *_KG_QUERY, *_DIARY_READ, *_TUNNELS),
+                  "palace_exec": (*_ADD, *_KG_ADD, *_KG_INVALIDATE, *_DIARY_WRITE)}
 DESCRIPTIONS: Final = {
     "palace_query": ("Read the palace: 'FIND words [IN wing/room] [LIMIT n] [SINCE d]', 'KG entity [AS OF d]', "
                      "'DIARY agent [LAST n]', 'TUNNELS [BETWEEN a AND b]'; or fields (target: "
