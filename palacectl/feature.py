@@ -2,7 +2,8 @@
 
 Owns: ``Feature`` — one object per feature (``palacectl/features/<name>/__init__.py``, the
 daemon's nine and palacectl's own), naming everything it adds: its commands (the module holding
-them), its MCP tools by group (and the module defining them), its MemPalace "light" verbs, its
+them), its MCP tools by group (and the module defining them) and what it runs beside them for a
+client of a capability, its MemPalace "light" verbs, its
 commands on the loop's quick path, its dashboard pages (the module answering their routes, the
 script drawing them, the nav entries) and the features it builds on; ``Quick`` and ``Page``, two
 of those parts; and ``Features``, the set palacectl runs with (``palacectl.features.features()``),
@@ -87,6 +88,10 @@ class Feature(NamedTuple):
     pages: tuple[Page, ...] = ()
     #: ``"module:function"``: (agent) -> the other addressees a watch of ``agent`` wakes for
     watch_also: str | None = None
+    #: what it runs beside its tools for an MCP session whose client declared a capability: the
+    #: capability (``elicitation``) -> ``"module:function"``, an async (the server) -> None, run
+    #: until the session ends (``mcp_adapter.PalaceMCP.serve_background``)
+    mcp_services: Mapping[str, str] = _NONE
 
 
 def load(ref: str) -> Any:

@@ -16,6 +16,10 @@ Rules it enforces on top of the daemon's:
 
 * **One identity.** ``from_agent`` / ``created_by`` default to ``--agent``; naming anyone else
   is refused (never impersonate).
+* **Beside the tools.** For a client that declared a capability a feature serves
+  (``Feature.mcp_services``: the questions feature's ``elicitation``, the person at the harness
+  answering a question asked of them), that feature's service runs for the session; a client
+  declaring none gets nothing else.
 * **Read-only.** With ``--read-only``, or when the daemon is an observer, mutating tools are
   left out of ``tools/list`` and calling one is a JSON-RPC error -32003, as in MemPalace.
 * **Result shapes.** Mutating tools answer ``{"success": true, …}`` or ``{"success": false,
@@ -40,7 +44,7 @@ from palace_proto import __version__
 from palace_proto.errors import ApiError
 
 from .client import Client, DaemonUnreachable
-from .feature import Features
+from .feature import Features, load
 from .mcp_server import McpError, StdioServer, ToolSpec
 from .mcp_tools import build_registry, light_refusal
 from .tool_sets import ALL, DEFAULT_TOOLS, tool_sets
@@ -72,12 +76,20 @@ class _LazyDaemon:
     def __repr__(self) -> str:
         return f"<daemon {self.home}>"
 
-    async def call(self, op: str, **args: Any) -> Any:
+    def _async(self) -> Any:
         if self._client is None:
             from .aclient import AsyncDaemon
 
             self._client = AsyncDaemon(self.home)
-        return await self._client.call(op, **args)
+        return self._client
+
+    async def call(self, op: str, **args: Any) -> Any:
+        return await self._async().call(op, **args)
+
+    def subscribe(self, **args: Any) -> Any:
+        """The daemon's pushes, on a connection of their own (``aclient.AsyncDaemon.subscribe``:
+        an async context manager)."""
+        return self._async().subscribe(**args)
 
 
 class PalaceMCP(StdioServer):
@@ -149,6 +161,35 @@ class PalaceMCP(StdioServer):
         """A light call whose arguments the tool it runs refuses answers as a light call that cannot
         run: ``{"success": false, "error"}`` (MemPalace's light server; issue 47 §1.3)."""
         return light_refusal(front.name, reason)
+
+    # -- what runs beside the tools ------------------------------------------------------------
+
+    def services(self) -> list[str]:
+        """The features' services for this session (``Feature.mcp_services``): those of the
+        capabilities the client declared. None for a client of no capability: nothing changes."""
+        return [ref for feature in self.features for capability, ref in feature.mcp_services.items()
+                if capability in self.client_capabilities]
+
+    def wants_background(self) -> bool:
+        return bool(self.services())
+
+    async def serve_background(self) -> None:
+        """Each service of ``services`` for the session; one that fails is logged and ends, the
+        server goes on (what a service meets must not take the tools down with it)."""
+        refs = self.services()
+        if not refs:
+            return
+        import trio
+
+        async def run(ref: str) -> None:
+            try:
+                await load(ref)(self)
+            except Exception:
+                LOGGER.exception("%s stopped", ref)
+
+        async with trio.open_nursery() as nursery:
+            for ref in refs:
+                nursery.start_soon(run, ref)
 
     def _read_only_error(self, name: str) -> McpError:
         why = "--read-only" if self.forced_read_only else "the daemon is a read-only observer"

@@ -5,7 +5,10 @@ MCP (``initialize`` with ``notifications/initialized``, as Claude Code, Codex, G
 OpenCode speak it, and ``server/discover`` with the version in every request's ``_meta``, as the
 2026 SDKs do), ``tools/list`` with schemas built from the tools' signatures, ``tools/call`` with
 their arguments checked (and coerced the lax way models need: ``"5"`` for 5), resources and
-their templates, ``ping``, cancellation, batches, and errors by JSON-RPC code; and the
+their templates, ``ping``, cancellation, batches, and errors by JSON-RPC code; the client's
+capabilities (``initialize``) and the requests this server sends it (``request_client``: an
+``elicitation/create``, answered by the person at the client, never by its model), with what a
+server runs beside the requests for the session (``serve_background``); and the
 ``Registry`` tools and resources are declared into by decorator (a module's: palace's tools are
 module-level functions in ``mcp_tools.py`` and the features' tools modules, put together by
 ``mcp_tools.build_registry``; or a server's own). It knows nothing of palace, and
@@ -51,6 +54,9 @@ INVALID_PARAMS: Final = -32602
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 # Why 64: requests a harness may have in flight at once (waits included); more wait their turn.
 MAX_IN_FLIGHT: Final = 64
+# Why 5 s: how long telling the client a request of ours is cancelled may take (a stuck pipe must
+# not hold up what cancelled it).
+_CANCEL_NOTICE_S: Final = 5.0
 # The methods answered before trio is imported: they need nothing but what is defined here.
 # What a line longer than MAX_LINE_BYTES is read as (its bytes are not kept).
 _OVERSIZED: Final = b"\0oversized"
@@ -314,6 +320,14 @@ class StdioServer:
         self.full_schemas = True  # False: tools/list leaves each tool's extras out of its schema
         self.resources = self.registry.resources
         self._initialized_version = LEGACY_VERSIONS[0]
+        #: what the client said it supports (``initialize``'s ``capabilities``; the 2026 generation
+        #: sends none here: it declares them per request, so nothing is asked of it in between)
+        self.client_capabilities: dict[str, Any] = {}
+        #: the client sent ``notifications/initialized``: requests may go to it from now on
+        self.client_ready = False
+        self._say: Callable[[Any], Awaitable[None]] | None = None  # set while serving asynchronously
+        self._asked: dict[str, Any] = {}  # a request sent to the client -> where its answer goes
+        self._requests_sent = 0
 
     def tool(self, description: str, *, read_only: bool, idempotent: bool = False,
              extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
@@ -344,6 +358,16 @@ class StdioServer:
         """Why a registered tool may not be called in this server's configuration, or None."""
         return None
 
+    def wants_background(self) -> bool:
+        """Whether to serve asynchronously now, before a request needs it (``serve_background``
+        has something to run), once the client is ready; by default not: the static answers come
+        before trio is imported."""
+        return False
+
+    async def serve_background(self) -> None:
+        """What this server runs beside the requests while it serves asynchronously (cancelled
+        when the input ends); by default nothing."""
+
     def refused_route(self, front: ToolSpec, name: str, reason: str) -> dict[str, Any] | None:
         """What front tool ``front`` answers when tool ``name``, which it routed a call to, refuses
         the call's arguments (``reason``): a result of its own, or None (that tool's error)."""
@@ -354,6 +378,8 @@ class StdioServer:
     def answer_static(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The answers that need nothing from the daemon."""
         if method == "initialize":
+            capabilities = params.get("capabilities")
+            self.client_capabilities = dict(capabilities) if isinstance(capabilities, dict) else {}
             asked = params.get("protocolVersion")
             self._initialized_version = asked if asked in LEGACY_VERSIONS else LEGACY_VERSIONS[0]
             return {"protocolVersion": self._initialized_version, "capabilities": self._capabilities(),
@@ -489,6 +515,8 @@ class StdioServer:
                 pending.append(message)
                 break
             _write(stdout, self._answer_now(message))
+            if self.client_ready and self.wants_background():
+                break
         if warming is not None:
             warming.join()
         import trio
@@ -519,11 +547,62 @@ class StdioServer:
             return checked
         message_id, method, params = checked
         if message_id is None:
+            self._notified(method)
             return None  # a notification: nothing to answer
         try:
             return self._reply(message_id, method, params, self.answer_static(method, params))
         except McpError as exc:
             return {"jsonrpc": "2.0", "id": message_id, "error": exc.to_wire()}
+
+    def _notified(self, method: str) -> None:
+        if method == "notifications/initialized":
+            self.client_ready = True
+
+    async def request_client(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send the client a request and return its answer's result (only while serving
+        asynchronously: ``serve_background`` and the tools run then). Cancelled, it tells the
+        client so (``notifications/cancelled``), as MCP asks of either side.
+
+        Raises:
+            McpError: the client answered with an error.
+            RuntimeError: the server is not serving asynchronously.
+        """
+        import trio
+
+        if self._say is None:
+            raise RuntimeError("requests go to the client only while the server serves asynchronously")
+        self._requests_sent += 1
+        request_id = f"palace-{self._requests_sent}"  # never one of the client's own ids: they answer us
+        send, receive = trio.open_memory_channel[dict[str, Any]](1)
+        self._asked[request_id] = send
+        try:
+            await self._say({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            answer = await receive.receive()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_NOTICE_S):
+                await self._say({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": request_id, "reason": "no longer needed"}})
+            raise
+        finally:
+            self._asked.pop(request_id, None)
+        error = answer.get("error")
+        if error is not None:
+            error = error if isinstance(error, dict) else {}
+            code = error.get("code")
+            raise McpError(code if isinstance(code, int) else INVALID_REQUEST, str(error.get("message") or "error"),
+                           error.get("data"))
+        result = answer.get("result")
+        return result if isinstance(result, dict) else {}
+
+    def _answered(self, message: Any) -> bool:
+        """Hand the client's answer to a request of ours to its sender; False if it is no answer."""
+        if not isinstance(message, dict) or "method" in message or not ("result" in message or "error" in message):
+            return False
+        request_id = message.get("id")
+        waiting = self._asked.pop(request_id, None) if isinstance(request_id, str) else None
+        if waiting is not None:
+            waiting.send_nowait(message)  # room for one, and only one answer is taken from the map
+        return True  # an answer to nothing we wait for (late, or unknown): dropped
 
     async def _serve_async(self, pending: list[Any], lines: _Lines) -> None:
         import trio
@@ -541,6 +620,8 @@ class StdioServer:
             async with write_lock:
                 await stdout.send_all(data)
 
+        self._say = say
+
         async def handle(message: Any) -> None:
             async with slots:
                 if isinstance(message, list):
@@ -555,6 +636,7 @@ class StdioServer:
                 return checked
             message_id, method, params = checked
             if message_id is None:
+                self._notified(method)
                 if method == "notifications/cancelled":
                     scope = running.get(params.get("requestId"))
                     if scope is not None:
@@ -574,6 +656,7 @@ class StdioServer:
             return None  # cancelled: the client asked for no answer
 
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.serve_background)
             for message in pending:
                 nursery.start_soon(handle, message)
             while True:
@@ -588,8 +671,12 @@ class StdioServer:
                 message = self._parse(line, messages.append)
                 for error in messages:
                     await say(error)
+                answers = message if isinstance(message, list) and message else [message]
+                if message is not None and all(self._answered(m) for m in answers):
+                    continue  # the client's answers to our requests (a batch of them too)
                 if message is not None:
                     nursery.start_soon(handle, message)
+            self._say = None
             nursery.cancel_scope.cancel()
 
 
@@ -597,7 +684,7 @@ def _checked(message: Any) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
     """(id, method, params) of a request or notification, or the error answer to a bad one."""
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         if isinstance(message, dict) and ("result" in message or "error" in message):
-            return (None, "", {})  # an answer to a request of ours (we send none): ignored
+            return (None, "", {})  # an answer to a request of ours that no one waits for: ignored
         return {"jsonrpc": "2.0", "id": message.get("id") if isinstance(message, dict) else None,
                 "error": {"code": INVALID_REQUEST, "message": "Invalid request"}}
     message_id = message.get("id")

@@ -18,4 +18,5 @@ FEATURE: Final = Feature(
     tools={"people": ("mempalace_ask_human", "mempalace_questions")},
     tools_module=f"{__name__}.tools",
     watch_also=f"{__name__}.cli:addressees",
+    mcp_services={"elicitation": f"{__name__}.elicit:serve_elicitation"},
 )
