@@ -18,6 +18,7 @@ module's ``TARGETS``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -441,6 +442,54 @@ def bench_integrate() -> str:
     ], TARGETS)
 
 
+def _js_value(value: float, unit: str) -> str:
+    return f"{value:,.0f}" if unit == "appends/s" else f"{value:.2f}"
+
+
+def _js_cell(figures: Sequence[dict[str, Any]], key: str) -> str:
+    """One column of a figure over a group's runs: ``1,372 / 1,412``, ``0.71 / 0.69 ms``, ``0.86× / 0.85×``."""
+    if any(f.get(key) is None for f in figures):
+        return "—"
+    values: list[float] = [f[key] for f in figures]
+    unit = figures[0]["unit"]
+    if key in ("advantage", "of_floor"):
+        return " / ".join(f"{v:.2f}×" for v in values)
+    return " / ".join(_js_value(v, unit) for v in values) + (" ms" if unit == "ms" else "")
+
+
+def _js_verdict(met: Sequence[bool]) -> str:
+    if all(met):
+        return "met"
+    if not any(met):
+        return "not met"
+    return "met in one run" if sum(met) == 1 else f"met in {sum(met)} runs of {len(met)}"
+
+
+def vs_jetstream(name: str) -> str:
+    """A comparison with NATS JetStream (``benchmarks/vs_jetstream.py --json``): per figure, palace,
+    JetStream, palace's advantage and, where the floor ran, the floor and palace / floor, each cell
+    the runs of a group side by side; the target judged on the last group's runs."""
+    runs = load(name)["runs"]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(run.get("group", ""), []).append(run["result"]["figures"])
+    columns: list[tuple[str, str, str]] = []  # (group, key, header)
+    for group, figure_runs in groups.items():
+        prefix = f"{group}: " if group else ""
+        columns += [(group, "palace", f"{prefix}palace"), (group, "jetstream", "JetStream"),
+                    (group, "advantage", "advantage")]
+        if any("floor" in f for figures in figure_runs for f in figures.values()):
+            columns += [(group, "floor", "the floor"), (group, "of_floor", "palace / floor")]
+    last = list(groups.values())[-1]
+    rows = []
+    for key, first in runs[-1]["result"]["figures"].items():
+        cells = [_js_cell([figures[key] for figures in groups[group]], column) for group, column, _ in columns]
+        met = [figures[key]["advantage"] >= figures[key]["target"] for figures in last]
+        rows.append([first["label"], *cells, f"≥ {first['target']:g}× — {_js_verdict(met)}"])
+    return markdown(["figure", *(header for _, _, header in columns), "target"], rows,
+                    frozenset(range(1, len(columns) + 1)))
+
+
 #: every part this module writes, by its marker's name
 RENDERERS: Final[dict[str, Callable[[], str]]] = {
     "bench-one-daemon": bench_one_daemon, "bench-cli": bench_cli, "bench-cli-loop": bench_cli_loop,
@@ -448,4 +497,6 @@ RENDERERS: Final[dict[str, Callable[[], str]]] = {
     "bench-replication": bench_replication, "bench-mesh": bench_mesh, "bench-mesh-scale": bench_mesh_scale,
     "bench-memory-eval": bench_memory_eval, "bench-memory": bench_memory, "bench-memory-100k": bench_memory_100k,
     "bench-ui": bench_ui, "bench-usage": bench_usage, "bench-integrate": bench_integrate,
+    **{f"bench-{name}": functools.partial(vs_jetstream, name) for name in (
+        "vs-jetstream-first", "vs-jetstream-floor", "vs-jetstream-second", "vs-jetstream-third")},
 }
