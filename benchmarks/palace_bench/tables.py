@@ -77,14 +77,13 @@ def whole_or(decimals: int) -> Callable[[Any], str]:
     return fmt
 
 
-def pair(a: str, b: str, first: Callable[[Any], str], second: Callable[[Any], str] | None = None,
-         unit: str = "") -> Callable[[Result], str]:
+def pair(a: str, b: str, fmt: Callable[[Any], str], unit: str = "") -> Callable[[Result], str]:
     """``p50 / p99 unit`` from two keys of a run's result."""
     def cell(result: Result) -> str:
         left, right = result.get(a), result.get(b)
         if left is None and right is None:
             return "—"
-        return f"{first(left)} / {(second or first)(right)}{unit}"
+        return f"{fmt(left)} / {fmt(right)}{unit}"
     return cell
 
 
@@ -102,8 +101,8 @@ def _meets(value: float, op: str, bound: float) -> bool:
     return value >= bound if op == ">=" else value <= bound
 
 
-def _bound(op: str, bound: float, unit: str) -> str:
-    return f"{'≥' if op == '>=' else '≤'} {bound:,g}{unit}"
+def _bound(op: str, bound: float) -> str:
+    return f"{'≥' if op == '>=' else '≤'} {bound:,g}"
 
 
 def _verdict(runs: Sequence[dict[str, Any]], key: str, op: str, bound: float) -> str:
@@ -143,7 +142,7 @@ def _target(row: Row, runs: Sequence[dict[str, Any]], targets: dict[str, tuple[s
     said = verdicts[0][1] if alike else ", ".join(f"{name} {verdict}" for name, verdict in verdicts)
     if row.words:
         return f"{row.words}: {said}"
-    bounds = " / ".join(_bound(*targets[key], "") for key, _ in judged) + row.unit
+    bounds = " / ".join(_bound(*targets[key]) for key, _ in judged) + row.unit
     return f"{row.note}{bounds} — {said}"
 
 
