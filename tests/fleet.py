@@ -186,7 +186,7 @@ class Fleet:
 
     def found(self, name: str = "alpha", **kwargs: Any) -> Daemon:
         daemon = self.start(name, **kwargs)
-        ctl_json(daemon.home, "init", "--name", "fleet-test", "--daemon-name", name)
+        ctl_json(daemon.home, "init", "--palace-name", "fleet-test", "--daemon-name", name)
         self.founder = daemon
         return daemon
 
@@ -196,7 +196,7 @@ class Fleet:
 
     def join(self, name: str, role: str = "member") -> Daemon:
         daemon = self.start(name)
-        ctl_json(daemon.home, "join", self.invite(role), "--name", name)
+        ctl_json(daemon.home, "join", self.invite(role), "--daemon-name", name)
         return daemon
 
     def ends_through_middle(self) -> tuple[Daemon, Daemon, Daemon]:
@@ -221,8 +221,10 @@ class Fleet:
         middle.extra_args[middle.extra_args.index("127.0.0.1:0")] = address
         middle.start()
 
-    def enrol_offline(self, name: str, role: str = "member", **kwargs: Any) -> Daemon:
-        """Write what ``join`` would (identity key, CA, certificate) without starting the daemon."""
+    def enrol_offline(self, name: str, role: str = "member", *, daemon_name: str | None = None,
+                      **kwargs: Any) -> Daemon:
+        """Write what ``join`` would (identity key, CA, certificate) without starting the daemon;
+        the daemon is named ``daemon_name`` (default: ``name``, its home's), taken or not."""
         assert self.founder is not None
         home = self.home(name)
         home.mkdir(mode=0o700, parents=True)
@@ -237,6 +239,7 @@ class Fleet:
         ca_pem = (folder / "ca.crt").read_bytes()
         now = datetime.datetime.now(datetime.UTC)
         raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        cert = issue_certificate(ca_key, ca_pem, raw, role=role, name=name, now=now)  # type: ignore[arg-type]
+        cert = issue_certificate(ca_key, ca_pem, raw, role=role, name=daemon_name or name,  # type: ignore[arg-type]
+                                 now=now)
         save_joined(home, key, palace_name="fleet-test", ca_pem=ca_pem, member_pem=cert, now=now)
         return self.start(name, start=False, **kwargs)

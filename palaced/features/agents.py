@@ -50,7 +50,7 @@ from ..membership import Membership
 from ..store import WriteContext, append_system
 from ..store import identity as store_identity
 from ..store.memory_views import MemoryReads
-from .fleet import who
+from .fleet import daemon_label_map, who
 from .leases import lease_release
 from .tasks import recent_views, task_release
 
@@ -113,7 +113,7 @@ def _daemon_names(ctx: Context) -> dict[str, str]:
     return names
 
 
-def _daemon_named(given: Any, names: Mapping[str, str]) -> str:
+def _daemon_named(given: object, names: Mapping[str, str]) -> str:
     """The peer id of the member daemon ``given`` names: its peer id, or its name where exactly one
     known daemon bears it (cloned machines share a hostname; a peer id is never ambiguous)."""
     if not isinstance(given, str) or not given.strip() or len(given) > 256:
@@ -291,7 +291,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     live: dict[str, list[str]] = {}
     for watcher in (await who(ctx, {}))["watchers"]:
         if watcher.get("agent") and not watcher.get("daemon_silent"):
-            daemon = (watcher.get("daemon") or {}).get("name") or "here"
+            daemon = (watcher.get("daemon") or {}).get("label") or "here"
             live.setdefault(watcher["agent"], []).append(daemon)
     seen: dict[str, dict[str, Any]] = {}
     suspects: dict[str, list[str]] = {}
@@ -308,7 +308,7 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         if not only or agent == only:
             seen.setdefault(agent, {"events": 0, "last_activity": None})
     now = _now()
-    names = _daemon_names(ctx)
+    names, labels = _daemon_names(ctx), daemon_label_map(ctx)
     out = []
     for agent in sorted(set(seen) | ({a for a in live if not only or a == only})):
         if agent == SYSTEM_AGENT:
@@ -329,6 +329,8 @@ async def agents(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             "kind": "human" if is_human(agent) else "agent",
             "daemon": wire["daemon"],
             "daemon_name": names.get(wire["daemon"]) if wire["daemon"] else None,
+            # its name, told apart from a namesake's (cloned machines share a hostname)
+            "daemon_label": labels.get(wire["daemon"]) if wire["daemon"] else None,
             "here": wire["here"],
             "registered_since": wire["since"] if wire["daemon"] else None,
             "retired": wire["retired"],

@@ -22,6 +22,7 @@ import trio
 
 from palace_proto.errors import ApiError, NotFound, ValidationError
 from palace_proto.event_fields import PublicEvent
+from palace_proto.fleet import daemon_labels, derived_daemon_name
 from palace_proto.peer import format_peer_address, parse_peer_address
 from palace_proto.pki import (
     REVOKE_EVENT_TYPE,
@@ -35,7 +36,7 @@ from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, clean_optional, clean_required
 
 from ..clock import unix_now, utc_datetime, utc_now_seconds
-from ..enrolment import enrol
+from ..enrolment import DaemonNameTaken, enrol
 from ..feature import Feature
 from ..handlers.context import Context
 from ..handlers.network import replicated_args, wait_replicated
@@ -46,7 +47,7 @@ from ..notify.triggers import Trigger
 from ..peers import ListenError
 from ..store import WriteContext, append_event, invites
 
-__all__ = ["FEATURE", "OPS", "fleet", "who"]
+__all__ = ["FEATURE", "OPS", "daemon_label_map", "fleet", "who"]
 
 LOGGER: Final = logging.getLogger("palaced.features.fleet")
 DEFAULT_INVITE_TTL_S: Final = 24 * 3600
@@ -81,7 +82,9 @@ def _membership_view(ctx: Context) -> dict[str, Any]:
 
 async def init(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     """Make this daemon the first member of a new palace (a new CA and our certificate)."""
-    palace_name = clean_optional("name", args.get("name")) or socket.gethostname()
+    # ``name``: the palace's name as palacectl before issue 47 sent it (``--name`` on init).
+    palace_name = (clean_optional("palace_name", args.get("palace_name")) or clean_optional("name", args.get("name"))
+                   or socket.gethostname())
     name = clean_optional("daemon_name", args.get("daemon_name")) or socket.gethostname()
     membership = await trio.to_thread.run_sync(create_palace, ctx.config.home, ctx.identity, palace_name, name, _now())
     LOGGER.info("created palace %s (%s); this daemon is its first member", membership.palace_id, palace_name)
@@ -137,15 +140,27 @@ async def join(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     except InviteError as exc:
         raise ValidationError(str(exc), field="code") from None
     address = clean_optional("address", args.get("address"))
-    name = clean_optional("name", args.get("name")) or socket.gethostname()
-    palace_name, ca_pem, cert_pem, used = await enrol(invitation, ctx.store.public_key, name, address, _now())
+    # ``name``: the daemon's name as palacectl before issue 47 sent it (``--name`` on join).
+    given = clean_optional("daemon_name", args.get("daemon_name")) or clean_optional("name", args.get("name"))
+    name, renamed_from = given or socket.gethostname(), None
+    try:
+        palace_name, ca_pem, cert_pem, used = await enrol(invitation, ctx.store.public_key, name, address, _now())
+    except DaemonNameTaken:
+        if given is not None:
+            raise
+        # Cloned machines share a hostname: the default name is made this daemon's own.
+        renamed_from, name = name, derived_daemon_name(name, ctx.fingerprint)
+        palace_name, ca_pem, cert_pem, used = await enrol(invitation, ctx.store.public_key, name, address, _now())
     membership = await trio.to_thread.run_sync(lambda: save_joined(
         ctx.config.home, ctx.identity, palace_name=palace_name, ca_pem=ca_pem, member_pem=cert_pem, now=_now()))
     LOGGER.info("joined palace %s (%s) as %s via %s", membership.palace_id, palace_name, membership.role, used)
     await _joined(ctx, membership)
     assert ctx.network is not None
     ctx.network.dialer.add_target(used, "invite")
-    return _membership_view(ctx)
+    view = _membership_view(ctx)
+    if renamed_from is not None:
+        view["renamed_from"] = renamed_from  # the hostname another daemon of the palace bears
+    return view
 
 
 async def revoke(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -222,8 +237,18 @@ async def replicated(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
 # -- who and doctor ------------------------------------------------------------------------------
 
 
+def daemon_label_map(ctx: Context) -> dict[str, str]:
+    """peer id -> how a person tells each known daemon of the palace apart: its name, plus its
+    short peer id where another daemon bears the same name (``palace_proto.fleet.daemon_labels``)."""
+    names = ctx.network.views.peer_names() if ctx.network is not None else {}
+    if ctx.membership is not None:
+        names[ctx.membership.peer_id] = ctx.membership.name
+    return daemon_labels(names)
+
+
 async def who(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Watchers connected here, and (gossiped) those connected to every other daemon."""
+    """Watchers connected here, and (gossiped) those connected to every other daemon; each one's
+    daemon carries its ``label`` (its name, told apart from a namesake's)."""
     local = sorted((w.to_wire() for w in ctx.watchers.values()), key=lambda w: w["since"])
     me = {"peer_id": ctx.membership.peer_id, "name": ctx.membership.name} if ctx.membership else None
     for watcher in local:
@@ -232,6 +257,11 @@ async def who(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     remote = sorted(ctx.network.presence.remote_watchers() if ctx.network is not None else [], key=lambda w: w["since"])
     for watcher in remote:
         watcher["local"] = False
+    labels = daemon_label_map(ctx)
+    for watcher in (*local, *remote):
+        daemon = watcher.get("daemon")
+        if isinstance(daemon, dict):
+            daemon["label"] = labels.get(daemon.get("peer_id") or "") or daemon.get("name")
     # A retired agent is gone from the roster and from here, even while an old watch of it runs.
     records = ctx.store.agents.records
     local = [w for w in local if not (w["agent"] in records and records[w["agent"]].retired)]
@@ -290,8 +320,8 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         probe = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         try:
             with trio.fail_after(2):
-                conn = await trio.open_tcp_stream(probe, port)
-                await conn.aclose()
+                # The listener knows this connection for ours: no "refused a connection" warning.
+                await net.admission.probe_self(probe, port)
             reach = "accepts connections"
         except (OSError, trio.TooSlowError) as exc:
             reach = f"but a test connection failed ({exc})"
@@ -302,6 +332,7 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
               f"port {port} {where}; {reach}; peers need this TCP port open in firewalls")
     lan = await trio.to_thread.run_sync(lambda: interface_ipv4_addresses(multicast=True))
     known = [p for p in net.views.peers_view(ctx.store.version_vector()) if p["peer_id"]]
+    labels = daemon_label_map(ctx)
     live = [p for p in known if p["state"] in ("live", "catching up")]
     if net.dialer.mdns_state == "off":
         check("mdns", "warn", "mDNS is off (--no-mdns or network.mdns = false): only static and remembered peers "
@@ -315,7 +346,7 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
             why = ""
         elif others and not live:
             # A stopped daemon stops advertising: silence then says nothing about multicast (issue 26).
-            names = ", ".join(p["name"] or p["peer_id"][:7] for p in others[:5])
+            names = ", ".join(labels.get(p["peer_id"]) or p["peer_id"][:7] for p in others[:5])
             why = (f" — none of the {len(others)} known peer(s) ({names}) is advertising: they are stopped, "
                    "asleep or off this LAN; if one is running on this LAN, multicast may be blocked (Wi-Fi "
                    "isolation, VPN, Windows 'Public' network)")
@@ -336,10 +367,11 @@ async def doctor(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
           f"{len(live)} connected of {len(known)} known" + ("" if live else
                                                             "; nobody connected yet — see the checks above"))
     for p in known:
+        label = labels.get(p["peer_id"]) or p["peer_id"][:7]
         if p["revoked"]:
-            check(f"peer {p['name'] or p['peer_id'][:7]}", "warn", "revoked: refused on every link")
+            check(f"peer {label}", "warn", "revoked: refused on every link")
         elif p["state"] in ("error", "disconnected") and p["last_error"]:
-            check(f"peer {p['name'] or p['peer_id'][:7]}", "warn", f"{p['state']}: {p['last_error']}")
+            check(f"peer {label}", "warn", f"{p['state']}: {p['last_error']}")
     for peer_id, skew in sorted(net.presence.clock_skews().items()):
         if abs(skew) >= CLOCK_SKEW_WARNING_S:
             check(f"clock {peer_id[:7]}", "warn", f"clock differs from peer {peer_id[:7]} by {skew:+.1f} s: event "
@@ -378,7 +410,7 @@ async def session_part(ctx: Context, agent: str) -> dict[str, Any]:
     for watcher in (await who(ctx, {}))["watchers"]:
         if not watcher.get("agent") or watcher.get("daemon_silent"):
             continue
-        where = "here" if watcher.get("local") else ((watcher.get("daemon") or {}).get("name") or "a peer")
+        where = "here" if watcher.get("local") else ((watcher.get("daemon") or {}).get("label") or "a peer")
         entry = {"agent": watcher["agent"], "on": where, "worker": bool(watcher.get("worker"))}
         if entry not in watching:
             watching.append(entry)

@@ -4,7 +4,8 @@ Owns: the bounds on what strangers can make us hold before they prove anything (
 total and per host, a per-host accept rate, the hosts tracked), each hit logged once and counted;
 the TLS handshake as a server, which checks membership (a certificate from the palace CA); the
 hand-off of certificate-less joiners to enrolment while invites are pending (``invites_pending``,
-refreshed by ``refresh_invites``); and handing a member's authenticated stream to the link runner.
+refreshed by ``refresh_invites``), with the names the palace's daemons bear (``name_holder``: two
+never share one); and handing a member's authenticated stream to the link runner.
 A failure of ours on one incoming connection is logged with its traceback, counted in the runner's
 ``failures`` and closes that connection only.
 
@@ -14,6 +15,7 @@ Imports the link runner and enrolment; never the dialler, gossip or reports.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from pathlib import Path
 from typing import Final
@@ -66,6 +68,12 @@ class Admission:
         self._inbound = 0
         self._inbound_by_host: dict[str, int] = {}
         self._accepts_by_host: dict[str, list[float]] = {}
+        #: daemon name (casefolded) -> the peer id it was issued to, since start: a daemon enrolled a
+        #: moment ago may not have linked yet, so its certificate is not in the directory
+        self._names_issued: dict[str, str] = {}
+        #: local port -> set when the listener took it: this daemon's own test connections
+        #: (``probe_self``), closed at once without a word in the log
+        self._own_probes: dict[int, trio.Event] = {}
 
     def __repr__(self) -> str:
         return f"<Admission inbound={self._inbound} invites_pending={self.invites_pending}>"
@@ -130,11 +138,39 @@ class Admission:
                 self._inbound_by_host.pop(host, None)
             await trio.aclose_forcefully(tcp)
 
+    async def probe_self(self, host: str, port: int) -> None:
+        """Connect to our own listener at ``host``:``port`` and wait until it has taken the
+        connection (``palacectl doctor``'s check that the port accepts connections). The listener
+        knows it by its source port and closes it without a word: a stranger's connection that
+        says nothing is a warning in the log, our own test is not (issue 47).
+
+        Raises:
+            OSError: the connection failed. Never returns if something else answers on the port:
+                the caller bounds the wait (``fail_after``).
+        """
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = trio.socket.socket(family, socket.SOCK_STREAM)
+        with sock:
+            await sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", 0))
+            local_port = sock.getsockname()[1]
+            taken = self._own_probes[local_port] = trio.Event()
+            try:
+                await sock.connect((host, port))
+                await taken.wait()
+            finally:
+                self._own_probes.pop(local_port, None)
+
     async def _accept(self, tcp: trio.SocketStream) -> None:
         try:
-            remote = format_peer_address(*tcp.socket.getpeername()[:2])
+            peer = tcp.socket.getpeername()
+            remote = format_peer_address(*peer[:2])
         except OSError:
-            remote = "?"
+            peer, remote = None, "?"
+        probe = self._own_probes.pop(peer[1], None) if peer is not None else None
+        if probe is not None:
+            LOGGER.debug("our own test connection from %s (palacectl doctor): accepted and closed", remote)
+            probe.set()
+            return
         enrolling = self._enrol_ctx is not None and self.invites_pending
         stream = TlsStream(tcp, self._enrol_ctx if self._enrol_ctx is not None and enrolling else self._server_ctx,
                            server_side=True)
@@ -148,10 +184,12 @@ class Admission:
             return
         if cert is None:
             try:
-                await serve_enrolment(stream, self.store, ca_key=self._load_ca_key,
+                joined = await serve_enrolment(stream, self.store, ca_key=self._load_ca_key,
                                       ca_pem=self.membership.ca_cert_pem, palace_id=self.membership.palace_id,
                                       palace_name=self.membership.palace_name, remote=remote,
-                                      now=lambda: utc_datetime())
+                                      now=lambda: utc_datetime(), name_holder=self.name_holder)
+                if joined is not None:
+                    self._names_issued[joined.name.strip().casefold()] = joined.peer_id
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             finally:
@@ -159,6 +197,20 @@ class Admission:
                 await self.refresh_invites()
             return
         await self.runner.run(stream, cert, dialer=cert.peer_id, remote=remote)
+
+    def name_holder(self, name: str) -> str | None:
+        """The peer id of the member daemon bearing ``name`` (ignoring case, as hostnames do), None
+        if none does: this daemon, a certificate the directory holds, or one enrolled here since
+        start. A revoked daemon's name is free again (its machine may join anew)."""
+        key = name.strip().casefold()
+        directory = self.runner.directory
+        if self.membership.name.strip().casefold() == key:
+            return self.membership.peer_id
+        for cert in directory.certificates():
+            if cert.name.strip().casefold() == key and not directory.is_revoked(cert.peer_id):
+                return cert.peer_id
+        issued = self._names_issued.get(key)
+        return None if issued is None or directory.is_revoked(issued) else issued
 
     def _load_ca_key(self) -> Ed25519PrivateKey:
         return load_ca_key(self._home)

@@ -37,7 +37,7 @@ def _start_palace(fleet: Fleet, net: RoutedSubnets, daemons: list[Daemon]) -> No
     invite that names alpha's address and nothing else. Each is added to ``daemons`` once started."""
     alpha = fleet.start("alpha", prefix=net.exec_prefix(0), network_args=NETWORK_ARGS)
     daemons.append(alpha)
-    ctl_json(alpha.home, "init", "--name", "fleet-test", "--daemon-name", "alpha")
+    ctl_json(alpha.home, "init", "--palace-name", "fleet-test", "--daemon-name", "alpha")
     fleet.founder = alpha
     for index, name in enumerate(NAMES[1:], start=1):
         code = ctl_json(alpha.home, "invite", "--address", f"{net.addresses[0]}:{PORT}")["code"]

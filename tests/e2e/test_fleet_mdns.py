@@ -23,14 +23,14 @@ def test_daemons_find_each_other_by_mdns_and_replicate(daemon_factory, short_tmp
         in_one = {"prefix": ["ip", "netns", "exec", one], "network_args": ["--listen", "0.0.0.0:7437"]}
         in_two = {"prefix": ["ip", "netns", "exec", two], "network_args": ["--listen", "0.0.0.0:7437"]}
         a = fleet.start("alpha", **in_one)
-        ctl_json(a.home, "init", "--name", "fleet-test", "--daemon-name", "alpha")
+        ctl_json(a.home, "init", "--palace-name", "fleet-test", "--daemon-name", "alpha")
         fleet.founder = a
         b = fleet.enrol_offline("beta")  # what join writes, but no inviter address to dial
         b.prefix, b.extra_args = in_two["prefix"], ["--listen", "0.0.0.0:7437"]
         b.start()
         # A daemon of another palace beside beta, on another port: heard by mDNS, never dialled.
         stranger = fleet.start("stranger", prefix=in_two["prefix"], network_args=["--listen", "0.0.0.0:7438"])
-        ctl_json(stranger.home, "init", "--name", "elsewhere")
+        ctl_json(stranger.home, "init", "--palace-name", "elsewhere")
         try:
             wait_until(lambda: connected(a.home) == [peer_id(b.home)], "alpha and beta to connect by mDNS")
             sent = append(a.home, "found you")

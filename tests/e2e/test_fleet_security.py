@@ -108,7 +108,7 @@ def test_daemons_of_another_palace_cannot_connect(fleet):
     a = fleet.found("alpha")
     append(a.home, "private")
     other = fleet.start("other")
-    ctl_json(other.home, "init", "--name", "elsewhere")
+    ctl_json(other.home, "init", "--palace-name", "elsewhere")
     append(other.home, "theirs")
     ctl_json(other.home, "peers", "add", listen_address(a.home))
     wait_until(lambda: any(p["last_error"] for p in ctl_json(other.home, "peers")["peers"]), "the dial error")

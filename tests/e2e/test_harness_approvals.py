@@ -62,7 +62,7 @@ def test_a_launched_run_is_refused_by_policy_and_waits_for_a_persons_allow_from_
     """The run's machine (the user's daemon) joined a palace whose owner's daemon (alpha) holds
     human:ana: the question replicates there, ana answers there, the answer comes back."""
     alpha = daemon_factory(short_tmp / "alpha")
-    ctl_json(alpha.home, "init", "--name", "rig", "--daemon-name", "alpha")
+    ctl_json(alpha.home, "init", "--palace-name", "rig", "--daemon-name", "alpha")
     ctl_json(user.home, "join", ctl_json(alpha.home, "invite", "--role", "member")["code"], "--name", "laptop")
     agent, _, _ = user.configure(harness)
     shell, extra = SHELL[harness]

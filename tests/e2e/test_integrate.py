@@ -73,7 +73,7 @@ class Palace:
     def __init__(self, fleet: Fleet, net: RoutedSubnets, root: Path) -> None:
         self.alpha = fleet.start("alpha", prefix=net.exec_prefix(0), network_args=NETWORK_ARGS)
         self.started = [self.alpha]
-        ctl_json(self.alpha.home, "init", "--name", "integrate-test", "--daemon-name", "alpha")
+        ctl_json(self.alpha.home, "init", "--palace-name", "integrate-test", "--daemon-name", "alpha")
         fleet.founder = self.alpha
         code = ctl_json(self.alpha.home, "invite", "--address", f"{net.addresses[0]}:{PORT}")["code"]
         self.beta = fleet.start("beta", prefix=net.exec_prefix(1), network_args=NETWORK_ARGS)

@@ -29,7 +29,7 @@ def _forms(secret: bytes) -> list[str]:
 
 def test_no_secret_appears_in_any_log_line(fleet, tmp_path):
     alpha = fleet.start("alpha", extra_args=DEBUG)
-    ctl_json(alpha.home, "init", "--name", "secrets", "--daemon-name", "alpha")
+    ctl_json(alpha.home, "init", "--palace-name", "secrets", "--daemon-name", "alpha")
     fleet.founder = alpha
     codes = [ctl_json(alpha.home, "invite", "--role", role)["code"] for role in ("member", "observer")]
     beta = fleet.start("beta", extra_args=DEBUG)

@@ -26,7 +26,7 @@ def test_an_mdns_flood_is_bounded_and_logged_once(daemon_factory, short_tmp):
     with netns_pair("r", SUBNET) as (one, two):
         fleet = Fleet(daemon_factory, short_tmp)
         a = fleet.start("alpha", prefix=["ip", "netns", "exec", one], network_args=["--listen", "0.0.0.0:7437"])
-        ctl_json(a.home, "init", "--name", "flood-test", "--daemon-name", "alpha")
+        ctl_json(a.home, "init", "--palace-name", "flood-test", "--daemon-name", "alpha")
         palace = ctl_json(a.home, "status")["palace"]["palace_id"]
         rogue = subprocess.Popen(["ip", "netns", "exec", two, PYTHON, "-m", "tests.mdns_rogue", palace,
                                   str(MAX_TARGETS + 80), "6"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

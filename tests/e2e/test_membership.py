@@ -14,7 +14,7 @@ def test_init_creates_a_palace_and_status_reports_it(ctl, daemon):
     before = ctl("status", "--json").json()
     assert before["palace"] is None
     assert "palacectl init" in ctl("status").stdout
-    created = ctl("init", "--name", "lab", "--json")
+    created = ctl("init", "--palace-name", "lab", "--json")
     assert created.returncode == 0, created
     palace = created.json()
     assert palace["palace_id"].startswith("pal_") and palace["palace_name"] == "lab" and palace["role"] == "member"
@@ -30,7 +30,7 @@ def test_init_creates_a_palace_and_status_reports_it(ctl, daemon):
 
 def test_a_daemon_belongs_to_one_palace(ctl):
     assert ctl("init", "--json").returncode == 0
-    again = ctl("init", "--name", "second")
+    again = ctl("init", "--palace-name", "second")
     assert again.returncode == 1 and "already belongs to palace" in again.stderr
 
 

@@ -45,7 +45,7 @@ def test_the_founders_first_answer_just_works_and_a_question_to_anyone_says_how(
     yes` (as docs/questions.md prints it) answers as the person asked; a question to anyone asks
     for --as human:NAME, saying the first answer grants it here (not `agent transfer`)."""
     home = daemon.home
-    ctl_json(home, "init", "--name", "shop", "--daemon-name", "mac")
+    ctl_json(home, "init", "--palace-name", "shop", "--daemon-name", "mac")
     anyone = ctl_json(home, "ask", "Anyone there?", "--agent", "bot", "--to", "human:*", "--choices", "yes,no",
                       "--no-wait")
     refused = run_ctl(home, "answer", anyone["question_id"], "yes")

@@ -113,7 +113,7 @@ def test_room_turns_stay_out_of_the_inbox_and_session_start_names_a_members_room
 
 def test_the_dashboard_lists_rooms_and_shows_one_live(daemon):
     home = daemon.home
-    run_ctl(home, "init", "--name", "shop", "--daemon-name", "mac")
+    run_ctl(home, "init", "--palace-name", "shop", "--daemon-name", "mac")
     room_id = ctl_json(home, "room", "open", "orders API", "--project", "shop", "--from-agent", "alice",
                        "--agenda", "paging?")["room"]["room_id"]
     ctl_json(home, "room", "say", room_id, "--from-agent", "bob", "--body", "cursors")
@@ -133,7 +133,7 @@ def test_the_dashboard_lists_rooms_and_shows_one_live(daemon):
 @pytest.mark.slow
 def test_the_rooms_pages_in_a_browser_follow_a_room_live(daemon, browser_factory):
     home = daemon.home
-    run_ctl(home, "init", "--name", "shop", "--daemon-name", "mac")
+    run_ctl(home, "init", "--palace-name", "shop", "--daemon-name", "mac")
     room_id = ctl_json(home, "room", "open", "orders API", "--project", "shop", "--from-agent", "alice",
                        "--agenda", "paging?")["room"]["room_id"]
     ui = DashboardProcess(home, "--as", "ana")

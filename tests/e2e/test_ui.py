@@ -41,7 +41,7 @@ def dashboards(daemon: Any) -> Any:
 
 @pytest.fixture
 def ui(dashboards: Any, daemon: Any) -> DashboardProcess:
-    run_ctl(daemon.home, "init", "--name", "shop", "--daemon-name", "mac")
+    run_ctl(daemon.home, "init", "--palace-name", "shop", "--daemon-name", "mac")
     return dashboards("--as", "ana")
 
 
@@ -437,7 +437,7 @@ def test_bad_stream_filters_are_refused_before_the_stream_starts(ui, query, word
 
 
 def test_streams_beyond_the_cap_get_503_with_retry_after_and_a_closed_stream_frees_its_slot(dashboards, daemon, ctl):
-    run_ctl(daemon.home, "init", "--name", "shop")
+    run_ctl(daemon.home, "init", "--palace-name", "shop")
     ui = dashboards("--max-streams", "2")
     first, second = ui.stream(), ui.stream()
     assert first.status == second.status == 200
@@ -502,7 +502,7 @@ def test_bad_command_lines_and_a_missing_daemon_are_one_line_with_their_exit_cod
 
 
 def test_a_port_in_use_is_said_in_one_line(dashboards, daemon):
-    run_ctl(daemon.home, "init", "--name", "shop")
+    run_ctl(daemon.home, "init", "--palace-name", "shop")
     first = dashboards()
     result = run_ctl_process(daemon.home, "ui", "--no-browser", "--port", str(first.port), timeout=30)
     assert result.returncode == 1 and f"port {first.port} on 127.0.0.1 is in use" in result.stderr, result
@@ -510,7 +510,7 @@ def test_a_port_in_use_is_said_in_one_line(dashboards, daemon):
 
 
 def test_ctrl_c_stops_the_dashboard_with_130_and_removes_its_ui_file(dashboards, daemon):
-    run_ctl(daemon.home, "init", "--name", "shop")
+    run_ctl(daemon.home, "init", "--palace-name", "shop")
     ui = dashboards()
     assert (daemon.home / "ui.json").exists()
     with ui.stream() as stream:

@@ -144,7 +144,7 @@ def sign_in(driver: Any, ui: DashboardProcess) -> None:
 
 @pytest.fixture
 def single(daemon: Any) -> Iterator[DashboardProcess]:
-    run_ctl(daemon.home, "init", "--name", "shop", "--daemon-name", "mac")
+    run_ctl(daemon.home, "init", "--palace-name", "shop", "--daemon-name", "mac")
     ui = DashboardProcess(daemon.home, "--as", "ana")
     yield ui
     assert ui.stop() == 0, ui.output()

@@ -78,7 +78,7 @@ function nowSummary(data) {
     data.agents.map((a) => [
       h("span", {}, agent(a.agent), a.stale ? h("span", { class: "chip warn", title: "no activity for a long time" }, " stale") : "",
         a.impersonations ? h("span", { class: "chip bad" }, ` ${a.impersonations} impersonations`) : ""),
-      h("span", {}, a.daemon_name || "–", a.here ? h("span", { class: "muted small" }, " (here)") : ""),
+      h("span", {}, a.daemon_label || "–", a.here ? h("span", { class: "muted small" }, " (here)") : ""),
       a.watching ? h("span", { class: "chip ok", title: `seen by the daemon on ${(a.watching_on || []).join(", ")}` }, "watching")
         : h("span", { class: "chip warn" }, "not watching"),
       doing(a),

@@ -87,6 +87,7 @@ async def now(views: Views, request: Request) -> dict[str, Any]:
         events = page.get("events", [])
         rows.append({
             "agent": name, "kind": agent.get("kind"), "daemon_name": agent.get("daemon_name"),
+            "daemon_label": agent.get("daemon_label") or agent.get("daemon_name"),
             "here": agent.get("here"), "watching": agent.get("watching"), "watching_on": agent.get("watching_on"),
             "stale": agent.get("stale"), "last_activity": agent.get("last_activity"),
             "impersonations": agent.get("impersonations", 0),

@@ -25,13 +25,23 @@ __all__ = ["COMMANDS", "GROUPS", "doctor", "init", "invite", "join", "peers_app"
 peers_app = typer.Typer(help="See and manage the other daemons of the palace.", invoke_without_command=True)
 
 
+DaemonNameOpt = Annotated[Optional[str], typer.Option(
+    "--daemon-name", help="This daemon's name in the palace (default: the host name; on join, made distinct when "
+                          "another daemon bears it).")]
+
+
 def init(
-    name: Annotated[Optional[str], typer.Option(help="A name for the palace (default: this host's name).")] = None,
-    daemon_name: Annotated[Optional[str], typer.Option("--daemon-name", help="This daemon's name (default: host name).")] = None,
+    palace_name: Annotated[Optional[str], typer.Option(
+        "--palace-name", help="A name for the palace (default: the host name).")] = None,
+    daemon_name: DaemonNameOpt = None,
+    name: Annotated[Optional[str], typer.Option("--name", hidden=True)] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Create a new palace with this daemon as its first member."""
-    result = call_daemon("init", name=name, daemon_name=daemon_name)
+    if name is not None:  # issue 47: it named the palace here and the daemon on join
+        raise UsageProblem("--name is now two options: --palace-name NAME for the palace, --daemon-name NAME for "
+                           "this daemon")
+    result = call_daemon("init", palace_name=palace_name, daemon_name=daemon_name)
     emit(result, json_, f"Created palace {result['palace_id']} ({result['palace_name']})\n"
                         f"  this daemon: {result['peer_id']} ({result['name']}, {result['role']})\n"
                         f"  listening on {', '.join(result['listen']) or '-'}\n"
@@ -115,7 +125,9 @@ def join(
              "and shell history).")] = None,
     code_file: Annotated[Optional[Path], typer.Option(
         "--code-file", help="Read the invite code from this file (mode 600: the code is a secret).")] = None,
-    name: Annotated[Optional[str], typer.Option(help="This daemon's name (default: host name).")] = None,
+    daemon_name: DaemonNameOpt = None,
+    # Before issue 47 the daemon's name; on join it can mean nothing else, so it still works.
+    name: Annotated[Optional[str], typer.Option("--name", hidden=True)] = None,
     address: Annotated[Optional[str], typer.Option(
         help="Reach the inviter at this HOST:PORT instead of the one in the code.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Return only once caught up with the palace's log.")] = False,
@@ -128,11 +140,16 @@ def join(
     code = _invite_code(code, code_file)
     if not code:
         raise UsageProblem("the invite code is empty; pass the code printed by `palacectl invite`")
-    result = call_daemon("join", code=code, name=name, address=address)
+    if name is not None and daemon_name is not None:
+        raise UsageProblem("pass --daemon-name NAME only (--name is its old spelling)")
+    result = call_daemon("join", code=code, daemon_name=daemon_name or name, address=address)
     if not json_:
         write_stdout(f"Joined palace {result['palace_id']} ({result['palace_name']}) as {result['role']}\n"
                      f"  this daemon: {result['peer_id']} ({result['name']})\n"
                      f"  listening on {', '.join(result['listen']) or '-'}\n")
+        if result.get("renamed_from"):
+            note(f"This daemon is named {result['name']}: another daemon of the palace is named "
+                 f"{result['renamed_from']} already.")
     # A bar on a terminal; without one, --wait prints its own plain lines (see _follow_catch_up).
     bar = output.ProgressBar("catching up", enabled=sys.stderr.isatty() and not json_)
     if wait or bar.enabled:
@@ -206,7 +223,8 @@ def who(json_: JsonOpt = False) -> None:
         output.table_header("AGENT", "DAEMON", "SINCE", "WATCHING")
     for w in result["watchers"]:
         daemon = w.get("daemon") or {}
-        where = "here" if w.get("local") else (daemon.get("name") or (daemon.get("peer_id") or "?")[:7])
+        where = "here" if w.get("local") else (daemon.get("label") or daemon.get("name")
+                                                  or (daemon.get("peer_id") or "?")[:7])
         if not w.get("local") and w.get("daemon_silent"):
             where += f" (silent since {w['daemon_last_heard']})"
         worker = w.get("worker")

@@ -46,9 +46,10 @@ function fleetView(data) {
     const sick = n.health && n.health.ok === false;
     const cls = `node${n.self ? " me" : ""}${sick ? " sick" : ""}${n.revoked ? " revoked" : ""}${n.silent ? " silent" : ""}`;
     graph.append(s("g", { class: cls },
-      s("title", { text: `${n.name || n.peer_id}: ${n.self ? "this daemon" : n.state}${sick ? " — " + (n.health.problems || []).join("; ") : ""}` }),
+      s("title", { text: `${n.label || n.peer_id}: ${n.self ? "this daemon" : n.state}${sick ? " — " + (n.health.problems || []).join("; ") : ""}` }),
       s("circle", { cx: p.x, cy: p.y, r: 26 }),
-      s("text", { x: p.x, y: p.y + 4, "text-anchor": "middle", text: (n.name || n.peer_id || "?").slice(0, 10) }),
+      // A name two daemons share is drawn with the short id that tells them apart (label: "vm (MFZWI3D)").
+      s("text", { x: p.x, y: p.y + 4, "text-anchor": "middle", text: (n.label || n.peer_id || "?").slice(0, n.label !== n.name ? 20 : 10) }),
       s("text", { x: p.x, y: p.y + 44, "text-anchor": "middle", class: "small", text: n.self ? "here" : n.revoked ? "revoked" : (n.state || "") })));
   }
   parts.push(h("div", { class: "grid2" },
@@ -58,7 +59,7 @@ function fleetView(data) {
     h("section", { class: "panel", "aria-label": "Daemons" }, h("h2", {}, "Daemons"), table(
       ["daemon", "state", "behind", "last contact", "health"],
       nodes.map((n) => [
-        h("span", {}, h("strong", {}, n.name || "?"), n.self ? " (here)" : "", h("div", { class: "mono small muted" }, (n.peer_id || "").slice(0, 15) + "…"),
+        h("span", {}, h("strong", {}, n.label || "?"), n.self ? " (here)" : "", h("div", { class: "mono small muted" }, (n.peer_id || "").slice(0, 15) + "…"),
           n.role === "observer" ? h("span", { class: "chip info" }, "observer") : ""),
         n.revoked ? h("span", { class: "chip bad" }, "revoked") : h("span", { class: "chip" }, n.self ? "self" : n.state || "–"),
         n.self ? "–" : `${n.we_lack ?? "?"} we lack / ${n.they_lack ?? "?"} they lack`,
@@ -76,7 +77,7 @@ function fleetView(data) {
   const agents = data.watchers.filter((w) => w.agent);
   const anonymous = data.watchers.length - agents.length;
   parts.push(panel(`Watching now (${agents.length})`, agents.length ? table(["agent", "on", "since", "doing"],
-    agents.map((w) => [agent(w.agent), w.local ? "here" : ((w.daemon || {}).name || "?") + (w.daemon_silent ? " (silent)" : ""),
+    agents.map((w) => [agent(w.agent), w.local ? "here" : ((w.daemon || {}).label || (w.daemon || {}).name || "?") + (w.daemon_silent ? " (silent)" : ""),
       time(w.since), w.worker ? [`worker: ${(w.worker.tasks || []).join(", ") || "idle"}`,
         w.worker.held ? h("div", { class: "small" }, h("span", { class: "chip warn" }, "held"), ` ${w.worker.held}`) : null,
         w.worker.permissions ? h("div", { class: "small muted" }, `runs may: ${w.worker.permissions}`) : null]

@@ -1,7 +1,7 @@
 """The fleet feature's dashboard part: the Fleet page's data (``page.js`` draws it).
 
 Owns the route ``GET /api/fleet``: the daemons of the palace as a graph — this one, its peers,
-and what the others report of their own links — with forks and watchers, over the daemon's
+and what the others report of their own links, each named apart (``label``) — with forks and watchers, over the daemon's
 ``status``, ``peers``, ``who`` and ``fleet`` (``palacectl.ui.views.Route``); and
 ``daemons_by_origin``, which daemon an origin belongs to (the timeline's proof of an event uses it).
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
+
+from palace_proto.fleet import daemon_labels
 
 from ...ui.http import Request
 from ...ui.views import Route, Views, gather
@@ -78,6 +80,10 @@ async def fleet(views: Views, request: Request) -> dict[str, Any]:
     daemon_of = daemons_by_origin(reports)
     forks = [{**fork, "daemon": (daemon_of.get(fork.get("origin")) or {}).get("name")}
              for fork in peers.get("forks", [])]
+    # Cloned machines share a hostname: a name two daemons bear is shown with each one's short id.
+    labels = daemon_labels({peer_id: node.get("name") or "" for peer_id, node in nodes.items()})
+    for peer_id, node in nodes.items():
+        node["label"] = labels[peer_id]
     return {
         "self": me, "nodes": list(nodes.values()), "edges": list(edges.values()),
         "forks": forks, "watchers": who.get("watchers", []),
