@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 from collections.abc import Collection
 from importlib import resources
 from pathlib import Path
@@ -61,6 +62,8 @@ _END_RE: Final = re.compile(b"^" + re.escape(END_MARKER.encode()), re.MULTILINE)
 InstallResult = Literal["replaced", "appended", "unchanged"]
 RulesTools = Literal["both", "cli", "mcp"]
 RULES_TOOLS: Final = ("both", "cli", "mcp")
+# Why 100: the template's own line length, so an added paragraph reads as part of it.
+RULES_WIDTH: Final = 100
 # "`palacectl list` (MCP `mempalace_event_list`)" and "… (MCP `mempalace_event_ack`, status `claimed`)"
 _BOTH_NAMES_RE: Final = re.compile(r"`(?P<command>palacectl [^`]+)`\s+\(MCP `(?P<tool>mempalace_\w+)`(?P<rest>[^)]*)\)")
 
@@ -89,7 +92,11 @@ def render_rules(agent_id: str, tools: RulesTools = "both", offered: Collection[
     Args:
         agent_id: the agent's stable identity, a single token like ``mac-claude``; surrounding
             whitespace is stripped. The id also lands inside an HTML comment, which is why
-            anything beyond letters, digits, '.', '_' and '-' is refused.
+            anything beyond letters, digits, '.', '_' and '-' is refused. A
+            ``host:harness:project`` id (``win:claude:shop``) also gets a paragraph after the
+            first that tells the agent how to compose its id in another project
+            (``win:claude:<project>``), as MemPalace's block does, and the start marker names
+            ``rules --host --harness --project``.
         tools: which names the rules use where the template offers both (written as a command
             followed by "(MCP tool …)"): ``mcp`` for a harness wired to
             ``palacectl mcp``, ``cli`` for one that runs commands, ``both`` as written.
@@ -108,6 +115,14 @@ def render_rules(agent_id: str, tools: RulesTools = "both", offered: Collection[
     """
     agent = validate_agent_token(agent_id, "--agent")
     body = load_template().replace(PLACEHOLDER, agent).rstrip("\n")
+    command = f"palacectl rules --agent {agent}"
+    if ":" in agent:  # host:harness:project (validated): one id per project, composed by the agent
+        host, harness, project = agent.split(":")
+        heading, _, rest = body.partition("\n\n")
+        first, _, others = rest.partition("\n\n")
+        body = "\n\n".join([heading, first, _project_ids(host, harness, project), others])
+        command = f"palacectl rules --host {host} --harness {harness} --project {project}"
+
     def named(m: re.Match[str]) -> str:
         if tools == "cli" or (offered is not None and m["tool"] not in offered):
             return f"`{m['command']}`"
@@ -115,10 +130,22 @@ def render_rules(agent_id: str, tools: RulesTools = "both", offered: Collection[
 
     body = _BOTH_NAMES_RE.sub(named, body)
     start = (
-        f"{START_MARKER_PREFIX} (rendered by `palacectl rules --agent {agent}`; "
+        f"{START_MARKER_PREFIX} (rendered by `{command}`; "
         "edit rules/shared_brain_rules.md, then re-render) -->"
     )
     return f"{start}\n\n{body}\n\n{END_MARKER}\n"
+
+
+def _project_ids(host: str, harness: str, project: str) -> str:
+    """How an agent with a ``host:harness:project`` id (MemPalace RFC 005) composes its id for
+    another project: the paragraph that follows the template's first (who you are)."""
+    return textwrap.fill(f"Your id is host:harness:project: `{host}:{harness}:{project}` is harness `{harness}` on host "
+            f"`{host}`, working in project `{project}`. One id per project: every session in a project "
+            f"shares it, and you keep it for good there. Working in another project, compose your id for it "
+            f"before its first palace call: `{host}:{harness}:<project>`, `<project>` being that project's "
+            "stable lowercase name (e.g. its repository's folder; letters, digits, '.', '_', '-'), and use "
+            f"it wherever this block says `{host}:{harness}:{project}`.", width=RULES_WIDTH,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def install_rules(path: Path, block: str) -> InstallResult:

@@ -85,7 +85,7 @@ __all__ = [
     "BUDGET_TYPE", "BUDGET_KEYS", "BY_FIELDS", "CUSTOM_PREFIX", "DEFAULT_WARN_AT", "MAX_COST_USD", "MAX_DURATION_S",
     "MAX_FINAL_CHARS", "MAX_SCAN_CHARS", "MAX_TOKENS", "MAX_TURNS", "STATES", "USAGE_TYPE", "AgentBudget", "Breach",
     "Budgets", "Record", "Spending", "Total", "Usage", "blocking", "check_usage_metadata", "final_text",
-    "judge_budgets", "parse_budgets", "parse_claude", "parse_codex", "parse_custom_line", "parse_gemini",
+    "format_usd", "judge_budgets", "parse_budgets", "parse_claude", "parse_codex", "parse_custom_line", "parse_gemini",
     "parse_opencode", "parse_usage", "record_from_event", "cost_micros", "spending", "total_of", "totals",
     "usage_metadata",
 ]
@@ -864,8 +864,23 @@ class Total:
                 "unpriced_runs": self.unpriced_runs}
 
     def __repr__(self) -> str:
-        cost = "?" if self.cost_micros is None else f"${self.cost_usd:.2f}" + ("+" if self.unpriced_runs else "")
+        cost = "?" if self.cost_usd is None else format_usd(self.cost_usd) + ("+" if self.unpriced_runs else "")
         return f"<Total {self.by}={self.key} runs={self.runs} tokens={self.tokens} cost={cost}>"
+
+
+def format_usd(value: float) -> str:
+    """A cost for a person, the same in the CLI, notifications and the dashboard (its ``usd()`` in
+    palacectl/ui/static/app.js): cents from a cent up (``$1,234.56``); below a cent four decimals,
+    rounded down so a fraction never reads as a whole cent (``$0.0040``, not ``$0.01``); below a
+    hundredth of a cent ``<$0.0001``; nothing spent ``$0.00``."""
+    micros = round(value * _MICROS)
+    if micros <= 0:
+        return "$0.00"
+    if micros < _MICROS // 10_000:
+        return "<$0.0001"
+    if micros < _MICROS // 100:
+        return f"${micros // 100 / 10_000:.4f}"
+    return f"${micros / _MICROS:,.2f}"
 
 
 def cost_micros(usage: Usage) -> int | None:
@@ -1105,7 +1120,7 @@ class Breach:
     def describe(self) -> str:
         """One line for a person (a notification, a ``blocked`` reply, ``who``)."""
         def figure(value: float) -> str:
-            return f"${value:,.2f}" if self.unit == "usd" else f"{value:,} tokens"
+            return format_usd(value) if self.unit == "usd" else f"{value:,} tokens"
 
         whose = {"agent": f"agent {self.subject}", "task": f"task {self.subject}", "palace": "the palace"}[self.scope]
         per = {"agent": f"daily budget ({self.window})", "task": "budget", "palace": f"monthly budget ({self.window})"}

@@ -157,11 +157,15 @@ async def search(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         candidates = dict.fromkeys([*bm25, *(d for d in vector if cosine[d] >= floor)])
         ranked = sorted(((d, hybrid_score(cosine.get(d), bm25.get(d))) for d in candidates), key=lambda p: -p[1])
     by_id = {h["drawer_id"]: h for h in keyword} | {d: drawers[d] for d in vector}
+    # A drawer the worker has not embedded yet is found by its words alone: its score says
+    # nothing of its meaning (0.000 for a common word), so the hit says it is pending.
+    pending = indexer.not_embedded(d for d, _ in ranked[:limit] if d not in cosine)
     hits = []
     for drawer_id, score in ranked[:limit]:
         hit = dict(by_id[drawer_id])
         hit["score"] = round(score, 6)
         hit["similarity"] = round(cosine[drawer_id], 4) if drawer_id in cosine else None
+        hit["embedded"] = drawer_id not in pending
         hits.append(hit)
     timings["total_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return {"query": query, "results": hits, "count": len(hits), "mode": mode,

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
@@ -116,6 +117,11 @@ class VectorIndex:
     def keys(self) -> set[int]:
         with self._lock:
             return set(self._keys)
+
+    def holds(self, key: int) -> bool:
+        """Whether the index has a vector for ``key`` (without copying every key, as ``keys`` does)."""
+        with self._lock:
+            return key in self._keys
 
     def add(self, keys: list[int], vectors: np.ndarray) -> None:
         import numpy as np  # imported on use: a daemon without drawers never pays for numpy
@@ -450,6 +456,13 @@ class MemoryIndexer:
 
     def close(self) -> None:
         self._model_thread.shutdown(wait=False, cancel_futures=True)
+
+    def not_embedded(self, drawer_ids: Iterable[str]) -> set[str]:
+        """Those of ``drawer_ids`` with no vector in the index yet (the worker has not reached them)."""
+        index = self.index
+        if index is None:
+            return set(drawer_ids)
+        return {d for d in drawer_ids if not index.holds(vector_key(d))}
 
     async def search(self, query: str, k: int, timings: dict[str, float] | None = None) -> list[tuple[str, float]]:
         """(drawer id, cosine) of the nearest drawers; empty when vectors are unavailable.

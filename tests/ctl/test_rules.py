@@ -229,6 +229,24 @@ def test_render_wraps_the_body_in_marker_lines() -> None:
     assert out.endswith(END_MARKER + "\n") and not out.endswith("\n\n")
 
 
+def test_a_host_harness_project_id_is_told_how_to_compose_its_id_in_another_project() -> None:
+    """Guards issue 47 §1.6: MemPalace 3.11's block for ``--host H --harness N --project P`` tells the
+    agent to build ``H:N:<project>`` for another project; palace's named only the one id."""
+    out = render_rules("win:claude:shop")
+    assert out.split("\n")[0].startswith(
+        "<!-- palace-shared-brain:start (rendered by `palacectl rules --host win --harness claude --project shop`;")
+    paragraphs = out.split("\n\n")
+    told = " ".join(paragraphs[3].split())  # after the marker, the heading and who you are
+    assert told.startswith("Your id is host:harness:project: `win:claude:shop`")
+    assert "Working in another project, compose your id for it" in told and "`win:claude:<project>`" in told
+    assert max(len(line) for line in paragraphs[3].splitlines()) <= 100
+    # Everything else is the template, as for any id; a flat id gets no such paragraph.
+    body = out.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
+    assert body.replace(paragraphs[3] + "\n\n", "", 1) == \
+        load_template().replace("<AGENT_ID>", "win:claude:shop").rstrip("\n")
+    assert "compose your id" not in render_rules("mac-claude")
+
+
 def test_render_fills_the_placeholder_everywhere() -> None:
     out = render_rules("linux-bob.claude_2")
     assert "<AGENT_ID>" not in out

@@ -166,3 +166,27 @@ async def test_the_worker_switches_to_ivf_once_the_backlog_is_embedded(tmp_path)
             nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+async def test_a_hit_not_embedded_yet_says_so_rather_than_score_zero(tmp_path):
+    """Guards issue 47 §1.6: a drawer the worker had not embedded yet showed ``score 0.000`` (its
+    common words score ~0); its hit now says it is not embedded, one that is embedded says so."""
+    from palaced.features import memory
+    from palaced.features.memory import MemoryState
+    from palaced.features.memory_vectors import vector_key
+    from tests.daemon.handler_context import open_context
+
+    async with open_context(tmp_path / "home") as ctx:
+        embedder = WordEmbedder()
+        indexer = ctx.state(MemoryState).indexer = MemoryIndexer(ctx.store, ctx.bus, embedder, tmp_path)
+        indexer.index = VectorIndex(tmp_path, embedder.name, embedder.dim)
+        done = await memory.memory_add(ctx, {"wing": "w", "room": "r", "content": "the cat sleeps on the router",
+                                             "added_by": "a"})
+        waiting = await memory.memory_add(ctx, {"wing": "w", "room": "r", "content": "the router reboots at night",
+                                                "added_by": "a"})
+        indexer.index.add([vector_key(done["drawer_id"])], embedder.embed(["the cat sleeps on the router"]))
+        indexer._keys_to_ids[vector_key(done["drawer_id"])] = done["drawer_id"]
+        hits = {h["drawer_id"]: h for h in (await memory.search(ctx, {"query": "the router"}))["results"]}
+        assert hits[done["drawer_id"]]["embedded"] is True
+        assert hits[waiting["drawer_id"]]["embedded"] is False and hits[waiting["drawer_id"]]["similarity"] is None
+        indexer.close()

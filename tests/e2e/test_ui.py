@@ -178,7 +178,7 @@ def test_pages_give_their_json(ui, ctl, daemon):
     [today] = ui.get_json("/api/now")["usage_today"]
     assert (today["key"], today["runs"], today["tokens_in"], today["cost_usd"]) == ("linux-codex", 1, 1200, 0.04)
     board = ui.get_json("/api/tasks")
-    assert [c["name"] for c in board["columns"]] == ["open", "claimed", "stalled", "delivered", "applied", "failed", "blocked"]
+    assert [c["name"] for c in board["columns"]] == ["open", "claimed", "stalled", "ready", "applied", "failed", "blocked"]
     assert [t["title"] for t in board["columns"][1]["tasks"]] == ["Add the orders table"]
     task = ui.get_json(f"/api/task/{cid}")
     assert task["task"]["state"] == "claimed" and task["task"]["card"]["title"] == "Add the orders table"

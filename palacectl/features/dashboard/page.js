@@ -70,7 +70,7 @@ function nowSummary(data) {
   if (usage.length) {
     parts.push(panel("Runs today (usage)", table(["agent", "runs", "tokens in", "tokens out", "cost"], usage.map((u) => [
       agent(u.key), String(u.runs), String(u.tokens_in), String(u.tokens_out),
-      u.cost_usd === null ? "unknown" : `$${u.cost_usd.toFixed(2)}${u.unpriced_runs ? "+" : ""}`])),
+      u.cost_usd === null ? "unknown" : `${usd(u.cost_usd)}${u.unpriced_runs ? "+" : ""}`])),
       h("p", { class: "small" }, h("a", { href: "#/usage?by=agent&since=today" }, "Usage and budgets →"))));
   }
   parts.push(panel(`Agents (${data.agents_total})`, data.agents.length ? table(

@@ -75,8 +75,10 @@ def search(
     if not result["results"]:
         note("Nothing found.")
     for hit in result["results"]:
+        # Not embedded yet: its score is its words' alone (0.000 for common ones), not a judgement.
+        score = f"score {hit['score']:.3f}" if hit.get("embedded", True) else "score pending (not embedded yet)"
         write_stdout(f"{hit['drawer_id']}  {hit['wing']}/{hit['room']}  {hit['filed_at'][:10]}  "
-                     f"score {hit['score']:.3f}\n{hit['content'].rstrip()}\n\n")
+                     f"{score}\n{hit['content'].rstrip()}\n\n")
 
 
 @kg_app.command("add")

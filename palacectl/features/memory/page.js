@@ -22,7 +22,7 @@ async function pageMemory(page, route) {
       const data = await api(`/api/memory/search${query({ q: q.value.trim(), wing: wing.value.trim(), room: room.value.trim(), mode: mode.value })}`);
       fill(results, data.results.length ? h("ol", { class: "events" }, data.results.map((r) => h("li", {},
         h("div", { class: "row" }, h("a", { href: `#/drawer/${encodeURIComponent(r.drawer_id)}` }, `${r.wing} / ${r.room}`),
-          h("span", { class: "muted small" }, `score ${Number(r.score).toFixed(3)} · ${r.added_by || "?"} · ${ago(r.filed_at)}`)),
+          h("span", { class: "muted small" }, `${r.embedded === false ? "score pending (not embedded yet)" : `score ${Number(r.score).toFixed(3)}`} · ${r.added_by || "?"} · ${ago(r.filed_at)}`)),
         h("pre", { class: "body" }, (r.content || "").slice(0, 600))))) : empty("Nothing in the palace matches."));
     } catch (error) { showError(results, error); }
   });

@@ -115,7 +115,7 @@ function dependencyGraph(graph, current) {
   }
   for (const n of graph.nodes) {
     const p = pos[n.correlation_id];
-    const shown = STATES[n.state] || n.state;
+    const shown = n.state;
     const link = s("a", { href: `#/task/${encodeURIComponent(n.correlation_id)}`, class: `node${n.correlation_id === current ? " me" : ""}` },
       s("title", { text: `${n.title} (${shown})` }),
       s("rect", { x: p.x, y: p.y, width: W, height: H, rx: 8 }),

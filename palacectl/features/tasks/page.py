@@ -18,9 +18,10 @@ from .request import GIT_FIELDS
 
 __all__ = ["BOARD_COLUMNS", "ROUTES", "task", "task_card", "tasks"]
 
-#: The task board's columns, in order, and the task states each shows (palace_proto.tasks).
+#: The task board's columns, in order, and the task states each shows (palace_proto.tasks). A column
+#: is named by the state it shows, in the CLI's word (``ready``: a delivered patch awaits review).
 BOARD_COLUMNS: Final = (
-    ("open", ("open",)), ("claimed", ("claimed",)), ("stalled", ("stalled",)), ("delivered", ("ready",)),
+    ("open", ("open",)), ("claimed", ("claimed",)), ("stalled", ("stalled",)), ("ready", ("ready",)),
     ("applied", ("applied",)), ("failed", ("failed",)), ("blocked", ("blocked", "superseded")),
 )
 

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Final, Optional
 
 import typer
 
+from palace_proto.usage import format_usd
+
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home
 from ...files import ConfigUnreadable, read_config
 from ...output import EXIT_FAILED, emit, write_stdout
@@ -30,7 +32,7 @@ def _budgets_table() -> Any:
 def _cost(total: dict[str, Any]) -> str:
     if total["cost_usd"] is None:
         return "?"
-    return f"${total['cost_usd']:.2f}" + ("+" if total["unpriced_runs"] else "")
+    return format_usd(total["cost_usd"]) + ("+" if total["unpriced_runs"] else "")
 
 
 def usage(

@@ -14,11 +14,6 @@ const BUDGET_CHIPS = { ok: "ok", warn: "warn", over: "bad" };
 
 function count(n) { return Number(n || 0).toLocaleString("en-US"); }
 
-function usd(value) {
-  const n = Number(value);
-  // Below a cent a run's cost still shows (a short run of a small model costs fractions of one).
-  return n > 0 && n < 0.01 ? `$${n.toFixed(4)}` : `$${n.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
-}
 
 function costOf(total) {
   if (total.cost_usd === null || total.cost_usd === undefined) {

@@ -39,7 +39,15 @@ from typing import Any, Final
 from palace_proto.errors import ValidationError
 from palace_proto.paths import CONFIG_FILENAME
 from palace_proto.stamps import format_stamp
-from palace_proto.usage import MAX_MACHINE_CHARS, USAGE_TYPE, final_text, parse_budgets, parse_usage, usage_metadata
+from palace_proto.usage import (
+    MAX_MACHINE_CHARS,
+    USAGE_TYPE,
+    final_text,
+    format_usd,
+    parse_budgets,
+    parse_usage,
+    usage_metadata,
+)
 
 from ...client import Client, DaemonUnreachable
 from ...files import ConfigUnreadable
@@ -746,7 +754,7 @@ class Launch:
             if any(e["type"] == USAGE_TYPE and e["from_agent"] == self.agent and e["created_at"] >= self._run_started
                    for e in events):
                 return
-            cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else ""
+            cost = f", {format_usd(usage.cost_usd)}" if usage.cost_usd is not None else ""
             client.call("append", type=USAGE_TYPE, stream=self.request["stream"], room=self.request["room"],
                         from_agent=self.agent, correlation_id=self.cid, metadata=metadata,
                         body=f"{self.agent} ({self.runner}) used {usage.tokens_in} tokens in, {usage.tokens_out} out"

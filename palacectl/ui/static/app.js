@@ -20,7 +20,6 @@
 const CSRF = document.querySelector('meta[name="csrf-token"]').getAttribute("content");
 const REFRESH_MS = 400;
 const PAGE_SIZE = 50;
-const STATES = { ready: "delivered" };
 
 // -- building the page (text only) ---------------------------------------------------------------
 
@@ -92,8 +91,20 @@ function agent(id) {
   return h("span", { class: "agent" }, id);
 }
 
+// A cost as the CLI prints it (palace_proto.usage.format_usd): cents from a cent up; below a cent four
+// decimals rounded down ($0.0040, never $0.01 for a fraction of one); below that <$0.0001.
+function usd(value) {
+  const micros = Math.round(Number(value) * 1e6);
+  if (!(micros > 0)) return "$0.00";
+  if (micros < 100) return "<$0.0001";
+  if (micros < 10000) return `$${(Math.floor(micros / 100) / 10000).toFixed(4)}`;
+  return `$${(micros / 1e6).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+}
+
+// One word per state, the protocol's (palace_proto.tasks), as `palacectl task` prints it: `ready` is a
+// delivered patch waiting for review (issue 47: the dashboard said "delivered" where the CLI said "ready").
 function stateChip(state) {
-  const shown = STATES[state] || state || "unknown";
+  const shown = state || "unknown";
   return h("span", { class: `chip state-${shown}` }, shown);
 }
 
