@@ -44,11 +44,13 @@ from .errors import ValidationError
 from .event_fields import PublicEvent
 from .identity import HUMAN_PREFIX, check_agent_id, is_human, order_key
 from .ids import artifact_id_for_sha256
+from .question_grants import REVOKE
 from .stamps import STAMP_RE, add_seconds, seconds_between
 
 __all__ = [
     "ANSWER", "ASK", "ANYONE", "DEFAULT_TIMEOUT_S", "MAX_APPROVAL_ARGUMENT_CHARS", "MAX_APPROVAL_INLINE_BYTES",
-    "MAX_APPROVAL_INPUT_BYTES", "MAX_APPROVAL_TOOL_CHARS", "MAX_CHOICES", "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S",
+    "MAX_APPROVAL_INPUT_BYTES", "MAX_APPROVAL_REASON_CHARS", "MAX_APPROVAL_TOOL_CHARS", "REVOKE", "MAX_CHOICES",
+    "MAX_CHOICE_CHARS", "MAX_TIMEOUT_S",
     "MIN_TIMEOUT_S", "QUESTION_ROOM", "QUESTION_STREAM", "MAX_ANSWERS_PER_ORIGIN", "AskTerms", "QuestionState",
     "approval_marker", "approval_sha256", "ask_metadata", "asks_approval", "is_approval", "check_addressee",
     "check_approval", "check_approval_marker", "check_choices", "check_timeout", "match_choice", "settle",
@@ -83,6 +85,11 @@ MAX_APPROVAL_INLINE_BYTES: Final = 4096
 # Why 1 MiB: what a person can be asked to read whole before one click (the dashboard shows it on
 # the page); a longer request cannot be shown whole, so it is refused, never cut.
 MAX_APPROVAL_INPUT_BYTES: Final = 1 << 20
+# Why 300 characters: the run's own reason for a call (Claude Code's Bash ``description``), one
+# line a person reads beside the command.
+MAX_APPROVAL_REASON_CHARS: Final = 300
+# Why 2,000 characters: a shape is a command's words or a path (proto/grants.py, MAX_SHAPE_CHARS).
+_MAX_SHAPE_CHARS: Final = 2000
 _SHA256_RE: Final = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -169,10 +176,12 @@ def check_approval(approval: Any) -> dict[str, str] | None:
     """
     if approval is None:
         return None
-    if not isinstance(approval, Mapping) or set(approval) - {"tool", "argument", "input"}:
-        raise ValidationError("approval must be {tool, argument, input}: the harness tool a run asks to use, what "
-                              "on, and the whole request a person is shown", field="approval")
+    if not isinstance(approval, Mapping) or set(approval) - {"tool", "argument", "input", "shape", "reason"}:
+        raise ValidationError("approval must be {tool, argument, input} (and optionally shape, reason): the harness "
+                              "tool a run asks to use, what on, and the whole request a person is shown",
+                              field="approval")
     tool, argument = _check_tool_and_argument(approval)
+    extras = _check_shape_and_reason(approval)
     text = approval.get("input")
     if not isinstance(text, str) or not text:
         raise ValidationError("approval.input must be the whole request as text: a person answers what they are "
@@ -184,7 +193,26 @@ def check_approval(approval: Any) -> dict[str, str] | None:
     if size > MAX_APPROVAL_INPUT_BYTES:
         raise ValidationError(f"approval.input is {size} bytes; a person is shown at most {MAX_APPROVAL_INPUT_BYTES} "
                               "bytes whole", field="approval.input")
-    return {"tool": tool, "argument": argument, "input": text, "input_sha256": approval_sha256(text)}
+    return {"tool": tool, "argument": argument, "input": text, "input_sha256": approval_sha256(text), **extras}
+
+
+def _check_shape_and_reason(approval: Mapping[str, Any]) -> dict[str, str]:
+    """The optional ``shape`` (what a grant is bound to: proto/grants.py) and ``reason`` (the run's
+    own words for the call) of an approval, checked."""
+    out: dict[str, str] = {}
+    shape, reason = approval.get("shape"), approval.get("reason")
+    if shape is not None:
+        if not isinstance(shape, str) or not 0 < len(shape) <= _MAX_SHAPE_CHARS or "\x00" in shape:
+            raise ValidationError(f"approval.shape must be text of 1 to {_MAX_SHAPE_CHARS} characters",
+                                  field="approval.shape")
+        out["shape"] = shape
+    if reason is not None:
+        if not isinstance(reason, str) or len(reason) > MAX_APPROVAL_REASON_CHARS or not reason.isprintable():
+            raise ValidationError(f"approval.reason must be one line of at most {MAX_APPROVAL_REASON_CHARS} "
+                                  "characters", field="approval.reason")
+        if reason:
+            out["reason"] = reason
+    return out
 
 
 def approval_marker(approval: Mapping[str, str], *, inline: bool) -> dict[str, str]:
@@ -192,6 +220,7 @@ def approval_marker(approval: Mapping[str, str], *, inline: bool) -> dict[str, s
     ``{tool, argument, input_sha256}`` and either ``input`` (the whole request, ``inline``) or
     ``input_artifact``, the artifact holding it (its id is its sha256's, so it is the same text)."""
     marker = {"tool": approval["tool"], "argument": approval["argument"], "input_sha256": approval["input_sha256"]}
+    marker.update((key, approval[key]) for key in ("shape", "reason") if key in approval)
     if inline:
         marker["input"] = approval["input"]
     else:
@@ -209,11 +238,12 @@ def check_approval_marker(marker: Any) -> dict[str, str] | None:
     """
     if marker is None:
         return None
-    if not isinstance(marker, Mapping) or set(marker) - {"tool", "argument", "input_sha256", "input", "input_artifact"}:
+    if not isinstance(marker, Mapping) or set(marker) - {"tool", "argument", "input_sha256", "input", "input_artifact",
+                                                         "shape", "reason"}:
         raise ValidationError("approval must be {tool, argument, input_sha256, input or input_artifact}",
                               field="approval")
     tool, argument = _check_tool_and_argument(marker)
-    checked = {"tool": tool, "argument": argument}
+    checked = {"tool": tool, "argument": argument, **_check_shape_and_reason(marker)}
     digest = marker.get("input_sha256")
     if digest is None:
         if "input" in marker or "input_artifact" in marker:
@@ -399,7 +429,7 @@ def settle(question: PublicEvent, answers: Iterable[PublicEvent],
 # -- the feature's declaration (palace_proto.features puts every feature's together) ----------------
 
 #: the local API's operations of questions
-OPS: Final = frozenset({"ask", "answer", "questions"})
+OPS: Final = frozenset({"ask", "answer", "questions", "grants", "revoke_grant"})
 NAMESPACE: Final = "question."
 # Why 16 answers per origin per question: a person answers once, and may correct a slip; more
 # from one daemon is a flood meant to bury the real answer (issue 43, finding 5).
@@ -418,7 +448,13 @@ RULES: Final[tuple[Rule, ...]] = (
          "the question (ack_of), not before it was asked nor after it expires; one of its choices (a question "
          "to human:* is asked of every proven person)",
          "the earliest answer that counts settles the question; only answers that can count are read, "
-         "each daemon's first few per question",
+         "each daemon's first few per question; an allow of an approval may carry a grant (metadata.grant: its "
+         "task, agent or project, for a stated time) that allows later requests of exactly its shape",
          written_by="answer (palacectl answer)", per_origin=MAX_ANSWERS_PER_ORIGIN,
          test="tests/e2e/test_authority.py::test_junk_answers_never_hide_the_persons_answer"),
+    Rule("question.revoke", (REVOKE,), (), "question", frozenset({ASKED_PERSON}),
+         "the answer that granted (ack_of): an allow carrying a grant wider than its call",
+         "ends the grant on every replica from then on; calls it allowed before stay allowed",
+         written_by="revoke_grant (palacectl grant revoke)",
+         test="tests/e2e/test_grants.py::test_a_revocation_counts_only_from_a_person_the_question_asked"),
 )

@@ -17,7 +17,9 @@ import trio
 
 from palace_proto.errors import ApiError, ValidationError
 from palace_proto.event_fields import PublicEvent, reply_to, thread
+from palace_proto.fleet import daemon_labels
 from palace_proto.identity import is_human
+from palace_proto.question_grants import MAX_GRANT_S, REVOKE, Grant, check_grant, check_shape, grants_in_force
 from palace_proto.questions import (
     ANSWER,
     ANYONE,
@@ -39,8 +41,9 @@ from palace_proto.questions import (
     match_choice,
     settle,
 )
-from palace_proto.stamps import seconds_between
+from palace_proto.stamps import add_seconds, seconds_between
 from palace_proto.tasks import derive_task
+from palace_proto.text import printable
 from palace_proto.validation import AppendRequest, ListQuery, clean_optional, clean_required
 
 from ..clock import utc_now
@@ -52,12 +55,15 @@ from ..store import questions as store_questions
 from ..store.aio import HEAVY_ARTIFACT_BYTES
 from ..store.questions import QuestionReads
 
-__all__ = ["FEATURE", "OPS", "held_people", "proven_person", "settled"]
+__all__ = ["FEATURE", "OPS", "held_people", "in_force", "machine_labels", "proven_person", "settled"]
 
 # Why 500: the page a waiting ``ask`` reads from the bus after each wake (as ``wait`` does).
 _PAGE: Final = 500
 # Why 200: a person's list of questions; older ones are in the log (``list --type question.ask``).
 MAX_QUESTIONS: Final = 200
+# Why 200: the grants a palace's people give in a week (each an allow they chose to widen); past
+# that the oldest are not read, and their calls are asked again (never allowed by a grant unread).
+MAX_GRANTS_READ: Final = 200
 
 
 def proven_person(ctx: Context, event: PublicEvent) -> bool:
@@ -76,6 +82,16 @@ def held_people(ctx: Context) -> list[str]:
     """The person ids this daemon holds now (whom it may answer as, and notify)."""
     agents = ctx.store.agents
     return sorted(agent for agent in agents.records if is_human(agent) and agents.holds(agent))
+
+
+def machine_labels(ctx: Context) -> dict[str, str]:
+    """origin -> the machine (daemon) that writes it, as a person tells the palace's daemons apart:
+    where a question was asked, read from who signed it (never from what it says)."""
+    names = ctx.network.views.peer_names() if ctx.network is not None else {}
+    if ctx.membership is not None:
+        names[ctx.membership.peer_id] = ctx.membership.name
+    labels = daemon_labels(names)
+    return {origin: labels[peer] for origin, peer in ctx.store.agents.origin_daemons.items() if peer in labels}
 
 
 async def _question(ctx: Context, event_id: Any) -> PublicEvent:
@@ -156,6 +172,9 @@ async def ask(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     if args.get("question_id") is not None:
         question = await _question(ctx, args.get("question_id"))
     else:
+        granted = await _granted(ctx, args)
+        if granted is not None:
+            return granted
         question = await _write_question(ctx, args)
     # The tip before reading the answers: one committed after it is seen by the loop below.
     cursor = ctx.bus.latest_seq
@@ -199,9 +218,14 @@ async def _write_question(ctx: Context, args: Mapping[str, Any]) -> PublicEvent:
         whole = None if "input" in marker else text
     routing = thread(args.get("stream") or QUESTION_STREAM, args.get("room") or QUESTION_ROOM,
                      args.get("correlation_id"), topic=args.get("topic"))
+    metadata = ask_metadata(choices, utc_now(), timeout_s, marker)
+    if marker is not None and ctx.membership is not None:
+        # The machine the run asks from, for the notification's title (a person's phone has no
+        # roster to look it up in); the dashboard and the CLI name it from who signed the question.
+        metadata["asked_on"] = printable(ctx.membership.name, 64)
     req = AppendRequest.from_wire({
         **routing, "type": ASK, "from_agent": clean_required("from_agent", args.get("from_agent")), "to_agent": to,
-        "body": args.get("body"), "metadata": ask_metadata(choices, utc_now(), timeout_s, marker),
+        "body": args.get("body"), "metadata": metadata,
         "artifact_ids": [marker["input_artifact"]] if marker is not None and whole is not None else [],
     }, ctx.limits)
     if is_human(req.from_agent):
@@ -269,8 +293,17 @@ async def answer(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     choice = match_choice(state.terms, text)
     if choice is None:
         raise ValidationError(f"{text!r} is not one of the choices: {', '.join(state.terms.choices or ())}", field="text")
-    req = AppendRequest.from_wire({**reply_to(question), "type": ANSWER, "from_agent": person, "body": choice},
-                                  ctx.limits)
+    grant = check_grant(args.get("grant"), args.get("for_s"))
+    if grant is not None:
+        if state.approval is None or choice != "allow":
+            raise ValidationError("a grant widens an allow of a run's permission request: answer allow to an approval "
+                                  "question, or leave --grant out", field="grant")
+        if not state.approval.get("shape"):
+            raise ValidationError("this request can be allowed for this call only: palace cannot tell which later "
+                                  "calls are the same (several commands in one line, or words it cannot read); "
+                                  "leave --grant out", field="grant")
+    req = AppendRequest.from_wire({**reply_to(question), "type": ANSWER, "from_agent": person, "body": choice,
+                                   "metadata": {"grant": grant} if grant is not None else None}, ctx.limits)
     written = await ctx.store.write(lambda w: append_event(w, req))
     state = await _settled(ctx, question)
     return {"answer": written, "won": state.answer is not None and state.answer.get("id") == written["id"],
@@ -303,15 +336,109 @@ async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
         filters["to_agents"] = sorted({to, "human:*"})
     asked = await ctx.store.list_events(ListQuery.from_wire(filters))
     out = []
+    machines = machine_labels(ctx)
     for state in await settled(ctx, asked):
         if status is None or state.status == status:
-            out.append(state.to_wire())
+            out.append({**state.to_wire(), "machine": machines.get(state.question.get("origin"))})
         if len(out) >= limit:
             break
     return {"questions": out, "count": len(out)}
 
 
-OPS: Final = {"ask": ask, "answer": answer, "questions": questions}
+async def _task_project(ctx: Context, cid: Any, now: str) -> str | None:
+    """The project of the task ``cid`` names (its request's stream ``project/NAME``), if known here."""
+    if not isinstance(cid, str) or not cid:
+        return None
+    daemons = ctx.store.agents.origin_daemons
+    events = ctx.store.agents.annotate(await ctx.store.events_by_correlation(cid))
+    view = derive_task(cid, events, now=now, daemon_of=lambda origin: daemons.get(origin) or origin)
+    stream = view["request"].get("stream") if view is not None else None
+    return stream.removeprefix("project/") if isinstance(stream, str) and stream.startswith("project/") else None
+
+
+async def in_force(ctx: Context, now: str) -> list[Grant]:
+    """The grants in force here at ``now`` (``palace_proto.question_grants``): from the newest answers that
+    carry one (a week's, at most MAX_GRANTS_READ), settled with their questions, less those a
+    person revoked."""
+    reads = ctx.store.reads(QuestionReads)
+    answers = await reads.grant_answers(add_seconds(now, -MAX_GRANT_S), MAX_GRANTS_READ)
+    if not answers:
+        return []
+    asked = []
+    for question_id in dict.fromkeys(a.get("ack_of") for a in answers):
+        event = await ctx.store.get_event(question_id) if isinstance(question_id, str) else None
+        if event is not None and event.get("type") == ASK:
+            asked.append(event)
+    states = await settled(ctx, asked)
+    projects = {cid: await _task_project(ctx, cid, now)
+                for cid in dict.fromkeys(q.get("correlation_id") for q in asked)}
+    revokes = ctx.store.agents.annotate(
+        await reads.revocations([str(a["id"]) for a in answers], MAX_ANSWERS_PER_ORIGIN))
+    return grants_in_force([(state, projects.get(state.question.get("correlation_id"))) for state in states],
+                           revokes, lambda e: proven_person(ctx, e), now)
+
+
+async def _granted(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The reply to an approval a grant in force covers (no question is written), else None."""
+    approval = args.get("approval")
+    if not isinstance(approval, Mapping) or approval.get("shape") is None:
+        return None
+    shape = check_shape(approval.get("shape"))
+    checked = check_approval(approval)  # a malformed request is refused as it would be when asked
+    assert checked is not None
+    now = utc_now()
+    agent = clean_required("from_agent", args.get("from_agent"))
+    task = args.get("correlation_id") if isinstance(args.get("correlation_id"), str) else None
+    project = await _task_project(ctx, task, now)
+    for grant in await in_force(ctx, now):
+        if grant.covers(shape, agent=agent, task=task, project=project, now=now):
+            return {"question_id": None, "status": "granted", "timed_out": False, "asked_by": agent,
+                    "correlation_id": task, "grant": grant.to_wire(),
+                    "approval": {"shape": shape, "input_sha256": checked["input_sha256"]},
+                    "answer": {"by": grant.by, "text": "allow", "event_id": grant.answer_id}}
+    return None
+
+
+async def grants(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The grants in force here now, newest first."""
+    found = await in_force(ctx, utc_now())
+    return {"grants": [g.to_wire() for g in found], "count": len(found)}
+
+
+async def revoke_grant(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
+    """End a grant: a ``question.revoke`` of the answer that gave it, written as a person this
+    daemon holds whom its question asked (``as``; by default the one it holds)."""
+    ctx.require_writer()
+    answer_id = clean_required("answer_id", args.get("answer_id"))
+    now = utc_now()
+    grant = next((g for g in await in_force(ctx, now) if g.answer_id == answer_id), None)
+    if grant is None:
+        raise ApiError(f"no grant in force was given by answer {answer_id} (`palacectl grant list` shows them)",
+                       code="not_found")
+    question = await _question(ctx, grant.question_id)
+    held = held_people(ctx)
+    person = clean_optional("as", args.get("as"))
+    to = question.get("to_agent")
+    if person is None:
+        fits = [p for p in held if to in (ANYONE, p)]
+        if len(fits) != 1:
+            raise ValidationError("say who revokes: --as human:NAME" +
+                                  (f" (this daemon holds {', '.join(held)})" if held else
+                                   " (this daemon holds no person's id)"), field="as")
+        person = fits[0]
+    if not is_human(person) or person not in held:
+        raise ApiError(f"{person} is not a person this daemon holds, so the revocation would not count; revoke from "
+                       "the daemon holding a person the question asked", code="forbidden")
+    if to not in (ANYONE, person):
+        raise ApiError(f"the grant answered a question to {to}: only {to} revokes it", code="forbidden")
+    req = AppendRequest.from_wire({**reply_to(await ctx.event_or_404(answer_id)), "type": REVOKE,
+                                   "from_agent": person, "body": f"{person} revokes the grant of {answer_id}"},
+                                  ctx.limits)
+    written = await ctx.store.write(lambda w: append_event(w, req))
+    return {"revoked": grant.to_wire(), "event": written}
+
+
+OPS: Final = {"ask": ask, "answer": answer, "questions": questions, "grants": grants, "revoke_grant": revoke_grant}
 
 
 # -- the feature's declaration --------------------------------------------------------------------
@@ -323,6 +450,12 @@ def _inbox_also(agent: str) -> tuple[str, ...]:
 
 def _question_title(event: PublicEvent) -> str:
     to = " to anyone" if event.get("to_agent") == ANYONE else ""
+    if is_approval(event):
+        metadata = event.get("metadata") or {}
+        machine = metadata.get("asked_on") if isinstance(metadata.get("asked_on"), str) else None
+        task = event.get("correlation_id")
+        return (f"Approval{to} for {event.get('from_agent')}" + (f" on {preview(machine, 40)}" if machine else "")
+                + (f" (task {preview(str(task), 60)})" if task else ""))
     return f"Question{to} from {event.get('from_agent')}"
 
 
@@ -339,5 +472,6 @@ def _choices_hint(event: PublicEvent) -> str:
 TRIGGERS: Final = (Trigger("question", lambda e: e.get("type") == ASK, _question_title, _choices_hint,
                            addressed_only=True),)
 
-FEATURE: Final = Feature(name="questions", ops=OPS, builds_on=("tasks",), inbox_also=_inbox_also, store=store_questions.PART,
+FEATURE: Final = Feature(name="questions", ops=OPS, builds_on=("tasks", "fleet"), inbox_also=_inbox_also,
+                         store=store_questions.PART,
                          triggers=TRIGGERS)

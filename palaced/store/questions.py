@@ -18,6 +18,7 @@ import apsw
 from palace_proto.authority import Rule
 from palace_proto.event_fields import PublicEvent
 from palace_proto.identity import is_human
+from palace_proto.question_grants import REVOKE
 from palace_proto.questions import ANSWER, ASK, MAX_ANSWERS_PER_ORIGIN, settle
 from palace_proto.validation import AppendRequest
 
@@ -33,14 +34,17 @@ if TYPE_CHECKING:
 __all__ = ["PART", "QuestionReads", "judge", "person_answers"]
 
 
-def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origin: int) -> list[PublicEvent]:
+def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origin: int,
+                   kind: str = ANSWER) -> list[PublicEvent]:
     """The answers to each of ``question_ids`` that can count: written as a person's id, each
     origin's first ``per_origin`` (by created_at, then id) per question — the ones
     ``palace_proto.questions.settle`` judges (issue 43, finding 5). Index seeks only (schema 0014):
     one per origin that answered, then one page of ``per_origin`` rows each, whatever an origin
-    wrote besides; a question's answers never share a cap with another's."""
+    wrote besides; a question's answers never share a cap with another's. ``kind``: the type read
+    (``question.revoke``: the revocations of grants, acknowledging their answers, read the same way)."""
+    assert kind in (ANSWER, REVOKE), kind
     found: list[PublicEvent] = []
-    person = f"type='{ANSWER}' AND from_agent >= 'human:' AND from_agent < 'human;'"
+    person = f"type='{kind}' AND from_agent >= 'human:' AND from_agent < 'human;'"
     for question_id in dict.fromkeys(question_ids):
         origins = [o for (o,) in conn.execute(
             f"WITH RECURSIVE seen(o) AS (SELECT min(origin) FROM events WHERE {person} AND ack_of=?1 "
@@ -55,6 +59,20 @@ def person_answers(conn: apsw.Connection, question_ids: Sequence[str], per_origi
 
 def _person_answers(reads: Reads, question_ids: Sequence[str], per_origin: int) -> list[PublicEvent]:
     return person_answers(reads.db.reader(), question_ids, per_origin)
+
+
+def _grant_answers(reads: Reads, since: str, limit: int) -> list[PublicEvent]:
+    """The newest ``limit`` answers written as a person's id since ``since`` that carry a grant
+    (``palace_proto.question_grants``), newest first."""
+    rows = reads.db.reader().execute(
+        f"SELECT {PUBLIC_COLUMNS} FROM events WHERE type='{ANSWER}' AND from_agent >= 'human:' AND "
+        "from_agent < 'human;' AND created_at >= ? AND json_extract(metadata, '$.grant') IS NOT NULL "
+        "ORDER BY created_at DESC, id DESC LIMIT ?", (since, limit)).fetchall()
+    return [row_to_public(r) for r in rows]
+
+
+def _revocations(reads: Reads, answer_ids: Sequence[str], per_origin: int) -> list[PublicEvent]:
+    return person_answers(reads.db.reader(), answer_ids, per_origin, REVOKE)
 
 
 def judge(ctx: WriteContext, req: AppendRequest, rule: Rule, draft: PublicEvent) -> str | None:
@@ -94,6 +112,8 @@ class QuestionReads(ReadSet):
     """The questions' reads on the async store (``store.reads(QuestionReads)``), on a reader thread."""
 
     person_answers = StoreRead(_person_answers)
+    grant_answers = StoreRead(_grant_answers)
+    revocations = StoreRead(_revocations)
 
 
 #: the questions' part of the store (parts.py)

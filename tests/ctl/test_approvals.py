@@ -48,11 +48,13 @@ def test_the_question_names_what_the_policy_left_open_and_carries_the_whole_requ
     whole = request_text(("web_fetch", {"prompt": "https://docs.python.org/3/ https://x.io"}))
     assert json.loads(whole) == {"tool_name": "web_fetch", "tool_input": {"prompt": "https://docs.python.org/3/ "
                                                                                     "https://x.io"}}
-    assert question.approval == {"tool": "WebFetch", "argument": "https://x.io", "input": whole}
+    shape = "WebFetch: https://docs.python.org/3/\nWebFetch: https://x.io"  # every call: a grant is bound to all
+    assert question.approval == {"tool": "WebFetch", "argument": "https://x.io", "input": whole, "shape": shape}
     assert question.input_sha256 == hashlib.sha256(whole.encode()).hexdigest()
     assert question.ask_args() == {"from_agent": "linux-gemini", "to": "human:ana", "body": question.body,
                                    "choices": list(ASK_CHOICES), "timeout_s": 120, "correlation_id": "task_7",
-                                   "approval": {"tool": "WebFetch", "argument": "https://x.io", "input": whole}}
+                                   "approval": {"tool": "WebFetch", "argument": "https://x.io", "input": whole,
+                                                "shape": shape}}
     odd = question_for(POLICY, [("mcp\u202e_tool", {"a": 1})], agent="a", task=None)
     assert odd.approval["tool"] == "mcp\\u202e_tool" and odd.approval["argument"] == '{"a":1}'
     assert "\u202e" not in odd.approval["input"] and "\\u202e" in odd.approval["input"]  # nothing hides in it

@@ -70,10 +70,11 @@ def test_the_gemini_hook_decides_by_policy_or_waits_for_a_person_and_refuses_wit
     [question] = wait_until(lambda: ctl_json(home, "questions", "--status", "open")["questions"],
                             "the hook's question to show")
     assert question["to"] == "human:ana" and question["correlation_id"] == task
-    assert question["question"] == f"{AGENT} asks to run Bash: make deploy\n(task {task})\nallow or deny?"
+    assert question["question"] == f"{AGENT} asks to run Bash: make deploy\nwhy: a command\n(task {task})\nallow or deny?"
     whole = request_text(("run_shell_command", {"command": "make deploy", "description": "a command"}))
     assert question["approval"] == {"tool": "Bash", "argument": "make deploy", "input": whole,
-                                    "input_sha256": hashlib.sha256(whole.encode()).hexdigest()}
+                                    "input_sha256": hashlib.sha256(whole.encode()).hexdigest(),
+                                    "shape": "Bash: make deploy", "reason": "a command"}  # the run's own words
     assert question["choices"] == ["allow", "deny"]
     waiting = ctl_json(home, "task", "show", task)
     assert waiting["waiting_for_approval"] is True and waiting["waiting_for_person"] is True, waiting
@@ -129,7 +130,7 @@ def test_a_request_too_long_for_the_question_is_shown_whole_from_an_artifact_and
     whole = request_text(("run_shell_command", {"command": command, "description": "a command"}))
     digest = hashlib.sha256(whole.encode()).hexdigest()
     assert approval == {"tool": "Bash", "argument": approval["argument"], "input_sha256": digest,
-                        "input_artifact": "art_" + digest[:32]}
+                        "input_artifact": "art_" + digest[:32], "reason": "a command"}  # two commands: no shape
     assert len(approval["argument"]) == 1000 and approval["argument"].endswith("…")
     [asked] = ctl_json(home, "list", "--type", "question.ask")["events"]
     assert asked["artifact_ids"] == [approval["input_artifact"]]

@@ -224,6 +224,7 @@ ATTACKS: dict[str, Attack | str] = {
 DELEGATED: dict[str, str] = {
     "question.approval": "tests/e2e/test_authority.py::test_an_approval_on_anothers_task_is_flagged_and_waits_for_nobody",
     "question.answer": "tests/e2e/test_authority.py::test_junk_answers_never_hide_the_persons_answer",
+    "question.revoke": "tests/e2e/test_grants.py::test_a_revocation_counts_only_from_a_person_the_question_asked",
 }
 
 

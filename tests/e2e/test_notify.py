@@ -388,3 +388,30 @@ def test_a_patch_waiting_for_a_persons_review_is_notified_with_the_command_that_
     things = [t for r in receiver.at("/generic") for t in r["json"]["things"]]
     assert [(t["kind"], cids[0] in t["title"]) for t in things] == [("review", True)]
     assert things[0]["hint"] == f"palacectl review {cids[0]} --approve --as human:ana"
+
+
+def test_an_approval_is_notified_with_who_asks_on_which_machine_for_which_task_and_why(daemon_factory, short_tmp,
+                                                                                         receiver, tmp_path):
+    """Issue 47 §3.2: the notification of a run's permission request says whose run asks, on which
+    machine, on which task, and the run's own reason (the question's why line)."""
+    from palacectl.features.approvals.approvals import Question, first_step
+    from palacectl.features.approvals.permission_policy import PermissionPolicy
+
+    home = configure(short_tmp / "solo", "\n".join([
+        '[notify]\ngroup_window = "1s"\n', '[notify.people.ana]\nchannels = ["generic"]\n',
+        webhook("generic", receiver.url("/generic"))]))
+    daemon_factory(home)
+    ctl_json(home, "init", "--palace-name", "shop", "--daemon-name", "box")
+    ctl_json(home, "agent", "register", "human:ana")  # held here: this daemon tells her
+    cid = ctl_json(home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bot", "--goal",
+                   "Test it", "--branch", "main", "--base-commit", "a" * 40, "--done", "d")["task"]["correlation_id"]
+    ctl_json(home, "task", "claim", cid, "--agent", "bot")
+    step = first_step(PermissionPolicy.from_config({"permissions": {"ask_to": "human:ana"}}, None),
+                      [("Bash", {"command": "npm publish", "description": "Publish the release"})],
+                      agent="bot", task=cid, worktree=tmp_path)
+    assert isinstance(step, Question)
+    api(home, "ask", **step.ask_args(), wait=False)
+    wait_until(lambda: receiver.requests, "the notification")
+    (thing,) = [t for r in receiver.at("/generic") for t in r["json"]["things"]]
+    assert thing["kind"] == "question" and thing["title"] == f"Approval for bot on box (task {cid})", thing
+    assert "why: Publish the release" in thing["preview"], thing

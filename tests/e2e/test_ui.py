@@ -227,6 +227,36 @@ def test_a_question_is_answered_from_the_now_page_and_ends_the_askers_wait(ui, d
     assert again.status >= 400 and b"already answered" in again.body
 
 
+def test_an_approval_is_allowed_for_its_task_from_the_now_page_and_the_grant_revoked_there(ui, daemon, tmp_path):
+    """Issue 47 §3.1, §3.2: an approval on the Now page names who asks, on which machine and why;
+    ana allows it for the task (a grant bound to its shape), sees the grant in force, and revokes it."""
+    from palacectl.features.approvals.approvals import Question, first_step
+    from palacectl.features.approvals.permission_policy import PermissionPolicy
+
+    cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bot",
+                   "--goal", "Test it", "--branch", "main", "--base-commit", "a" * 40, "--done", "d")["task"]["correlation_id"]
+    ctl_json(daemon.home, "task", "claim", cid, "--agent", "bot")
+    step = first_step(PermissionPolicy.from_config({}, None), [("Bash", {"command": "npm test", "description": "Run it"})],
+                      agent="bot", task=cid, worktree=tmp_path)
+    assert isinstance(step, Question)
+    api(daemon.home, "ask", **step.ask_args(), wait=False)
+    [question] = wait_until(lambda: ui.get_json("/api/now")["questions"], "the approval on the Now page")
+    assert (question["machine"], question["approval"]["reason"], question["approval"]["shape"]) == (
+        "mac", "Run it", "Bash: npm test")
+    doc = {"question_id": question["question_id"], "text": "allow", "grant": "task", "for_s": 3600}
+    assert ui.post_message({**doc, "grant": "galaxy"}, path="/api/answer").status == 400
+    answered = ui.post_message(doc, path="/api/answer")
+    assert answered.status == 200 and answered.json()["won"] is True, answered
+    [grant] = ui.get_json("/api/now")["grants"]
+    assert (grant["scope"], grant["task"], grant["shape"], grant["by"]) == ("task", cid, "Bash: npm test", "human:ana")
+    assert api(daemon.home, "ask", **step.ask_args(), wait=False)["status"] == "granted"
+    assert ui.post_message({"answer_id": grant["answer_id"]}, path="/api/grant/revoke", csrf=False).status == 403
+    assert ui.post_message({"answer_id": grant["answer_id"], "as": "human:root"}, path="/api/grant/revoke").status == 400
+    assert ui.post_message({"answer_id": grant["answer_id"]}, path="/api/grant/revoke").status == 200
+    assert ui.get_json("/api/now")["grants"] == []
+    assert api(daemon.home, "ask", **step.ask_args(), wait=False)["status"] == "open"
+
+
 def test_the_merge_queue_shows_a_patch_in_review_and_the_person_approves_it_there(ui, daemon):
     """Issue 46: a task whose patch waits for ana's review is "in review" on the Merge queue; ana
     approves it from the page (CSRF token required, her id, never one the request names), and it

@@ -337,6 +337,43 @@ def test_an_approval_waits_apart_on_now_and_on_its_task_page(single, daemon, bro
     assert console_errors(driver) == []
 
 
+def test_an_approval_says_who_asks_where_and_why_and_is_allowed_for_its_task_then_revoked(single, daemon,
+                                                                                       browser_factory, tmp_path):
+    """Issue 47 §3.1, §3.2: the approval names its agent, the machine it asks from and the run's
+    own reason; "this task" beside allow makes a grant, listed under "Grants in force" with a
+    Revoke button that ends it."""
+    from palacectl.features.approvals.approvals import Question, first_step
+    from palacectl.features.approvals.permission_policy import PermissionPolicy
+
+    cid = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bot",
+                   "--branch", "main", "--base-commit", "abcdef1", "--goal", "test it", "--done", "d")["task"]["correlation_id"]
+    ctl_json(daemon.home, "task", "claim", cid, "--agent", "bot")
+    step = first_step(PermissionPolicy.from_config({}, None), [("Bash", {"command": "npm test",
+                                                                         "description": "Run the suite"})],
+                      agent="bot", task=cid, worktree=tmp_path)
+    assert isinstance(step, Question)
+    api(daemon.home, "ask", **step.ask_args(), wait=False)
+    machine = api(daemon.home, "questions")["questions"][0]["machine"]
+    driver = browser_factory()
+    sign_in(driver, single)
+    open_page(driver, single, "now")
+    wait_for(driver, lambda d: "why: Run the suite" in text_of(d), "the approval with its reason")
+    if machine:
+        assert f"on {machine}" in text_of(driver)
+    scope = driver.find_element("css selector", "#approvals select.grant-scope")
+    scope.find_element("css selector", "option[value=task]").click()
+    wait_for(driver, lambda d: [b for b in d.find_elements("css selector", "#approvals button.answer-choice")
+                                if b.text == "allow" and b.is_enabled()], "allow, once the whole request is shown")
+    [allow] = [b for b in driver.find_elements("css selector", "#approvals button.answer-choice") if b.text == "allow"]
+    allow.click()
+    wait_until(lambda: api(daemon.home, "grants")["grants"], "the grant")
+    wait_for(driver, lambda d: d.find_elements("css selector", "#grants li.grant"), "the grant on Now")
+    assert "Bash: npm test" in text_of(driver)
+    driver.find_element("css selector", "#grants button.grant-revoke").click()
+    wait_until(lambda: api(daemon.home, "grants")["grants"] == [], "the revocation")
+    assert console_errors(driver) == []
+
+
 def test_the_usage_page_judges_the_budgets_sums_the_runs_and_follows_new_ones(single, browser_factory):
     """Issue 28 part 4: #/usage shows this machine's budgets with their state and the daemon's line,
     the totals (a cost no run reported as "unknown", never $0) with each task linked, what they are

@@ -229,6 +229,22 @@ def _registry_case(kind, by_ca):
     return case
 
 
+def _revoke_counts() -> bool:
+    """A grant in force, then the person asked revokes it: in force no more."""
+    from palace_proto.question_grants import REVOKE, grants_in_force
+    from palace_proto.questions import ask_metadata, settle
+    approval = {"tool": "Bash", "argument": "npm test", "input_sha256": "0" * 64, "input": "x", "shape": "Bash: npm test"}
+    question = {"id": "evt_q", "type": ASK, "from_agent": "bot", "to_agent": "human:ana", "created_at": _at(0),
+                "correlation_id": "task_t", "metadata": ask_metadata(("allow", "deny"), _at(0), 600)}
+    question["metadata"]["approval"] = {**approval, "input_sha256": __import__("hashlib").sha256(b"x").hexdigest()}
+    answer = {"id": "evt_a", "type": ANSWER, "from_agent": "human:ana", "ack_of": "evt_q", "body": "allow",
+              "created_at": _at(5), "origin": "o1", "metadata": {"grant": {"scope": "task", "for_s": 3600}}}
+    state = settle(question, [answer], lambda a: True, _at(10))
+    before = grants_in_force([(state, None)], [], lambda e: True, _at(10))
+    revoke = {"id": "evt_r", "type": REVOKE, "from_agent": "human:ana", "ack_of": "evt_a", "created_at": _at(11)}
+    return len(before) == 1 and grants_in_force([(state, None)], [revoke], lambda e: True, _at(12)) == []
+
+
 def _answer_counts() -> bool:
     from palace_proto.questions import ask_metadata, settle
     question = {"id": "evt_q", "type": ASK, "from_agent": "bot", "to_agent": "human:ana", "created_at": _at(0),
@@ -269,6 +285,7 @@ ALLOWED: dict[tuple[str, str], Any] = {
     ("question.approval", CLAIMANT): _task_case(
         [_request(), _claim("bob", 5)], _ev(ASK, "bob", 9, to="human:*", metadata={"approval": {"tool": "Bash"}})),
     ("question.answer", authority.ASKED_PERSON): lambda: _answer_counts(),
+    ("question.revoke", authority.ASKED_PERSON): lambda: _revoke_counts(),
     ("room.open", ANY_AGENT): lambda: derive_room(ROOM_ID, [_OPENING]) is not None,
     ("room.message", ANY_AGENT): lambda: _room_counts([_OPENING, m := _room_event(2, ROOM_MESSAGE, "zed", "hi",
                                                                                  origin="o_zed")], m),

@@ -50,6 +50,7 @@ from palace_proto.errors import ApiError, ProtocolError
 from palace_proto.questions import (
     MAX_APPROVAL_ARGUMENT_CHARS,
     MAX_APPROVAL_INPUT_BYTES,
+    MAX_APPROVAL_REASON_CHARS,
     MAX_APPROVAL_TOOL_CHARS,
     approval_sha256,
 )
@@ -58,9 +59,10 @@ from palace_proto.text import printable
 from ...client import Client, DaemonUnreachable
 from ...files import ConfigUnreadable, read_config
 from .permission_policy import Decision, PermissionPolicy, PolicyError, main_argument
+from .shapes import shape_of
 
 __all__ = ["ALLOW", "ASK_CHOICES", "Call", "Question", "Unshowable", "Verdict", "answer_verdict", "ask_failed",
-           "first_step", "judge", "load_policy", "policy_unreadable", "question_for", "real_path", "request",
+           "first_step", "judge", "load_policy", "policy_unreadable", "question_for", "real_path", "reason_of", "request",
            "request_text", "worktree_of"]
 
 #: one tool call as the policy judges it: the tool's name in the policy's vocabulary, and its input
@@ -99,9 +101,12 @@ class Question:
     timeout_s: int
     task: str | None
     input_sha256: str
+    #: what a person's grant would be bound to (``shapes.shape_of``); None: this call only
+    shape: str | None = None
 
     def ask_args(self) -> dict[str, Any]:
-        """The arguments of the daemon's ``ask`` operation (it waits for the answer or the timeout)."""
+        """The arguments of the daemon's ``ask`` operation (it waits for the answer or the timeout;
+        a grant in force that covers the request's shape answers at once)."""
         return {"from_agent": self.asked_by, "to": self.to, "body": self.body, "choices": list(ASK_CHOICES),
                 "timeout_s": self.timeout_s, "correlation_id": self.task, "approval": dict(self.approval)}
 
@@ -202,9 +207,26 @@ def question_for(policy: PermissionPolicy, calls: Sequence[Call], *, agent: str,
     pending = pending or list(calls)
     tool = pending[0][0]
     argument = printable(" ".join(main_argument(name, tool_input) for name, tool_input in pending), _ARGUMENT_CHARS)
-    body = f"{agent} asks to run {tool}: {argument}" + (f"\n(task {task})" if task else "") + "\nallow or deny?"
-    return Question(agent, policy.ask_to, body, {"tool": printable(tool, _TOOL_CHARS), "argument": argument,
-                                                 "input": text}, policy.timeout_s, task, approval_sha256(text))
+    reason = reason_of(asked)
+    shape = shape_of(calls, worktree, real_path)
+    body = (f"{agent} asks to run {tool}: {argument}" + (f"\nwhy: {reason}" if reason else "")
+            + (f"\n(task {task})" if task else "") + "\nallow or deny?")
+    approval = {"tool": printable(tool, _TOOL_CHARS), "argument": argument, "input": text}
+    if shape is not None:
+        approval["shape"] = shape
+    if reason:
+        approval["reason"] = reason
+    return Question(agent, policy.ask_to, body, approval, policy.timeout_s, task, approval_sha256(text), shape)
+
+
+def reason_of(asked: Call) -> str | None:
+    """The run's own reason for the call, where its harness gives one (Claude Code's ``Bash``
+    ``description``; Gemini CLI's ``description``), on one line, cut to what a question shows."""
+    _tool, tool_input = asked
+    value = tool_input.get("description") if isinstance(tool_input, Mapping) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return printable(" ".join(value.split()), MAX_APPROVAL_REASON_CHARS - 1)
 
 
 def first_step(policy: PermissionPolicy, calls: Sequence[Call], *, agent: str, task: str | None,
@@ -241,6 +263,14 @@ def answer_verdict(state: Mapping[str, Any], question: Question) -> Verdict:
     raw_answer = state.get("answer")
     answer = raw_answer if isinstance(raw_answer, Mapping) else {}
     question_id = state.get("question_id")
+    if state.get("status") == "granted":
+        raw_grant = state.get("grant")
+        grant = raw_grant if isinstance(raw_grant, Mapping) else {}
+        if question.shape is None or grant.get("shape") != question.shape:
+            return Verdict(False, "palace cannot match the grant it was given to this request (its shape differs): "
+                                  "refused")
+        return Verdict(True, f"allowed by {grant.get('by')}'s grant for this {grant.get('scope')} until "
+                             f"{grant.get('until')} (answer {grant.get('answer_id')})")
     if state.get("status") == "answered" and answer.get("text") == ALLOW:
         raw_approval = state.get("approval")
         approval = raw_approval if isinstance(raw_approval, Mapping) else {}

@@ -66,6 +66,9 @@ function nowSummary(data) {
         taskLink(t.correlation_id, t.title), stateChip(t.state), agent(t.claimed_by), time(t.last_activity)]))) : null,
     needs ? null : empty("Nothing is waiting on you: no stalled tasks, conflicts or messages to people."));
   parts.push(needsPanel);
+  const grants = data.grants || [];
+  if (grants.length) parts.push(panel(`Grants in force (${grants.length})`, h("ul", { class: "grants", id: "grants" },
+    grants.map(grantItem))));
   const usage = data.usage_today || [];
   if (usage.length) {
     parts.push(panel("Runs today (usage)", table(["agent", "runs", "tokens in", "tokens out", "cost"], usage.map((u) => [
@@ -116,13 +119,45 @@ function conflictItem(c) {
   return h("li", {}, c.kind);
 }
 
+// A grant: an allow a person widened past one call; it lets exactly its shape run until it ends.
+function grantItem(g) {
+  const status = h("span", { class: "small", role: "status" });
+  const over = { task: ["task ", taskLink(g.task)], agent: ["agent ", agent(g.agent)], project: [`project ${g.project}`] };
+  const revoke = h("button", { type: "button", class: "secondary grant-revoke" }, "Revoke");
+  revoke.addEventListener("click", async () => {
+    revoke.disabled = true;
+    try {
+      await api("/api/grant/revoke", { method: "POST", body: JSON.stringify({ answer_id: g.answer_id }),
+        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRF-Token": CSRF } });
+      status.textContent = "Revoked: its requests are asked again.";
+    } catch (error) {
+      status.textContent = `Not revoked: ${error.message}`;
+      revoke.disabled = false;
+    }
+  });
+  return h("li", { class: "grant", "data-grant": g.answer_id },
+    h("code", { class: "grant-shape" }, g.shape), " · for ", over[g.scope] || g.scope, " · by ", agent(g.by),
+    " · until ", time(g.until), session.can_write ? [" ", revoke, " ", status] : "");
+}
+
+// How far an allow reaches (the daemon binds it to the request's shape): a select beside "allow".
+const GRANT_SCOPES = [["call", "this call only"], ["task", "this task"], ["agent", "this agent"], ["project", "this project"]];
+const GRANT_TIMES = [["3600", "1 hour"], ["28800", "8 hours"], ["86400", "1 day"], ["604800", "7 days"]];
+
 function questionItem(q) {
   const status = h("span", { class: "small", role: "status" });
+  // Only a request palace can match later calls to (it has a shape) may be allowed for more than its call.
+  const scope = q.approval && q.approval.shape ? h("select", { class: "grant-scope", "aria-label": "Allow for" },
+    GRANT_SCOPES.map(([value, label]) => h("option", { value }, label))) : null;
+  const span = scope ? h("select", { class: "grant-time", "aria-label": "For how long" },
+    GRANT_TIMES.map(([value, label]) => h("option", { value, selected: value === "28800" ? "" : null }, label))) : null;
   const send = async (text, buttons) => {
     buttons.forEach((b) => { b.disabled = true; });
     status.textContent = "Answering…";
+    const doc = { question_id: q.question_id, text };
+    if (scope && text === "allow" && scope.value !== "call") Object.assign(doc, { grant: scope.value, for_s: Number(span.value) });
     try {
-      const result = await api("/api/answer", { method: "POST", body: JSON.stringify({ question_id: q.question_id, text }),
+      const result = await api("/api/answer", { method: "POST", body: JSON.stringify(doc),
         headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRF-Token": CSRF } });
       status.textContent = result.won ? `Answered: ${result.question.answer.text}` :
         `Another answer counted first: ${result.question.answer ? result.question.answer.text : "none"}`;
@@ -145,6 +180,7 @@ function questionItem(q) {
       whole.shown.then((ok) => { if (ok) allow.forEach((b) => { b.disabled = false; }); });
     }
     controls.push(...buttons);
+    if (scope) controls.push(h("label", { class: "small" }, " for ", scope, " ", span));
   } else if (session.can_write) {
     const input = h("input", { type: "text", class: "answer-text", "aria-label": "Your answer", maxlength: "2000" });
     const button = h("button", { type: "button", class: "secondary" }, "Answer");
@@ -152,10 +188,12 @@ function questionItem(q) {
     controls.push(input, button);
   }
   return h("li", { class: "question", "data-question": q.question_id },
-    h("div", {}, agent(q.asked_by), " asks ", agent(q.to), " · ", time(q.asked_at),
+    h("div", {}, agent(q.asked_by), q.machine ? h("span", { class: "muted asked-on" }, ` on ${q.machine}`) : "",
+      " asks ", agent(q.to), " · ", time(q.asked_at),
       q.correlation_id ? [" · ", taskLink(q.correlation_id)] : "", " · expires ", time(q.expires_at)),
     q.approval ? h("p", {}, h("span", { class: "chip warn" }, "approval"), " run ",
-      h("strong", {}, q.approval.tool), q.approval.argument ? [": ", h("code", { class: "approval-argument" }, q.approval.argument)] : "")
+      h("strong", {}, q.approval.tool), q.approval.argument ? [": ", h("code", { class: "approval-argument" }, q.approval.argument)] : "",
+      q.approval.reason ? h("span", { class: "approval-reason" }, ` — why: ${q.approval.reason}`) : "")
       : h("p", { class: "question-text" }, q.question || ""),
     whole ? whole.box : null,
     h("div", { class: "row" }, controls, status));

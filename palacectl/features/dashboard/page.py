@@ -100,10 +100,11 @@ async def now(views: Views, request: Request) -> dict[str, Any]:
     humans = list(dict.fromkeys([views.human, *(a["agent"] for a in roster
                                                if a.get("kind") == "human" or is_human(a["agent"]))]))
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    waiting, questions, spent = await gather([
+    waiting, questions, spent, grants = await gather([
         lambda: _waiting_on_humans(views, humans),
         lambda: views.call("questions", to=views.human, status="open", limit=50),
-        lambda: views.optional("usage", by="agent", since=today)])
+        lambda: views.optional("usage", by="agent", since=today),
+        lambda: views.optional("grants")])
     conflicts = _conflicts(tasks, leases.get("leases", []), agents.get("agents", []), status)
     health = status.get("health") or {}
     return {
@@ -119,6 +120,8 @@ async def now(views: Views, request: Request) -> dict[str, Any]:
         "waiting": waiting,
         # Questions to this dashboard's person (and to anyone): answered here with one click.
         "questions": questions.get("questions", []),
+        # A person's allows widened past one call, in force now: each can be revoked here.
+        "grants": (grants or {}).get("grants", []),
         # What runs cost today, by agent (their usage reports: docs/usage.md).
         "usage_today": (spent or {}).get("totals", []),
         "watching": who.get("count", 0),
@@ -259,9 +262,10 @@ async def _proof(views: Views, event: Mapping[str, Any]) -> dict[str, Any]:
 async def answer_question(views: Views, doc: Mapping[str, Any]) -> dict[str, Any]:
     """This dashboard's person answers a question (the daemon checks that it holds the person,
     that the question is theirs, open, and that the text is one of its choices)."""
-    unknown = set(doc) - {"question_id", "text"}
+    unknown = set(doc) - {"question_id", "text", "grant", "for_s"}
     if unknown:
-        raise HttpError(400, f"unknown field {sorted(unknown)[0]!r}; an answer has question_id, text")
+        raise HttpError(400, f"unknown field {sorted(unknown)[0]!r}; an answer has question_id, text (and, to allow "
+                             "more than this call, grant and for_s)")
     question_id, text = doc.get("question_id"), doc.get("text")
     if not isinstance(question_id, str):
         raise HttpError(400, "question_id must be the question's event id")
@@ -269,8 +273,21 @@ async def answer_question(views: Views, doc: Mapping[str, Any]) -> dict[str, Any
         raise HttpError(400, "text must be the answer (one of the choices, or any text)")
     if len(text.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
         raise HttpError(400, f"the answer is over {MAX_MESSAGE_BYTES} bytes")
+    grant = {key: doc[key] for key in ("grant", "for_s") if doc.get(key) is not None}
     return await views.call("answer", event_id=_event_id(question_id, "question_id"), text=text,
-                            **{"as": views.human})
+                            **grant, **{"as": views.human})
+
+
+async def revoke_grant(views: Views, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """This dashboard's person ends a grant (the daemon checks that it holds the person and that
+    the grant's question asked them)."""
+    unknown = set(doc) - {"answer_id"}
+    if unknown:
+        raise HttpError(400, f"unknown field {sorted(unknown)[0]!r}; a revocation has answer_id")
+    answer_id = doc.get("answer_id")
+    if not isinstance(answer_id, str):
+        raise HttpError(400, "answer_id must be the grant's id (the answer that gave it)")
+    return await views.call("revoke_grant", answer_id=_event_id(answer_id, "answer_id"), **{"as": views.human})
 
 
 async def send_message(views: Views, doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -314,4 +331,5 @@ ROUTES: Final = (
     Route("GET", r"^/api/event/([^/]{1,120})$", event),
     Route("POST", r"^/api/message$", send_message, "write", "it sends no messages"),
     Route("POST", r"^/api/answer$", answer_question, "write", "it writes no answers"),
+    Route("POST", r"^/api/grant/revoke$", revoke_grant, "write", "it revokes no grants"),
 )

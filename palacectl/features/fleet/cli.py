@@ -213,8 +213,9 @@ def doctor(json_: JsonOpt = False) -> None:
 
 def who(json_: JsonOpt = False) -> None:
     """Watchers connected anywhere in the palace right now (what daemons see, not what agents claim);
-    a worker shows the tasks it runs."""
+    a worker shows the tasks it runs; and the grants in force (what runs may do without asking)."""
     result = call_daemon("who")
+    result["grants"] = call_daemon("grants")["grants"]
     if emit(result, json_):
         return
     if not result["watchers"]:
@@ -237,6 +238,12 @@ def who(json_: JsonOpt = False) -> None:
             if worker.get("permissions"):
                 doing += f"; runs may: {worker['permissions']}"
         write_stdout(f"{agent_label(w['agent']) or '-'}\t{where}\t{w['since']}\t{doing}\n")
+    if result["grants"]:  # a person's allows widened past one call (`palacectl grant list`, `grant revoke`)
+        write_stdout(f"\ngrants in force ({len(result['grants'])}): requests of exactly these shapes run unasked\n")
+    for g in result["grants"]:
+        over = g.get(g["scope"]) if g["scope"] in ("task", "agent", "project") else None
+        shape = " ".join(str(g["shape"]).split())[:120]
+        write_stdout(f"{g['answer_id']}\t{shape}\tfor {g['scope']} {over or ''}\tby {g['by']}\tuntil {g['until']}\n")
 
 
 @peers_app.callback()

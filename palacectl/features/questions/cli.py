@@ -78,16 +78,29 @@ def answer(
     text: Annotated[str, typer.Argument(help="Your answer: one of its choices, or any text.")],
     as_: Annotated[Optional[str], typer.Option(
         "--as", help="Who answers, human:NAME (default: the one person this daemon holds).")] = None,
+    grant: Annotated[Optional[str], typer.Option(
+        "--grant", help="With allow, on an approval: how far it reaches — call (default), task, agent or project: "
+                        "later requests of exactly its shape run without asking.")] = None,
+    for_: Annotated[Optional[str], typer.Option(
+        "--for", help="How long a grant lasts (30m, 8h, 2d; default 8h, at most 7d).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Answer a question as a person; exit 1 if another answer counted first."""
-    result = call_daemon("answer", event_id=event_id, text=text, **{"as": as_})
+    for_s = None
+    if for_ is not None:
+        try:
+            for_s = duration_seconds(for_, field="--for")
+        except ValidationError as exc:
+            raise UsageProblem(f"--for {for_!r}: {exc.message}") from None
+    result = call_daemon("answer", event_id=event_id, text=text, grant=grant, for_s=for_s, **{"as": as_})
     state = result["question"]
     won = result["won"]
     line = (f"answered {event_id}: {state['answer']['text']}" if won else
             f"another answer counted first: {state['answer']['by']} said {state['answer']['text']!r}"
             if state.get("answer") else "your answer was written but does not count: " +
             "; ".join(f["why"] for f in state["flagged"] if f["event_id"] == result["answer"]["id"]))
+    if won and grant not in (None, "call"):
+        line += f" — for this {grant}, for {for_ or '8h'}, every request of the same shape (`palacectl grant list`)"
     emit(result, json_, line)
     if not won:
         raise typer.Exit(EXIT_FAILED)
@@ -98,7 +111,8 @@ def _question_line(q: dict[str, Any]) -> str:
     tail = f"{answer['by']}: {answer['text']}" if answer else (
         "choices " + "/".join(q["choices"]) if q.get("choices") else "free text")
     text = " ".join(str(q.get("question") or "").split())
-    return f"{q['question_id']}\t{q['status']}\t{q['asked_by']} → {q['to']}\t{text[:120]}\t{tail}"
+    where = f" on {q['machine']}" if q.get("machine") else ""
+    return f"{q['question_id']}\t{q['status']}\t{q['asked_by']}{where} → {q['to']}\t{text[:120]}\t{tail}"
 
 
 def questions(
@@ -122,5 +136,41 @@ def addressees(agent: str) -> list[str]:
     return [ANYONE] if is_human(agent) else []
 
 
+grant_app = typer.Typer(help="A person's grants: allows that reach past one call (answer allow --grant).",
+                        no_args_is_help=True)
+
+
+def grant_line(g: dict[str, Any]) -> str:
+    """One grant in one line: what it covers, how wide, who gave it, until when."""
+    scope = {"task": f"task {g['task']}", "agent": f"agent {g['agent']}",
+             "project": f"project {g['project']}"}.get(g["scope"], g["scope"])
+    shape = " ".join(str(g["shape"]).split())
+    return f"{g['answer_id']}\t{shape[:120]}\tfor {scope}\tby {g['by']}\tuntil {g['until']}"
+
+
+@grant_app.command("list")
+def grant_list(json_: JsonOpt = False) -> None:
+    """The grants in force: each lets requests of exactly its shape run without asking."""
+    result = call_daemon("grants")
+    if emit(result, json_):
+        return
+    if not result["grants"]:
+        note("no grants in force")
+    for g in result["grants"]:
+        write_stdout(grant_line(g) + "\n")
+
+
+@grant_app.command("revoke")
+def grant_revoke(
+    answer_id: Annotated[str, typer.Argument(help="The grant's id: the answer that gave it (`grant list`).")],
+    as_: Annotated[Optional[str], typer.Option(
+        "--as", help="Who revokes, human:NAME (default: the one person this daemon holds).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """End a grant now, on every machine: its requests are asked again."""
+    result = call_daemon("revoke_grant", answer_id=answer_id, **{"as": as_})
+    emit(result, json_, f"revoked: {grant_line(result['revoked'])}")
+
+
 COMMANDS: Final = {"ask": ask, "answer": answer, "questions": questions}
-GROUPS: Final[dict[str, typer.Typer]] = {}
+GROUPS: Final[dict[str, typer.Typer]] = {"grant": grant_app}
