@@ -3,7 +3,8 @@
 Owns: the protocol around palace's tools and resources — the handshake of both generations of
 MCP (``initialize`` with ``notifications/initialized``, as Claude Code, Codex, Gemini CLI and
 OpenCode speak it, and ``server/discover`` with the version in every request's ``_meta``, as the
-2026 SDKs do), ``tools/list`` with schemas built from the tools' signatures, ``tools/call`` with
+2026 SDKs do), ``tools/list`` with schemas built from the tools' signatures (and the results' schemas and the
+annotations each declares), ``tools/call`` with
 their arguments checked (and coerced the lax way models need: ``"5"`` for 5), resources and
 their templates, ``ping``, cancellation, batches, and errors by JSON-RPC code; the client's
 capabilities (``initialize``) and the requests this server sends it (``request_client``: an
@@ -96,19 +97,26 @@ class ToolSpec:
     #: a front tool: ``fn`` gets every argument as sent (none refused, none coerced) and answers
     #: with the ``Route`` to the tool that does the work, or with a result of its own
     routes: bool = False
+    #: the JSON schema its ``structuredContent`` validates against (MCP 2025-06-18's
+    #: ``outputSchema``: a client may refuse a result that does not); None: not declared
+    output_schema: dict[str, Any] | None = None
 
     @property
     def read_only(self) -> bool:
         return bool(self.annotations.get("readOnlyHint"))
 
     def to_wire(self, full: bool = True) -> dict[str, Any]:
-        if full or not self.extras:
-            return {"name": self.name, "description": self.description, "inputSchema": self.input_schema,
-                    "annotations": self.annotations}
-        schema = {**self.input_schema, "properties": {
-            k: v for k, v in self.input_schema["properties"].items() if k not in self.extras}}
-        return {"name": self.name, "description": f"{self.description} Also: {', '.join(self.extras)}.",
-                "inputSchema": schema, "annotations": self.annotations}
+        out: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+        if not full and self.extras:
+            out["inputSchema"] = {**self.input_schema, "properties": {
+                k: v for k, v in self.input_schema["properties"].items() if k not in self.extras}}
+            out["description"] = f"{self.description} Also: {', '.join(self.extras)}."
+        # What the client reads and the model is not given (harnesses hand a model the name, the
+        # description and the input schema): the result's schema and the hints.
+        if self.output_schema is not None and not self.text_only:
+            out["outputSchema"] = self.output_schema
+        out["annotations"] = self.annotations
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,26 +282,30 @@ class Registry:
     def __repr__(self) -> str:
         return f"<Registry tools={len(self.tools)} resources={len(self.resources)}>"
 
-    def tool(self, description: str, *, read_only: bool, idempotent: bool = False, extras: tuple[str, ...] = (),
-             text_only: bool = False, routes: bool = False,
-             schema: dict[str, Any] | None = None) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
-        """Register an async function as a tool named as it is. ``extras``: optional arguments a
-        compact listing names in the description instead of the schema; ``text_only``, ``routes``:
-        see ToolSpec; ``schema``: the input schema, when not the signature's (a front tool's)."""
+    def tool(self, description: str, *, read_only: bool, idempotent: bool | None = None, destructive: bool = False,
+             open_world: bool = False, extras: tuple[str, ...] = (), text_only: bool = False, routes: bool = False,
+             schema: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None,
+             ) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
+        """Register an async function as a tool named as it is. ``read_only``, ``idempotent``
+        (default: as ``read_only``), ``destructive``, ``open_world``: its annotations (MCP's
+        hints); ``extras``: optional arguments a compact listing names in the description instead
+        of the schema; ``text_only``, ``routes``, ``output_schema``: see ToolSpec; ``schema``: the
+        input schema, when not the signature's (a front tool's)."""
         def register(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Any:
-            # What lets a harness approve palace's reads alone (MCP's defaults say the opposite:
-            # a tool may destroy and reach the world). Only what differs from them is sent.
-            annotations: dict[str, Any] = ({"readOnlyHint": True} if read_only else
-                                           {"destructiveHint": False, "openWorldHint": False})
-            if idempotent and not read_only:
-                annotations["idempotentHint"] = True
+            if read_only and (destructive or idempotent is False):
+                raise TypeError(f"{fn.__name__}: a read-only tool neither destroys nor differs when called again")
+            # Every hint said, each deliberately: MCP's defaults (absent) say the opposite of what
+            # holds for most of palace's tools (that a tool may destroy, and reach the world).
+            annotations: dict[str, Any] = {
+                "readOnlyHint": read_only, "destructiveHint": destructive,
+                "idempotentHint": read_only if idempotent is None else idempotent, "openWorldHint": open_world}
             input_schema = schema if schema is not None else _signature_schema(fn)
             if not set(extras) <= set(input_schema["properties"]) - set(input_schema.get("required", ())):
                 raise TypeError(f"{fn.__name__}: extras must be optional parameters of it")
             if fn.__name__ in self.tools:
                 raise TypeError(f"{fn.__name__}: a tool of that name is registered already")
             self.tools[fn.__name__] = ToolSpec(fn.__name__, description, fn, input_schema, annotations, extras,
-                                               _takes_server(fn), text_only, routes)
+                                               _takes_server(fn), text_only, routes, output_schema)
             return fn
         return register
 
@@ -329,10 +341,12 @@ class StdioServer:
         self._asked: dict[str, Any] = {}  # a request sent to the client -> where its answer goes
         self._requests_sent = 0
 
-    def tool(self, description: str, *, read_only: bool, idempotent: bool = False,
-             extras: tuple[str, ...] = ()) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
+    def tool(self, description: str, *, read_only: bool, idempotent: bool | None = None, destructive: bool = False,
+             extras: tuple[str, ...] = (), output_schema: dict[str, Any] | None = None,
+             ) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Any]:
         """Register an async function as a tool of this server (``Registry.tool``)."""
-        return self.registry.tool(description, read_only=read_only, idempotent=idempotent, extras=extras)
+        return self.registry.tool(description, read_only=read_only, idempotent=idempotent, destructive=destructive,
+                                  extras=extras, output_schema=output_schema)
 
     def resource(self, uri: str, *, name: str, mime_type: str,
                  description: str) -> Callable[[Callable[..., Awaitable[str]]], Any]:

@@ -2,15 +2,17 @@
 
 Owns: ``tool`` and ``resource``, the decorators a module's tools and resources are declared with —
 a tool's name (the function's), its group (one its feature's declaration lists it in:
-``Feature.tools``), whether it writes, its description, its input schema (the signature, where
-it is read: ``mcp_server.Registry``), the rarer arguments a compact listing names only in the
-description (``extras``); the core's tools (the delegation loop over the log and the inbox, the
-log's listing, and MemPalace's three light front tools, which read their calls with
-``palacectl.light``) and resource (an inbox); the helpers a feature's tools share (``drop_none``,
-``read_resource``, ``writers``, ``with_caller_note``); and ``build_registry``: the core's tools
-and every feature's (``Feature.tools_module``) in one ``Registry``, in the order ``palacectl mcp``
-lists them (``tool_sets``), checked: a tool in the group its feature declared, every declared
-tool defined and no other, no name twice. The server is ``mcp_adapter.PalaceMCP``, which every
+``Feature.tools``), whether it writes (and whether it may destroy, or differ when called again:
+MCP's hints), its description, its input schema (the signature, where it is read:
+``mcp_server.Registry``), what it returns (its output schema: ``result_schema``), the rarer
+arguments a compact listing names only in the description (``extras``); the core's tools (the
+delegation loop over the log and the inbox, the log's listing, and MemPalace's three light front
+tools, which read their calls with ``palacectl.light``) and resource (an inbox); the helpers a
+feature's tools share (``drop_none``, ``read_resource``, ``writers``, ``with_caller_note``); and
+``build_registry``: the core's tools and every feature's (``Feature.tools_module``) in one
+``Registry``, in the order ``palacectl mcp`` lists them (``tool_sets``), checked: a tool in the
+group its feature declared, every declared tool defined and no other, no name twice, what each
+returns declared. The server is ``mcp_adapter.PalaceMCP``, which every
 tool and resource takes first (``Palace``, positional-only: no argument of the tool) and which
 owns the rest of the policy: which tools are offered, the read-only mode, and the result shapes
 (a writing tool's body returns what follows ``"success": true``; the daemon's refusals become
@@ -51,8 +53,8 @@ from .light import LIGHT_TOOLS, LightError, read_light_call, tables
 from .mcp_server import INVALID_PARAMS, McpError, Registry, Route
 from .tool_sets import CORE_TOOLS, tool_sets
 
-__all__ = ["DAEMON_DOWN", "Filter", "Palace", "Result", "build_registry", "drop_none", "light_refusal", "read_resource",
-           "resource", "tool", "with_caller_note", "writers"]
+__all__ = ["DAEMON_DOWN", "ROUTED_RESULT", "Filter", "Palace", "Result", "build_registry", "drop_none", "light_refusal",
+           "read_resource", "resource", "result_schema", "tool", "with_caller_note", "writers"]
 
 # A resource read while palaced is down (JSON-RPC's server-error range).
 DAEMON_DOWN: Final = -32001
@@ -84,19 +86,77 @@ class Palace(Protocol):
 
 
 def tool(group: str, *, description: str | Callable[[Features], str], mutating: bool = False,
+         returns: Mapping[str, Any] | None = None, destructive: bool = False, idempotent: bool | None = None,
          extras: tuple[str, ...] = (), text_only: bool = False, routes: bool = False,
          schema: dict[str, Any] | Callable[[Features], dict[str, Any]] | None = None,
          ) -> Callable[[Callable[..., Any]], Any]:
     """Declare a module-level async function a tool (``build_registry`` registers it). ``group``:
     the one of its feature's ``tools`` that lists it (a mismatch fails when the tools are put
-    together); ``mutating``: it writes, so read-only mode leaves it out; ``routes``, ``schema``: a
-    front tool (``mcp_server.ToolSpec.routes``) and its input schema. A description or a schema
-    may be a function of the features served (a light tool's)."""
+    together); ``mutating``: it writes, so read-only mode leaves it out; ``returns``: what its
+    body returns (``result_schema``: its output schema; every tool answering structured content
+    declares it, but a front tool, whose result is the routed tool's); ``destructive``: a write
+    that may end or override what others rely on (MCP's ``destructiveHint``: false says it only
+    adds); ``idempotent``: calling it again with the same arguments changes nothing more (default:
+    a read is, a write is not); ``routes``, ``schema``: a front tool
+    (``mcp_server.ToolSpec.routes``) and its input schema. A description or a schema may be a
+    function of the features served (a light tool's). No tool reaches past the palace (its log,
+    its people, its daemons): none is open-world."""
     def declare(fn: Callable[..., Any]) -> Any:
         setattr(fn, _TOOL, {"group": group, "description": description, "read_only": not mutating,
-                            "extras": extras, "text_only": text_only, "routes": routes, "schema": schema})
+                            "extras": extras, "text_only": text_only, "routes": routes, "schema": schema,
+                            "returns": returns, "destructive": destructive, "idempotent": idempotent})
         return fn
     return declare
+
+
+_JSON_TYPES: Final = frozenset({"string", "integer", "number", "boolean", "object", "array", "null"})
+#: a front tool's result: the tool it routed to's, or its own refusal (``light_refusal``)
+ROUTED_RESULT: Final = {"type": "object", "properties": {"success": {"type": "boolean"}, "error": {"type": "string"}}}
+
+
+def _property(spec: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON schema from ``"integer"``, ``"object|null"`` or ``"array<string>"`` (its items'
+    type), or a schema given whole."""
+    if not isinstance(spec, str):
+        return dict(spec)
+    kinds: list[str] = []
+    items: dict[str, Any] | None = None
+    for kind in spec.split("|"):
+        if kind.startswith("array<") and kind.endswith(">"):
+            kind, items = "array", {"type": kind[len("array<"):-1]}
+        if kind not in _JSON_TYPES or (items is not None and items["type"] not in _JSON_TYPES):
+            raise TypeError(f"{spec!r} is not a JSON type here (one of {', '.join(sorted(_JSON_TYPES))})")
+        kinds.append(kind)
+    out: dict[str, Any] = {"type": kinds[0] if len(kinds) == 1 else kinds}
+    if items is not None:
+        out["items"] = items
+    return out
+
+
+def result_schema(returns: Mapping[str, Any], *, mutating: bool) -> dict[str, Any]:
+    """The output schema of a tool whose body returns ``returns`` (key -> its type, see
+    ``_property``; a key written ``?key`` may be absent), in the result shapes
+    ``mcp_adapter.PalaceMCP.run_tool`` gives: a writing tool's ``{"success": true, …}`` or
+    ``{"success": false, "error"}``, a reading tool's data or ``{"error"}``. Keys not named are
+    allowed (a newer daemon may add some)."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for key, spec in returns.items():
+        name = key.removeprefix("?")
+        properties[name] = _property(spec)
+        if name == key:
+            required.append(name)
+    properties["error"] = {"type": "string"}
+    given: dict[str, Any] = {"required": required} if required else {}
+    if mutating:
+        properties["success"] = {"type": "boolean"}
+        return {"type": "object", "properties": properties, "required": ["success"], "anyOf": [
+            {"properties": {"success": {"const": True}}, **given},
+            {"properties": {"success": {"const": False}}, "required": ["error"]}]}
+    out: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        out["anyOf"] = [given, {"required": ["error"]}]
+    return out
 
 
 def resource(uri: str, *, name: str, mime_type: str, description: str) -> Callable[[Callable[..., Any]], Any]:
@@ -184,7 +244,10 @@ FILTER_PARAMETERS: Final = _filter_parameters()
 # -- core: the delegation loop --------------------------------------------------------------------
 
 
-@tool("core", description=(
+@tool("core", returns={
+    "agent": "string", "now": "string", "identity": "object", "inbox": "object", "?open_loops": "object",
+    "?stalled": "object", "?leases": "object", "?lost_leases": "object", "?diary": "object", "?rooms": "array",
+    "?watching": "object", "?you_are_watching": "boolean", "?next": "string", "text": "string"}, description=(
     "Call at start and after a compaction: unread inbox, open loops, stalled tasks, leases, diary, who is "
     "watching and what to do next (JSON, and as text)."))
 async def mempalace_session_start(palace: Palace, /) -> Result:
@@ -194,21 +257,24 @@ async def mempalace_session_start(palace: Palace, /) -> Result:
     return {**result, "text": render_session(result)}
 
 
-@tool("core", description=(
+@tool("core", returns={
+    "agent": "string", "events": "array<object>", "count": "integer", "more": "boolean", "unread": "integer",
+    "unread_capped": "boolean", "cursor": "object"}, description=(
     "Events for you (or *), not from you, after your read cursor, oldest first; then "
     "mempalace_inbox_mark_read the last you handled. Returns {events, count, more, unread, cursor}."))
 async def mempalace_inbox(palace: Palace, /, limit: int = 20, preview: bool = True) -> Result:
     return await palace.daemon.call("inbox", agent=palace.agent, limit=limit, preview=preview)
 
 
-@tool("core", description=(
+@tool("core", returns={"agent": "string", "moved": "boolean", "cursor": "object", "unread": "integer",
+                        "unread_capped": "boolean"}, description=(
     "Move your inbox read cursor to the last event you handled (never backwards). Returns {moved, cursor, "
     "unread}."))
 async def mempalace_inbox_mark_read(palace: Palace, /, upto_event_id: str) -> Result:
     return await palace.daemon.call("inbox_mark_read", agent=palace.agent, upto_event_id=upto_event_id)
 
 
-@tool("core", mutating=True, extras=rare_options(APPEND_FIELDS),
+@tool("core", mutating=True, returns={"event": "object"}, extras=rare_options(APPEND_FIELDS),
       description="Append an event to the log. from_agent defaults to you. Returns {success, event}.")
 @offering(field_parameters(APPEND_FIELDS, defaults={"body": ""}))
 async def mempalace_event_append(palace: Palace, /, **fields: Any) -> Result:
@@ -217,7 +283,7 @@ async def mempalace_event_append(palace: Palace, /, **fields: Any) -> Result:
     return {"event": event}
 
 
-@tool("core", mutating=True, extras=("topic", "from_agent"), description=(
+@tool("core", mutating=True, returns={"event": "object"}, extras=("topic", "from_agent"), description=(
     "Acknowledge an event with a new event.ack linked to it (the target never changes); status claimed, "
     "applied, failed or blocked closes the loop. Returns {success, event}."))
 async def mempalace_event_ack(
@@ -231,6 +297,7 @@ async def mempalace_event_ack(
 
 
 @tool("core", extras=("room", "topic", "status", "writer", "exclude_from_agent", "since_created_at", "limit"),
+      returns={"timed_out": "boolean", "events": "array<object>", "count": "integer", "?note": "string"},
       description=(
           "Wait until an event matches (at once if one does); pushed by the daemon, no polling. from_agent: you "
           "(not a filter); writer filters by author. timeout_ms default 60000, max 300000. Returns {timed_out, "
@@ -286,7 +353,7 @@ def writers(writer: Filter) -> Filter:
 
 @tool("log", extras=("room", "topic", "status", "writer", "exclude_from_agent", "before_event_id", "since_created_at",
                      "order"),
-      description=(
+      returns={"events": "array<object>", "count": "integer", "?note": "string"}, description=(
           "List events. Filters (value or list, OR) are exact; to_agent also matches '*'; writer: the author "
           "(from_agent is you, not a filter). Cursor: since_event_id. Newest first without a cursor, oldest "
           "first with one. preview=true cuts bodies over 200 chars. text: words to find. Returns {events, count}."))
@@ -350,13 +417,13 @@ async def palace_query(palace: Palace, /, **arguments: Any) -> Route | Result:
     return await _light(palace, "palace_query", arguments)
 
 
-@tool("light", mutating=True, routes=True, schema=_light_schema("palace_exec"),
+@tool("light", mutating=True, destructive=True, routes=True, schema=_light_schema("palace_exec"),
       description=_light_description("palace_exec"))
 async def palace_exec(palace: Palace, /, **arguments: Any) -> Route | Result:
     return await _light(palace, "palace_exec", arguments)
 
 
-@tool("light", mutating=True, routes=True, schema=_light_schema("palace_coordinate"),
+@tool("light", mutating=True, destructive=True, routes=True, schema=_light_schema("palace_coordinate"),
       description=_light_description("palace_coordinate"))
 async def palace_coordinate(palace: Palace, /, **arguments: Any) -> Route | Result:
     return await _light(palace, "palace_coordinate", arguments)
@@ -390,7 +457,8 @@ def build_registry(features: Features) -> Registry:
 
     Raises:
         TypeError: a tool in another group than its feature declares, a declared tool no module
-            defines (or one defined that none declares), or one name twice.
+            defines (or one defined that none declares), one name twice, or a tool answering
+            structured content that does not say what it returns.
     """
     return features.memo("mcp_registry", _build)
 
@@ -425,10 +493,19 @@ def _build(features: Features) -> Registry:
     for name in sorted(found, key=sets.listing_order.__getitem__):
         fn = found[name]
         spec = getattr(fn, _TOOL)
-        description, schema = spec["description"], spec["schema"]
+        description, schema, returns = spec["description"], spec["schema"], spec["returns"]
+        if spec["routes"]:
+            output: dict[str, Any] | None = ROUTED_RESULT
+        elif spec["text_only"]:
+            output = None  # no structured content: nothing to declare
+        elif returns is None:
+            raise TypeError(f"{name}: declare what it returns (tool(returns=...)): its output schema")
+        else:
+            output = result_schema(returns, mutating=not spec["read_only"])
         registry.tool(description(features) if callable(description) else description, read_only=spec["read_only"],
-                      extras=spec["extras"], text_only=spec["text_only"], routes=spec["routes"],
-                      schema=schema(features) if callable(schema) else schema)(fn)
+                      destructive=spec["destructive"], idempotent=spec["idempotent"], extras=spec["extras"],
+                      text_only=spec["text_only"], routes=spec["routes"],
+                      schema=schema(features) if callable(schema) else schema, output_schema=output)(fn)
     for fn in resources:
         declared_resource = getattr(fn, _RESOURCE)
         registry.resource(declared_resource["uri"], name=declared_resource["name"],

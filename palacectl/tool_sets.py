@@ -32,7 +32,9 @@ __all__ = [
     "parse_tool_sets", "tool_sets",
 ]
 
-#: The most the default ``tools/list`` result may weigh, compact JSON (the issue's 6 KB).
+#: The most the model may be given of the default ``tools/list``, compact JSON (the issue's 6 KB):
+#: each tool's name, description and input schema (a harness keeps the output schema and the
+#: annotations to itself).
 CORE_BUDGET_BYTES: Final = 6 * 1024
 ALL: Final = "all"
 DEFAULT_TOOLS: Final = "core"

@@ -707,7 +707,7 @@ async def test_the_light_tool_set_has_mempalaces_three_tools_under_palaces_schem
         assert "query" in schemas["palace_query"] and "command" in schemas["palace_exec"]
         assert {"command", "order", "limit", "preview", "since_created_at", "writer", "to_agent", "stream", "room",
                 "correlation_id"} <= set(schemas["palace_coordinate"])
-        assert [t.annotations.read_only_hint for t in listed] == [True, None, None]
+        assert [t.annotations.read_only_hint for t in listed] == [True, False, False]
 
 
 async def test_a_light_skill_coordinates_and_remembers_through_palaces_full_tools(daemon):

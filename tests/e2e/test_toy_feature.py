@@ -134,7 +134,7 @@ from __future__ import annotations
 from ...mcp_tools import Palace, Result, tool
 
 
-@tool("toys", mutating=True, description="Put a toy in a box. Returns {event}.")
+@tool("toys", mutating=True, returns={"event": "object"}, description="Put a toy in a box. Returns {event}.")
 async def mempalace_toy_put(palace: Palace, /, box: str, toy: str) -> Result:
     return await palace.daemon.call("toy_put", box=box, toy=toy, agent=palace.speaks_as("agent", None))
 ''',

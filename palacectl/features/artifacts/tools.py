@@ -29,7 +29,8 @@ def _content(text: str | None, encoded: str | None) -> bytes | str:
         raise ApiError("content_base64 is not valid base64", code="invalid_argument") from None
 
 
-@tool("core", mutating=True, extras=rare_options(PATCH_FIELDS, also=("stream", "room")), description=(
+@tool("core", mutating=True, returns={"artifact": "object", "event": "object"},
+      extras=rare_options(PATCH_FIELDS, also=("stream", "room")), description=(
           "Deliver a diff (byte-exact, with its final newline): stores it and appends patch.ready in one step; "
           "with correlation_id, stream and to_agent come from its task. Returns {success, artifact, event}."))
 @offering(field_parameters(PATCH_FIELDS, defaults={"stream": None, "room": "patches"}), after=1)
@@ -38,7 +39,7 @@ async def mempalace_patch_submit(palace: Palace, /, content: str, **fields: Any)
         content=content, **{**fields, "from_agent": palace.speaks_as("from_agent", fields["from_agent"])}))
 
 
-@tool("core", description=(
+@tool("core", returns={"artifact": "object"}, description=(
     "Get an artifact by art_ id or sha256, verified: {artifact: {id, kind, sha256, created_by, metadata, "
     "content, …}}; bytes that are not UTF-8 come as content_base64 (content_is_base64=true)."))
 async def mempalace_artifact_get(palace: Palace, /, artifact_id: str) -> Result:
@@ -54,7 +55,9 @@ async def mempalace_artifact_get(palace: Palace, /, artifact_id: str) -> Result:
     return {"artifact": record}  # MemPalace's shape: skills read result["artifact"]["content"]
 
 
-@tool("log", mutating=True, extras=("metadata", "created_by"), description=(
+# The same content is the same artifact (its id is its sha256's): storing it again changes nothing.
+@tool("log", mutating=True, idempotent=True, returns={"artifact": "object"}, extras=("metadata", "created_by"),
+      description=(
     "Store an artifact by content (sha256). kind: patch, file, log, json or note. Text in content, or bytes "
     "in content_base64. Returns {success, artifact} (artifact.warnings for suspicious patches)."))
 async def mempalace_artifact_put(

@@ -11,12 +11,15 @@ from ...mcp_tools import Palace, Result, read_resource, resource, tool
 __all__ = ["mempalace_peers", "mempalace_who", "who_resource"]
 
 
-@tool("log", description="Watchers connected now on every daemon of the palace: who is really listening.")
+@tool("log", returns={"watchers": "array<object>", "count": "integer", "local_count": "integer"},
+      description="Watchers connected now on every daemon of the palace: who is really listening.")
 async def mempalace_who(palace: Palace, /) -> Result:
     return await palace.daemon.call("who")
 
 
-@tool("log", description="The other daemons of the palace: state, last contact and error, what each side lacks.")
+@tool("log", returns={"peer_id": "string", "listen": "array<string>", "mdns": "string", "peers": "array<object>",
+                      "forks": "array<object>"},
+      description="The other daemons of the palace: state, last contact and error, what each side lacks.")
 async def mempalace_peers(palace: Palace, /) -> Result:
     return await palace.daemon.call("peers")
 

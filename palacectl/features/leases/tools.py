@@ -16,7 +16,9 @@ __all__ = [
 ]
 
 
-@tool("leases", mutating=True, extras=("agent",), description=(
+# Destructive: force=true takes another agent's lease from under it.
+@tool("leases", mutating=True, destructive=True, returns={
+    "lease": "object|null", "event": "object", "forced": "array<object>"}, extras=("agent",), description=(
     "Lease paths before editing shared files: globs from the repository root (src/api/**) or res:NAME. "
     "Exclusive unless shared; ttl 90s/30m/2h/7d (default 1h). Refused, naming the holder, if it overlaps "
     "another agent's lease; force=true takes it (they are told)."))
@@ -29,13 +31,14 @@ async def mempalace_lease_acquire(
         force=force or None, agent=palace.speaks_as("agent", agent)))
 
 
-@tool("leases", mutating=True,
+@tool("leases", mutating=True, returns={"lease": "object", "event": "object"},
       description="Extend your lease (by ttl, or as long as it was taken for). Returns {success, lease}.")
 async def mempalace_lease_renew(palace: Palace, /, lease_id: str, ttl: str | None = None) -> Result:
     return await palace.daemon.call("lease_renew", **drop_none(lease_id=lease_id, ttl_s=ttl, agent=palace.agent))
 
 
-@tool("leases", mutating=True,
+# Only the caller's own leases; a lease released is released: again changes nothing.
+@tool("leases", mutating=True, idempotent=True, returns={"released": "array<string>", "count": "integer"},
       description="Release your lease by id, or all=true for every lease you hold (optionally in one project).")
 async def mempalace_lease_release(palace: Palace, /, lease_id: str | None = None, all: bool = False,
                                   project: str | None = None) -> Result:
@@ -45,7 +48,8 @@ async def mempalace_lease_release(palace: Palace, /, lease_id: str | None = None
         lease_id=lease_id, all=all or None, project=project, agent=palace.agent))
 
 
-@tool("leases", description=(
+@tool("leases", returns={"leases": "array<object>", "count": "integer", "now": "string",
+                          "flagged": "array<object>", "flagged_count": "integer"}, description=(
     "Active leases (all=true: also ended ones), optionally of one project, one agent, or covering a path."))
 async def mempalace_lease_list(palace: Palace, /, project: str | None = None, agent: str | None = None,
                                path: str | None = None, all: bool = False) -> Result:
@@ -53,7 +57,7 @@ async def mempalace_lease_list(palace: Palace, /, project: str | None = None, ag
                                                                all=all or None))
 
 
-@tool("leases", description=(
+@tool("leases", returns={"ok": "boolean", "blocked": "array<object>", "checked": "integer"}, description=(
     "Before editing: are these paths under another agent's exclusive lease? Returns {ok, blocked: "
     "[{path, leases}]}; ok=false means do not edit them (ask the holder or wait)."))
 async def mempalace_lease_check(palace: Palace, /, paths: list[str], project: str | None = None) -> Result:

@@ -14,7 +14,8 @@ __all__ = [
 ]
 
 
-@tool("rooms", mutating=True, extras=("members", "wing", "room", "from_agent"), description=(
+@tool("rooms", mutating=True, returns={"room": "object", "event": "object", "handoff": "string"},
+      extras=("members", "wing", "room", "from_agent"), description=(
     "Open a discussion room in a project (name: a few words; agenda: what to settle). Others join with the "
     "room id in handoff. Returns {success, room, event, handoff}."))
 async def mempalace_room_open(
@@ -26,7 +27,8 @@ async def mempalace_room_open(
         from_agent=palace.speaks_as("from_agent", from_agent)))
 
 
-@tool("rooms", extras=("agent",), description=(
+@tool("rooms", extras=("agent",), returns={"room": "object", "events": "array<object>", "more": "boolean",
+                                           "count": "integer"}, description=(
     "What you have not read in a room yet, oldest first; your read position is kept for you (later reads "
     "leave your own turns out). Returns {room, events, more, count}."))
 async def mempalace_room_read(palace: Palace, /, room_id: str, limit: int = 50, agent: str | None = None) -> Result:
@@ -34,7 +36,8 @@ async def mempalace_room_read(palace: Palace, /, room_id: str, limit: int = 50, 
                                     agent=palace.speaks_as("agent", agent))
 
 
-@tool("rooms", mutating=True, extras=("to_agent", "from_agent"), description=(
+@tool("rooms", mutating=True, returns={"event": "object", "unread": "integer"}, extras=("to_agent", "from_agent"),
+      description=(
     "Say something in an open room (to everyone, or to_agent). Returns {success, event, unread}: unread "
     "counts others' turns since your last read."))
 async def mempalace_room_say(palace: Palace, /, room_id: str, body: str, to_agent: str | None = None,
@@ -43,7 +46,11 @@ async def mempalace_room_say(palace: Palace, /, room_id: str, body: str, to_agen
         room_id=room_id, body=body, to_agent=to_agent, from_agent=palace.speaks_as("from_agent", from_agent)))
 
 
-@tool("rooms", mutating=True, extras=("from_agent",), description=(
+# Destructive: it ends the room for every member; a second close changes nothing.
+@tool("rooms", mutating=True, destructive=True, idempotent=True, returns={
+    "room": "object", "event": "object|null", "already_closed": "boolean", "filed": "integer",
+    "already_filed": "integer", "wing": "string|null", "palace_room": "string|null"}, extras=("from_agent",),
+      description=(
     "Close a room with its outcome; its transcript is filed as drawers (wing and room it names), found by "
     "mempalace_search. A second close changes nothing. Returns {success, room, event, already_closed, filed, "
     "already_filed, wing, palace_room}."))
@@ -53,7 +60,8 @@ async def mempalace_room_close(palace: Palace, /, room_id: str, outcome: str = "
                                     from_agent=palace.speaks_as("from_agent", from_agent))
 
 
-@tool("rooms", extras=("project", "agent"), description=(
+@tool("rooms", extras=("project", "agent"), returns={"rooms": "array<object>", "count": "integer",
+                                                     "capped": "boolean"}, description=(
     "Rooms, newest first: status open or closed; project; agent (rooms it is a member of). Returns {rooms, "
     "count}."))
 async def mempalace_room_list(palace: Palace, /, status: str | None = None, project: str | None = None,

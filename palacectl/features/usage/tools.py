@@ -11,7 +11,8 @@ from ...mcp_tools import Palace, Result, drop_none, tool
 __all__ = ["mempalace_usage"]
 
 
-@tool("people", description=(
+@tool("people", returns={"by": "string", "since": "string|null", "reports": "integer", "capped": "boolean",
+                        "flagged": "integer", "totals": "array<object>"}, description=(
     "What runs cost: usage reports summed by task, agent, machine, day or model (by), since a date; "
     "{totals: [{key, runs, tokens_in, tokens_out, cost_usd}]}."))
 async def mempalace_usage(palace: Palace, /, by: str = "task", since: str | None = None) -> Result:
