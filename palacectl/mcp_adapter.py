@@ -19,7 +19,7 @@ Rules it enforces on top of the daemon's:
 * **Beside the tools.** For a client that declared a capability a feature serves
   (``Feature.mcp_services``: the questions feature's ``elicitation``, the person at the harness
   answering a question asked of them), that feature's service runs for the session; a client
-  declaring none gets nothing else.
+  declaring none, or an adapter run with ``--read-only``, gets nothing else.
 * **Read-only.** With ``--read-only``, or when the daemon is an observer, mutating tools are
   left out of ``tools/list`` and calling one is a JSON-RPC error -32003, as in MemPalace.
 * **Result shapes.** Mutating tools answer ``{"success": true, …}`` or ``{"success": false,
@@ -166,7 +166,10 @@ class PalaceMCP(StdioServer):
 
     def services(self) -> list[str]:
         """The features' services for this session (``Feature.mcp_services``): those of the
-        capabilities the client declared. None for a client of no capability: nothing changes."""
+        capabilities the client declared. None for a client of no capability (nothing changes), nor
+        with --read-only: what a service does may write (an answer, as a person)."""
+        if self.forced_read_only:
+            return []
         return [ref for feature in self.features for capability, ref in feature.mcp_services.items()
                 if capability in self.client_capabilities]
 

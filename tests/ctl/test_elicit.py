@@ -177,7 +177,15 @@ def test_open_questions_are_put_when_the_session_starts_and_a_form_the_client_re
     assert "the client did not show question" in err and "not one of the choices" in err, err
 
 
-def test_a_url_only_client_gets_no_form_and_the_forms_are_primitive_as_mcp_requires():
+def test_a_url_only_client_gets_no_form_and_the_forms_are_primitive_as_mcp_requires(tmp_path):
+    from palacectl.mcp_adapter import PalaceMCP
+
+    server = PalaceMCP(tmp_path, "mac-claude")
+    server.client_capabilities = {"elicitation": {}}
+    assert server.services() == ["palacectl.features.questions.elicit:serve_elicitation"]
+    read_only = PalaceMCP(tmp_path, "mac-claude", read_only=True)  # an answer is a write
+    read_only.client_capabilities = {"elicitation": {}}
+    assert read_only.services() == [] and PalaceMCP(tmp_path, "mac-claude").services() == []
     assert form_elicitation({"elicitation": {}}) and form_elicitation({"elicitation": {"form": {}, "url": {}}})
     assert not form_elicitation({"elicitation": {"url": {}}}) and not form_elicitation({})
     assert answerers("human:ana", ["human:ana"], True) == ["human:ana"]
