@@ -225,9 +225,11 @@ def render_commands(app: Any = None) -> str:
 # -- the MCP tool sets ------------------------------------------------------------------------
 
 
-def tool_set_listings() -> list[tuple[str, list[str], int, str]]:
-    """Each ``--tools`` word: (the word, the tools it offers in listing order, the bytes of its
-    ``tools/list`` result as sent (compact JSON), a note)."""
+def tool_set_listings() -> list[tuple[str, list[str], int, int, str]]:
+    """Each ``--tools`` word: (the word, the tools it offers in listing order, the bytes of what a
+    model is given of them — each tool's name, description and input schema, compact JSON, as
+    ``tests/ctl/test_mcp_server.py`` weighs the default set against its budget —, the bytes of its
+    whole ``tools/list`` result (output schemas and hints too), a note)."""
     from .features import features as registry
     from .mcp_tools import build_registry
     from .tool_sets import ALL, DEFAULT_TOOLS, tool_sets
@@ -235,22 +237,23 @@ def tool_set_listings() -> list[tuple[str, list[str], int, str]]:
     features = registry()
     tools = build_registry(features).tools
     sets = tool_sets(features)
-    rows: list[tuple[str, list[str], int, str]] = []
+    rows: list[tuple[str, list[str], int, int, str]] = []
     for word in [*sets.groups, ALL]:
         names, full = sets.parse(word)
         ordered = sorted(names, key=lambda n: sets.listing_order[n])
         result = {"tools": [tools[n].to_wire(full) for n in ordered]}
-        size = len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode())
+        seen = [{key: tool[key] for key in ("name", "description", "inputSchema")} for tool in result["tools"]]
+        model, size = (len(json.dumps(x, ensure_ascii=False, separators=(",", ":")).encode()) for x in (seen, result))
         if word == DEFAULT_TOOLS:
             note = "the default"
         elif word == ALL:
             left_out = " and ".join(f"`{g}`" for g in sets.groups if g in sets.not_in_all)
             note = f"every group but {left_out}, with every argument in each schema"
         elif word in sets.not_in_all:
-            note = "not in `all`"
+            note = "when named: not in `all`"
         else:
-            note = f"added to the default with `--tools {DEFAULT_TOOLS},{word}`"
-        rows.append((word, ordered, size, note))
+            note = f"added to the default by `--tools {DEFAULT_TOOLS},{word}`"
+        rows.append((word, ordered, model, size, note))
     return rows
 
 
@@ -264,16 +267,17 @@ def _short(names: list[str]) -> str:
 
 def render_tool_sets() -> str:
     """The table of ``palacectl mcp --tools`` words: what each offers and what its listing weighs."""
-    lines = ["| `--tools` | tools | `tools/list` | |", "|---|---|---:|---|"]
-    for word, names, size, note in tool_set_listings():
+    lines = ["| `--tools` | tools | what the model reads, each turn | its whole `tools/list` | offered |",
+             "|---|---|---:|---:|---|"]
+    for word, names, model, size, note in tool_set_listings():
         listed = f"{len(names)}" if word == "all" else f"{len(names)}: {_short(names)}"
-        lines.append(f"| `{word}` | {listed} | {size:,} bytes | {note} |")
+        lines.append(f"| `{word}` | {listed} | {model:,} bytes | {size:,} bytes | {note} |")
     return "\n".join(lines) + "\n"
 
 
 def render_light_size() -> str:
-    """What the light tools' listing weighs, in KB of 1,024 bytes (the budget's unit): ``2.7 KB``."""
-    (size,) = [size for word, _, size, _ in tool_set_listings() if word == "light"]
+    """What a model reads of the light tools, in KB of 1,024 bytes (the budget's unit): ``2.7 KB``."""
+    (size,) = [model for word, _, model, _, _ in tool_set_listings() if word == "light"]
     return f"{size / 1024:.1f} KB"
 
 
