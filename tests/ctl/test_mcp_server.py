@@ -186,7 +186,7 @@ def test_palacectl_mcp_lists_its_tools_without_loading_trio_or_the_command_line(
              "listed = s.answer_static('tools/list', {}); "
              "print(len(listed['tools']), sorted(x for x in ('trio', 'typer', 'mcp') if x in sys.modules))")
     out = subprocess.run([PYTHON, "-c", probe, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert out.stdout.split(None, 1) == ["41", "[]\n"]
+    assert out.stdout.split(None, 1) == ["42", "[]\n"]
 
 
 def test_palacectl_mcp_with_anything_else_goes_through_the_command_line(tmp_path):
@@ -264,7 +264,7 @@ def test_the_default_tool_set_is_the_delegation_loop_within_its_budget(tmp_path)
     assert {f"mempalace_{n}" for n in loop} <= set(names)
     assert size <= CORE_BUDGET_BYTES, f"the model's part of the default tools/list is {size} bytes, over {CORE_BUDGET_BYTES}"
     everything, full_size = listing(tmp_path, "--tools", "all")
-    assert len(everything) == 41 and full_size > 2 * size
+    assert len(everything) == 42 and full_size > 2 * size
     # What a compact listing leaves out of a schema, its description names (and calls accept).
     wait = next(t for t in tools if t["name"] == "mempalace_event_wait")
     assert "exclude_from_agent" not in wait["inputSchema"]["properties"]

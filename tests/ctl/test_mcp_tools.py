@@ -24,6 +24,7 @@ import jsonschema
 import pytest
 
 from tests.fleet import ctl_json
+from tests.helpers import run_ctl
 
 PYTHON = sys.executable
 ME = "mac-claude"
@@ -127,6 +128,17 @@ def test_every_tool_returns_what_its_output_schema_says(mcp: Mcp, daemon: Any) -
     call("mempalace_artifact_put", kind="file", content_base64="AAE=")
     call("mempalace_task_release", correlation_id=cid, reason="later")
     call("mempalace_task_reassign", correlation_id=cid, to_agent="*")
+    # a review asked of this agent, on bob's patch
+    reviewed = ctl_json(daemon.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bob",
+                        "--goal", "r", "--branch", "main", "--base-commit", "abc1234", "--done", "d",
+                        "--review-by", ME)["task"]["correlation_id"]
+    ctl_json(daemon.home, "task", "claim", reviewed, "--agent", "bob")
+    run_ctl(daemon.home, "patch", "submit", "--from-agent", "bob", "--correlation-id", reviewed, input=DIFF.encode())
+    assert call("mempalace_task_review", correlation_id=reviewed, verdict="sloppy")["success"] is False
+    assert call("mempalace_task_review", correlation_id=reviewed, verdict="changes_requested")["success"] is False
+    # One daemon wrote both: the table never lets its own agents review it (the approval: tests/e2e/test_mcp.py).
+    refused = call("mempalace_task_review", correlation_id=reviewed, verdict="approve", message="reads well")
+    assert refused["success"] is False and "never the patch's author" in refused["error"], refused
     # memory
     call("mempalace_add_drawer", wing="wing_shop", room="api", content="The orders API pages with cursors.")
     call("mempalace_search", query="orders cursors")

@@ -28,7 +28,8 @@ MEMPALACE_TOOLS = ["mempalace_event_append", "mempalace_event_list", "mempalace_
                    "mempalace_artifact_put", "mempalace_artifact_get", "mempalace_patch_submit",
                    "mempalace_task_create"]
 PALACE_TOOLS = ["mempalace_task_status", "mempalace_task_list", "mempalace_task_ready", "mempalace_task_claim",
-                "mempalace_task_release", "mempalace_task_reassign", "mempalace_who", "mempalace_peers"]
+                "mempalace_task_release", "mempalace_task_reassign", "mempalace_task_review", "mempalace_who",
+                "mempalace_peers"]
 MEMORY_TOOLS = ["mempalace_search", "mempalace_add_drawer", "mempalace_kg_query", "mempalace_kg_add",
                 "mempalace_kg_invalidate", "mempalace_diary_write", "mempalace_diary_read", "mempalace_list_agents",
                 "mempalace_find_tunnels"]
@@ -40,7 +41,8 @@ ROOM_TOOLS = ["mempalace_room_open", "mempalace_room_read", "mempalace_room_say"
               "mempalace_room_list"]
 #: what ``--tools all`` lists: every tool but the approve tool of palace's own runs, in listing order
 ALL_LISTED = [name for name in LISTING_ORDER if name != "approve" and not name.startswith("palace_")]
-MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_lease_acquire",
+MUTATING = {"mempalace_task_claim", "mempalace_task_release", "mempalace_task_reassign", "mempalace_task_review",
+            "mempalace_lease_acquire",
             "mempalace_lease_renew", "mempalace_lease_release", "mempalace_event_append", "mempalace_event_ack",
             "mempalace_artifact_put", "mempalace_patch_submit",
             "mempalace_task_create", "mempalace_add_drawer", "mempalace_kg_add", "mempalace_kg_invalidate",
@@ -313,6 +315,41 @@ async def test_memory_tools_round_trip_with_one_identity(daemon):
 
 
 @pytest.mark.slow
+async def test_a_reviewer_on_another_machine_approves_or_sends_back_a_patch_over_mcp(fleet):
+    """mempalace_task_review: the agent a task's review_by names, on another daemon than the
+    patch's, approves it (the task may land) or requests changes (it goes back to its author)."""
+    from tests.fleet import wait_converged, wait_until
+    from tests.helpers import run_ctl
+
+    alpha = await trio.to_thread.run_sync(fleet.found, "alpha")
+    beta = await trio.to_thread.run_sync(fleet.join, "beta")
+    diff = b"--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n"
+
+    def delivered(goal: str) -> str:
+        cid = ctl_json(beta.home, "task", "create", "--project", "shop", "--from-agent", "boss", "--to-agent", "bob",
+                       "--goal", goal, "--branch", "main", "--base-commit", "abc1234", "--done", "d",
+                       "--review-by", "mac-claude")["task"]["correlation_id"]
+        ctl_json(beta.home, "task", "claim", cid, "--agent", "bob")
+        assert run_ctl(beta.home, "patch", "submit", "--from-agent", "bob", "--correlation-id", cid,
+                       input=diff).returncode == 0
+        wait_converged(alpha, beta)
+        return cid
+
+    approved, sent_back = await trio.to_thread.run_sync(lambda: (delivered("one"), delivered("two")))
+    async with adapter(alpha.home) as client:
+        done = await call(client, "mempalace_task_review", correlation_id=approved, verdict="approve")
+        assert done["success"] is True and done["event"]["type"] == "task.review", done
+        back = await call(client, "mempalace_task_review", correlation_id=sent_back, verdict="changes_requested",
+                          message="name the test after what it checks")
+        assert back["success"] is True, back
+        again = await call(client, "mempalace_task_review", correlation_id=sent_back, verdict="approve")
+        assert again["success"] is False and "no patch waiting for review" in again["error"], again
+    await trio.to_thread.run_sync(lambda: wait_converged(alpha, beta))
+    await trio.to_thread.run_sync(lambda: wait_until(
+        lambda: ctl_json(beta.home, "task", "show", approved)["review"]["state"] == "approved", "the approval on beta"))
+    assert ctl_json(beta.home, "task", "show", sent_back)["review"]["state"] == "changes_requested"
+
+
 async def test_memory_filed_over_mcp_on_one_daemon_is_found_over_mcp_on_another(fleet):
     """The issue's "done when", through the agents' own interface: an agent on machine A files a
     decision, a fact and a diary entry; an agent on machine B finds the decision by meaning, quotes

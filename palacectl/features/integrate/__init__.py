@@ -15,6 +15,8 @@ __all__ = ["FEATURE"]
 FEATURE: Final = Feature(
     name="integrate", builds_on=("tasks", "worker", "artifacts", "usage", "questions", "leases"),
     cli=f"{__name__}.cli",
+    tools={"log": ("mempalace_task_review",)},
+    tools_module=f"{__name__}.tools",
     ui=f"{__name__}.page",
     script=f"{__name__}:page.js",
     pages=(Page("merge", "Merge queue"),),

@@ -15,13 +15,12 @@ from typing import Annotated, Any, Final, Optional
 import typer
 
 from palace_proto.errors import ValidationError
-from palace_proto.event_fields import thread_of
 from palace_proto.stamps import parse_duration
-from palace_proto.tasks import REVIEW
 
 from ... import output
 from ...cli.common import JsonOpt, UsageProblem, call_daemon, current_home
 from ...output import emit, note
+from .review import NothingToReview, review_append
 
 __all__ = ["COMMANDS", "integrate", "review", "reviewer"]
 
@@ -184,16 +183,14 @@ def review(
     if request_changes and not (message and message.strip()):
         raise UsageProblem("--request-changes needs -m 'what to change': its author redoes the work from it")
     view = call_daemon("task_show", correlation_id=correlation_id)
-    delivery = view.get("delivery")
-    if delivery is None or view["state"] != "ready":
-        output.fail(f"task {correlation_id} has no patch waiting for review (it is {view['state']})", code="refused")
     verdict = "approve" if approve else "changes_requested"
-    said = message.strip() if message else ("approved" if approve else "")
-    event = call_daemon("append", **thread_of(view["request"]), type=REVIEW, from_agent=as_, to_agent=delivery["author"],
-                        ack_of=delivery["event_id"], metadata={"verdict": verdict},
-                        body=f"{as_} reviewed {delivery['event_id']}: {verdict}. {said}")
+    try:
+        args = review_append(view, as_, verdict, message.strip() if message else ("approved" if approve else ""))
+    except NothingToReview as exc:
+        output.fail(str(exc), code="refused")
+    event = call_daemon("append", **args)
     emit(event, json_, f"{'approved' if approve else 'changes requested on'} {correlation_id} "
-                       f"({delivery['author']}'s patch {delivery['event_id']}) as {as_}: {event['id']}")
+                       f"({args['to_agent']}'s patch {args['ack_of']}) as {as_}: {event['id']}")
 
 
 COMMANDS: Final = {"integrate": integrate, "review": review, "reviewer": reviewer}

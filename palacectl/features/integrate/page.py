@@ -13,12 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from palace_proto.event_fields import thread_of
-from palace_proto.tasks import REVIEW
-
 from ...ui.http import HttpError, Request
 from ...ui.views import Route, Views
 from ..tasks.page import task_card
+from .review import VERDICTS, NothingToReview, review_append
 
 __all__ = ["QUEUE_COLUMNS", "ROUTES", "merge_queue", "queue_column", "review"]
 
@@ -83,21 +81,18 @@ async def review(views: Views, doc: Mapping[str, Any]) -> dict[str, Any]:
     cid, verdict, text = doc.get("correlation_id"), doc.get("verdict"), doc.get("text") or ""
     if not isinstance(cid, str) or not cid.strip() or len(cid) > 256:
         raise HttpError(400, "correlation_id must be the task's id")
-    if verdict not in ("approve", "changes_requested"):
+    if verdict not in VERDICTS:
         raise HttpError(400, "verdict must be approve or changes_requested")
     if not isinstance(text, str) or len(text.encode("utf-8", "surrogatepass")) > MAX_REVIEW_BYTES:
         raise HttpError(400, f"text must be at most {MAX_REVIEW_BYTES} bytes of text")
     if verdict == "changes_requested" and not text.strip():
         raise HttpError(400, "say what to change: its author redoes the work from it")
     view = await views.call("task_show", correlation_id=cid.strip())
-    delivery = view.get("delivery")
-    if delivery is None or view.get("state") != "ready":
-        raise HttpError(409, f"task {cid} has no patch waiting for review (it is {view.get('state')})")
-    event = await views.call(
-        "append", **thread_of(view["request"]), type=REVIEW, from_agent=views.human, to_agent=delivery["author"],
-        ack_of=delivery["event_id"], metadata={"verdict": verdict, "via": "palacectl ui"},
-        body=f"{views.human} reviewed {delivery['event_id']}: {verdict}. {text.strip()}".strip())
-    return {"event": event}
+    try:
+        args = review_append(view, views.human, verdict, text, via="palacectl ui")
+    except NothingToReview as exc:
+        raise HttpError(409, str(exc)) from None
+    return {"event": await views.call("append", **args)}
 
 
 ROUTES: Final = (

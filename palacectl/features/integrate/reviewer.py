@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from palace_proto.event_fields import thread_of
-from palace_proto.tasks import ANY_OTHER_AGENT, REVIEW
+from palace_proto.tasks import ANY_OTHER_AGENT
 from palace_proto.usage import final_text
 
 from ...client import Client, DaemonUnreachable, IdleTimeout
@@ -46,6 +46,7 @@ from ..worker.skipped import Skipped
 from ..worker.worker_policy import WorkerPolicy
 from .integrator import PatchUnusable, fetch_patch
 from .landing import Branch, Conflict, LandingError
+from .review import review_append
 
 __all__ = ["Reviewer", "ReviewerOptions", "ReviewerRefused", "verdict_of"]
 
@@ -209,10 +210,9 @@ class Reviewer:
             self._note(view, f"{self.opts.agent} reviewed {delivery['event_id']} without a verdict ({why}); "
                              f"nothing approved. Its last words: {words[-1500:]}")
             return
-        self._call("append", **thread_of(view["request"]), type=REVIEW, from_agent=self.opts.agent,
-                   to_agent=delivery["author"], ack_of=delivery["event_id"],
-                   metadata={"verdict": verdict, "runner": self.opts.runner},
-                   body=f"{self.opts.agent} reviewed {delivery['event_id']}: {verdict}.\n{words[-3000:]}")
+        # (the view this review began from: a delivered patch, which review_append requires)
+        self._call("append", **review_append(view, self.opts.agent, verdict, "\n" + words[-3000:],
+                                             runner=self.opts.runner))
         self.say(f"{cid}: {verdict}")
 
     def _run(self, view: Mapping[str, Any], base: str) -> tuple[str, int | None]:
