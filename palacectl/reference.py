@@ -287,16 +287,22 @@ RENDERERS: Final[dict[str, Callable[[], str]]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=REGENERATE, description=(
-        "Write palacectl's command reference and the MCP tool-set table into the docs, between their "
-        "generated:commands and generated:tool-sets markers."))
+def regenerate(prog: str, description: str, renderers: Mapping[str, Callable[[], str]],
+               argv: list[str] | None = None) -> int:
+    """A regenerating command's whole run: write each part ``renderers`` renders into the docs
+    (``--check``: change nothing, exit 1 when a part is stale), saying which parts it touched."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a part is stale")
     args = parser.parse_args(argv)
-    stale = update_docs(RENDERERS, check=args.check)
+    stale = update_docs(renderers, check=args.check)
     for part in stale:
         sys.stdout.write(f"{'stale' if args.check else 'rewritten'}: {part}\n")
     return 1 if stale and args.check else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return regenerate(REGENERATE, "Write palacectl's command reference and the MCP tool-set table into the docs, "
+                      "between their generated:commands and generated:tool-sets markers.", RENDERERS, argv)
 
 
 if __name__ == "__main__":
