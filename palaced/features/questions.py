@@ -345,15 +345,19 @@ async def questions(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any]:
     return {"questions": out, "count": len(out)}
 
 
-async def _task_project(ctx: Context, cid: Any, now: str) -> str | None:
-    """The project of the task ``cid`` names (its request's stream ``project/NAME``), if known here."""
+async def _task_facts(ctx: Context, cid: Any, now: str) -> tuple[str | None, str | None]:
+    """(the project of the task ``cid`` names — its request's stream ``project/NAME`` —, its
+    claimant now), each None when not known here."""
     if not isinstance(cid, str) or not cid:
-        return None
+        return None, None
     daemons = ctx.store.agents.origin_daemons
     events = ctx.store.agents.annotate(await ctx.store.events_by_correlation(cid))
     view = derive_task(cid, events, now=now, daemon_of=lambda origin: daemons.get(origin) or origin)
-    stream = view["request"].get("stream") if view is not None else None
-    return stream.removeprefix("project/") if isinstance(stream, str) and stream.startswith("project/") else None
+    if view is None:
+        return None, None
+    stream = view["request"].get("stream")
+    project = stream.removeprefix("project/") if isinstance(stream, str) and stream.startswith("project/") else None
+    return project, view.get("claimed_by")
 
 
 async def in_force(ctx: Context, now: str) -> list[Grant]:
@@ -370,7 +374,7 @@ async def in_force(ctx: Context, now: str) -> list[Grant]:
         if event is not None and event.get("type") == ASK:
             asked.append(event)
     states = await settled(ctx, asked)
-    projects = {cid: await _task_project(ctx, cid, now)
+    projects = {cid: (await _task_facts(ctx, cid, now))[0]
                 for cid in dict.fromkeys(q.get("correlation_id") for q in asked)}
     revokes = ctx.store.agents.annotate(
         await reads.revocations([str(a["id"]) for a in answers], MAX_ANSWERS_PER_ORIGIN))
@@ -389,7 +393,9 @@ async def _granted(ctx: Context, args: Mapping[str, Any]) -> dict[str, Any] | No
     now = utc_now()
     agent = clean_required("from_agent", args.get("from_agent"))
     task = args.get("correlation_id") if isinstance(args.get("correlation_id"), str) else None
-    project = await _task_project(ctx, task, now)
+    project, claimant = await _task_facts(ctx, task, now)
+    if claimant is None or claimant != agent:
+        return None  # only a task's claimant asks for approval on it (question.approval): asked, and judged so
     for grant in await in_force(ctx, now):
         if grant.covers(shape, agent=agent, task=task, project=project, now=now):
             return {"question_id": None, "status": "granted", "timed_out": False, "asked_by": agent,

@@ -68,6 +68,10 @@ def test_an_allow_for_the_task_lets_exactly_its_shape_run_until_revoked(fleet, t
     verdict = answer_verdict(state, again)
     assert verdict.allowed and "human:ana's grant for this task" in verdict.reason, verdict
     assert api(alpha.home, "questions", status="open")["count"] == 0
+    # Only the task's claimant asks for approval on it: another agent naming the task is asked (and
+    # refused, as question.approval says), never granted.
+    with pytest.raises(AssertionError, match="not_permitted"):
+        _ask(alpha.home, _question("npm test", cid, tmp_path, agent="eve"))
     # Nothing wider: more words, a redirection, another task, another agent's run.
     for command, task in (("npm test --watch", cid), ("npm test > out.txt", cid), ("npm test", other)):
         step = _question(command, task, tmp_path)
