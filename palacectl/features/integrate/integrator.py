@@ -46,7 +46,7 @@ from palace_proto.ids import artifact_id_for_sha256
 from palace_proto.projects import project_stream
 from palace_proto.tasks import CHECK, REWORK
 
-from ...client import Client, DaemonUnreachable, IdleTimeout
+from ...client import Client, DaemonUnreachable
 from ...files import write_atomically
 from ...output import utc_now
 from ..worker.launch import task_slug
@@ -54,15 +54,12 @@ from ..worker.requesters import Requesters
 from ..worker.skipped import Skipped
 from ..worker.worker import WorkerRefused, _FileLock, _stop_orphan
 from ..worker.worker_policy import WorkerPolicy
+from .following import RECONNECT_INTERVAL_S, follow
 from .landing import PATCH_TRAILER, TASK_TRAILER, Branch, CheckResult, Conflict, LandingError
 from .patch_check import DEFAULT_MAX_PATCH_BYTES, check_files, check_patch
 
 __all__ = ["IntegrateOptions", "Integrator", "IntegratorRefused", "PatchUnusable", "fetch_patch"]
 
-# Why 5 s: how often the integrator looks at the queue without a push (a lease freed by expiry,
-# an artifact that arrived after its event, a person's answer) — and how long a stop waits for it.
-LOOK_EVERY_S: Final = 5.0
-RECONNECT_INTERVAL_S: Final = 0.5
 # Why 120 s, renewed every 30 s: an integrator that died frees its branch within two minutes, and
 # one that lives misses three renewals before anyone else may take it.
 LEASE_TTL_S: Final = 120
@@ -244,19 +241,10 @@ class Integrator:
             return client.call(op, **args)
 
     def _session(self) -> None:
-        with Client(self.opts.home, client_name="palacectl-integrate") as client:
-            sub = client.subscribe(agent=self.opts.agent, start="tip", **filter_args(stream=self._stream))
-            self.say(f"connected to palaced; watching {self.opts.project} for delivered patches")
-            self._look()
-            while not self._stopping.is_set():
-                try:
-                    push = sub.next_push(timeout=LOOK_EVERY_S)
-                except IdleTimeout:
-                    self._look()
-                    continue
-                if push["push"] == "batch" and any(e.get("type") in _WAKING or e.get("type", "").startswith("task.")
-                                                   for e in push.get("events") or []):
-                    self._look()
+        follow(self.opts.home, "palacectl-integrate", greeting=f"connected to palaced; watching {self.opts.project} "
+               "for delivered patches", say=self.say, look=self._look, stopping=self._stopping,
+               wakes=lambda e: e.get("type") in _WAKING or str(e.get("type", "")).startswith("task."),
+               agent=self.opts.agent, **filter_args(stream=self._stream))
 
     # -- the lease: one integrator per branch ----------------------------------------------------
 

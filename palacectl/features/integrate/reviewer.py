@@ -30,7 +30,7 @@ from palace_proto.event_fields import thread_of
 from palace_proto.tasks import ANY_OTHER_AGENT
 from palace_proto.usage import final_text
 
-from ...client import Client, DaemonUnreachable, IdleTimeout
+from ...client import Client, DaemonUnreachable
 from ...output import utc_now
 from ..worker.launch import (
     BUILTIN_RUNNERS,
@@ -44,14 +44,13 @@ from ..worker.launch import (
 from ..worker.requesters import Requesters
 from ..worker.skipped import Skipped
 from ..worker.worker_policy import WorkerPolicy
+from .following import RECONNECT_INTERVAL_S, follow
 from .integrator import PatchUnusable, fetch_patch
 from .landing import Branch, Conflict, LandingError
 from .review import review_append
 
 __all__ = ["Reviewer", "ReviewerOptions", "ReviewerRefused", "verdict_of"]
 
-LOOK_EVERY_S: Final = 5.0
-RECONNECT_INTERVAL_S: Final = 0.5
 # Why 20 minutes: reading a patch and running a project's tests; a review that takes longer is
 # stopped, and says so on the task without a verdict.
 DEFAULT_REVIEW_TIMEOUT_S: Final = 20 * 60
@@ -134,19 +133,9 @@ class Reviewer:
             return client.call(op, **args)
 
     def _session(self) -> None:
-        with Client(self.opts.home, client_name="palacectl-reviewer") as client:
-            sub = client.subscribe(agent=self.opts.agent, start="tip")
-            self.say("connected to palaced; watching for patches to review")
-            self._look()
-            while not self._stopping.is_set():
-                try:
-                    push = sub.next_push(timeout=LOOK_EVERY_S)
-                except IdleTimeout:
-                    self._look()
-                    continue
-                if push["push"] == "batch" and any(e.get("type") in ("patch.ready", "task.review")
-                                                   for e in push.get("events") or []):
-                    self._look()
+        follow(self.opts.home, "palacectl-reviewer", greeting="connected to palaced; watching for patches to review",
+               say=self.say, look=self._look, stopping=self._stopping,
+               wakes=lambda e: e.get("type") in ("patch.ready", "task.review"), agent=self.opts.agent)
 
     def _look(self) -> None:
         while not self._stopping.is_set():
