@@ -99,6 +99,33 @@ def test_an_allow_for_the_task_lets_exactly_its_shape_run_until_revoked(fleet, t
     assert gone.returncode != 0 and "no grant in force" in gone.stderr, gone
 
 
+def test_a_malformed_shape_reason_or_grant_is_refused_in_one_line_and_writes_nothing(fleet, tmp_path):
+    """What a client sends with an approval (its shape, its reason) and with an answer (a grant's
+    scope and time) is checked: too long, a control character, a lone surrogate, the wrong type."""
+    alpha = fleet.found("alpha")
+    cid = _task(alpha.home, "Bad input")
+    step = _question("npm test", cid, tmp_path)
+    before = api(alpha.home, "status")["events"]
+    for bad in ({"shape": "x" * 2001}, {"shape": ""}, {"shape": 7}, {"shape": "a\x00b"}, {"reason": "two\nlines"},
+                {"reason": "r" * 301}, {"reason": "\ud800"}):
+        args = step.ask_args()
+        args["approval"] = {**args["approval"], **bad}
+        with pytest.raises(AssertionError, match=r"invalid_argument|approval"):
+            api(alpha.home, "ask", **args, wait=False)
+    assert api(alpha.home, "status")["events"] == before
+    asked = _ask(alpha.home, step)
+    for bad in (["--grant", "task", "--for", "soon"], ["--grant", "task", "--for", "0s"], ["--grant", ""]):
+        refused = run_ctl(alpha.home, "answer", asked["question_id"], "allow", *bad, "--as", "human:ana")
+        assert refused.returncode in (1, 64) and refused.stderr.count("\n") == 1, refused
+    for bad in ({"grant": ["task"]}, {"grant": "task", "for_s": "8h"}, {"grant": "task", "for_s": True}):
+        with pytest.raises(AssertionError, match="invalid_argument"):
+            api(alpha.home, "answer", event_id=asked["question_id"], text="allow", **bad, **{"as": "human:ana"})
+    for bad in (None, 7, "evt_nope", "x" * 10_000):
+        with pytest.raises(AssertionError):
+            api(alpha.home, "revoke_grant", answer_id=bad)
+    assert api(alpha.home, "questions", status="open")["count"] == 1 and api(alpha.home, "grants")["grants"] == []
+
+
 def answered_id(home: Path, asked: dict) -> str:
     (state,) = [q for q in api(home, "questions")["questions"] if q["question_id"] == asked["question_id"]]
     return state["answer"]["event_id"]
